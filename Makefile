@@ -1,0 +1,48 @@
+# bitnet.h: plain Make. `make` builds every example into build/ (the CLI is build/bitnet),
+# `make test` builds and runs the CPU tests, `make test-gpu` runs them with a GPU required.
+CC      ?= cc
+CXX     ?= c++
+BUILD   ?= build
+OPT     ?= -O2
+WARN    ?= -Wall -Wextra
+CFLAGS  ?= $(OPT) -std=c11 $(WARN) $(EXTRA)
+LDFLAGS ?= $(EXTRA)
+LDLIBS  ?= -lm -ldl -lpthread
+RUNNER  ?=
+GIT_COMMIT := $(shell git rev-parse --short=12 HEAD 2>/dev/null)
+DEFS    := $(if $(GIT_COMMIT),-DBITNET_GIT_COMMIT=\"$(GIT_COMMIT)\")
+
+HEADERS  := bitnet.h bitnet_cuda_kernels.h
+EXAMPLES := $(patsubst examples/%.c,$(BUILD)/%,$(wildcard examples/*.c))
+TESTS    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(filter-out tests/impl.c tests/fuzz_%.c,$(wildcard tests/*.c)))
+
+.PHONY: all test test-gpu cxx-check clean
+all: $(EXAMPLES)
+
+$(BUILD)/%: examples/%.c $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(DEFS) -o $@ $< $(LDFLAGS) $(LDLIBS)
+
+$(BUILD)/impl.o: tests/impl.c $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(DEFS) -c -o $@ $<
+
+$(BUILD)/tests/%: tests/%.c $(BUILD)/impl.o tests/harness.h $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/impl.o $(LDFLAGS) $(LDLIBS)
+
+test: all $(TESTS)
+	@BUILD=$(BUILD) RUNNER="$(RUNNER)" tests/run.sh $(TESTS)
+
+# GPU tests: the same binaries, but a missing GPU is a failure instead of a skip.
+test-gpu: all $(TESTS)
+	@BITNET_REQUIRE_GPU=1 BUILD=$(BUILD) tests/run.sh $(TESTS)
+
+# The header must stay valid C++ and warning-free as C11.
+cxx-check:
+	@mkdir -p $(BUILD)
+	$(CXX) -x c++ -std=c++11 -Wall -Wextra -Werror -c -o $(BUILD)/impl_cxx.o tests/impl.c
+	$(CC) -std=c11 -Wall -Wextra -Werror -c -o $(BUILD)/impl_c11.o tests/impl.c
+
+clean:
+	rm -rf build build-*

@@ -1,0 +1,48 @@
+/* Tiny test harness: TEST_CHECK records a failure and keeps going; each test function is run by
+   RUN_TEST; test_summary() prints "N passed, M failed, K skipped" and returns the exit code. */
+#ifndef BITNET_TEST_HARNESS_H
+#define BITNET_TEST_HARNESS_H
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int test__passed, test__failed, test__skipped, test__cur_failed, test__cur_skipped;
+
+#define TEST_CHECK(cond) \
+    do { if (!(cond)) { test__cur_failed = 1; \
+        fprintf(stderr, "  FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond); } } while (0)
+#define TEST_CHECKF(cond, ...) \
+    do { if (!(cond)) { test__cur_failed = 1; \
+        fprintf(stderr, "  FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
+        fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); } } while (0)
+/* Ends the current test as skipped, with the reason printed. */
+#define TEST_SKIP(...) \
+    do { test__cur_skipped = 1; printf("  skip: "); printf(__VA_ARGS__); printf("\n"); return; } while (0)
+
+#define RUN_TEST(fn) test__run(#fn, fn)
+static void test__run(const char *name, void (*fn)(void)) {
+    test__cur_failed = 0;
+    test__cur_skipped = 0;
+    fn();
+    if (test__cur_failed) { test__failed++; printf("FAIL %s\n", name); }
+    else if (test__cur_skipped) { test__skipped++; printf("skip %s\n", name); }
+    else { test__passed++; printf("ok   %s\n", name); }
+    fflush(stdout);
+}
+static int test_summary(void) {
+    printf("%d passed, %d failed, %d skipped\n", test__passed, test__failed, test__skipped);
+    return test__failed ? 1 : 0;
+}
+
+/* xorshift64* for reproducible random inputs. */
+static unsigned long long test__rng = 0x9E3779B97F4A7C15ull;
+static void test_seed(unsigned long long s) { test__rng = s ? s : 1; }
+static unsigned long long test_rand_u64(void) {
+    test__rng ^= test__rng >> 12; test__rng ^= test__rng << 25; test__rng ^= test__rng >> 27;
+    return test__rng * 2685821657736338717ull;
+}
+static float test_rand_float(float lo, float hi) {
+    return lo + (hi - lo) * (float)((test_rand_u64() >> 40) * (1.0 / 16777216.0));
+}
+static int test_rand_int(int lo, int hi) { return lo + (int)(test_rand_u64() % (unsigned long long)(hi - lo + 1)); }
+#endif

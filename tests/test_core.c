@@ -1,0 +1,123 @@
+/* Error model, allocation hooks, fault injection, and the hand-worked quantization / I2_S vectors. */
+#include "../bitnet.h"
+#include "harness.h"
+#include <math.h>
+
+static void test_result_strings(void) {
+    TEST_CHECK(strcmp(bitnet_result_string(BITNET_OK), "ok") == 0);
+    TEST_CHECK(strcmp(bitnet_result_string(BITNET_ERR_TRUNCATED), "truncated file") == 0);
+    TEST_CHECK(strcmp(bitnet_result_string((bitnet_result)12345), "unknown result") == 0);
+}
+
+static void test_null_pointers(void) {
+    float s;
+    int8_t q[4];
+    bitnet_clear_error();
+    TEST_CHECK(bitnet_quantize_ternary(NULL, 4, q, &s) == BITNET_ERR_NULL_POINTER);
+    TEST_CHECK(strstr(bitnet_last_error(), "'w'") != NULL);
+    TEST_CHECK(bitnet_quantize_act(NULL, 1, 4, q, &s, NULL) == BITNET_ERR_NULL_POINTER);
+    TEST_CHECK(bitnet_i2s_pack(q, 1, 128, 1.0f, NULL, 64) == BITNET_ERR_NULL_POINTER);
+}
+
+static int fake_allocs;
+static void *counting_alloc(size_t n, void *u) { (void)u; fake_allocs++; return malloc(n); }
+static void counting_free(void *p, void *u) { (void)u; free(p); }
+
+static void test_allocator_hooks(void) {
+    float x[256], s;
+    int8_t q[256];
+    int i;
+    for (i = 0; i < 256; i++) x[i] = (float)(i - 128);
+    TEST_CHECK(bitnet_set_allocator(counting_alloc, NULL, NULL) == BITNET_ERR_INVALID_ARG);
+    TEST_CHECK(bitnet_set_allocator(counting_alloc, counting_free, NULL) == BITNET_OK);
+    TEST_CHECK(bitnet_quantize_ternary(x, 256, q, &s) == BITNET_OK);
+    TEST_CHECK(bitnet_set_allocator(NULL, NULL, NULL) == BITNET_OK);
+}
+
+static void test_fault_spec(void) {
+    TEST_CHECK(bitnet_set_fault("host_alloc:3") == BITNET_OK);
+    TEST_CHECK(bitnet_set_fault("bogus") == BITNET_ERR_INVALID_ARG);
+    TEST_CHECK(strstr(bitnet_last_error(), "bogus") != NULL);
+    TEST_CHECK(bitnet_set_fault("") == BITNET_OK);
+}
+
+/* absmean: mean|w| = (0.5+1+0+2+0.1+0.4)/6 = 0.6667; w/s = .75, -1.5, 0, 3, -.15, .6 -> 1,-1,0,1,0,1 */
+static void test_quantize_ternary_hand(void) {
+    const float w[6] = {0.5f, -1.0f, 0.0f, 2.0f, -0.1f, 0.4f};
+    const int8_t want[6] = {1, -1, 0, 1, 0, 1};
+    int8_t q[6];
+    float s;
+    int i;
+    TEST_CHECK(bitnet_quantize_ternary(w, 6, q, &s) == BITNET_OK);
+    TEST_CHECK(fabs(s - 4.0 / 6.0) < 1e-6);
+    for (i = 0; i < 6; i++) TEST_CHECKF(q[i] == want[i], "q[%d]=%d want %d", i, q[i], want[i]);
+}
+
+/* absmax 2.0 -> s = 63.5; x*s = 63.5 (-> 64, half to even), -127, 31.75 (-> 32), 0.5 (-> 0), 1.5 (-> 2) */
+static void test_quantize_act_hand(void) {
+    const float x[5] = {1.0f, -2.0f, 0.5f, 0.5f / 63.5f, 1.5f / 63.5f};
+    const int8_t want[5] = {64, -127, 32, 0, 2};
+    int8_t q[5];
+    float s;
+    int32_t sum;
+    int i;
+    TEST_CHECK(bitnet_quantize_act(x, 1, 5, q, &s, &sum) == BITNET_OK);
+    TEST_CHECK(s == 63.5f);
+    for (i = 0; i < 5; i++) TEST_CHECKF(q[i] == want[i], "q[%d]=%d want %d", i, q[i], want[i]);
+    TEST_CHECK(sum == 64 - 127 + 32 + 0 + 2);
+}
+
+/* Byte b of a block holds weights b, b+32, b+64, b+96 at bits 7:6 .. 1:0, code = w + 1. */
+static void test_i2s_layout_hand(void) {
+    int8_t q[128], back[128];
+    uint8_t buf[64];
+    float s = 0.25f, s2;
+    int i;
+    memset(q, 0, sizeof q);
+    q[0] = 1; q[32] = -1; q[64] = 1; q[96] = 0; q[5] = -1;
+    TEST_CHECK(bitnet_i2s_bytes(1, 128) == 64);
+    TEST_CHECK(bitnet_i2s_pack(q, 1, 128, s, buf, sizeof buf) == BITNET_OK);
+    TEST_CHECK(buf[0] == ((2 << 6) | (0 << 4) | (2 << 2) | 1));
+    TEST_CHECK(buf[5] == ((0 << 6) | (1 << 4) | (1 << 2) | 1));
+    TEST_CHECK(buf[1] == 0x55);
+    TEST_CHECK(memcmp(buf + 32, &s, 4) == 0);
+    TEST_CHECK(bitnet_i2s_unpack(buf, sizeof buf, 1, 128, back, &s2) == BITNET_OK);
+    TEST_CHECK(memcmp(q, back, 128) == 0 && s2 == s);
+    for (i = 0; i < 128; i++) q[i] = (int8_t)(i % 3 - 1);
+    TEST_CHECK(bitnet_i2s_pack(q, 1, 128, s, buf, 63) == BITNET_ERR_BAD_SIZE);
+    TEST_CHECK(bitnet_i2s_pack(q, 1, 127, s, buf, sizeof buf) == BITNET_ERR_BAD_SHAPE);
+    TEST_CHECK(bitnet_i2s_bytes(1, 127) == 0);
+    q[7] = 2;
+    TEST_CHECK(bitnet_i2s_pack(q, 1, 128, s, buf, sizeof buf) == BITNET_ERR_INVALID_ARG);
+}
+
+/* HF packs 4 row slabs per byte: byte [r][c] holds row r + i*n/4 at bits 2i. */
+static void test_hf_import(void) {
+    enum { N = 8, K = 128 };
+    uint8_t hf[N / 4 * K], i2s[N * K / 4 + 32];
+    int8_t w[N * K], back[N * K];
+    float s;
+    int r, c;
+    test_seed(7);
+    for (r = 0; r < N; r++)
+        for (c = 0; c < K; c++) w[r * K + c] = (int8_t)test_rand_int(-1, 1);
+    memset(hf, 0, sizeof hf);
+    for (r = 0; r < N; r++)
+        for (c = 0; c < K; c++) hf[(r % (N / 4)) * K + c] |= (uint8_t)((w[r * K + c] + 1) << (2 * (r / (N / 4))));
+    TEST_CHECK(bitnet_i2s_from_hf(hf, N, K, 0.5f, i2s, sizeof i2s) == BITNET_OK);
+    TEST_CHECK(bitnet_i2s_unpack(i2s, sizeof i2s, N, K, back, &s) == BITNET_OK);
+    TEST_CHECK(memcmp(w, back, sizeof w) == 0);
+    TEST_CHECK(s == 0.5f);
+}
+
+int main(void) {
+    RUN_TEST(test_result_strings);
+    RUN_TEST(test_null_pointers);
+    RUN_TEST(test_allocator_hooks);
+    RUN_TEST(test_fault_spec);
+    RUN_TEST(test_quantize_ternary_hand);
+    RUN_TEST(test_quantize_act_hand);
+    RUN_TEST(test_i2s_layout_hand);
+    RUN_TEST(test_hf_import);
+    return test_summary();
+}
