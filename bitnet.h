@@ -222,11 +222,167 @@ BITNET_API bitnet_result bitnet_softmax(float *x, size_t m, size_t k);
 
 /* ---- >>api-gpu: GPU runtime (see the GPU issue; implemented under >>cuda-loader) ----------- */
 
+/* Contract between the runtime and the kernels: one device handle, one launch path. Every
+   download is ordered after all work previously issued through the same handle. */
+typedef struct bitnet_gpu bitnet_gpu;               /* one device: context, stream, modules, pool */
+typedef struct bitnet_gpu_module bitnet_gpu_module; /* a JIT-compiled module */
+typedef struct bitnet_gpu_kernel bitnet_gpu_kernel; /* a function in a module */
+typedef unsigned long long bitnet_devptr;           /* a device address */
+
+BITNET_API int bitnet_gpu_available(void);          /* 1 when a CUDA device is usable */
+BITNET_API bitnet_result bitnet_gpu_open(int ordinal, bitnet_gpu **out);
+BITNET_API void bitnet_gpu_close(bitnet_gpu *gpu);
+BITNET_API bitnet_result bitnet_gpu_sync(bitnet_gpu *gpu);
+BITNET_API bitnet_result bitnet_gpu_alloc(bitnet_gpu *gpu, size_t bytes, bitnet_devptr *out);
+BITNET_API bitnet_result bitnet_gpu_free(bitnet_gpu *gpu, bitnet_devptr ptr);
+BITNET_API bitnet_result bitnet_gpu_upload(bitnet_gpu *gpu, bitnet_devptr dst, const void *src, size_t bytes);
+BITNET_API bitnet_result bitnet_gpu_download(bitnet_gpu *gpu, void *dst, bitnet_devptr src, size_t bytes);
+BITNET_API bitnet_result bitnet_gpu_module_load(bitnet_gpu *gpu, const char *source, const char *options,
+                                                bitnet_gpu_module **out);
+BITNET_API bitnet_result bitnet_gpu_kernel_get(bitnet_gpu_module *mod, const char *name, bitnet_gpu_kernel **out);
+BITNET_API bitnet_result bitnet_gpu_launch(bitnet_gpu *gpu, bitnet_gpu_kernel *k, const unsigned grid[3],
+                                           const unsigned block[3], unsigned shared_bytes, void **args);
+
 /* ---- >>api-gguf ------------------------------------------------------------------------------ */
+
+/* GGUF v2/v3 reader over mmap (or memory), bounds-checked everywhere. */
+typedef struct bitnet_gguf bitnet_gguf;
+typedef enum bitnet_gguf_type { /* metadata value types, as in the GGUF spec */
+    BITNET_GGUF_UINT8 = 0, BITNET_GGUF_INT8, BITNET_GGUF_UINT16, BITNET_GGUF_INT16, BITNET_GGUF_UINT32,
+    BITNET_GGUF_INT32, BITNET_GGUF_FLOAT32, BITNET_GGUF_BOOL, BITNET_GGUF_STRING, BITNET_GGUF_ARRAY,
+    BITNET_GGUF_UINT64, BITNET_GGUF_INT64, BITNET_GGUF_FLOAT64
+} bitnet_gguf_type;
+typedef enum bitnet_tensor_type { /* ggml ids; I2_S is bitnet.cpp's 36 */
+    BITNET_TENSOR_F32 = 0, BITNET_TENSOR_F16 = 1, BITNET_TENSOR_Q8_0 = 8, BITNET_TENSOR_BF16 = 30,
+    BITNET_TENSOR_I2_S = 36
+} bitnet_tensor_type;
+typedef struct bitnet_tensor_info {
+    const char *name;
+    bitnet_tensor_type type;
+    int n_dims;
+    uint64_t ne[4];          /* ne[0] is the contiguous dimension (K for a weight matrix) */
+    uint64_t offset;         /* from the start of the data section */
+    uint64_t bytes;          /* I2_S: ne0*ne1/4 + 32 */
+    const void *data;        /* inside the mapping */
+} bitnet_tensor_info;
+typedef struct bitnet_gguf_str { const char *ptr; uint64_t len; } bitnet_gguf_str; /* not NUL-terminated */
+
+BITNET_API bitnet_result bitnet_gguf_open(const char *path, bitnet_gguf **out);
+BITNET_API bitnet_result bitnet_gguf_open_memory(const void *data, size_t size, bitnet_gguf **out); /* data must outlive it */
+BITNET_API void bitnet_gguf_close(bitnet_gguf *g);
+BITNET_API uint32_t bitnet_gguf_version(const bitnet_gguf *g);
+BITNET_API uint64_t bitnet_gguf_kv_count(const bitnet_gguf *g);
+BITNET_API uint64_t bitnet_gguf_tensor_count(const bitnet_gguf *g);
+BITNET_API int64_t bitnet_gguf_find_key(const bitnet_gguf *g, const char *key);          /* -1 if absent */
+BITNET_API const char *bitnet_gguf_key_name(const bitnet_gguf *g, uint64_t i);
+BITNET_API bitnet_gguf_type bitnet_gguf_key_type(const bitnet_gguf *g, uint64_t i);
+/* Typed getters: an error (BITNET_ERR_BAD_METADATA) when the key is absent or of another type;
+   integers convert between widths when the value fits. */
+BITNET_API bitnet_result bitnet_gguf_get_u32(const bitnet_gguf *g, const char *key, uint32_t *out);
+BITNET_API bitnet_result bitnet_gguf_get_f32(const bitnet_gguf *g, const char *key, float *out);
+BITNET_API bitnet_result bitnet_gguf_get_str(const bitnet_gguf *g, const char *key, bitnet_gguf_str *out);
+/* Arrays: element type, count, and element access. */
+BITNET_API bitnet_result bitnet_gguf_get_arr(const bitnet_gguf *g, const char *key, bitnet_gguf_type *elem_type, uint64_t *count);
+BITNET_API bitnet_result bitnet_gguf_arr_str(const bitnet_gguf *g, const char *key, uint64_t i, bitnet_gguf_str *out);
+BITNET_API const void *bitnet_gguf_arr_data(const bitnet_gguf *g, const char *key); /* numeric arrays, packed little-endian */
+BITNET_API bitnet_result bitnet_gguf_tensor(const bitnet_gguf *g, uint64_t i, bitnet_tensor_info *out);
+BITNET_API bitnet_result bitnet_gguf_find_tensor(const bitnet_gguf *g, const char *name, bitnet_tensor_info *out);
 
 /* ---- >>api-tokenizer ------------------------------------------------------------------------- */
 
+/* Byte-level BPE (GPT-2 style tokens: bytes mapped to printable code points) with the LLaMA 3
+   pre-tokenizer, implemented without a regex library. */
+typedef struct bitnet_tokenizer bitnet_tokenizer;
+typedef struct bitnet_tokenizer_desc {
+    const bitnet_gguf_str *tokens; uint64_t n_tokens;      /* the vocabulary, in id order */
+    const bitnet_gguf_str *merges; uint64_t n_merges;      /* "a b" pairs, by rank */
+    const int32_t *token_types;                            /* optional: 3 = control (special) */
+    int32_t bos, eos, eot;                                 /* -1 when absent */
+} bitnet_tokenizer_desc;
+BITNET_API bitnet_result bitnet_tokenizer_create(const bitnet_tokenizer_desc *desc, bitnet_tokenizer **out);
+BITNET_API bitnet_result bitnet_tokenizer_from_gguf(const bitnet_gguf *g, bitnet_tokenizer **out);
+BITNET_API void bitnet_tokenizer_free(bitnet_tokenizer *t);
+/* Encodes text (parse_special: recognise "<|...|>" special tokens in the text). *n_out gets the
+   count; BITNET_ERR_BAD_SIZE (with *n_out set to the need) when cap is too small. */
+BITNET_API bitnet_result bitnet_tokenize(const bitnet_tokenizer *t, const char *text, size_t len, int add_bos,
+                                         int parse_special, int32_t *ids, size_t cap, size_t *n_out);
+/* The bytes of one token (special tokens as their text). */
+BITNET_API bitnet_result bitnet_token_piece(const bitnet_tokenizer *t, int32_t id, const char **bytes, size_t *len);
+BITNET_API bitnet_result bitnet_detokenize(const bitnet_tokenizer *t, const int32_t *ids, size_t n, char *buf,
+                                           size_t cap, size_t *len_out);
+BITNET_API int32_t bitnet_tokenizer_vocab_size(const bitnet_tokenizer *t);
+
 /* ---- >>api-model: model, session, generation, sampling --------------------------------------- */
+
+typedef enum bitnet_backend { BITNET_BACKEND_AUTO = 0, BITNET_BACKEND_CPU, BITNET_BACKEND_CUDA } bitnet_backend;
+typedef struct bitnet_model bitnet_model;     /* immutable weights; share it between sessions */
+typedef struct bitnet_session bitnet_session; /* KV cache and scratch of one sequence; one per thread */
+typedef void (*bitnet_progress_fn)(float fraction, void *user);
+
+typedef struct bitnet_model_desc {            /* zero-initialise; 0 / NULL means the default */
+    const char *path;                         /* a GGUF file, or: */
+    const void *data; size_t size;            /* a GGUF image in memory (must outlive the model) */
+    bitnet_backend backend;                   /* AUTO takes CUDA when usable, else the CPU */
+    int device;                               /* CUDA ordinal */
+    int no_mmap;                              /* read the file instead of mapping it */
+    bitnet_progress_fn progress; void *progress_user;
+} bitnet_model_desc;
+
+typedef struct bitnet_model_info {
+    char arch[32];
+    int32_t n_vocab, dim, n_layers, n_heads, n_kv_heads, head_dim, ffn_dim, n_ctx_train;
+    float rope_theta, norm_eps;
+    int32_t bos, eos, eot;                    /* -1 when absent */
+    bitnet_backend backend;                   /* the backend actually in use */
+    char backend_reason[256];                 /* why (e.g. "CUDA unavailable: ...; using the CPU") */
+} bitnet_model_info;
+
+BITNET_API bitnet_result bitnet_model_load(const bitnet_model_desc *desc, bitnet_model **out);
+BITNET_API void bitnet_model_free(bitnet_model *m);
+BITNET_API bitnet_result bitnet_model_get_info(const bitnet_model *m, bitnet_model_info *out);
+BITNET_API const bitnet_tokenizer *bitnet_model_tokenizer(const bitnet_model *m);
+
+typedef struct bitnet_session_desc { int32_t n_ctx; /* 0 = the model's training context */ } bitnet_session_desc;
+BITNET_API bitnet_result bitnet_session_create(bitnet_model *m, const bitnet_session_desc *desc, bitnet_session **out);
+BITNET_API void bitnet_session_free(bitnet_session *s);
+BITNET_API void bitnet_session_reset(bitnet_session *s);
+BITNET_API int32_t bitnet_session_pos(const bitnet_session *s);
+/* Appends n tokens at the current position. logits gets n_vocab floats for the last token, or
+   n * n_vocab (one row per token) when all_logits is set; it may be NULL. */
+BITNET_API bitnet_result bitnet_session_eval(bitnet_session *s, const int32_t *tokens, size_t n, float *logits,
+                                             int all_logits);
+
+typedef struct bitnet_sampler_params {        /* zero-initialised = greedy */
+    float temperature;                        /* 0 = greedy (argmax) */
+    int32_t top_k;                            /* 0 = off */
+    float top_p;                              /* 0 or 1 = off */
+    float min_p;                              /* 0 = off */
+    float repeat_penalty;                     /* 0 or 1 = off */
+    int32_t repeat_last_n;                    /* window for the penalty; 0 = 64 */
+    uint64_t seed;                            /* 0 = BITNET_SEED, else time */
+} bitnet_sampler_params;
+/* Picks one token from logits (modified in place). rng is the caller's state (seed it with
+   bitnet_rng_seed). */
+BITNET_API uint64_t bitnet_rng_seed(uint64_t seed);
+BITNET_API bitnet_result bitnet_sample(float *logits, int32_t n_vocab, const bitnet_sampler_params *p,
+                                       const int32_t *history, size_t n_history, uint64_t *rng, int32_t *out);
+
+/* Streaming callback: return nonzero to stop. */
+typedef int (*bitnet_token_fn)(int32_t token, const char *piece, size_t len, void *user);
+typedef struct bitnet_generate_params {
+    bitnet_sampler_params sampler;
+    int32_t max_tokens;                       /* 0 = until a stop token or the context ends */
+    const int32_t *stop_tokens; size_t n_stop; /* NULL = the model's EOS and EOT */
+    bitnet_token_fn on_token; void *user;
+} bitnet_generate_params;
+typedef struct bitnet_generate_stats {
+    size_t n_prompt, n_generated;
+    double prompt_seconds, gen_seconds;
+} bitnet_generate_stats;
+/* Evaluates the prompt, then samples until max_tokens or a stop token. out may be NULL. */
+BITNET_API bitnet_result bitnet_generate(bitnet_session *s, const int32_t *prompt, size_t n_prompt,
+                                         const bitnet_generate_params *p, int32_t *out, size_t cap,
+                                         bitnet_generate_stats *stats);
 
 /* ---- >>api-bench ----------------------------------------------------------------------------- */
 
@@ -740,6 +896,102 @@ BITNET_API bitnet_isa bitnet_cpu_isa(void) {
         }
     }
     return bitnet__active_isa;
+}
+
+/* ---- scalar reference kernels: the oracle every SIMD and GPU path is tested against --------- */
+
+static bitnet_result bitnet__gemm_i2s_check(const void *w, size_t w_bytes, size_t n, size_t k, const int8_t *a,
+                                            const float *a_scale, const int32_t *a_sum, size_t m, float *out) {
+    size_t mk, mn;
+    if (!a || !a_scale || !a_sum || !out)
+        return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_gemm_i2s: a, a_scale, a_sum and out must not be NULL");
+    BITNET__TRY(bitnet__i2s_check("bitnet_gemm_i2s", w, w_bytes, n, k));
+    if (m == 0) return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_gemm_i2s: m is 0");
+    if (!bitnet__mul_size(m, k, &mk) || !bitnet__mul_size(m, n, &mn))
+        return bitnet__err(BITNET_ERR_OVERFLOW, "bitnet_gemm_i2s: m=%zu n=%zu k=%zu overflows", m, n, k);
+    return BITNET_OK;
+}
+
+/* Rows [n0, n1) of the output for all m activation rows. The I2_S identity:
+   sum(w*a) = sum((w+1)*a) - sum(a), so the packed codes are used as unsigned bytes directly. */
+static void bitnet__gemm_i2s_scalar(const uint8_t *w, size_t n0, size_t n1, size_t k, const int8_t *a,
+                                    const float *a_scale, const int32_t *a_sum, size_t m, float w_scale,
+                                    float *out, size_t n) {
+    size_t r, i, c;
+    for (r = n0; r < n1; r++) {
+        const uint8_t *wr = w + r * (k / 4);
+        for (i = 0; i < m; i++) {
+            const int8_t *ai = a + i * k;
+            int32_t acc = 0;
+            for (c = 0; c < k; c += BITNET_I2S_BLOCK) {
+                const uint8_t *blk = wr + c / 4;
+                int j;
+                for (j = 0; j < 32; j++) {
+                    int b = blk[j];
+                    acc += (b >> 6) * ai[c + j] + ((b >> 4) & 3) * ai[c + 32 + j] + ((b >> 2) & 3) * ai[c + 64 + j] +
+                           (b & 3) * ai[c + 96 + j];
+                }
+            }
+            out[i * n + r] = (float)(acc - a_sum[i]) / a_scale[i] * w_scale;
+        }
+    }
+}
+
+BITNET_API bitnet_result bitnet_gemm_i2s(const void *w, size_t w_bytes, size_t n, size_t k, const int8_t *a,
+                                         const float *a_scale, const int32_t *a_sum, size_t m, float *out) {
+    float w_scale;
+    BITNET__TRY(bitnet__gemm_i2s_check(w, w_bytes, n, k, a, a_scale, a_sum, m, out));
+    memcpy(&w_scale, (const uint8_t *)w + n * k / 4, 4);
+    bitnet__gemm_i2s_scalar((const uint8_t *)w, 0, n, k, a, a_scale, a_sum, m, w_scale, out, n);
+    return BITNET_OK;
+}
+
+BITNET_API bitnet_result bitnet_gemm_f32(const float *w, size_t n, size_t k, const float *a, size_t m, float *out) {
+    size_t i, r, c, t;
+    BITNET__CHECK_PTR(w);
+    BITNET__CHECK_PTR(a);
+    BITNET__CHECK_PTR(out);
+    if (!n || !k || !m) return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_gemm_f32: m=%zu n=%zu k=%zu", m, n, k);
+    if (!bitnet__mul_size(n, k, &t) || !bitnet__mul_size(m, k, &t) || !bitnet__mul_size(m, n, &t))
+        return bitnet__err(BITNET_ERR_OVERFLOW, "bitnet_gemm_f32: sizes overflow");
+    for (i = 0; i < m; i++)
+        for (r = 0; r < n; r++) {
+            float acc = 0;
+            for (c = 0; c < k; c++) acc += w[r * k + c] * a[i * k + c];
+            out[i * n + r] = acc;
+        }
+    return BITNET_OK;
+}
+
+BITNET_API bitnet_result bitnet_rmsnorm(const float *x, const float *weight, size_t m, size_t k, float eps, float *out) {
+    size_t i, c;
+    BITNET__CHECK_PTR(x);
+    BITNET__CHECK_PTR(weight);
+    BITNET__CHECK_PTR(out);
+    if (!m || !k) return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_rmsnorm: m=%zu k=%zu", m, k);
+    for (i = 0; i < m; i++) {
+        const float *xi = x + i * k;
+        float *oi = out + i * k;
+        double ss = 0;
+        float r;
+        for (c = 0; c < k; c++) ss += (double)xi[c] * xi[c];
+        r = (float)(1.0 / sqrt(ss / (double)k + (double)eps));
+        for (c = 0; c < k; c++) oi[c] = xi[c] * r * weight[c];
+    }
+    return BITNET_OK;
+}
+
+BITNET_API bitnet_result bitnet_softmax(float *x, size_t m, size_t k) {
+    size_t i, c;
+    BITNET__CHECK_PTR(x);
+    if (!m || !k) return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_softmax: m=%zu k=%zu", m, k);
+    for (i = 0; i < m; i++) {
+        float *xi = x + i * k, mx = xi[0], sum = 0;
+        for (c = 1; c < k; c++) mx = xi[c] > mx ? xi[c] : mx;
+        for (c = 0; c < k; c++) sum += (xi[c] = expf(xi[c] - mx));
+        for (c = 0; c < k; c++) xi[c] /= sum;
+    }
+    return BITNET_OK;
 }
 
 /* >>gguf ====================================================================================== */
