@@ -311,6 +311,17 @@ BITNET_API bitnet_result bitnet_token_piece(const bitnet_tokenizer *t, int32_t i
 BITNET_API bitnet_result bitnet_detokenize(const bitnet_tokenizer *t, const int32_t *ids, size_t n, char *buf,
                                            size_t cap, size_t *len_out);
 BITNET_API int32_t bitnet_tokenizer_vocab_size(const bitnet_tokenizer *t);
+/* A GPT-2-style vocabulary (byte-level token strings, "a b" merges by rank, token types) built
+   from a tiktoken rank file plus n_special special tokens after it (LLaMA 3 names for 256).
+   gen-model writes it into GGUF metadata. Free with bitnet_vocab_free. */
+typedef struct bitnet_vocab {
+    bitnet_gguf_str *tokens; uint64_t n_tokens;
+    bitnet_gguf_str *merges; uint64_t n_merges;
+    int32_t *token_types;
+    void *storage_;
+} bitnet_vocab;
+BITNET_API bitnet_result bitnet_vocab_from_tiktoken(const char *path, int n_special, bitnet_vocab *out);
+BITNET_API void bitnet_vocab_free(bitnet_vocab *v);
 
 /* ---- >>api-model: model, session, generation, sampling --------------------------------------- */
 
