@@ -337,6 +337,9 @@ typedef struct bitnet_model_desc {            /* zero-initialise; 0 / NULL means
     int device;                               /* CUDA ordinal */
     int no_mmap;                              /* read the file instead of mapping it */
     bitnet_progress_fn progress; void *progress_user;
+    int head_f16;                             /* CPU: keep the exact fp16 head (also BITNET_HEAD=f16);
+                                                 the default quantizes it once to int8 rows, which
+                                                 reads half the bytes per token (see README) */
 } bitnet_model_desc;
 
 typedef struct bitnet_model_info {
@@ -346,14 +349,41 @@ typedef struct bitnet_model_info {
     int32_t bos, eos, eot;                    /* -1 when absent */
     bitnet_backend backend;                   /* the backend actually in use */
     char backend_reason[256];                 /* why (e.g. "CUDA unavailable: ...; using the CPU") */
+    int32_t head_bits;                        /* the head as computed: 8 (int8 rows) or 16 (fp16) */
 } bitnet_model_info;
 
 BITNET_API bitnet_result bitnet_model_load(const bitnet_model_desc *desc, bitnet_model **out);
 BITNET_API void bitnet_model_free(bitnet_model *m);
 BITNET_API bitnet_result bitnet_model_get_info(const bitnet_model *m, bitnet_model_info *out);
-BITNET_API const bitnet_tokenizer *bitnet_model_tokenizer(const bitnet_model *m);
+BITNET_API const bitnet_tokenizer *bitnet_model_tokenizer(const bitnet_model *m); /* NULL if none */
 
-typedef struct bitnet_session_desc { int32_t n_ctx; /* 0 = the model's training context */ } bitnet_session_desc;
+/* A model from arrays in memory, which must outlive it: what the GGUF loader fills in, public so
+   converters and tests can build a model without a file (it has no tokenizer). Matrices are I2_S
+   (bitnet_i2s_pack) with one row per output: wq [n_heads*head_dim][dim], wk and wv
+   [n_kv_heads*head_dim][dim], wo [dim][n_heads*head_dim], w_gate and w_up [ffn_dim][dim], w_down
+   [dim][ffn_dim]. Norms are float32, the embedding fp16 [n_vocab][dim]. */
+typedef struct bitnet_layer_weights {
+    const float *attn_norm, *attn_sub_norm;   /* [dim], [n_heads*head_dim] */
+    const float *ffn_norm, *ffn_sub_norm;     /* [dim], [ffn_dim] */
+    const void *wq, *wk, *wv, *wo, *w_gate, *w_up, *w_down;
+} bitnet_layer_weights;
+typedef struct bitnet_model_weights {
+    int32_t n_vocab, dim, n_layers, n_heads, n_kv_heads, head_dim, ffn_dim, n_ctx_train; /* head_dim 0 = dim/n_heads */
+    float rope_theta, norm_eps;
+    int32_t bos, eos, eot;                    /* -1 when absent */
+    const uint16_t *tok_embd;                 /* fp16 [n_vocab][dim] */
+    const uint16_t *output;                   /* fp16 [n_vocab][dim]; NULL = tied to tok_embd */
+    const float *output_norm;                 /* [dim] */
+    const bitnet_layer_weights *layers;       /* [n_layers] */
+} bitnet_model_weights;
+/* desc may be NULL; its path, data and no_mmap are ignored. */
+BITNET_API bitnet_result bitnet_model_from_weights(const bitnet_model_weights *w, const bitnet_model_desc *desc,
+                                                   bitnet_model **out);
+
+typedef struct bitnet_session_desc {
+    int32_t n_ctx;                            /* 0 = the model's training context */
+    int32_t n_batch;                          /* prompt tokens per forward chunk; 0 = 512 */
+} bitnet_session_desc;
 BITNET_API bitnet_result bitnet_session_create(bitnet_model *m, const bitnet_session_desc *desc, bitnet_session **out);
 BITNET_API void bitnet_session_free(bitnet_session *s);
 BITNET_API void bitnet_session_reset(bitnet_session *s);
@@ -1011,7 +1041,606 @@ BITNET_API bitnet_result bitnet_softmax(float *x, size_t m, size_t k) {
 
 /* >>sampler =================================================================================== */
 
+/* splitmix64 turns any seed (0 included) into a well-mixed state; xorshift64* steps it. */
+BITNET_API uint64_t bitnet_rng_seed(uint64_t seed) {
+    uint64_t z = seed + 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return z ? z : 0x9E3779B97F4A7C15ull; /* xorshift must not start at 0 */
+}
+
+static double bitnet__rng_uniform(uint64_t *state) { /* [0, 1) with 53 bits */
+    uint64_t x = *state ? *state : 0x9E3779B97F4A7C15ull;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    *state = x;
+    return (double)((x * 0x2545F4914F6CDD1Dull) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+/* The seed a zero sampler seed stands for: BITNET_SEED, else a fixed one under
+   BITNET_DETERMINISTIC=1, else the clock. */
+static uint64_t bitnet__default_seed(void) {
+    const char *env = bitnet__getenv("BITNET_SEED");
+    const char *det = bitnet__getenv("BITNET_DETERMINISTIC");
+    if (env) return (uint64_t)strtoull(env, NULL, 10);
+    if (det && strcmp(det, "0") != 0) return 42;
+    return (uint64_t)time(NULL) ^ (uint64_t)(bitnet__now() * 1e9);
+}
+
+typedef struct bitnet__cand { float logit; int32_t id; } bitnet__cand;
+
+/* Order: larger logit first, then smaller id, so ties break the same way as the greedy argmax. */
+static int bitnet__cand_before(const bitnet__cand *a, const bitnet__cand *b) {
+    return a->logit > b->logit || (a->logit == b->logit && a->id < b->id);
+}
+static int bitnet__cand_cmp(const void *pa, const void *pb) {
+    const bitnet__cand *a = (const bitnet__cand *)pa, *b = (const bitnet__cand *)pb;
+    return bitnet__cand_before(a, b) ? -1 : (bitnet__cand_before(b, a) ? 1 : 0);
+}
+
+static int bitnet__i32_cmp(const void *a, const void *b) {
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+static int32_t bitnet__argmax(const float *x, int32_t n) {
+    int32_t i, best = 0;
+    for (i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+/* Keeps the k best of c[0..n) in c[0..k) (a min-heap of size k: O(n log k)), sorted best first. */
+static size_t bitnet__top_k(bitnet__cand *c, size_t n, size_t k) {
+    size_t i;
+    if (k >= n) {
+        qsort(c, n, sizeof *c, bitnet__cand_cmp);
+        return n;
+    }
+    for (i = 0; i < n; i++) {
+        size_t j, len = i < k ? i : k;
+        bitnet__cand v = c[i];
+        if (i >= k) {
+            if (!bitnet__cand_before(&v, &c[0])) continue;
+            /* replace the root (the worst kept) and sift down */
+            j = 0;
+            for (;;) {
+                size_t l = 2 * j + 1, r = l + 1, w = j;
+                bitnet__cand *cw = &v;
+                if (l < k && bitnet__cand_before(cw, &c[l])) w = l, cw = &c[l];
+                if (r < k && bitnet__cand_before(cw, &c[r])) w = r;
+                if (w == j) break;
+                c[j] = c[w];
+                j = w;
+            }
+            c[j] = v;
+        } else { /* sift up into the heap of size len */
+            j = len;
+            while (j > 0 && bitnet__cand_before(&c[(j - 1) / 2], &v)) {
+                c[j] = c[(j - 1) / 2];
+                j = (j - 1) / 2;
+            }
+            c[j] = v;
+        }
+    }
+    qsort(c, k, sizeof *c, bitnet__cand_cmp);
+    return k;
+}
+
+BITNET_API bitnet_result bitnet_sample(float *logits, int32_t n_vocab, const bitnet_sampler_params *p,
+                                       const int32_t *history, size_t n_history, uint64_t *rng, int32_t *out) {
+    bitnet_sampler_params d;
+    bitnet__cand *c;
+    size_t n, i, keep;
+    double sum, r, acc;
+    float mx;
+    BITNET__CHECK_PTR(logits);
+    BITNET__CHECK_PTR(out);
+    if (n_vocab <= 0) return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_sample: n_vocab is %d", (int)n_vocab);
+    if (n_history && !history) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_sample: history is NULL but n_history is %zu", n_history);
+    memset(&d, 0, sizeof d);
+    if (p) d = *p;
+    if (!(d.temperature >= 0) || !(d.top_p >= 0 && d.top_p <= 1) || !(d.min_p >= 0 && d.min_p <= 1) ||
+        !(d.repeat_penalty >= 0) || d.top_k < 0 || d.repeat_last_n < 0)
+        return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_sample: bad parameters (temperature %g, top_k %d, top_p %g, "
+                           "min_p %g, repeat_penalty %g, repeat_last_n %d)", (double)d.temperature, (int)d.top_k,
+                           (double)d.top_p, (double)d.min_p, (double)d.repeat_penalty, (int)d.repeat_last_n);
+    /* 1. repetition penalty (CTRL style: divide positive logits, multiply negative ones), once per
+       distinct token among the last repeat_last_n of history */
+    if (d.repeat_penalty > 0 && d.repeat_penalty != 1 && n_history) {
+        size_t win = d.repeat_last_n ? (size_t)d.repeat_last_n : 64, from = n_history > win ? n_history - win : 0;
+        int32_t *ids = (int32_t *)bitnet__malloc((n_history - from) * sizeof *ids);
+        if (!ids) return BITNET_ERR_OUT_OF_MEMORY;
+        memcpy(ids, history + from, (n_history - from) * sizeof *ids);
+        qsort(ids, n_history - from, sizeof *ids, bitnet__i32_cmp);
+        for (i = 0; i < n_history - from; i++) {
+            int32_t t = ids[i];
+            if (t < 0 || t >= n_vocab || (i > 0 && ids[i - 1] == t)) continue;
+            logits[t] = logits[t] > 0 ? logits[t] / d.repeat_penalty : logits[t] * d.repeat_penalty;
+        }
+        bitnet__free(ids);
+    }
+    /* 2. greedy: temperature 0 or top-k 1 */
+    if (d.temperature == 0 || d.top_k == 1) {
+        *out = bitnet__argmax(logits, n_vocab);
+        return BITNET_OK;
+    }
+    if (!rng) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_sample: rng is NULL and temperature is %g", (double)d.temperature);
+    c = (bitnet__cand *)bitnet__malloc((size_t)n_vocab * sizeof *c);
+    if (!c) return BITNET_ERR_OUT_OF_MEMORY;
+    /* 3. temperature; 4. min-p needs only the maximum, so it prunes before any sorting */
+    mx = logits[bitnet__argmax(logits, n_vocab)] / d.temperature;
+    {
+        float floor_logit = d.min_p > 0 ? mx + logf(d.min_p) : -INFINITY;
+        for (i = n = 0; i < (size_t)n_vocab; i++) {
+            float l = logits[i] / d.temperature;
+            if (l >= floor_logit && l == l) c[n].logit = l, c[n++].id = (int32_t)i;
+        }
+    }
+    if (n == 0) { /* all NaN: there is nothing to sample from */
+        bitnet__free(c);
+        return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_sample: the logits are all NaN");
+    }
+    /* 5. top-k (sorts what it keeps); top-p needs the order too */
+    if (d.top_k > 0) n = bitnet__top_k(c, n, (size_t)d.top_k);
+    else if (d.top_p > 0 && d.top_p < 1) qsort(c, n, sizeof *c, bitnet__cand_cmp);
+    /* 6. softmax over the candidates, then top-p: the smallest prefix whose mass reaches top_p */
+    mx = c[0].logit;
+    for (i = 1; i < n; i++) mx = c[i].logit > mx ? c[i].logit : mx;
+    sum = 0;
+    for (i = 0; i < n; i++) sum += (c[i].logit = expf(c[i].logit - mx)); /* now unnormalised probabilities */
+    keep = n;
+    if (d.top_p > 0 && d.top_p < 1) {
+        acc = 0;
+        for (i = 0; i < n; i++) {
+            acc += c[i].logit;
+            if (acc >= (double)d.top_p * sum) { keep = i + 1; break; }
+        }
+        for (sum = 0, i = 0; i < keep; i++) sum += c[i].logit;
+    }
+    /* 7. draw */
+    r = bitnet__rng_uniform(rng) * sum;
+    acc = 0;
+    *out = c[keep - 1].id;
+    for (i = 0; i < keep; i++) {
+        acc += c[i].logit;
+        if (r < acc) { *out = c[i].id; break; }
+    }
+    bitnet__free(c);
+    return BITNET_OK;
+}
+
 /* >>cpu-forward =============================================================================== */
+
+/* The model and session layout, shared by the CPU forward below and the GPU one (>>cuda-forward),
+   which runs the same steps in the same order under the same names (bitnet__cpu_X / bitnet__gpu_X). */
+
+#define BITNET__MAX_BATCH 512     /* prompt tokens per forward chunk (the GEMM's M) */
+#define BITNET__MAX_HEAD_DIM 512  /* attention keeps one head's accumulator on the stack */
+
+typedef struct bitnet__layer {
+    const float *attn_norm;       /* [dim] */
+    const float *attn_sub_norm;   /* [q_dim] */
+    const float *ffn_norm;        /* [dim] */
+    const float *ffn_sub_norm;    /* [ffn_dim] */
+    const void *wq, *wk, *wv;     /* I2_S [q_dim][dim], [kv_dim][dim], [kv_dim][dim]; scale in the tail */
+    const void *wo;               /* I2_S [dim][q_dim] */
+    const void *w_gate, *w_up;    /* I2_S [ffn_dim][dim] */
+    const void *w_down;           /* I2_S [dim][ffn_dim] */
+} bitnet__layer;
+
+struct bitnet_model {
+    bitnet_model_info info;
+    int32_t q_dim, kv_dim;        /* n_heads*head_dim, n_kv_heads*head_dim */
+    const uint16_t *tok_embd;     /* fp16 [n_vocab][dim] */
+    const uint16_t *head_f16;     /* fp16 [n_vocab][dim]: output.weight, or tok_embd when tied */
+    int8_t *head_q8;              /* int8 [n_vocab][dim], NULL when the fp16 head is used */
+    float *head_scale;            /* [n_vocab]: row r of the head = head_q8[r] * head_scale[r] */
+    const float *output_norm;     /* [dim] */
+    bitnet__layer *layers;        /* [n_layers] */
+    bitnet_gguf *gguf;            /* owns the mapping that the pointers above point into */
+    void *file_copy;              /* no_mmap: the file, read into memory */
+    bitnet_tokenizer *tok;        /* NULL for bitnet_model_from_weights */
+    void **owned; size_t n_owned; /* tensors converted at load (freed with the model) */
+    void *gpu;                    /* the GPU forward's weights (>>cuda-forward) */
+};
+
+struct bitnet_session {
+    bitnet_model *m;
+    int32_t n_ctx, pos, n_batch;
+    uint16_t *k_cache, *v_cache;  /* fp16 [n_layers][n_kv_heads][n_ctx][head_dim]: fp16 halves what
+                                     decode reads per token and matches the GPU cache bit for bit */
+    float *rope;                  /* [n_ctx][head_dim/2][2]: cos, sin of pos * theta^(-2i/head_dim) */
+    float *x;                     /* [n_batch][dim] the residual stream */
+    float *xb;                    /* [n_batch][max(dim, q_dim)] attention output, then o/down output */
+    float *q;                     /* [n_batch][q_dim] */
+    float *k, *v;                 /* [n_batch][kv_dim] */
+    float *hg, *hu;               /* [n_batch][ffn_dim] gate, up */
+    int8_t *aq;                   /* [n_batch][max(dim, q_dim, ffn_dim)] int8 activations of a linear */
+    float *as;                    /* [n_batch] their scales (127 / absmax) */
+    int32_t *asum;                /* [n_batch] their sums */
+    float *logits;                /* [n_vocab] the last evaluated token's (bitnet_generate samples it) */
+    int32_t *tokens;              /* [n_ctx] the tokens at positions 0 .. pos-1 (repetition penalty) */
+    int has_logits;               /* logits is current */
+    void *gpu;                    /* the GPU forward's buffers */
+};
+
+/* ---- row-parallel helper: fn(ctx, r) for r in [0, n), split into contiguous ranges ---------- */
+typedef struct bitnet__rows { void (*fn)(void *ctx, int r); void *ctx; int n; } bitnet__rows;
+static void bitnet__rows_task(void *arg, int ith, int nth) {
+    const bitnet__rows *t = (const bitnet__rows *)arg;
+    int r, r0 = (int)((int64_t)t->n * ith / nth), r1 = (int)((int64_t)t->n * (ith + 1) / nth);
+    for (r = r0; r < r1; r++) t->fn(t->ctx, r);
+}
+/* work: about how many scalar operations one row costs; small jobs stay on this thread because
+   waking the pool costs more than they do. */
+static void bitnet__for_rows(int n, size_t work, void (*fn)(void *ctx, int r), void *ctx) {
+    bitnet__rows t;
+    t.fn = fn;
+    t.ctx = ctx;
+    t.n = n;
+    if ((size_t)n * work < 32768) bitnet__rows_task(&t, 0, 1);
+    else bitnet__parallel(bitnet__rows_task, &t);
+}
+
+/* ---- stand-ins for helpers from the cpu-numerics / cpu-ternary branches (scalar) ------------ */
+
+/* out = rmsnorm(x) * w quantized per row, exactly bitnet_rmsnorm then bitnet_quantize_act. */
+static void bitnet__fwd_rmsnorm_quantize(const float *x, const float *w, size_t k, float eps, int8_t *q,
+                                         float *scale, int32_t *sum) {
+    double ss = 0;
+    float r, amax = 0, s;
+    int32_t acc = 0;
+    size_t c;
+    for (c = 0; c < k; c++) ss += (double)x[c] * x[c];
+    r = (float)(1.0 / sqrt(ss / (double)k + (double)eps));
+    for (c = 0; c < k; c++) {
+        float a = fabsf(x[c] * r * w[c]);
+        if (a > amax) amax = a;
+    }
+    s = 127.0f / (amax > 1e-5f ? amax : 1e-5f);
+    for (c = 0; c < k; c++) {
+        float v = x[c] * r * w[c] * s;
+        int qi = (v != v) ? 0 : (v > 128.0f ? 128 : (v < -129.0f ? -129 : bitnet__round_even(v)));
+        qi = qi > 127 ? 127 : (qi < -128 ? -128 : qi);
+        q[c] = (int8_t)qi;
+        acc += qi;
+    }
+    *scale = s;
+    *sum = acc;
+}
+
+/* ---- fp16 attention primitives: q . k_row and acc += p * v_row, scalar then SIMD ------------ */
+typedef float (*bitnet__dot_f16_fn)(const float *q, const uint16_t *k, int n);
+typedef void (*bitnet__axpy_f16_fn)(float *acc, float p, const uint16_t *v, int n);
+
+static float bitnet__dot_f16_scalar(const float *q, const uint16_t *k, int n) {
+    float r = 0;
+    int i;
+    for (i = 0; i < n; i++) r += q[i] * bitnet_fp16_to_fp32(k[i]);
+    return r;
+}
+static void bitnet__axpy_f16_scalar(float *acc, float p, const uint16_t *v, int n) {
+    int i;
+    for (i = 0; i < n; i++) acc[i] += p * bitnet_fp16_to_fp32(v[i]);
+}
+
+#if defined(BITNET__X86_SIMD)
+__attribute__((target("avx2,fma,f16c"))) static float bitnet__dot_f16_avx2(const float *q, const uint16_t *k, int n) {
+    __m256 acc = _mm256_setzero_ps();
+    __m128 h;
+    float r;
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k + i))), acc);
+    h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_movehdup_ps(h));
+    r = _mm_cvtss_f32(h);
+    for (; i < n; i++) r += q[i] * bitnet_fp16_to_fp32(k[i]);
+    return r;
+}
+__attribute__((target("avx2,fma,f16c"))) static void bitnet__axpy_f16_avx2(float *acc, float p, const uint16_t *v, int n) {
+    __m256 pv = _mm256_set1_ps(p);
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(acc + i, _mm256_fmadd_ps(pv, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(v + i))),
+                                                  _mm256_loadu_ps(acc + i)));
+    for (; i < n; i++) acc[i] += p * bitnet_fp16_to_fp32(v[i]);
+}
+__attribute__((target("avx512f"))) static float bitnet__dot_f16_avx512(const float *q, const uint16_t *k, int n) {
+    __m512 acc = _mm512_setzero_ps();
+    float r;
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+        acc = _mm512_fmadd_ps(_mm512_loadu_ps(q + i), _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(k + i))), acc);
+    r = _mm512_reduce_add_ps(acc);
+    for (; i < n; i++) r += q[i] * bitnet_fp16_to_fp32(k[i]);
+    return r;
+}
+__attribute__((target("avx512f"))) static void bitnet__axpy_f16_avx512(float *acc, float p, const uint16_t *v, int n) {
+    __m512 pv = _mm512_set1_ps(p);
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(acc + i, _mm512_fmadd_ps(pv, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(v + i))),
+                                                  _mm512_loadu_ps(acc + i)));
+    for (; i < n; i++) acc[i] += p * bitnet_fp16_to_fp32(v[i]);
+}
+static int bitnet__cpu_has_f16c(void) {
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
+}
+#endif
+#if defined(BITNET__NEON)
+static float bitnet__dot_f16_neon(const float *q, const uint16_t *k, int n) {
+    float32x4_t acc = vdupq_n_f32(0);
+    float r;
+    int i = 0;
+    for (; i + 4 <= n; i += 4)
+        acc = vfmaq_f32(acc, vld1q_f32(q + i), vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(k + i))));
+    r = vaddvq_f32(acc);
+    for (; i < n; i++) r += q[i] * bitnet_fp16_to_fp32(k[i]);
+    return r;
+}
+static void bitnet__axpy_f16_neon(float *acc, float p, const uint16_t *v, int n) {
+    int i = 0;
+    for (; i + 4 <= n; i += 4)
+        vst1q_f32(acc + i, vfmaq_n_f32(vld1q_f32(acc + i), vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(v + i))), p));
+    for (; i < n; i++) acc[i] += p * bitnet_fp16_to_fp32(v[i]);
+}
+#endif
+
+static void bitnet__attn_prims(bitnet__dot_f16_fn *dot, bitnet__axpy_f16_fn *axpy) {
+    bitnet_isa isa = bitnet_cpu_isa();
+    *dot = bitnet__dot_f16_scalar;
+    *axpy = bitnet__axpy_f16_scalar;
+#if defined(BITNET__X86_SIMD)
+    if (isa == BITNET_ISA_AVX512) *dot = bitnet__dot_f16_avx512, *axpy = bitnet__axpy_f16_avx512;
+    else if (isa == BITNET_ISA_AVX2 && bitnet__cpu_has_f16c()) *dot = bitnet__dot_f16_avx2, *axpy = bitnet__axpy_f16_avx2;
+#endif
+#if defined(BITNET__NEON)
+    if (isa == BITNET_ISA_NEON) *dot = bitnet__dot_f16_neon, *axpy = bitnet__axpy_f16_neon;
+#endif
+    (void)isa;
+}
+
+/* ---- the steps of the forward pass (the GPU side has one function per step, same names) ----- */
+
+/* 1. embed: x[t] = tok_embd[tokens[t]] as fp32 */
+static void bitnet__cpu_embed(bitnet_session *s, const int32_t *tokens, int m) {
+    const bitnet_model *md = s->m;
+    int t, dim = md->info.dim;
+    for (t = 0; t < m; t++)
+        bitnet_convert_fp16_to_fp32(md->tok_embd + (size_t)tokens[t] * dim, s->x + (size_t)t * dim, (size_t)dim);
+}
+
+/* 2. norm_quant: aq[t] = int8(rmsnorm(in[t]) * w), with its scale and sum; in is [m][k] */
+typedef struct bitnet__nq { bitnet_session *s; const float *in; const float *w; int k; } bitnet__nq;
+static void bitnet__nq_row(void *ctx, int t) {
+    const bitnet__nq *c = (const bitnet__nq *)ctx;
+    bitnet__fwd_rmsnorm_quantize(c->in + (size_t)t * c->k, c->w, (size_t)c->k, c->s->m->info.norm_eps,
+                                 c->s->aq + (size_t)t * c->k, c->s->as + t, c->s->asum + t);
+}
+static void bitnet__cpu_norm_quant(bitnet_session *s, const float *in, const float *w, int m, int k) {
+    bitnet__nq c;
+    c.s = s;
+    c.in = in;
+    c.w = w;
+    c.k = k;
+    bitnet__for_rows(m, (size_t)k * 4, bitnet__nq_row, &c);
+}
+
+/* 3. linear: out[m][n] = ternary W[n][k] x aq[m][k] (both scales applied) */
+static bitnet_result bitnet__cpu_linear(bitnet_session *s, const void *w, int n, int k, int m, float *out) {
+    return bitnet_gemm_i2s(w, bitnet_i2s_bytes((size_t)n, (size_t)k), (size_t)n, (size_t)k, s->aq, s->as, s->asum,
+                           (size_t)m, out);
+}
+
+/* 4. rope: rotate q[t] and k[t] at position pos + t, NEOX style: pairs (i, i + head_dim/2) of
+      each head (the Hugging Face rotate-half order, which bitnet.cpp's GGUF keeps) */
+typedef struct bitnet__rp { bitnet_session *s; int pos; } bitnet__rp;
+static void bitnet__rope_head(float *x, const float *cs, int half) {
+    int i;
+    for (i = 0; i < half; i++) {
+        float x0 = x[i], x1 = x[i + half], c = cs[2 * i], sn = cs[2 * i + 1];
+        x[i] = x0 * c - x1 * sn;
+        x[i + half] = x0 * sn + x1 * c;
+    }
+}
+static void bitnet__rope_row(void *ctx, int t) {
+    const bitnet__rp *c = (const bitnet__rp *)ctx;
+    const bitnet_model *md = c->s->m;
+    int h, hd = md->info.head_dim;
+    const float *cs = c->s->rope + (size_t)(c->pos + t) * hd;
+    for (h = 0; h < md->info.n_heads; h++) bitnet__rope_head(c->s->q + (size_t)t * md->q_dim + h * hd, cs, hd / 2);
+    for (h = 0; h < md->info.n_kv_heads; h++) bitnet__rope_head(c->s->k + (size_t)t * md->kv_dim + h * hd, cs, hd / 2);
+}
+static void bitnet__cpu_rope(bitnet_session *s, int m) {
+    bitnet__rp c;
+    c.s = s;
+    c.pos = s->pos;
+    bitnet__for_rows(m, (size_t)(s->m->q_dim + s->m->kv_dim) * 3, bitnet__rope_row, &c);
+}
+
+/* 5. kv_store: k[t], v[t] -> the fp16 cache of layer l at position pos + t */
+static void bitnet__cpu_kv_store(bitnet_session *s, int l, int m) {
+    const bitnet_model *md = s->m;
+    int t, h, hd = md->info.head_dim, nkv = md->info.n_kv_heads;
+    for (t = 0; t < m; t++)
+        for (h = 0; h < nkv; h++) {
+            size_t at = (((size_t)l * nkv + h) * s->n_ctx + (size_t)(s->pos + t)) * hd;
+            bitnet_convert_fp32_to_fp16(s->k + (size_t)t * md->kv_dim + h * hd, s->k_cache + at, (size_t)hd);
+            bitnet_convert_fp32_to_fp16(s->v + (size_t)t * md->kv_dim + h * hd, s->v_cache + at, (size_t)hd);
+        }
+}
+
+/* 6. attention: xb[t][h] = softmax(q[t][h] . K[0..pos+t] / sqrt(head_dim)) V, causal, GQA (query
+      head h reads kv head h / (n_heads / n_kv_heads)). One (t, h) per work item, with an online
+      softmax over blocks of keys so no scratch grows with the context. */
+typedef struct bitnet__at {
+    bitnet_session *s; int l, m;
+    bitnet__dot_f16_fn dot; bitnet__axpy_f16_fn axpy;
+} bitnet__at;
+static void bitnet__attn_one(const bitnet__at *c, int t, int h) {
+    const bitnet_model *md = c->s->m;
+    int hd = md->info.head_dim, kvh = h / (md->info.n_heads / md->info.n_kv_heads), len = c->s->pos + t + 1;
+    size_t base = (((size_t)c->l * md->info.n_kv_heads + kvh) * c->s->n_ctx) * hd;
+    const uint16_t *kc = c->s->k_cache + base, *vc = c->s->v_cache + base;
+    const float *q = c->s->q + (size_t)t * md->q_dim + h * hd;
+    float *out = c->s->xb + (size_t)t * md->q_dim + h * hd;
+    float acc[BITNET__MAX_HEAD_DIM], sc[64], mx = -INFINITY, sum = 0, scale = 1.0f / sqrtf((float)hd);
+    int s0, j, i;
+    memset(acc, 0, (size_t)hd * sizeof acc[0]);
+    for (s0 = 0; s0 < len; s0 += 64) {
+        int nb = BITNET__MIN(64, len - s0);
+        float bm = -INFINITY;
+        for (j = 0; j < nb; j++) {
+            sc[j] = c->dot(q, kc + (size_t)(s0 + j) * hd, hd) * scale;
+            bm = sc[j] > bm ? sc[j] : bm;
+        }
+        if (bm > mx) { /* a new maximum: rescale what has been summed so far */
+            float f = expf(mx - bm);
+            for (i = 0; i < hd; i++) acc[i] *= f;
+            sum *= f;
+            mx = bm;
+        }
+        for (j = 0; j < nb; j++) {
+            float p = expf(sc[j] - mx);
+            sum += p;
+            c->axpy(acc, p, vc + (size_t)(s0 + j) * hd, hd);
+        }
+    }
+    for (i = 0; i < hd; i++) out[i] = acc[i] / sum;
+}
+static void bitnet__attn_task(void *arg, int ith, int nth) {
+    const bitnet__at *c = (const bitnet__at *)arg;
+    int nh = c->s->m->info.n_heads, u, n = c->m * nh;
+    for (u = ith; u < n; u += nth) bitnet__attn_one(c, u / nh, u % nh); /* interleaved: causal rows differ in cost */
+}
+static void bitnet__cpu_attention(bitnet_session *s, int l, int m) {
+    bitnet__at c;
+    c.s = s;
+    c.l = l;
+    c.m = m;
+    bitnet__attn_prims(&c.dot, &c.axpy);
+    bitnet__parallel(bitnet__attn_task, &c);
+}
+
+/* 7. add: x += y, [m][n] */
+static void bitnet__cpu_add(float *x, const float *y, size_t n) {
+    size_t i;
+    for (i = 0; i < n; i++) x[i] += y[i];
+}
+
+/* 8. relu2_mul: hg = relu(hg)^2 * hu, [m][ffn_dim] (fp32: relu^2 overflows fp16) */
+static void bitnet__cpu_relu2_mul(float *hg, const float *hu, size_t n) {
+    size_t i;
+    for (i = 0; i < n; i++) {
+        float g = hg[i] > 0 ? hg[i] : 0;
+        hg[i] = g * g * hu[i];
+    }
+}
+
+/* 9. head: out[r][n_vocab] = head . rmsnorm(x[r]) * output_norm, for the m rows of x given */
+typedef struct bitnet__hd { const bitnet_model *md; const float *xn; const int8_t *aq; float *out; int m; } bitnet__hd;
+static void bitnet__head_f16_task(void *arg, int ith, int nth) { /* fp16 rows x fp32 activations */
+    const bitnet__hd *c = (const bitnet__hd *)arg;
+    int dim = c->md->info.dim, nv = c->md->info.n_vocab, r, t, i;
+    int r0 = (int)((int64_t)nv * ith / nth), r1 = (int)((int64_t)nv * (ith + 1) / nth);
+    float row[256];
+    for (r = r0; r < r1; r++) {
+        const uint16_t *w = c->md->head_f16 + (size_t)r * dim;
+        for (t = 0; t < c->m; t++) c->out[(size_t)t * nv + r] = 0;
+        for (i = 0; i < dim; i += 256) { /* convert a slice once, use it for every row of x */
+            int n = BITNET__MIN(256, dim - i), j;
+            bitnet_convert_fp16_to_fp32(w + i, row, (size_t)n);
+            for (t = 0; t < c->m; t++) {
+                const float *x = c->xn + (size_t)t * dim + i;
+                float acc = 0;
+                for (j = 0; j < n; j++) acc += row[j] * x[j];
+                c->out[(size_t)t * nv + r] += acc;
+            }
+        }
+    }
+}
+static void bitnet__head_q8_task(void *arg, int ith, int nth) { /* int8 rows x the int8 activations in aq */
+    const bitnet__hd *c = (const bitnet__hd *)arg;
+    int dim = c->md->info.dim, nv = c->md->info.n_vocab, r, t, i;
+    int r0 = (int)((int64_t)nv * ith / nth), r1 = (int)((int64_t)nv * (ith + 1) / nth);
+    const int8_t *aq = c->aq;
+    for (r = r0; r < r1; r++) {
+        const int8_t *w = c->md->head_q8 + (size_t)r * dim;
+        for (t = 0; t < c->m; t++) {
+            const int8_t *a = aq + (size_t)t * dim;
+            int32_t acc = 0;
+            for (i = 0; i < dim; i++) acc += (int32_t)w[i] * a[i];
+            c->out[(size_t)t * nv + r] = (float)acc;
+        }
+    }
+}
+static bitnet_result bitnet__cpu_head(bitnet_session *s, const float *x, int m, float *out) {
+    const bitnet_model *md = s->m;
+    int t, dim = md->info.dim;
+    size_t nv = (size_t)md->info.n_vocab, r;
+    bitnet__hd c;
+    c.md = md;
+    c.out = out;
+    c.m = m;
+    c.xn = NULL;
+    c.aq = NULL;
+    if (md->head_q8) {
+        for (t = 0; t < m; t++)
+            bitnet__fwd_rmsnorm_quantize(x + (size_t)t * dim, md->output_norm, (size_t)dim, md->info.norm_eps,
+                                         s->aq + (size_t)t * dim, s->as + t, s->asum + t);
+        c.aq = s->aq;
+        bitnet__parallel(bitnet__head_q8_task, &c);
+        for (t = 0; t < m; t++) {
+            float inv = 1.0f / s->as[t];
+            for (r = 0; r < nv; r++) out[(size_t)t * nv + r] *= md->head_scale[r] * inv;
+        }
+    } else {
+        BITNET__TRY(bitnet_rmsnorm(x, md->output_norm, (size_t)m, (size_t)dim, md->info.norm_eps, s->xb));
+        c.xn = s->xb;
+        bitnet__parallel(bitnet__head_f16_task, &c);
+    }
+    return BITNET_OK;
+}
+
+/* The forward pass of m <= n_batch tokens at positions pos .. pos+m-1 (the caller checked the
+   tokens and the room in the context). logits: NULL (no head), the last row's [n_vocab], or all
+   rows [m][n_vocab] when all is set. */
+static bitnet_result bitnet__cpu_forward(bitnet_session *s, const int32_t *tokens, int m, float *logits, int all) {
+    const bitnet_model *md = s->m;
+    int l, dim = md->info.dim, qd = md->q_dim, kvd = md->kv_dim, ff = md->info.ffn_dim;
+    bitnet__cpu_embed(s, tokens, m);                                            /* x  [m][dim] */
+    for (l = 0; l < md->info.n_layers; l++) {
+        const bitnet__layer *L = &md->layers[l];
+        /* attention block */
+        bitnet__cpu_norm_quant(s, s->x, L->attn_norm, m, dim);                  /* aq [m][dim] */
+        BITNET__TRY(bitnet__cpu_linear(s, L->wq, qd, dim, m, s->q));            /* q  [m][q_dim] */
+        BITNET__TRY(bitnet__cpu_linear(s, L->wk, kvd, dim, m, s->k));           /* k  [m][kv_dim] */
+        BITNET__TRY(bitnet__cpu_linear(s, L->wv, kvd, dim, m, s->v));           /* v  [m][kv_dim] */
+        bitnet__cpu_rope(s, m);
+        bitnet__cpu_kv_store(s, l, m);
+        bitnet__cpu_attention(s, l, m);                                         /* xb [m][q_dim] */
+        bitnet__cpu_norm_quant(s, s->xb, L->attn_sub_norm, m, qd);              /* aq [m][q_dim] */
+        BITNET__TRY(bitnet__cpu_linear(s, L->wo, dim, qd, m, s->xb));           /* xb [m][dim] */
+        bitnet__cpu_add(s->x, s->xb, (size_t)m * dim);
+        /* feed-forward block */
+        bitnet__cpu_norm_quant(s, s->x, L->ffn_norm, m, dim);                   /* aq [m][dim] */
+        BITNET__TRY(bitnet__cpu_linear(s, L->w_gate, ff, dim, m, s->hg));       /* hg [m][ffn_dim] */
+        BITNET__TRY(bitnet__cpu_linear(s, L->w_up, ff, dim, m, s->hu));         /* hu [m][ffn_dim] */
+        bitnet__cpu_relu2_mul(s->hg, s->hu, (size_t)m * ff);
+        bitnet__cpu_norm_quant(s, s->hg, L->ffn_sub_norm, m, ff);               /* aq [m][ffn_dim] */
+        BITNET__TRY(bitnet__cpu_linear(s, L->w_down, dim, ff, m, s->xb));       /* xb [m][dim] */
+        bitnet__cpu_add(s->x, s->xb, (size_t)m * dim);
+    }
+    if (!logits) return BITNET_OK;
+    if (all) return bitnet__cpu_head(s, s->x, m, logits);                       /* [m][n_vocab] */
+    return bitnet__cpu_head(s, s->x + (size_t)(m - 1) * dim, 1, logits);       /* [n_vocab] */
+}
 
 /* >>cuda-loader =============================================================================== */
 
@@ -1024,6 +1653,761 @@ BITNET_API bitnet_result bitnet_softmax(float *x, size_t m, size_t k) {
 /* >>cuda-forward ============================================================================== */
 
 /* >>model ===================================================================================== */
+
+/* A GPU forward plugs in here: >>cuda-forward defines BITNET__GPU_FORWARD and
+     bitnet__gpu_model_init(bitnet_model *, int device)   upload the weights (m->gpu)
+     bitnet__gpu_model_free(bitnet_model *)
+     bitnet__gpu_session_init(bitnet_session *)           KV cache and buffers (s->gpu)
+     bitnet__gpu_session_free(bitnet_session *)
+     bitnet__gpu_forward(bitnet_session *, tokens, m, logits, all)  same contract as bitnet__cpu_forward */
+
+static bitnet_result bitnet__model_own(bitnet_model *m, void *p) {
+    void **grown;
+    if (!p) return BITNET_ERR_OUT_OF_MEMORY;
+    grown = (void **)bitnet__malloc((m->n_owned + 1) * sizeof *grown);
+    if (!grown) {
+        bitnet__free(p);
+        return BITNET_ERR_OUT_OF_MEMORY;
+    }
+    if (m->n_owned) memcpy(grown, m->owned, m->n_owned * sizeof *grown);
+    bitnet__free(m->owned);
+    grown[m->n_owned++] = p;
+    m->owned = grown;
+    return BITNET_OK;
+}
+
+static void bitnet__progress(const bitnet_model_desc *d, float f) {
+    if (d && d->progress) d->progress(f, d->progress_user);
+}
+
+/* The backend rule: CPU when asked; CUDA when asked and usable, else an error (never a silent CPU
+   run); AUTO takes CUDA when it is usable and the GPU forward is built, and says why not. */
+static bitnet_result bitnet__resolve_backend(bitnet_backend want, bitnet_model_info *info) {
+    char why[200];
+    int gpu_ok;
+    if (want == BITNET_BACKEND_CPU) {
+        info->backend = BITNET_BACKEND_CPU;
+        snprintf(info->backend_reason, sizeof info->backend_reason, "CPU requested");
+        return BITNET_OK;
+    }
+    if (want != BITNET_BACKEND_AUTO && want != BITNET_BACKEND_CUDA)
+        return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_model_load: backend %d is not AUTO, CPU or CUDA", (int)want);
+    bitnet_clear_error();
+    gpu_ok = bitnet_gpu_available();
+    snprintf(why, sizeof why, "%s", bitnet_last_error()[0] ? bitnet_last_error() : "no usable CUDA device");
+#if !defined(BITNET__GPU_FORWARD)
+    if (gpu_ok) snprintf(why, sizeof why, "this build has no GPU forward pass");
+    gpu_ok = 0;
+#endif
+    if (want == BITNET_BACKEND_CUDA && !gpu_ok)
+        return bitnet__err(BITNET_ERR_BACKEND, "backend cuda requested but CUDA is not usable: %s", why);
+    info->backend = gpu_ok ? BITNET_BACKEND_CUDA : BITNET_BACKEND_CPU;
+    if (gpu_ok) snprintf(info->backend_reason, sizeof info->backend_reason, "CUDA %s", want == BITNET_BACKEND_CUDA ? "requested" : "usable");
+    else snprintf(info->backend_reason, sizeof info->backend_reason, "CUDA unavailable: %s; using the CPU", why);
+    return BITNET_OK;
+}
+
+/* The CPU head as int8 rows with one scale each (absmax / 127), quantized once here: decode reads
+   n_vocab * dim bytes instead of twice that. */
+typedef struct bitnet__hq { bitnet_model *m; int r0, r1; } bitnet__hq;
+static void bitnet__head_quant_task(void *arg, int ith, int nth) {
+    const bitnet__hq *c = (const bitnet__hq *)arg;
+    int dim = c->m->info.dim, n = c->r1 - c->r0, r, i;
+    int a = c->r0 + (int)((int64_t)n * ith / nth), b = c->r0 + (int)((int64_t)n * (ith + 1) / nth);
+    float row[4096];
+    for (r = a; r < b; r++) {
+        const uint16_t *w = c->m->head_f16 + (size_t)r * dim;
+        int8_t *q = c->m->head_q8 + (size_t)r * dim;
+        float amax = 0, inv;
+        for (i = 0; i < dim; i += 4096) { /* dim is not bounded: convert in slices */
+            int nn = BITNET__MIN(4096, dim - i), j;
+            bitnet_convert_fp16_to_fp32(w + i, row, (size_t)nn);
+            for (j = 0; j < nn; j++) amax = fabsf(row[j]) > amax ? fabsf(row[j]) : amax;
+        }
+        c->m->head_scale[r] = amax / 127.0f;
+        inv = amax > 0 ? 127.0f / amax : 0;
+        for (i = 0; i < dim; i += 4096) {
+            int nn = BITNET__MIN(4096, dim - i), j;
+            bitnet_convert_fp16_to_fp32(w + i, row, (size_t)nn);
+            for (j = 0; j < nn; j++) {
+                int v = bitnet__round_even(row[j] * inv);
+                q[i + j] = (int8_t)(v > 127 ? 127 : (v < -127 ? -127 : v));
+            }
+        }
+    }
+}
+
+/* Validates the shapes, takes the pointers, picks the backend, prepares the head. */
+static bitnet_result bitnet__model_build(bitnet_model *m, const bitnet_model_weights *w, const bitnet_model_desc *d) {
+    bitnet_model_info *in = &m->info;
+    int32_t l, hd;
+    size_t t;
+    const char *env = bitnet__getenv("BITNET_HEAD");
+    if (!w->tok_embd || !w->output_norm || !w->layers)
+        return bitnet__err(BITNET_ERR_NULL_POINTER, "model weights: tok_embd, output_norm and layers must be given");
+    hd = w->head_dim ? w->head_dim : (w->n_heads > 0 ? w->dim / w->n_heads : 0);
+    if (w->n_vocab <= 0 || w->dim <= 0 || w->n_layers <= 0 || w->n_heads <= 0 || w->n_kv_heads <= 0 || w->ffn_dim <= 0 ||
+        w->n_ctx_train <= 0 || hd <= 0)
+        return bitnet__err(BITNET_ERR_BAD_METADATA, "model: n_vocab %d, dim %d, n_layers %d, n_heads %d, n_kv_heads %d, "
+                           "ffn_dim %d, n_ctx_train %d must all be positive", (int)w->n_vocab, (int)w->dim, (int)w->n_layers,
+                           (int)w->n_heads, (int)w->n_kv_heads, (int)w->ffn_dim, (int)w->n_ctx_train);
+    if (w->n_heads % w->n_kv_heads)
+        return bitnet__err(BITNET_ERR_BAD_METADATA, "model: %d attention heads do not divide into %d kv heads",
+                           (int)w->n_heads, (int)w->n_kv_heads);
+    if (hd % 2 || hd > BITNET__MAX_HEAD_DIM || (!w->head_dim && w->dim % w->n_heads))
+        return bitnet__err(BITNET_ERR_BAD_METADATA, "model: head_dim %d (dim %d / %d heads) must be even, whole and at most %d",
+                           (int)hd, (int)w->dim, (int)w->n_heads, BITNET__MAX_HEAD_DIM);
+    if ((int64_t)w->n_heads * hd > INT32_MAX / BITNET__MAX_BATCH || (int64_t)w->dim > INT32_MAX / BITNET__MAX_BATCH ||
+        (int64_t)w->ffn_dim > INT32_MAX / BITNET__MAX_BATCH)
+        return bitnet__err(BITNET_ERR_OVERFLOW, "model: dimensions too large");
+    if (w->dim % BITNET_I2S_BLOCK || w->ffn_dim % BITNET_I2S_BLOCK || (w->n_heads * hd) % BITNET_I2S_BLOCK)
+        return bitnet__err(BITNET_ERR_BAD_SHAPE, "model: dim %d, ffn_dim %d and n_heads*head_dim %d must be multiples of %d (I2_S rows)",
+                           (int)w->dim, (int)w->ffn_dim, (int)(w->n_heads * hd), BITNET_I2S_BLOCK);
+    if (!(w->rope_theta > 0) || !(w->norm_eps >= 0))
+        return bitnet__err(BITNET_ERR_BAD_METADATA, "model: rope_theta %g must be positive and norm_eps %g not negative",
+                           (double)w->rope_theta, (double)w->norm_eps);
+    if (w->bos >= w->n_vocab || w->eos >= w->n_vocab || w->eot >= w->n_vocab)
+        return bitnet__err(BITNET_ERR_BAD_METADATA, "model: special tokens bos %d, eos %d, eot %d outside the vocabulary of %d",
+                           (int)w->bos, (int)w->eos, (int)w->eot, (int)w->n_vocab);
+    if (!bitnet__mul_size((size_t)w->n_vocab, (size_t)w->dim, &t))
+        return bitnet__err(BITNET_ERR_OVERFLOW, "model: n_vocab x dim overflows");
+    in->n_vocab = w->n_vocab;
+    in->dim = w->dim;
+    in->n_layers = w->n_layers;
+    in->n_heads = w->n_heads;
+    in->n_kv_heads = w->n_kv_heads;
+    in->head_dim = hd;
+    in->ffn_dim = w->ffn_dim;
+    in->n_ctx_train = w->n_ctx_train;
+    in->rope_theta = w->rope_theta;
+    in->norm_eps = w->norm_eps;
+    in->bos = w->bos < 0 ? -1 : w->bos;
+    in->eos = w->eos < 0 ? -1 : w->eos;
+    in->eot = w->eot < 0 ? -1 : w->eot;
+    m->q_dim = w->n_heads * hd;
+    m->kv_dim = w->n_kv_heads * hd;
+    m->tok_embd = w->tok_embd;
+    m->head_f16 = w->output ? w->output : w->tok_embd;
+    m->output_norm = w->output_norm;
+    m->layers = (bitnet__layer *)bitnet__calloc((size_t)w->n_layers, sizeof *m->layers);
+    if (!m->layers) return BITNET_ERR_OUT_OF_MEMORY;
+    for (l = 0; l < w->n_layers; l++) {
+        const bitnet_layer_weights *s = &w->layers[l];
+        bitnet__layer *o = &m->layers[l];
+        if (!s->attn_norm || !s->attn_sub_norm || !s->ffn_norm || !s->ffn_sub_norm || !s->wq || !s->wk || !s->wv ||
+            !s->wo || !s->w_gate || !s->w_up || !s->w_down)
+            return bitnet__err(BITNET_ERR_NULL_POINTER, "model: layer %d has a NULL tensor", (int)l);
+        o->attn_norm = s->attn_norm;
+        o->attn_sub_norm = s->attn_sub_norm;
+        o->ffn_norm = s->ffn_norm;
+        o->ffn_sub_norm = s->ffn_sub_norm;
+        o->wq = s->wq;
+        o->wk = s->wk;
+        o->wv = s->wv;
+        o->wo = s->wo;
+        o->w_gate = s->w_gate;
+        o->w_up = s->w_up;
+        o->w_down = s->w_down;
+    }
+    BITNET__TRY(bitnet__resolve_backend(d ? d->backend : BITNET_BACKEND_AUTO, in));
+    if (env && strcmp(env, "f16") && strcmp(env, "q8"))
+        return bitnet__err(BITNET_ERR_INVALID_ARG, "BITNET_HEAD=%s is not f16 or q8", env);
+    in->head_bits = 16;
+#if defined(BITNET__GPU_FORWARD)
+    if (in->backend == BITNET_BACKEND_CUDA) {
+        BITNET__TRY(bitnet__gpu_model_init(m, d ? d->device : 0));
+        bitnet__progress(d, 1.0f);
+        return BITNET_OK;
+    }
+#endif
+    if (!(d && d->head_f16) && !(env && strcmp(env, "f16") == 0)) {
+        int i, slabs = 64;
+        m->head_q8 = (int8_t *)bitnet__malloc(t);
+        m->head_scale = (float *)bitnet__malloc((size_t)w->n_vocab * sizeof(float));
+        if (!m->head_q8 || !m->head_scale) return BITNET_ERR_OUT_OF_MEMORY;
+        for (i = 0; i < slabs; i++) {
+            bitnet__hq c;
+            c.m = m;
+            c.r0 = (int)((int64_t)w->n_vocab * i / slabs);
+            c.r1 = (int)((int64_t)w->n_vocab * (i + 1) / slabs);
+            bitnet__parallel(bitnet__head_quant_task, &c);
+            bitnet__progress(d, 0.1f + 0.9f * (float)(i + 1) / (float)slabs);
+        }
+        in->head_bits = 8;
+    }
+    bitnet__progress(d, 1.0f);
+    return BITNET_OK;
+}
+
+BITNET_API void bitnet_model_free(bitnet_model *m) {
+    size_t i;
+    if (!m) return;
+#if defined(BITNET__GPU_FORWARD)
+    if (m->gpu) bitnet__gpu_model_free(m);
+#endif
+    for (i = 0; i < m->n_owned; i++) bitnet__free(m->owned[i]);
+    bitnet__free(m->owned);
+    bitnet__free(m->layers);
+    bitnet__free(m->head_q8);
+    bitnet__free(m->head_scale);
+    if (m->tok) bitnet_tokenizer_free(m->tok);
+    if (m->gguf) bitnet_gguf_close(m->gguf);
+    bitnet__free(m->file_copy);
+    bitnet__free(m);
+}
+
+BITNET_API bitnet_result bitnet_model_from_weights(const bitnet_model_weights *w, const bitnet_model_desc *desc,
+                                                   bitnet_model **out) {
+    bitnet_model *m;
+    bitnet_result r;
+    BITNET__CHECK_PTR(w);
+    BITNET__CHECK_PTR(out);
+    *out = NULL;
+    m = (bitnet_model *)bitnet__calloc(1, sizeof *m);
+    if (!m) return BITNET_ERR_OUT_OF_MEMORY;
+    snprintf(m->info.arch, sizeof m->info.arch, "bitnet-b1.58");
+    bitnet__progress(desc, 0.0f);
+    r = bitnet__model_build(m, w, desc);
+    if (r != BITNET_OK) {
+        bitnet_model_free(m);
+        return r;
+    }
+    *out = m;
+    return BITNET_OK;
+}
+
+/* ---- GGUF: hparams from <arch>.* keys, tensors by bitnet.cpp's names ------------------------- */
+
+static bitnet_result bitnet__hp_u32(const bitnet_gguf *g, const char *arch, const char *key, int required,
+                                    uint32_t dflt, int32_t *out) {
+    char name[128];
+    uint32_t v;
+    snprintf(name, sizeof name, "%s.%s", arch, key);
+    if (bitnet_gguf_find_key(g, name) < 0) {
+        if (required) return bitnet__err(BITNET_ERR_BAD_METADATA, "GGUF: the key %s is missing", name);
+        v = dflt;
+    } else {
+        BITNET__TRY(bitnet_gguf_get_u32(g, name, &v));
+    }
+    if (v > (uint32_t)INT32_MAX) return bitnet__err(BITNET_ERR_BAD_METADATA, "GGUF: %s = %u is too large", name, v);
+    *out = (int32_t)v;
+    return BITNET_OK;
+}
+
+static bitnet_result bitnet__hp_f32(const bitnet_gguf *g, const char *arch, const char *key, float dflt, float *out) {
+    char name[128];
+    snprintf(name, sizeof name, "%s.%s", arch, key);
+    if (bitnet_gguf_find_key(g, name) < 0) {
+        *out = dflt;
+        return BITNET_OK;
+    }
+    return bitnet_gguf_get_f32(g, name, out);
+}
+
+static bitnet_result bitnet__special_id(const bitnet_gguf *g, const char *key, int32_t *out) {
+    uint32_t v;
+    *out = -1;
+    if (bitnet_gguf_find_key(g, key) < 0) return BITNET_OK;
+    BITNET__TRY(bitnet_gguf_get_u32(g, key, &v));
+    *out = v > (uint32_t)INT32_MAX ? INT32_MAX : (int32_t)v; /* range-checked against the vocabulary later */
+    return BITNET_OK;
+}
+
+/* A tensor of the given shape (ne0 contiguous; ne1 0 for a vector). */
+static bitnet_result bitnet__tensor_find(const bitnet_gguf *g, const char *name, uint64_t ne0, uint64_t ne1,
+                                         bitnet_tensor_info *ti) {
+    if (bitnet_gguf_find_tensor(g, name, ti) != BITNET_OK)
+        return bitnet__err(BITNET_ERR_MISSING_TENSOR, "GGUF: tensor %s is missing", name);
+    if (ti->ne[0] != ne0 || (ne1 ? (ti->n_dims != 2 || ti->ne[1] != ne1) : (ti->n_dims != 1)))
+        return bitnet__err(BITNET_ERR_BAD_SHAPE, "GGUF: tensor %s has shape [%llu, %llu] (%d dims); expected [%llu%s%llu]",
+                           name, (unsigned long long)ti->ne[0], (unsigned long long)(ti->n_dims > 1 ? ti->ne[1] : 1),
+                           ti->n_dims, (unsigned long long)ne0, ne1 ? ", " : "", (unsigned long long)(ne1 ? ne1 : 0));
+    return BITNET_OK;
+}
+
+/* n elements of an F32, F16 or BF16 tensor as float32: the mapping itself, or a converted copy. */
+static bitnet_result bitnet__tensor_f32(bitnet_model *m, const char *name, const bitnet_tensor_info *ti, size_t n,
+                                        const float **out) {
+    size_t i;
+    float *f;
+    if (ti->type == BITNET_TENSOR_F32) {
+        if (ti->bytes < n * 4 || ((uintptr_t)ti->data & 3))
+            return bitnet__err(BITNET_ERR_CORRUPT, "GGUF: tensor %s is short or misaligned", name);
+        *out = (const float *)ti->data;
+        return BITNET_OK;
+    }
+    if (ti->type != BITNET_TENSOR_F16 && ti->type != BITNET_TENSOR_BF16)
+        return bitnet__err(BITNET_ERR_UNSUPPORTED_TYPE, "GGUF: tensor %s has type %d; expected F32, F16 or BF16", name, (int)ti->type);
+    if (ti->bytes < n * 2) return bitnet__err(BITNET_ERR_CORRUPT, "GGUF: tensor %s is short", name);
+    f = (float *)bitnet__malloc(n * sizeof *f);
+    BITNET__TRY(bitnet__model_own(m, f));
+    for (i = 0; i < n; i++) {
+        uint16_t h;
+        memcpy(&h, (const uint8_t *)ti->data + 2 * i, 2);
+        f[i] = ti->type == BITNET_TENSOR_F16 ? bitnet_fp16_to_fp32(h) : bitnet_bf16_to_fp32(h);
+    }
+    *out = f;
+    return BITNET_OK;
+}
+
+/* An [n][k] fp16 matrix (embedding, head): F16 in place, F32 or BF16 converted. */
+static bitnet_result bitnet__tensor_f16(bitnet_model *m, const char *name, const bitnet_tensor_info *ti, size_t n,
+                                        size_t k, const uint16_t **out) {
+    size_t nk = n * k, i;
+    uint16_t *h;
+    if (ti->type == BITNET_TENSOR_F16) {
+        if (ti->bytes < nk * 2 || ((uintptr_t)ti->data & 1))
+            return bitnet__err(BITNET_ERR_CORRUPT, "GGUF: tensor %s is short or misaligned", name);
+        *out = (const uint16_t *)ti->data;
+        return BITNET_OK;
+    }
+    if (ti->type != BITNET_TENSOR_F32 && ti->type != BITNET_TENSOR_BF16)
+        return bitnet__err(BITNET_ERR_UNSUPPORTED_TYPE, "GGUF: tensor %s has type %d; expected F16, F32 or BF16", name, (int)ti->type);
+    if (ti->bytes < nk * (ti->type == BITNET_TENSOR_F32 ? 4 : 2)) return bitnet__err(BITNET_ERR_CORRUPT, "GGUF: tensor %s is short", name);
+    h = (uint16_t *)bitnet__malloc(nk * sizeof *h);
+    BITNET__TRY(bitnet__model_own(m, h));
+    for (i = 0; i < nk; i++) {
+        float f;
+        if (ti->type == BITNET_TENSOR_F32) memcpy(&f, (const uint8_t *)ti->data + 4 * i, 4);
+        else {
+            uint16_t b;
+            memcpy(&b, (const uint8_t *)ti->data + 2 * i, 2);
+            f = bitnet_bf16_to_fp32(b);
+        }
+        h[i] = bitnet_fp32_to_fp16(f);
+    }
+    *out = h;
+    return BITNET_OK;
+}
+
+/* A ternary [n][k] matrix: I2_S in place; F32, F16 or BF16 (unquantized latent weights, as a
+   converter's float output holds them) quantized here with the per-tensor absmean. */
+static bitnet_result bitnet__tensor_i2s(bitnet_model *m, const char *name, const bitnet_tensor_info *ti, size_t n,
+                                        size_t k, const void **out) {
+    size_t need = bitnet_i2s_bytes(n, k), nk = n * k;
+    const float *f;
+    int8_t *q;
+    void *packed;
+    float scale;
+    bitnet_result r;
+    if (need == 0) return bitnet__err(BITNET_ERR_BAD_SHAPE, "GGUF: tensor %s: [%zu, %zu] cannot be I2_S", name, k, n);
+    if (ti->type == BITNET_TENSOR_I2_S) {
+        if (ti->bytes < need)
+            return bitnet__err(BITNET_ERR_CORRUPT, "GGUF: I2_S tensor %s holds %llu bytes; [%zu, %zu] needs %zu", name,
+                               (unsigned long long)ti->bytes, k, n, need);
+        *out = ti->data;
+        return BITNET_OK;
+    }
+    if (ti->type != BITNET_TENSOR_F32 && ti->type != BITNET_TENSOR_F16 && ti->type != BITNET_TENSOR_BF16)
+        return bitnet__err(BITNET_ERR_UNSUPPORTED_TYPE, "GGUF: tensor %s has type %d; expected I2_S (36), F32, F16 or BF16",
+                           name, (int)ti->type);
+    BITNET__TRY(bitnet__tensor_f32(m, name, ti, nk, &f));
+    q = (int8_t *)bitnet__malloc(nk);
+    packed = bitnet__malloc(need);
+    if (!q || !packed) {
+        bitnet__free(q);
+        bitnet__free(packed);
+        return BITNET_ERR_OUT_OF_MEMORY;
+    }
+    r = bitnet_quantize_ternary(f, nk, q, &scale);
+    if (r == BITNET_OK) r = bitnet_i2s_pack(q, n, k, scale, packed, need);
+    bitnet__free(q);
+    if (r != BITNET_OK) {
+        bitnet__free(packed);
+        return r;
+    }
+    /* the float copy (when one was made) is no longer needed: it is the last owned buffer */
+    if (ti->type != BITNET_TENSOR_F32 && m->n_owned && m->owned[m->n_owned - 1] == (void *)f) {
+        bitnet__free(m->owned[--m->n_owned]);
+    }
+    BITNET__TRY(bitnet__model_own(m, packed));
+    *out = packed;
+    return BITNET_OK;
+}
+
+static int bitnet__arch_ok(const bitnet_gguf_str *a) {
+    static const char *const names[] = {"bitnet-b1.58", "bitnet-25", "bitnet"};
+    size_t i;
+    for (i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (a->len == strlen(names[i]) && memcmp(a->ptr, names[i], a->len) == 0) return 1;
+    return 0;
+}
+
+static bitnet_result bitnet__model_from_gguf(bitnet_model *m, const bitnet_model_desc *d) {
+    const bitnet_gguf *g = m->gguf;
+    bitnet_model_weights w;
+    bitnet_layer_weights *lw = NULL;
+    bitnet_tensor_info ti;
+    bitnet_gguf_str a;
+    char arch[32], name[96];
+    int32_t l, hd_key = 0;
+    bitnet_result r;
+    memset(&w, 0, sizeof w);
+    if (bitnet_gguf_find_key(g, "general.architecture") < 0)
+        return bitnet__err(BITNET_ERR_BAD_METADATA, "GGUF: general.architecture is missing");
+    BITNET__TRY(bitnet_gguf_get_str(g, "general.architecture", &a));
+    if (!bitnet__arch_ok(&a))
+        return bitnet__err(BITNET_ERR_UNSUPPORTED, "GGUF: architecture '%.*s' is not BitNet b1.58 (bitnet-b1.58, bitnet-25 or bitnet)",
+                           (int)(a.len > 64 ? 64 : a.len), a.ptr);
+    memcpy(arch, a.ptr, a.len);
+    arch[a.len] = 0;
+    snprintf(m->info.arch, sizeof m->info.arch, "%s", arch);
+    BITNET__TRY(bitnet__hp_u32(g, arch, "context_length", 1, 0, &w.n_ctx_train));
+    BITNET__TRY(bitnet__hp_u32(g, arch, "embedding_length", 1, 0, &w.dim));
+    BITNET__TRY(bitnet__hp_u32(g, arch, "block_count", 1, 0, &w.n_layers));
+    BITNET__TRY(bitnet__hp_u32(g, arch, "feed_forward_length", 1, 0, &w.ffn_dim));
+    BITNET__TRY(bitnet__hp_u32(g, arch, "attention.head_count", 1, 0, &w.n_heads));
+    BITNET__TRY(bitnet__hp_u32(g, arch, "attention.head_count_kv", 0, (uint32_t)w.n_heads, &w.n_kv_heads));
+    BITNET__TRY(bitnet__hp_u32(g, arch, "attention.key_length", 0, 0, &hd_key));
+    BITNET__TRY(bitnet__hp_f32(g, arch, "rope.freq_base", 10000.0f, &w.rope_theta)); /* llama.cpp's default */
+    BITNET__TRY(bitnet__hp_f32(g, arch, "attention.layer_norm_rms_epsilon", 1e-5f, &w.norm_eps));
+    if (w.n_heads <= 0 || w.n_kv_heads <= 0 || w.dim <= 0)
+        return bitnet__err(BITNET_ERR_BAD_METADATA, "GGUF: embedding_length %d, head_count %d, head_count_kv %d must be positive",
+                           (int)w.dim, (int)w.n_heads, (int)w.n_kv_heads);
+    w.head_dim = hd_key ? hd_key : w.dim / w.n_heads;
+    {
+        int32_t rope_dims = 0;
+        BITNET__TRY(bitnet__hp_u32(g, arch, "rope.dimension_count", 0, (uint32_t)w.head_dim, &rope_dims));
+        if (rope_dims != w.head_dim)
+            return bitnet__err(BITNET_ERR_UNSUPPORTED, "GGUF: %s.rope.dimension_count %d differs from head_dim %d (partial RoPE)",
+                               arch, (int)rope_dims, (int)w.head_dim);
+    }
+    BITNET__TRY(bitnet__special_id(g, "tokenizer.ggml.bos_token_id", &w.bos));
+    BITNET__TRY(bitnet__special_id(g, "tokenizer.ggml.eos_token_id", &w.eos));
+    BITNET__TRY(bitnet__special_id(g, "tokenizer.ggml.eot_token_id", &w.eot));
+    bitnet__progress(d, 0.02f);
+
+    /* the embedding fixes n_vocab; the shapes of everything else follow from the hparams */
+    if (bitnet_gguf_find_tensor(g, "token_embd.weight", &ti) != BITNET_OK)
+        return bitnet__err(BITNET_ERR_MISSING_TENSOR, "GGUF: tensor token_embd.weight is missing");
+    if (ti.n_dims != 2 || ti.ne[0] != (uint64_t)w.dim || ti.ne[1] == 0 || ti.ne[1] > (uint64_t)INT32_MAX)
+        return bitnet__err(BITNET_ERR_BAD_SHAPE, "GGUF: token_embd.weight has shape [%llu, %llu]; expected [%d, n_vocab]",
+                           (unsigned long long)ti.ne[0], (unsigned long long)ti.ne[1], (int)w.dim);
+    w.n_vocab = (int32_t)ti.ne[1];
+    BITNET__TRY(bitnet__tensor_f16(m, "token_embd.weight", &ti, (size_t)w.n_vocab, (size_t)w.dim, &w.tok_embd));
+    if (bitnet_gguf_find_tensor(g, "output.weight", &ti) == BITNET_OK) {
+        BITNET__TRY(bitnet__tensor_find(g, "output.weight", (uint64_t)w.dim, (uint64_t)w.n_vocab, &ti));
+        BITNET__TRY(bitnet__tensor_f16(m, "output.weight", &ti, (size_t)w.n_vocab, (size_t)w.dim, &w.output));
+    }
+    BITNET__TRY(bitnet__tensor_find(g, "output_norm.weight", (uint64_t)w.dim, 0, &ti));
+    BITNET__TRY(bitnet__tensor_f32(m, "output_norm.weight", &ti, (size_t)w.dim, &w.output_norm));
+    if (w.n_layers <= 0 || w.ffn_dim <= 0 || w.head_dim <= 0 || w.n_layers > 4096)
+        return bitnet__err(BITNET_ERR_BAD_METADATA, "GGUF: block_count %d, feed_forward_length %d, head_dim %d are out of range",
+                           (int)w.n_layers, (int)w.ffn_dim, (int)w.head_dim);
+    lw = (bitnet_layer_weights *)bitnet__calloc((size_t)w.n_layers, sizeof *lw);
+    if (!lw) return BITNET_ERR_OUT_OF_MEMORY;
+    BITNET__TRY(bitnet__model_own(m, lw));
+    w.layers = lw;
+    {
+        uint64_t dim = (uint64_t)w.dim, ff = (uint64_t)w.ffn_dim, qd = (uint64_t)w.n_heads * (uint64_t)w.head_dim,
+                 kvd = (uint64_t)w.n_kv_heads * (uint64_t)w.head_dim;
+        for (l = 0; l < w.n_layers; l++) {
+            struct { const char *suffix; uint64_t k, n; const void **mat; const float **vec; } t[11];
+            int i;
+            t[0].suffix = "attn_norm"; t[0].k = dim; t[0].n = 0; t[0].vec = &lw[l].attn_norm;
+            t[1].suffix = "attn_sub_norm"; t[1].k = qd; t[1].n = 0; t[1].vec = &lw[l].attn_sub_norm;
+            t[2].suffix = "ffn_norm"; t[2].k = dim; t[2].n = 0; t[2].vec = &lw[l].ffn_norm;
+            t[3].suffix = "ffn_sub_norm"; t[3].k = ff; t[3].n = 0; t[3].vec = &lw[l].ffn_sub_norm;
+            t[4].suffix = "attn_q"; t[4].k = dim; t[4].n = qd; t[4].mat = &lw[l].wq;
+            t[5].suffix = "attn_k"; t[5].k = dim; t[5].n = kvd; t[5].mat = &lw[l].wk;
+            t[6].suffix = "attn_v"; t[6].k = dim; t[6].n = kvd; t[6].mat = &lw[l].wv;
+            t[7].suffix = "attn_output"; t[7].k = qd; t[7].n = dim; t[7].mat = &lw[l].wo;
+            t[8].suffix = "ffn_gate"; t[8].k = dim; t[8].n = ff; t[8].mat = &lw[l].w_gate;
+            t[9].suffix = "ffn_up"; t[9].k = dim; t[9].n = ff; t[9].mat = &lw[l].w_up;
+            t[10].suffix = "ffn_down"; t[10].k = ff; t[10].n = dim; t[10].mat = &lw[l].w_down;
+            for (i = 0; i < 11; i++) {
+                snprintf(name, sizeof name, "blk.%d.%s.weight", (int)l, t[i].suffix);
+                BITNET__TRY(bitnet__tensor_find(g, name, t[i].k, t[i].n, &ti));
+                if (t[i].n) r = bitnet__tensor_i2s(m, name, &ti, (size_t)t[i].n, (size_t)t[i].k, t[i].mat);
+                else r = bitnet__tensor_f32(m, name, &ti, (size_t)t[i].k, t[i].vec);
+                if (r != BITNET_OK) return r;
+            }
+            bitnet__progress(d, 0.02f + 0.08f * (float)(l + 1) / (float)w.n_layers);
+        }
+    }
+    /* the tokenizer, when the file has one; <|eot_id|> found by name when no key gives it */
+    if (bitnet_gguf_find_key(g, "tokenizer.ggml.model") >= 0) {
+        BITNET__TRY(bitnet_tokenizer_from_gguf(g, &m->tok));
+        if (bitnet_tokenizer_vocab_size(m->tok) > w.n_vocab)
+            return bitnet__err(BITNET_ERR_BAD_METADATA, "GGUF: the tokenizer has %d tokens but the embedding only %d rows",
+                               (int)bitnet_tokenizer_vocab_size(m->tok), (int)w.n_vocab);
+        if (w.eot < 0) {
+            bitnet_gguf_type et;
+            uint64_t n = 0, i;
+            if (bitnet_gguf_get_arr(g, "tokenizer.ggml.tokens", &et, &n) == BITNET_OK && et == BITNET_GGUF_STRING)
+                for (i = n; i-- > 0;) { /* special tokens sit at the end */
+                    bitnet_gguf_str sv;
+                    if (bitnet_gguf_arr_str(g, "tokenizer.ggml.tokens", i, &sv) == BITNET_OK && sv.len == 10 &&
+                        memcmp(sv.ptr, "<|eot_id|>", 10) == 0) {
+                        w.eot = (int32_t)i;
+                        break;
+                    }
+                }
+        }
+    }
+    return bitnet__model_build(m, &w, d);
+}
+
+BITNET_API bitnet_result bitnet_model_load(const bitnet_model_desc *desc, bitnet_model **out) {
+    bitnet_model *m;
+    bitnet_result r;
+    BITNET__CHECK_PTR(desc);
+    BITNET__CHECK_PTR(out);
+    *out = NULL;
+    if (!desc->path && !desc->data)
+        return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_model_load: give a path or data");
+    if (desc->path && desc->data)
+        return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_model_load: give a path or data, not both");
+    m = (bitnet_model *)bitnet__calloc(1, sizeof *m);
+    if (!m) return BITNET_ERR_OUT_OF_MEMORY;
+    bitnet__progress(desc, 0.0f);
+    if (desc->data) r = bitnet_gguf_open_memory(desc->data, desc->size, &m->gguf);
+    else if (!desc->no_mmap) r = bitnet_gguf_open(desc->path, &m->gguf);
+    else { /* read the whole file, then parse it from memory */
+        FILE *f = fopen(desc->path, "rb");
+        long sz = -1;
+        r = BITNET_OK;
+        if (!f) r = bitnet__err(BITNET_ERR_IO, "cannot open %s: %s", desc->path, strerror(errno));
+        else if (fseek(f, 0, SEEK_END) != 0 || (sz = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0)
+            r = bitnet__err(BITNET_ERR_IO, "cannot size %s: %s", desc->path, strerror(errno));
+        else if (!(m->file_copy = bitnet__malloc(sz ? (size_t)sz : 1))) r = BITNET_ERR_OUT_OF_MEMORY;
+        else if (fread(m->file_copy, 1, (size_t)sz, f) != (size_t)sz)
+            r = bitnet__err(BITNET_ERR_IO, "cannot read %s: %s", desc->path, strerror(errno));
+        if (f) fclose(f);
+        if (r == BITNET_OK) r = bitnet_gguf_open_memory(m->file_copy, (size_t)sz, &m->gguf);
+    }
+    if (r == BITNET_OK) r = bitnet__model_from_gguf(m, desc);
+    if (r != BITNET_OK) {
+        bitnet_model_free(m);
+        return r;
+    }
+    *out = m;
+    return BITNET_OK;
+}
+
+BITNET_API bitnet_result bitnet_model_get_info(const bitnet_model *m, bitnet_model_info *out) {
+    BITNET__CHECK_PTR(m);
+    BITNET__CHECK_PTR(out);
+    *out = m->info;
+    return BITNET_OK;
+}
+
+BITNET_API const bitnet_tokenizer *bitnet_model_tokenizer(const bitnet_model *m) { return m ? m->tok : NULL; }
+
+/* ---- sessions ---------------------------------------------------------------------------------- */
+
+BITNET_API void bitnet_session_free(bitnet_session *s) {
+    if (!s) return;
+#if defined(BITNET__GPU_FORWARD)
+    if (s->gpu) bitnet__gpu_session_free(s);
+#endif
+    bitnet__free(s->k_cache);
+    bitnet__free(s->v_cache);
+    bitnet__free(s->rope);
+    bitnet__free(s->x);
+    bitnet__free(s->xb);
+    bitnet__free(s->q);
+    bitnet__free(s->k);
+    bitnet__free(s->v);
+    bitnet__free(s->hg);
+    bitnet__free(s->hu);
+    bitnet__free(s->aq);
+    bitnet__free(s->as);
+    bitnet__free(s->asum);
+    bitnet__free(s->logits);
+    bitnet__free(s->tokens);
+    bitnet__free(s);
+}
+
+/* The CPU buffers: the fp16 KV cache and the activations of one chunk. */
+static bitnet_result bitnet__cpu_session_init(bitnet_session *s) {
+    const bitnet_model *m = s->m;
+    size_t kv, B = (size_t)s->n_batch, dim = (size_t)m->info.dim, ff = (size_t)m->info.ffn_dim, qd = (size_t)m->q_dim;
+    size_t wide = BITNET__MAX(BITNET__MAX(dim, qd), ff);
+    if (!bitnet__mul_size((size_t)m->info.n_layers * (size_t)m->kv_dim, (size_t)s->n_ctx, &kv) || kv > SIZE_MAX / 2)
+        return bitnet__err(BITNET_ERR_OVERFLOW, "session: the KV cache of %d positions overflows", (int)s->n_ctx);
+    s->k_cache = (uint16_t *)bitnet__malloc(kv * 2);
+    s->v_cache = (uint16_t *)bitnet__malloc(kv * 2);
+    s->x = (float *)bitnet__malloc(B * dim * sizeof(float));
+    s->xb = (float *)bitnet__malloc(B * BITNET__MAX(dim, qd) * sizeof(float));
+    s->q = (float *)bitnet__malloc(B * qd * sizeof(float));
+    s->k = (float *)bitnet__malloc(B * (size_t)m->kv_dim * sizeof(float));
+    s->v = (float *)bitnet__malloc(B * (size_t)m->kv_dim * sizeof(float));
+    s->hg = (float *)bitnet__malloc(B * ff * sizeof(float));
+    s->hu = (float *)bitnet__malloc(B * ff * sizeof(float));
+    s->aq = (int8_t *)bitnet__malloc(B * wide);
+    s->as = (float *)bitnet__malloc(B * sizeof(float));
+    s->asum = (int32_t *)bitnet__malloc(B * sizeof(int32_t));
+    if (!s->k_cache || !s->v_cache || !s->x || !s->xb || !s->q || !s->k || !s->v || !s->hg || !s->hu || !s->aq || !s->as || !s->asum)
+        return BITNET_ERR_OUT_OF_MEMORY;
+    return BITNET_OK;
+}
+
+BITNET_API bitnet_result bitnet_session_create(bitnet_model *m, const bitnet_session_desc *desc, bitnet_session **out) {
+    bitnet_session *s;
+    bitnet_result r = BITNET_OK;
+    int32_t n_ctx;
+    int p, i, hd;
+    BITNET__CHECK_PTR(m);
+    BITNET__CHECK_PTR(out);
+    *out = NULL;
+    n_ctx = desc && desc->n_ctx ? desc->n_ctx : m->info.n_ctx_train;
+    if (n_ctx <= 0) return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_session_create: n_ctx %d is not positive", (int)n_ctx);
+    s = (bitnet_session *)bitnet__calloc(1, sizeof *s);
+    if (!s) return BITNET_ERR_OUT_OF_MEMORY;
+    s->m = m;
+    s->n_ctx = n_ctx;
+    if (desc && (desc->n_batch < 0 || desc->n_batch > BITNET__MAX_BATCH)) {
+        bitnet__free(s);
+        return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_session_create: n_batch %d is not in [0, %d]", (int)desc->n_batch,
+                           BITNET__MAX_BATCH);
+    }
+    s->n_batch = BITNET__MIN(n_ctx, desc && desc->n_batch ? desc->n_batch : BITNET__MAX_BATCH);
+    hd = m->info.head_dim;
+    s->rope = (float *)bitnet__calloc((size_t)n_ctx, (size_t)hd * sizeof(float));
+    s->logits = (float *)bitnet__malloc((size_t)m->info.n_vocab * sizeof(float));
+    s->tokens = (int32_t *)bitnet__malloc((size_t)n_ctx * sizeof(int32_t));
+    if (!s->rope || !s->logits || !s->tokens) r = BITNET_ERR_OUT_OF_MEMORY;
+    else {
+        /* cos and sin of pos * theta^(-2i/head_dim), in double: one table for both backends */
+        for (p = 0; p < n_ctx; p++)
+            for (i = 0; i < hd / 2; i++) {
+                double a = (double)p * pow((double)m->info.rope_theta, -2.0 * i / hd);
+                s->rope[(size_t)p * hd + 2 * i] = (float)cos(a);
+                s->rope[(size_t)p * hd + 2 * i + 1] = (float)sin(a);
+            }
+#if defined(BITNET__GPU_FORWARD)
+        if (m->info.backend == BITNET_BACKEND_CUDA) r = bitnet__gpu_session_init(s);
+        else
+#endif
+            r = bitnet__cpu_session_init(s);
+    }
+    if (r != BITNET_OK) {
+        bitnet_session_free(s);
+        return r;
+    }
+    *out = s;
+    return BITNET_OK;
+}
+
+BITNET_API void bitnet_session_reset(bitnet_session *s) {
+    if (!s) return;
+    s->pos = 0;
+    s->has_logits = 0;
+}
+
+BITNET_API int32_t bitnet_session_pos(const bitnet_session *s) { return s ? s->pos : 0; }
+
+static bitnet_result bitnet__check_tokens(const bitnet_session *s, const int32_t *tokens, size_t n) {
+    size_t i;
+    if ((size_t)(s->n_ctx - s->pos) < n)
+        return bitnet__err(BITNET_ERR_CONTEXT_FULL, "%zu tokens do not fit: the session holds %d of its %d positions",
+                           n, (int)s->pos, (int)s->n_ctx);
+    for (i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= s->m->info.n_vocab)
+            return bitnet__err(BITNET_ERR_BAD_TOKEN, "token %d (at %zu) is outside the vocabulary [0, %d)", (int)tokens[i], i,
+                               (int)s->m->info.n_vocab);
+    return BITNET_OK;
+}
+
+/* Checked tokens, in chunks of n_batch. logits as in bitnet_session_eval; the last row also goes
+   to s->logits. */
+static bitnet_result bitnet__eval(bitnet_session *s, const int32_t *tokens, size_t n, float *logits, int all) {
+    size_t off, nv = (size_t)s->m->info.n_vocab;
+    s->has_logits = 0;
+    for (off = 0; off < n; off += (size_t)s->n_batch) {
+        int mm = (int)BITNET__MIN((size_t)s->n_batch, n - off), last = off + (size_t)mm == n;
+        float *dst = all ? (logits ? logits + off * nv : NULL) : (last && logits ? s->logits : NULL);
+        bitnet_result r;
+#if defined(BITNET__GPU_FORWARD)
+        if (s->m->info.backend == BITNET_BACKEND_CUDA) r = bitnet__gpu_forward(s, tokens + off, mm, dst, all && logits);
+        else
+#endif
+            r = bitnet__cpu_forward(s, tokens + off, mm, dst, all && logits);
+        if (r != BITNET_OK) return r;
+        memcpy(s->tokens + s->pos, tokens + off, (size_t)mm * sizeof *tokens);
+        s->pos += mm;
+    }
+    if (logits) {
+        if (all) memcpy(s->logits, logits + (n - 1) * nv, nv * sizeof(float));
+        else if (logits != s->logits) memcpy(logits, s->logits, nv * sizeof(float));
+        s->has_logits = 1;
+    }
+    return BITNET_OK;
+}
+
+BITNET_API bitnet_result bitnet_session_eval(bitnet_session *s, const int32_t *tokens, size_t n, float *logits,
+                                             int all_logits) {
+    BITNET__CHECK_PTR(s);
+    BITNET__CHECK_PTR(tokens);
+    if (n == 0) return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_session_eval: no tokens");
+    BITNET__TRY(bitnet__check_tokens(s, tokens, n));
+    return bitnet__eval(s, tokens, n, logits, all_logits);
+}
+
+/* ---- generation ------------------------------------------------------------------------------- */
+
+BITNET_API bitnet_result bitnet_generate(bitnet_session *s, const int32_t *prompt, size_t n_prompt,
+                                         const bitnet_generate_params *p, int32_t *out, size_t cap,
+                                         bitnet_generate_stats *stats) {
+    bitnet_generate_params d;
+    bitnet_generate_stats st;
+    int32_t stop_default[2];
+    const int32_t *stop;
+    size_t n_stop, i;
+    uint64_t rng;
+    double t0;
+    BITNET__CHECK_PTR(s);
+    if (n_prompt && !prompt) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_generate: prompt is NULL");
+    if (out && cap == 0) return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_generate: out has no room (cap 0)");
+    memset(&d, 0, sizeof d);
+    if (p) d = *p;
+    if (d.max_tokens < 0) return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_generate: max_tokens %d", (int)d.max_tokens);
+    if (d.n_stop && !d.stop_tokens) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_generate: stop_tokens is NULL");
+    BITNET__TRY(bitnet__check_tokens(s, prompt ? prompt : stop_default, n_prompt));
+    if (!n_prompt && !s->has_logits)
+        return bitnet__err(BITNET_ERR_INVALID_STATE, "bitnet_generate: no prompt, and nothing evaluated to continue from");
+    memset(&st, 0, sizeof st);
+    if (d.stop_tokens) stop = d.stop_tokens, n_stop = d.n_stop;
+    else {
+        n_stop = 0;
+        if (s->m->info.eos >= 0) stop_default[n_stop++] = s->m->info.eos;
+        if (s->m->info.eot >= 0) stop_default[n_stop++] = s->m->info.eot;
+        stop = stop_default;
+    }
+    rng = bitnet_rng_seed(d.sampler.seed ? d.sampler.seed : bitnet__default_seed());
+    t0 = bitnet__now();
+    if (n_prompt) BITNET__TRY(bitnet__eval(s, prompt, n_prompt, s->logits, 0));
+    st.n_prompt = n_prompt;
+    st.prompt_seconds = bitnet__now() - t0;
+    t0 = bitnet__now();
+    for (;;) {
+        int32_t tok;
+        const char *piece = NULL;
+        size_t len = 0;
+        int is_stop = 0;
+        bitnet_result r = bitnet_sample(s->logits, s->m->info.n_vocab, &d.sampler, s->tokens, (size_t)s->pos, &rng, &tok);
+        s->has_logits = 0; /* sampling rewrote them */
+        if (r != BITNET_OK) return r;
+        for (i = 0; i < n_stop; i++) is_stop |= tok == stop[i];
+        if (is_stop) break;
+        if (out) out[st.n_generated] = tok;
+        st.n_generated++;
+        if (d.on_token) {
+            if (s->m->tok && bitnet_token_piece(s->m->tok, tok, &piece, &len) != BITNET_OK) piece = NULL, len = 0;
+            if (d.on_token(tok, piece, len, d.user)) break;
+        }
+        if ((d.max_tokens && st.n_generated >= (size_t)d.max_tokens) || (out && st.n_generated >= cap)) break;
+        if (s->pos >= s->n_ctx) {
+            bitnet__log(BITNET_LOG_WARN, "generation stopped: the context of %d positions is full", (int)s->n_ctx);
+            break;
+        }
+        BITNET__TRY(bitnet__eval(s, &tok, 1, s->logits, 0));
+    }
+    st.gen_seconds = bitnet__now() - t0;
+    if (stats) *stats = st;
+    return BITNET_OK;
+}
 
 /* >>public ==================================================================================== */
 

@@ -1,0 +1,684 @@
+/* Model, forward pass, sampling and generation: the CPU forward against a plain float reference
+   written here (dequantized weights, the same int8 activation rounding, fp16 KV rounding), batched
+   against token-by-token evaluation, sampling properties, limits and errors, and the committed
+   tests/data/tiny.gguf end to end. */
+#include "../bitnet.h"
+#include "harness.h"
+#include <math.h>
+#include <stdint.h>
+
+/* ---- a random model in memory, with its float weights kept for the reference ---------------- */
+#define TM_MAX_LAYERS 4
+enum { TM_Q, TM_K, TM_V, TM_O, TM_GATE, TM_UP, TM_DOWN, TM_NMAT };
+
+typedef struct tmodel {
+    bitnet_model_weights w;
+    bitnet_layer_weights lw[TM_MAX_LAYERS];
+    uint16_t *emb;                            /* fp16 [n_vocab][dim] */
+    float *onorm;                             /* [dim] */
+    float *norm[TM_MAX_LAYERS][4];            /* attn, attn_sub, ffn, ffn_sub */
+    void *packed[TM_MAX_LAYERS][TM_NMAT];     /* I2_S */
+    float *wf[TM_MAX_LAYERS][TM_NMAT];        /* the same matrices dequantized, [n][k] */
+} tmodel;
+
+static void tm_dims(int mat, const bitnet_model_weights *w, int *n, int *k) {
+    int qd = w->n_heads * (w->dim / w->n_heads), kvd = w->n_kv_heads * (w->dim / w->n_heads);
+    switch (mat) {
+    case TM_Q: *n = qd, *k = w->dim; break;
+    case TM_K: case TM_V: *n = kvd, *k = w->dim; break;
+    case TM_O: *n = w->dim, *k = qd; break;
+    case TM_GATE: case TM_UP: *n = w->ffn_dim, *k = w->dim; break;
+    default: *n = w->dim, *k = w->ffn_dim; break;
+    }
+}
+
+static float *tm_norm(int n) {
+    float *v = (float *)malloc((size_t)n * sizeof *v);
+    int i;
+    for (i = 0; i < n; i++) v[i] = test_rand_float(0.5f, 1.5f);
+    return v;
+}
+
+static void tm_build(tmodel *t, int n_vocab, int dim, int n_layers, int n_heads, int n_kv, int ffn, unsigned long long seed) {
+    int l, i, m;
+    memset(t, 0, sizeof *t);
+    test_seed(seed);
+    t->w.n_vocab = n_vocab, t->w.dim = dim, t->w.n_layers = n_layers, t->w.n_heads = n_heads, t->w.n_kv_heads = n_kv;
+    t->w.ffn_dim = ffn, t->w.n_ctx_train = 256, t->w.rope_theta = 500000.0f, t->w.norm_eps = 1e-5f;
+    t->w.bos = 0, t->w.eos = 1, t->w.eot = -1;
+    t->emb = (uint16_t *)malloc((size_t)n_vocab * dim * 2);
+    for (i = 0; i < n_vocab * dim; i++) t->emb[i] = bitnet_fp32_to_fp16(test_rand_float(-1, 1));
+    t->onorm = tm_norm(dim);
+    for (l = 0; l < n_layers; l++) {
+        bitnet_layer_weights *L = &t->lw[l];
+        const void **mats[TM_NMAT];
+        mats[0] = &L->wq, mats[1] = &L->wk, mats[2] = &L->wv, mats[3] = &L->wo, mats[4] = &L->w_gate, mats[5] = &L->w_up,
+        mats[6] = &L->w_down;
+        t->norm[l][0] = tm_norm(dim), t->norm[l][1] = tm_norm(dim), t->norm[l][2] = tm_norm(dim), t->norm[l][3] = tm_norm(ffn);
+        L->attn_norm = t->norm[l][0], L->attn_sub_norm = t->norm[l][1], L->ffn_norm = t->norm[l][2], L->ffn_sub_norm = t->norm[l][3];
+        for (m = 0; m < TM_NMAT; m++) {
+            int n, k;
+            size_t bytes;
+            int8_t *q;
+            float scale;
+            tm_dims(m, &t->w, &n, &k);
+            bytes = bitnet_i2s_bytes((size_t)n, (size_t)k);
+            q = (int8_t *)malloc((size_t)n * k);
+            scale = test_rand_float(0.5f, 2.0f) / sqrtf((float)k);
+            for (i = 0; i < n * k; i++) q[i] = (int8_t)test_rand_int(-1, 1);
+            t->packed[l][m] = malloc(bytes);
+            bitnet_i2s_pack(q, (size_t)n, (size_t)k, scale, t->packed[l][m], bytes);
+            t->wf[l][m] = (float *)malloc((size_t)n * k * sizeof(float));
+            for (i = 0; i < n * k; i++) t->wf[l][m][i] = (float)q[i] * scale;
+            *mats[m] = t->packed[l][m];
+            free(q);
+        }
+    }
+    t->w.tok_embd = t->emb;
+    t->w.output_norm = t->onorm;
+    t->w.layers = t->lw;
+}
+
+static void tm_free(tmodel *t) {
+    int l, m;
+    free(t->emb);
+    free(t->onorm);
+    for (l = 0; l < t->w.n_layers; l++) {
+        for (m = 0; m < 4; m++) free(t->norm[l][m]);
+        for (m = 0; m < TM_NMAT; m++) free(t->packed[l][m]), free(t->wf[l][m]);
+    }
+}
+
+static bitnet_model *tm_model(tmodel *t, int head_f16) {
+    bitnet_model_desc d;
+    bitnet_model *m = NULL;
+    memset(&d, 0, sizeof d);
+    d.backend = BITNET_BACKEND_CPU;
+    d.head_f16 = head_f16;
+    if (bitnet_model_from_weights(&t->w, &d, &m) != BITNET_OK) {
+        fprintf(stderr, "  model: %s\n", bitnet_last_error());
+        return NULL;
+    }
+    return m;
+}
+
+/* ---- the float reference ---------------------------------------------------------------------- */
+static void ref_rmsnorm(const float *x, const float *w, int k, float eps, float *out) {
+    double ss = 0;
+    int i;
+    for (i = 0; i < k; i++) ss += (double)x[i] * x[i];
+    for (i = 0; i < k; i++) out[i] = (float)(x[i] / sqrt(ss / k + eps)) * w[i];
+}
+/* x -> its int8 quantization, dequantized: what a BitNet linear sees */
+static void ref_fakequant(float *x, int k) {
+    float amax = 0, s;
+    int i;
+    for (i = 0; i < k; i++) amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
+    s = 127.0f / (amax > 1e-5f ? amax : 1e-5f);
+    for (i = 0; i < k; i++) {
+        float q = rintf(x[i] * s);
+        x[i] = (q > 127 ? 127 : (q < -128 ? -128 : q)) / s;
+    }
+}
+static void ref_linear(const float *w, int n, int k, const float *x, float *out) {
+    int r, c;
+    for (r = 0; r < n; r++) {
+        double acc = 0;
+        for (c = 0; c < k; c++) acc += (double)w[(size_t)r * k + c] * x[c];
+        out[r] = (float)acc;
+    }
+}
+static float ref_f16(float v) { return bitnet_fp16_to_fp32(bitnet_fp32_to_fp16(v)); }
+
+/* logits [T][n_vocab] for tokens at positions 0..T-1; q8_head: quantize the head rows and the
+   normed activations to int8 like the default CPU head. */
+static void ref_forward(const tmodel *t, const int32_t *tok, int T, int q8_head, float *logits) {
+    const bitnet_model_weights *w = &t->w;
+    int dim = w->dim, hd = dim / w->n_heads, qd = w->n_heads * hd, kvd = w->n_kv_heads * hd, ff = w->ffn_dim, V = w->n_vocab;
+    int l, i, j, h, s, p;
+    float *x = (float *)calloc((size_t)T * dim, 4), *xn = (float *)malloc((size_t)(dim > ff ? dim : ff) * 4);
+    float *q = (float *)malloc((size_t)T * qd * 4), *k = (float *)malloc((size_t)T * kvd * 4), *v = (float *)malloc((size_t)T * kvd * 4);
+    float *att = (float *)malloc((size_t)T * qd * 4), *o = (float *)malloc((size_t)dim * 4);
+    float *g = (float *)malloc((size_t)ff * 4), *u = (float *)malloc((size_t)ff * 4), *sc = (float *)malloc((size_t)T * 4);
+    for (p = 0; p < T; p++)
+        for (i = 0; i < dim; i++) x[p * dim + i] = bitnet_fp16_to_fp32(t->emb[(size_t)tok[p] * dim + i]);
+    for (l = 0; l < w->n_layers; l++) {
+        for (p = 0; p < T; p++) {
+            ref_rmsnorm(x + p * dim, t->norm[l][0], dim, w->norm_eps, xn);
+            ref_fakequant(xn, dim);
+            ref_linear(t->wf[l][TM_Q], qd, dim, xn, q + p * qd);
+            ref_linear(t->wf[l][TM_K], kvd, dim, xn, k + p * kvd);
+            ref_linear(t->wf[l][TM_V], kvd, dim, xn, v + p * kvd);
+            for (h = 0; h < w->n_heads + w->n_kv_heads; h++) { /* rotate-half RoPE */
+                float *vec = h < w->n_heads ? q + p * qd + h * hd : k + p * kvd + (h - w->n_heads) * hd;
+                for (i = 0; i < hd / 2; i++) {
+                    double a = p * pow((double)w->rope_theta, -2.0 * i / hd);
+                    float c = (float)cos(a), sn = (float)sin(a), x0 = vec[i], x1 = vec[i + hd / 2];
+                    vec[i] = x0 * c - x1 * sn;
+                    vec[i + hd / 2] = x0 * sn + x1 * c;
+                }
+            }
+            for (i = 0; i < kvd; i++) k[p * kvd + i] = ref_f16(k[p * kvd + i]), v[p * kvd + i] = ref_f16(v[p * kvd + i]);
+        }
+        for (p = 0; p < T; p++)
+            for (h = 0; h < w->n_heads; h++) {
+                int kh = h / (w->n_heads / w->n_kv_heads);
+                double mx = -1e30, sum = 0;
+                for (s = 0; s <= p; s++) {
+                    double d = 0;
+                    for (i = 0; i < hd; i++) d += (double)q[p * qd + h * hd + i] * k[s * kvd + kh * hd + i];
+                    sc[s] = (float)(d / sqrt((double)hd));
+                    mx = sc[s] > mx ? sc[s] : mx;
+                }
+                for (s = 0; s <= p; s++) sum += exp(sc[s] - mx);
+                for (i = 0; i < hd; i++) {
+                    double a = 0;
+                    for (s = 0; s <= p; s++) a += exp(sc[s] - mx) / sum * v[s * kvd + kh * hd + i];
+                    att[p * qd + h * hd + i] = (float)a;
+                }
+            }
+        for (p = 0; p < T; p++) {
+            float *xp = x + p * dim;
+            ref_rmsnorm(att + p * qd, t->norm[l][1], qd, w->norm_eps, xn);
+            ref_fakequant(xn, qd);
+            ref_linear(t->wf[l][TM_O], dim, qd, xn, o);
+            for (i = 0; i < dim; i++) xp[i] += o[i];
+            ref_rmsnorm(xp, t->norm[l][2], dim, w->norm_eps, xn);
+            ref_fakequant(xn, dim);
+            ref_linear(t->wf[l][TM_GATE], ff, dim, xn, g);
+            ref_linear(t->wf[l][TM_UP], ff, dim, xn, u);
+            for (i = 0; i < ff; i++) g[i] = (g[i] > 0 ? g[i] * g[i] : 0) * u[i];
+            ref_rmsnorm(g, t->norm[l][3], ff, w->norm_eps, xn);
+            ref_fakequant(xn, ff);
+            ref_linear(t->wf[l][TM_DOWN], dim, ff, xn, o);
+            for (i = 0; i < dim; i++) xp[i] += o[i];
+        }
+    }
+    for (p = 0; p < T; p++) {
+        ref_rmsnorm(x + p * dim, t->onorm, dim, w->norm_eps, xn);
+        if (q8_head) ref_fakequant(xn, dim);
+        for (j = 0; j < V; j++) {
+            const uint16_t *row = t->emb + (size_t)j * dim;
+            double acc = 0;
+            float amax = 0;
+            for (i = 0; i < dim; i++) amax = fabsf(bitnet_fp16_to_fp32(row[i])) > amax ? fabsf(bitnet_fp16_to_fp32(row[i])) : amax;
+            for (i = 0; i < dim; i++) {
+                float e = bitnet_fp16_to_fp32(row[i]);
+                if (q8_head && amax > 0) e = rintf(e * (127.0f / amax)) * (amax / 127.0f);
+                acc += (double)e * xn[i];
+            }
+            logits[(size_t)p * V + j] = (float)acc;
+        }
+    }
+    free(x), free(xn), free(q), free(k), free(v), free(att), free(o), free(g), free(u), free(sc);
+}
+
+static double rel_l2(const float *a, const float *b, size_t n) {
+    double d = 0, r = 0;
+    size_t i;
+    for (i = 0; i < n; i++) d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]), r += (double)b[i] * b[i];
+    return sqrt(d / (r > 0 ? r : 1));
+}
+
+static int argmax(const float *x, int n) {
+    int i, b = 0;
+    for (i = 1; i < n; i++)
+        if (x[i] > x[b]) b = i;
+    return b;
+}
+
+/* the standard test model: GQA (4 query heads over 2 kv heads), head_dim 32, 2 layers */
+#define TM_STD(t) tm_build(t, 96, 128, 2, 4, 2, 256, 11)
+
+/* ---- tests ----------------------------------------------------------------------------------- */
+
+static void test_forward_matches_reference(void) {
+    tmodel t;
+    bitnet_model *m;
+    bitnet_session *s = NULL;
+    int32_t tok[21];
+    int T = 21, i;
+    float *got, *want;
+    TM_STD(&t);
+    m = tm_model(&t, 1);
+    TEST_CHECK(m != NULL);
+    if (!m) { tm_free(&t); return; }
+    for (i = 0; i < T; i++) tok[i] = test_rand_int(0, 95);
+    got = (float *)malloc((size_t)T * 96 * 4), want = (float *)malloc((size_t)T * 96 * 4);
+    ref_forward(&t, tok, T, 0, want);
+    TEST_CHECK(bitnet_session_create(m, NULL, &s) == BITNET_OK);
+    TEST_CHECK(bitnet_session_eval(s, tok, (size_t)T, got, 1) == BITNET_OK);
+    TEST_CHECK(bitnet_session_pos(s) == T);
+    for (i = 0; i < T; i++) {
+        double e = rel_l2(got + i * 96, want + i * 96, 96);
+        TEST_CHECKF(e < 1e-3, "position %d: rel L2 %.3g against the float reference", i, e);
+    }
+    /* the scalar path gives the same logits as the SIMD one */
+    if (bitnet_cpu_isa() != BITNET_ISA_SCALAR) {
+        bitnet_isa isa = bitnet_cpu_isa();
+        float *sc = (float *)malloc((size_t)T * 96 * 4);
+        TEST_CHECK(bitnet_cpu_set_isa(BITNET_ISA_SCALAR) == BITNET_OK);
+        bitnet_session_reset(s);
+        TEST_CHECK(bitnet_session_eval(s, tok, (size_t)T, sc, 1) == BITNET_OK);
+        TEST_CHECKF(rel_l2(sc, got, (size_t)T * 96) < 1e-4, "scalar vs %s: %.3g", bitnet_isa_name(isa), rel_l2(sc, got, (size_t)T * 96));
+        bitnet_cpu_set_isa(isa);
+        free(sc);
+    }
+    bitnet_session_free(s);
+    bitnet_model_free(m);
+    free(got), free(want);
+    tm_free(&t);
+}
+
+static void test_q8_head(void) {
+    tmodel t;
+    bitnet_model *m, *m16;
+    bitnet_session *s = NULL, *s16 = NULL;
+    bitnet_model_info info;
+    int32_t tok[9];
+    int T = 9, i;
+    float got[9 * 96], want[9 * 96], exact[9 * 96];
+    TM_STD(&t);
+    m = tm_model(&t, 0), m16 = tm_model(&t, 1);
+    TEST_CHECK(m && m16);
+    if (!m || !m16) { bitnet_model_free(m), bitnet_model_free(m16), tm_free(&t); return; }
+    TEST_CHECK(bitnet_model_get_info(m, &info) == BITNET_OK && info.head_bits == 8);
+    TEST_CHECK(bitnet_model_get_info(m16, &info) == BITNET_OK && info.head_bits == 16);
+    for (i = 0; i < T; i++) tok[i] = test_rand_int(0, 95);
+    ref_forward(&t, tok, T, 1, want);
+    TEST_CHECK(bitnet_session_create(m, NULL, &s) == BITNET_OK && bitnet_session_create(m16, NULL, &s16) == BITNET_OK);
+    TEST_CHECK(bitnet_session_eval(s, tok, (size_t)T, got, 1) == BITNET_OK);
+    TEST_CHECK(bitnet_session_eval(s16, tok, (size_t)T, exact, 1) == BITNET_OK);
+    TEST_CHECKF(rel_l2(got, want, sizeof got / 4) < 1e-3, "int8 head vs its reference: %.3g", rel_l2(got, want, sizeof got / 4));
+    /* what the int8 head costs against the exact fp16 one */
+    TEST_CHECKF(rel_l2(got, exact, sizeof got / 4) < 2e-2, "int8 vs fp16 head: %.3g", rel_l2(got, exact, sizeof got / 4));
+    printf("  int8 head vs fp16 head: rel L2 %.2e\n", rel_l2(got, exact, sizeof got / 4));
+    bitnet_session_free(s), bitnet_session_free(s16);
+    bitnet_model_free(m), bitnet_model_free(m16);
+    tm_free(&t);
+}
+
+static void test_prefill_equals_stepwise(void) {
+    tmodel t;
+    bitnet_model *m;
+    bitnet_session *a = NULL, *b = NULL;
+    bitnet_session_desc sd;
+    int32_t tok[37];
+    int T = 37, i;
+    float *batched = (float *)malloc(37 * 96 * 4), *step = (float *)malloc(37 * 96 * 4), last[96];
+    TM_STD(&t);
+    m = tm_model(&t, 0);
+    for (i = 0; i < T; i++) tok[i] = test_rand_int(0, 95);
+    memset(&sd, 0, sizeof sd);
+    sd.n_batch = 8; /* several chunks, the last one partial */
+    TEST_CHECK(m && bitnet_session_create(m, NULL, &a) == BITNET_OK && bitnet_session_create(m, &sd, &b) == BITNET_OK);
+    if (!a || !b) goto done;
+    TEST_CHECK(bitnet_session_eval(a, tok, (size_t)T, batched, 1) == BITNET_OK);
+    for (i = 0; i < T; i++) TEST_CHECK(bitnet_session_eval(b, tok + i, 1, step + i * 96, 0) == BITNET_OK);
+    for (i = 0; i < T; i++) {
+        double e = rel_l2(batched + i * 96, step + i * 96, 96);
+        TEST_CHECKF(e < 1e-4, "position %d: batched vs token by token %.3g", i, e);
+    }
+    /* in chunks of 8, only the last row asked for */
+    bitnet_session_reset(b);
+    TEST_CHECK(bitnet_session_eval(b, tok, (size_t)T, last, 0) == BITNET_OK);
+    TEST_CHECK(rel_l2(last, batched + (T - 1) * 96, 96) < 1e-4);
+    /* a prefix without logits, then the rest */
+    bitnet_session_reset(b);
+    TEST_CHECK(bitnet_session_eval(b, tok, 20, NULL, 0) == BITNET_OK);
+    TEST_CHECK(bitnet_session_eval(b, tok + 20, (size_t)T - 20, last, 0) == BITNET_OK);
+    TEST_CHECK(rel_l2(last, batched + (T - 1) * 96, 96) < 1e-4);
+done:
+    bitnet_session_free(a), bitnet_session_free(b);
+    bitnet_model_free(m);
+    free(batched), free(step);
+    tm_free(&t);
+}
+
+static int collect_cb(int32_t token, const char *piece, size_t len, void *user) {
+    int *n = (int *)user;
+    (void)token, (void)piece, (void)len;
+    return ++*n >= 5; /* stop after 5 */
+}
+
+static void test_generate(void) {
+    tmodel t;
+    bitnet_model *m;
+    bitnet_session *s = NULL;
+    bitnet_generate_params gp;
+    bitnet_generate_stats st;
+    int32_t prompt[4] = {3, 14, 15, 92}, a[16], b[16], stop;
+    int i, calls = 0;
+    float lg[96];
+    TM_STD(&t);
+    m = tm_model(&t, 0);
+    TEST_CHECK(m && bitnet_session_create(m, NULL, &s) == BITNET_OK);
+    if (!s) goto done;
+    memset(&gp, 0, sizeof gp);
+    gp.max_tokens = 16;
+    gp.n_stop = 0, gp.stop_tokens = &stop; /* no stop tokens */
+    TEST_CHECK(bitnet_generate(s, prompt, 4, &gp, a, 16, &st) == BITNET_OK);
+    TEST_CHECK(st.n_prompt == 4 && st.n_generated == 16 && bitnet_session_pos(s) == 4 + 15);
+    /* greedy is deterministic, and each token is the argmax of the logits before it */
+    bitnet_session_reset(s);
+    TEST_CHECK(bitnet_generate(s, prompt, 4, &gp, b, 16, &st) == BITNET_OK);
+    TEST_CHECK(memcmp(a, b, sizeof a) == 0);
+    bitnet_session_reset(s);
+    TEST_CHECK(bitnet_session_eval(s, prompt, 4, lg, 0) == BITNET_OK);
+    for (i = 0; i < 16; i++) {
+        TEST_CHECKF(argmax(lg, 96) == a[i], "token %d: argmax %d, generated %d", i, argmax(lg, 96), a[i]);
+        TEST_CHECK(bitnet_session_eval(s, &a[i], 1, lg, 0) == BITNET_OK);
+    }
+    /* a stop token ends generation before it is emitted */
+    bitnet_session_reset(s);
+    stop = a[3];
+    gp.n_stop = 1;
+    for (i = 0; i < 3 && a[i] != stop; i++) {}
+    TEST_CHECK(bitnet_generate(s, prompt, 4, &gp, b, 16, &st) == BITNET_OK);
+    TEST_CHECKF(st.n_generated == (size_t)i, "stopped after %zu, expected %d", st.n_generated, i);
+    /* the callback stops it; out's cap bounds it */
+    gp.n_stop = 0;
+    gp.on_token = collect_cb, gp.user = &calls;
+    bitnet_session_reset(s);
+    TEST_CHECK(bitnet_generate(s, prompt, 4, &gp, NULL, 0, &st) == BITNET_OK && st.n_generated == 5 && calls == 5);
+    gp.on_token = NULL;
+    bitnet_session_reset(s);
+    TEST_CHECK(bitnet_generate(s, prompt, 4, &gp, b, 3, &st) == BITNET_OK && st.n_generated == 3);
+    TEST_CHECK(memcmp(a, b, 3 * sizeof *a) == 0);
+    /* seeded sampling is reproducible */
+    gp.sampler.temperature = 1.0f, gp.sampler.seed = 1234;
+    bitnet_session_reset(s);
+    TEST_CHECK(bitnet_generate(s, prompt, 4, &gp, a, 16, &st) == BITNET_OK);
+    bitnet_session_reset(s);
+    TEST_CHECK(bitnet_generate(s, prompt, 4, &gp, b, 16, &st) == BITNET_OK);
+    TEST_CHECK(memcmp(a, b, sizeof a) == 0);
+    /* continuing needs logits; a generate that ends on a sampled token leaves none */
+    TEST_CHECK(bitnet_generate(s, NULL, 0, &gp, a, 16, &st) == BITNET_ERR_INVALID_STATE);
+done:
+    bitnet_session_free(s);
+    bitnet_model_free(m);
+    tm_free(&t);
+}
+
+static void test_sampling(void) {
+    float base[8] = {1.0f, 3.0f, 2.9f, -1.0f, 0.5f, 2.0f, 2.95f, -3.0f}, lg[8];
+    bitnet_sampler_params p;
+    uint64_t rng = bitnet_rng_seed(7), r2;
+    int32_t tok, hist[3] = {1, 1, 6};
+    int i, counts[8], seq_a[32], seq_b[32], differ = 0;
+    memset(&p, 0, sizeof p);
+    /* greedy, and top-k 1 at any temperature, is the argmax */
+    memcpy(lg, base, sizeof lg);
+    TEST_CHECK(bitnet_sample(lg, 8, &p, NULL, 0, &rng, &tok) == BITNET_OK && tok == 1);
+    p.temperature = 5.0f, p.top_k = 1;
+    for (i = 0; i < 50; i++) {
+        memcpy(lg, base, sizeof lg);
+        TEST_CHECK(bitnet_sample(lg, 8, &p, NULL, 0, &rng, &tok) == BITNET_OK && tok == 1);
+    }
+    /* top-k 3 draws only from the three best */
+    p.top_k = 3;
+    memset(counts, 0, sizeof counts);
+    for (i = 0; i < 600; i++) {
+        memcpy(lg, base, sizeof lg);
+        bitnet_sample(lg, 8, &p, NULL, 0, &rng, &tok);
+        counts[tok]++;
+    }
+    TEST_CHECK(counts[1] > 0 && counts[2] > 0 && counts[6] > 0 && counts[1] + counts[2] + counts[6] == 600);
+    /* top-p: at T=1 the best holds 0.289, the best two 0.564, three 0.826; 0.25 keeps only the best */
+    p.top_k = 0, p.temperature = 1.0f, p.top_p = 0.25f;
+    for (i = 0; i < 200; i++) {
+        memcpy(lg, base, sizeof lg);
+        bitnet_sample(lg, 8, &p, NULL, 0, &rng, &tok);
+        TEST_CHECK(tok == 1);
+    }
+    p.top_p = 0.6f; /* exactly {1, 6, 2} */
+    memset(counts, 0, sizeof counts);
+    for (i = 0; i < 600; i++) {
+        memcpy(lg, base, sizeof lg);
+        bitnet_sample(lg, 8, &p, NULL, 0, &rng, &tok);
+        counts[tok]++;
+    }
+    TEST_CHECK(counts[1] && counts[6] && counts[2] && counts[1] + counts[6] + counts[2] == 600);
+    /* min-p 0.3: only tokens with p >= 0.3 p_max (logit >= 3 + ln 0.3 = 1.80) */
+    p.top_p = 0, p.min_p = 0.3f;
+    memset(counts, 0, sizeof counts);
+    for (i = 0; i < 600; i++) {
+        memcpy(lg, base, sizeof lg);
+        bitnet_sample(lg, 8, &p, NULL, 0, &rng, &tok);
+        counts[tok]++;
+    }
+    TEST_CHECK(counts[1] && counts[2] && counts[5] && counts[6] && counts[1] + counts[2] + counts[5] + counts[6] == 600);
+    /* temperature 1 follows the softmax: two tokens at logits 0 and ln 3 -> 1/4 and 3/4 */
+    {
+        float two[2];
+        int hits = 0;
+        p.min_p = 0;
+        for (i = 0; i < 4000; i++) {
+            two[0] = 0, two[1] = logf(3.0f);
+            bitnet_sample(two, 2, &p, NULL, 0, &rng, &tok);
+            hits += tok == 1;
+        }
+        TEST_CHECKF(hits > 2850 && hits < 3150, "%d of 4000 (expected 3000)", hits);
+    }
+    /* the repetition penalty demotes tokens in the window, each once */
+    memset(&p, 0, sizeof p);
+    p.repeat_penalty = 2.0f;
+    memcpy(lg, base, sizeof lg);
+    TEST_CHECK(bitnet_sample(lg, 8, &p, hist, 3, NULL, &tok) == BITNET_OK && tok == 2);
+    TEST_CHECK(lg[1] == 1.5f && lg[6] == 1.475f);
+    p.repeat_last_n = 1; /* only the last token (6) is penalised */
+    memcpy(lg, base, sizeof lg);
+    TEST_CHECK(bitnet_sample(lg, 8, &p, hist, 3, NULL, &tok) == BITNET_OK && tok == 1);
+    /* same seed, same draws; another seed, other draws */
+    memset(&p, 0, sizeof p);
+    p.temperature = 1.5f;
+    rng = bitnet_rng_seed(99), r2 = bitnet_rng_seed(99);
+    for (i = 0; i < 32; i++) {
+        memcpy(lg, base, sizeof lg);
+        bitnet_sample(lg, 8, &p, NULL, 0, &rng, &seq_a[i]);
+        memcpy(lg, base, sizeof lg);
+        bitnet_sample(lg, 8, &p, NULL, 0, &r2, &seq_b[i]);
+    }
+    TEST_CHECK(memcmp(seq_a, seq_b, sizeof seq_a) == 0);
+    r2 = bitnet_rng_seed(100);
+    for (i = 0; i < 32; i++) {
+        memcpy(lg, base, sizeof lg);
+        bitnet_sample(lg, 8, &p, NULL, 0, &r2, &seq_b[i]);
+        differ |= seq_b[i] != seq_a[i];
+    }
+    TEST_CHECK(differ);
+    /* bad arguments */
+    p.top_p = 1.5f;
+    TEST_CHECK(bitnet_sample(lg, 8, &p, NULL, 0, &rng, &tok) == BITNET_ERR_INVALID_ARG);
+    p.top_p = 0;
+    TEST_CHECK(bitnet_sample(lg, 0, &p, NULL, 0, &rng, &tok) == BITNET_ERR_BAD_SIZE);
+    TEST_CHECK(bitnet_sample(lg, 8, &p, NULL, 0, NULL, &tok) == BITNET_ERR_NULL_POINTER);
+    TEST_CHECK(bitnet_sample(NULL, 8, &p, NULL, 0, &rng, &tok) == BITNET_ERR_NULL_POINTER);
+}
+
+static void test_limits(void) {
+    tmodel t;
+    bitnet_model *m;
+    bitnet_session *s = NULL;
+    bitnet_session_desc sd;
+    int32_t tok[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, bad;
+    float lg[96];
+    TM_STD(&t);
+    m = tm_model(&t, 0);
+    memset(&sd, 0, sizeof sd);
+    sd.n_ctx = 8;
+    TEST_CHECK(m && bitnet_session_create(m, &sd, &s) == BITNET_OK);
+    if (!s) goto done;
+    TEST_CHECK(bitnet_session_eval(s, tok, 9, lg, 0) == BITNET_ERR_CONTEXT_FULL && bitnet_session_pos(s) == 0);
+    TEST_CHECK(bitnet_session_eval(s, tok, 5, lg, 0) == BITNET_OK);
+    TEST_CHECK(bitnet_session_eval(s, tok, 4, lg, 0) == BITNET_ERR_CONTEXT_FULL && bitnet_session_pos(s) == 5);
+    TEST_CHECK(bitnet_generate(s, tok, 4, NULL, NULL, 0, NULL) == BITNET_ERR_CONTEXT_FULL);
+    bad = -1;
+    TEST_CHECK(bitnet_session_eval(s, &bad, 1, lg, 0) == BITNET_ERR_BAD_TOKEN);
+    bad = 96;
+    TEST_CHECK(bitnet_session_eval(s, &bad, 1, lg, 0) == BITNET_ERR_BAD_TOKEN && bitnet_session_pos(s) == 5);
+    TEST_CHECK(bitnet_generate(s, &bad, 1, NULL, NULL, 0, NULL) == BITNET_ERR_BAD_TOKEN);
+    TEST_CHECK(bitnet_session_eval(s, tok, 0, lg, 0) == BITNET_ERR_BAD_SIZE);
+    TEST_CHECK(bitnet_session_eval(NULL, tok, 1, lg, 0) == BITNET_ERR_NULL_POINTER);
+    /* generation fills the context and stops there */
+    bitnet_session_reset(s);
+    {
+        bitnet_generate_stats st;
+        bitnet_generate_params gp;
+        memset(&gp, 0, sizeof gp);
+        gp.n_stop = 0, gp.stop_tokens = &bad;
+        TEST_CHECK(bitnet_generate(s, tok, 3, &gp, NULL, 0, &st) == BITNET_OK);
+        TEST_CHECK(st.n_generated == 6 && bitnet_session_pos(s) == 8);
+    }
+    sd.n_ctx = -1;
+    TEST_CHECK(bitnet_session_create(m, &sd, &s) == BITNET_ERR_INVALID_ARG);
+done:
+    bitnet_session_free(s);
+    bitnet_model_free(m);
+    tm_free(&t);
+}
+
+static void test_backend(void) {
+    tmodel t;
+    bitnet_model *m = NULL;
+    bitnet_model_desc d;
+    bitnet_model_info info;
+    tm_build(&t, 32, 128, 1, 2, 2, 128, 5);
+    memset(&d, 0, sizeof d);
+    if (bitnet_gpu_available()) {
+        tm_free(&t);
+        TEST_SKIP("a CUDA device is usable here; the no-GPU errors cannot be checked");
+    }
+    d.backend = BITNET_BACKEND_CUDA;
+    TEST_CHECK(bitnet_model_from_weights(&t.w, &d, &m) == BITNET_ERR_BACKEND && m == NULL);
+    TEST_CHECK(strstr(bitnet_last_error(), "cuda") != NULL);
+    d.backend = BITNET_BACKEND_AUTO;
+    TEST_CHECK(bitnet_model_from_weights(&t.w, &d, &m) == BITNET_OK);
+    TEST_CHECK(bitnet_model_get_info(m, &info) == BITNET_OK && info.backend == BITNET_BACKEND_CPU);
+    TEST_CHECKF(strstr(info.backend_reason, "CPU") != NULL, "reason: %s", info.backend_reason);
+    bitnet_model_free(m);
+    d.backend = (bitnet_backend)7;
+    TEST_CHECK(bitnet_model_from_weights(&t.w, &d, &m) == BITNET_ERR_INVALID_ARG);
+    tm_free(&t);
+}
+
+static void test_bad_weights(void) {
+    tmodel t;
+    bitnet_model *m = NULL;
+    bitnet_model_weights w;
+    const void *keep;
+    tm_build(&t, 32, 128, 1, 2, 2, 128, 6);
+    w = t.w, w.n_kv_heads = 3, w.n_heads = 4;
+    TEST_CHECK(bitnet_model_from_weights(&w, NULL, &m) == BITNET_ERR_BAD_METADATA && !m);
+    w = t.w, w.dim = 100, w.n_heads = 2;
+    TEST_CHECK(bitnet_model_from_weights(&w, NULL, &m) == BITNET_ERR_BAD_SHAPE);
+    w = t.w, w.n_heads = 0;
+    TEST_CHECK(bitnet_model_from_weights(&w, NULL, &m) == BITNET_ERR_BAD_METADATA);
+    w = t.w, w.eos = 32;
+    TEST_CHECK(bitnet_model_from_weights(&w, NULL, &m) == BITNET_ERR_BAD_METADATA);
+    w = t.w, w.rope_theta = 0;
+    TEST_CHECK(bitnet_model_from_weights(&w, NULL, &m) == BITNET_ERR_BAD_METADATA);
+    w = t.w, w.head_dim = 3, w.n_heads = 1;
+    TEST_CHECK(bitnet_model_from_weights(&w, NULL, &m) == BITNET_ERR_BAD_METADATA);
+    keep = t.lw[0].wv;
+    t.lw[0].wv = NULL;
+    TEST_CHECK(bitnet_model_from_weights(&t.w, NULL, &m) == BITNET_ERR_NULL_POINTER);
+    t.lw[0].wv = keep;
+    TEST_CHECK(bitnet_model_from_weights(NULL, NULL, &m) == BITNET_ERR_NULL_POINTER);
+    TEST_CHECK(bitnet_model_load(NULL, &m) == BITNET_ERR_NULL_POINTER);
+    {
+        bitnet_model_desc d;
+        memset(&d, 0, sizeof d);
+        TEST_CHECK(bitnet_model_load(&d, &m) == BITNET_ERR_INVALID_ARG);
+    }
+    tm_free(&t);
+}
+
+/* Every allocation of model and session creation and of generation can fail cleanly. */
+static void test_alloc_faults(void) {
+    tmodel t;
+    bitnet_model_desc d;
+    int n, ok = 0;
+    tm_build(&t, 32, 128, 1, 2, 2, 128, 8);
+    memset(&d, 0, sizeof d);
+    d.backend = BITNET_BACKEND_CPU;
+    for (n = 1; n < 100 && !ok; n++) {
+        bitnet_model *m = NULL;
+        bitnet_session *s = NULL;
+        bitnet_result r;
+        int32_t prompt[3] = {1, 2, 3}, out[4];
+        bitnet_generate_params gp;
+        char spec[32];
+        memset(&gp, 0, sizeof gp);
+        gp.max_tokens = 4, gp.sampler.temperature = 0.8f, gp.sampler.seed = 1, gp.sampler.repeat_penalty = 1.1f;
+        snprintf(spec, sizeof spec, "host_alloc:%d", n);
+        bitnet_set_fault(spec);
+        r = bitnet_model_from_weights(&t.w, &d, &m);
+        if (r == BITNET_OK) r = bitnet_session_create(m, NULL, &s);
+        if (r == BITNET_OK) r = bitnet_generate(s, prompt, 3, &gp, out, 4, NULL);
+        TEST_CHECKF(r == BITNET_OK || r == BITNET_ERR_OUT_OF_MEMORY, "fault %d: %s", n, bitnet_result_string(r));
+        ok = r == BITNET_OK;
+        bitnet_session_free(s);
+        bitnet_model_free(m);
+    }
+    bitnet_set_fault("");
+    TEST_CHECK(ok);
+    tm_free(&t);
+}
+
+static void test_tiny_gguf(void) {
+    bitnet_model_desc d;
+    bitnet_model *m = NULL;
+    bitnet_session *s = NULL;
+    bitnet_model_info info;
+    bitnet_generate_params gp;
+    bitnet_generate_stats st;
+    const bitnet_tokenizer *tk;
+    int32_t ids[64], out[8];
+    size_t n = 0;
+    float *a, *b;
+    FILE *f = fopen("tests/data/tiny.gguf", "rb");
+    if (!f) TEST_SKIP("tests/data/tiny.gguf is absent (run from the repository root)");
+    fclose(f);
+    memset(&d, 0, sizeof d);
+    d.path = "tests/data/tiny.gguf";
+    d.backend = BITNET_BACKEND_CPU;
+    TEST_CHECKF(bitnet_model_load(&d, &m) == BITNET_OK, "%s", bitnet_last_error());
+    if (!m) return;
+    TEST_CHECK(bitnet_model_get_info(m, &info) == BITNET_OK && info.n_vocab > 0 && info.n_layers > 0);
+    tk = bitnet_model_tokenizer(m);
+    TEST_CHECK(tk != NULL);
+    TEST_CHECK(bitnet_session_create(m, NULL, &s) == BITNET_OK);
+    if (tk && s) {
+        TEST_CHECK(bitnet_tokenize(tk, "Hello world", 11, 1, 0, ids, 64, &n) == BITNET_OK && n > 1);
+        memset(&gp, 0, sizeof gp);
+        gp.max_tokens = 8;
+        TEST_CHECK(bitnet_generate(s, ids, n, &gp, out, 8, &st) == BITNET_OK && st.n_prompt == n);
+        /* mapped and read give the same logits */
+        a = (float *)malloc((size_t)info.n_vocab * 4), b = (float *)malloc((size_t)info.n_vocab * 4);
+        bitnet_session_reset(s);
+        TEST_CHECK(bitnet_session_eval(s, ids, n, a, 0) == BITNET_OK);
+        bitnet_session_free(s), s = NULL;
+        bitnet_model_free(m), m = NULL;
+        d.no_mmap = 1;
+        TEST_CHECK(bitnet_model_load(&d, &m) == BITNET_OK && bitnet_session_create(m, NULL, &s) == BITNET_OK);
+        if (s) TEST_CHECK(bitnet_session_eval(s, ids, n, b, 0) == BITNET_OK && memcmp(a, b, (size_t)info.n_vocab * 4) == 0);
+        free(a), free(b);
+    }
+    bitnet_session_free(s);
+    bitnet_model_free(m);
+}
+
+int main(void) {
+    RUN_TEST(test_forward_matches_reference);
+    RUN_TEST(test_q8_head);
+    RUN_TEST(test_prefill_equals_stepwise);
+    RUN_TEST(test_generate);
+    RUN_TEST(test_sampling);
+    RUN_TEST(test_limits);
+    RUN_TEST(test_backend);
+    RUN_TEST(test_bad_weights);
+    RUN_TEST(test_alloc_faults);
+    RUN_TEST(test_tiny_gguf);
+    return test_summary();
+}
