@@ -1737,7 +1737,7 @@ static void bitnet__head_quant_task(void *arg, int ith, int nth) {
     }
 }
 
-/* Validates the shapes, takes the pointers, picks the backend, prepares the head. */
+/* Validates the shapes, takes the pointers, prepares the head for the backend already chosen. */
 static bitnet_result bitnet__model_build(bitnet_model *m, const bitnet_model_weights *w, const bitnet_model_desc *d) {
     bitnet_model_info *in = &m->info;
     int32_t l, hd;
@@ -1809,7 +1809,6 @@ static bitnet_result bitnet__model_build(bitnet_model *m, const bitnet_model_wei
         o->w_up = s->w_up;
         o->w_down = s->w_down;
     }
-    BITNET__TRY(bitnet__resolve_backend(d ? d->backend : BITNET_BACKEND_AUTO, in));
     if (env && strcmp(env, "f16") && strcmp(env, "q8"))
         return bitnet__err(BITNET_ERR_INVALID_ARG, "BITNET_HEAD=%s is not f16 or q8", env);
     in->head_bits = 16;
@@ -1867,7 +1866,8 @@ BITNET_API bitnet_result bitnet_model_from_weights(const bitnet_model_weights *w
     if (!m) return BITNET_ERR_OUT_OF_MEMORY;
     snprintf(m->info.arch, sizeof m->info.arch, "bitnet-b1.58");
     bitnet__progress(desc, 0.0f);
-    r = bitnet__model_build(m, w, desc);
+    r = bitnet__resolve_backend(desc ? desc->backend : BITNET_BACKEND_AUTO, &m->info);
+    if (r == BITNET_OK) r = bitnet__model_build(m, w, desc);
     if (r != BITNET_OK) {
         bitnet_model_free(m);
         return r;
@@ -2148,34 +2148,36 @@ static bitnet_result bitnet__model_from_gguf(bitnet_model *m, const bitnet_model
     return bitnet__model_build(m, &w, d);
 }
 
+/* The GGUF of desc: mapped, parsed from the caller's memory, or read whole (no_mmap). */
+static bitnet_result bitnet__model_open_gguf(bitnet_model *m, const bitnet_model_desc *desc) {
+    FILE *f;
+    long sz = -1;
+    bitnet_result r = BITNET_OK;
+    if (desc->data) return bitnet_gguf_open_memory(desc->data, desc->size, &m->gguf);
+    if (!desc->no_mmap) return bitnet_gguf_open(desc->path, &m->gguf);
+    if (!(f = fopen(desc->path, "rb"))) return bitnet__err(BITNET_ERR_IO, "cannot open %s: %s", desc->path, strerror(errno));
+    if (fseek(f, 0, SEEK_END) != 0 || (sz = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0)
+        r = bitnet__err(BITNET_ERR_IO, "cannot size %s: %s", desc->path, strerror(errno));
+    else if (!(m->file_copy = bitnet__malloc(sz ? (size_t)sz : 1))) r = BITNET_ERR_OUT_OF_MEMORY;
+    else if (fread(m->file_copy, 1, (size_t)sz, f) != (size_t)sz)
+        r = bitnet__err(BITNET_ERR_IO, "cannot read %s: %s", desc->path, strerror(errno));
+    fclose(f);
+    return r == BITNET_OK ? bitnet_gguf_open_memory(m->file_copy, (size_t)sz, &m->gguf) : r;
+}
+
 BITNET_API bitnet_result bitnet_model_load(const bitnet_model_desc *desc, bitnet_model **out) {
     bitnet_model *m;
     bitnet_result r;
     BITNET__CHECK_PTR(desc);
     BITNET__CHECK_PTR(out);
     *out = NULL;
-    if (!desc->path && !desc->data)
-        return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_model_load: give a path or data");
-    if (desc->path && desc->data)
-        return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_model_load: give a path or data, not both");
+    if (!desc->path == !desc->data)
+        return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_model_load: give a path or data (one of them)");
     m = (bitnet_model *)bitnet__calloc(1, sizeof *m);
     if (!m) return BITNET_ERR_OUT_OF_MEMORY;
     bitnet__progress(desc, 0.0f);
-    if (desc->data) r = bitnet_gguf_open_memory(desc->data, desc->size, &m->gguf);
-    else if (!desc->no_mmap) r = bitnet_gguf_open(desc->path, &m->gguf);
-    else { /* read the whole file, then parse it from memory */
-        FILE *f = fopen(desc->path, "rb");
-        long sz = -1;
-        r = BITNET_OK;
-        if (!f) r = bitnet__err(BITNET_ERR_IO, "cannot open %s: %s", desc->path, strerror(errno));
-        else if (fseek(f, 0, SEEK_END) != 0 || (sz = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0)
-            r = bitnet__err(BITNET_ERR_IO, "cannot size %s: %s", desc->path, strerror(errno));
-        else if (!(m->file_copy = bitnet__malloc(sz ? (size_t)sz : 1))) r = BITNET_ERR_OUT_OF_MEMORY;
-        else if (fread(m->file_copy, 1, (size_t)sz, f) != (size_t)sz)
-            r = bitnet__err(BITNET_ERR_IO, "cannot read %s: %s", desc->path, strerror(errno));
-        if (f) fclose(f);
-        if (r == BITNET_OK) r = bitnet_gguf_open_memory(m->file_copy, (size_t)sz, &m->gguf);
-    }
+    r = bitnet__resolve_backend(desc->backend, &m->info); /* before reading a large file for nothing */
+    if (r == BITNET_OK) r = bitnet__model_open_gguf(m, desc);
     if (r == BITNET_OK) r = bitnet__model_from_gguf(m, desc);
     if (r != BITNET_OK) {
         bitnet_model_free(m);
