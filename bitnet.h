@@ -1218,7 +1218,7 @@ BITNET_API bitnet_result bitnet_sample(float *logits, int32_t n_vocab, const bit
    which runs the same steps in the same order under the same names (bitnet__cpu_X / bitnet__gpu_X). */
 
 #define BITNET__MAX_BATCH 512     /* prompt tokens per forward chunk (the GEMM's M) */
-#define BITNET__MAX_HEAD_DIM 512  /* attention keeps one head's accumulator on the stack */
+#define BITNET__MAX_HEAD_DIM 256  /* attention keeps a block of keys and values on the stack */
 
 typedef struct bitnet__layer {
     const float *attn_norm;       /* [dim] */
@@ -1250,8 +1250,11 @@ struct bitnet_model {
 struct bitnet_session {
     bitnet_model *m;
     int32_t n_ctx, pos, n_batch;
-    uint16_t *k_cache, *v_cache;  /* fp16 [n_layers][n_kv_heads][n_ctx][head_dim]: fp16 halves what
-                                     decode reads per token and matches the GPU cache bit for bit */
+    int32_t n_kv;                 /* positions in the cache: n_ctx rounded up to a whole key tile */
+    uint16_t *k_cache;            /* fp16 [n_layers][n_kv_heads][n_kv/16][head_dim][16]: tiles of 16 keys,
+                                     transposed, so attention scores 16 keys with plain vector FMAs */
+    uint16_t *v_cache;            /* fp16 [n_layers][n_kv_heads][n_kv][head_dim]. fp16 halves what decode
+                                     reads per token, and the values match the GPU cache's */
     float *rope;                  /* [n_ctx][head_dim/2][2]: cos, sin of pos * theta^(-2i/head_dim) */
     float *x;                     /* [n_batch][dim] the residual stream */
     float *xb;                    /* [n_batch][max(dim, q_dim)] attention output, then o/down output */
@@ -1312,100 +1315,6 @@ static void bitnet__fwd_rmsnorm_quantize(const float *x, const float *w, size_t 
     *sum = acc;
 }
 
-/* ---- fp16 attention primitives: q . k_row and acc += p * v_row, scalar then SIMD ------------ */
-typedef float (*bitnet__dot_f16_fn)(const float *q, const uint16_t *k, int n);
-typedef void (*bitnet__axpy_f16_fn)(float *acc, float p, const uint16_t *v, int n);
-
-static float bitnet__dot_f16_scalar(const float *q, const uint16_t *k, int n) {
-    float r = 0;
-    int i;
-    for (i = 0; i < n; i++) r += q[i] * bitnet_fp16_to_fp32(k[i]);
-    return r;
-}
-static void bitnet__axpy_f16_scalar(float *acc, float p, const uint16_t *v, int n) {
-    int i;
-    for (i = 0; i < n; i++) acc[i] += p * bitnet_fp16_to_fp32(v[i]);
-}
-
-#if defined(BITNET__X86_SIMD)
-__attribute__((target("avx2,fma,f16c"))) static float bitnet__dot_f16_avx2(const float *q, const uint16_t *k, int n) {
-    __m256 acc = _mm256_setzero_ps();
-    __m128 h;
-    float r;
-    int i = 0;
-    for (; i + 8 <= n; i += 8)
-        acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k + i))), acc);
-    h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-    h = _mm_add_ss(h, _mm_movehdup_ps(h));
-    r = _mm_cvtss_f32(h);
-    for (; i < n; i++) r += q[i] * bitnet_fp16_to_fp32(k[i]);
-    return r;
-}
-__attribute__((target("avx2,fma,f16c"))) static void bitnet__axpy_f16_avx2(float *acc, float p, const uint16_t *v, int n) {
-    __m256 pv = _mm256_set1_ps(p);
-    int i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(acc + i, _mm256_fmadd_ps(pv, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(v + i))),
-                                                  _mm256_loadu_ps(acc + i)));
-    for (; i < n; i++) acc[i] += p * bitnet_fp16_to_fp32(v[i]);
-}
-__attribute__((target("avx512f"))) static float bitnet__dot_f16_avx512(const float *q, const uint16_t *k, int n) {
-    __m512 acc = _mm512_setzero_ps();
-    float r;
-    int i = 0;
-    for (; i + 16 <= n; i += 16)
-        acc = _mm512_fmadd_ps(_mm512_loadu_ps(q + i), _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(k + i))), acc);
-    r = _mm512_reduce_add_ps(acc);
-    for (; i < n; i++) r += q[i] * bitnet_fp16_to_fp32(k[i]);
-    return r;
-}
-__attribute__((target("avx512f"))) static void bitnet__axpy_f16_avx512(float *acc, float p, const uint16_t *v, int n) {
-    __m512 pv = _mm512_set1_ps(p);
-    int i = 0;
-    for (; i + 16 <= n; i += 16)
-        _mm512_storeu_ps(acc + i, _mm512_fmadd_ps(pv, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(v + i))),
-                                                  _mm512_loadu_ps(acc + i)));
-    for (; i < n; i++) acc[i] += p * bitnet_fp16_to_fp32(v[i]);
-}
-static int bitnet__cpu_has_f16c(void) {
-    unsigned a, b, c, d;
-    return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
-}
-#endif
-#if defined(BITNET__NEON)
-static float bitnet__dot_f16_neon(const float *q, const uint16_t *k, int n) {
-    float32x4_t acc = vdupq_n_f32(0);
-    float r;
-    int i = 0;
-    for (; i + 4 <= n; i += 4)
-        acc = vfmaq_f32(acc, vld1q_f32(q + i), vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(k + i))));
-    r = vaddvq_f32(acc);
-    for (; i < n; i++) r += q[i] * bitnet_fp16_to_fp32(k[i]);
-    return r;
-}
-static void bitnet__axpy_f16_neon(float *acc, float p, const uint16_t *v, int n) {
-    int i = 0;
-    for (; i + 4 <= n; i += 4)
-        vst1q_f32(acc + i, vfmaq_n_f32(vld1q_f32(acc + i), vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(v + i))), p));
-    for (; i < n; i++) acc[i] += p * bitnet_fp16_to_fp32(v[i]);
-}
-#endif
-
-static void bitnet__attn_prims(bitnet__dot_f16_fn *dot, bitnet__axpy_f16_fn *axpy) {
-    bitnet_isa isa = bitnet_cpu_isa();
-    *dot = bitnet__dot_f16_scalar;
-    *axpy = bitnet__axpy_f16_scalar;
-#if defined(BITNET__X86_SIMD)
-    if (isa == BITNET_ISA_AVX512) *dot = bitnet__dot_f16_avx512, *axpy = bitnet__axpy_f16_avx512;
-    else if (isa == BITNET_ISA_AVX2 && bitnet__cpu_has_f16c()) *dot = bitnet__dot_f16_avx2, *axpy = bitnet__axpy_f16_avx2;
-#endif
-#if defined(BITNET__NEON)
-    if (isa == BITNET_ISA_NEON) *dot = bitnet__dot_f16_neon, *axpy = bitnet__axpy_f16_neon;
-#endif
-    (void)isa;
-}
-
 /* ---- the steps of the forward pass (the GPU side has one function per step, same names) ----- */
 
 /* 1. embed: x[t] = tok_embd[tokens[t]] as fp32 */
@@ -1464,67 +1373,190 @@ static void bitnet__cpu_rope(bitnet_session *s, int m) {
     bitnet__for_rows(m, (size_t)(s->m->q_dim + s->m->kv_dim) * 3, bitnet__rope_row, &c);
 }
 
-/* 5. kv_store: k[t], v[t] -> the fp16 cache of layer l at position pos + t */
+/* 5. kv_store: k[t], v[t] -> the fp16 cache of layer l at position pos + t (k into its tile's
+      column; a tile is zeroed when its first key arrives, so unused columns hold no garbage) */
 static void bitnet__cpu_kv_store(bitnet_session *s, int l, int m) {
     const bitnet_model *md = s->m;
-    int t, h, hd = md->info.head_dim, nkv = md->info.n_kv_heads;
+    int t, h, d, hd = md->info.head_dim, nkv = md->info.n_kv_heads;
+    uint16_t row[BITNET__MAX_HEAD_DIM];
     for (t = 0; t < m; t++)
         for (h = 0; h < nkv; h++) {
-            size_t at = (((size_t)l * nkv + h) * s->n_ctx + (size_t)(s->pos + t)) * hd;
-            bitnet_convert_fp32_to_fp16(s->k + (size_t)t * md->kv_dim + h * hd, s->k_cache + at, (size_t)hd);
-            bitnet_convert_fp32_to_fp16(s->v + (size_t)t * md->kv_dim + h * hd, s->v_cache + at, (size_t)hd);
+            int p = s->pos + t;
+            size_t base = ((size_t)l * nkv + h) * (size_t)s->n_kv * hd;
+            uint16_t *kt = s->k_cache + base + (size_t)(p / 16) * hd * 16;
+            if (p % 16 == 0) memset(kt, 0, (size_t)hd * 16 * sizeof *kt);
+            bitnet_convert_fp32_to_fp16(s->k + (size_t)t * md->kv_dim + h * hd, row, (size_t)hd);
+            for (d = 0; d < hd; d++) kt[d * 16 + p % 16] = row[d];
+            bitnet_convert_fp32_to_fp16(s->v + (size_t)t * md->kv_dim + h * hd, s->v_cache + base + (size_t)p * hd, (size_t)hd);
         }
 }
 
 /* 6. attention: xb[t][h] = softmax(q[t][h] . K[0..pos+t] / sqrt(head_dim)) V, causal, GQA (query
-      head h reads kv head h / (n_heads / n_kv_heads)). One (t, h) per work item, with an online
-      softmax over blocks of keys so no scratch grows with the context. */
-typedef struct bitnet__at {
-    bitnet_session *s; int l, m;
-    bitnet__dot_f16_fn dot; bitnet__axpy_f16_fn axpy;
-} bitnet__at;
-static void bitnet__attn_one(const bitnet__at *c, int t, int h) {
-    const bitnet_model *md = c->s->m;
-    int hd = md->info.head_dim, kvh = h / (md->info.n_heads / md->info.n_kv_heads), len = c->s->pos + t + 1;
-    size_t base = (((size_t)c->l * md->info.n_kv_heads + kvh) * c->s->n_ctx) * hd;
-    const uint16_t *kc = c->s->k_cache + base, *vc = c->s->v_cache + base;
-    const float *q = c->s->q + (size_t)t * md->q_dim + h * hd;
-    float *out = c->s->xb + (size_t)t * md->q_dim + h * hd;
-    float acc[BITNET__MAX_HEAD_DIM], sc[64], mx = -INFINITY, sum = 0, scale = 1.0f / sqrtf((float)hd);
-    int s0, j, i;
-    memset(acc, 0, (size_t)hd * sizeof acc[0]);
-    for (s0 = 0; s0 < len; s0 += 64) {
-        int nb = BITNET__MIN(64, len - s0);
-        float bm = -INFINITY;
-        for (j = 0; j < nb; j++) {
-            sc[j] = c->dot(q, kc + (size_t)(s0 + j) * hd, hd) * scale;
-            bm = sc[j] > bm ? sc[j] : bm;
+      head h reads kv head h / (n_heads / n_kv_heads)). One work item is one position and one kv
+      head with the query heads that share it, so each key and value tile is converted from fp16
+      once for the group; an online softmax over tiles of 16 keys needs no scratch that grows with
+      the context. */
+typedef void (*bitnet__attn_fn)(const float *q, int g, const uint16_t *kc, const uint16_t *vc, int len, int hd,
+                                float scale, float *out);
+
+/* q [g][hd] for keys [0, len) of one kv head (kc its tiles, vc its rows) -> out [g][hd]. Heads
+   four at a time, so the stack holds one tile of keys and values and four accumulators. */
+static void bitnet__attn_group_ref(const float *q, int g, const uint16_t *kc, const uint16_t *vc, int len, int hd,
+                                   float scale, float *out) {
+    float kf[BITNET__MAX_HEAD_DIM * 16], vf[16 * BITNET__MAX_HEAD_DIM], o[4][BITNET__MAX_HEAD_DIM];
+    float sc[16], mx[4], sum[4];
+    int h0, h, s0, j, d, nh;
+    for (h0 = 0; h0 < g; h0 += 4) {
+        nh = BITNET__MIN(4, g - h0);
+        for (h = 0; h < nh; h++) {
+            mx[h] = -INFINITY, sum[h] = 0;
+            memset(o[h], 0, (size_t)hd * sizeof o[h][0]);
         }
-        if (bm > mx) { /* a new maximum: rescale what has been summed so far */
-            float f = expf(mx - bm);
-            for (i = 0; i < hd; i++) acc[i] *= f;
-            sum *= f;
-            mx = bm;
+        for (s0 = 0; s0 < len; s0 += 16) {
+            int nb = BITNET__MIN(16, len - s0);
+            bitnet_convert_fp16_to_fp32(kc + (size_t)s0 * hd, kf, (size_t)hd * 16);
+            bitnet_convert_fp16_to_fp32(vc + (size_t)s0 * hd, vf, (size_t)nb * hd);
+            for (h = 0; h < nh; h++) {
+                const float *qh = q + (size_t)(h0 + h) * hd;
+                float bm = -INFINITY, f;
+                for (j = 0; j < 16; j++) sc[j] = 0;
+                for (d = 0; d < hd; d++)
+                    for (j = 0; j < 16; j++) sc[j] += qh[d] * kf[d * 16 + j];
+                for (j = 0; j < nb; j++) {
+                    sc[j] *= scale;
+                    bm = sc[j] > bm ? sc[j] : bm;
+                }
+                if (bm > mx[h]) { /* a new maximum: rescale what has been summed so far */
+                    f = expf(mx[h] - bm);
+                    for (d = 0; d < hd; d++) o[h][d] *= f;
+                    sum[h] *= f;
+                    mx[h] = bm;
+                }
+                for (j = 0; j < nb; j++) {
+                    float p = expf(sc[j] - mx[h]);
+                    sum[h] += p;
+                    for (d = 0; d < hd; d++) o[h][d] += p * vf[j * hd + d];
+                }
+            }
         }
-        for (j = 0; j < nb; j++) {
-            float p = expf(sc[j] - mx);
-            sum += p;
-            c->axpy(acc, p, vc + (size_t)(s0 + j) * hd, hd);
+        for (h = 0; h < nh; h++)
+            for (d = 0; d < hd; d++) out[(size_t)(h0 + h) * hd + d] = o[h][d] / sum[h];
+    }
+}
+
+#if defined(BITNET__X86_SIMD)
+/* exp(x) for the softmax's x <= 0: 2^n * poly(r), r = x - n ln 2, |r| <= ln2/2 (relative error ~2e-7) */
+__attribute__((target("avx512f"))) static __m512 bitnet__exp_avx512(__m512 x) {
+    __m512 n, r, p;
+    x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
+    n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145752f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.42860677e-6f), r);
+    p = _mm512_set1_ps(1.0f / 720);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, n);
+}
+
+/* The same for head_dim 128 (the 2B-4T shape), any group size: one zmm of scores per 16-key
+   tile, the output row of a head in 8 zmm while the tile's values stream through. */
+__attribute__((target("avx512f"))) static void bitnet__attn_group_avx512(const float *q, int g, const uint16_t *kc,
+                                                                         const uint16_t *vc, int len, int hd,
+                                                                         float scale, float *out) {
+    float kf[128 * 16], vf[16 * 128], p[16];
+    int h, s0, j, d, c;
+    (void)hd;
+    for (h = 0; h < g; h++) { /* zero the output, which accumulates across tiles */
+        for (c = 0; c < 8; c++) _mm512_storeu_ps(out + (size_t)h * 128 + 16 * c, _mm512_setzero_ps());
+    }
+    {
+        float mx[64], sum[64]; /* per head: running max and sum (g <= 64, checked by the caller) */
+        for (h = 0; h < g; h++) mx[h] = -INFINITY, sum[h] = 0;
+        for (s0 = 0; s0 < len; s0 += 16) {
+            int nb = BITNET__MIN(16, len - s0);
+            __mmask16 valid = (__mmask16)(nb == 16 ? 0xffff : (1u << nb) - 1);
+            for (d = 0; d < 128; d++)
+                _mm512_storeu_ps(kf + 16 * d, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(kc + (size_t)s0 * 128 + 16 * d))));
+            for (j = 0; j < nb * 8; j++)
+                _mm512_storeu_ps(vf + 16 * j, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(vc + (size_t)s0 * 128 + 16 * j))));
+            for (h = 0; h < g; h++) {
+                const float *qh = q + (size_t)h * 128;
+                float *oh = out + (size_t)h * 128, bm;
+                __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0, sv, e;
+                __m512 o0, o1, o2, o3, o4, o5, o6, o7;
+                for (d = 0; d < 128; d += 8) { /* scores of the 16 keys, in 8 chains to hide the FMA latency */
+                    a0 = _mm512_fmadd_ps(_mm512_set1_ps(qh[d]), _mm512_loadu_ps(kf + 16 * d), a0);
+                    a1 = _mm512_fmadd_ps(_mm512_set1_ps(qh[d + 1]), _mm512_loadu_ps(kf + 16 * d + 16), a1);
+                    a2 = _mm512_fmadd_ps(_mm512_set1_ps(qh[d + 2]), _mm512_loadu_ps(kf + 16 * d + 32), a2);
+                    a3 = _mm512_fmadd_ps(_mm512_set1_ps(qh[d + 3]), _mm512_loadu_ps(kf + 16 * d + 48), a3);
+                    a4 = _mm512_fmadd_ps(_mm512_set1_ps(qh[d + 4]), _mm512_loadu_ps(kf + 16 * d + 64), a4);
+                    a5 = _mm512_fmadd_ps(_mm512_set1_ps(qh[d + 5]), _mm512_loadu_ps(kf + 16 * d + 80), a5);
+                    a6 = _mm512_fmadd_ps(_mm512_set1_ps(qh[d + 6]), _mm512_loadu_ps(kf + 16 * d + 96), a6);
+                    a7 = _mm512_fmadd_ps(_mm512_set1_ps(qh[d + 7]), _mm512_loadu_ps(kf + 16 * d + 112), a7);
+                }
+                a0 = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)),
+                                   _mm512_add_ps(_mm512_add_ps(a4, a5), _mm512_add_ps(a6, a7)));
+                sv = _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), valid, _mm512_mul_ps(a0, _mm512_set1_ps(scale)));
+                bm = _mm512_reduce_max_ps(sv);
+                o0 = _mm512_loadu_ps(oh), o1 = _mm512_loadu_ps(oh + 16), o2 = _mm512_loadu_ps(oh + 32), o3 = _mm512_loadu_ps(oh + 48);
+                o4 = _mm512_loadu_ps(oh + 64), o5 = _mm512_loadu_ps(oh + 80), o6 = _mm512_loadu_ps(oh + 96), o7 = _mm512_loadu_ps(oh + 112);
+                if (bm > mx[h]) { /* a new maximum: rescale what has been summed so far */
+                    float f = expf(mx[h] - bm);
+                    __m512 fv = _mm512_set1_ps(f);
+                    o0 = _mm512_mul_ps(o0, fv), o1 = _mm512_mul_ps(o1, fv), o2 = _mm512_mul_ps(o2, fv), o3 = _mm512_mul_ps(o3, fv);
+                    o4 = _mm512_mul_ps(o4, fv), o5 = _mm512_mul_ps(o5, fv), o6 = _mm512_mul_ps(o6, fv), o7 = _mm512_mul_ps(o7, fv);
+                    sum[h] *= f;
+                    mx[h] = bm;
+                }
+                e = _mm512_maskz_mov_ps(valid, bitnet__exp_avx512(_mm512_sub_ps(sv, _mm512_set1_ps(mx[h]))));
+                sum[h] += _mm512_reduce_add_ps(e);
+                _mm512_storeu_ps(p, e);
+                for (j = 0; j < nb; j++) { /* out += p V */
+                    __m512 pj = _mm512_set1_ps(p[j]);
+                    const float *v = vf + 128 * j;
+                    o0 = _mm512_fmadd_ps(pj, _mm512_loadu_ps(v), o0), o1 = _mm512_fmadd_ps(pj, _mm512_loadu_ps(v + 16), o1);
+                    o2 = _mm512_fmadd_ps(pj, _mm512_loadu_ps(v + 32), o2), o3 = _mm512_fmadd_ps(pj, _mm512_loadu_ps(v + 48), o3);
+                    o4 = _mm512_fmadd_ps(pj, _mm512_loadu_ps(v + 64), o4), o5 = _mm512_fmadd_ps(pj, _mm512_loadu_ps(v + 80), o5);
+                    o6 = _mm512_fmadd_ps(pj, _mm512_loadu_ps(v + 96), o6), o7 = _mm512_fmadd_ps(pj, _mm512_loadu_ps(v + 112), o7);
+                }
+                _mm512_storeu_ps(oh, o0), _mm512_storeu_ps(oh + 16, o1), _mm512_storeu_ps(oh + 32, o2), _mm512_storeu_ps(oh + 48, o3);
+                _mm512_storeu_ps(oh + 64, o4), _mm512_storeu_ps(oh + 80, o5), _mm512_storeu_ps(oh + 96, o6), _mm512_storeu_ps(oh + 112, o7);
+            }
+        }
+        for (h = 0; h < g; h++) {
+            __m512 inv = _mm512_set1_ps(1.0f / sum[h]);
+            for (c = 0; c < 8; c++) _mm512_storeu_ps(out + (size_t)h * 128 + 16 * c, _mm512_mul_ps(_mm512_loadu_ps(out + (size_t)h * 128 + 16 * c), inv));
         }
     }
-    for (i = 0; i < hd; i++) out[i] = acc[i] / sum;
 }
+#endif
+
+typedef struct bitnet__at { bitnet_session *s; int l, m; bitnet__attn_fn fn; } bitnet__at;
 static void bitnet__attn_task(void *arg, int ith, int nth) {
     const bitnet__at *c = (const bitnet__at *)arg;
-    int nh = c->s->m->info.n_heads, u, n = c->m * nh;
-    for (u = ith; u < n; u += nth) bitnet__attn_one(c, u / nh, u % nh); /* interleaved: causal rows differ in cost */
+    const bitnet_model *md = c->s->m;
+    int nkv = md->info.n_kv_heads, g = md->info.n_heads / nkv, hd = md->info.head_dim, u, n = c->m * nkv;
+    float scale = 1.0f / sqrtf((float)hd);
+    for (u = ith; u < n; u += nth) { /* interleaved: causal rows differ in cost */
+        int t = u / nkv, kvh = u % nkv;
+        size_t base = ((size_t)c->l * nkv + kvh) * (size_t)c->s->n_kv * hd, at = (size_t)t * md->q_dim + (size_t)kvh * g * hd;
+        c->fn(c->s->q + at, g, c->s->k_cache + base, c->s->v_cache + base, c->s->pos + t + 1, hd, scale, c->s->xb + at);
+    }
 }
 static void bitnet__cpu_attention(bitnet_session *s, int l, int m) {
     bitnet__at c;
     c.s = s;
     c.l = l;
     c.m = m;
-    bitnet__attn_prims(&c.dot, &c.axpy);
+    c.fn = bitnet__attn_group_ref;
+#if defined(BITNET__X86_SIMD)
+    if (bitnet_cpu_isa() == BITNET_ISA_AVX512 && s->m->info.head_dim == 128 && s->m->info.n_heads / s->m->info.n_kv_heads <= 64)
+        c.fn = bitnet__attn_group_avx512;
+#endif
     bitnet__parallel(bitnet__attn_task, &c);
 }
 
@@ -2226,7 +2258,8 @@ static bitnet_result bitnet__cpu_session_init(bitnet_session *s) {
     const bitnet_model *m = s->m;
     size_t kv, B = (size_t)s->n_batch, dim = (size_t)m->info.dim, ff = (size_t)m->info.ffn_dim, qd = (size_t)m->q_dim;
     size_t wide = BITNET__MAX(BITNET__MAX(dim, qd), ff);
-    if (!bitnet__mul_size((size_t)m->info.n_layers * (size_t)m->kv_dim, (size_t)s->n_ctx, &kv) || kv > SIZE_MAX / 2)
+    s->n_kv = (s->n_ctx + 15) / 16 * 16;
+    if (!bitnet__mul_size((size_t)m->info.n_layers * (size_t)m->kv_dim, (size_t)s->n_kv, &kv) || kv > SIZE_MAX / 2)
         return bitnet__err(BITNET_ERR_OVERFLOW, "session: the KV cache of %d positions overflows", (int)s->n_ctx);
     s->k_cache = (uint16_t *)bitnet__malloc(kv * 2);
     s->v_cache = (uint16_t *)bitnet__malloc(kv * 2);
@@ -2254,7 +2287,8 @@ BITNET_API bitnet_result bitnet_session_create(bitnet_model *m, const bitnet_ses
     BITNET__CHECK_PTR(out);
     *out = NULL;
     n_ctx = desc && desc->n_ctx ? desc->n_ctx : m->info.n_ctx_train;
-    if (n_ctx <= 0) return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_session_create: n_ctx %d is not positive", (int)n_ctx);
+    if (n_ctx <= 0 || n_ctx > INT32_MAX - 16)
+        return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_session_create: n_ctx %d is out of range", (int)n_ctx);
     s = (bitnet_session *)bitnet__calloc(1, sizeof *s);
     if (!s) return BITNET_ERR_OUT_OF_MEMORY;
     s->m = m;

@@ -232,35 +232,36 @@ static int argmax(const float *x, int n) {
 
 /* ---- tests ----------------------------------------------------------------------------------- */
 
-static void test_forward_matches_reference(void) {
+/* One model shape against the reference; also the scalar path against the active SIMD one. */
+static void forward_vs_reference(int n_vocab, int dim, int n_layers, int n_heads, int n_kv, int ffn, int T) {
     tmodel t;
     bitnet_model *m;
     bitnet_session *s = NULL;
-    int32_t tok[21];
-    int T = 21, i;
+    int32_t tok[40];
+    int i, V = n_vocab;
     float *got, *want;
-    TM_STD(&t);
+    tm_build(&t, n_vocab, dim, n_layers, n_heads, n_kv, ffn, (unsigned long long)(dim * 31 + n_heads));
     m = tm_model(&t, 1);
     TEST_CHECK(m != NULL);
     if (!m) { tm_free(&t); return; }
-    for (i = 0; i < T; i++) tok[i] = test_rand_int(0, 95);
-    got = (float *)malloc((size_t)T * 96 * 4), want = (float *)malloc((size_t)T * 96 * 4);
+    for (i = 0; i < T; i++) tok[i] = test_rand_int(0, V - 1);
+    got = (float *)malloc((size_t)T * V * 4), want = (float *)malloc((size_t)T * V * 4);
     ref_forward(&t, tok, T, 0, want);
     TEST_CHECK(bitnet_session_create(m, NULL, &s) == BITNET_OK);
     TEST_CHECK(bitnet_session_eval(s, tok, (size_t)T, got, 1) == BITNET_OK);
     TEST_CHECK(bitnet_session_pos(s) == T);
     for (i = 0; i < T; i++) {
-        double e = rel_l2(got + i * 96, want + i * 96, 96);
-        TEST_CHECKF(e < 1e-3, "position %d: rel L2 %.3g against the float reference", i, e);
+        double e = rel_l2(got + i * V, want + i * V, (size_t)V);
+        TEST_CHECKF(e < 1e-3, "dim %d heads %d/%d: position %d: rel L2 %.3g against the float reference", dim, n_heads,
+                    n_kv, i, e);
     }
-    /* the scalar path gives the same logits as the SIMD one */
     if (bitnet_cpu_isa() != BITNET_ISA_SCALAR) {
         bitnet_isa isa = bitnet_cpu_isa();
-        float *sc = (float *)malloc((size_t)T * 96 * 4);
+        float *sc = (float *)malloc((size_t)T * V * 4);
         TEST_CHECK(bitnet_cpu_set_isa(BITNET_ISA_SCALAR) == BITNET_OK);
         bitnet_session_reset(s);
         TEST_CHECK(bitnet_session_eval(s, tok, (size_t)T, sc, 1) == BITNET_OK);
-        TEST_CHECKF(rel_l2(sc, got, (size_t)T * 96) < 1e-4, "scalar vs %s: %.3g", bitnet_isa_name(isa), rel_l2(sc, got, (size_t)T * 96));
+        TEST_CHECKF(rel_l2(sc, got, (size_t)T * V) < 1e-4, "scalar vs %s: %.3g", bitnet_isa_name(isa), rel_l2(sc, got, (size_t)T * V));
         bitnet_cpu_set_isa(isa);
         free(sc);
     }
@@ -268,6 +269,15 @@ static void test_forward_matches_reference(void) {
     bitnet_model_free(m);
     free(got), free(want);
     tm_free(&t);
+}
+
+/* shapes: GQA groups of 2 and 4, multi-head without grouping, head_dim 32, 64 and 128 (the
+   2B-4T head, which has its own SIMD path), more keys than one 16-key tile */
+static void test_forward_matches_reference(void) {
+    forward_vs_reference(96, 128, 2, 4, 2, 256, 21);
+    forward_vs_reference(64, 256, 1, 2, 1, 256, 37);
+    forward_vs_reference(64, 256, 1, 4, 1, 128, 18);
+    forward_vs_reference(64, 128, 1, 2, 2, 128, 9);
 }
 
 static void test_q8_head(void) {
