@@ -1318,8 +1318,8 @@ BITNET__UNUSED static void bitnet__parallel(bitnet__task_fn fn, void *arg) { fn(
    by tests/test_math.c):
      RMSNorm        sum of squares in double on every path; equal to scalar up to the last bits
                     of that double sum, i.e. |d| <= 1e-6 |scalar| (in practice bit-identical).
-     softmax        vector exp (degree-7 Taylor after range reduction, <= 2 ulp) and lane-wise
-                    sums: |d| <= 1e-5 |scalar| + 1e-12.
+     softmax        vector exp (degree-8 Taylor after range reduction, ~2 ulp) and lane-wise
+                    sums: |d| <= 2e-6 |scalar| + 1e-12.
      GEMM / GEMV    lane-wise FMA sums in another order: |d| <= 1e-5 sum_c |w_c a_c|.
    Quantization (>>quant) is bit-identical on every path, including the fused RMSNorm one. */
 
@@ -1498,10 +1498,13 @@ static void bitnet__softmax_row_scalar(float *x, size_t k) {
     for (c = 0; c < k; c++) x[c] /= fs;
 }
 
-/* exp for x <= 0 (softmax arguments): x = n ln2 + t, |t| <= ln2/2, exp(t) by a degree-7 Taylor
-   polynomial (truncation error < 6e-9), times 2^n built in the exponent field. Below ln(FLT_MIN)
-   the result is 0 (expf would give a subnormal < 1.2e-38), so -Inf gives 0; NaN stays NaN. */
+/* exp for x <= 0 (softmax arguments): x = n ln2 + t, |t| <= ln2/2, exp(t) by a degree-8 Taylor
+   polynomial (truncation error < 3e-10), times 2^n built in the exponent field. Below ln(FLT_MIN)
+   the result is 0 (expf would give a subnormal < 1.2e-38), so -Inf gives 0; NaN stays NaN.
+   The row sum is kept in float lanes folded into a double every 512 elements (the scalar path
+   sums in double), so long rows (a 128K vocabulary) stay accurate. */
 #define BITNET__EXP_LO -87.33654f
+#define BITNET__SOFTMAX_FOLD 512 /* lane sums go into a double every this many elements */
 #define BITNET__EXP_COEFS(X) X(1.0f / 5040) X(1.0f / 720) X(1.0f / 120) X(1.0f / 24) X(1.0f / 6) X(0.5f) X(1.0f) X(1.0f)
 #if defined(BITNET__X86_SIMD)
 BITNET__AVX2_FN static __m256 bitnet__exp_avx2(__m256 x) {
@@ -1529,15 +1532,19 @@ BITNET__AVX2_FN static void bitnet__softmax_row_avx2(float *x, size_t k) {
     for (mx = t[0], j = 1; j < 8; j++) mx = t[j] > mx ? t[j] : mx;
     for (; c < k; c++) mx = x[c] > mx ? x[c] : mx;
     vmx = _mm256_set1_ps(mx);
-    for (c = 0; c + 16 <= k; c += 16) {
+    for (sum = 0, c = 0; c + 16 <= k; c += 16) {
         __m256 e0 = bitnet__exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(x + c), vmx));
         __m256 e1 = bitnet__exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(x + c + 8), vmx));
         _mm256_storeu_ps(x + c, e0);
         _mm256_storeu_ps(x + c + 8, e1);
         s0 = _mm256_add_ps(s0, e0);
         s1 = _mm256_add_ps(s1, e1);
+        if ((c & (BITNET__SOFTMAX_FOLD - 1)) == BITNET__SOFTMAX_FOLD - 16) { /* fold into double now and then */
+            sum += bitnet__hsum_avx2(_mm256_add_ps(s0, s1));
+            s0 = s1 = _mm256_setzero_ps();
+        }
     }
-    sum = bitnet__hsum_avx2(_mm256_add_ps(s0, s1));
+    sum += bitnet__hsum_avx2(_mm256_add_ps(s0, s1));
     for (; c < k; c++) sum += (x[c] = expf(x[c] - mx));
     fs = (float)sum;
     v = _mm256_set1_ps(fs);
@@ -1562,6 +1569,7 @@ BITNET__AVX512_FN static __m512 bitnet__exp_avx512(__m512 x) {
 BITNET__AVX512_FN static void bitnet__softmax_row_avx512(float *x, size_t k) {
     __m512 vmx = _mm512_set1_ps(x[0]), s = _mm512_setzero_ps(), v;
     float mx, fs;
+    double sum;
     size_t c;
     for (c = 0; c < k; c += 16) { /* masked-off lanes keep the running max */
         __mmask16 m = bitnet__mask16(k - c);
@@ -1569,13 +1577,17 @@ BITNET__AVX512_FN static void bitnet__softmax_row_avx512(float *x, size_t k) {
     }
     mx = _mm512_reduce_max_ps(vmx);
     vmx = _mm512_set1_ps(mx);
-    for (c = 0; c < k; c += 16) {
+    for (sum = 0, c = 0; c < k; c += 16) {
         __mmask16 m = bitnet__mask16(k - c);
         __m512 e = bitnet__exp_avx512(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + c), vmx));
         _mm512_mask_storeu_ps(x + c, m, e);
         s = _mm512_add_ps(s, _mm512_maskz_mov_ps(m, e));
+        if ((c & (BITNET__SOFTMAX_FOLD - 1)) == BITNET__SOFTMAX_FOLD - 16) { /* fold into double now and then */
+            sum += _mm512_reduce_add_ps(s);
+            s = _mm512_setzero_ps();
+        }
     }
-    fs = _mm512_reduce_add_ps(s);
+    fs = (float)(sum + _mm512_reduce_add_ps(s));
     v = _mm512_set1_ps(fs);
     for (c = 0; c < k; c += 16) {
         __mmask16 m = bitnet__mask16(k - c);
@@ -1610,15 +1622,19 @@ static void bitnet__softmax_row_neon(float *x, size_t k) {
     mx = vmaxvq_f32(vmx);
     for (; c < k; c++) mx = x[c] > mx ? x[c] : mx;
     vmx = vdupq_n_f32(mx);
-    for (c = 0; c + 8 <= k; c += 8) {
+    for (sum = 0, c = 0; c + 8 <= k; c += 8) {
         float32x4_t e0 = bitnet__exp_neon(vsubq_f32(vld1q_f32(x + c), vmx));
         float32x4_t e1 = bitnet__exp_neon(vsubq_f32(vld1q_f32(x + c + 4), vmx));
         vst1q_f32(x + c, e0);
         vst1q_f32(x + c + 4, e1);
         s0 = vaddq_f32(s0, e0);
         s1 = vaddq_f32(s1, e1);
+        if ((c & (BITNET__SOFTMAX_FOLD - 1)) == BITNET__SOFTMAX_FOLD - 8) { /* fold into double now and then */
+            sum += vaddvq_f32(vaddq_f32(s0, s1));
+            s0 = s1 = vdupq_n_f32(0);
+        }
     }
-    sum = vaddvq_f32(vaddq_f32(s0, s1));
+    sum += vaddvq_f32(vaddq_f32(s0, s1));
     for (; c < k; c++) sum += (x[c] = expf(x[c] - mx));
     fs = (float)sum;
     v = vdupq_n_f32(fs);
