@@ -1051,18 +1051,27 @@ BITNET__AVX2_FN static void bitnet__quantize_row_avx2(const float *x, const floa
     const __m256 vr = _mm256_set1_ps(r), absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
     const __m256 lo = _mm256_set1_ps(-128.0f), hi = _mm256_set1_ps(127.0f), magic = _mm256_set1_ps(BITNET__MAGIC_RNE);
     const __m256i mbits = _mm256_set1_epi32(BITNET__MAGIC_BITS), order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-    __m256 mx = _mm256_setzero_ps(), vs;
+    __m256 mx = _mm256_setzero_ps(), mx1 = mx, vs;
     __m256i vacc = _mm256_setzero_si256();
     float amax = 0, s, t[8];
     int32_t acc, ti[8];
     size_t i;
     int j;
-    for (i = 0; i + 8 <= k; i += 8) {
+    for (i = 0; i + 16 <= k; i += 16) { /* two chains: max has a 4-cycle latency */
+        __m256 v = _mm256_loadu_ps(x + i), v1 = _mm256_loadu_ps(x + i + 8);
+        if (w) {
+            v = _mm256_mul_ps(_mm256_mul_ps(v, vr), _mm256_loadu_ps(w + i));
+            v1 = _mm256_mul_ps(_mm256_mul_ps(v1, vr), _mm256_loadu_ps(w + i + 8));
+        }
+        mx = _mm256_max_ps(_mm256_and_ps(v, absm), mx); /* a NaN lane keeps mx */
+        mx1 = _mm256_max_ps(_mm256_and_ps(v1, absm), mx1);
+    }
+    for (; i + 8 <= k; i += 8) {
         __m256 v = _mm256_loadu_ps(x + i);
         if (w) v = _mm256_mul_ps(_mm256_mul_ps(v, vr), _mm256_loadu_ps(w + i));
-        mx = _mm256_max_ps(_mm256_and_ps(v, absm), mx); /* a NaN lane keeps mx */
+        mx = _mm256_max_ps(_mm256_and_ps(v, absm), mx);
     }
-    _mm256_storeu_ps(t, mx);
+    _mm256_storeu_ps(t, _mm256_max_ps(mx, mx1));
     for (j = 0; j < 8; j++) amax = t[j] > amax ? t[j] : amax;
     for (; i < k; i++) {
         float a = fabsf(w ? x[i] * r * w[i] : x[i]);
@@ -1102,17 +1111,26 @@ BITNET__AVX512_FN static void bitnet__quantize_row_avx512(const float *x, const 
     const __m512 vr = _mm512_set1_ps(r);
     const __m512 lo = _mm512_set1_ps(-128.0f), hi = _mm512_set1_ps(127.0f), magic = _mm512_set1_ps(BITNET__MAGIC_RNE);
     const __m512i mbits = _mm512_set1_epi32(BITNET__MAGIC_BITS);
-    __m512 mx = _mm512_setzero_ps(), vs;
+    __m512 mx = _mm512_setzero_ps(), mx1 = mx, vs;
     __m512i vacc = _mm512_setzero_si512();
     float amax, s;
     size_t i;
-    for (i = 0; i < k; i += 16) { /* masked-off lanes load 0, which changes neither max nor sum */
+    for (i = 0; i + 32 <= k; i += 32) { /* two chains: max has a 4-cycle latency */
+        __m512 v = _mm512_loadu_ps(x + i), v1 = _mm512_loadu_ps(x + i + 16);
+        if (w) {
+            v = _mm512_mul_ps(_mm512_mul_ps(v, vr), _mm512_loadu_ps(w + i));
+            v1 = _mm512_mul_ps(_mm512_mul_ps(v1, vr), _mm512_loadu_ps(w + i + 16));
+        }
+        mx = _mm512_max_ps(_mm512_abs_ps(v), mx); /* a NaN lane keeps mx */
+        mx1 = _mm512_max_ps(_mm512_abs_ps(v1), mx1);
+    }
+    for (; i < k; i += 16) { /* masked-off lanes load 0, which changes neither max nor sum */
         __mmask16 m = bitnet__mask16(k - i);
         __m512 v = _mm512_maskz_loadu_ps(m, x + i);
         if (w) v = _mm512_mul_ps(_mm512_mul_ps(v, vr), _mm512_maskz_loadu_ps(m, w + i));
-        mx = _mm512_max_ps(_mm512_abs_ps(v), mx); /* a NaN lane keeps mx */
+        mx = _mm512_max_ps(_mm512_abs_ps(v), mx);
     }
-    amax = _mm512_reduce_max_ps(mx);
+    amax = _mm512_reduce_max_ps(_mm512_max_ps(mx, mx1));
     s = 127.0f / (amax > 1e-5f ? amax : 1e-5f);
     vs = _mm512_set1_ps(s);
     for (i = 0; i < k; i += 16) {
@@ -1547,9 +1565,9 @@ BITNET__AVX2_FN static void bitnet__softmax_row_avx2(float *x, size_t k) {
     sum += bitnet__hsum_avx2(_mm256_add_ps(s0, s1));
     for (; c < k; c++) sum += (x[c] = expf(x[c] - mx));
     fs = (float)sum;
-    v = _mm256_set1_ps(fs);
-    for (c = 0; c + 8 <= k; c += 8) _mm256_storeu_ps(x + c, _mm256_div_ps(_mm256_loadu_ps(x + c), v));
-    for (; c < k; c++) x[c] /= fs;
+    v = _mm256_set1_ps(1.0f / fs); /* a multiply: within 1.5 ulp of the division, much faster */
+    for (c = 0; c + 8 <= k; c += 8) _mm256_storeu_ps(x + c, _mm256_mul_ps(_mm256_loadu_ps(x + c), v));
+    for (; c < k; c++) x[c] *= 1.0f / fs;
 }
 BITNET__AVX512_FN static __m512 bitnet__exp_avx512(__m512 x) {
     __mmask16 under = _mm512_cmp_ps_mask(x, _mm512_set1_ps(BITNET__EXP_LO), _CMP_LT_OQ);
@@ -1588,10 +1606,10 @@ BITNET__AVX512_FN static void bitnet__softmax_row_avx512(float *x, size_t k) {
         }
     }
     fs = (float)(sum + _mm512_reduce_add_ps(s));
-    v = _mm512_set1_ps(fs);
+    v = _mm512_set1_ps(1.0f / fs); /* a multiply: within 1.5 ulp of the division, much faster */
     for (c = 0; c < k; c += 16) {
         __mmask16 m = bitnet__mask16(k - c);
-        _mm512_mask_storeu_ps(x + c, m, _mm512_div_ps(_mm512_maskz_loadu_ps(m, x + c), v));
+        _mm512_mask_storeu_ps(x + c, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + c), v));
     }
 }
 #endif
@@ -1637,9 +1655,9 @@ static void bitnet__softmax_row_neon(float *x, size_t k) {
     sum += vaddvq_f32(vaddq_f32(s0, s1));
     for (; c < k; c++) sum += (x[c] = expf(x[c] - mx));
     fs = (float)sum;
-    v = vdupq_n_f32(fs);
-    for (c = 0; c + 4 <= k; c += 4) vst1q_f32(x + c, vdivq_f32(vld1q_f32(x + c), v));
-    for (; c < k; c++) x[c] /= fs;
+    v = vdupq_n_f32(1.0f / fs); /* a multiply: within 1.5 ulp of the division, much faster */
+    for (c = 0; c + 4 <= k; c += 4) vst1q_f32(x + c, vmulq_f32(vld1q_f32(x + c), v));
+    for (; c < k; c++) x[c] *= 1.0f / fs;
 }
 #endif
 
