@@ -681,7 +681,7 @@ BITNET__UNUSED static void bitnet__free(void *p) {
    FCVT do natively): a NaN stays a NaN of the same sign with the quiet bit set; its payload's
    high bits are kept (narrowing truncates the payload, widening pads it with zeros).
    AVX512-BF16 (vcvtneps2bf16) is deliberately not used: it flushes subnormals to zero, and
-   bf16 must keep fp32's subnormals. The bulk paths need the default FP environment (no FTZ/DAZ). */
+   bf16 must keep fp32's subnormals. The hardware paths assume the default FP environment (no FTZ/DAZ). */
 
 #if defined(BITNET__X86_SIMD)
 /* Per-function ISA targets, so the header builds without -m flags; callers check the CPU first. */
@@ -1342,7 +1342,7 @@ BITNET__UNUSED static void bitnet__parallel(bitnet__task_fn fn, void *arg) { fn(
    Quantization (>>quant) is bit-identical on every path, including the fused RMSNorm one. */
 
 /* [lo, hi) of worker ith of nth over total items, without overflow. */
-static void bitnet__split(size_t total, int ith, int nth, size_t *lo, size_t *hi) {
+static void bitnet__range_split(size_t total, int ith, int nth, size_t *lo, size_t *hi) {
     size_t q = total / (size_t)nth, r = total % (size_t)nth, i = (size_t)ith;
     *lo = q * i + (i < r ? i : r);
     *hi = *lo + q + (i < r ? 1 : 0);
@@ -1806,7 +1806,7 @@ typedef struct bitnet__gemm_f32_task {
 static void bitnet__gemm_f32_worker(void *arg, int ith, int nth) {
     const bitnet__gemm_f32_task *t = (const bitnet__gemm_f32_task *)arg;
     size_t b0, b1, r0, r1;
-    bitnet__split((t->n + 3) / 4, ith, nth, &b0, &b1); /* whole 4-row tiles per worker */
+    bitnet__range_split((t->n + 3) / 4, ith, nth, &b0, &b1); /* whole 4-row tiles per worker */
     r0 = b0 * 4;
     r1 = BITNET__MIN(b1 * 4, t->n);
     if (r0 >= r1) return;
@@ -1975,7 +1975,7 @@ typedef struct bitnet__gemv_f16_task {
 static void bitnet__gemv_f16_worker(void *arg, int ith, int nth) {
     const bitnet__gemv_f16_task *t = (const bitnet__gemv_f16_task *)arg;
     size_t b0, b1, r0, r1;
-    bitnet__split((t->n + 3) / 4, ith, nth, &b0, &b1);
+    bitnet__range_split((t->n + 3) / 4, ith, nth, &b0, &b1);
     r0 = b0 * 4;
     r1 = BITNET__MIN(b1 * 4, t->n);
     if (r0 >= r1) return;
