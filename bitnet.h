@@ -2424,33 +2424,6 @@ static void bitnet__for_rows(int n, size_t work, void (*fn)(void *ctx, int r), v
     else bitnet__parallel(bitnet__rows_task, &t);
 }
 
-/* ---- stand-ins for helpers from the cpu-numerics / cpu-ternary branches (scalar) ------------ */
-
-/* out = rmsnorm(x) * w quantized per row, exactly bitnet_rmsnorm then bitnet_quantize_act. */
-static void bitnet__fwd_rmsnorm_quantize(const float *x, const float *w, size_t k, float eps, int8_t *q,
-                                         float *scale, int32_t *sum) {
-    double ss = 0;
-    float r, amax = 0, s;
-    int32_t acc = 0;
-    size_t c;
-    for (c = 0; c < k; c++) ss += (double)x[c] * x[c];
-    r = (float)(1.0 / sqrt(ss / (double)k + (double)eps));
-    for (c = 0; c < k; c++) {
-        float a = fabsf(x[c] * r * w[c]);
-        if (a > amax) amax = a;
-    }
-    s = 127.0f / (amax > 1e-5f ? amax : 1e-5f);
-    for (c = 0; c < k; c++) {
-        float v = x[c] * r * w[c] * s;
-        int qi = (v != v) ? 0 : (v > 128.0f ? 128 : (v < -129.0f ? -129 : bitnet__round_even(v)));
-        qi = qi > 127 ? 127 : (qi < -128 ? -128 : qi);
-        q[c] = (int8_t)qi;
-        acc += qi;
-    }
-    *scale = s;
-    *sum = acc;
-}
-
 /* ---- the steps of the forward pass (the GPU side has one function per step, same names) ----- */
 
 /* 1. embed: x[t] = tok_embd[tokens[t]] as fp32 */
@@ -2465,7 +2438,7 @@ static void bitnet__cpu_embed(bitnet_session *s, const int32_t *tokens, int m) {
 typedef struct bitnet__nq { bitnet_session *s; const float *in; const float *w; int k; } bitnet__nq;
 static void bitnet__nq_row(void *ctx, int t) {
     const bitnet__nq *c = (const bitnet__nq *)ctx;
-    bitnet__fwd_rmsnorm_quantize(c->in + (size_t)t * c->k, c->w, (size_t)c->k, c->s->m->info.norm_eps,
+    bitnet__rmsnorm_quantize(c->in + (size_t)t * c->k, c->w, (size_t)c->k, c->s->m->info.norm_eps,
                                  c->s->aq + (size_t)t * c->k, c->s->as + t, c->s->asum + t);
 }
 static void bitnet__cpu_norm_quant(bitnet_session *s, const float *in, const float *w, int m, int k) {
@@ -2581,28 +2554,11 @@ static void bitnet__attn_group_ref(const float *q, int g, const uint16_t *kc, co
 }
 
 #if defined(BITNET__X86_SIMD)
-/* exp(x) for the softmax's x <= 0: 2^n * poly(r), r = x - n ln 2, |r| <= ln2/2 (relative error ~2e-7) */
-__attribute__((target("avx512f"))) static __m512 bitnet__exp_avx512(__m512 x) {
-    __m512 n, r, p;
-    x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
-    n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145752f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.42860677e-6f), r);
-    p = _mm512_set1_ps(1.0f / 720);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    return _mm512_scalef_ps(p, n);
-}
-
 /* The same for head_dim 128 (the 2B-4T shape), any group size: one zmm of scores per 16-key
-   tile, the output row of a head in 8 zmm while the tile's values stream through. */
-__attribute__((target("avx512f"))) static void bitnet__attn_group_avx512(const float *q, int g, const uint16_t *kc,
-                                                                         const uint16_t *vc, int len, int hd,
-                                                                         float scale, float *out) {
+   tile, the output row of a head in 8 zmm while the tile's values stream through (the vector
+   exp is the softmax's, >>cpu-kernels). */
+BITNET__AVX512_FN static void bitnet__attn_group_avx512(const float *q, int g, const uint16_t *kc, const uint16_t *vc,
+                                                        int len, int hd, float scale, float *out) {
     float kf[128 * 16], vf[16 * 128], p[16];
     int h, s0, j, d, c;
     (void)hd;
@@ -2711,37 +2667,17 @@ static void bitnet__cpu_relu2_mul(float *hg, const float *hu, size_t n) {
     }
 }
 
-/* 9. head: out[r][n_vocab] = head . rmsnorm(x[r]) * output_norm, for the m rows of x given */
-typedef struct bitnet__hd { const bitnet_model *md; const float *xn; const int8_t *aq; float *out; int m; } bitnet__hd;
-static void bitnet__head_f16_task(void *arg, int ith, int nth) { /* fp16 rows x fp32 activations */
+/* 9. head: out[r][n_vocab] = head . rmsnorm(x[r]) * output_norm, for the m rows of x given:
+      int8 rows x int8 activations (the CPU default), or fp16 rows x fp32 activations */
+typedef struct bitnet__hd { const bitnet_model *md; const int8_t *aq; float *out; int m; } bitnet__hd;
+static void bitnet__head_q8_task(void *arg, int ith, int nth) {
     const bitnet__hd *c = (const bitnet__hd *)arg;
     int dim = c->md->info.dim, nv = c->md->info.n_vocab, r, t, i;
     int r0 = (int)((int64_t)nv * ith / nth), r1 = (int)((int64_t)nv * (ith + 1) / nth);
-    float row[256];
-    for (r = r0; r < r1; r++) {
-        const uint16_t *w = c->md->head_f16 + (size_t)r * dim;
-        for (t = 0; t < c->m; t++) c->out[(size_t)t * nv + r] = 0;
-        for (i = 0; i < dim; i += 256) { /* convert a slice once, use it for every row of x */
-            int n = BITNET__MIN(256, dim - i), j;
-            bitnet_convert_fp16_to_fp32(w + i, row, (size_t)n);
-            for (t = 0; t < c->m; t++) {
-                const float *x = c->xn + (size_t)t * dim + i;
-                float acc = 0;
-                for (j = 0; j < n; j++) acc += row[j] * x[j];
-                c->out[(size_t)t * nv + r] += acc;
-            }
-        }
-    }
-}
-static void bitnet__head_q8_task(void *arg, int ith, int nth) { /* int8 rows x the int8 activations in aq */
-    const bitnet__hd *c = (const bitnet__hd *)arg;
-    int dim = c->md->info.dim, nv = c->md->info.n_vocab, r, t, i;
-    int r0 = (int)((int64_t)nv * ith / nth), r1 = (int)((int64_t)nv * (ith + 1) / nth);
-    const int8_t *aq = c->aq;
     for (r = r0; r < r1; r++) {
         const int8_t *w = c->md->head_q8 + (size_t)r * dim;
         for (t = 0; t < c->m; t++) {
-            const int8_t *a = aq + (size_t)t * dim;
+            const int8_t *a = c->aq + (size_t)t * dim;
             int32_t acc = 0;
             for (i = 0; i < dim; i++) acc += (int32_t)w[i] * a[i];
             c->out[(size_t)t * nv + r] = (float)acc;
@@ -2752,27 +2688,24 @@ static bitnet_result bitnet__cpu_head(bitnet_session *s, const float *x, int m, 
     const bitnet_model *md = s->m;
     int t, dim = md->info.dim;
     size_t nv = (size_t)md->info.n_vocab, r;
-    bitnet__hd c;
-    c.md = md;
-    c.out = out;
-    c.m = m;
-    c.xn = NULL;
-    c.aq = NULL;
     if (md->head_q8) {
+        bitnet__hd c;
         for (t = 0; t < m; t++)
-            bitnet__fwd_rmsnorm_quantize(x + (size_t)t * dim, md->output_norm, (size_t)dim, md->info.norm_eps,
-                                         s->aq + (size_t)t * dim, s->as + t, s->asum + t);
+            bitnet__rmsnorm_quantize(x + (size_t)t * dim, md->output_norm, (size_t)dim, md->info.norm_eps,
+                                     s->aq + (size_t)t * dim, s->as + t, s->asum + t);
+        c.md = md;
         c.aq = s->aq;
+        c.out = out;
+        c.m = m;
         bitnet__parallel(bitnet__head_q8_task, &c);
         for (t = 0; t < m; t++) {
             float inv = 1.0f / s->as[t];
             for (r = 0; r < nv; r++) out[(size_t)t * nv + r] *= md->head_scale[r] * inv;
         }
-    } else {
-        BITNET__TRY(bitnet_rmsnorm(x, md->output_norm, (size_t)m, (size_t)dim, md->info.norm_eps, s->xb));
-        c.xn = s->xb;
-        bitnet__parallel(bitnet__head_f16_task, &c);
+        return BITNET_OK;
     }
+    BITNET__TRY(bitnet_rmsnorm(x, md->output_norm, (size_t)m, (size_t)dim, md->info.norm_eps, s->xb));
+    for (t = 0; t < m; t++) bitnet__gemv_f16(md->head_f16, nv, (size_t)dim, s->xb + (size_t)t * dim, out + (size_t)t * nv);
     return BITNET_OK;
 }
 
