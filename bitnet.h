@@ -317,6 +317,8 @@ typedef struct bitnet_gpu_jit_info {
 BITNET_API bitnet_result bitnet_gpu_jit_builtin(int module, const char *arch, int use_cache, bitnet_gpu_jit_info *info);
 BITNET_API bitnet_result bitnet_gpu_jit_source(const char *source, const char *options, const char *arch, int use_cache,
                                                bitnet_gpu_jit_info *info);
+/* How a loaded module's binary was made (target, size, compile or cache time, cache file). */
+BITNET_API bitnet_result bitnet_gpu_module_jit_info(const bitnet_gpu_module *mod, bitnet_gpu_jit_info *out);
 /* NVRTC version (1000*major + 10*minor) and the lowest and highest arch it compiles for. */
 BITNET_API bitnet_result bitnet_gpu_nvrtc_info(int *version, int *min_sm, int *max_sm);
 
@@ -2984,6 +2986,13 @@ BITNET_API bitnet_result bitnet_gpu_module_load(bitnet_gpu *gpu, const char *sou
     gpu->modules = m;
     bitnet__mutex_unlock(&gpu->lock);
     *out = m;
+    return BITNET_OK;
+}
+
+BITNET_API bitnet_result bitnet_gpu_module_jit_info(const bitnet_gpu_module *mod, bitnet_gpu_jit_info *out) {
+    BITNET__CHECK_PTR(mod);
+    BITNET__CHECK_PTR(out);
+    *out = mod->jit;
     return BITNET_OK;
 }
 
