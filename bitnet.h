@@ -319,6 +319,8 @@ BITNET_API bitnet_result bitnet_gpu_jit_source(const char *source, const char *o
                                                bitnet_gpu_jit_info *info);
 /* How a loaded module's binary was made (target, size, compile or cache time, cache file). */
 BITNET_API bitnet_result bitnet_gpu_module_jit_info(const bitnet_gpu_module *mod, bitnet_gpu_jit_info *out);
+/* The same for built-in module i on this device (compiled or read from the cache first). */
+BITNET_API bitnet_result bitnet_gpu_builtin_jit_info(bitnet_gpu *gpu, int i, bitnet_gpu_jit_info *out);
 /* NVRTC version (1000*major + 10*minor) and the lowest and highest arch it compiles for. */
 BITNET_API bitnet_result bitnet_gpu_nvrtc_info(int *version, int *min_sm, int *max_sm);
 
@@ -2601,6 +2603,7 @@ static const bitnet__builtin_fn bitnet__builtin_fns[] = {
 #undef BITNET__FN_ROW
     {NULL, NULL}};
 #define BITNET__N_BUILTINS ((int)(sizeof bitnet__builtins / sizeof bitnet__builtins[0]) - 1)
+typedef char bitnet__builtins_fit[BITNET__N_BUILTINS <= BITNET__N_BUILTINS_MAX ? 1 : -1]; /* raise _MAX if not */
 
 BITNET_API int bitnet_gpu_builtin_count(void) { return BITNET__N_BUILTINS; }
 BITNET_API const char *bitnet_gpu_builtin_name(int i) { return i >= 0 && i < BITNET__N_BUILTINS ? bitnet__builtins[i].name : NULL; }
@@ -3074,6 +3077,16 @@ BITNET_API bitnet_result bitnet_gpu_builtin_kernel(bitnet_gpu *gpu, const char *
                            name, f->module);
     BITNET__TRY(bitnet__builtin_module(gpu->dev, i, &m));
     return bitnet_gpu_kernel_get(m, name, out);
+}
+
+BITNET_API bitnet_result bitnet_gpu_builtin_jit_info(bitnet_gpu *gpu, int i, bitnet_gpu_jit_info *out) {
+    bitnet_gpu_module *m;
+    BITNET__CHECK_GPU(gpu);
+    BITNET__CHECK_PTR(out);
+    if (i < 0 || i >= BITNET__N_BUILTINS) return bitnet__err(BITNET_ERR_INVALID_ARG, "built-in module %d of %d", i, BITNET__N_BUILTINS);
+    BITNET__TRY(bitnet__builtin_module(gpu->dev, i, &m));
+    *out = m->jit;
+    return BITNET_OK;
 }
 
 BITNET_API bitnet_result bitnet_gpu_builtin_load_all(bitnet_gpu *gpu) {

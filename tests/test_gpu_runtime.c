@@ -526,11 +526,13 @@ static void test_gpu_device_info(void) {
 
 static void test_gpu_copies(void) {
     enum { N = 1000003 };
-    unsigned char *src = (unsigned char *)malloc(N), *dst = (unsigned char *)malloc(N);
+    unsigned char *src, *dst;
     bitnet_devptr a = 0, b = 0;
     bitnet_gpu_stats s0, s1;
     size_t i;
     NEED_GPU();
+    src = (unsigned char *)malloc(N);
+    dst = (unsigned char *)malloc(N);
     for (i = 0; i < N; i++) src[i] = (unsigned char)test_rand_u64();
     TEST_CHECK(bitnet_gpu_stats_get(G, &s0) == BITNET_OK);
     TEST_CHECK(bitnet_gpu_alloc(G, N, &a) == BITNET_OK && bitnet_gpu_alloc(G, N, &b) == BITNET_OK && a && b && a != b);
@@ -571,13 +573,14 @@ static bitnet_result fill_add(bitnet_gpu *g, bitnet_devptr p, uint64_t n, uint32
 
 static void test_gpu_builtin_kernels(void) {
     enum { N = 100003 };
-    uint32_t *h = (uint32_t *)malloc(N * 4);
+    uint32_t *h;
     bitnet_devptr p = 0;
     bitnet_gpu_stats s0, s1, t0, t1;
     bitnet_gpu_kernel *k = NULL;
     size_t i, bad = 0;
     int j, fill_seen = 0;
     NEED_GPU();
+    h = (uint32_t *)malloc(N * 4);
     TEST_CHECK(bitnet_gpu_builtin_load_all(G) == BITNET_OK);
     TEST_CHECK(bitnet_gpu_builtin_kernel(G, "bitnet_k_nope", &k) == BITNET_ERR_KERNEL_NOT_FOUND && k == NULL);
     TEST_CHECK(bitnet_gpu_stats_get(G, &s0) == BITNET_OK && bitnet_gpu_stats_get(NULL, &t0) == BITNET_OK);
@@ -763,7 +766,7 @@ static const char custom_src[] =
 
 static void test_gpu_custom_kernel(void) {
     enum { N = 12345 };
-    unsigned *x = (unsigned *)malloc(N * 4), *y = (unsigned *)malloc(N * 4);
+    unsigned x[N], y[N];
     bitnet_gpu_module *m = NULL;
     bitnet_gpu_kernel *mix = NULL, *stage = NULL, *none = NULL;
     bitnet_gpu_jit_info info;
@@ -809,8 +812,6 @@ static void test_gpu_custom_kernel(void) {
     TEST_CHECK(strstr(bitnet_last_error(), "oops") != NULL);
     bitnet_gpu_free(G, dx);
     bitnet_gpu_free(G, dy);
-    free(x);
-    free(y);
 }
 
 static void test_gpu_jit_cache_on_device(void) {
