@@ -800,7 +800,7 @@ static void test_gpu_custom_kernel(void) {
     /* 64 KiB of dynamic shared memory needs the opt-in, done by the launch path */
     TEST_CHECK(bitnet_gpu_device_info_get(0, &d) == BITNET_OK);
     if (d.smem_per_block_optin >= 65536) {
-        int words = 16384;
+        int words = N; /* 48 KiB of data in a 64 KiB allocation of shared memory */
         args[0] = &dy, args[1] = &words;
         block[0] = 256;
         TEST_CHECKF(bitnet_gpu_launch(G, stage, grid, block, 65536, args) == BITNET_OK, "%s", bitnet_last_error());
