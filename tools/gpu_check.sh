@@ -3,6 +3,7 @@
 # nvidia-smi, the built-in kernels for this GPU, cold and warm JIT start-up, the custom kernel
 # example. Logs go to $OUT (default ./gpu-check-out); the last lines are a summary.
 # Usage: tools/gpu_check.sh            (from the repository root, on a machine with a GPU)
+#        SANITIZE=1 tools/gpu_check.sh (also runs the GPU runtime tests under compute-sanitizer memcheck)
 set -u
 OUT=${OUT:-$PWD/gpu-check-out}
 mkdir -p "$OUT"
@@ -32,6 +33,11 @@ for run_name in cold warm1 warm2; do
 done
 step "custom kernel example"
 run build/custom_kernel
+if [ "${SANITIZE:-0}" = 1 ] && command -v compute-sanitizer >/dev/null; then
+  step "compute-sanitizer memcheck on the GPU runtime tests"
+  BITNET_REQUIRE_GPU=1 timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 build/tests/test_gpu_runtime \
+    > "$OUT/memcheck.log" 2>&1; echo "memcheck exit $?"; tail -5 "$OUT/memcheck.log"
+fi
 step "summary"
 grep -h "built-in modules" "$OUT"/jit_*.txt | sed 's/^/  /'
 grep -E '^[0-9]+ passed' "$OUT/gpu_check.log" | tail -1
