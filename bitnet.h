@@ -2703,7 +2703,9 @@ static void bitnet__nvrtc_try_dirs(bitnet__nvrtc_lib *N, char *tried, size_t cap
     } else {
         for (i = 0; i < nb; i++) order[i] = bases[i];
     }
-    for (i = 0; i < nb && !N->lib; i++)
+    for (i = 0; i < nb && !N->lib; i++) {
+        for (j = 0; j < i && strcmp(order[j], order[i]) != 0; j++) {}
+        if (j < i) continue; /* $CUDA_HOME is often /usr/local/cuda itself */
         for (j = 0; j < 2 && !N->lib; j++)
             for (k = 0; k < 4 && !N->lib; k++) {
                 char p[600];
@@ -2711,6 +2713,7 @@ static void bitnet__nvrtc_try_dirs(bitnet__nvrtc_lib *N, char *tried, size_t cap
                 snprintf(p, sizeof p, "%s/%s/%s", order[i], subdirs[j], files[k]);
                 if (stat(p, &st) == 0) bitnet__nvrtc_try(N, p, tried, cap);
             }
+    }
     if (!N->lib) bitnet__strcatf(tried, cap, "%sno libnvrtc under lib64/ or lib/ of $CUDA_HOME, $CUDA_PATH, /usr/local/cuda*",
                                  *tried ? "; " : "");
 #else

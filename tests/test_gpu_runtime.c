@@ -127,6 +127,10 @@ static int child_libcuda_stub(void) {
         snprintf(child_log, sizeof child_log, "no CUDA stub library at %s", stub);
         return CHILD_SKIP;
     }
+    if (bitnet_gpu_open(0, &g) == BITNET_ERR_LIBCUDA_NOT_FOUND) { /* e.g. an x86 stub under qemu */
+        snprintf(child_log, sizeof child_log, "the stub library does not load here: %.300s", bitnet_last_error());
+        return CHILD_SKIP;
+    }
     CHILD_CHECK(bitnet_gpu_open(0, &g) == BITNET_ERR_CUDA_INIT);
     CHILD_CHECK(strstr(bitnet_last_error(), "stub") != NULL);
     CHILD_CHECK(bitnet_gpu_preflight(msg, sizeof msg) == BITNET_ERR_CUDA_INIT && strstr(msg, "install the NVIDIA driver"));
@@ -303,7 +307,7 @@ static int nvrtc_version, nvrtc_min, nvrtc_max;
 static const char *nvrtc_missing(void) {
     static char why[2048];
     if (bitnet_gpu_nvrtc_info(&nvrtc_version, &nvrtc_min, &nvrtc_max) == BITNET_OK) return NULL;
-    snprintf(why, sizeof why, "%s", bitnet_last_error());
+    snprintf(why, sizeof why, "%.150s%s", bitnet_last_error(), strlen(bitnet_last_error()) > 150 ? "..." : "");
     return why;
 }
 
