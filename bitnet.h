@@ -3006,18 +3006,21 @@ static void bitnet__ctx_pop(void) {
     bitnet__cuda.cu.cuCtxPopCurrent(&c);
 }
 
+static bitnet_result bitnet__dev_acquire(int ordinal, bitnet__gpu_dev **out);
+static void bitnet__dev_release(bitnet__gpu_dev *dv);
+
 BITNET_API bitnet_result bitnet_gpu_device_info_get(int ordinal, bitnet_gpu_device_info *out) {
     bitnet_gpu_backends fake;
     bitnet__CUdevice d;
     bitnet__CUresult r;
     size_t total = 0, free_b = 0;
-    int v, held = 0;
-    bitnet__CUcontext ctx = NULL;
+    int v;
+    bitnet__gpu_dev *dv = NULL;
     BITNET__CHECK_PTR(out);
     memset(out, 0, sizeof *out);
     if (bitnet__gpu_fake(&fake)) return bitnet__err(BITNET_ERR_NO_DEVICE, "%s", fake.reason);
     BITNET__TRY(bitnet__cuda_load());
-    if (ordinal < 0 || ordinal >= bitnet__cuda.device_count)
+    if (ordinal < 0 || ordinal >= bitnet__cuda.device_count || ordinal >= BITNET__MAX_DEVICES)
         return bitnet__err(BITNET_ERR_INVALID_ARG, "device %d does not exist (%d visible)", ordinal, bitnet__cuda.device_count);
     if ((r = bitnet__cuda.cu.cuDeviceGet(&d, ordinal)) != 0) return bitnet__cu_fail(BITNET_ERR_CUDA, r, "cuDeviceGet");
     out->ordinal = ordinal;
@@ -3047,20 +3050,14 @@ BITNET_API bitnet_result bitnet_gpu_device_info_get(int ordinal, bitnet_gpu_devi
         int cubin;
         if (bitnet__jit_pick(v, 0, 0, out->jit_target, sizeof out->jit_target, &cubin) != BITNET_OK) out->jit_target[0] = 0;
     }
-    /* Free memory needs a context: the open one, or the primary context for a moment. */
-    bitnet__mutex_lock(&bitnet__cuda_lock);
-    if (ordinal < BITNET__MAX_DEVICES && bitnet__devs[ordinal]) ctx = bitnet__devs[ordinal]->ctx;
-    bitnet__mutex_unlock(&bitnet__cuda_lock);
-    if (!ctx) {
-        if ((r = bitnet__cuda.cu.cuDevicePrimaryCtxRetain(&ctx, d)) != 0)
-            return bitnet__cu_fail(BITNET_ERR_CUDA, r, "cuDevicePrimaryCtxRetain");
-        held = 1;
+    /* Free memory needs a context: the device's, held for the moment (opened if no handle has it). */
+    if (bitnet__dev_acquire(ordinal, &dv) == BITNET_OK) {
+        if (bitnet__ctx_push(dv->ctx) == BITNET_OK) {
+            if (bitnet__cuda.cu.cuMemGetInfo(&free_b, &total) == 0) out->free_mem = free_b;
+            bitnet__ctx_pop();
+        }
+        bitnet__dev_release(dv);
     }
-    if (bitnet__ctx_push(ctx) == BITNET_OK) {
-        if (bitnet__cuda.cu.cuMemGetInfo(&free_b, &total) == 0) out->free_mem = free_b;
-        bitnet__ctx_pop();
-    }
-    if (held) bitnet__cuda.cu.cuDevicePrimaryCtxRelease(d);
     bitnet_clear_error();
     return BITNET_OK;
 }

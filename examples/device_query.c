@@ -14,17 +14,20 @@ static double ms_now(void) {
 
 int main(void) {
     char msg[4096];
-    double t0 = ms_now(), t_load;
+    double t0 = ms_now(), t_driver, t_nvrtc;
     int n = 0, i, m, failed = 0;
+    bitnet_gpu_device_count(&n); /* loads the driver and runs cuInit */
+    t_driver = ms_now() - t0;
+    t0 = ms_now();
+    bitnet_gpu_nvrtc_info(NULL, NULL, NULL);
+    t_nvrtc = ms_now() - t0;
     if (!bitnet_gpu_available()) {
         bitnet_gpu_preflight(msg, sizeof msg);
         printf("no CUDA device: %s\n", msg);
         return 0;
     }
-    t_load = ms_now() - t0;
     bitnet_gpu_summary(msg, sizeof msg);
-    printf("%s\ndriver and NVRTC loaded in %.1f ms\n", msg, t_load);
-    bitnet_gpu_device_count(&n);
+    printf("%s\ndriver load + cuInit %.1f ms, NVRTC load %.1f ms\n", msg, t_driver, t_nvrtc);
     for (i = 0; i < n; i++) {
         enum { N = 1 << 20 };
         static uint32_t h[N];
