@@ -2454,7 +2454,7 @@ static void *bitnet__dl_open(const char *path, char *why, size_t cap) {
     return h;
 #endif
 }
-static void *bitnet__dl_sym(void *lib, const char *name) {
+BITNET__UNUSED static void *bitnet__dl_sym(void *lib, const char *name) {
 #if defined(_WIN32)
     FARPROC f = GetProcAddress((HMODULE)lib, name);
     void *p;
@@ -2681,7 +2681,7 @@ static void bitnet__nvrtc_try(bitnet__nvrtc_lib *N, const char *path, char *trie
 }
 
 /* The lib64 and lib folders of $CUDA_HOME, $CUDA_PATH and /usr/local/cuda* (newest name first). */
-static void bitnet__nvrtc_try_dirs(bitnet__nvrtc_lib *N, char *tried, size_t cap) {
+BITNET__UNUSED static void bitnet__nvrtc_try_dirs(bitnet__nvrtc_lib *N, char *tried, size_t cap) {
 #if !defined(_WIN32)
     static const char *const subdirs[] = {"lib64", "lib"};
     static const char *const files[] = {"libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11.2"};
