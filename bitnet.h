@@ -2353,15 +2353,15 @@ static uint64_t bitnet__default_seed(void) {
     return (uint64_t)time(NULL) ^ (uint64_t)(bitnet__now() * 1e9);
 }
 
-typedef struct bitnet__cand { float logit; int32_t id; } bitnet__cand;
+typedef struct bitnet__scand { float logit; int32_t id; } bitnet__scand;
 
 /* Order: larger logit first, then smaller id, so ties break the same way as the greedy argmax. */
-static int bitnet__cand_before(const bitnet__cand *a, const bitnet__cand *b) {
+static int bitnet__scand_before(const bitnet__scand *a, const bitnet__scand *b) {
     return a->logit > b->logit || (a->logit == b->logit && a->id < b->id);
 }
-static int bitnet__cand_cmp(const void *pa, const void *pb) {
-    const bitnet__cand *a = (const bitnet__cand *)pa, *b = (const bitnet__cand *)pb;
-    return bitnet__cand_before(a, b) ? -1 : (bitnet__cand_before(b, a) ? 1 : 0);
+static int bitnet__scand_cmp(const void *pa, const void *pb) {
+    const bitnet__scand *a = (const bitnet__scand *)pa, *b = (const bitnet__scand *)pb;
+    return bitnet__scand_before(a, b) ? -1 : (bitnet__scand_before(b, a) ? 1 : 0);
 }
 
 static int bitnet__i32_cmp(const void *a, const void *b) {
@@ -2377,24 +2377,24 @@ static int32_t bitnet__argmax(const float *x, int32_t n) {
 }
 
 /* Keeps the k best of c[0..n) in c[0..k) (a min-heap of size k: O(n log k)), sorted best first. */
-static size_t bitnet__top_k(bitnet__cand *c, size_t n, size_t k) {
+static size_t bitnet__top_k(bitnet__scand *c, size_t n, size_t k) {
     size_t i;
     if (k >= n) {
-        qsort(c, n, sizeof *c, bitnet__cand_cmp);
+        qsort(c, n, sizeof *c, bitnet__scand_cmp);
         return n;
     }
     for (i = 0; i < n; i++) {
         size_t j, len = i < k ? i : k;
-        bitnet__cand v = c[i];
+        bitnet__scand v = c[i];
         if (i >= k) {
-            if (!bitnet__cand_before(&v, &c[0])) continue;
+            if (!bitnet__scand_before(&v, &c[0])) continue;
             /* replace the root (the worst kept) and sift down */
             j = 0;
             for (;;) {
                 size_t l = 2 * j + 1, r = l + 1, w = j;
-                bitnet__cand *cw = &v;
-                if (l < k && bitnet__cand_before(cw, &c[l])) w = l, cw = &c[l];
-                if (r < k && bitnet__cand_before(cw, &c[r])) w = r;
+                bitnet__scand *cw = &v;
+                if (l < k && bitnet__scand_before(cw, &c[l])) w = l, cw = &c[l];
+                if (r < k && bitnet__scand_before(cw, &c[r])) w = r;
                 if (w == j) break;
                 c[j] = c[w];
                 j = w;
@@ -2402,21 +2402,21 @@ static size_t bitnet__top_k(bitnet__cand *c, size_t n, size_t k) {
             c[j] = v;
         } else { /* sift up into the heap of size len */
             j = len;
-            while (j > 0 && bitnet__cand_before(&c[(j - 1) / 2], &v)) {
+            while (j > 0 && bitnet__scand_before(&c[(j - 1) / 2], &v)) {
                 c[j] = c[(j - 1) / 2];
                 j = (j - 1) / 2;
             }
             c[j] = v;
         }
     }
-    qsort(c, k, sizeof *c, bitnet__cand_cmp);
+    qsort(c, k, sizeof *c, bitnet__scand_cmp);
     return k;
 }
 
 BITNET_API bitnet_result bitnet_sample(float *logits, int32_t n_vocab, const bitnet_sampler_params *p,
                                        const int32_t *history, size_t n_history, uint64_t *rng, int32_t *out) {
     bitnet_sampler_params d;
-    bitnet__cand *c;
+    bitnet__scand *c;
     size_t n, i, keep;
     double sum, r, acc;
     float mx;
@@ -2452,7 +2452,7 @@ BITNET_API bitnet_result bitnet_sample(float *logits, int32_t n_vocab, const bit
         return BITNET_OK;
     }
     if (!rng) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_sample: rng is NULL and temperature is %g", (double)d.temperature);
-    c = (bitnet__cand *)bitnet__malloc((size_t)n_vocab * sizeof *c);
+    c = (bitnet__scand *)bitnet__malloc((size_t)n_vocab * sizeof *c);
     if (!c) return BITNET_ERR_OUT_OF_MEMORY;
     /* 3. temperature; 4. min-p needs only the maximum, so it prunes before any sorting */
     mx = logits[bitnet__argmax(logits, n_vocab)] / d.temperature;
@@ -2469,7 +2469,7 @@ BITNET_API bitnet_result bitnet_sample(float *logits, int32_t n_vocab, const bit
     }
     /* 5. top-k (sorts what it keeps); top-p needs the order too */
     if (d.top_k > 0) n = bitnet__top_k(c, n, (size_t)d.top_k);
-    else if (d.top_p > 0 && d.top_p < 1) qsort(c, n, sizeof *c, bitnet__cand_cmp);
+    else if (d.top_p > 0 && d.top_p < 1) qsort(c, n, sizeof *c, bitnet__scand_cmp);
     /* 6. softmax over the candidates, then top-p: the smallest prefix whose mass reaches top_p */
     mx = c[0].logit;
     for (i = 1; i < n; i++) mx = c[i].logit > mx ? c[i].logit : mx;
