@@ -5352,34 +5352,27 @@ static bitnet_result bitnet__resolve_backend(bitnet_backend want, bitnet_model_i
     return BITNET_OK;
 }
 
-/* The CPU head as int8 rows with one scale each (absmax / 127), quantized once here: decode reads
-   n_vocab * dim bytes instead of twice that. */
-typedef struct bitnet__hq { bitnet_model *m; int r0, r1; } bitnet__hq;
-static void bitnet__head_quant_task(void *arg, int ith, int nth) {
-    const bitnet__hq *c = (const bitnet__hq *)arg;
-    int dim = c->m->info.dim, n = c->r1 - c->r0, r, i;
-    int a = c->r0 + (int)((int64_t)n * ith / nth), b = c->r0 + (int)((int64_t)n * (ith + 1) / nth);
-    float row[4096];
-    for (r = a; r < b; r++) {
-        const uint16_t *w = c->m->head_f16 + (size_t)r * dim;
-        int8_t *q = c->m->head_q8 + (size_t)r * dim;
-        float amax = 0, inv;
-        for (i = 0; i < dim; i += 4096) { /* dim is not bounded: convert in slices */
-            int nn = BITNET__MIN(4096, dim - i), j;
-            bitnet_convert_fp16_to_fp32(w + i, row, (size_t)nn);
-            for (j = 0; j < nn; j++) amax = fabsf(row[j]) > amax ? fabsf(row[j]) : amax;
-        }
-        c->m->head_scale[r] = amax / 127.0f;
-        inv = amax > 0 ? 127.0f / amax : 0;
-        for (i = 0; i < dim; i += 4096) {
-            int nn = BITNET__MIN(4096, dim - i), j;
-            bitnet_convert_fp16_to_fp32(w + i, row, (size_t)nn);
-            for (j = 0; j < nn; j++) {
-                int v = bitnet__round_even(row[j] * inv);
-                q[i + j] = (int8_t)(v > 127 ? 127 : (v < -127 ? -127 : v));
-            }
-        }
+/* The CPU head as int8 rows with one scale each, quantized once at load: decode then reads
+   n_vocab * dim bytes instead of twice that. A row is quantized like an activation row
+   (q = round(x * 127 / absmax), so |q| <= 127), and its scale is absmax / 127. Slabs of rows
+   go through fp32 scratch so progress can be reported between them. */
+static bitnet_result bitnet__head_quantize(bitnet_model *m, const bitnet_model_desc *d) {
+    size_t nv = (size_t)m->info.n_vocab, dim = (size_t)m->info.dim, rows = BITNET__MAX((size_t)1, ((size_t)1 << 22) / dim), r, i;
+    float *f;
+    bitnet_result res = BITNET_OK;
+    m->head_q8 = (int8_t *)bitnet__malloc(nv * dim);
+    m->head_scale = (float *)bitnet__malloc(nv * sizeof(float));
+    f = (float *)bitnet__malloc(BITNET__MIN(rows, nv) * dim * sizeof(float));
+    if (!m->head_q8 || !m->head_scale || !f) res = BITNET_ERR_OUT_OF_MEMORY;
+    for (r = 0; r < nv && res == BITNET_OK; r += rows) {
+        size_t n = BITNET__MIN(rows, nv - r);
+        res = bitnet_convert_fp16_to_fp32(m->head_f16 + r * dim, f, n * dim);
+        if (res == BITNET_OK) res = bitnet_quantize_act(f, n, dim, m->head_q8 + r * dim, m->head_scale + r, NULL);
+        for (i = r; i < r + n; i++) m->head_scale[i] = 1.0f / m->head_scale[i];
+        bitnet__progress(d, 0.1f + 0.9f * (float)(r + n) / (float)nv);
     }
+    bitnet__free(f);
+    return res;
 }
 
 /* Validates the shapes, takes the pointers, prepares the head for the backend already chosen. */
@@ -5465,18 +5458,7 @@ static bitnet_result bitnet__model_build(bitnet_model *m, const bitnet_model_wei
     }
 #endif
     if (!(d && d->head_f16) && !(env && strcmp(env, "f16") == 0)) {
-        int i, slabs = 64;
-        m->head_q8 = (int8_t *)bitnet__malloc(t);
-        m->head_scale = (float *)bitnet__malloc((size_t)w->n_vocab * sizeof(float));
-        if (!m->head_q8 || !m->head_scale) return BITNET_ERR_OUT_OF_MEMORY;
-        for (i = 0; i < slabs; i++) {
-            bitnet__hq c;
-            c.m = m;
-            c.r0 = (int)((int64_t)w->n_vocab * i / slabs);
-            c.r1 = (int)((int64_t)w->n_vocab * (i + 1) / slabs);
-            bitnet__parallel(bitnet__head_quant_task, &c);
-            bitnet__progress(d, 0.1f + 0.9f * (float)(i + 1) / (float)slabs);
-        }
+        BITNET__TRY(bitnet__head_quantize(m, d));
         in->head_bits = 8;
     }
     bitnet__progress(d, 1.0f);
