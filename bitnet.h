@@ -2800,20 +2800,32 @@ static void bitnet__cpu_attention(bitnet_session *s, int l, int m) {
     bitnet__parallel(bitnet__attn_task, &c);
 }
 
-/* 7. add: x += y, [m][n] */
-static void bitnet__cpu_add(float *x, const float *y, size_t n) {
-    size_t i;
-    for (i = 0; i < n; i++) x[i] += y[i];
+/* 7. add: x += y, and 8. relu2_mul: g = relu(g)^2 * u (fp32: relu^2 overflows fp16); both [m][n],
+      a row per work item */
+typedef struct bitnet__ew { float *x; const float *y; int n, relu2; } bitnet__ew;
+static void bitnet__ew_row(void *ctx, int r) {
+    const bitnet__ew *c = (const bitnet__ew *)ctx;
+    float *x = c->x + (size_t)r * c->n;
+    const float *y = c->y + (size_t)r * c->n;
+    int i;
+    if (c->relu2)
+        for (i = 0; i < c->n; i++) {
+            float g = x[i] > 0 ? x[i] : 0;
+            x[i] = g * g * y[i];
+        }
+    else
+        for (i = 0; i < c->n; i++) x[i] += y[i];
 }
-
-/* 8. relu2_mul: hg = relu(hg)^2 * hu, [m][ffn_dim] (fp32: relu^2 overflows fp16) */
-static void bitnet__cpu_relu2_mul(float *hg, const float *hu, size_t n) {
-    size_t i;
-    for (i = 0; i < n; i++) {
-        float g = hg[i] > 0 ? hg[i] : 0;
-        hg[i] = g * g * hu[i];
-    }
+static void bitnet__cpu_elementwise(float *x, const float *y, int m, int n, int relu2) {
+    bitnet__ew c;
+    c.x = x;
+    c.y = y;
+    c.n = n;
+    c.relu2 = relu2;
+    bitnet__for_rows(m, (size_t)n, bitnet__ew_row, &c);
 }
+static void bitnet__cpu_add(float *x, const float *y, int m, int n) { bitnet__cpu_elementwise(x, y, m, n, 0); }
+static void bitnet__cpu_relu2_mul(float *g, const float *u, int m, int n) { bitnet__cpu_elementwise(g, u, m, n, 1); }
 
 /* 9. head: out[r][n_vocab] = head . rmsnorm(x[r]) * output_norm, for the m rows of x given:
       int8 rows x int8 activations (the CPU default), or fp16 rows x fp32 activations */
@@ -2876,15 +2888,15 @@ static bitnet_result bitnet__cpu_forward(bitnet_session *s, const int32_t *token
         bitnet__cpu_attention(s, l, m);                                         /* xb [m][q_dim] */
         bitnet__cpu_norm_quant(s, s->xb, L->attn_sub_norm, m, qd);              /* aq [m][q_dim] */
         BITNET__TRY(bitnet__cpu_linear(s, L->wo, dim, qd, m, s->xb));           /* xb [m][dim] */
-        bitnet__cpu_add(s->x, s->xb, (size_t)m * dim);
+        bitnet__cpu_add(s->x, s->xb, m, dim);
         /* feed-forward block */
         bitnet__cpu_norm_quant(s, s->x, L->ffn_norm, m, dim);                   /* aq [m][dim] */
         BITNET__TRY(bitnet__cpu_linear(s, L->w_gate, ff, dim, m, s->hg));       /* hg [m][ffn_dim] */
         BITNET__TRY(bitnet__cpu_linear(s, L->w_up, ff, dim, m, s->hu));         /* hu [m][ffn_dim] */
-        bitnet__cpu_relu2_mul(s->hg, s->hu, (size_t)m * ff);
+        bitnet__cpu_relu2_mul(s->hg, s->hu, m, ff);
         bitnet__cpu_norm_quant(s, s->hg, L->ffn_sub_norm, m, ff);               /* aq [m][ffn_dim] */
         BITNET__TRY(bitnet__cpu_linear(s, L->w_down, dim, ff, m, s->xb));       /* xb [m][dim] */
-        bitnet__cpu_add(s->x, s->xb, (size_t)m * dim);
+        bitnet__cpu_add(s->x, s->xb, m, dim);
     }
     if (!logits) return BITNET_OK;
     if (all) return bitnet__cpu_head(s, s->x, m, logits);                       /* [m][n_vocab] */
