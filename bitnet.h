@@ -1267,7 +1267,7 @@ static bitnet_result bitnet__rd_u64(bitnet__rd *r, uint64_t *v, const char *what
    truncation), more than what remains is a truncation. Makes n safe to allocate from. */
 static bitnet_result bitnet__rd_count(bitnet__rd *r, uint64_t n, uint64_t min_bytes, const char *what) {
     if (n > r->size / min_bytes)
-        return bitnet__err(BITNET_ERR_CORRUPT, "GGUF corrupt: %s = %llu at offset %zu cannot fit in a %zu-byte file", what,
+        return bitnet__err(BITNET_ERR_CORRUPT, "GGUF corrupt or truncated: %s = %llu at offset %zu cannot fit in a %zu-byte file", what,
                            (unsigned long long)n, r->pos, r->size);
     return bitnet__rd_need(r, n * min_bytes, what);
 }
@@ -1376,10 +1376,10 @@ static bitnet_result bitnet__gguf_parse(bitnet_gguf *g) {
     BITNET__TRY(bitnet__rd_u64(&r, &g->n_tensors, "tensor count"));
     BITNET__TRY(bitnet__rd_u64(&r, &g->n_kv, "metadata count"));
     if (g->n_kv > BITNET__GGUF_MAX_KV || g->n_kv > r.size / BITNET__GGUF_MIN_KV_BYTES)
-        return bitnet__err(BITNET_ERR_CORRUPT, "GGUF corrupt: %llu metadata entries cannot fit in a %zu-byte file",
+        return bitnet__err(BITNET_ERR_CORRUPT, "GGUF corrupt or truncated: %llu metadata entries cannot fit in a %zu-byte file",
                            (unsigned long long)g->n_kv, r.size);
     if (g->n_tensors > BITNET__GGUF_MAX_TENSORS || g->n_tensors > r.size / BITNET__GGUF_MIN_TENSOR_BYTES)
-        return bitnet__err(BITNET_ERR_CORRUPT, "GGUF corrupt: %llu tensors cannot fit in a %zu-byte file",
+        return bitnet__err(BITNET_ERR_CORRUPT, "GGUF corrupt or truncated: %llu tensors cannot fit in a %zu-byte file",
                            (unsigned long long)g->n_tensors, r.size);
     g->kv_cap = bitnet__hash_cap(g->n_kv);
     g->t_cap = bitnet__hash_cap(g->n_tensors);
