@@ -1337,9 +1337,14 @@ static bitnet_result bitnet__gguf_read_value(bitnet_gguf *g, bitnet__rd *r, bitn
         BITNET__TRY(bitnet__rd_count(r, kv->count, 8, what));
         tab = (bitnet_gguf_str *)bitnet__arena_alloc(&g->arena, (size_t)(kv->count ? kv->count : 1) * sizeof *tab);
         if (!tab) return BITNET_ERR_OUT_OF_MEMORY;
-        for (i = 0; i < kv->count; i++) {
-            snprintf(what, sizeof what, "string %llu of array '%.48s'", (unsigned long long)i, kv->key);
-            BITNET__TRY(bitnet__rd_str(r, &tab[i], what));
+        for (i = 0; i < kv->count; i++) { /* the context is formatted only on failure: arrays are long */
+            bitnet_result e = bitnet__rd_str(r, &tab[i], "a string");
+            if (e != BITNET_OK) {
+                char why[256];
+                memcpy(why, bitnet__errbuf, sizeof why - 1);
+                why[sizeof why - 1] = 0;
+                return bitnet__err(e, "%s (element %llu of array '%s')", why, (unsigned long long)i, kv->key);
+            }
         }
         kv->arr = tab;
         return BITNET_OK;

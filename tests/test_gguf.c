@@ -749,7 +749,58 @@ static void test_tiny_model(void) {
     TEST_CHECK(scale > 0 && scale < 1);
     TEST_CHECKF(counts[0] > t.ne[0] * t.ne[1] / 5 && counts[1] > t.ne[0] * t.ne[1] / 5 && counts[2] > t.ne[0] * t.ne[1] / 5,
                 "-1: %zu, 0: %zu, +1: %zu", counts[0], counts[1], counts[2]);
+    /* every merge "A B" joins two tokens into the token with id 256 + rank */
+    {
+        uint64_t nm = 0, m, nt = 0, j;
+        bitnet_gguf_type et;
+        int bad = 0;
+        TEST_CHECK(bitnet_gguf_get_arr(g, "tokenizer.ggml.merges", &et, &nm) == BITNET_OK && nm >= 200);
+        TEST_CHECK(bitnet_gguf_get_arr(g, "tokenizer.ggml.tokens", &et, &nt) == BITNET_OK && nt == 256 + nm + 3);
+        for (m = 0; m < nm; m++) {
+            bitnet_gguf_str ms, ts;
+            const char *sp;
+            int found_a = 0, found_b = 0;
+            bitnet_gguf_arr_str(g, "tokenizer.ggml.merges", m, &ms);
+            sp = (const char *)memchr(ms.ptr, ' ', (size_t)ms.len);
+            if (!sp) { bad++; continue; }
+            for (j = 0; j < 256 + m; j++) {
+                bitnet_gguf_arr_str(g, "tokenizer.ggml.tokens", j, &ts);
+                if (ts.len == (uint64_t)(sp - ms.ptr) && memcmp(ts.ptr, ms.ptr, (size_t)ts.len) == 0) found_a = 1;
+                if (ts.len == ms.len - (uint64_t)(sp - ms.ptr) - 1 && memcmp(ts.ptr, sp + 1, (size_t)ts.len) == 0) found_b = 1;
+            }
+            bitnet_gguf_arr_str(g, "tokenizer.ggml.tokens", 256 + m, &ts);
+            if (!found_a || !found_b || ts.len != ms.len - 1 || memcmp(ts.ptr, ms.ptr, (size_t)(sp - ms.ptr)) != 0 ||
+                memcmp(ts.ptr + (sp - ms.ptr), sp + 1, (size_t)(ms.len - (uint64_t)(sp - ms.ptr) - 1)) != 0)
+                bad++;
+        }
+        TEST_CHECKF(bad == 0, "%d inconsistent merges", bad);
+    }
     bitnet_gguf_close(g);
+}
+
+/* The tiny model cut at every offset of its start and at strides through the rest: always an
+   error (an I/O or format one), never a crash or a silently shorter model. */
+static void test_tiny_truncated_everywhere(void) {
+    size_t size = 0, cut, hdr;
+    unsigned char *img = read_all("tests/data/tiny.gguf", &size);
+    bitnet_gguf *g = NULL;
+    int bad = 0;
+    if (!img) TEST_SKIP("tests/data/tiny.gguf not found");
+    TEST_CHECK(bitnet_gguf_open_memory(img, size, &g) == BITNET_OK);
+    hdr = g ? (size_t)bitnet_gguf_data_offset(g) : size;
+    bitnet_gguf_close(g);
+    /* every offset of the first 2 KB (the keys, the start of the token list), then strides */
+    for (cut = 0; cut < size; cut += cut < 2048 ? 1 : cut < hdr + 64 ? 7 : 509) {
+        unsigned char *c = (unsigned char *)malloc(cut ? cut : 1);
+        bitnet_result r;
+        memcpy(c, img, cut);
+        r = open_code(c, cut);
+        free(c);
+        if (r != BITNET_ERR_TRUNCATED && r != BITNET_ERR_CORRUPT && bad++ < 5)
+            fprintf(stderr, "  cut at %zu: %d %s\n", cut, (int)r, bitnet_last_error());
+    }
+    TEST_CHECKF(bad == 0, "%d cuts", bad);
+    free(img);
 }
 
 int main(void) {
@@ -773,6 +824,7 @@ int main(void) {
     RUN_TEST(test_check_valid_micro);
     RUN_TEST(test_check_inconsistent);
     RUN_TEST(test_tiny_model);
+    RUN_TEST(test_tiny_truncated_everywhere);
     free(base_img);
     return test_summary();
 }
