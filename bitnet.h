@@ -37,6 +37,7 @@
      BITNET_NO_CUDA       impl    compile the GPU runtime out; GPU calls return BITNET_ERR_UNSUPPORTED
      BITNET_NO_SIMD       impl    scalar kernels only
      BITNET_NO_THREADS    impl    no thread pool
+     BITNET_NO_MMAP       impl    read GGUF files into memory instead of mapping them
      BITNET_MALLOC/BITNET_FREE impl  default allocator (both or neither); bitnet_set_allocator overrides
 
    OPTIONS (environment, read at first use)
