@@ -352,28 +352,6 @@ static void gm_vocab_free(gm_vocab *v) {
     free(v->storage);
 }
 
-/* fp32 -> fp16, round to nearest even (normal, subnormal and zero: all that the generator makes). */
-static uint16_t gm_f16(float f) {
-    uint32_t x, sign, e, m;
-    memcpy(&x, &f, 4);
-    sign = (x >> 16) & 0x8000u;
-    e = (x >> 23) & 0xff;
-    m = x & 0x7fffffu;
-    if (e >= 143) return (uint16_t)(sign | 0x7c00u); /* too large: inf (never generated) */
-    if (e >= 113) {                                  /* normal half */
-        uint32_t h = ((e - 112) << 10) | (m >> 13), rest = m & 0x1fffu;
-        if (rest > 0x1000u || (rest == 0x1000u && (h & 1))) h++;
-        return (uint16_t)(sign | h);
-    }
-    if (e < 102) return (uint16_t)sign; /* below half the smallest subnormal */
-    m |= 0x800000u;                     /* subnormal half: shift the full mantissa */
-    {
-        uint32_t shift = 126 - e, h = m >> shift, rest = m & ((1u << shift) - 1), half = 1u << (shift - 1);
-        if (rest > half || (rest == half && (h & 1))) h++;
-        return (uint16_t)(sign | h);
-    }
-}
-
 /* Streams one tensor's random data: what 0 = F16 embedding, 1 = F32 norm, 2 = I2_S matrix. */
 typedef struct gm_bufs { float *f; int8_t *q; unsigned char *b; size_t cap; } gm_bufs;
 
@@ -387,8 +365,9 @@ static bitnet_result gm_write_tensor(bitnet_gguf_writer *w, gm_bufs *bf, int wha
         for (done = 0; done < n && r == BITNET_OK; done += i) {
             size_t m = (size_t)(n - done < chunk ? n - done : chunk);
             gm_normals(&s, bf->f, m, 1.0f / sqrtf((float)ne0));
-            for (i = 0; i < m; i++) h[i] = gm_f16(bf->f[i]);
-            r = bitnet_gguf_writer_write(w, h, m * 2);
+            r = bitnet_convert_fp32_to_fp16(bf->f, h, m);
+            if (r == BITNET_OK) r = bitnet_gguf_writer_write(w, h, m * 2);
+            i = m;
         }
         return r;
     }
