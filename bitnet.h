@@ -339,6 +339,7 @@ BITNET_API bitnet_result bitnet_gguf_find_tensor(const bitnet_gguf *g, const cha
    ffn_gate and ffn_up I2_S [dim, ffn], ffn_down I2_S [ffn, dim]. The vocabulary size comes from
    tokenizer.ggml.tokens (else vocab_size, else token_embd) and every tokenizer.ggml.*_token_id
    must lie inside it. eot is tokenizer.ggml.eot_token_id, else the token "<|eot_id|>", else -1.
+   Reads only the 4-byte scale of each I2_S tensor (not finite or negative: CORRUPT), so it is cheap.
    Errors: BAD_METADATA (missing or inconsistent keys, zero or non-dividing head counts, special
    ids outside the vocabulary), UNSUPPORTED (another architecture, partial RoPE),
    MISSING_TENSOR, UNSUPPORTED_TYPE (a tensor of the wrong type), BAD_SHAPE. */
@@ -2973,6 +2974,12 @@ static bitnet_result bitnet__gguf_want(const bitnet_gguf *g, const char *name, b
         return bitnet__err(BITNET_ERR_BAD_SHAPE, "GGUF: tensor '%s' has shape [%llu, %llu, %llu, %llu], the hyperparameters say [%llu, %llu]",
                            name, (unsigned long long)t.ne[0], (unsigned long long)t.ne[1], (unsigned long long)t.ne[2],
                            (unsigned long long)t.ne[3], (unsigned long long)ne0, (unsigned long long)ne1);
+    if (type == BITNET_TENSOR_I2_S) { /* the per-tensor scale after the packed weights */
+        float scale;
+        memcpy(&scale, (const uint8_t *)t.data + t.bytes - 32, 4);
+        if (!(scale >= 0 && scale <= FLT_MAX))
+            return bitnet__err(BITNET_ERR_CORRUPT, "GGUF: tensor '%s' has the scale %g (must be finite and >= 0)", name, (double)scale);
+    }
     return BITNET_OK;
 }
 

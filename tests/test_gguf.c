@@ -556,6 +556,9 @@ typedef struct micro_cfg {
     const char *f16_instead;  /* a tensor written as F16 */
     uint32_t shape_ffn;       /* ffn used for the tensor shapes (0: ffn) */
     int omit_eps;
+    uint32_t rope_dims, vocab_key; /* written when nonzero */
+    uint32_t n_types;              /* token_type entries (0: vocab) */
+    float scale;                   /* I2_S scale (0: 1) */
 } micro_cfg;
 
 static micro_cfg micro_default(void) {
@@ -578,8 +581,12 @@ static bitnet_result write_micro(const char *path, const micro_cfg *c) {
     uint32_t hd = c->n_heads ? c->dim / c->n_heads : 1, kvd = (c->n_kv ? c->n_kv : 1) * hd;
     uint64_t total = 0;
     bitnet_result r;
+    float scale = c->scale != 0 ? c->scale : 1.0f;
     static const char *const parts[11] = {"attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "attn_sub_norm",
                                           "ffn_norm", "ffn_gate", "ffn_up", "ffn_down", "ffn_sub_norm"};
+    uint64_t sizes[64];
+    int is_i2s[64], nt = 0, k;
+    if (c->n_layers > 5) return BITNET_ERR_INVALID_ARG;
     if ((r = bitnet_gguf_writer_create(&w)) != BITNET_OK) return r;
 #define W(expr) do { if (r == BITNET_OK) r = (expr); } while (0)
 #define HP(suffix, v) do { snprintf(key, sizeof key, "%s.%s", c->arch, suffix); W(bitnet_gguf_writer_set_u32(w, key, v)); } while (0)
@@ -607,16 +614,18 @@ static bitnet_result write_micro(const char *path, const micro_cfg *c) {
     toks[c->vocab - 1].ptr = "<|eot_id|>"; /* eot found by its text */
     toks[c->vocab - 1].len = 10;
     types[c->vocab - 1] = 3;
+    if (c->rope_dims) HP("rope.dimension_count", c->rope_dims);
+    if (c->vocab_key) HP("vocab_size", c->vocab_key);
     W(bitnet_gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2"));
     W(bitnet_gguf_writer_set_arr(w, "tokenizer.ggml.tokens", BITNET_GGUF_STRING, toks, c->vocab));
-    W(bitnet_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", BITNET_GGUF_INT32, types, c->vocab));
+    W(bitnet_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", BITNET_GGUF_INT32, types, c->n_types ? c->n_types : c->vocab));
     if (c->bos >= 0) W(bitnet_gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)c->bos));
     W(bitnet_gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 0));
 #define T(nm, type, nd, a, b) do { uint64_t ne_[4] = {(a), (b), 1, 1}, nb_ = 0; \
         bitnet_tensor_type ty_ = (c->f16_instead && strcmp(c->f16_instead, nm) == 0) ? BITNET_TENSOR_F16 : (type); \
         if ((!c->skip || strcmp(c->skip, nm) != 0) && r == BITNET_OK) { \
             W(bitnet_gguf_writer_add_tensor(w, nm, ty_, nd, ne_)); \
-            W(bitnet_tensor_nbytes(ty_, ne_, &nb_)); total += nb_; } \
+            W(bitnet_tensor_nbytes(ty_, ne_, &nb_)); sizes[nt] = nb_; is_i2s[nt++] = ty_ == BITNET_TENSOR_I2_S; } \
     } while (0)
     T("token_embd.weight", BITNET_TENSOR_F16, 2, c->dim, c->vocab);
     T("output_norm.weight", BITNET_TENSOR_F32, 1, c->dim, 1);
@@ -635,16 +644,20 @@ static bitnet_result write_micro(const char *path, const micro_cfg *c) {
         }
 #undef T
     W(bitnet_gguf_writer_begin(w, path));
-    if (r == BITNET_OK) {
-        unsigned char *buf = (unsigned char *)malloc(1 << 16);
-        memset(buf, 0x55, 1 << 16);
-        while (r == BITNET_OK && total) {
-            size_t n = total < (1u << 16) ? (size_t)total : (size_t)1 << 16;
-            r = bitnet_gguf_writer_write(w, buf, n);
-            total -= n;
+    for (k = 0; k < nt && r == BITNET_OK; k++) { /* I2_S: code 1 (weight 0) then the scale; F32: 1.0; F16: 1.0 */
+        unsigned char *buf = (unsigned char *)malloc((size_t)sizes[k]);
+        size_t e;
+        if (is_i2s[k]) {
+            memset(buf, 0x55, (size_t)sizes[k]);
+            memset(buf + sizes[k] - 32, 0, 32);
+            memcpy(buf + sizes[k] - 32, &scale, 4);
+        } else {
+            for (e = 0; e + 4 <= sizes[k]; e += 4) memcpy(buf + e, &scale, 4);
         }
+        r = bitnet_gguf_writer_write(w, buf, (size_t)sizes[k]);
         free(buf);
     }
+    (void)total;
     W(bitnet_gguf_writer_finish(w));
 #undef W
 #undef HP
@@ -708,6 +721,18 @@ static void test_check_inconsistent(void) {
     TEST_CHECK(check_micro(&c, NULL) == BITNET_ERR_UNSUPPORTED_TYPE && strstr(bitnet_last_error(), "attn_k") != NULL);
     c = micro_default(); c.shape_ffn = 384; /* tensors disagree with feed_forward_length */
     TEST_CHECK(check_micro(&c, NULL) == BITNET_ERR_BAD_SHAPE && strstr(bitnet_last_error(), "blk.0.ffn_gate") != NULL);
+    c = micro_default(); c.rope_dims = 16; /* head_dim is 32 */
+    TEST_CHECK(check_micro(&c, NULL) == BITNET_ERR_UNSUPPORTED && strstr(bitnet_last_error(), "rope.dimension_count") != NULL);
+    c = micro_default(); c.rope_dims = 32;
+    TEST_CHECK(check_micro(&c, NULL) == BITNET_OK);
+    c = micro_default(); c.vocab_key = 21;
+    TEST_CHECK(check_micro(&c, NULL) == BITNET_ERR_BAD_METADATA && strstr(bitnet_last_error(), "vocab_size") != NULL);
+    c = micro_default(); c.n_types = 19;
+    TEST_CHECK(check_micro(&c, NULL) == BITNET_ERR_BAD_METADATA && strstr(bitnet_last_error(), "token_type") != NULL);
+    c = micro_default(); c.scale = (float)HUGE_VAL;
+    TEST_CHECK(check_micro(&c, NULL) == BITNET_ERR_CORRUPT && strstr(bitnet_last_error(), "scale") != NULL);
+    c = micro_default(); c.dim = 192; c.n_heads = 2; c.n_kv = 1; /* I2_S rows must be multiples of 128 (the writer refuses too) */
+    TEST_CHECK(check_micro(&c, NULL) == BITNET_ERR_BAD_SHAPE);
     c = micro_default(); c.omit_eps = 1;
     TEST_CHECK(check_micro(&c, NULL) == BITNET_ERR_BAD_METADATA && strstr(bitnet_last_error(), "epsilon") != NULL);
 }
