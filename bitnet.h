@@ -2472,8 +2472,12 @@ static bitnet_result bitnet__gguf_read_value(bitnet_gguf *g, bitnet__rd *r, bitn
     if (t == BITNET_GGUF_STRING) {
         bitnet_gguf_str *tab;
         uint64_t i;
+        size_t tab_bytes;
         BITNET__TRY(bitnet__rd_count(r, kv->count, 8, what));
-        tab = (bitnet_gguf_str *)bitnet__arena_alloc(&g->arena, (size_t)(kv->count ? kv->count : 1) * sizeof *tab);
+        if (!bitnet__mul_size((size_t)(kv->count ? kv->count : 1), sizeof *tab, &tab_bytes)) /* 32-bit hosts */
+            return bitnet__err(BITNET_ERR_OVERFLOW, "GGUF: array '%s' of %llu strings is too large", kv->key,
+                               (unsigned long long)kv->count);
+        tab = (bitnet_gguf_str *)bitnet__arena_alloc(&g->arena, tab_bytes);
         if (!tab) return BITNET_ERR_OUT_OF_MEMORY;
         for (i = 0; i < kv->count; i++) { /* the context is formatted only on failure: arrays are long */
             bitnet_result e = bitnet__rd_str(r, &tab[i], "a string");
@@ -3243,6 +3247,7 @@ static bitnet_result bitnet__gw_key(bitnet_gguf_writer *w, const char *key, cons
 
 BITNET_API bitnet_result bitnet_gguf_writer_set(bitnet_gguf_writer *w, const char *key, bitnet_gguf_type type, const void *value) {
     size_t esz;
+    bitnet_result r;
     BITNET__CHECK_PTR(w);
     BITNET__CHECK_PTR(value);
     if ((unsigned)type >= BITNET_GGUF_TYPE_COUNT || type == BITNET_GGUF_ARRAY)
@@ -3256,14 +3261,19 @@ BITNET_API bitnet_result bitnet_gguf_writer_set(bitnet_gguf_writer *w, const cha
     }
     if (type == BITNET_GGUF_BOOL && *(const uint8_t *)value > 1)
         return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_gguf_writer_set: bool value %u", *(const uint8_t *)value);
+    if (type == BITNET_GGUF_STRING && ((const bitnet_gguf_str *)value)->len && !((const bitnet_gguf_str *)value)->ptr)
+        return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_gguf_writer_set: string value has a NULL pointer");
     BITNET__TRY(bitnet__gw_key(w, key, "bitnet_gguf_writer_set"));
-    BITNET__TRY(bitnet__gw_u32(w, (uint32_t)type));
-    if (type == BITNET_GGUF_STRING) {
+    r = bitnet__gw_u32(w, (uint32_t)type);
+    if (r == BITNET_OK && type == BITNET_GGUF_STRING) {
         const bitnet_gguf_str *s = (const bitnet_gguf_str *)value;
-        return bitnet__gw_str(w, s->ptr, s->len);
+        r = bitnet__gw_str(w, s->ptr, s->len);
+    } else if (r == BITNET_OK) {
+        esz = bitnet__gguf_scalar_size((uint32_t)type);
+        r = bitnet__gw_put(w, value, esz);
     }
-    esz = bitnet__gguf_scalar_size((uint32_t)type);
-    return bitnet__gw_put(w, value, esz);
+    if (r != BITNET_OK) w->state = 3; /* the key is in, its value is not: unusable */
+    return r;
 }
 BITNET_API bitnet_result bitnet_gguf_writer_set_u32(bitnet_gguf_writer *w, const char *key, uint32_t v) {
     return bitnet_gguf_writer_set(w, key, BITNET_GGUF_UINT32, &v);
@@ -3283,25 +3293,32 @@ BITNET_API bitnet_result bitnet_gguf_writer_set_arr(bitnet_gguf_writer *w, const
     uint8_t b[8];
     size_t esz, bytes;
     uint64_t i;
+    bitnet_result r;
     BITNET__CHECK_PTR(w);
     if (n && !values) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_gguf_writer_set_arr: values is NULL");
     if ((unsigned)elem_type >= BITNET_GGUF_TYPE_COUNT || elem_type == BITNET_GGUF_ARRAY)
         return bitnet__err(BITNET_ERR_UNSUPPORTED, "bitnet_gguf_writer_set_arr: element type %d (nested arrays are not supported)",
                            (int)elem_type);
     esz = bitnet__gguf_scalar_size((uint32_t)elem_type);
+    bytes = 0;
     if (elem_type != BITNET_GGUF_STRING && (n > SIZE_MAX || !bitnet__mul_size((size_t)n, esz, &bytes)))
         return bitnet__err(BITNET_ERR_OVERFLOW, "bitnet_gguf_writer_set_arr: %llu elements overflow", (unsigned long long)n);
+    for (i = 0; elem_type == BITNET_GGUF_STRING && i < n; i++)
+        if (((const bitnet_gguf_str *)values)[i].len && !((const bitnet_gguf_str *)values)[i].ptr)
+            return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_gguf_writer_set_arr: string %llu has a NULL pointer",
+                               (unsigned long long)i);
     BITNET__TRY(bitnet__gw_key(w, key, "bitnet_gguf_writer_set_arr"));
-    BITNET__TRY(bitnet__gw_u32(w, BITNET_GGUF_ARRAY));
-    BITNET__TRY(bitnet__gw_u32(w, (uint32_t)elem_type));
+    r = bitnet__gw_u32(w, BITNET_GGUF_ARRAY);
+    if (r == BITNET_OK) r = bitnet__gw_u32(w, (uint32_t)elem_type);
     bitnet__put_le64(b, n);
-    BITNET__TRY(bitnet__gw_put(w, b, 8));
-    if (elem_type != BITNET_GGUF_STRING) return bitnet__gw_put(w, values, bytes);
-    for (i = 0; i < n; i++) {
+    if (r == BITNET_OK) r = bitnet__gw_put(w, b, 8);
+    if (r == BITNET_OK && elem_type != BITNET_GGUF_STRING) r = bitnet__gw_put(w, values, bytes);
+    for (i = 0; r == BITNET_OK && elem_type == BITNET_GGUF_STRING && i < n; i++) {
         const bitnet_gguf_str *s = (const bitnet_gguf_str *)values + i;
-        BITNET__TRY(bitnet__gw_str(w, s->ptr, s->len));
+        r = bitnet__gw_str(w, s->ptr, s->len);
     }
-    return BITNET_OK;
+    if (r != BITNET_OK) w->state = 3; /* the key is in, its value is not: unusable */
+    return r;
 }
 
 BITNET_API bitnet_result bitnet_gguf_writer_add_tensor(bitnet_gguf_writer *w, const char *name, bitnet_tensor_type type,
@@ -3348,10 +3365,10 @@ static bitnet_result bitnet__gw_pad(bitnet_gguf_writer *w, uint64_t pos) {
     }
     return BITNET_OK;
 }
-/* Moves past finished (and empty) tensors, padding each to the alignment. */
+/* Moves past finished tensors, padding each (the last one too, as ggml does) to the alignment. */
 static bitnet_result bitnet__gw_advance(bitnet_gguf_writer *w) {
     while (w->cur < w->n_t && w->cur_done == w->t[w->cur].bytes) {
-        if (w->cur + 1 < w->n_t) BITNET__TRY(bitnet__gw_pad(w, w->t[w->cur].bytes));
+        BITNET__TRY(bitnet__gw_pad(w, w->t[w->cur].bytes));
         w->cur++;
         w->cur_done = 0;
     }
@@ -3365,7 +3382,9 @@ BITNET_API bitnet_result bitnet_gguf_writer_begin(bitnet_gguf_writer *w, const c
     int d;
     BITNET__CHECK_PTR(w);
     BITNET__CHECK_PTR(path);
-    if (w->state != 0) return bitnet__err(BITNET_ERR_INVALID_STATE, "bitnet_gguf_writer_begin: called twice");
+    if (w->state != 0)
+        return bitnet__err(BITNET_ERR_INVALID_STATE, "bitnet_gguf_writer_begin: %s",
+                           w->state == 3 ? "an earlier call failed" : "called twice");
     for (i = 0; i < w->n_t; i++) { /* offsets: each tensor starts aligned */
         w->t[i].offset = off;
         if (w->t[i].bytes > UINT64_MAX - off - w->alignment) return bitnet__err(BITNET_ERR_OVERFLOW, "GGUF writer: data section overflows");

@@ -239,6 +239,7 @@ static void test_roundtrip_all_types(void) {
     buf = read_all(path, &size);
     TEST_CHECK(buf != NULL);
     if (buf) {
+        TEST_CHECK(size % 32 == 0); /* every tensor, the last one too, is padded */
         TEST_CHECK(bitnet_gguf_open_memory(buf, size, &g) == BITNET_OK);
         if (g) check_all_types(g, 32), bitnet_gguf_close(g);
         free(buf);
@@ -266,6 +267,12 @@ static void test_writer_misuse(void) {
     TEST_CHECK(bitnet_gguf_writer_set(w, "c", BITNET_GGUF_ARRAY, x) == BITNET_ERR_INVALID_ARG);
     TEST_CHECK(bitnet_gguf_writer_set_arr(w, "d", BITNET_GGUF_ARRAY, x, 1) == BITNET_ERR_UNSUPPORTED);
     TEST_CHECK(bitnet_gguf_writer_set_u32(w, "general.alignment", 48) == BITNET_ERR_INVALID_ARG);
+    {
+        bitnet_gguf_str bad = {NULL, 3}, arr[2] = {{"x", 1}, {NULL, 2}};
+        TEST_CHECK(bitnet_gguf_writer_set(w, "s", BITNET_GGUF_STRING, &bad) == BITNET_ERR_NULL_POINTER);
+        TEST_CHECK(bitnet_gguf_writer_set_arr(w, "s", BITNET_GGUF_STRING, arr, 2) == BITNET_ERR_NULL_POINTER);
+        TEST_CHECK(bitnet_gguf_writer_set_u32(w, "s", 1) == BITNET_OK); /* refused values leave no key behind */
+    }
     TEST_CHECK(bitnet_gguf_writer_add_tensor(w, "t", BITNET_TENSOR_F32, 1, ne) == BITNET_OK);
     TEST_CHECK(bitnet_gguf_writer_add_tensor(w, "t", BITNET_TENSOR_F32, 1, ne) == BITNET_ERR_DUPLICATE_TENSOR);
     ne[0] = 100;
