@@ -332,11 +332,13 @@ BITNET_API bitnet_result bitnet_gguf_find_tensor(const bitnet_gguf *g, const cha
    "bitnet", keys under that prefix: embedding_length, block_count, attention.head_count,
    feed_forward_length, context_length, attention.layer_norm_rms_epsilon (required);
    attention.head_count_kv (default head_count), rope.freq_base (default 10000), vocab_size and
-   rope.dimension_count (checked when present). Tensors (ggml ne order, ne0 = in-features):
-   token_embd.weight F16 [dim, vocab]; output_norm.weight F32 [dim]; optional output.weight F16
-   [dim, vocab]; per layer blk.N.attn_norm, attn_sub_norm, ffn_norm F32 [dim], ffn_sub_norm F32
-   [ffn], attn_q and attn_output I2_S [dim, dim], attn_k and attn_v I2_S [dim, n_kv*head_dim],
-   ffn_gate and ffn_up I2_S [dim, ffn], ffn_down I2_S [ffn, dim]. The vocabulary size comes from
+   rope.dimension_count (checked when present). Tensors (ggml ne order, ne0 = in-features), as
+   bitnet.cpp writes them: token_embd.weight F16 [dim, vocab]; output_norm.weight F32 [dim];
+   optional output.weight F16 [dim, vocab]; per layer blk.N.attn_norm, attn_sub_norm, ffn_norm F32
+   [dim], ffn_sub_norm F32 [ffn], attn_q and attn_output I2_S [dim, dim], attn_k and attn_v I2_S
+   [dim, n_kv*head_dim], ffn_gate and ffn_up I2_S [dim, ffn], ffn_down I2_S [ffn, dim]. Float
+   tensors may be any of F32, F16, BF16, and the ternary ones also float (unquantized latent
+   weights, as a converter writes them before quantizing). The vocabulary size comes from
    tokenizer.ggml.tokens (else vocab_size, else token_embd) and every tokenizer.ggml.*_token_id
    must lie inside it. eot is tokenizer.ggml.eot_token_id, else the token "<|eot_id|>", else -1.
    Reads only the 4-byte scale of each I2_S tensor (not finite or negative: CORRUPT), so it is cheap.
@@ -2963,22 +2965,30 @@ static bitnet_result bitnet__gguf_hparam_f(const bitnet_gguf *g, const char *arc
     *v = f;
     return BITNET_OK;
 }
-/* A tensor of this type and shape [ne0, ne1] (ne1 = 1 for vectors); optional ones may be absent. */
-static bitnet_result bitnet__gguf_want(const bitnet_gguf *g, const char *name, bitnet_tensor_type type, uint64_t ne0,
-                                       uint64_t ne1, int optional) {
+/* The types each role accepts: ternary matrices come as I2_S, or as float latent weights that the
+   loader quantizes; the rest are float. */
+#define BITNET__GGUF_TERNARY 0
+#define BITNET__GGUF_FLOAT 1
+static int bitnet__gguf_role_ok(int role, bitnet_tensor_type t) {
+    return t == BITNET_TENSOR_F32 || t == BITNET_TENSOR_F16 || t == BITNET_TENSOR_BF16 ||
+           (role == BITNET__GGUF_TERNARY && t == BITNET_TENSOR_I2_S);
+}
+/* A tensor of this role and shape [ne0, ne1] (ne1 = 1 for vectors); optional ones may be absent. */
+static bitnet_result bitnet__gguf_want(const bitnet_gguf *g, const char *name, int role, uint64_t ne0, uint64_t ne1,
+                                       int optional) {
     bitnet_tensor_info t;
     if (bitnet_gguf_find_tensor(g, name, &t) != BITNET_OK) {
         if (optional) return BITNET_OK;
         return bitnet__err(BITNET_ERR_MISSING_TENSOR, "GGUF: tensor '%s' is missing", name);
     }
-    if (t.type != type)
+    if (!bitnet__gguf_role_ok(role, t.type))
         return bitnet__err(BITNET_ERR_UNSUPPORTED_TYPE, "GGUF: tensor '%s' is %s, a BitNet model needs %s here", name,
-                           bitnet_tensor_type_name(t.type), bitnet_tensor_type_name(type));
+                           bitnet_tensor_type_name(t.type), role == BITNET__GGUF_TERNARY ? "I2_S, F32, F16 or BF16" : "F32, F16 or BF16");
     if (t.ne[0] != ne0 || t.ne[1] != ne1 || t.ne[2] != 1 || t.ne[3] != 1)
         return bitnet__err(BITNET_ERR_BAD_SHAPE, "GGUF: tensor '%s' has shape [%llu, %llu, %llu, %llu], the hyperparameters say [%llu, %llu]",
                            name, (unsigned long long)t.ne[0], (unsigned long long)t.ne[1], (unsigned long long)t.ne[2],
                            (unsigned long long)t.ne[3], (unsigned long long)ne0, (unsigned long long)ne1);
-    if (type == BITNET_TENSOR_I2_S) { /* the per-tensor scale after the packed weights */
+    if (t.type == BITNET_TENSOR_I2_S) { /* the per-tensor scale after the packed weights */
         float scale;
         memcpy(&scale, (const uint8_t *)t.data + t.bytes - 32, 4);
         if (!(scale >= 0 && scale <= FLT_MAX))
@@ -3092,23 +3102,21 @@ static bitnet_result bitnet__gguf_check_bitnet(const bitnet_gguf *g, bitnet_mode
     dim = (uint64_t)info->dim;
     ffn = (uint64_t)info->ffn_dim;
     kv_dim = (uint64_t)info->n_kv_heads * (uint64_t)info->head_dim;
-    BITNET__TRY(bitnet__gguf_want(g, "token_embd.weight", BITNET_TENSOR_F16, dim, n_vocab, 0));
-    BITNET__TRY(bitnet__gguf_want(g, "output_norm.weight", BITNET_TENSOR_F32, dim, 1, 0));
-    BITNET__TRY(bitnet__gguf_want(g, "output.weight", BITNET_TENSOR_F16, dim, n_vocab, 1));
+    BITNET__TRY(bitnet__gguf_want(g, "token_embd.weight", BITNET__GGUF_FLOAT, dim, n_vocab, 0));
+    BITNET__TRY(bitnet__gguf_want(g, "output_norm.weight", BITNET__GGUF_FLOAT, dim, 1, 0));
+    BITNET__TRY(bitnet__gguf_want(g, "output.weight", BITNET__GGUF_FLOAT, dim, n_vocab, 1));
     for (l = 0; l < info->n_layers; l++) {
-        static const struct { const char *name; int type; int ne0, ne1; } parts[] = {
+        enum { T = BITNET__GGUF_TERNARY, F = BITNET__GGUF_FLOAT };
+        static const struct { const char *name; int role; int ne0, ne1; } parts[] = {
             /* ne codes: 1 = dim, 2 = kv_dim, 3 = ffn, 0 = vector */
-            {"attn_norm", BITNET_TENSOR_F32, 1, 0},  {"attn_q", BITNET_TENSOR_I2_S, 1, 1},
-            {"attn_k", BITNET_TENSOR_I2_S, 1, 2},    {"attn_v", BITNET_TENSOR_I2_S, 1, 2},
-            {"attn_output", BITNET_TENSOR_I2_S, 1, 1}, {"attn_sub_norm", BITNET_TENSOR_F32, 1, 0},
-            {"ffn_norm", BITNET_TENSOR_F32, 1, 0},   {"ffn_gate", BITNET_TENSOR_I2_S, 1, 3},
-            {"ffn_up", BITNET_TENSOR_I2_S, 1, 3},    {"ffn_down", BITNET_TENSOR_I2_S, 3, 1},
-            {"ffn_sub_norm", BITNET_TENSOR_F32, 3, 0}};
+            {"attn_norm", F, 1, 0}, {"attn_q", T, 1, 1},      {"attn_k", T, 1, 2},        {"attn_v", T, 1, 2},
+            {"attn_output", T, 1, 1}, {"attn_sub_norm", F, 1, 0}, {"ffn_norm", F, 1, 0}, {"ffn_gate", T, 1, 3},
+            {"ffn_up", T, 1, 3},    {"ffn_down", T, 3, 1},    {"ffn_sub_norm", F, 3, 0}};
         size_t p;
         for (p = 0; p < sizeof parts / sizeof parts[0]; p++) {
             const uint64_t sz[4] = {1, dim, kv_dim, ffn};
             snprintf(name, sizeof name, "blk.%d.%s.weight", l, parts[p].name);
-            BITNET__TRY(bitnet__gguf_want(g, name, (bitnet_tensor_type)parts[p].type, sz[parts[p].ne0], sz[parts[p].ne1], 0));
+            BITNET__TRY(bitnet__gguf_want(g, name, parts[p].role, sz[parts[p].ne0], sz[parts[p].ne1], 0));
         }
     }
     return BITNET_OK;

@@ -560,7 +560,7 @@ typedef struct micro_cfg {
     uint32_t dim, n_layers, n_heads, n_kv, ffn, vocab, ctx;
     int64_t bos;              /* < 0: absent */
     const char *skip;         /* a tensor left out */
-    const char *f16_instead;  /* a tensor written as F16 */
+    const char *q8_instead;   /* a tensor written as Q8_0 */
     uint32_t shape_ffn;       /* ffn used for the tensor shapes (0: ffn) */
     int omit_eps;
     uint32_t rope_dims, vocab_key; /* written when nonzero */
@@ -629,7 +629,7 @@ static bitnet_result write_micro(const char *path, const micro_cfg *c) {
     if (c->bos >= 0) W(bitnet_gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)c->bos));
     W(bitnet_gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 0));
 #define T(nm, type, nd, a, b) do { uint64_t ne_[4] = {(a), (b), 1, 1}, nb_ = 0; \
-        bitnet_tensor_type ty_ = (c->f16_instead && strcmp(c->f16_instead, nm) == 0) ? BITNET_TENSOR_F16 : (type); \
+        bitnet_tensor_type ty_ = (c->q8_instead && strcmp(c->q8_instead, nm) == 0) ? BITNET_TENSOR_Q8_0 : (type); \
         if ((!c->skip || strcmp(c->skip, nm) != 0) && r == BITNET_OK) { \
             W(bitnet_gguf_writer_add_tensor(w, nm, ty_, nd, ne_)); \
             W(bitnet_tensor_nbytes(ty_, ne_, &nb_)); sizes[nt] = nb_; is_i2s[nt++] = ty_ == BITNET_TENSOR_I2_S; } \
@@ -724,8 +724,10 @@ static void test_check_inconsistent(void) {
     TEST_CHECK(check_micro(&c, NULL) == BITNET_ERR_MISSING_TENSOR && strstr(bitnet_last_error(), "blk.1.ffn_down.weight") != NULL);
     c = micro_default(); c.skip = "token_embd.weight";
     TEST_CHECK(check_micro(&c, NULL) == BITNET_ERR_MISSING_TENSOR);
-    c = micro_default(); c.f16_instead = "blk.0.attn_k.weight";
+    c = micro_default(); c.q8_instead = "blk.0.attn_k.weight";
     TEST_CHECK(check_micro(&c, NULL) == BITNET_ERR_UNSUPPORTED_TYPE && strstr(bitnet_last_error(), "attn_k") != NULL);
+    c = micro_default(); c.q8_instead = "token_embd.weight";
+    TEST_CHECK(check_micro(&c, NULL) == BITNET_ERR_UNSUPPORTED_TYPE && strstr(bitnet_last_error(), "token_embd") != NULL);
     c = micro_default(); c.shape_ffn = 384; /* tensors disagree with feed_forward_length */
     TEST_CHECK(check_micro(&c, NULL) == BITNET_ERR_BAD_SHAPE && strstr(bitnet_last_error(), "blk.0.ffn_gate") != NULL);
     c = micro_default(); c.rope_dims = 16; /* head_dim is 32 */
