@@ -561,6 +561,7 @@ typedef struct micro_cfg {
     int64_t bos;              /* < 0: absent */
     const char *skip;         /* a tensor left out */
     const char *q8_instead;   /* a tensor written as Q8_0 */
+    int float_matrices;       /* the ternary matrices as F32 latent weights */
     uint32_t shape_ffn;       /* ffn used for the tensor shapes (0: ffn) */
     int omit_eps;
     uint32_t rope_dims, vocab_key; /* written when nonzero */
@@ -629,7 +630,8 @@ static bitnet_result write_micro(const char *path, const micro_cfg *c) {
     if (c->bos >= 0) W(bitnet_gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)c->bos));
     W(bitnet_gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 0));
 #define T(nm, type, nd, a, b) do { uint64_t ne_[4] = {(a), (b), 1, 1}, nb_ = 0; \
-        bitnet_tensor_type ty_ = (c->q8_instead && strcmp(c->q8_instead, nm) == 0) ? BITNET_TENSOR_Q8_0 : (type); \
+        bitnet_tensor_type ty_ = (c->q8_instead && strcmp(c->q8_instead, nm) == 0) ? BITNET_TENSOR_Q8_0 \
+            : (c->float_matrices && (type) == BITNET_TENSOR_I2_S) ? BITNET_TENSOR_F32 : (type); \
         if ((!c->skip || strcmp(c->skip, nm) != 0) && r == BITNET_OK) { \
             W(bitnet_gguf_writer_add_tensor(w, nm, ty_, nd, ne_)); \
             W(bitnet_tensor_nbytes(ty_, ne_, &nb_)); sizes[nt] = nb_; is_i2s[nt++] = ty_ == BITNET_TENSOR_I2_S; } \
@@ -696,7 +698,9 @@ static void test_check_valid_micro(void) {
     TEST_CHECK(info.bos == 17 && info.eos == 0 && info.eot == 19);
     c.arch = "bitnet-25";
     TEST_CHECK(check_micro(&c, &info) == BITNET_OK && strcmp(info.arch, "bitnet-25") == 0);
-    c.arch = "bitnet";
+    c = micro_default(); c.float_matrices = 1; /* unquantized latent weights */
+    TEST_CHECKF(check_micro(&c, &info) == BITNET_OK, "%s", bitnet_last_error());
+    c = micro_default(); c.arch = "bitnet";
     TEST_CHECK(check_micro(&c, &info) == BITNET_OK && strcmp(info.arch, "bitnet") == 0);
     TEST_CHECK(bitnet_gguf_check_bitnet(NULL, &info) == BITNET_ERR_NULL_POINTER);
 }
