@@ -58,8 +58,9 @@ $(BUILD)/fuzz/fuzz_%: tests/fuzz_%.c tests/impl.c $(HEADERS)
 fuzz: $(FUZZERS)
 	@set -e; for f in $(FUZZERS); do n=$${f##*/fuzz_}; mkdir -p $(BUILD)/fuzz/corpus-$$n; \
 	  echo "== fuzz $$n for $(FUZZ_SECONDS) s"; \
+	  seeds=tests/corpus/$$n; [ -d $$seeds ] || seeds=; \
 	  $$f -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
-	      -artifact_prefix=$(BUILD)/fuzz/$$n- $(BUILD)/fuzz/corpus-$$n tests/corpus/$$n; done
+	      -artifact_prefix=$(BUILD)/fuzz/$$n- $(BUILD)/fuzz/corpus-$$n $$seeds; done
 
 clean:
 	rm -rf build build-*

@@ -1,7 +1,10 @@
 /* libFuzzer harness for the GGUF reader: open an arbitrary image, walk every key through every
    getter that applies, touch every string and array element and both ends of every tensor, look
    each tensor up by name, then run the BitNet architecture check. `make fuzz` runs it with the
-   seeds in tests/corpus/gguf/. Any crash, sanitizer report or leak is a finding. */
+   seeds in tests/corpus/gguf/ (written with bitnet_gguf_writer: all-types.gguf has every metadata
+   and tensor type and a 64-byte alignment, no-tensors.gguf only metadata, micro-bitnet*.gguf are
+   one-layer models that pass the architecture check). Any crash, sanitizer report or leak is a
+   finding; fix it and add the input as a regression case to tests/test_gguf.c. */
 #include "../bitnet.h"
 #include <string.h>
 
