@@ -2338,6 +2338,16 @@ BITNET_API const char *bitnet_tensor_type_name(bitnet_tensor_type t) {
     default: return "?";
     }
 }
+/* ggml's names for the type ids this library does not read, for error messages. */
+static const char *bitnet__ggml_type_name(uint32_t t) {
+    static const char *const names[] = {"F32", "F16", "Q4_0", "Q4_1", "?", "?", "Q5_0", "Q5_1", "Q8_0", "Q8_1",
+                                        "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q8_K", "IQ2_XXS", "IQ2_XS",
+                                        "IQ3_XXS", "IQ1_S", "IQ4_NL", "IQ3_S", "IQ2_S", "IQ4_XS", "I8", "I16", "I32",
+                                        "I64", "F64", "IQ1_M", "BF16", "?", "?", "?", "TQ1_0", "TQ2_0", "I2_S",
+                                        "I8_S", "TL1", "TL2"};
+    return t < sizeof names / sizeof names[0] ? names[t] : "?";
+}
+
 static size_t bitnet__gguf_scalar_size(uint32_t t) {
     switch (t) {
     case BITNET_GGUF_UINT8: case BITNET_GGUF_INT8: case BITNET_GGUF_BOOL: return 1;
@@ -2594,8 +2604,8 @@ static bitnet_result bitnet__gguf_parse(bitnet_gguf *g) {
         if (type != BITNET_TENSOR_F32 && type != BITNET_TENSOR_F16 && type != BITNET_TENSOR_Q8_0 &&
             type != BITNET_TENSOR_BF16 && type != BITNET_TENSOR_I2_S)
             return bitnet__err(BITNET_ERR_UNSUPPORTED_TYPE,
-                               "GGUF: tensor '%s' has type %u, not one of F32 (0), F16 (1), Q8_0 (8), BF16 (30), I2_S (36)",
-                               ti->name, type);
+                               "GGUF: tensor '%s' has type %u (%s), not one of F32 (0), F16 (1), Q8_0 (8), BF16 (30), I2_S (36)",
+                               ti->name, type, bitnet__ggml_type_name(type));
         ti->type = (bitnet_tensor_type)type;
         res = bitnet_tensor_nbytes(ti->type, ti->ne, &ti->bytes);
         if (res != BITNET_OK) {

@@ -472,7 +472,10 @@ static void test_bad_shapes_and_offsets(void) {
     TEST_CHECK(patch64(tb_off, 16) == BITNET_ERR_ALIGNMENT);          /* not a multiple of 32 */
     TEST_CHECK(strstr(bitnet_last_error(), "alignment") != NULL);
     TEST_CHECK(patch32(tb_type, 2) == BITNET_ERR_UNSUPPORTED_TYPE);   /* Q4_0 */
-    TEST_CHECK(strstr(bitnet_last_error(), "type 2") != NULL);
+    TEST_CHECK(strstr(bitnet_last_error(), "type 2 (Q4_0)") != NULL);
+    TEST_CHECK(patch32(tb_type, 14) == BITNET_ERR_UNSUPPORTED_TYPE);  /* bitnet.cpp --quant-embd makes Q6_K embeddings */
+    TEST_CHECK(strstr(bitnet_last_error(), "Q6_K") != NULL);
+    TEST_CHECK(patch32(tb_type, 39) == BITNET_ERR_UNSUPPORTED_TYPE && strstr(bitnet_last_error(), "TL2") != NULL);
     TEST_CHECK(patch32(tb_type, 0xffffffffu) == BITNET_ERR_UNSUPPORTED_TYPE);
     TEST_CHECK(patch32(tb_type, BITNET_TENSOR_Q8_0) == BITNET_ERR_BAD_SHAPE); /* row 4 is not a multiple of 32 */
     TEST_CHECK(patch64(tc + 2 + 4, 64) == BITNET_ERR_BAD_SHAPE);              /* I2_S row 64 */
