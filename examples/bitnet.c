@@ -7,6 +7,7 @@
 #include <ctype.h>
 #include <math.h>
 #include <time.h>
+#include <pthread.h>
 
 typedef int (*cmd_fn)(int argc, char **argv);
 typedef struct { const char *name; cmd_fn fn; const char *usage; } command;
@@ -352,38 +353,71 @@ static void gm_vocab_free(gm_vocab *v) {
     free(v->storage);
 }
 
-/* Streams one tensor's random data: what 0 = F16 embedding, 1 = F32 norm, 2 = I2_S matrix. */
-typedef struct gm_bufs { float *f; int8_t *q; unsigned char *b; size_t cap; } gm_bufs;
+/* Each tensor has its own random stream, so the file does not depend on the order of the work. */
+static uint64_t gm_stream(uint64_t seed, uint64_t index) { return seed * 0x9E3779B97F4A7C15ull ^ (index + 1) * 0xD1B54A32D192ED03ull; }
 
-static bitnet_result gm_write_tensor(bitnet_gguf_writer *w, gm_bufs *bf, int what, uint64_t ne0, uint64_t ne1,
-                                     uint64_t seed, uint64_t index) {
-    uint64_t s = seed * 0x9E3779B97F4A7C15ull ^ (index + 1) * 0xD1B54A32D192ED03ull, n = ne0 * ne1, done, i;
+/* F16 embedding ~ N(0, 1/dim), streamed in chunks through f (cap floats) and h: the logits of a
+   unit-RMS state then come out ~N(0, 1). */
+static bitnet_result gm_write_embedding(bitnet_gguf_writer *w, float *f, uint16_t *h, size_t cap, uint64_t dim,
+                                        uint64_t vocab, uint64_t seed) {
+    uint64_t s = gm_stream(seed, 0), n = dim * vocab, done;
     bitnet_result r = BITNET_OK;
-    if (what == 0) { /* F16 ~ N(0, 1/dim): logits of a unit-RMS state come out ~N(0, 1) */
-        uint16_t *h = (uint16_t *)bf->b;
-        size_t chunk = bf->cap / 2;
-        for (done = 0; done < n && r == BITNET_OK; done += i) {
-            size_t m = (size_t)(n - done < chunk ? n - done : chunk);
-            gm_normals(&s, bf->f, m, 1.0f / sqrtf((float)ne0));
-            r = bitnet_convert_fp32_to_fp16(bf->f, h, m);
-            if (r == BITNET_OK) r = bitnet_gguf_writer_write(w, h, m * 2);
-            i = m;
-        }
-        return r;
+    for (done = 0; done < n && r == BITNET_OK;) {
+        size_t m = (size_t)(n - done < cap ? n - done : cap);
+        gm_normals(&s, f, m, 1.0f / sqrtf((float)dim));
+        r = bitnet_convert_fp32_to_fp16(f, h, m);
+        if (r == BITNET_OK) r = bitnet_gguf_writer_write(w, h, m * 2);
+        done += m;
     }
-    if (what == 1) { /* norms: 1 with a little noise */
-        gm_normals(&s, bf->f, (size_t)n, 0.05f);
-        for (i = 0; i < n; i++) bf->f[i] += 1.0f;
-        return bitnet_gguf_writer_write(w, bf->f, (size_t)n * 4);
-    }
-    { /* ternary: N(0, 1/K) weights, absmean-quantized per tensor; outputs of unit-RMS inputs stay O(1) */
+    return r;
+}
+/* A norm: 1 with a little noise. */
+static bitnet_result gm_write_norm(bitnet_gguf_writer *w, float *f, uint64_t n, uint64_t seed, uint64_t index) {
+    uint64_t s = gm_stream(seed, index), i;
+    gm_normals(&s, f, (size_t)n, 0.05f);
+    for (i = 0; i < n; i++) f[i] += 1.0f;
+    return bitnet_gguf_writer_write(w, f, (size_t)n * 4);
+}
+
+/* The ternary matrices of a layer, quantized by two threads that take jobs in turn (largest first). */
+typedef struct gm_job { uint64_t ne0, ne1, index; unsigned char *out; } gm_job;
+typedef struct gm_pool {
+    pthread_mutex_t mu;
+    gm_job job[7];
+    int next, n;
+    uint64_t seed;
+    bitnet_result r;
+} gm_pool;
+typedef struct gm_worker { gm_pool *pool; float *f; int8_t *q; } gm_worker;
+
+static void *gm_work(void *arg) {
+    gm_worker *wk = (gm_worker *)arg;
+    gm_pool *p = wk->pool;
+    for (;;) {
+        int j;
+        gm_job *jb;
+        uint64_t s;
         float scale;
-        size_t bytes = bitnet_i2s_bytes((size_t)ne1, (size_t)ne0);
-        gm_normals(&s, bf->f, (size_t)n, 1.0f / sqrtf((float)ne0));
-        if ((r = bitnet_quantize_ternary(bf->f, (size_t)n, bf->q, &scale)) != BITNET_OK) return r;
-        if ((r = bitnet_i2s_pack(bf->q, (size_t)ne1, (size_t)ne0, scale, bf->b, bytes)) != BITNET_OK) return r;
-        return bitnet_gguf_writer_write(w, bf->b, bytes);
+        bitnet_result r;
+        pthread_mutex_lock(&p->mu);
+        j = p->next++;
+        pthread_mutex_unlock(&p->mu);
+        if (j >= p->n) break;
+        jb = &p->job[j];
+        /* N(0, 1/K) weights, absmean-quantized per tensor: outputs of unit-RMS inputs stay O(1) */
+        s = gm_stream(p->seed, jb->index);
+        gm_normals(&s, wk->f, (size_t)(jb->ne0 * jb->ne1), 1.0f / sqrtf((float)jb->ne0));
+        r = bitnet_quantize_ternary(wk->f, (size_t)(jb->ne0 * jb->ne1), wk->q, &scale);
+        if (r == BITNET_OK)
+            r = bitnet_i2s_pack(wk->q, (size_t)jb->ne1, (size_t)jb->ne0, scale, jb->out,
+                                bitnet_i2s_bytes((size_t)jb->ne1, (size_t)jb->ne0));
+        if (r != BITNET_OK) {
+            pthread_mutex_lock(&p->mu);
+            p->r = r;
+            pthread_mutex_unlock(&p->mu);
+        }
     }
+    return NULL;
 }
 
 static int cmd_gen_model(int argc, char **argv) {
@@ -394,7 +428,6 @@ static int cmd_gen_model(int argc, char **argv) {
     unsigned long long seed = 1;
     gm_vocab v;
     bitnet_gguf_writer *w = NULL;
-    gm_bufs bf;
     bitnet_result r = BITNET_OK;
     char key[128], name[64];
     const char *arch = "bitnet-b1.58";
@@ -403,7 +436,6 @@ static int cmd_gen_model(int argc, char **argv) {
     double t0 = 0;
     struct timespec ts;
     memset(&v, 0, sizeof v);
-    memset(&bf, 0, sizeof bf);
     for (i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--preset") == 0 && i + 1 < argc) preset = argv[++i];
         else if (strcmp(argv[i], "--seed") == 0 && i + 1 < argc) seed = strtoull(argv[++i], NULL, 10);
@@ -486,28 +518,63 @@ static int cmd_gen_model(int argc, char **argv) {
         ne[0] = dim;
         GM(bitnet_gguf_writer_add_tensor(w, "output_norm.weight", BITNET_TENSOR_F32, 1, ne));
         GM(bitnet_gguf_writer_begin(w, out));
-        /* one set of buffers, sized for the largest matrix */
-        bf.cap = (size_t)(ffn * dim > (uint64_t)1 << 20 ? ffn * dim : (uint64_t)1 << 20);
-        bf.f = (float *)malloc(bf.cap * sizeof(float));
-        bf.q = (int8_t *)malloc(bf.cap);
-        bf.b = (unsigned char *)malloc(bf.cap);
-        if (r == BITNET_OK && (!bf.f || !bf.q || !bf.b)) r = BITNET_ERR_OUT_OF_MEMORY;
-        GM(gm_write_tensor(w, &bf, 0, dim, (uint64_t)v.n_tokens, seed, 0));
-        for (l = 0; l < p->n_layers && r == BITNET_OK; l++)
-            for (k = 0; k < 11; k++) {
-                uint64_t a = (k == 9 || k == 10) ? ffn : dim;
-                uint64_t b = (k == 2 || k == 3) ? kvd : (k == 7 || k == 8) ? ffn : dim;
-                int vec = strstr(parts[k], "norm") != NULL;
-                GM(gm_write_tensor(w, &bf, vec ? 1 : 2, a, vec ? 1 : b, seed, 1 + (uint64_t)l * 11 + (uint64_t)k));
+        /* scratch for two workers, sized for the largest matrix; one output buffer per matrix of a layer */
+        {
+            size_t cap = (size_t)(ffn * dim > (uint64_t)1 << 20 ? ffn * dim : (uint64_t)1 << 20);
+            static const int order[7] = {7, 8, 9, 1, 4, 2, 3}; /* the matrices, largest first */
+            gm_worker wk[2];
+            gm_pool pool;
+            pthread_t th;
+            int j;
+            memset(&pool, 0, sizeof pool);
+            pthread_mutex_init(&pool.mu, NULL);
+            pool.seed = seed;
+            for (j = 0; j < 2; j++) {
+                wk[j].pool = &pool;
+                wk[j].f = (float *)malloc(cap * sizeof(float));
+                wk[j].q = (int8_t *)malloc(cap);
+                if (r == BITNET_OK && (!wk[j].f || !wk[j].q)) r = BITNET_ERR_OUT_OF_MEMORY;
             }
-        GM(gm_write_tensor(w, &bf, 1, dim, 1, seed, 1 + (uint64_t)p->n_layers * 11));
+            for (j = 0; j < 7; j++) {
+                k = order[j];
+                pool.job[j].ne0 = (k == 9) ? ffn : dim;
+                pool.job[j].ne1 = (k == 2 || k == 3) ? kvd : (k == 7 || k == 8) ? ffn : dim;
+                pool.job[j].out = (unsigned char *)malloc(bitnet_i2s_bytes((size_t)pool.job[j].ne1, (size_t)pool.job[j].ne0));
+                if (r == BITNET_OK && !pool.job[j].out) r = BITNET_ERR_OUT_OF_MEMORY;
+            }
+            GM(gm_write_embedding(w, wk[0].f, (uint16_t *)wk[0].q, cap / 2, dim, (uint64_t)v.n_tokens, seed));
+            for (l = 0; l < p->n_layers && r == BITNET_OK; l++) {
+                int threaded;
+                for (j = 0; j < 7; j++) pool.job[j].index = 1 + (uint64_t)l * 11 + (uint64_t)order[j];
+                pool.next = 0;
+                pool.n = 7;
+                threaded = pthread_create(&th, NULL, gm_work, &wk[1]) == 0; /* else this thread does it all */
+                gm_work(&wk[0]);
+                if (threaded) pthread_join(th, NULL);
+                GM(pool.r);
+                for (k = 0; k < 11 && r == BITNET_OK; k++) { /* write the layer in file order */
+                    uint64_t index = 1 + (uint64_t)l * 11 + (uint64_t)k;
+                    if (strstr(parts[k], "norm")) {
+                        r = gm_write_norm(w, wk[0].f, k == 10 ? ffn : dim, seed, index);
+                        continue;
+                    }
+                    for (j = 0; j < 7 && order[j] != k; j++) {}
+                    r = bitnet_gguf_writer_write(w, pool.job[j].out,
+                                                 bitnet_i2s_bytes((size_t)pool.job[j].ne1, (size_t)pool.job[j].ne0));
+                }
+            }
+            if (r == BITNET_OK) r = gm_write_norm(w, wk[0].f, dim, seed, 1 + (uint64_t)p->n_layers * 11);
+            for (j = 0; j < 2; j++) {
+                free(wk[j].f);
+                free(wk[j].q);
+            }
+            for (j = 0; j < 7; j++) free(pool.job[j].out);
+            pthread_mutex_destroy(&pool.mu);
+        }
         GM(bitnet_gguf_writer_finish(w));
     }
 #undef GM
 #undef GM_HP
-    free(bf.f);
-    free(bf.q);
-    free(bf.b);
     bitnet_gguf_writer_free(w);
     gm_vocab_free(&v);
     if (r != BITNET_OK) {
