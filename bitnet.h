@@ -2721,30 +2721,24 @@ BITNET__UNUSED static void bitnet__nvrtc_try_dirs(bitnet__nvrtc_lib *N, char *tr
 #endif
 }
 
-static void bitnet__nvrtc_load_locked(void) {
-    static const char *const names[] = {
-#if defined(_WIN32)
-        "nvrtc64_130_0.dll", "nvrtc64_120_0.dll", "nvrtc64_112_0.dll"
-#else
-        "libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11.2", "libnvrtc.so"
-#endif
-    };
-    bitnet__nvrtc_lib *N = &bitnet__nvrtc;
-    const char *env = bitnet__getenv("BITNET_NVRTC");
+/* Opens the first NVRTC that loads: env alone when set, else names then (search_dirs) the CUDA
+   folders; then resolves its symbols and archs into N. */
+static void bitnet__nvrtc_open(bitnet__nvrtc_lib *N, const char *env, const char *const *names, size_t n_names,
+                               int search_dirs) {
     char tried[1536] = "";
     size_t i;
     int major = 0, minor = 0;
     N->tried = 1;
 #if defined(BITNET_NO_CUDA)
-    (void)names; (void)env; (void)tried; (void)i; (void)major; (void)minor;
+    (void)names; (void)n_names; (void)search_dirs; (void)env; (void)tried; (void)i; (void)major; (void)minor;
     N->status = BITNET_ERR_UNSUPPORTED;
     snprintf(N->msg, sizeof N->msg, "built with BITNET_NO_CUDA: the GPU runtime is compiled out");
     return;
 #else
     if (env) bitnet__nvrtc_try(N, env, tried, sizeof tried);
     else {
-        for (i = 0; i < sizeof names / sizeof names[0]; i++) bitnet__nvrtc_try(N, names[i], tried, sizeof tried);
-        bitnet__nvrtc_try_dirs(N, tried, sizeof tried);
+        for (i = 0; i < n_names; i++) bitnet__nvrtc_try(N, names[i], tried, sizeof tried);
+        if (search_dirs) bitnet__nvrtc_try_dirs(N, tried, sizeof tried);
     }
     if (!N->lib) {
         N->status = BITNET_ERR_NVRTC_NOT_FOUND;
@@ -2781,6 +2775,39 @@ static void bitnet__nvrtc_load_locked(void) {
     bitnet__log(BITNET_LOG_INFO, "NVRTC %d.%d from %s (sm_%d to sm_%d)", major, minor, N->path, N->archs[0],
                 N->archs[N->n_archs - 1]);
 #endif
+}
+
+static void bitnet__nvrtc_load_locked(void) {
+    static const char *const names[] = {
+#if defined(_WIN32)
+        "nvrtc64_130_0.dll", "nvrtc64_120_0.dll", "nvrtc64_112_0.dll"
+#else
+        "libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11.2", "libnvrtc.so"
+#endif
+    };
+    bitnet__nvrtc_open(&bitnet__nvrtc, bitnet__getenv("BITNET_NVRTC"), names, sizeof names / sizeof names[0], 1);
+}
+
+/* An older NVRTC beside the newest, for archs the newest dropped (CUDA 13 starts at sm_75; CUDA 12
+   and 11 still compile sm_70). Only when BITNET_NVRTC does not pin one library. */
+static bitnet__nvrtc_lib bitnet__nvrtc_old;
+static const bitnet__nvrtc_lib *bitnet__nvrtc_for(int cc) {
+    static const char *const old_names[] = {
+#if defined(_WIN32)
+        "nvrtc64_120_0.dll", "nvrtc64_112_0.dll"
+#else
+        "libnvrtc.so.12", "libnvrtc.so.11.2"
+#endif
+    };
+    const bitnet__nvrtc_lib *N = &bitnet__nvrtc;
+    if (N->n_archs == 0 || N->archs[0] <= cc || bitnet__getenv("BITNET_NVRTC")) return N;
+    bitnet__mutex_lock(&bitnet__nvrtc_lock);
+    if (!bitnet__nvrtc_old.tried) bitnet__nvrtc_open(&bitnet__nvrtc_old, NULL, old_names, 2, 0);
+    bitnet__mutex_unlock(&bitnet__nvrtc_lock);
+    if (bitnet__nvrtc_old.status == BITNET_OK && bitnet__nvrtc_old.lib && bitnet__nvrtc_old.n_archs &&
+        bitnet__nvrtc_old.archs[0] <= cc)
+        return &bitnet__nvrtc_old;
+    return N;
 }
 
 static bitnet_result bitnet__nvrtc_load(void) {
@@ -2952,7 +2979,7 @@ BITNET_API int bitnet_gpu_available(void) {
 /* The JIT target for compute capability cc (10*major+minor) with the loaded NVRTC: the exact sm
    when NVRTC supports it (a cubin), else PTX for the highest supported arch below it. */
 static bitnet_result bitnet__jit_pick(int cc, char suffix, int want_ptx, char *target, size_t cap, int *cubin) {
-    const bitnet__nvrtc_lib *N = &bitnet__nvrtc;
+    const bitnet__nvrtc_lib *N = bitnet__nvrtc_for(cc);
     int i, best = -1;
     for (i = 0; i < N->n_archs; i++)
         if (N->archs[i] <= cc) best = N->archs[i];
@@ -3878,12 +3905,13 @@ typedef struct bitnet__jit_req {
     const char *prefix, *source, *options; /* prefix: the shared types, or NULL */
     const char *target;                 /* "sm_90" or "compute_75" */
     int cubin, minimal, driver_version, use_cache;
+    int cc;                             /* picks the NVRTC (bitnet__nvrtc_for) */
 } bitnet__jit_req;
 
 /* Compiles one module, or reads it from the cache. *image is bitnet__malloc'd. */
 static bitnet_result bitnet__jit_build(const bitnet__jit_req *q, unsigned char **image, size_t *bytes,
                                        bitnet_gpu_jit_info *info) {
-    const bitnet__nvrtc_lib *N = &bitnet__nvrtc;
+    const bitnet__nvrtc_lib *N = bitnet__nvrtc_for(q->cc);
     const char *argv[64];
     char arch_opt[48], dir[512], *opts = NULL, *src = NULL, *log = NULL, *tok;
     int argc = 0, i, kv = BITNET_CUDA_KERNELS_VERSION;
@@ -4008,7 +4036,7 @@ static bitnet_result bitnet__jit_compile_only(const char *name, const char *pref
     BITNET__TRY(bitnet__jit_pick(cc, suffix, ptx, target, sizeof target, &cubin));
     memset(&q, 0, sizeof q);
     q.name = name, q.prefix = prefix, q.source = source, q.options = options;
-    q.target = target, q.cubin = cubin, q.minimal = minimal, q.use_cache = use_cache;
+    q.target = target, q.cubin = cubin, q.minimal = minimal, q.use_cache = use_cache, q.cc = cc;
     q.driver_version = 0; /* no driver here: a key of its own */
     BITNET__TRY(bitnet__jit_build(&q, &img, &n, info));
     bitnet__free(img);
@@ -4048,7 +4076,7 @@ static bitnet_result bitnet__module_create(bitnet__gpu_dev *dv, bitnet_gpu *owne
     if (!target[0]) BITNET__TRY(bitnet__jit_pick(dv->cc, 0, 0, target, sizeof target, &cubin));
     memset(&q, 0, sizeof q);
     q.name = name, q.prefix = prefix, q.source = source, q.options = options;
-    q.target = target, q.cubin = cubin, q.minimal = minimal, q.use_cache = 1;
+    q.target = target, q.cubin = cubin, q.minimal = minimal, q.use_cache = 1, q.cc = dv->cc;
     q.driver_version = bitnet__cuda.driver_version;
     BITNET__TRY(bitnet__jit_build(&q, &img, &n, &info));
     bitnet__fault_init();
