@@ -554,6 +554,37 @@ static void test_alloc_faults(void) {
     }
     bitnet_set_fault("");
     TEST_CHECK(ok);
+    /* the same through a file read into memory (one more allocation: the image) */
+    {
+        const char *path = tmp_path("fault.gguf");
+        TEST_CHECK(write_all(path, base_img, base_size));
+        for (ok = 0, n = 1; n < 64 && !ok; n++) {
+            bitnet_gguf *g = NULL;
+            bitnet_result r;
+            char spec[32];
+            snprintf(spec, sizeof spec, "host_alloc:%d", n);
+            bitnet_set_fault(spec);
+            r = bitnet_gguf_open_ex(path, BITNET_GGUF_NO_MMAP, &g);
+            if (r == BITNET_OK) { ok = 1; bitnet_gguf_close(g); }
+            else TEST_CHECKF(r == BITNET_ERR_OUT_OF_MEMORY && g == NULL, "fault %d gave %d", n, (int)r);
+        }
+        bitnet_set_fault("");
+        TEST_CHECK(ok && n > 2);
+        remove(path);
+    }
+    /* and the writer */
+    for (ok = 0, n = 1; n < 64 && !ok; n++) {
+        char spec[32];
+        bitnet_result r;
+        snprintf(spec, sizeof spec, "host_alloc:%d", n);
+        bitnet_set_fault(spec);
+        r = write_all_types(tmp_path("fault_w.gguf"), 32);
+        bitnet_set_fault("");
+        if (r == BITNET_OK) ok = 1;
+        else TEST_CHECKF(r == BITNET_ERR_OUT_OF_MEMORY || r == BITNET_ERR_INVALID_STATE, "writer fault %d gave %d", n, (int)r);
+    }
+    TEST_CHECK(ok);
+    remove(tmp_path("fault_w.gguf"));
 }
 
 /* ---- the BitNet architecture check --------------------------------------------------------------- */
@@ -848,7 +879,7 @@ static void test_tiny_truncated_everywhere(void) {
    (everything before the data) are what the generator writes today. The weights themselves may
    move by an ulp when the quantizer changes, so only the header is compared to the file. */
 static void test_cli_gen_model_and_info(void) {
-    char bin[512], cmd[2048], a[640], b[640], c[640];
+    char bin[512], cmd[4096], a[640], b[640], c[640];
     const char *build = getenv("BUILD"), *runner = getenv("RUNNER");
     unsigned char *ia, *ib, *ic, *tiny;
     size_t na = 0, nb = 0, nc = 0, nt = 0, hdr = 0;
