@@ -6,6 +6,7 @@
 #include "harness.h"
 #include <math.h>
 #include <unistd.h>
+#include <pthread.h>
 
 static char tmpdir_buf[512];
 static const char *tmp_path(const char *name) {
@@ -875,6 +876,48 @@ static void test_tiny_truncated_everywhere(void) {
     free(img);
 }
 
+/* One opened file read from four threads at once: every lookup gives the single-threaded answer. */
+typedef struct reader_arg { const bitnet_gguf *g; int bad; } reader_arg;
+static void *reader_thread(void *p) {
+    reader_arg *a = (reader_arg *)p;
+    int it;
+    for (it = 0; it < 50; it++) {
+        bitnet_model_info info;
+        bitnet_tensor_info t;
+        bitnet_gguf_str s;
+        uint64_t i;
+        if (bitnet_gguf_check_bitnet(a->g, &info) != BITNET_OK || info.n_layers != 2) a->bad++;
+        for (i = 0; i < bitnet_gguf_tensor_count(a->g); i++) {
+            bitnet_tensor_info t2;
+            if (bitnet_gguf_tensor(a->g, i, &t) != BITNET_OK || bitnet_gguf_find_tensor(a->g, t.name, &t2) != BITNET_OK ||
+                t2.data != t.data)
+                a->bad++;
+        }
+        if (bitnet_gguf_arr_str(a->g, "tokenizer.ggml.tokens", 32, &s) != BITNET_OK || s.len != 2) a->bad++;
+        if (bitnet_gguf_get_u32(a->g, "no.such.key", NULL) == BITNET_OK) a->bad++; /* errors are per thread */
+    }
+    return NULL;
+}
+static void test_concurrent_readers(void) {
+    bitnet_gguf *g = NULL;
+    pthread_t th[4];
+    reader_arg args[4];
+    int i, started = 0;
+    if (bitnet_gguf_open("tests/data/tiny.gguf", &g) != BITNET_OK) TEST_SKIP("tests/data/tiny.gguf not found");
+    for (i = 0; i < 4; i++) {
+        args[i].g = g;
+        args[i].bad = 0;
+        if (pthread_create(&th[i], NULL, reader_thread, &args[i]) == 0) started++;
+        else break;
+    }
+    for (i = 0; i < started; i++) {
+        pthread_join(th[i], NULL);
+        TEST_CHECK(args[i].bad == 0);
+    }
+    TEST_CHECK(started == 4);
+    bitnet_gguf_close(g);
+}
+
 /* The CLI: gen-model is deterministic, and the committed tiny model's metadata and tensor table
    (everything before the data) are what the generator writes today. The weights themselves may
    move by an ulp when the quantizer changes, so only the header is compared to the file. */
@@ -945,6 +988,7 @@ int main(void) {
     RUN_TEST(test_check_inconsistent);
     RUN_TEST(test_tiny_model);
     RUN_TEST(test_tiny_truncated_everywhere);
+    RUN_TEST(test_concurrent_readers);
     RUN_TEST(test_cli_gen_model_and_info);
     free(base_img);
     return test_summary();
