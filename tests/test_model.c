@@ -673,6 +673,42 @@ static void test_tiny_gguf(void) {
         d.no_mmap = 1;
         TEST_CHECK(bitnet_model_load(&d, &m) == BITNET_OK && bitnet_session_create(m, NULL, &s) == BITNET_OK);
         if (s) TEST_CHECK(bitnet_session_eval(s, ids, n, b, 0) == BITNET_OK && memcmp(a, b, (size_t)info.n_vocab * 4) == 0);
+        /* and so does an image in memory */
+        bitnet_session_free(s), s = NULL;
+        bitnet_model_free(m), m = NULL;
+        {
+            FILE *fp = fopen("tests/data/tiny.gguf", "rb");
+            long sz;
+            void *img;
+            fseek(fp, 0, SEEK_END);
+            sz = ftell(fp);
+            fseek(fp, 0, SEEK_SET);
+            img = malloc((size_t)sz);
+            TEST_CHECK(fread(img, 1, (size_t)sz, fp) == (size_t)sz);
+            fclose(fp);
+            d.path = NULL, d.data = img, d.size = (size_t)sz;
+            TEST_CHECK(bitnet_model_load(&d, &m) == BITNET_OK && bitnet_session_create(m, NULL, &s) == BITNET_OK);
+            if (s) TEST_CHECK(bitnet_session_eval(s, ids, n, b, 0) == BITNET_OK && memcmp(a, b, (size_t)info.n_vocab * 4) == 0);
+            bitnet_session_free(s), s = NULL;
+            bitnet_model_free(m), m = NULL;
+            /* every allocation of loading can fail cleanly */
+            {
+                int k, ok = 0;
+                for (k = 1; k < 400 && !ok; k++) {
+                    char spec[32];
+                    bitnet_result r;
+                    snprintf(spec, sizeof spec, "host_alloc:%d", k);
+                    bitnet_set_fault(spec);
+                    r = bitnet_model_load(&d, &m);
+                    TEST_CHECKF(r == BITNET_OK || r == BITNET_ERR_OUT_OF_MEMORY, "fault %d: %s", k, bitnet_result_string(r));
+                    ok = r == BITNET_OK;
+                    bitnet_model_free(m), m = NULL;
+                }
+                bitnet_set_fault("");
+                TEST_CHECK(ok);
+            }
+            free(img);
+        }
         free(a), free(b);
     }
     bitnet_session_free(s);
