@@ -12,8 +12,10 @@ ternary weights plus a multiplicative weight_scale, int8 per-token activations),
     give the same token at every step (equal steps mean equal free-running greedy output).
 
 Everything runs in float32 on the HF side (TF32 off) so that the comparison measures our
-arithmetic, not bf16 noise. Remaining differences: our fp16 KV cache and rounding-boundary flips
-of the int8 activations. Tolerance: rel L2 <= 1e-2 per position (fp16 head).
+arithmetic, not bf16 noise. Our KV cache is fp16, and BitNet's int8 activations amplify its 2^-11
+rounding into percent-level logit differences (rounding-boundary flips), so the strict check gives
+HF the same fp16-rounded keys (after RoPE) and values: tolerance rel L2 <= 5e-3 per position (fp16
+head), and every greedy token equal. Plain HF (fp32 keys and values) is reported beside it.
 
 Run on the GPU machine (torch + transformers 5.x):
   python3 tools/hf_parity.py --bitnet build/bitnet --gguf tiny.gguf --structured-layers 2 --out $OUT
@@ -221,6 +223,28 @@ def hf_load(d, log):
     return m
 
 
+def hf_round_kv(m, on):
+    """Round keys (after RoPE) and values to fp16, as our fp16 KV cache stores them, or undo it.
+    BitNet's int8 activations turn the cache's 2^-11 rounding into percent-level logit changes,
+    so the strict comparison needs HF to see the same cached values."""
+    import torch
+    import transformers.models.bitnet.modeling_bitnet as mb
+    if not hasattr(mb, "_orig_rope"):
+        mb._orig_rope = mb.apply_rotary_pos_emb
+    if on:
+        def rope16(q, k, *a, **kw):
+            q2, k2 = mb._orig_rope(q, k, *a, **kw)
+            return q2, k2.half().float()
+        mb.apply_rotary_pos_emb = rope16
+        m._kv_hooks = [layer.self_attn.v_proj.register_forward_hook(lambda mod, i, o: o.half().float())
+                       for layer in m.model.layers]
+    else:
+        mb.apply_rotary_pos_emb = mb._orig_rope
+        for h in getattr(m, "_kv_hooks", []):
+            h.remove()
+        m._kv_hooks = []
+
+
 def hf_logits(m, tokens):
     import torch
     with torch.no_grad():
@@ -266,7 +290,7 @@ def main():
     ap.add_argument("--tokens", type=int, default=24, help="tokens for the logit comparison")
     ap.add_argument("--prompt", type=int, default=8)
     ap.add_argument("--gen", type=int, default=40, help="greedy tokens to compare (>= 32)")
-    ap.add_argument("--tol", type=float, default=1e-2)
+    ap.add_argument("--tol", type=float, default=5e-3)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", default="/tmp/hf_parity")
     ap.add_argument("--no-hf", action="store_true")
@@ -314,33 +338,48 @@ def main():
             except Exception as e:  # report and try the other linear class
                 log("  %s: failed to load or run: %r" % (mode, e))
                 continue
-            per = [rel_l2(ours16[i], ref[i]) for i in range(len(toks))]
-            log("  %s: weights %s; fp16 head vs HF: rel L2 max %.3g, mean %.3g; int8 head vs HF: %.3g" % (
-                mode, "match" if weights_ok else "DIFFER", max(per), float(np.mean(per)), rel_l2(ours8, ref)))
+            # plain HF (an fp32 KV cache): how far our fp16 cache moves the logits
+            plain = [rel_l2(ours16[i], ref[i]) for i in range(len(toks))]
+            # strict: HF sees the same fp16-rounded keys and values as our cache holds
+            hf_round_kv(m, True)
+            ref16 = hf_logits(m, toks)
+            per = [rel_l2(ours16[i], ref16[i]) for i in range(len(toks))]
+            log("  %s: rounding K/V to fp16 moves HF's own logits by rel L2 %.3g (0 would mean the patch missed)" % (
+                mode, rel_l2(ref16, ref)))
+            log("  %s: weights %s; fp16 head vs HF with fp16 K/V: rel L2 max %.3g, mean %.3g; vs plain HF: max %.3g, "
+                "mean %.3g; int8 head vs plain HF: %.3g" % (mode, "match" if weights_ok else "DIFFER", max(per),
+                float(np.mean(per)), max(plain), float(np.mean(plain)), rel_l2(ours8, ref)))
             if max(per) > a.tol:
                 log("  %s: logits differ beyond %g; per position: %s" % (mode, a.tol, " ".join("%.2g" % x for x in per)))
+                hf_round_kv(m, False)
                 continue
             # greedy: HF picks each token; ours, teacher-forced on HF's sequence, must agree at every step
-            seq = toks[:a.prompt]
-            for _ in range(a.gen):
-                seq.append(int(np.argmax(hf_logits(m, seq)[-1])))
-            hf_full = hf_logits(m, seq[:-1])
-            mine = our_logits(a.bitnet, path, seq[:-1], vocab, "f16", a.out)
-            steps = range(a.prompt - 1, len(seq) - 1)
-            agree = [int(np.argmax(mine[i])) == seq[i + 1] for i in steps]
-            gaps = []
-            for i in steps:
-                top2 = np.sort(hf_full[i])[-2:]
-                gaps.append(float(top2[1] - top2[0]))
-            mine8 = our_logits(a.bitnet, path, seq[:-1], vocab, "q8", a.out)
-            agree8 = sum(int(np.argmax(mine8[i])) == seq[i + 1] for i in steps)
+            def greedy(label):
+                seq = toks[:a.prompt]
+                for _ in range(a.gen):
+                    seq.append(int(np.argmax(hf_logits(m, seq)[-1])))
+                hf_full = hf_logits(m, seq[:-1])
+                steps = range(a.prompt - 1, len(seq) - 1)
+                mine = our_logits(a.bitnet, path, seq[:-1], vocab, "f16", a.out)
+                mine8 = our_logits(a.bitnet, path, seq[:-1], vocab, "q8", a.out)
+                agree = [int(np.argmax(mine[i])) == seq[i + 1] for i in steps]
+                agree8 = [int(np.argmax(mine8[i])) == seq[i + 1] for i in steps]
+                first = agree.index(False) if False in agree else len(agree)
+                gaps = [float(np.diff(np.sort(hf_full[i])[-2:])[0]) for i in steps]
+                log("  greedy vs %s: %d of %d tokens agree (fp16 head; first difference at step %s), %d with the int8 "
+                    "head; smallest HF top-2 logit gap %.3g" % (label, sum(agree), a.gen, first if first < len(agree) else "none",
+                    sum(agree8), min(gaps)))
+                return seq, sum(agree), sum(agree8), min(gaps)
+            seq, ok16, ok8, gap = greedy("HF with fp16 K/V")
+            hf_round_kv(m, False)
+            _, plain16, plain8, _ = greedy("plain HF")
             res.update({"hf_path": mode, "logits_rel_l2_max": max(per), "logits_rel_l2_mean": float(np.mean(per)),
-                        "int8_head_rel_l2_vs_hf": rel_l2(ours8, ref), "greedy_tokens": a.gen,
-                        "greedy_agree": sum(agree), "greedy_agree_int8_head": agree8,
-                        "min_hf_top2_gap": min(gaps), "hf_tokens": seq[a.prompt:]})
-            log("  greedy: %d of %d tokens agree (fp16 head), %d with the int8 head; smallest HF top-2 gap %.3g" % (
-                sum(agree), a.gen, agree8, min(gaps)))
-            passed = all(agree) and weights_ok
+                        "plain_hf_rel_l2_max": max(plain), "plain_hf_rel_l2_mean": float(np.mean(plain)),
+                        "int8_head_rel_l2_vs_plain_hf": rel_l2(ours8, ref), "greedy_tokens": a.gen,
+                        "greedy_agree": ok16, "greedy_agree_int8_head": ok8, "min_hf_top2_gap": gap,
+                        "greedy_agree_plain_hf": plain16, "greedy_agree_plain_hf_int8_head": plain8,
+                        "hf_tokens": seq[a.prompt:]})
+            passed = ok16 == a.gen and weights_ok
             break
         res["passed"] = bool(passed)
         all_ok &= bool(passed)
