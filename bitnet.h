@@ -7174,13 +7174,18 @@ BITNET_API bitnet_result bitnet_session_create(bitnet_model *m, const bitnet_ses
     s->tokens = (int32_t *)bitnet__malloc((size_t)n_ctx * sizeof(int32_t));
     if (!s->rope || !s->logits || !s->tokens) r = BITNET_ERR_OUT_OF_MEMORY;
     else {
-        /* cos and sin of pos * theta^(-2i/head_dim), in double: one table for both backends */
-        for (p = 0; p < n_ctx; p++)
-            for (i = 0; i < hd / 2; i++) {
-                double a = (double)p * pow((double)m->info.rope_theta, -2.0 * i / hd);
-                s->rope[(size_t)p * hd + 2 * i] = (float)cos(a);
-                s->rope[(size_t)p * hd + 2 * i + 1] = (float)sin(a);
+        /* cos and sin of pos * theta^(-2i/head_dim), one table for both backends. The angle is
+           computed in float32 the way Hugging Face (and llama.cpp) compute it: the fp16 KV cache
+           and the int8 activations turn even last-bit differences in it into visible logit
+           differences, so matching the reference arithmetic matters more than a rounder angle. */
+        for (i = 0; i < hd / 2; i++) {
+            float inv_freq = 1.0f / powf(m->info.rope_theta, (float)(2 * i) / (float)hd);
+            for (p = 0; p < n_ctx; p++) {
+                float a = (float)p * inv_freq;
+                s->rope[(size_t)p * hd + 2 * i] = cosf(a);
+                s->rope[(size_t)p * hd + 2 * i + 1] = sinf(a);
             }
+        }
 #if defined(BITNET__GPU_FORWARD)
         if (m->info.backend == BITNET_BACKEND_CUDA) r = bitnet__gpu_session_init(s);
         else

@@ -151,9 +151,9 @@ static void ref_forward(const tmodel *t, const int32_t *tok, int T, int q8_head,
             ref_linear(t->wf[l][TM_V], kvd, dim, xn, v + p * kvd);
             for (h = 0; h < w->n_heads + w->n_kv_heads; h++) { /* rotate-half RoPE */
                 float *vec = h < w->n_heads ? q + p * qd + h * hd : k + p * kvd + (h - w->n_heads) * hd;
-                for (i = 0; i < hd / 2; i++) {
-                    double a = p * pow((double)w->rope_theta, -2.0 * i / hd);
-                    float c = (float)cos(a), sn = (float)sin(a), x0 = vec[i], x1 = vec[i + hd / 2];
+                for (i = 0; i < hd / 2; i++) { /* the angle in float32, as Hugging Face computes it */
+                    float a = (float)p * (1.0f / powf(w->rope_theta, (float)(2 * i) / (float)hd));
+                    float c = cosf(a), sn = sinf(a), x0 = vec[i], x1 = vec[i + hd / 2];
                     vec[i] = x0 * c - x1 * sn;
                     vec[i + hd / 2] = x0 * sn + x1 * c;
                 }
