@@ -41,6 +41,12 @@ CEOF
   cc -I. -o /tmp/dump /tmp/dump.c && /tmp/dump /tmp/mods || exit 1
   PYTHONUNBUFFERED=1 python3 tools/gpu_kernels_dev.py /tmp/mods ${DEV_ARGS:---check --bench} \
     ${BNCPP:+--bitnetcpp $BNCPP} --json "$OUT/dev.json" 2>&1 | tee "$OUT/dev.log"
+  if [ -n "${NCU:-}" ] && command -v ncu >/dev/null; then
+    timeout 240 ncu -k regex:"bitnet_k_(tgemm|tgemv)" -c 6 --section SpeedOfLight --section WarpStateStats \
+      --section Occupancy --section LaunchStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+      python3 tools/gpu_kernels_dev.py /tmp/mods --profile >"$OUT/ncu.txt" 2>&1
+    echo "ncu exit $?"; grep -E "bitnet_k_|Duration|Memory Throughput|Compute \(SM\)|Achieved Occupancy|Registers Per" "$OUT/ncu.txt" | head -60
+  fi
   ;;
 full)
   make -j8 all >"$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
