@@ -398,6 +398,120 @@ BITNET_API void *bitnet_gpu_raw_stream(bitnet_gpu *gpu);
 BITNET_API void *bitnet_gpu_raw_module(bitnet_gpu_module *mod);
 BITNET_API void *bitnet_gpu_raw_function(bitnet_gpu_kernel *k);
 
+/* ---- >>api-gpu-kernels: ternary and dense matmul on the GPU, precisions, GPU quantization ---- */
+
+/* Number formats of GPU tensors and of dense compute. AUTO means bitnet_detect_best_precision. */
+typedef enum bitnet_precision {
+    BITNET_PRECISION_AUTO = 0, BITNET_PRECISION_FP32 = 1, BITNET_PRECISION_FP16 = 2, BITNET_PRECISION_BF16 = 3
+} bitnet_precision;
+BITNET_API const char *bitnet_precision_name(bitnet_precision p); /* "auto", "fp32", "fp16", "bf16", "unknown" */
+/* BF16 from compute capability 8.0, FP16 from 6.0, else FP32 (also when the device cannot be
+   queried; bitnet_last_error then says why). */
+BITNET_API bitnet_precision bitnet_detect_best_precision(int device);
+
+/* Ternary weights in the GPU's T32 layout (documented in bitnet_cuda_kernels.h), repacked once on
+   the device from I2_S tensors. Parts stack row-wise into one fused matrix (QKV as 2560/640/640
+   rows), each keeping its own scale. glu = 1 takes exactly two parts of equal shape, gate then up,
+   and the matmul then returns relu(gate)^2 * up (n = the gate's rows). k: a multiple of 128 (I2_S
+   blocks), at most 262144 (int32 accumulators). */
+#define BITNET_GPU_MAX_PARTS 8
+typedef struct bitnet_gpu_i2s_part {
+    const void *data;                 /* an I2_S tensor (host memory) of n rows of k weights */
+    size_t bytes;                     /* at least bitnet_i2s_bytes(n, k); its tail holds the scale */
+    size_t n;
+} bitnet_gpu_i2s_part;
+typedef struct bitnet_gpu_ternary {
+    bitnet_devptr data;               /* the T32 image, n_pad * k / 4 bytes */
+    size_t n, k;                      /* outputs of the matmul, and K */
+    size_t n_rows, n_pad;             /* rows of all parts, and rows in the image (a multiple of 128) */
+    int glu, n_parts;
+    uint32_t part_end[BITNET_GPU_MAX_PARTS]; /* the row where each part ends */
+    float part_scale[BITNET_GPU_MAX_PARTS];
+} bitnet_gpu_ternary;
+BITNET_API bitnet_result bitnet_gpu_ternary_upload(bitnet_gpu *gpu, const bitnet_gpu_i2s_part *parts, int n_parts,
+                                                   size_t k, int glu, bitnet_gpu_ternary *out);
+BITNET_API void bitnet_gpu_ternary_free(bitnet_gpu *gpu, bitnet_gpu_ternary *w);
+
+/* Per-token int8 activations on the device: m rows of k values, with a scale and a sum per row. */
+typedef struct bitnet_gpu_act {
+    bitnet_devptr q, scale, sum;
+    size_t m, k, cap;                 /* rows in use, row length, rows allocated */
+} bitnet_gpu_act;
+BITNET_API bitnet_result bitnet_gpu_act_alloc(bitnet_gpu *gpu, size_t cap, size_t k, bitnet_gpu_act *out);
+BITNET_API void bitnet_gpu_act_free(bitnet_gpu *gpu, bitnet_gpu_act *a);
+/* x: m x k fp32 on the device (m <= a->cap, k == a->k). norm_weight: k fp32 RMSNorm weights to
+   apply first, or 0. Bit-identical to bitnet_rmsnorm (eps) + bitnet_quantize_act. */
+BITNET_API bitnet_result bitnet_gpu_quantize_act(bitnet_gpu *gpu, bitnet_devptr x, size_t m, size_t k,
+                                                 bitnet_devptr norm_weight, float eps, bitnet_gpu_act *a);
+/* out (a->m x w->n, row-major, out_type; AUTO = FP32) = residual (same shape and type, or 0) + the
+   W2A8 product bitnet_gemm_i2s computes, bit for bit in fp32 (fp16 / bf16: that value rounded).
+   m <= 8 runs the streaming GEMV, larger m int8 tensor cores from sm_80. residual may be out. */
+BITNET_API bitnet_result bitnet_gpu_ternary_matmul(bitnet_gpu *gpu, const bitnet_gpu_ternary *w, const bitnet_gpu_act *a,
+                                                   bitnet_devptr out, bitnet_precision out_type, bitnet_devptr residual);
+/* A list of such problems, issued in order with one barrier at the end; all are checked first. */
+typedef struct bitnet_gpu_matmul_op {
+    const bitnet_gpu_ternary *w;
+    const bitnet_gpu_act *a;
+    bitnet_devptr out;
+    bitnet_precision out_type;
+    bitnet_devptr residual;
+} bitnet_gpu_matmul_op;
+BITNET_API bitnet_result bitnet_gpu_ternary_matmul_batch(bitnet_gpu *gpu, const bitnet_gpu_matmul_op *ops, size_t n_ops);
+
+/* Dense: out (m x n, out_type) = x (m x k) . w (n x k)^T with w and x in prec and fp32
+   accumulation. m <= 8: a streaming GEMV (the fp16 LM head); larger m: tensor cores for fp16 and
+   bf16 from sm_80, else the CUDA cores. k * element size must be a multiple of 16 bytes. */
+BITNET_API bitnet_result bitnet_gpu_matmul(bitnet_gpu *gpu, bitnet_precision prec, bitnet_devptr w, bitnet_devptr x,
+                                           size_t m, size_t n, size_t k, bitnet_devptr out, bitnet_precision out_type);
+/* Element conversion between fp32, fp16 and bf16 (round to nearest even; NaN stays NaN). */
+BITNET_API bitnet_result bitnet_gpu_convert(bitnet_gpu *gpu, bitnet_devptr src, bitnet_precision src_type,
+                                            bitnet_devptr dst, bitnet_precision dst_type, size_t n);
+/* Per precision, for the whole process: dense matmuls and conversions issued (conversions count
+   under their destination type), their operations (2mnk, or n), bytes read plus written, and the
+   device time of the matmul launches that were timed (bitnet_gpu_set_timing; else 0). */
+typedef struct bitnet_gpu_precision_metrics {
+    uint64_t calls, ops, bytes;
+    double ms;
+} bitnet_gpu_precision_metrics;
+BITNET_API bitnet_result bitnet_gpu_precision_metrics_get(bitnet_precision p, bitnet_gpu_precision_metrics *out);
+BITNET_API void bitnet_gpu_precision_metrics_reset(void);
+
+/* GPU quantization with the CPU's results: absmean ternary codes of n device floats (q: n int8,
+   scale: one float, both on the device) as bitnet_quantize_ternary, and I2_S packing of n x k
+   device codes with the device scale (dst: bitnet_i2s_bytes(n, k) device bytes) as
+   bitnet_i2s_pack. The absmean sum runs in double in a fixed tree order; the CPU sums in order,
+   so the two scales could differ only where that double sum sits within a few double ulps of an
+   fp32 rounding boundary (odds about 2^-29 per tensor). */
+BITNET_API bitnet_result bitnet_gpu_quantize_ternary(bitnet_gpu *gpu, bitnet_devptr w, size_t n, bitnet_devptr q,
+                                                     bitnet_devptr scale);
+BITNET_API bitnet_result bitnet_gpu_i2s_pack(bitnet_gpu *gpu, bitnet_devptr q, size_t n, size_t k, bitnet_devptr scale,
+                                             bitnet_devptr dst);
+
+/* A device-aware quantizer: host arrays in and out; each operation runs on the GPU when there is
+   one and the GPU call succeeds, else on the CPU (counted as a fallback), with the same results.
+   One thread at a time per quantizer. */
+typedef struct bitnet_quantizer bitnet_quantizer;
+typedef enum bitnet_quant_kind {
+    BITNET_QUANT_TERNARY = 0, BITNET_QUANT_ACT, BITNET_QUANT_I2S, BITNET_QUANT_KINDS
+} bitnet_quant_kind;
+typedef struct bitnet_quant_stats {
+    uint64_t gpu_ops, cpu_ops, fallbacks;           /* cpu_ops include the fallbacks */
+    double gpu_ms[BITNET_QUANT_KINDS], cpu_ms[BITNET_QUANT_KINDS]; /* wall time per kind of operation */
+    char last_gpu_error[256], last_cpu_error[256];  /* "" when none */
+    uint64_t host_bytes, host_bytes_total;          /* host memory the quantizer holds now, and ever took */
+} bitnet_quant_stats;
+BITNET_API bitnet_result bitnet_quantizer_create(bitnet_gpu *gpu, bitnet_quantizer **out); /* gpu: NULL = CPU only; not owned */
+BITNET_API void bitnet_quantizer_free(bitnet_quantizer *qz);
+BITNET_API bitnet_result bitnet_quantizer_ternary(bitnet_quantizer *qz, const float *w, size_t n, int8_t *q, float *scale);
+BITNET_API bitnet_result bitnet_quantizer_act(bitnet_quantizer *qz, const float *x, size_t m, size_t k, int8_t *q,
+                                              float *scale, int32_t *sum);
+/* Absmean-quantizes n x k floats and packs them as I2_S into dst. */
+BITNET_API bitnet_result bitnet_quantizer_i2s(bitnet_quantizer *qz, const float *w, size_t n, size_t k, void *dst,
+                                              size_t dst_bytes);
+BITNET_API bitnet_result bitnet_quantizer_stats(const bitnet_quantizer *qz, bitnet_quant_stats *out);
+/* One line, e.g. "quantizer: gpu 12 ops (3.1 ms), cpu 2 ops (9.8 ms), 1 fallback (last gpu error: ...), host 1.2 MB (5.0 MB total)". */
+BITNET_API bitnet_result bitnet_quantizer_summary(const bitnet_quantizer *qz, char *buf, size_t cap);
+
 /* ---- >>api-gguf ------------------------------------------------------------------------------ */
 
 /* GGUF v2/v3 reader over mmap (or memory), bounds-checked everywhere. */
@@ -4728,6 +4842,606 @@ static void bitnet__pool_destroy(bitnet_gpu *gpu) {
 }
 
 /* >>cuda-kernels ============================================================================== */
+
+/* Host side of the ternary, dense and quantization modules. Kernels come from the runtime's
+   built-in modules by name and go through bitnet_gpu_launch; every argument list below mirrors
+   the kernel's parameter list in bitnet_cuda_kernels.h. */
+
+typedef struct bitnet__k_segs { int32_t n; int32_t end[8]; float scale[8]; } bitnet__k_segs; /* = bitnet_k_segs */
+#define BITNET__DGEMV_ROWS 2   /* BITNET_DGEMV_ROWS in the dense module: rows per warp */
+#define BITNET__TGEMV_MAX_K 262144
+
+static bitnet_result bitnet__gk_launch(bitnet_gpu *gpu, const char *name, unsigned gx, unsigned gy, unsigned gz,
+                                       unsigned bx, unsigned by, void **args) {
+    bitnet_gpu_kernel *k;
+    unsigned grid[3], block[3];
+    BITNET__TRY(bitnet_gpu_builtin_kernel(gpu, name, &k));
+    grid[0] = gx, grid[1] = gy, grid[2] = gz;
+    block[0] = bx, block[1] = by, block[2] = 1;
+    return bitnet_gpu_launch(gpu, k, grid, block, 0, args);
+}
+
+/* Blocks for a grid-stride kernel over n items. */
+static unsigned bitnet__gk_blocks(size_t n, unsigned per_block) {
+    size_t b = (n + per_block - 1) / per_block;
+    return (unsigned)(b < 1 ? 1 : (b > 8192 ? 8192 : b));
+}
+
+static int bitnet__prec_ok(bitnet_precision p) {
+    return p == BITNET_PRECISION_FP32 || p == BITNET_PRECISION_FP16 || p == BITNET_PRECISION_BF16;
+}
+static size_t bitnet__prec_size(bitnet_precision p) { return p == BITNET_PRECISION_FP32 ? 4 : 2; }
+
+BITNET_API const char *bitnet_precision_name(bitnet_precision p) {
+    switch (p) {
+    case BITNET_PRECISION_AUTO: return "auto";
+    case BITNET_PRECISION_FP32: return "fp32";
+    case BITNET_PRECISION_FP16: return "fp16";
+    case BITNET_PRECISION_BF16: return "bf16";
+    default: return "unknown";
+    }
+}
+
+BITNET_API bitnet_precision bitnet_detect_best_precision(int device) {
+    bitnet_gpu_device_info info;
+    if (bitnet_gpu_device_info_get(device, &info) != BITNET_OK) return BITNET_PRECISION_FP32;
+    if (info.cc_major >= 8) return BITNET_PRECISION_BF16;
+    if (info.cc_major >= 6) return BITNET_PRECISION_FP16;
+    return BITNET_PRECISION_FP32;
+}
+
+/* Multiprocessor count per device, read once (it sizes the GEMV grid). */
+static int bitnet__gk_sms[BITNET__MAX_DEVICES];
+static bitnet__mutex bitnet__gk_lock = BITNET__MUTEX_INIT;
+static int bitnet__gk_sm_count(bitnet_gpu *gpu) {
+    int ord = bitnet_gpu_ordinal(gpu), n;
+    if (ord < 0 || ord >= BITNET__MAX_DEVICES) return 32;
+    bitnet__mutex_lock(&bitnet__gk_lock);
+    n = bitnet__gk_sms[ord];
+    bitnet__mutex_unlock(&bitnet__gk_lock);
+    if (!n) {
+        bitnet_gpu_device_info info;
+        n = bitnet_gpu_device_info_get(ord, &info) == BITNET_OK && info.sm_count > 0 ? info.sm_count : 32;
+        bitnet__mutex_lock(&bitnet__gk_lock);
+        bitnet__gk_sms[ord] = n;
+        bitnet__mutex_unlock(&bitnet__gk_lock);
+    }
+    return n;
+}
+
+/* ---- ternary weights: upload (I2_S -> T32 on the device) --------------------------------------- */
+
+BITNET_API void bitnet_gpu_ternary_free(bitnet_gpu *gpu, bitnet_gpu_ternary *w) {
+    if (!w) return;
+    if (gpu && w->data) bitnet_gpu_free(gpu, w->data);
+    memset(w, 0, sizeof *w);
+}
+
+BITNET_API bitnet_result bitnet_gpu_ternary_upload(bitnet_gpu *gpu, const bitnet_gpu_i2s_part *parts, int n_parts,
+                                                   size_t k, int glu, bitnet_gpu_ternary *out) {
+    bitnet_gpu_ternary w;
+    bitnet_devptr stage = 0, bad = 0;
+    size_t rows = 0, max_part = 0, img, groups;
+    int i, bad_h = 0;
+    bitnet_result res = BITNET_OK;
+    BITNET__CHECK_PTR(gpu);
+    BITNET__CHECK_PTR(parts);
+    BITNET__CHECK_PTR(out);
+    memset(out, 0, sizeof *out);
+    if (n_parts < 1 || n_parts > BITNET_GPU_MAX_PARTS)
+        return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_gpu_ternary_upload: %d parts (1 to %d)", n_parts, BITNET_GPU_MAX_PARTS);
+    if (k == 0 || k % BITNET_I2S_BLOCK || k > BITNET__TGEMV_MAX_K)
+        return bitnet__err(BITNET_ERR_BAD_SHAPE, "bitnet_gpu_ternary_upload: k=%zu must be a positive multiple of %d, at most %d",
+                           k, BITNET_I2S_BLOCK, BITNET__TGEMV_MAX_K);
+    if (glu && (n_parts != 2 || parts[0].n != parts[1].n))
+        return bitnet__err(BITNET_ERR_BAD_SHAPE, "bitnet_gpu_ternary_upload: glu needs two parts of equal rows (gate, up)");
+    for (i = 0; i < n_parts; i++) {
+        BITNET__TRY(bitnet__i2s_check("bitnet_gpu_ternary_upload", parts[i].data, parts[i].bytes, parts[i].n, k));
+        if (parts[i].n > ((size_t)1 << 28) || rows + parts[i].n > ((size_t)1 << 28))
+            return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_gpu_ternary_upload: more than 2^28 rows");
+        rows += parts[i].n;
+        max_part = BITNET__MAX(max_part, parts[i].n * k / 4);
+    }
+    memset(&w, 0, sizeof w);
+    w.k = k;
+    w.glu = glu != 0;
+    w.n_parts = n_parts;
+    w.n_rows = rows;
+    w.n = glu ? parts[0].n : rows;
+    groups = glu ? 2 * ((parts[0].n + 31) / 32) : (rows + 31) / 32; /* glu: gate and up groups interleave */
+    w.n_pad = (groups * 32 + 127) / 128 * 128;
+    img = w.n_pad * (k / 4);
+    BITNET__TRY(bitnet_gpu_alloc(gpu, img, &w.data));
+    /* code 1 (weight 0) everywhere first, so padding rows add nothing */
+    res = bitnet_gpu_memset(gpu, w.data, 0x55, img);
+    if (res == BITNET_OK) res = bitnet_gpu_alloc(gpu, max_part, &stage);
+    if (res == BITNET_OK) res = bitnet_gpu_alloc(gpu, 4, &bad);
+    if (res == BITNET_OK) res = bitnet_gpu_memset(gpu, bad, 0, 4);
+    rows = 0;
+    for (i = 0; i < n_parts && res == BITNET_OK; i++) {
+        int n = (int)parts[i].n, kk = (int)k, off = (int)rows, gp = glu ? i : -1;
+        size_t chunks = parts[i].n * (k / 64);
+        void *args[7];
+        memcpy(&w.part_scale[i], (const uint8_t *)parts[i].data + parts[i].n * k / 4, 4);
+        rows += parts[i].n;
+        w.part_end[i] = (uint32_t)rows;
+        args[0] = &stage, args[1] = &n, args[2] = &kk, args[3] = &w.data, args[4] = &off, args[5] = &gp, args[6] = &bad;
+        res = bitnet_gpu_upload(gpu, stage, parts[i].data, parts[i].n * k / 4);
+        if (res == BITNET_OK)
+            res = bitnet__gk_launch(gpu, "bitnet_k_t32_repack", (unsigned)((chunks + 255) / 256), 1, 1, 256, 1, args);
+    }
+    if (res == BITNET_OK) res = bitnet_gpu_download(gpu, &bad_h, bad, 4); /* ordered after the repacks */
+    if (stage) bitnet_gpu_free(gpu, stage);
+    if (bad) bitnet_gpu_free(gpu, bad);
+    if (res == BITNET_OK && bad_h)
+        res = bitnet__err(BITNET_ERR_CORRUPT, "bitnet_gpu_ternary_upload: a weight has the unused I2_S code 3");
+    if (res != BITNET_OK) {
+        bitnet_gpu_free(gpu, w.data);
+        return res;
+    }
+    *out = w;
+    return BITNET_OK;
+}
+
+/* ---- activations ------------------------------------------------------------------------------ */
+
+BITNET_API void bitnet_gpu_act_free(bitnet_gpu *gpu, bitnet_gpu_act *a) {
+    if (!a) return;
+    if (gpu) {
+        if (a->q) bitnet_gpu_free(gpu, a->q);
+        if (a->scale) bitnet_gpu_free(gpu, a->scale);
+        if (a->sum) bitnet_gpu_free(gpu, a->sum);
+    }
+    memset(a, 0, sizeof *a);
+}
+
+BITNET_API bitnet_result bitnet_gpu_act_alloc(bitnet_gpu *gpu, size_t cap, size_t k, bitnet_gpu_act *out) {
+    size_t qb, sb;
+    bitnet_result res;
+    BITNET__CHECK_PTR(gpu);
+    BITNET__CHECK_PTR(out);
+    memset(out, 0, sizeof *out);
+    if (!cap || !k || k > (size_t)INT_MAX || cap > (size_t)INT_MAX)
+        return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_gpu_act_alloc: cap=%zu k=%zu", cap, k);
+    if (!bitnet__mul_size(cap, k, &qb) || !bitnet__mul_size(cap, 4, &sb))
+        return bitnet__err(BITNET_ERR_OVERFLOW, "bitnet_gpu_act_alloc: %zu x %zu overflows", cap, k);
+    res = bitnet_gpu_alloc(gpu, qb, &out->q);
+    if (res == BITNET_OK) res = bitnet_gpu_alloc(gpu, sb, &out->scale);
+    if (res == BITNET_OK) res = bitnet_gpu_alloc(gpu, sb, &out->sum);
+    if (res != BITNET_OK) {
+        bitnet_gpu_act_free(gpu, out);
+        return res;
+    }
+    out->k = k;
+    out->cap = cap;
+    return BITNET_OK;
+}
+
+BITNET_API bitnet_result bitnet_gpu_quantize_act(bitnet_gpu *gpu, bitnet_devptr x, size_t m, size_t k,
+                                                 bitnet_devptr norm_weight, float eps, bitnet_gpu_act *a) {
+    long long ld;
+    int kk;
+    void *args[9];
+    BITNET__CHECK_PTR(gpu);
+    BITNET__CHECK_PTR(a);
+    if (!x) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_gpu_quantize_act: x is 0");
+    if (!a->q || !a->scale || !a->sum) return bitnet__err(BITNET_ERR_INVALID_STATE, "bitnet_gpu_quantize_act: activations not allocated");
+    if (!m || m > a->cap || k != a->k)
+        return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_gpu_quantize_act: m=%zu k=%zu for a buffer of %zu x %zu", m, k, a->cap, a->k);
+    if (norm_weight && !(eps >= 0.0f)) return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_gpu_quantize_act: eps %g", (double)eps);
+    ld = (long long)k;
+    kk = (int)k;
+    args[0] = &x, args[1] = &ld, args[2] = &kk, args[3] = &norm_weight, args[4] = &eps;
+    args[5] = &a->q, args[6] = &ld, args[7] = &a->scale, args[8] = &a->sum;
+    BITNET__TRY(bitnet__gk_launch(gpu, "bitnet_k_quant_act", (unsigned)m, 1, 1, 256, 1, args));
+    a->m = m;
+    return BITNET_OK;
+}
+
+/* ---- W2A8 matmul ------------------------------------------------------------------------------ */
+
+static bitnet_result bitnet__tmm_check(const char *fn, const bitnet_gpu_ternary *w, const bitnet_gpu_act *a,
+                                       bitnet_devptr out, bitnet_precision out_type) {
+    if (!w || !a) return bitnet__err(BITNET_ERR_NULL_POINTER, "%s: weights or activations are NULL", fn);
+    if (!w->data || !w->n || w->k % 128 || w->n_pad % 128 || w->n_pad < w->n || w->n_parts < 1 ||
+        w->n_parts > BITNET_GPU_MAX_PARTS)
+        return bitnet__err(BITNET_ERR_INVALID_STATE, "%s: weights not uploaded (bitnet_gpu_ternary_upload)", fn);
+    if (!a->q || !a->m || a->m > a->cap) return bitnet__err(BITNET_ERR_INVALID_STATE, "%s: activations not quantized", fn);
+    if (a->k != w->k) return bitnet__err(BITNET_ERR_BAD_SHAPE, "%s: activations have k=%zu, weights k=%zu", fn, a->k, w->k);
+    if (!out) return bitnet__err(BITNET_ERR_NULL_POINTER, "%s: out is 0", fn);
+    if (out_type != BITNET_PRECISION_AUTO && !bitnet__prec_ok(out_type))
+        return bitnet__err(BITNET_ERR_INVALID_ARG, "%s: output type %d", fn, (int)out_type);
+    return BITNET_OK;
+}
+
+static bitnet_result bitnet__tmm_issue(bitnet_gpu *gpu, const bitnet_gpu_ternary *w, const bitnet_gpu_act *a,
+                                       bitnet_devptr out, bitnet_precision out_type, bitnet_devptr residual) {
+    bitnet__k_segs segs;
+    int i, n_out = (int)w->n, nc = (int)(w->k / 64), glu = w->glu, ot;
+    long long lda = (long long)w->k, ldo = (long long)w->n;
+    size_t m0, m = a->m;
+    memset(&segs, 0, sizeof segs);
+    segs.n = w->n_parts;
+    for (i = 0; i < w->n_parts; i++) segs.end[i] = (int32_t)w->part_end[i], segs.scale[i] = w->part_scale[i];
+    ot = out_type == BITNET_PRECISION_AUTO ? (int)BITNET_PRECISION_FP32 : (int)out_type;
+    if (m > 8 && gpu->dev->cc >= 80) {
+        int mm = (int)m;
+        void *args[15];
+        args[0] = (void *)&w->data, args[1] = &n_out, args[2] = &nc, args[3] = &segs, args[4] = &glu;
+        args[5] = (void *)&a->q, args[6] = &lda, args[7] = (void *)&a->scale, args[8] = (void *)&a->sum, args[9] = &mm;
+        args[10] = &out, args[11] = &ldo, args[12] = &ot, args[13] = &residual, args[14] = &ldo;
+        return bitnet__gk_launch(gpu, "bitnet_k_tgemm", (unsigned)(w->n_pad / 128), (unsigned)((m + 127) / 128), 1, 128, 1, args);
+    }
+    /* GEMV, 8 tokens at a time (before sm_80 this covers every m) */
+    for (m0 = 0; m0 < m; m0 += 8) {
+        int mm = (int)BITNET__MIN(m - m0, (size_t)8), mt = mm == 1 ? 1 : mm == 2 ? 2 : mm <= 4 ? 4 : 8;
+        int rg = glu ? 2 : 1, groups = (n_out + 31) / 32, sms = bitnet__gk_sm_count(gpu), wpg = 8, cap;
+        size_t es = ot == BITNET_PRECISION_FP32 ? 4 : 2;
+        bitnet_devptr q = a->q + m0 * w->k, sc = a->scale + m0 * 4, su = a->sum + m0 * 4;
+        bitnet_devptr o = out + m0 * w->n * es, r = residual ? residual + m0 * w->n * es : 0;
+        char name[32];
+        void *args[15];
+        /* warps per 32-row group: enough warps in flight on the whole GPU (measured on H100: small
+           matrices want 32, large ones 8 to 16) */
+        while (wpg < 32 && (size_t)groups * wpg < (size_t)sms * 24) wpg *= 2;
+        cap = BITNET__MIN(32, 128 / mt) / rg;
+        wpg = BITNET__MIN(BITNET__MIN(wpg, cap), nc);
+        snprintf(name, sizeof name, "bitnet_k_tgemv_m%d", mt);
+        args[0] = (void *)&w->data, args[1] = &n_out, args[2] = &nc, args[3] = &segs, args[4] = &glu;
+        args[5] = &q, args[6] = &lda, args[7] = &sc, args[8] = &su, args[9] = &mm;
+        args[10] = &o, args[11] = &ldo, args[12] = &ot, args[13] = &r, args[14] = &ldo;
+        BITNET__TRY(bitnet__gk_launch(gpu, name, (unsigned)groups, 1, 1, 32, (unsigned)(wpg * rg), args));
+    }
+    return BITNET_OK;
+}
+
+BITNET_API bitnet_result bitnet_gpu_ternary_matmul(bitnet_gpu *gpu, const bitnet_gpu_ternary *w, const bitnet_gpu_act *a,
+                                                   bitnet_devptr out, bitnet_precision out_type, bitnet_devptr residual) {
+    BITNET__CHECK_PTR(gpu);
+    BITNET__TRY(bitnet__tmm_check("bitnet_gpu_ternary_matmul", w, a, out, out_type));
+    return bitnet__tmm_issue(gpu, w, a, out, out_type, residual);
+}
+
+BITNET_API bitnet_result bitnet_gpu_ternary_matmul_batch(bitnet_gpu *gpu, const bitnet_gpu_matmul_op *ops, size_t n_ops) {
+    size_t i;
+    BITNET__CHECK_PTR(gpu);
+    BITNET__CHECK_PTR(ops);
+    if (!n_ops) return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_gpu_ternary_matmul_batch: no problems");
+    for (i = 0; i < n_ops; i++) BITNET__TRY(bitnet__tmm_check("bitnet_gpu_ternary_matmul_batch", ops[i].w, ops[i].a, ops[i].out,
+                                                               ops[i].out_type));
+    for (i = 0; i < n_ops; i++) BITNET__TRY(bitnet__tmm_issue(gpu, ops[i].w, ops[i].a, ops[i].out, ops[i].out_type, ops[i].residual));
+    return bitnet_gpu_sync(gpu);
+}
+
+/* ---- dense matmul, conversions, per-precision metrics ------------------------------------------ */
+
+static bitnet_gpu_precision_metrics bitnet__pm[4];
+static double bitnet__pm_ms0[4]; /* the timed milliseconds at the last reset */
+
+static void bitnet__pm_add(bitnet_precision p, uint64_t ops, uint64_t bytes) {
+    bitnet__mutex_lock(&bitnet__gk_lock);
+    bitnet__pm[p].calls++;
+    bitnet__pm[p].ops += ops;
+    bitnet__pm[p].bytes += bytes;
+    bitnet__mutex_unlock(&bitnet__gk_lock);
+}
+
+/* Device time of the dense kernels of one precision, from the runtime's per-kernel timing. */
+static double bitnet__pm_timed(bitnet_precision p) {
+    static const char *const sfx[4] = {"", "_f32", "_f16", "_bf16"};
+    bitnet_gpu_stats *st = (bitnet_gpu_stats *)bitnet__malloc(sizeof *st);
+    double ms = 0;
+    int i;
+    if (!st) return 0;
+    if (bitnet_gpu_stats_get(NULL, st) == BITNET_OK)
+        for (i = 0; i < st->n_kernels; i++) {
+            const char *nm = st->kernels[i].name, *s;
+            if (strncmp(nm, "bitnet_k_dgemv", 14) && strncmp(nm, "bitnet_k_sgemm", 14) && strncmp(nm, "bitnet_k_hgemm", 14)) continue;
+            s = strstr(nm + 14, sfx[p]);
+            if (s && (s[strlen(sfx[p])] == 0 || s[strlen(sfx[p])] == '_')) ms += st->kernels[i].ms;
+        }
+    bitnet__free(st);
+    return ms;
+}
+
+BITNET_API bitnet_result bitnet_gpu_precision_metrics_get(bitnet_precision p, bitnet_gpu_precision_metrics *out) {
+    BITNET__CHECK_PTR(out);
+    if (!bitnet__prec_ok(p)) return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_gpu_precision_metrics_get: precision %d", (int)p);
+    bitnet__mutex_lock(&bitnet__gk_lock);
+    *out = bitnet__pm[p];
+    out->ms = bitnet__pm_timed(p) - bitnet__pm_ms0[p];
+    bitnet__mutex_unlock(&bitnet__gk_lock);
+    return BITNET_OK;
+}
+
+BITNET_API void bitnet_gpu_precision_metrics_reset(void) {
+    int p;
+    bitnet__mutex_lock(&bitnet__gk_lock);
+    memset(bitnet__pm, 0, sizeof bitnet__pm);
+    for (p = 1; p < 4; p++) bitnet__pm_ms0[p] = bitnet__pm_timed((bitnet_precision)p);
+    bitnet__mutex_unlock(&bitnet__gk_lock);
+}
+
+BITNET_API bitnet_result bitnet_gpu_matmul(bitnet_gpu *gpu, bitnet_precision prec, bitnet_devptr w, bitnet_devptr x,
+                                           size_t m, size_t n, size_t k, bitnet_devptr out, bitnet_precision out_type) {
+    static const char *const ty[4] = {"", "f32", "f16", "bf16"};
+    size_t es, t;
+    int nn, kk, mm, ot;
+    long long ld, ldo;
+    char name[40];
+    void *args[10];
+    BITNET__CHECK_PTR(gpu);
+    if (!w || !x || !out) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_gpu_matmul: w, x and out must be set");
+    if (prec == BITNET_PRECISION_AUTO) prec = bitnet_detect_best_precision(bitnet_gpu_ordinal(gpu));
+    if (out_type == BITNET_PRECISION_AUTO) out_type = BITNET_PRECISION_FP32;
+    if (!bitnet__prec_ok(prec) || !bitnet__prec_ok(out_type))
+        return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_gpu_matmul: precision %d, output %d", (int)prec, (int)out_type);
+    es = bitnet__prec_size(prec);
+    if (!m || !n || !k || m > (size_t)INT_MAX || n > (size_t)INT_MAX || k > (size_t)INT_MAX)
+        return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_gpu_matmul: m=%zu n=%zu k=%zu", m, n, k);
+    if ((k * es) % 16)
+        return bitnet__err(BITNET_ERR_BAD_SHAPE, "bitnet_gpu_matmul: k=%zu %s values are not whole 16-byte rows", k, ty[prec]);
+    if ((w | x) % 16) return bitnet__err(BITNET_ERR_ALIGNMENT, "bitnet_gpu_matmul: w and x must be 16-byte aligned");
+    if (!bitnet__mul_size(n, k, &t) || !bitnet__mul_size(m, k, &t) || !bitnet__mul_size(m, n, &t))
+        return bitnet__err(BITNET_ERR_OVERFLOW, "bitnet_gpu_matmul: sizes overflow");
+    nn = (int)n, kk = (int)k, mm = (int)m, ot = (int)out_type, ld = (long long)k, ldo = (long long)n;
+    args[0] = &w, args[1] = &x, args[2] = &nn, args[3] = &kk, args[4] = &ld, args[5] = &ld, args[6] = &mm;
+    args[7] = &out, args[8] = &ldo, args[9] = &ot;
+    if (m <= 8) {
+        snprintf(name, sizeof name, "bitnet_k_dgemv_%s_m%d", ty[prec], m == 1 ? 1 : 8);
+        BITNET__TRY(bitnet__gk_launch(gpu, name, (unsigned)((n + 8 * BITNET__DGEMV_ROWS - 1) / (8 * BITNET__DGEMV_ROWS)), 1, 1,
+                                      32, 8, args));
+    } else if (prec != BITNET_PRECISION_FP32 && gpu->dev->cc >= 80) {
+        snprintf(name, sizeof name, "bitnet_k_hgemm_%s", ty[prec]);
+        BITNET__TRY(bitnet__gk_launch(gpu, name, (unsigned)((n + 127) / 128), (unsigned)((m + 127) / 128), 1, 128, 1, args));
+    } else {
+        snprintf(name, sizeof name, "bitnet_k_sgemm_%s", ty[prec]);
+        BITNET__TRY(bitnet__gk_launch(gpu, name, (unsigned)((n + 63) / 64), (unsigned)((m + 63) / 64), 1, 256, 1, args));
+    }
+    bitnet__pm_add(prec, 2ull * m * n * k, (uint64_t)((n * k + m * k) * es + m * n * bitnet__prec_size(out_type)));
+    return BITNET_OK;
+}
+
+BITNET_API bitnet_result bitnet_gpu_convert(bitnet_gpu *gpu, bitnet_devptr src, bitnet_precision src_type,
+                                            bitnet_devptr dst, bitnet_precision dst_type, size_t n) {
+    int st = (int)src_type, dt = (int)dst_type;
+    unsigned long long nn = n;
+    void *args[5];
+    BITNET__CHECK_PTR(gpu);
+    if (!src || !dst) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_gpu_convert: src and dst must be set");
+    if (!bitnet__prec_ok(src_type) || !bitnet__prec_ok(dst_type))
+        return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_gpu_convert: types %d -> %d", st, dt);
+    if (!n) return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_gpu_convert: n is 0");
+    args[0] = &src, args[1] = &st, args[2] = &dst, args[3] = &dt, args[4] = &nn;
+    BITNET__TRY(bitnet__gk_launch(gpu, "bitnet_k_convert", bitnet__gk_blocks(n, 256), 1, 1, 256, 1, args));
+    bitnet__pm_add(dst_type, n, (uint64_t)n * (bitnet__prec_size(src_type) + bitnet__prec_size(dst_type)));
+    return BITNET_OK;
+}
+
+/* ---- GPU quantization -------------------------------------------------------------------------- */
+
+#define BITNET__ABSMEAN_BLOCKS 256 /* fixed: the partial sums' order must not depend on the device */
+
+BITNET_API bitnet_result bitnet_gpu_quantize_ternary(bitnet_gpu *gpu, bitnet_devptr w, size_t n, bitnet_devptr q,
+                                                     bitnet_devptr scale) {
+    bitnet_devptr part = 0;
+    unsigned long long nn = n;
+    int np = BITNET__ABSMEAN_BLOCKS;
+    bitnet_result res;
+    void *args[4];
+    BITNET__CHECK_PTR(gpu);
+    if (!w || !q || !scale) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_gpu_quantize_ternary: w, q and scale must be set");
+    if (!n) return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_gpu_quantize_ternary: n is 0");
+    BITNET__TRY(bitnet_gpu_alloc(gpu, BITNET__ABSMEAN_BLOCKS * sizeof(double), &part));
+    args[0] = &w, args[1] = &nn, args[2] = &part;
+    res = bitnet__gk_launch(gpu, "bitnet_k_absmean_partial", BITNET__ABSMEAN_BLOCKS, 1, 1, 256, 1, args);
+    args[0] = &part, args[1] = &np, args[2] = &nn, args[3] = &scale;
+    if (res == BITNET_OK) res = bitnet__gk_launch(gpu, "bitnet_k_absmean_final", 1, 1, 1, 256, 1, args);
+    args[0] = &w, args[1] = &nn, args[2] = &scale, args[3] = &q;
+    if (res == BITNET_OK) res = bitnet__gk_launch(gpu, "bitnet_k_ternary_codes", bitnet__gk_blocks(n, 256), 1, 1, 256, 1, args);
+    bitnet_gpu_free(gpu, part); /* the pool reuses it only after this stream's work */
+    return res;
+}
+
+BITNET_API bitnet_result bitnet_gpu_i2s_pack(bitnet_gpu *gpu, bitnet_devptr q, size_t n, size_t k, bitnet_devptr scale,
+                                             bitnet_devptr dst) {
+    bitnet_devptr bad = 0;
+    unsigned long long nk;
+    int bad_h = 0;
+    bitnet_result res;
+    void *args[5];
+    BITNET__CHECK_PTR(gpu);
+    if (!q || !scale || !dst) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_gpu_i2s_pack: q, scale and dst must be set");
+    if (!n || !k || k % BITNET_I2S_BLOCK || !bitnet_i2s_bytes(n, k))
+        return bitnet__err(BITNET_ERR_BAD_SHAPE, "bitnet_gpu_i2s_pack: n=%zu k=%zu (k a multiple of %d)", n, k, BITNET_I2S_BLOCK);
+    nk = (unsigned long long)n * k;
+    BITNET__TRY(bitnet_gpu_alloc(gpu, 4, &bad));
+    res = bitnet_gpu_memset(gpu, bad, 0, 4);
+    args[0] = &q, args[1] = &nk, args[2] = &scale, args[3] = &dst, args[4] = &bad;
+    if (res == BITNET_OK) res = bitnet__gk_launch(gpu, "bitnet_k_i2s_pack", bitnet__gk_blocks((size_t)(nk / 4), 256), 1, 1, 256, 1, args);
+    if (res == BITNET_OK) res = bitnet_gpu_download(gpu, &bad_h, bad, 4);
+    bitnet_gpu_free(gpu, bad);
+    if (res == BITNET_OK && bad_h) res = bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_gpu_i2s_pack: a code is not -1, 0 or 1");
+    return res;
+}
+
+/* ---- the device-aware quantizer ---------------------------------------------------------------- */
+
+struct bitnet_quantizer {
+    bitnet_gpu *gpu;
+    bitnet_quant_stats st;
+};
+
+static void *bitnet__qz_alloc(bitnet_quantizer *qz, size_t bytes) {
+    void *p = bitnet__malloc(bytes);
+    if (p) qz->st.host_bytes += bytes, qz->st.host_bytes_total += bytes;
+    return p;
+}
+static void bitnet__qz_release(bitnet_quantizer *qz, void *p, size_t bytes) {
+    if (!p) return;
+    bitnet__free(p);
+    qz->st.host_bytes -= bytes;
+}
+
+BITNET_API bitnet_result bitnet_quantizer_create(bitnet_gpu *gpu, bitnet_quantizer **out) {
+    bitnet_quantizer *qz;
+    BITNET__CHECK_PTR(out);
+    *out = NULL;
+    qz = (bitnet_quantizer *)bitnet__calloc(1, sizeof *qz);
+    if (!qz) return BITNET_ERR_OUT_OF_MEMORY;
+    qz->gpu = gpu;
+    qz->st.host_bytes = qz->st.host_bytes_total = sizeof *qz;
+    *out = qz;
+    return BITNET_OK;
+}
+
+BITNET_API void bitnet_quantizer_free(bitnet_quantizer *qz) { bitnet__free(qz); }
+
+/* After a GPU attempt: counts it, or keeps its error for the fallback that follows. */
+static int bitnet__qz_gpu_done(bitnet_quantizer *qz, bitnet_result r, bitnet_quant_kind kind, double t0) {
+    if (r == BITNET_OK) {
+        qz->st.gpu_ops++;
+        qz->st.gpu_ms[kind] += (bitnet__now() - t0) * 1e3;
+        return 1;
+    }
+    qz->st.fallbacks++;
+    snprintf(qz->st.last_gpu_error, sizeof qz->st.last_gpu_error, "%s: %s", bitnet_result_string(r), bitnet_last_error());
+    bitnet__log(BITNET_LOG_WARN, "quantizer: GPU failed (%s), using the CPU", qz->st.last_gpu_error);
+    return 0;
+}
+static bitnet_result bitnet__qz_cpu_done(bitnet_quantizer *qz, bitnet_result r, bitnet_quant_kind kind, double t0) {
+    qz->st.cpu_ops++;
+    qz->st.cpu_ms[kind] += (bitnet__now() - t0) * 1e3;
+    if (r != BITNET_OK)
+        snprintf(qz->st.last_cpu_error, sizeof qz->st.last_cpu_error, "%s: %s", bitnet_result_string(r), bitnet_last_error());
+    return r;
+}
+
+/* Device buffers of one GPU attempt (freed in any case). */
+typedef struct bitnet__qz_bufs { bitnet_devptr p[4]; } bitnet__qz_bufs;
+static void bitnet__qz_bufs_free(bitnet_gpu *gpu, bitnet__qz_bufs *b) {
+    int i;
+    for (i = 0; i < 4; i++)
+        if (b->p[i]) bitnet_gpu_free(gpu, b->p[i]);
+}
+
+BITNET_API bitnet_result bitnet_quantizer_ternary(bitnet_quantizer *qz, const float *w, size_t n, int8_t *q, float *scale) {
+    double t0 = bitnet__now();
+    size_t wb;
+    BITNET__CHECK_PTR(qz);
+    BITNET__CHECK_PTR(w);
+    BITNET__CHECK_PTR(q);
+    BITNET__CHECK_PTR(scale);
+    if (!n) return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_quantizer_ternary: n is 0");
+    if (!bitnet__mul_size(n, 4, &wb)) return bitnet__err(BITNET_ERR_OVERFLOW, "bitnet_quantizer_ternary: n=%zu overflows", n);
+    if (qz->gpu) {
+        bitnet__qz_bufs b;
+        bitnet_result r;
+        memset(&b, 0, sizeof b);
+        r = bitnet_gpu_alloc(qz->gpu, wb, &b.p[0]);
+        if (r == BITNET_OK) r = bitnet_gpu_alloc(qz->gpu, n, &b.p[1]);
+        if (r == BITNET_OK) r = bitnet_gpu_alloc(qz->gpu, 4, &b.p[2]);
+        if (r == BITNET_OK) r = bitnet_gpu_upload(qz->gpu, b.p[0], w, wb);
+        if (r == BITNET_OK) r = bitnet_gpu_quantize_ternary(qz->gpu, b.p[0], n, b.p[1], b.p[2]);
+        if (r == BITNET_OK) r = bitnet_gpu_download(qz->gpu, q, b.p[1], n);
+        if (r == BITNET_OK) r = bitnet_gpu_download(qz->gpu, scale, b.p[2], 4);
+        bitnet__qz_bufs_free(qz->gpu, &b);
+        if (bitnet__qz_gpu_done(qz, r, BITNET_QUANT_TERNARY, t0)) return BITNET_OK;
+        t0 = bitnet__now();
+    }
+    return bitnet__qz_cpu_done(qz, bitnet_quantize_ternary(w, n, q, scale), BITNET_QUANT_TERNARY, t0);
+}
+
+BITNET_API bitnet_result bitnet_quantizer_act(bitnet_quantizer *qz, const float *x, size_t m, size_t k, int8_t *q,
+                                              float *scale, int32_t *sum) {
+    double t0 = bitnet__now();
+    size_t mk, xb;
+    BITNET__CHECK_PTR(qz);
+    BITNET__CHECK_PTR(x);
+    BITNET__CHECK_PTR(q);
+    BITNET__CHECK_PTR(scale);
+    if (!m || !k) return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_quantizer_act: m=%zu k=%zu", m, k);
+    if (!bitnet__mul_size(m, k, &mk) || !bitnet__mul_size(mk, 4, &xb))
+        return bitnet__err(BITNET_ERR_OVERFLOW, "bitnet_quantizer_act: m*k overflows");
+    if (qz->gpu && m <= (size_t)INT_MAX && k <= (size_t)INT_MAX) {
+        bitnet__qz_bufs b;
+        bitnet_gpu_act a;
+        bitnet_result r;
+        memset(&b, 0, sizeof b);
+        memset(&a, 0, sizeof a);
+        r = bitnet_gpu_alloc(qz->gpu, xb, &b.p[0]);
+        if (r == BITNET_OK) r = bitnet_gpu_act_alloc(qz->gpu, m, k, &a);
+        if (r == BITNET_OK) r = bitnet_gpu_upload(qz->gpu, b.p[0], x, xb);
+        if (r == BITNET_OK) r = bitnet_gpu_quantize_act(qz->gpu, b.p[0], m, k, 0, 0.0f, &a);
+        if (r == BITNET_OK) r = bitnet_gpu_download(qz->gpu, q, a.q, mk);
+        if (r == BITNET_OK) r = bitnet_gpu_download(qz->gpu, scale, a.scale, m * 4);
+        if (r == BITNET_OK && sum) r = bitnet_gpu_download(qz->gpu, sum, a.sum, m * 4);
+        bitnet_gpu_act_free(qz->gpu, &a);
+        bitnet__qz_bufs_free(qz->gpu, &b);
+        if (bitnet__qz_gpu_done(qz, r, BITNET_QUANT_ACT, t0)) return BITNET_OK;
+        t0 = bitnet__now();
+    }
+    return bitnet__qz_cpu_done(qz, bitnet_quantize_act(x, m, k, q, scale, sum), BITNET_QUANT_ACT, t0);
+}
+
+BITNET_API bitnet_result bitnet_quantizer_i2s(bitnet_quantizer *qz, const float *w, size_t n, size_t k, void *dst,
+                                              size_t dst_bytes) {
+    double t0 = bitnet__now();
+    size_t nk, wb, ib;
+    int8_t *codes;
+    float scale;
+    bitnet_result r;
+    BITNET__CHECK_PTR(qz);
+    BITNET__CHECK_PTR(w);
+    BITNET__TRY(bitnet__i2s_check("bitnet_quantizer_i2s", dst, dst_bytes, n, k));
+    nk = n * k; /* bitnet__i2s_check proved it fits */
+    if (!bitnet__mul_size(nk, 4, &wb)) return bitnet__err(BITNET_ERR_OVERFLOW, "bitnet_quantizer_i2s: n*k*4 overflows");
+    ib = bitnet_i2s_bytes(n, k);
+    if (qz->gpu) {
+        bitnet__qz_bufs b;
+        memset(&b, 0, sizeof b);
+        r = bitnet_gpu_alloc(qz->gpu, wb, &b.p[0]);
+        if (r == BITNET_OK) r = bitnet_gpu_alloc(qz->gpu, nk, &b.p[1]);
+        if (r == BITNET_OK) r = bitnet_gpu_alloc(qz->gpu, 4, &b.p[2]);
+        if (r == BITNET_OK) r = bitnet_gpu_alloc(qz->gpu, ib, &b.p[3]);
+        if (r == BITNET_OK) r = bitnet_gpu_upload(qz->gpu, b.p[0], w, wb);
+        if (r == BITNET_OK) r = bitnet_gpu_quantize_ternary(qz->gpu, b.p[0], nk, b.p[1], b.p[2]);
+        if (r == BITNET_OK) r = bitnet_gpu_i2s_pack(qz->gpu, b.p[1], n, k, b.p[2], b.p[3]);
+        if (r == BITNET_OK) r = bitnet_gpu_download(qz->gpu, dst, b.p[3], ib);
+        bitnet__qz_bufs_free(qz->gpu, &b);
+        if (bitnet__qz_gpu_done(qz, r, BITNET_QUANT_I2S, t0)) return BITNET_OK;
+        t0 = bitnet__now();
+    }
+    codes = (int8_t *)bitnet__qz_alloc(qz, nk);
+    if (!codes) return bitnet__qz_cpu_done(qz, BITNET_ERR_OUT_OF_MEMORY, BITNET_QUANT_I2S, t0);
+    r = bitnet_quantize_ternary(w, nk, codes, &scale);
+    if (r == BITNET_OK) r = bitnet_i2s_pack(codes, n, k, scale, dst, dst_bytes);
+    bitnet__qz_release(qz, codes, nk);
+    return bitnet__qz_cpu_done(qz, r, BITNET_QUANT_I2S, t0);
+}
+
+BITNET_API bitnet_result bitnet_quantizer_stats(const bitnet_quantizer *qz, bitnet_quant_stats *out) {
+    BITNET__CHECK_PTR(qz);
+    BITNET__CHECK_PTR(out);
+    *out = qz->st;
+    return BITNET_OK;
+}
+
+BITNET_API bitnet_result bitnet_quantizer_summary(const bitnet_quantizer *qz, char *buf, size_t cap) {
+    const bitnet_quant_stats *s;
+    double g = 0, c = 0;
+    int i;
+    BITNET__CHECK_PTR(qz);
+    BITNET__CHECK_PTR(buf);
+    if (!cap) return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_quantizer_summary: cap is 0");
+    s = &qz->st;
+    for (i = 0; i < BITNET_QUANT_KINDS; i++) g += s->gpu_ms[i], c += s->cpu_ms[i];
+    snprintf(buf, cap, "quantizer: gpu %llu ops (%.1f ms), cpu %llu ops (%.1f ms), %llu fallback%s%s%s%s, host %.1f MB (%.1f MB total)",
+             (unsigned long long)s->gpu_ops, g, (unsigned long long)s->cpu_ops, c, (unsigned long long)s->fallbacks,
+             s->fallbacks == 1 ? "" : "s", s->last_gpu_error[0] ? " (last gpu error: " : "", s->last_gpu_error,
+             s->last_gpu_error[0] ? ")" : "", (double)s->host_bytes / 1e6, (double)s->host_bytes_total / 1e6);
+    return BITNET_OK;
+}
 
 /* >>cuda-forward ============================================================================== */
 

@@ -173,38 +173,18 @@ def tgemv_cfg(w, m, warps=None):
 
 def tgemv(w, a, m, out, out_type=1, res=None, warps=None, mod=None, wg=0):
     mod = mod or module("ternary")
-    if wg:  # one warp per group (pair), wg warps per block
-        groups = -(-w["n_out"] // 32)
-        mt = 1 if m == 1 else 8
-        launch(mod, f"bitnet_k_tgemv_wg_m{mt}", (-(-groups // wg), 1, 1), (32, wg, 1),
-               [P(w["d"]), I(w["n_out"]), I(w["nc"]), w["segs"], I(w["glu"]), P(a["q"]), LL(w["k"]), P(a["s"]),
-                P(a["sum"]), I(m), P(out), LL(w["n_out"]), I(out_type), P(res), LL(w["n_out"])])
-        return
     mt, groups, nw = tgemv_cfg(w, m, warps)
     launch(mod, f"bitnet_k_tgemv_m{mt}", (groups, 1, 1), (32, nw, 1),
            [P(w["d"]), I(w["n_out"]), I(w["nc"]), w["segs"], I(w["glu"]), P(a["q"]), LL(w["k"]), P(a["s"]),
             P(a["sum"]), I(m), P(out), LL(w["n_out"]), I(out_type), P(res), LL(w["n_out"])])
 
 
-WS = {}
-
-
 def tgemm(w, a, m, out, out_type=1, res=None, split=1, mod=None):
     mod = mod or module("tgemm")
     gx, gy = w["npad"] // 128, -(-m // 128)
-    ws = ctr = None
-    if split > 1:
-        need = split * m * w["npad"]
-        if WS.get("n", 0) < need:
-            WS["ws"] = cp.empty(need, cp.int32)
-            WS["n"] = need
-        if WS.get("cn", 0) < gx * gy:
-            WS["ctr"] = cp.zeros(gx * gy, cp.int32)
-            WS["cn"] = gx * gy
-        ws, ctr = WS["ws"], WS["ctr"]
-    launch(mod, "bitnet_k_tgemm", (gx, gy, split), (128, 1, 1),
+    launch(mod, "bitnet_k_tgemm", (gx, gy, 1), (128, 1, 1),
            [P(w["d"]), I(w["n_out"]), I(w["nc"]), w["segs"], I(w["glu"]), P(a["q"]), LL(w["k"]), P(a["s"]),
-            P(a["sum"]), I(m), P(out), LL(w["n_out"]), I(out_type), P(res), LL(w["n_out"]), P(ws), P(ctr)])
+            P(a["sum"]), I(m), P(out), LL(w["n_out"]), I(out_type), P(res), LL(w["n_out"])])
 
 
 def quant_act(x, nw=None, eps=1e-5):
@@ -266,8 +246,7 @@ def run_checks():
         ([96, 96], 256, 5, True, "gemv"), ([1000], 6912, 8, False, "gemv"), ([33], 128, 2, False, "gemv"),
         ([200, 77], 640, 13, False, "gemm"), ([300], 2560, 130, False, "gemm"), ([160, 160], 384, 70, True, "gemm"),
         ([2560, 640, 640], 2560, 37, False, "gemm"), ([250], 1280, 200, False, "gemm3"),
-        ([64, 64], 512, 9, True, "gemm2"), ([300], 640, 1, False, "wg"), ([96, 96], 256, 5, True, "wg"),
-        ([2560, 640, 640], 2560, 3, False, "wg"),
+        ([64, 64], 512, 9, True, "gemm2"),
     ]
     for segsz, k, m, glu, path in cases:
         parts = [(rnd_codes(rng, n, k), float(rng.uniform(0.2, 2.0))) for n in segsz]
@@ -299,8 +278,6 @@ def run_checks():
                 out = cp.full((m, nout), 0xFFFF if dt == np.uint16 else np.nan, dtype=dt)
                 if path == "gemv":
                     tgemv(w, a, m, out, out_type, res)
-                elif path == "wg":
-                    tgemv(w, a, m, out, out_type, res, wg=4)
                 else:
                     split = 3 if path == "gemm3" else 2 if path == "gemm2" else 1
                     tgemm(w, a, m, out, out_type, res, split=split)
