@@ -5305,7 +5305,7 @@ static int bitnet__qz_gpu_done(bitnet_quantizer *qz, bitnet_result r, bitnet_qua
         return 1;
     }
     qz->st.fallbacks++;
-    snprintf(qz->st.last_gpu_error, sizeof qz->st.last_gpu_error, "%s: %s", bitnet_result_string(r), bitnet_last_error());
+    snprintf(qz->st.last_gpu_error, sizeof qz->st.last_gpu_error, "%s: %.200s", bitnet_result_string(r), bitnet_last_error());
     bitnet__log(BITNET_LOG_WARN, "quantizer: GPU failed (%s), using the CPU", qz->st.last_gpu_error);
     return 0;
 }
@@ -5313,7 +5313,7 @@ static bitnet_result bitnet__qz_cpu_done(bitnet_quantizer *qz, bitnet_result r, 
     qz->st.cpu_ops++;
     qz->st.cpu_ms[kind] += (bitnet__now() - t0) * 1e3;
     if (r != BITNET_OK)
-        snprintf(qz->st.last_cpu_error, sizeof qz->st.last_cpu_error, "%s: %s", bitnet_result_string(r), bitnet_last_error());
+        snprintf(qz->st.last_cpu_error, sizeof qz->st.last_cpu_error, "%s: %.200s", bitnet_result_string(r), bitnet_last_error());
     return r;
 }
 
