@@ -14,6 +14,11 @@ static int gpu_ok;
 static char gpu_reason[2048];
 static bitnet_gpu *G;
 
+/* BITNET_TEST_SMALL=1 (the compute-sanitizer runs): the same paths on smaller shapes only. */
+static int small_only(void) {
+    const char *e = getenv("BITNET_TEST_SMALL");
+    return e && strcmp(e, "1") == 0;
+}
 static int require_gpu(void) {
     const char *e = getenv("BITNET_REQUIRE_GPU");
     return e && strcmp(e, "1") == 0;
@@ -269,7 +274,8 @@ static void test_gpu_ternary_gemv(void) {
     };
     size_t i;
     NEED_GPU();
-    for (i = 0; i < sizeof cases / sizeof cases[0]; i++) check_ternary_case(&cases[i]);
+    for (i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        if (!small_only() || cases[i].rows[0] * cases[i].k <= 300 * 384) check_ternary_case(&cases[i]);
 }
 
 static void test_gpu_ternary_gemm(void) {
@@ -279,7 +285,8 @@ static void test_gpu_ternary_gemm(void) {
     };
     size_t i;
     NEED_GPU();
-    for (i = 0; i < sizeof cases / sizeof cases[0]; i++) check_ternary_case(&cases[i]);
+    for (i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        if (!small_only() || cases[i].rows[0] * cases[i].k * cases[i].m <= 200 * 640 * 70) check_ternary_case(&cases[i]);
 }
 
 /* Three problems in one batch (one barrier), then the same one twice more: identical results. */
@@ -373,6 +380,7 @@ static void test_gpu_dense(void) {
     NEED_GPU();
     for (s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (ti = 1; ti <= 3; ti++) {
+            if (small_only() && shapes[s][0] * shapes[s][1] * shapes[s][2] > 8 * 1000 * 776) continue;
             bitnet_precision p = (bitnet_precision)ti;
             size_t m = shapes[s][0], n = shapes[s][1], k = shapes[s][2], es = ti == 1 ? 4 : 2, i, j, c;
             float *w = (float *)xmalloc(n * k * 4), *x = (float *)xmalloc(m * k * 4), *got = (float *)xmalloc(m * n * 4);
@@ -469,7 +477,7 @@ static void test_gpu_quantize_ternary_and_pack(void) {
     NEED_GPU();
     for (s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         size_t n = shapes[s][0], k = shapes[s][1], nk = n * k, ib = bitnet_i2s_bytes(n, k);
-        float *w = (float *)xmalloc(nk * 4), sc, gsc;
+        float *w = (float *)xmalloc(nk * 4), sc = 0, gsc = -1;
         int8_t *q = (int8_t *)xmalloc(nk), *gq = (int8_t *)xmalloc(nk);
         uint8_t *i2 = (uint8_t *)xmalloc(ib), *gi2 = (uint8_t *)xmalloc(ib);
         bitnet_devptr dw, dq, ds, di;
