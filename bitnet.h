@@ -5086,7 +5086,6 @@ static bitnet_result bitnet__tmm_issue(bitnet_gpu *gpu, const bitnet_gpu_ternary
         while (wpg < 32 && (size_t)groups * wpg < (size_t)sms * 24) wpg *= 2;
         cap = BITNET__MIN(32, 128 / mt) / rg;
         wpg = BITNET__MIN(BITNET__MIN(wpg, cap), nc);
-        while (wpg & (wpg - 1)) wpg &= wpg - 1; /* the kernel's reduction wants a power of two */
         snprintf(name, sizeof name, "bitnet_k_tgemv_m%d", mt);
         args[0] = (void *)&w->data, args[1] = &n_out, args[2] = &nc, args[3] = &segs, args[4] = &glu;
         args[5] = &q, args[6] = &lda, args[7] = &sc, args[8] = &su, args[9] = &mm;

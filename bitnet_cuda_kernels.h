@@ -12,7 +12,7 @@
 #ifndef BITNET_CUDA_KERNELS_H
 #define BITNET_CUDA_KERNELS_H
 
-#define BITNET_CUDA_KERNELS_VERSION 3
+#define BITNET_CUDA_KERNELS_VERSION 2
 
 /* >>kernels-common: types and helpers shared by every module (prepended by the loader) */
 static const char bitnet_cuda_src_common[] =
@@ -240,7 +240,7 @@ static const char bitnet_cuda_src_ternary[] = BITNET_CUDA_SRC_KHELPERS
     "\n"
     "/* W2A8 GEMV for m <= MT tokens. Block (32, W): lane = row of a group, warps split the chunks\n"
     "   (glu: even warps the gate group, odd warps the up group). Integer partial sums meet in shared\n"
-    "   memory, reduced by all warps. The block needs a power-of-two warp count. Four accumulators per token, one per bit pair (plane i\n"
+    "   memory; warp 0 applies the epilogue. Four accumulators per token, one per bit pair (plane i\n"
     "   holds 4^i times its sum), so decoding is one AND per dp4a. Needs K <= 262144. */\n"
     "template <int MT>\n"
     "BN_DEV void bn_tgemv(const uint4 *__restrict__ w, int n_out, int nc, const bitnet_k_segs &segs, int glu,\n"
@@ -289,27 +289,23 @@ static const char bitnet_cuda_src_ternary[] = BITNET_CUDA_SRC_KHELPERS
     "    for (int mm = 0; mm < MT; mm++)\n"
     "        red[(wid * MT + mm) * 32 + lane] = acc[mm][0] + (acc[mm][1] >> 2) + (acc[mm][2] >> 4) + (acc[mm][3] >> 6);\n"
     "    __syncthreads();\n"
-    "    /* Every warp reduces: nw (a power of two) lanes per output, one load and log2(nw) shuffles,\n"
-    "       instead of one warp walking all partials. glu: odd warps hold the up half. */\n"
-    "    const int per = 32 / nw, sub = lane / nw, l = lane % nw;\n"
-    "    const float ws1 = segs.scale[1];\n"
-    "    for (int o0 = wid * per; o0 < 32 * MT; o0 += 32) {\n"
-    "        const int o = o0 + sub, row = o & 31, mm = o >> 5;\n"
-    "        int v = red[(l * MT + mm) * 32 + row], vu = 0;\n"
-    "        if (glu && (l & 1)) vu = v, v = 0;\n"
-    "        for (int off = nw >> 1; off > 0; off >>= 1) {\n"
-    "            v += __shfl_xor_sync(0xffffffffu, v, off, nw);\n"
-    "            vu += __shfl_xor_sync(0xffffffffu, vu, off, nw);\n"
+    "    if (wid != 0) return;\n"
+    "    const int f = blockIdx.x * 32 + lane;\n"
+    "    if (f >= n_out) return;\n"
+    "    const float ws0 = glu ? segs.scale[0] : bn_seg_scale(segs, f), ws1 = segs.scale[1];\n"
+    "    for (int mm = 0; mm < m; mm++) { /* a plain loop: small code for every MT */\n"
+    "        int s0 = 0, s1 = 0;\n"
+    "        for (int ww = 0; ww < nw; ww++) {\n"
+    "            int v = red[(ww * MT + mm) * 32 + lane];\n"
+    "            if (glu && (ww & 1)) s1 += v; else s0 += v;\n"
     "        }\n"
-    "        const int f = blockIdx.x * 32 + row;\n"
-    "        if (l != 0 || mm >= m || f >= n_out) continue;\n"
     "        float y;\n"
     "        if (glu) {\n"
-    "            float g = bn_dequant(v, a_sum[mm], a_scale[mm], segs.scale[0]), up = bn_dequant(vu, a_sum[mm], a_scale[mm], ws1);\n"
+    "            float g = bn_dequant(s0, a_sum[mm], a_scale[mm], ws0), up = bn_dequant(s1, a_sum[mm], a_scale[mm], ws1);\n"
     "            g = g > 0.0f ? g : 0.0f;\n"
     "            y = __fmul_rn(__fmul_rn(g, g), up);\n"
     "        } else {\n"
-    "            y = bn_dequant(v, a_sum[mm], a_scale[mm], bn_seg_scale(segs, f));\n"
+    "            y = bn_dequant(s0, a_sum[mm], a_scale[mm], ws0);\n"
     "        }\n"
     "        if (res) y = __fadd_rn(bn_load(res, mm * ldr + f, out_type), y);\n"
     "        bn_store(out, mm * ldo + f, y, out_type);\n"
