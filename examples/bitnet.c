@@ -173,6 +173,7 @@ typedef int (*bk_gemm_ex_fn)(void *, int, int, int, int, int, const void *, cons
                              const void *, void *, int, int, int, int);
 typedef struct bk_cublas {
     void *lib, *handle;
+    bitnet_devptr workspace;
     int (*create)(void **);
     int (*destroy)(void *);
     int (*set_stream)(void *, void *);
@@ -319,7 +320,7 @@ static int bench_kernels_cuda(int argc, char **argv) {
     int nrows = 0, device = 0, i, s, mi;
     uint64_t rng = 0x9E3779B97F4A7C15ull;
     double copy_memcpy, copy_kernel, copy_bw, nop_us;
-    bitnet_devptr big = 0, big2 = 0;
+    bitnet_devptr big = 0;
     FILE *jf;
     for (i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--backend") == 0 && i + 1 < argc) i++;
@@ -353,11 +354,11 @@ static int bench_kernels_cuda(int argc, char **argv) {
             cb.gemm_ex = (bk_gemm_ex_fn)dlsym(cb.lib, "cublasGemmEx");
             if (!cb.create || !cb.destroy || !cb.set_stream || !cb.set_workspace || !cb.gemm_ex || cb.create(&cb.handle) ||
                 cb.set_stream(cb.handle, bitnet_gpu_raw_stream(gpu)) ||
-                bitnet_gpu_alloc(gpu, 64u << 20, &big) != BITNET_OK || cb.set_workspace(cb.handle, bk_ptr(big), 64u << 20)) {
+                bitnet_gpu_alloc(gpu, 64u << 20, &cb.workspace) != BITNET_OK ||
+                cb.set_workspace(cb.handle, bk_ptr(cb.workspace), 64u << 20)) {
                 printf("cuBLAS: found but unusable; skipped\n");
                 cb.handle = NULL;
             }
-            big = 0; /* the workspace stays allocated for the handle's life */
         }
         if (!cb.handle) printf("cuBLAS: not found (BITNET_CUBLAS, libcublas.so.13/.12); skipped\n");
     }
@@ -491,7 +492,6 @@ static int bench_kernels_cuda(int argc, char **argv) {
             printf("lm head: %s\n", bitnet_last_error());
         }
         bitnet_gpu_free(gpu, big), bitnet_gpu_free(gpu, c.x), bitnet_gpu_free(gpu, c.out);
-        (void)big2;
     }
 #undef BK_ROW
     /* side by side: ours against each reference on the same shape and M */
@@ -520,6 +520,7 @@ static int bench_kernels_cuda(int argc, char **argv) {
         printf("wrote %s\n", json);
     }
     if (cb.handle) cb.destroy(cb.handle);
+    if (cb.workspace) bitnet_gpu_free(gpu, cb.workspace);
     bitnet_gpu_close(gpu);
     return 0;
 }
