@@ -9,7 +9,10 @@ the ids. Special tokens in the text are parsed on both sides (allowed_special="a
 tiktoken: the Python package when it imports; otherwise the npm package `tiktoken` (the same Rust
 core compiled to WebAssembly) through node, found with --node-modules DIR (npm install tiktoken).
 
-  python3 tools/tokenizer_parity.py [--tiktoken FILE] [--bitnet build/bitnet] [--count 12000]
+  python3 tools/tokenizer_parity.py [--tiktoken FILE] [--bitnet build/bitnet] [--count 12000] [--sweep]
+--sweep also checks the character classes of every code point: with a probe vocabulary (the 256
+bytes plus "a", "1" and "!" each joined to every UTF-8 lead byte) the texts "aX", "1X" and "!X" show
+whether X is a letter, a number, white space or other, on both sides (3.3 million texts).
 Exit status 0 only when every text matches.
 """
 import argparse
@@ -257,6 +260,43 @@ def default_tiktoken():
     return os.path.join(ROOT, "..", "shared", "data", "llama3-tokenizer.tiktoken")
 
 
+def write_probe_vocab(path):
+    """Bytes 0..255 (rank = byte), then "a", "1" and "!" joined to each lead byte 0xC0..0xFF."""
+    with open(path, "w") as fh:
+        rank = 0
+        for b in range(256):
+            fh.write("%s %d\n" % (base64.b64encode(bytes([b])).decode(), rank))
+            rank += 1
+        for p in b"a1!":
+            for lead in range(0xC0, 0x100):
+                fh.write("%s %d\n" % (base64.b64encode(bytes([p, lead])).decode(), rank))
+                rank += 1
+
+
+def sweep_texts():
+    return [p + chr(c) for c in range(0x80, 0x110000) if not 0xD800 <= c <= 0xDFFF for p in "a1!"]
+
+
+def compare(name, texts, ranks_path, a, tmp):
+    n_base = len(load_ranks(ranks_path))
+    ref, which = tiktoken_encode(texts, ranks_path, n_base, a.node_modules, tmp)
+    ours = bitnet_encode(texts, a.bitnet, ranks_path, tmp)
+    bad = [i for i in range(len(texts)) if i >= len(ours) or ours[i] != ref[i]]
+    for i in bad[:20]:
+        print("MISMATCH %r\n  tiktoken %s\n  bitnet   %s" % (texts[i][:200], ref[i][:40], ours[i][:40] if i < len(ours) else None))
+    if a.log:
+        with open(a.log, "a") as fh:
+            for i in bad:
+                fh.write(json.dumps({"set": name, "text": texts[i], "tiktoken": ref[i],
+                                     "bitnet": ours[i] if i < len(ours) else None}) + "\n")
+    n_chars = sum(len(t) for t in texts)
+    n_tok = sum(len(r) for r in ref)
+    print("tokenizer parity (%s) vs %s: %d texts (%d characters, %d tokens), %d mismatches" %
+          (name, which, len(texts), n_chars, n_tok, len(bad)))
+    sys.stdout.flush()
+    return len(bad)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--tiktoken", default=default_tiktoken())
@@ -265,23 +305,17 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--node-modules", default=None)
     ap.add_argument("--log", default=None, help="write the mismatches (all of them) as JSON lines here")
+    ap.add_argument("--sweep", action="store_true", help="also compare the classes of all code points")
     a = ap.parse_args()
-    texts = make_texts(a.seed, a.count)
-    n_base = len(load_ranks(a.tiktoken))
+    if a.log and os.path.exists(a.log):
+        os.remove(a.log)
+    bad = 0
     with tempfile.TemporaryDirectory() as tmp:
-        ref, which = tiktoken_encode(texts, a.tiktoken, n_base, a.node_modules, tmp)
-        ours = bitnet_encode(texts, a.bitnet, a.tiktoken, tmp)
-    bad = [i for i in range(len(texts)) if i >= len(ours) or ours[i] != ref[i]]
-    for i in bad[:20]:
-        print("MISMATCH %r\n  tiktoken %s\n  bitnet   %s" % (texts[i][:200], ref[i][:40], ours[i][:40] if i < len(ours) else None))
-    if a.log:
-        with open(a.log, "w") as fh:
-            for i in bad:
-                fh.write(json.dumps({"text": texts[i], "tiktoken": ref[i], "bitnet": ours[i] if i < len(ours) else None}) + "\n")
-    n_chars = sum(len(t) for t in texts)
-    n_tok = sum(len(r) for r in ref)
-    print("tokenizer parity vs %s: %d texts (%d characters, %d tokens), %d mismatches" %
-          (which, len(texts), n_chars, n_tok, len(bad)))
+        bad += compare("llama3", make_texts(a.seed, a.count), a.tiktoken, a, tmp)
+        if a.sweep:
+            probe = os.path.join(tmp, "probe.tiktoken")
+            write_probe_vocab(probe)
+            bad += compare("class sweep", sweep_texts(), probe, a, tmp)
     return 1 if bad else 0
 
 
