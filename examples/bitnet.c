@@ -117,6 +117,8 @@ static int cmd_tokenize(int argc, char **argv) {
     }
     bitnet_tokenizer_free(t);
     return rc;
+}
+
 /* ---- devices, kernels (GPU runtime) ---- */
 static void json_str(const char *s) {
     putchar('"');
