@@ -263,7 +263,7 @@ static int cmd_kernels(int argc, char **argv) {
 
 static const command commands[] = {
     {"version", cmd_version, "version                      print the version"},
-    {"tokenize", cmd_tokenize, "tokenize -m FILE -p TEXT      print the token ids of TEXT (--tiktoken FILE, --hex-lines FILE, --no-bos, --no-special)"},
+    {"tokenize", cmd_tokenize, "tokenize -m FILE -p TEXT     print token ids (--tiktoken FILE, --hex-lines FILE, --no-bos, --no-special)"},
     {"devices", cmd_devices, "devices [--json]             GPU backends and every CUDA device"},
     {"kernels", cmd_kernels, "kernels [--arch sm_XX] [--json] [--cache]  compile every built-in CUDA module (no GPU needed)"},
     {"help", cmd_help, "help                         this list"},
