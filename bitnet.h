@@ -3258,11 +3258,11 @@ done:
 
 /* ---- from GGUF metadata -------------------------------------------------------------------- */
 
-/* TEMPORARY: compiled once the GGUF reader (>>gguf) is merged; until then it has no accessors to link. */
-#ifdef BITNET__GGUF_READER_MERGED
+/* Needs the GGUF reader (>>gguf, which defines BITNET__GGUF_MAGIC); compiled once that is merged. */
+#ifdef BITNET__GGUF_MAGIC
 
 static bitnet_result bitnet__gguf_token_id(const bitnet_gguf *g, const char *key, int32_t *out) {
-    uint32_t v;
+    uint32_t v = 0;
     *out = -1;
     if (bitnet_gguf_find_key(g, key) < 0) return BITNET_OK;
     BITNET__TRY(bitnet_gguf_get_u32(g, key, &v));

@@ -53,7 +53,7 @@ static int cmd_tokenize(int argc, char **argv) {
         return 2;
     }
     if (model) {
-#ifdef BITNET__GGUF_READER_MERGED
+#ifdef BITNET__GGUF_MAGIC /* the GGUF reader is merged */
         bitnet_gguf *g = NULL;
         r = bitnet_gguf_open(model, &g);
         if (r == BITNET_OK) r = bitnet_tokenizer_from_gguf(g, &t);
