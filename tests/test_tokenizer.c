@@ -499,6 +499,79 @@ static void test_vocab_bad_files(void) {
     TEST_CHECK(bitnet_vocab_from_tiktoken(path, -1, &v) == BITNET_ERR_INVALID_ARG);
 }
 
+/* ---- from GGUF metadata (needs the GGUF reader and writer) ----------------------------------- */
+
+#ifdef BITNET_GGUF_NO_MMAP /* the GGUF API is present */
+/* Writes the small vocabulary's tokenizer metadata; `what` breaks one thing. */
+static int write_tok_gguf(const char *path, int what) {
+    bitnet_gguf_writer *w = NULL;
+    int ok;
+    uint64_t n_tok = (uint64_t)V.n_tokens - (what == 3 ? 1 : 0);
+    ok = bitnet_gguf_writer_create(&w) == BITNET_OK;
+    ok = ok && bitnet_gguf_writer_set_str(w, "general.architecture", "bitnet-b1.58") == BITNET_OK;
+    ok = ok && bitnet_gguf_writer_set_str(w, "tokenizer.ggml.model", what == 1 ? "llama" : "gpt2") == BITNET_OK;
+    ok = ok && bitnet_gguf_writer_set_str(w, "tokenizer.ggml.pre", "llama-bpe") == BITNET_OK;
+    if (what == 2) ok = ok && bitnet_gguf_writer_set_arr(w, "tokenizer.ggml.tokens", BITNET_GGUF_INT32, V.types, n_tok) == BITNET_OK;
+    else ok = ok && bitnet_gguf_writer_set_arr(w, "tokenizer.ggml.tokens", BITNET_GGUF_STRING, V.tokens, n_tok) == BITNET_OK;
+    ok = ok && bitnet_gguf_writer_set_arr(w, "tokenizer.ggml.merges", BITNET_GGUF_STRING, V.merges, (uint64_t)V.n_merges) == BITNET_OK;
+    ok = ok && bitnet_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", BITNET_GGUF_INT32, V.types, (uint64_t)V.n_tokens) == BITNET_OK;
+    ok = ok && bitnet_gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", what == 4 ? 100000u : (uint32_t)T_BOS) == BITNET_OK;
+    ok = ok && bitnet_gguf_writer_set_u32(w, "tokenizer.ggml.eot_token_id", (uint32_t)T_EOT) == BITNET_OK;
+    ok = ok && bitnet_gguf_writer_begin(w, path) == BITNET_OK && bitnet_gguf_writer_finish(w) == BITNET_OK;
+    bitnet_gguf_writer_free(w);
+    return ok;
+}
+static bitnet_result tok_from_file(const char *path, bitnet_tokenizer **t) {
+    bitnet_gguf *g = NULL;
+    bitnet_result r = bitnet_gguf_open(path, &g);
+    if (r == BITNET_OK) r = bitnet_tokenizer_from_gguf(g, t);
+    bitnet_gguf_close(g);
+    return r;
+}
+#endif
+
+static void test_from_gguf(void) {
+#ifdef BITNET_GGUF_NO_MMAP
+    static const bitnet_result want[] = {BITNET_OK, BITNET_ERR_UNSUPPORTED, BITNET_ERR_BAD_METADATA, BITNET_ERR_BAD_METADATA,
+                                         BITNET_ERR_BAD_METADATA};
+    bitnet_tokenizer *ref = small_tok(), *t = NULL;
+    char path[512];
+    int what;
+    if (!ref) { TEST_CHECK(0); return; }
+    temp_path(path, sizeof path, "gguf");
+    for (what = 0; what < 5; what++) {
+        bitnet_result r;
+        TEST_CHECK(write_tok_gguf(path, what));
+        r = tok_from_file(path, &t);
+        TEST_CHECKF(r == want[what], "case %d: %s", what, bitnet_last_error());
+        if (r != BITNET_OK) { TEST_CHECK(t == NULL); continue; }
+        {   /* the same encoder as the one built from arrays */
+            static const char text[] = "the cats<|eot_id|> abcd aaa 12345";
+            int32_t a[64], b[64], bos, eot;
+            int na = encode(ref, text, sizeof text - 1, 1, 1, a, 64), nb = encode(t, text, sizeof text - 1, 1, 1, b, 64);
+            TEST_CHECK(na > 0 && same_ids(a, na, b, nb));
+            bitnet_tokenizer_special_ids(t, &bos, NULL, &eot);
+            TEST_CHECK(bos == T_BOS && eot == T_EOT && bitnet_tokenizer_vocab_size(t) == T_COUNT);
+        }
+        bitnet_tokenizer_free(t);
+        t = NULL;
+    }
+    remove(path);
+    TEST_CHECK(bitnet_tokenizer_from_gguf(NULL, &t) == BITNET_ERR_NULL_POINTER);
+    {   /* the committed tiny model, when present: round trips */
+        FILE *f = fopen("tests/data/tiny.gguf", "rb");
+        if (f) {
+            fclose(f);
+            TEST_CHECK(tok_from_file("tests/data/tiny.gguf", &t) == BITNET_OK);
+            if (t) { test_seed(3); round_trips(t, 100); }
+            bitnet_tokenizer_free(t);
+        }
+    }
+#else
+    TEST_SKIP("the GGUF reader is not in this build");
+#endif
+}
+
 /* ---- the LLaMA 3 vocabulary (needs ../shared/data/llama3-tokenizer.tiktoken) ---------------- */
 
 static const char *tiktoken_path(void) {
@@ -583,6 +656,7 @@ int main(void) {
     RUN_TEST(test_chat_format);
     RUN_TEST(test_vocab_from_small_tiktoken);
     RUN_TEST(test_vocab_bad_files);
+    RUN_TEST(test_from_gguf);
     RUN_TEST(test_llama3_vocab);
     RUN_TEST(test_llama3_known_ids);
     bitnet_tokenizer_free(small_tok());
