@@ -2694,7 +2694,8 @@ BITNET_API bitnet_result bitnet_tokenizer_create(const bitnet_tokenizer_desc *de
         return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_tokenizer_create: %llu merges", (unsigned long long)desc->n_merges);
     n = (int32_t)desc->n_tokens;
     if (desc->bos < -1 || desc->bos >= n || desc->eos < -1 || desc->eos >= n || desc->eot < -1 || desc->eot >= n)
-        return bitnet__err(BITNET_ERR_BAD_METADATA, "bitnet_tokenizer_create: special ids bos %d eos %d eot %d outside the %d tokens",
+        return bitnet__err(BITNET_ERR_BAD_METADATA,
+                           "bitnet_tokenizer_create: special ids bos %d eos %d eot %d outside the %d tokens",
                            (int)desc->bos, (int)desc->eos, (int)desc->eot, (int)n);
     for (i = 0; i < desc->n_tokens; i++) {
         if (!desc->tokens[i].ptr && desc->tokens[i].len)
@@ -2762,7 +2763,8 @@ BITNET_API bitnet_result bitnet_tokenizer_create(const bitnet_tokenizer_desc *de
     }
     for (i = 0; i < 256; i++)
         if (t->byte_id[i] < 0) {
-            r = bitnet__err(BITNET_ERR_BAD_METADATA, "bitnet_tokenizer_create: no token for byte 0x%02x (not a byte-level vocabulary)", (unsigned)i);
+            r = bitnet__err(BITNET_ERR_BAD_METADATA,
+                            "bitnet_tokenizer_create: no token for byte 0x%02x (not a byte-level vocabulary)", (unsigned)i);
             goto done;
         }
     /* Merges: "a b" -> (id a, id b) -> (priority, id of ab). A token's priority is the rank of its
@@ -2783,12 +2785,14 @@ BITNET_API bitnet_result bitnet_tokenizer_create(const bitnet_tokenizer_desc *de
         b = kb > 0 ? bitnet__tok_find(t, scratch + ka, (size_t)kb) : -1;
         m = (a >= 0 && b >= 0) ? bitnet__tok_find(t, scratch, (size_t)(ka + kb)) : -1;
         if (m < 0) {
-            r = bitnet__err(BITNET_ERR_BAD_METADATA, "bitnet_tokenizer_create: merge %llu '%.*s' does not join two tokens into a token",
+            r = bitnet__err(BITNET_ERR_BAD_METADATA,
+                            "bitnet_tokenizer_create: merge %llu '%.*s' does not join two tokens into a token",
                             (unsigned long long)i, (int)BITNET__MIN(len, 64), s ? (const char *)s : "");
             goto done;
         }
         if (first_rank[m] == INT32_MAX) first_rank[m] = (int32_t)i;
-        for (h = bitnet__hash_pair((uint32_t)a, (uint32_t)b) & t->pair_mask; t->pairs[h].left != UINT32_MAX; h = (h + 1) & t->pair_mask)
+        h = bitnet__hash_pair((uint32_t)a, (uint32_t)b) & t->pair_mask;
+        for (; t->pairs[h].left != UINT32_MAX; h = (h + 1) & t->pair_mask)
             if (t->pairs[h].left == (uint32_t)a && t->pairs[h].right == (uint32_t)b) break;
         if (t->pairs[h].left == UINT32_MAX) { /* the first of duplicate merges wins */
             t->pairs[h].left = (uint32_t)a;
@@ -2846,7 +2850,8 @@ static void bitnet__heap_push(bitnet__enc *e, int32_t left, int32_t right) {
     c.lid = e->sym[left].id;
     c.rid = e->sym[right].id;
     c.merged = p->merged;
-    for (i = e->nheap++; i > 0 && bitnet__cand_less(&c, &e->heap[(i - 1) / 2]); i = (i - 1) / 2) e->heap[i] = e->heap[(i - 1) / 2];
+    for (i = e->nheap++; i > 0 && bitnet__cand_less(&c, &e->heap[(i - 1) / 2]); i = (i - 1) / 2)
+        e->heap[i] = e->heap[(i - 1) / 2];
     e->heap[i] = c;
 }
 static bitnet__cand bitnet__heap_pop(bitnet__enc *e) {
@@ -2926,7 +2931,8 @@ BITNET_API bitnet_result bitnet_tokenize(const bitnet_tokenizer *t, const char *
     *n_out = 0;
     if (!text && len) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_tokenize: 'text' is NULL");
     if (!ids && cap) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_tokenize: 'ids' is NULL");
-    if (add_bos && t->bos < 0) return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_tokenize: add_bos, but the vocabulary has no BOS");
+    if (add_bos && t->bos < 0)
+        return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_tokenize: add_bos, but the vocabulary has no BOS");
     memset(&e, 0, sizeof e);
     e.t = t;
     e.ids = ids;
@@ -3124,7 +3130,8 @@ BITNET_API bitnet_result bitnet_vocab_from_tiktoken(const char *path, int n_spec
             rank = sp ? strtoul(sp + 1, &num_end, 10) : 0;
             if (k <= 0 || !sp || sp[1] < '0' || sp[1] > '9' || (num_end != end && !(num_end + 1 == end && *num_end == '\r')) ||
                 rank >= n_base || src_of[rank] != SIZE_MAX) {
-                r = bitnet__err(BITNET_ERR_CORRUPT, "bitnet_vocab_from_tiktoken: '%s' line %zu is not \"base64 rank\" with a new rank below %zu",
+                r = bitnet__err(BITNET_ERR_CORRUPT,
+                                "bitnet_vocab_from_tiktoken: '%s' line %zu is not \"base64 rank\" with a new rank below %zu",
                                 path, line, n_base);
                 bitnet__free(src_of);
                 goto done;
@@ -3165,7 +3172,8 @@ BITNET_API bitnet_result bitnet_vocab_from_tiktoken(const char *path, int n_spec
 #define BITNET__VFIND(s, l, res) \
     do { uint32_t h_ = bitnet__hash_bytes((s), (l)) & mask; (res) = -1; \
         for (;; h_ = (h_ + 1) & mask) { int32_t id_ = map[h_]; if (id_ < 0) break; \
-            if (raw_off[id_ + 1] - raw_off[id_] == (l) && memcmp(raw + raw_off[id_], (s), (l)) == 0) { (res) = id_; break; } } \
+            if (raw_off[id_ + 1] - raw_off[id_] == (l) && memcmp(raw + raw_off[id_], (s), (l)) == 0) { \
+                (res) = id_; break; } } \
     } while (0)
     /* Merges: every split of a token into two tokens, in rank order of the token, then of the halves.
        Count them (and their text) first. */
@@ -3228,8 +3236,11 @@ BITNET_API bitnet_result bitnet_vocab_from_tiktoken(const char *path, int n_spec
         }
         for (x = 1; x < ns; x++) { /* insertion sort by (left rank, right rank); ns is small */
             bitnet__split v = splits[x];
-            for (y = x; y > 0 && (splits[y - 1].left > v.left || (splits[y - 1].left == v.left && splits[y - 1].right > v.right)); y--)
-                splits[y] = splits[y - 1];
+            for (y = x; y > 0; y--) {
+                bitnet__split u = splits[y - 1];
+                if (u.left < v.left || (u.left == v.left && u.right <= v.right)) break;
+                splits[y] = u;
+            }
             splits[y] = v;
         }
         for (x = 0; x < ns; x++) {
@@ -3298,12 +3309,14 @@ BITNET_API bitnet_result bitnet_tokenizer_from_gguf(const bitnet_gguf *g, bitnet
         if (et != BITNET_GGUF_STRING) return bitnet__err(BITNET_ERR_BAD_METADATA, "tokenizer.ggml.merges is not an array of strings");
     }
     if (n_tok == 0 || n_tok > (uint64_t)INT32_MAX - 1 || n_mer > (uint64_t)INT32_MAX)
-        return bitnet__err(BITNET_ERR_BAD_METADATA, "%llu tokens and %llu merges", (unsigned long long)n_tok, (unsigned long long)n_mer);
+        return bitnet__err(BITNET_ERR_BAD_METADATA, "%llu tokens and %llu merges", (unsigned long long)n_tok,
+                           (unsigned long long)n_mer);
     if (bitnet_gguf_find_key(g, "tokenizer.ggml.token_type") >= 0) {
         const unsigned char *raw;
         BITNET__TRY(bitnet_gguf_get_arr(g, "tokenizer.ggml.token_type", &et, &n_types));
         if (et != BITNET_GGUF_INT32 || n_types != n_tok)
-            return bitnet__err(BITNET_ERR_BAD_METADATA, "tokenizer.ggml.token_type is not %llu int32 values", (unsigned long long)n_tok);
+            return bitnet__err(BITNET_ERR_BAD_METADATA, "tokenizer.ggml.token_type is not %llu int32 values",
+                               (unsigned long long)n_tok);
         raw = (const unsigned char *)bitnet_gguf_arr_data(g, "tokenizer.ggml.token_type");
         if (!raw) return bitnet__err(BITNET_ERR_BAD_METADATA, "tokenizer.ggml.token_type has no data");
         types = (int32_t *)bitnet__malloc((size_t)n_tok * sizeof(int32_t));
@@ -3355,7 +3368,8 @@ BITNET_API bitnet_result bitnet_chat_format(const bitnet_chat_message *msgs, siz
             if (strcmp(role, "system") == 0) prefix = "System: ";
             else if (strcmp(role, "user") == 0) prefix = "User: ";
             else if (strcmp(role, "assistant") == 0) prefix = "Assistant: ";
-            else return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_chat_format: message %zu has role '%s' (system, user or assistant)", i, role);
+            else return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_chat_format: message %zu has role '%s' (system, user or assistant)",
+                                    i, role);
             b = strlen(c);
             while (a < b) { /* trim white space (Unicode White_Space) at both ends */
                 uint32_t cp = bitnet__utf8_next((const unsigned char *)c + a, b - a, &adv);
