@@ -499,9 +499,8 @@ static void test_vocab_bad_files(void) {
     TEST_CHECK(bitnet_vocab_from_tiktoken(path, -1, &v) == BITNET_ERR_INVALID_ARG);
 }
 
-/* ---- from GGUF metadata (needs the GGUF reader and writer) ----------------------------------- */
+/* ---- from GGUF metadata ---------------------------------------------------------------------- */
 
-#ifdef BITNET_GGUF_NO_MMAP /* the GGUF API is present */
 /* Writes the small vocabulary's tokenizer metadata; `what` breaks one thing. */
 static int write_tok_gguf(const char *path, int what) {
     bitnet_gguf_writer *w = NULL;
@@ -528,10 +527,8 @@ static bitnet_result tok_from_file(const char *path, bitnet_tokenizer **t) {
     bitnet_gguf_close(g);
     return r;
 }
-#endif
 
 static void test_from_gguf(void) {
-#ifdef BITNET_GGUF_NO_MMAP
     static const bitnet_result want[] = {BITNET_OK, BITNET_ERR_UNSUPPORTED, BITNET_ERR_BAD_METADATA, BITNET_ERR_BAD_METADATA,
                                          BITNET_ERR_BAD_METADATA};
     bitnet_tokenizer *ref = small_tok(), *t = NULL;
@@ -567,9 +564,6 @@ static void test_from_gguf(void) {
             bitnet_tokenizer_free(t);
         }
     }
-#else
-    TEST_SKIP("the GGUF reader is not in this build");
-#endif
 }
 
 /* ---- the LLaMA 3 vocabulary (needs ../shared/data/llama3-tokenizer.tiktoken) ---------------- */
