@@ -5150,20 +5150,45 @@ static void bitnet__cpu_embed(bitnet_session *s, const int32_t *tokens, int m) {
         bitnet_convert_fp16_to_fp32(md->tok_embd + (size_t)tokens[t] * dim, s->x + (size_t)t * dim, (size_t)dim);
 }
 
-/* 2. norm_quant: aq[t] = int8(rmsnorm(in[t]) * w), with its scale and sum; in is [m][k] */
-typedef struct bitnet__nq { bitnet_session *s; const float *in; const float *w; int k; } bitnet__nq;
+/* 2. norm_quant: aq[t] = int8(rmsnorm(in[t]) * w), with its scale and sum; in is [m][k]. Two
+      variants first update the row in place while it is in cache: add_norm_quant (in += y, the
+      residual) and relu2_norm_quant (in = relu(in)^2 * y, the FFN; fp32 because relu^2 overflows
+      fp16). */
+enum { BITNET__NQ_PLAIN, BITNET__NQ_ADD, BITNET__NQ_RELU2 };
+typedef struct bitnet__nq { bitnet_session *s; float *in; const float *y; const float *w; int k, op; } bitnet__nq;
 static void bitnet__nq_row(void *ctx, int t) {
     const bitnet__nq *c = (const bitnet__nq *)ctx;
-    bitnet__rmsnorm_quantize(c->in + (size_t)t * c->k, c->w, (size_t)c->k, c->s->m->info.norm_eps,
-                                 c->s->aq + (size_t)t * c->k, c->s->as + t, c->s->asum + t);
+    float *x = c->in + (size_t)t * c->k;
+    const float *y = c->y ? c->y + (size_t)t * c->k : NULL;
+    int i;
+    if (c->op == BITNET__NQ_ADD)
+        for (i = 0; i < c->k; i++) x[i] += y[i];
+    else if (c->op == BITNET__NQ_RELU2)
+        for (i = 0; i < c->k; i++) {
+            float g = x[i] > 0 ? x[i] : 0;
+            x[i] = g * g * y[i];
+        }
+    bitnet__rmsnorm_quantize(x, c->w, (size_t)c->k, c->s->m->info.norm_eps, c->s->aq + (size_t)t * c->k, c->s->as + t,
+                             c->s->asum + t);
 }
-static void bitnet__cpu_norm_quant(bitnet_session *s, const float *in, const float *w, int m, int k) {
+static void bitnet__norm_quant_op(bitnet_session *s, float *in, const float *y, const float *w, int m, int k, int op) {
     bitnet__nq c;
     c.s = s;
     c.in = in;
+    c.y = y;
     c.w = w;
     c.k = k;
+    c.op = op;
     bitnet__for_rows(m, (size_t)k * 4, bitnet__nq_row, &c);
+}
+static void bitnet__cpu_norm_quant(bitnet_session *s, float *in, const float *w, int m, int k) {
+    bitnet__norm_quant_op(s, in, NULL, w, m, k, BITNET__NQ_PLAIN);
+}
+static void bitnet__cpu_add_norm_quant(bitnet_session *s, float *x, const float *y, const float *w, int m, int k) {
+    bitnet__norm_quant_op(s, x, y, w, m, k, BITNET__NQ_ADD);
+}
+static void bitnet__cpu_relu2_norm_quant(bitnet_session *s, float *g, const float *u, const float *w, int m, int k) {
+    bitnet__norm_quant_op(s, g, u, w, m, k, BITNET__NQ_RELU2);
 }
 
 /* 3. linear: out[m][n] = ternary W[n][k] x aq[m][k] (both scales applied) */
@@ -5368,34 +5393,24 @@ static void bitnet__cpu_attention(bitnet_session *s, int l, int m) {
     bitnet__parallel(bitnet__attn_task, &c);
 }
 
-/* 7. add: x += y, and 8. relu2_mul: g = relu(g)^2 * u (fp32: relu^2 overflows fp16); both [m][n],
-      a row per work item */
-typedef struct bitnet__ew { float *x; const float *y; int n, relu2; } bitnet__ew;
-static void bitnet__ew_row(void *ctx, int r) {
+/* 7. add: x += y, [m][n] (the residual after the FFN; the one after attention is fused above) */
+typedef struct bitnet__ew { float *x; const float *y; int n; } bitnet__ew;
+static void bitnet__add_row(void *ctx, int r) {
     const bitnet__ew *c = (const bitnet__ew *)ctx;
     float *x = c->x + (size_t)r * c->n;
     const float *y = c->y + (size_t)r * c->n;
     int i;
-    if (c->relu2)
-        for (i = 0; i < c->n; i++) {
-            float g = x[i] > 0 ? x[i] : 0;
-            x[i] = g * g * y[i];
-        }
-    else
-        for (i = 0; i < c->n; i++) x[i] += y[i];
+    for (i = 0; i < c->n; i++) x[i] += y[i];
 }
-static void bitnet__cpu_elementwise(float *x, const float *y, int m, int n, int relu2) {
+static void bitnet__cpu_add(float *x, const float *y, int m, int n) {
     bitnet__ew c;
     c.x = x;
     c.y = y;
     c.n = n;
-    c.relu2 = relu2;
-    bitnet__for_rows(m, (size_t)n, bitnet__ew_row, &c);
+    bitnet__for_rows(m, (size_t)n, bitnet__add_row, &c);
 }
-static void bitnet__cpu_add(float *x, const float *y, int m, int n) { bitnet__cpu_elementwise(x, y, m, n, 0); }
-static void bitnet__cpu_relu2_mul(float *g, const float *u, int m, int n) { bitnet__cpu_elementwise(g, u, m, n, 1); }
 
-/* 9. head: out[r][n_vocab] = head . rmsnorm(x[r]) * output_norm, for the m rows of x given:
+/* 8. head: out[r][n_vocab] = head . rmsnorm(x[r]) * output_norm, for the m rows of x given:
       int8 rows x int8 activations (the CPU default), or fp16 rows x fp32 activations */
 typedef struct bitnet__hd { const bitnet_model *md; const int8_t *aq; float *out; int m; } bitnet__hd;
 static void bitnet__head_q8_task(void *arg, int ith, int nth) {
@@ -5456,13 +5471,11 @@ static bitnet_result bitnet__cpu_forward(bitnet_session *s, const int32_t *token
         bitnet__cpu_attention(s, l, m);                                         /* xb [m][q_dim] */
         bitnet__cpu_norm_quant(s, s->xb, L->attn_sub_norm, m, qd);              /* aq [m][q_dim] */
         BITNET__TRY(bitnet__cpu_linear(s, L->wo, dim, qd, m, s->xb));           /* xb [m][dim] */
-        bitnet__cpu_add(s->x, s->xb, m, dim);
         /* feed-forward block */
-        bitnet__cpu_norm_quant(s, s->x, L->ffn_norm, m, dim);                   /* aq [m][dim] */
+        bitnet__cpu_add_norm_quant(s, s->x, s->xb, L->ffn_norm, m, dim);        /* x += xb; aq [m][dim] */
         BITNET__TRY(bitnet__cpu_linear(s, L->w_gate, ff, dim, m, s->hg));       /* hg [m][ffn_dim] */
         BITNET__TRY(bitnet__cpu_linear(s, L->w_up, ff, dim, m, s->hu));         /* hu [m][ffn_dim] */
-        bitnet__cpu_relu2_mul(s->hg, s->hu, m, ff);
-        bitnet__cpu_norm_quant(s, s->hg, L->ffn_sub_norm, m, ff);               /* aq [m][ffn_dim] */
+        bitnet__cpu_relu2_norm_quant(s, s->hg, s->hu, L->ffn_sub_norm, m, ff);  /* hg = relu(hg)^2 hu; aq [m][ffn_dim] */
         BITNET__TRY(bitnet__cpu_linear(s, L->w_down, dim, ff, m, s->xb));       /* xb [m][dim] */
         bitnet__cpu_add(s->x, s->xb, m, dim);
     }
