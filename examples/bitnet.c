@@ -135,10 +135,23 @@ static int cmd_run(int argc, char **argv) {
         bitnet_model_free(m);
         return fprintf(stderr, "bitnet run: %s has no tokenizer\n", mo.path), 1;
     }
-    /* the 2B-4T chat format: <|begin_of_text|>User: TEXT<|eot_id|>Assistant: */
-    text = (char *)malloc(strlen(prompt) + 64);
-    if (chat) sprintf(text, "<|begin_of_text|>User: %s<|eot_id|>Assistant: ", prompt);
-    else strcpy(text, prompt);
+    if (chat) { /* the 2B-4T chat format: <|begin_of_text|>User: TEXT<|eot_id|>Assistant: */
+        bitnet_chat_message msg;
+        size_t len = 0;
+        msg.role = "user";
+        msg.content = prompt;
+        bitnet_chat_format(&msg, 1, 1, NULL, 0, &len);
+        text = (char *)malloc(len + 1);
+        r = text ? bitnet_chat_format(&msg, 1, 1, text, len + 1, &len) : BITNET_ERR_OUT_OF_MEMORY;
+        if (r != BITNET_OK) {
+            free(text);
+            bitnet_model_free(m);
+            return fail("run", r);
+        }
+    } else {
+        text = (char *)malloc(strlen(prompt) + 1);
+        strcpy(text, prompt);
+    }
     r = bitnet_tokenize(tk, text, strlen(text), !chat, chat, NULL, 0, &n);
     if (r == BITNET_ERR_BAD_SIZE || r == BITNET_OK) {
         ids = (int32_t *)malloc((n ? n : 1) * sizeof *ids);
