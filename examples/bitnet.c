@@ -150,6 +150,7 @@ static int cmd_run(int argc, char **argv) {
         }
     } else {
         text = (char *)malloc(strlen(prompt) + 1);
+        if (!text) return bitnet_model_free(m), fprintf(stderr, "bitnet run: out of memory\n"), 1;
         strcpy(text, prompt);
     }
     r = bitnet_tokenize(tk, text, strlen(text), !chat, chat, NULL, 0, &n);
