@@ -8560,7 +8560,7 @@ static bitnet_result bitnet__resolve_backend(bitnet_backend want, bitnet_model_i
         return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_model_load: backend %d is not AUTO, CPU or CUDA", (int)want);
     bitnet_clear_error();
     gpu_ok = bitnet_gpu_available();
-    snprintf(why, sizeof why, "%s", bitnet_last_error()[0] ? bitnet_last_error() : "no usable CUDA device");
+    snprintf(why, sizeof why, "%.190s", bitnet_last_error()[0] ? bitnet_last_error() : "no usable CUDA device");
 #if !defined(BITNET__GPU_FORWARD)
     if (gpu_ok) snprintf(why, sizeof why, "this build has no GPU forward pass");
     gpu_ok = 0;

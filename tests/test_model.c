@@ -540,8 +540,9 @@ static void test_limits(void) {
         TEST_CHECK(bitnet_generate(s, tok, 3, &gp, NULL, 0, &st) == BITNET_OK);
         TEST_CHECK(st.n_generated == 6 && bitnet_session_pos(s) == 8);
     }
+    bitnet_session_free(s);
     sd.n_ctx = -1;
-    TEST_CHECK(bitnet_session_create(m, &sd, &s) == BITNET_ERR_INVALID_ARG);
+    TEST_CHECK(bitnet_session_create(m, &sd, &s) == BITNET_ERR_INVALID_ARG && s == NULL);
 done:
     bitnet_session_free(s);
     bitnet_model_free(m);
