@@ -359,6 +359,7 @@ typedef struct gm_vocab {
     int32_t *types;
     int n_tokens, n_merges;
     char *storage;
+    bitnet_vocab llama3; /* 2b4t: the library's tiktoken conversion owns the arrays */
 } gm_vocab;
 
 /* Byte-level BPE learnt from gm_text: 256 byte tokens, up to max_merges merges, then the specials.
@@ -444,10 +445,22 @@ static int gm_byte_vocab(int max_merges, gm_vocab *v) {
     return 1;
 }
 static void gm_vocab_free(gm_vocab *v) {
+    if (v->llama3.tokens) {
+        bitnet_vocab_free(&v->llama3);
+        return;
+    }
     free(v->tokens);
     free(v->merges);
     free(v->types);
     free(v->storage);
+}
+/* The id of a token given by its text, or -1. */
+static int gm_find_token(const gm_vocab *v, const char *text) {
+    int i;
+    size_t n = strlen(text);
+    for (i = v->n_tokens - 1; i >= 0; i--)
+        if (v->tokens[i].len == n && memcmp(v->tokens[i].ptr, text, n) == 0) return i;
+    return -1;
 }
 
 /* Each tensor has its own random stream, so the file does not depend on the order of the work. */
@@ -544,26 +557,37 @@ static int cmd_gen_model(int argc, char **argv) {
         if (strcmp(preset, gm_presets[k].name) == 0) p = &gm_presets[k];
     if (i < argc || !p || !out) {
         fprintf(stderr, "usage: bitnet gen-model --preset tiny|small|2b4t [--seed S] [--tiktoken FILE] -o FILE.gguf\n"
-                        "  random weights (the model says nothing useful) in bitnet.cpp's GGUF layout\n");
+                        "  random weights (the model says nothing useful) in bitnet.cpp's GGUF layout; tiny and small\n"
+                        "  get a small byte-level tokenizer, 2b4t the LLaMA 3 vocabulary from --tiktoken FILE\n"
+                        "  (default ../shared/data/llama3-tokenizer.tiktoken)\n");
         return 2;
     }
     clock_gettime(CLOCK_MONOTONIC, &ts);
     t0 = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-    if (strcmp(p->name, "2b4t") == 0) {
-        (void)tiktoken;
-        fprintf(stderr, "bitnet gen-model: --preset 2b4t needs the LLaMA 3 vocabulary builder (bitnet_vocab_from_tiktoken), "
-                        "which this build does not have yet\n");
-        return 1;
-    }
     gm_table_init();
-    if (!gm_byte_vocab(400, &v)) {
+    if (strcmp(p->name, "2b4t") == 0) { /* LLaMA 3: 128000 tiktoken ranks + 256 specials */
+        if ((r = bitnet_vocab_from_tiktoken(tiktoken, 256, &v.llama3)) != BITNET_OK) {
+            fprintf(stderr, "bitnet gen-model: %s: %s\n", bitnet_result_string(r), bitnet_last_error());
+            return 1;
+        }
+        v.tokens = v.llama3.tokens;
+        v.merges = v.llama3.merges;
+        v.types = v.llama3.token_types;
+        v.n_tokens = (int)v.llama3.n_tokens;
+        v.n_merges = (int)v.llama3.n_merges;
+    } else if (!gm_byte_vocab(400, &v)) {
         fprintf(stderr, "bitnet gen-model: out of memory\n");
         gm_vocab_free(&v);
         return 1;
     }
-    bos = v.n_tokens - 3;
-    eos = v.n_tokens - 2;
-    eot = v.n_tokens - 1;
+    bos = gm_find_token(&v, "<|begin_of_text|>");
+    eos = gm_find_token(&v, "<|end_of_text|>");
+    eot = gm_find_token(&v, "<|eot_id|>");
+    if (bos < 0 || eos < 0 || eot < 0) {
+        fprintf(stderr, "bitnet gen-model: the vocabulary lacks <|begin_of_text|>, <|end_of_text|> or <|eot_id|>\n");
+        gm_vocab_free(&v);
+        return 1;
+    }
 
 #define GM(expr) do { if (r == BITNET_OK) r = (expr); } while (0)
 #define GM_HP(suffix, val) do { snprintf(key, sizeof key, "%s.%s", arch, suffix); GM(bitnet_gguf_writer_set_u32(w, key, (uint32_t)(val))); } while (0)
