@@ -1281,6 +1281,28 @@ BITNET__KERN_AVX512 BITNET__AINLINE __m256i bitnet__fold_avx512(__m512i a) {
 BITNET__KERN_AVX512 BITNET__AINLINE __m128i bitnet__hsum4_avx512(__m512i a, __m512i b, __m512i c, __m512i d) {
     return bitnet__hsum4_avx2(bitnet__fold_avx512(a), bitnet__fold_avx512(b), bitnet__fold_avx512(c), bitnet__fold_avx512(d));
 }
+/* Lane i of the result is the sum of the 16 lanes of v_i (a transpose-and-add tree). */
+BITNET__KERN_AVX512 BITNET__AINLINE __m512i bitnet__pair512(__m512i a, __m512i b) {
+    return _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b));
+}
+BITNET__KERN_AVX512 BITNET__AINLINE __m512i bitnet__quad512(__m512i a, __m512i b, __m512i c, __m512i d) {
+    const __m512i ab = bitnet__pair512(a, b), cd = bitnet__pair512(c, d);
+    return _mm512_add_epi32(_mm512_unpacklo_epi64(ab, cd), _mm512_unpackhi_epi64(ab, cd));
+}
+BITNET__KERN_AVX512 BITNET__AINLINE __m512i bitnet__lanes512(__m512i x, __m512i y) {
+    return _mm512_add_epi32(_mm512_shuffle_i32x4(x, y, 0x88), _mm512_shuffle_i32x4(x, y, 0xdd));
+}
+/* bitnet__epilogue on 16 sums at once, lane t*4 + r (q8: corr = 128 * a_sum, else a_sum). */
+BITNET__KERN_AVX512 BITNET__AINLINE void bitnet__epi16_avx512(__m512i acc, int q8, const bitnet__epi *e, int nt, float *res) {
+    const __mmask8 mt = (__mmask8)((1u << nt) - 1);
+    const __m512i spread = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+    __m512i corr = _mm512_permutexvar_epi32(spread, _mm512_castsi128_si512(_mm_maskz_loadu_epi32(mt, e->a_sum)));
+    const __m512 as = _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(_mm_mask_loadu_ps(_mm_set1_ps(1.0f), mt, e->a_scale)));
+    __m512 f;
+    if (q8) corr = _mm512_slli_epi32(corr, 7);
+    f = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc, corr));
+    _mm512_storeu_ps(res, _mm512_mul_ps(_mm512_div_ps(f, as), _mm512_broadcast_f32x4(_mm_loadu_ps(e->w_scale))));
+}
 /* bitnet__epilogue on 4 weight rows of activation row t. */
 BITNET__KERN_AVX2 BITNET__AINLINE void bitnet__epi4_x86(__m128i acc, int32_t corr, const bitnet__epi *e, int t, float *res) {
     const __m128 f = _mm_cvtepi32_ps(_mm_sub_epi32(acc, _mm_set1_epi32(corr)));
@@ -1301,6 +1323,12 @@ BITNET__KERN_AVX2 BITNET__AINLINE void bitnet__epi4_x86(__m128i acc, int32_t cor
 #define BITNET__ALLT(X) BITNET__REP4(X, 0) BITNET__REP4(X, 1) BITNET__REP4(X, 2) BITNET__REP4(X, 3) \
     BITNET__REP4(X, 4) BITNET__REP4(X, 5)
 #define BITNET__DEC512(r, b, sh) const __m512i x##r = _mm512_and_si512(_mm512_srlv_epi32(b, sh), m3);
+#define BITNET__OUT16(q8) \
+    bitnet__epi16_avx512(bitnet__lanes512(bitnet__lanes512(bitnet__quad512(acc00, acc10, acc20, acc30), \
+                                                           bitnet__quad512(acc01, acc11, acc21, acc31)), \
+                                          bitnet__lanes512(bitnet__quad512(acc02, acc12, acc22, acc32), \
+                                                           bitnet__quad512(acc03, acc13, acc23, acc33))), \
+                         q8, e, T, res);
 #define BITNET__OUT512(t, corr) \
     if (T > t) bitnet__epi4_x86(bitnet__hsum4_avx512(acc0##t, acc1##t, acc2##t, acc3##t), corr, e, t, res);
 
@@ -1327,8 +1355,12 @@ BITNET__KERN_AVX512 BITNET__AINLINE void bitnet__i2s_tile_avx512_t(const uint8_t
             BITNET__TOKS512(64)
         }
     }
-    BITNET__OUT512(0, e->a_sum[0]) BITNET__OUT512(1, e->a_sum[1]) BITNET__OUT512(2, e->a_sum[2])
-    BITNET__OUT512(3, e->a_sum[3]) BITNET__OUT512(4, e->a_sum[4]) BITNET__OUT512(5, e->a_sum[5])
+    if (T >= 2 && T <= 4) {
+        BITNET__OUT16(0)
+    } else {
+        BITNET__OUT512(0, e->a_sum[0]) BITNET__OUT512(1, e->a_sum[1]) BITNET__OUT512(2, e->a_sum[2])
+        BITNET__OUT512(3, e->a_sum[3]) BITNET__OUT512(4, e->a_sum[4]) BITNET__OUT512(5, e->a_sum[5])
+    }
 }
 
 /* AVX-512 VNNI, int8 weights: vpdpbusd needs one unsigned operand, so the weights are offset by
@@ -1359,8 +1391,12 @@ BITNET__KERN_AVX512 BITNET__AINLINE void bitnet__q8_tile_avx512_t(const uint8_t 
 #undef BITNET__TOKQ
     }
 #define BITNET__C8(t) (int32_t)(128u * (uint32_t)e->a_sum[t])
-    BITNET__OUT512(0, BITNET__C8(0)) BITNET__OUT512(1, BITNET__C8(1)) BITNET__OUT512(2, BITNET__C8(2))
-    BITNET__OUT512(3, BITNET__C8(3)) BITNET__OUT512(4, BITNET__C8(4)) BITNET__OUT512(5, BITNET__C8(5))
+    if (T >= 2 && T <= 4) {
+        BITNET__OUT16(1)
+    } else {
+        BITNET__OUT512(0, BITNET__C8(0)) BITNET__OUT512(1, BITNET__C8(1)) BITNET__OUT512(2, BITNET__C8(2))
+        BITNET__OUT512(3, BITNET__C8(3)) BITNET__OUT512(4, BITNET__C8(4)) BITNET__OUT512(5, BITNET__C8(5))
+    }
 #undef BITNET__C8
 }
 #undef BITNET__TOKS512
@@ -1369,6 +1405,7 @@ BITNET__KERN_AVX512 BITNET__AINLINE void bitnet__q8_tile_avx512_t(const uint8_t 
 #undef BITNET__DEC512
 #undef BITNET__ZERO512
 #undef BITNET__OUT512
+#undef BITNET__OUT16
 #undef BITNET__ALLT
 
 /* Activation rows per AVX-512 tile (at most 6): 4 keeps GCC's register allocation spill-free. */
