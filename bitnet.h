@@ -19,6 +19,7 @@
      >>formats         fp16 / bf16 conversion
      >>quant           BitNet b1.58 quantization and I2_S packing
      >>threads         the persistent thread pool
+     >>cpu-math        fp32 GEMM, RMSNorm, softmax, fp16 GEMV (scalar and SIMD)
      >>cpu-kernels     ternary GEMV/GEMM and friends, scalar reference then SIMD paths
      >>gguf            GGUF reader and writer
      >>tokenizer       byte-level BPE
@@ -227,6 +228,12 @@ BITNET_API bitnet_result bitnet_gemm_f32(const float *w, size_t n, size_t k, con
 BITNET_API bitnet_result bitnet_rmsnorm(const float *x, const float *weight, size_t m, size_t k, float eps, float *out);
 /* In-place softmax per row of k. */
 BITNET_API bitnet_result bitnet_softmax(float *x, size_t m, size_t k);
+/* RMSNorm then per-token int8 quantization in one pass, bit-identical to bitnet_rmsnorm followed
+   by bitnet_quantize_act (q is m x k; scale and sum hold m values; sum may be NULL). */
+BITNET_API bitnet_result bitnet_rmsnorm_quantize(const float *x, const float *weight, size_t m, size_t k, float eps,
+                                                 int8_t *q, float *scale, int32_t *sum);
+/* out[n] = w[n][k] . x[k] with w rows of IEEE fp16 (bits as uint16_t), e.g. a tied fp16 LM head. */
+BITNET_API bitnet_result bitnet_gemv_f16(const uint16_t *w, size_t n, size_t k, const float *x, float *out);
 
 /* ---- >>api-gpu: GPU runtime (see the GPU issue; implemented under >>cuda-loader) ----------- */
 
@@ -677,6 +684,288 @@ BITNET__UNUSED static void bitnet__free(void *p) {
 
 /* >>formats =================================================================================== */
 
+/* Conversions are integer bit manipulation, so they are exact whatever the FP environment.
+   The NaN rule, shared by the scalar functions and every bulk path (and what F16C and AArch64
+   FCVT do natively): a NaN stays a NaN of the same sign with the quiet bit set; its payload's
+   high bits are kept (narrowing truncates the payload, widening pads it with zeros).
+   AVX512-BF16 (vcvtneps2bf16) is deliberately not used: it flushes subnormals to zero, and
+   bf16 must keep fp32's subnormals. The hardware paths assume the default FP environment (no FTZ/DAZ). */
+
+#if defined(BITNET__X86_SIMD)
+/* Per-function ISA targets, so the header builds without -m flags; callers check the CPU first. */
+#define BITNET__AVX2_FN __attribute__((target("avx2,fma,f16c")))
+#define BITNET__AVX512_FN __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
+#endif
+
+BITNET_API uint16_t bitnet_fp32_to_fp16(float f) {
+    uint32_t u, a, sign, e, m, r, rem, half;
+    int shift;
+    memcpy(&u, &f, 4);
+    sign = (u >> 16) & 0x8000u;
+    a = u & 0x7fffffffu;
+    if (a >= 0x7f800000u) /* Inf, or NaN: quiet, top payload bits kept */
+        return (uint16_t)(a == 0x7f800000u ? (sign | 0x7c00u) : (sign | 0x7e00u | ((a >> 13) & 0x3ffu)));
+    if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* >= 65520 rounds to Inf (65504 is odd) */
+    if (a >= 0x38800000u) { /* normal half: rebias the exponent, round the 13 dropped bits to even */
+        a -= 0x38000000u;
+        a += 0x0fffu + ((a >> 13) & 1u);
+        return (uint16_t)(sign | (a >> 13));
+    }
+    e = a >> 23; /* half subnormal (or zero): value = m * 2^(e-150), in units of 2^-24 */
+    if (e < 102) return (uint16_t)sign; /* below 2^-25: rounds to zero */
+    m = (a & 0x7fffffu) | 0x800000u;
+    shift = 126 - (int)e; /* 14..24 */
+    r = m >> shift;
+    rem = m & ((1u << shift) - 1u);
+    half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (r & 1u))) r++; /* may carry into the smallest normal: right */
+    return (uint16_t)(sign | r);
+}
+
+BITNET_API float bitnet_fp16_to_fp32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, u;
+    float f;
+    if (e == 0x1f) u = sign | (m ? (0x7fc00000u | (m << 13)) : 0x7f800000u);
+    else if (e) u = sign | ((e + 112u) << 23) | (m << 13);
+    else if (!m) u = sign;
+    else { /* subnormal: normalise */
+        e = 113;
+        while (!(m & 0x400u)) { m <<= 1; e--; }
+        u = sign | (e << 23) | ((m & 0x3ffu) << 13);
+    }
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+BITNET_API uint16_t bitnet_fp32_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+BITNET_API float bitnet_bf16_to_fp32(uint16_t b) {
+    uint32_t u = (uint32_t)b << 16;
+    float f;
+    if ((u & 0x7fffffffu) > 0x7f800000u) u |= 0x400000u;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* ---- bulk paths: each element matches the scalar function bit for bit ---------------------- */
+
+#if defined(BITNET__X86_SIMD)
+static int bitnet__f16c_state; /* 0 unknown, 1 absent, 2 present (cpuid leaf 1 ecx bit 29) */
+static int bitnet__has_f16c(void) {
+    if (!bitnet__f16c_state) {
+        unsigned a, b, c, d;
+        bitnet__f16c_state = (__get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29))) ? 2 : 1;
+    }
+    return bitnet__f16c_state == 2;
+}
+
+BITNET__AVX2_FN static void bitnet__to_fp16_avx2(const float *s, uint16_t *d, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(d + i), _mm256_cvtps_ph(_mm256_loadu_ps(s + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++) d[i] = bitnet_fp32_to_fp16(s[i]);
+}
+BITNET__AVX2_FN static void bitnet__from_fp16_avx2(const uint16_t *s, float *d, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(d + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + i))));
+    for (; i < n; i++) d[i] = bitnet_fp16_to_fp32(s[i]);
+}
+/* fp32 bits -> bf16 in the low half of each lane (round to nearest even; NaN quieted). */
+BITNET__AVX2_FN static __m256i bitnet__bf16_round_avx2(__m256i u) {
+    __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
+    __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    __m256i r = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), 16);
+    __m256i q = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
+    return _mm256_blendv_epi8(r, q, nan);
+}
+BITNET__AVX2_FN static void bitnet__to_bf16_avx2(const float *s, uint16_t *d, size_t n) {
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256i a = bitnet__bf16_round_avx2(_mm256_loadu_si256((const __m256i *)(s + i)));
+        __m256i b = bitnet__bf16_round_avx2(_mm256_loadu_si256((const __m256i *)(s + i + 8)));
+        /* packus works within 128-bit lanes; the permute restores element order */
+        _mm256_storeu_si256((__m256i *)(d + i), _mm256_permute4x64_epi64(_mm256_packus_epi32(a, b), 0xD8));
+    }
+    for (; i < n; i++) d[i] = bitnet_fp32_to_bf16(s[i]);
+}
+BITNET__AVX2_FN static void bitnet__from_bf16_avx2(const uint16_t *s, float *d, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256i u = _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(s + i))), 16);
+        __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
+        u = _mm256_or_si256(u, _mm256_and_si256(nan, _mm256_set1_epi32(0x400000)));
+        _mm256_storeu_si256((__m256i *)(d + i), u);
+    }
+    for (; i < n; i++) d[i] = bitnet_bf16_to_fp32(s[i]);
+}
+
+static __mmask16 bitnet__mask16(size_t left) { return left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u); }
+
+BITNET__AVX512_FN static void bitnet__to_fp16_avx512(const float *s, uint16_t *d, size_t n) {
+    size_t i;
+    for (i = 0; i < n; i += 16) {
+        __mmask16 m = bitnet__mask16(n - i);
+        __m256i h = _mm512_cvtps_ph(_mm512_maskz_loadu_ps(m, s + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        _mm256_mask_storeu_epi16(d + i, m, h);
+    }
+}
+BITNET__AVX512_FN static void bitnet__from_fp16_avx512(const uint16_t *s, float *d, size_t n) {
+    size_t i;
+    for (i = 0; i < n; i += 16) {
+        __mmask16 m = bitnet__mask16(n - i);
+        _mm512_mask_storeu_ps(d + i, m, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, s + i)));
+    }
+}
+BITNET__AVX512_FN static void bitnet__to_bf16_avx512(const float *s, uint16_t *d, size_t n) {
+    const __m512i absm = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
+    size_t i;
+    for (i = 0; i < n; i += 16) {
+        __mmask16 m = bitnet__mask16(n - i);
+        __m512i u = _mm512_maskz_loadu_epi32(m, s + i);
+        __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, absm), inf);
+        __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+        __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
+        r = _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+        _mm256_mask_storeu_epi16(d + i, m, _mm512_cvtepi32_epi16(r));
+    }
+}
+BITNET__AVX512_FN static void bitnet__from_bf16_avx512(const uint16_t *s, float *d, size_t n) {
+    const __m512i absm = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
+    size_t i;
+    for (i = 0; i < n; i += 16) {
+        __mmask16 m = bitnet__mask16(n - i);
+        __m512i u = _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, s + i)), 16);
+        __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, absm), inf);
+        u = _mm512_mask_or_epi32(u, nan, u, _mm512_set1_epi32(0x400000));
+        _mm512_mask_storeu_epi32(d + i, m, u);
+    }
+}
+#endif /* BITNET__X86_SIMD */
+
+#if defined(BITNET__NEON)
+static void bitnet__to_fp16_neon(const float *s, uint16_t *d, size_t n) {
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) vst1_u16(d + i, vreinterpret_u16_f16(vcvt_f16_f32(vld1q_f32(s + i))));
+    for (; i < n; i++) d[i] = bitnet_fp32_to_fp16(s[i]);
+}
+static void bitnet__from_fp16_neon(const uint16_t *s, float *d, size_t n) {
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) vst1q_f32(d + i, vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(s + i))));
+    for (; i < n; i++) d[i] = bitnet_fp16_to_fp32(s[i]);
+}
+static void bitnet__to_bf16_neon(const float *s, uint16_t *d, size_t n) {
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        uint32x4_t u = vreinterpretq_u32_f32(vld1q_f32(s + i));
+        uint32x4_t nan = vcgtq_u32(vandq_u32(u, vdupq_n_u32(0x7fffffffu)), vdupq_n_u32(0x7f800000u));
+        uint32x4_t lsb = vandq_u32(vshrq_n_u32(u, 16), vdupq_n_u32(1));
+        uint32x4_t r = vshrq_n_u32(vaddq_u32(u, vaddq_u32(lsb, vdupq_n_u32(0x7fff))), 16);
+        r = vbslq_u32(nan, vorrq_u32(vshrq_n_u32(u, 16), vdupq_n_u32(0x40)), r);
+        vst1_u16(d + i, vmovn_u32(r));
+    }
+    for (; i < n; i++) d[i] = bitnet_fp32_to_bf16(s[i]);
+}
+static void bitnet__from_bf16_neon(const uint16_t *s, float *d, size_t n) {
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        uint32x4_t u = vshll_n_u16(vld1_u16(s + i), 16);
+        uint32x4_t nan = vcgtq_u32(vandq_u32(u, vdupq_n_u32(0x7fffffffu)), vdupq_n_u32(0x7f800000u));
+        vst1q_f32(d + i, vreinterpretq_f32_u32(vorrq_u32(u, vandq_u32(nan, vdupq_n_u32(0x400000u)))));
+    }
+    for (; i < n; i++) d[i] = bitnet_bf16_to_fp32(s[i]);
+}
+#endif /* BITNET__NEON */
+
+static bitnet_result bitnet__convert_check(const char *fn, const void *src, const void *dst, size_t n) {
+    size_t bytes;
+    if (!src || !dst) return bitnet__err(BITNET_ERR_NULL_POINTER, "%s: src and dst must not be NULL", fn);
+    if (!n) return bitnet__err(BITNET_ERR_BAD_SIZE, "%s: n is 0", fn);
+    if (!bitnet__mul_size(n, sizeof(float), &bytes))
+        return bitnet__err(BITNET_ERR_OVERFLOW, "%s: n=%zu elements overflow the address space", fn, n);
+    return BITNET_OK;
+}
+
+/* Which bulk path: the active ISA; at the AVX2 level the fp16 paths also need F16C. */
+enum { BITNET__CV_SCALAR, BITNET__CV_AVX2, BITNET__CV_AVX512, BITNET__CV_NEON };
+static int bitnet__convert_path(int fp16) {
+    bitnet_isa isa = bitnet_cpu_isa();
+    (void)fp16;
+#if defined(BITNET__X86_SIMD)
+    if (isa == BITNET_ISA_AVX512) return BITNET__CV_AVX512;
+    if (isa == BITNET_ISA_AVX2 && (!fp16 || bitnet__has_f16c())) return BITNET__CV_AVX2;
+#endif
+#if defined(BITNET__NEON)
+    if (isa == BITNET_ISA_NEON) return BITNET__CV_NEON;
+#endif
+    (void)isa;
+    return BITNET__CV_SCALAR;
+}
+
+BITNET_API bitnet_result bitnet_convert_fp32_to_fp16(const float *src, uint16_t *dst, size_t n) {
+    size_t i;
+    BITNET__TRY(bitnet__convert_check("bitnet_convert_fp32_to_fp16", src, dst, n));
+    switch (bitnet__convert_path(1)) {
+#if defined(BITNET__X86_SIMD)
+    case BITNET__CV_AVX512: bitnet__to_fp16_avx512(src, dst, n); return BITNET_OK;
+    case BITNET__CV_AVX2: bitnet__to_fp16_avx2(src, dst, n); return BITNET_OK;
+#endif
+#if defined(BITNET__NEON)
+    case BITNET__CV_NEON: bitnet__to_fp16_neon(src, dst, n); return BITNET_OK;
+#endif
+    default: for (i = 0; i < n; i++) dst[i] = bitnet_fp32_to_fp16(src[i]); return BITNET_OK;
+    }
+}
+
+BITNET_API bitnet_result bitnet_convert_fp16_to_fp32(const uint16_t *src, float *dst, size_t n) {
+    size_t i;
+    BITNET__TRY(bitnet__convert_check("bitnet_convert_fp16_to_fp32", src, dst, n));
+    switch (bitnet__convert_path(1)) {
+#if defined(BITNET__X86_SIMD)
+    case BITNET__CV_AVX512: bitnet__from_fp16_avx512(src, dst, n); return BITNET_OK;
+    case BITNET__CV_AVX2: bitnet__from_fp16_avx2(src, dst, n); return BITNET_OK;
+#endif
+#if defined(BITNET__NEON)
+    case BITNET__CV_NEON: bitnet__from_fp16_neon(src, dst, n); return BITNET_OK;
+#endif
+    default: for (i = 0; i < n; i++) dst[i] = bitnet_fp16_to_fp32(src[i]); return BITNET_OK;
+    }
+}
+
+BITNET_API bitnet_result bitnet_convert_fp32_to_bf16(const float *src, uint16_t *dst, size_t n) {
+    size_t i;
+    BITNET__TRY(bitnet__convert_check("bitnet_convert_fp32_to_bf16", src, dst, n));
+    switch (bitnet__convert_path(0)) {
+#if defined(BITNET__X86_SIMD)
+    case BITNET__CV_AVX512: bitnet__to_bf16_avx512(src, dst, n); return BITNET_OK;
+    case BITNET__CV_AVX2: bitnet__to_bf16_avx2(src, dst, n); return BITNET_OK;
+#endif
+#if defined(BITNET__NEON)
+    case BITNET__CV_NEON: bitnet__to_bf16_neon(src, dst, n); return BITNET_OK;
+#endif
+    default: for (i = 0; i < n; i++) dst[i] = bitnet_fp32_to_bf16(src[i]); return BITNET_OK;
+    }
+}
+
+BITNET_API bitnet_result bitnet_convert_bf16_to_fp32(const uint16_t *src, float *dst, size_t n) {
+    size_t i;
+    BITNET__TRY(bitnet__convert_check("bitnet_convert_bf16_to_fp32", src, dst, n));
+    switch (bitnet__convert_path(0)) {
+#if defined(BITNET__X86_SIMD)
+    case BITNET__CV_AVX512: bitnet__from_bf16_avx512(src, dst, n); return BITNET_OK;
+    case BITNET__CV_AVX2: bitnet__from_bf16_avx2(src, dst, n); return BITNET_OK;
+#endif
+#if defined(BITNET__NEON)
+    case BITNET__CV_NEON: bitnet__from_bf16_neon(src, dst, n); return BITNET_OK;
+#endif
+    default: for (i = 0; i < n; i++) dst[i] = bitnet_bf16_to_fp32(src[i]); return BITNET_OK;
+    }
+}
+
 /* >>quant ===================================================================================== */
 
 /* Round half to even for |v| < 2^22, the range quantization needs (the magic-number trick that
@@ -709,6 +998,12 @@ BITNET_API bitnet_result bitnet_quantize_ternary(const float *w, size_t n, int8_
     return BITNET_OK;
 }
 
+/* One activation as the oracle quantizes it: NaN -> 0, clamp to [-128, 127], round half to even. */
+static int bitnet__quant_i8(float v) {
+    int r = (v != v) ? 0 : (v > 128.0f ? 128 : (v < -129.0f ? -129 : bitnet__round_even(v)));
+    return r > 127 ? 127 : (r < -128 ? -128 : r);
+}
+
 static void bitnet__quantize_act_row_scalar(const float *x, size_t k, int8_t *q, float *scale, int32_t *sum) {
     float amax = 0, s;
     int32_t acc = 0;
@@ -719,9 +1014,7 @@ static void bitnet__quantize_act_row_scalar(const float *x, size_t k, int8_t *q,
     }
     s = 127.0f / (amax > 1e-5f ? amax : 1e-5f);
     for (i = 0; i < k; i++) {
-        float v = x[i] * s;
-        int r = (v != v) ? 0 : (v > 128.0f ? 128 : (v < -129.0f ? -129 : bitnet__round_even(v)));
-        r = r > 127 ? 127 : (r < -128 ? -128 : r);
+        int r = bitnet__quant_i8(x[i] * s);
         q[i] = (int8_t)r;
         acc += r;
     }
@@ -729,15 +1022,223 @@ static void bitnet__quantize_act_row_scalar(const float *x, size_t k, int8_t *q,
     if (sum) *sum = acc;
 }
 
+/* The row quantizers below take an optional RMSNorm: with w set, the row quantized is
+   y = x * r * w (exactly as bitnet_rmsnorm computes it), so bitnet__rmsnorm_quantize needs no
+   float buffer. Every SIMD path matches the scalar oracle bit for bit: max|x| is a max (order
+   free; NaN ignored as the scalar compare ignores it), the product x*s is one IEEE multiply,
+   NaN becomes 0, the clamp to [-128, 127] comes before rounding (same result, since rounding is
+   monotonic), and the rounding is the same magic-number addition. */
+typedef void (*bitnet__qrow_fn)(const float *x, const float *w, float r, size_t k, int8_t *q, float *scale,
+                                int32_t *sum);
+
+static void bitnet__quantize_row_scalar(const float *x, const float *w, float r, size_t k, int8_t *q, float *scale,
+                                        int32_t *sum) {
+    float amax = 0, s;
+    int32_t acc = 0;
+    size_t i;
+    for (i = 0; i < k; i++) {
+        float a = fabsf(w ? x[i] * r * w[i] : x[i]);
+        if (a > amax) amax = a;
+    }
+    s = 127.0f / (amax > 1e-5f ? amax : 1e-5f);
+    for (i = 0; i < k; i++) {
+        int v = bitnet__quant_i8((w ? x[i] * r * w[i] : x[i]) * s);
+        q[i] = (int8_t)v;
+        acc += v;
+    }
+    *scale = s;
+    if (sum) *sum = acc;
+}
+
+#define BITNET__MAGIC_RNE 12582912.0f /* 1.5 * 2^23, see bitnet__round_even */
+#define BITNET__MAGIC_BITS 0x4B400000 /* its bit pattern */
+
+#if defined(BITNET__X86_SIMD)
+BITNET__AVX2_FN static void bitnet__quantize_row_avx2(const float *x, const float *w, float r, size_t k, int8_t *q,
+                                                      float *scale, int32_t *sum) {
+    const __m256 vr = _mm256_set1_ps(r), absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    const __m256 lo = _mm256_set1_ps(-128.0f), hi = _mm256_set1_ps(127.0f), magic = _mm256_set1_ps(BITNET__MAGIC_RNE);
+    const __m256i mbits = _mm256_set1_epi32(BITNET__MAGIC_BITS), order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    __m256 mx = _mm256_setzero_ps(), mx1 = mx, vs;
+    __m256i vacc = _mm256_setzero_si256();
+    float amax = 0, s, t[8];
+    int32_t acc, ti[8];
+    size_t i;
+    int j;
+    for (i = 0; i + 16 <= k; i += 16) { /* two chains: max has a 4-cycle latency */
+        __m256 v = _mm256_loadu_ps(x + i), v1 = _mm256_loadu_ps(x + i + 8);
+        if (w) {
+            v = _mm256_mul_ps(_mm256_mul_ps(v, vr), _mm256_loadu_ps(w + i));
+            v1 = _mm256_mul_ps(_mm256_mul_ps(v1, vr), _mm256_loadu_ps(w + i + 8));
+        }
+        mx = _mm256_max_ps(_mm256_and_ps(v, absm), mx); /* a NaN lane keeps mx */
+        mx1 = _mm256_max_ps(_mm256_and_ps(v1, absm), mx1);
+    }
+    for (; i + 8 <= k; i += 8) {
+        __m256 v = _mm256_loadu_ps(x + i);
+        if (w) v = _mm256_mul_ps(_mm256_mul_ps(v, vr), _mm256_loadu_ps(w + i));
+        mx = _mm256_max_ps(_mm256_and_ps(v, absm), mx);
+    }
+    _mm256_storeu_ps(t, _mm256_max_ps(mx, mx1));
+    for (j = 0; j < 8; j++) amax = t[j] > amax ? t[j] : amax;
+    for (; i < k; i++) {
+        float a = fabsf(w ? x[i] * r * w[i] : x[i]);
+        if (a > amax) amax = a;
+    }
+    s = 127.0f / (amax > 1e-5f ? amax : 1e-5f);
+    vs = _mm256_set1_ps(s);
+    for (i = 0; i + 32 <= k; i += 32) {
+        __m256i b[4];
+        for (j = 0; j < 4; j++) {
+            __m256 v = _mm256_loadu_ps(x + i + 8 * j);
+            if (w) v = _mm256_mul_ps(_mm256_mul_ps(v, vr), _mm256_loadu_ps(w + i + 8 * j));
+            v = _mm256_mul_ps(v, vs);
+            v = _mm256_and_ps(v, _mm256_cmp_ps(v, v, _CMP_ORD_Q)); /* NaN -> 0 */
+            v = _mm256_min_ps(_mm256_max_ps(v, lo), hi);
+            b[j] = _mm256_sub_epi32(_mm256_castps_si256(_mm256_add_ps(v, magic)), mbits);
+            vacc = _mm256_add_epi32(vacc, b[j]);
+        }
+        /* packs work within 128-bit lanes; the dword permute restores element order */
+        _mm256_storeu_si256((__m256i *)(q + i),
+                            _mm256_permutevar8x32_epi32(_mm256_packs_epi16(_mm256_packs_epi32(b[0], b[1]),
+                                                                           _mm256_packs_epi32(b[2], b[3])), order));
+    }
+    _mm256_storeu_si256((__m256i *)ti, vacc);
+    for (acc = 0, j = 0; j < 8; j++) acc += ti[j];
+    for (; i < k; i++) {
+        int v = bitnet__quant_i8((w ? x[i] * r * w[i] : x[i]) * s);
+        q[i] = (int8_t)v;
+        acc += v;
+    }
+    *scale = s;
+    if (sum) *sum = acc;
+}
+
+BITNET__AVX512_FN static void bitnet__quantize_row_avx512(const float *x, const float *w, float r, size_t k, int8_t *q,
+                                                          float *scale, int32_t *sum) {
+    const __m512 vr = _mm512_set1_ps(r);
+    const __m512 lo = _mm512_set1_ps(-128.0f), hi = _mm512_set1_ps(127.0f), magic = _mm512_set1_ps(BITNET__MAGIC_RNE);
+    const __m512i mbits = _mm512_set1_epi32(BITNET__MAGIC_BITS);
+    __m512 mx = _mm512_setzero_ps(), mx1 = mx, vs;
+    __m512i vacc = _mm512_setzero_si512();
+    float amax, s;
+    size_t i;
+    for (i = 0; i + 32 <= k; i += 32) { /* two chains: max has a 4-cycle latency */
+        __m512 v = _mm512_loadu_ps(x + i), v1 = _mm512_loadu_ps(x + i + 16);
+        if (w) {
+            v = _mm512_mul_ps(_mm512_mul_ps(v, vr), _mm512_loadu_ps(w + i));
+            v1 = _mm512_mul_ps(_mm512_mul_ps(v1, vr), _mm512_loadu_ps(w + i + 16));
+        }
+        mx = _mm512_max_ps(_mm512_abs_ps(v), mx); /* a NaN lane keeps mx */
+        mx1 = _mm512_max_ps(_mm512_abs_ps(v1), mx1);
+    }
+    for (; i < k; i += 16) { /* masked-off lanes load 0, which changes neither max nor sum */
+        __mmask16 m = bitnet__mask16(k - i);
+        __m512 v = _mm512_maskz_loadu_ps(m, x + i);
+        if (w) v = _mm512_mul_ps(_mm512_mul_ps(v, vr), _mm512_maskz_loadu_ps(m, w + i));
+        mx = _mm512_max_ps(_mm512_abs_ps(v), mx);
+    }
+    amax = _mm512_reduce_max_ps(_mm512_max_ps(mx, mx1));
+    s = 127.0f / (amax > 1e-5f ? amax : 1e-5f);
+    vs = _mm512_set1_ps(s);
+    for (i = 0; i < k; i += 16) {
+        __mmask16 m = bitnet__mask16(k - i);
+        __m512 v = _mm512_maskz_loadu_ps(m, x + i);
+        __m512i b;
+        if (w) v = _mm512_mul_ps(_mm512_mul_ps(v, vr), _mm512_maskz_loadu_ps(m, w + i));
+        v = _mm512_mul_ps(v, vs);
+        v = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), v); /* NaN -> 0 */
+        v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
+        b = _mm512_sub_epi32(_mm512_castps_si512(_mm512_add_ps(v, magic)), mbits);
+        vacc = _mm512_add_epi32(vacc, b);
+        _mm512_mask_cvtepi32_storeu_epi8(q + i, m, b);
+    }
+    *scale = s;
+    if (sum) *sum = _mm512_reduce_add_epi32(vacc);
+}
+#endif /* BITNET__X86_SIMD */
+
+#if defined(BITNET__NEON)
+static void bitnet__quantize_row_neon(const float *x, const float *w, float r, size_t k, int8_t *q, float *scale,
+                                      int32_t *sum) {
+    const float32x4_t vr = vdupq_n_f32(r), zero = vdupq_n_f32(0.0f);
+    const float32x4_t lo = vdupq_n_f32(-128.0f), hi = vdupq_n_f32(127.0f), magic = vdupq_n_f32(BITNET__MAGIC_RNE);
+    const int32x4_t mbits = vdupq_n_s32(BITNET__MAGIC_BITS);
+    float32x4_t mx = zero, vs;
+    int32x4_t vacc = vdupq_n_s32(0);
+    float amax, s;
+    int32_t acc;
+    size_t i;
+    int j;
+    for (i = 0; i + 4 <= k; i += 4) {
+        float32x4_t v = vld1q_f32(x + i);
+        if (w) v = vmulq_f32(vmulq_f32(v, vr), vld1q_f32(w + i));
+        v = vabsq_f32(v);
+        mx = vbslq_f32(vcgtq_f32(v, mx), v, mx); /* the scalar compare: a NaN lane keeps mx */
+    }
+    amax = vmaxvq_f32(mx);
+    for (; i < k; i++) {
+        float a = fabsf(w ? x[i] * r * w[i] : x[i]);
+        if (a > amax) amax = a;
+    }
+    s = 127.0f / (amax > 1e-5f ? amax : 1e-5f);
+    vs = vdupq_n_f32(s);
+    for (i = 0; i + 16 <= k; i += 16) {
+        int16x4_t h[4];
+        for (j = 0; j < 4; j++) {
+            float32x4_t v = vld1q_f32(x + i + 4 * j);
+            int32x4_t b;
+            if (w) v = vmulq_f32(vmulq_f32(v, vr), vld1q_f32(w + i + 4 * j));
+            v = vmulq_f32(v, vs);
+            v = vbslq_f32(vceqq_f32(v, v), v, zero); /* NaN -> 0 */
+            v = vminq_f32(vmaxq_f32(v, lo), hi);
+            b = vsubq_s32(vreinterpretq_s32_f32(vaddq_f32(v, magic)), mbits);
+            vacc = vaddq_s32(vacc, b);
+            h[j] = vmovn_s32(b);
+        }
+        vst1q_s8(q + i, vcombine_s8(vmovn_s16(vcombine_s16(h[0], h[1])), vmovn_s16(vcombine_s16(h[2], h[3]))));
+    }
+    acc = vaddvq_s32(vacc);
+    for (; i < k; i++) {
+        int v = bitnet__quant_i8((w ? x[i] * r * w[i] : x[i]) * s);
+        q[i] = (int8_t)v;
+        acc += v;
+    }
+    *scale = s;
+    if (sum) *sum = acc;
+}
+#endif /* BITNET__NEON */
+
+/* The row quantizer of an ISA (the oracle's generalisation on the scalar path). */
+static bitnet__qrow_fn bitnet__quantize_row_fn(bitnet_isa isa) {
+    switch (isa) {
+#if defined(BITNET__X86_SIMD)
+    case BITNET_ISA_AVX512: return bitnet__quantize_row_avx512;
+    case BITNET_ISA_AVX2: return bitnet__quantize_row_avx2;
+#endif
+#if defined(BITNET__NEON)
+    case BITNET_ISA_NEON: return bitnet__quantize_row_neon;
+#endif
+    default: return bitnet__quantize_row_scalar;
+    }
+}
+
 BITNET_API bitnet_result bitnet_quantize_act(const float *x, size_t m, size_t k, int8_t *q, float *scale, int32_t *sum) {
     size_t i, mk;
+    bitnet_isa isa;
     BITNET__CHECK_PTR(x);
     BITNET__CHECK_PTR(q);
     BITNET__CHECK_PTR(scale);
     if (m == 0 || k == 0) return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_quantize_act: m=%zu k=%zu", m, k);
     if (!bitnet__mul_size(m, k, &mk)) return bitnet__err(BITNET_ERR_OVERFLOW, "bitnet_quantize_act: m*k overflows");
-    for (i = 0; i < m; i++)
-        bitnet__quantize_act_row_scalar(x + i * k, k, q + i * k, scale + i, sum ? sum + i : NULL);
+    isa = bitnet_cpu_isa();
+    if (isa == BITNET_ISA_SCALAR) {
+        for (i = 0; i < m; i++)
+            bitnet__quantize_act_row_scalar(x + i * k, k, q + i * k, scale + i, sum ? sum + i : NULL);
+    } else {
+        bitnet__qrow_fn fn = bitnet__quantize_row_fn(isa);
+        for (i = 0; i < m; i++) fn(x + i * k, NULL, 1.0f, k, q + i * k, scale + i, sum ? sum + i : NULL);
+    }
     return BITNET_OK;
 }
 
@@ -1092,6 +1593,689 @@ BITNET_API bitnet_result bitnet_set_num_threads(int n) {
     return BITNET_OK;
 }
 #endif
+
+/* >>cpu-math ================================================================================== */
+
+/* fp32 GEMM, RMSNorm, softmax and the fp16 GEMV: a scalar reference, then AVX2, AVX-512 and
+   NEON paths chosen by bitnet_cpu_isa(). Tolerances of the SIMD paths against scalar (checked
+   by tests/test_math.c):
+     RMSNorm        sum of squares in double on every path; equal to scalar up to the last bits
+                    of that double sum, i.e. |d| <= 1e-6 |scalar| (in practice bit-identical).
+     softmax        vector exp (degree-8 Taylor after range reduction, ~2 ulp) and lane-wise
+                    sums: |d| <= 2e-6 |scalar| + 1e-12.
+     GEMM / GEMV    lane-wise FMA sums in another order: |d| <= 1e-5 sum_c |w_c a_c|.
+   Quantization (>>quant) is bit-identical on every path, including the fused RMSNorm one. */
+
+/* [lo, hi) of worker ith of nth over total items, without overflow. */
+static void bitnet__range_split(size_t total, int ith, int nth, size_t *lo, size_t *hi) {
+    size_t q = total / (size_t)nth, r = total % (size_t)nth, i = (size_t)ith;
+    *lo = q * i + (i < r ? i : r);
+    *hi = *lo + q + (i < r ? 1 : 0);
+}
+
+/* ---- horizontal helpers ------------------------------------------------------------------ */
+#if defined(BITNET__X86_SIMD)
+BITNET__AVX2_FN static float bitnet__hsum_avx2(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+BITNET__AVX2_FN static double bitnet__hsum_pd_avx2(__m256d v) {
+    __m128d s = _mm_add_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));
+    return _mm_cvtsd_f64(_mm_add_sd(s, _mm_unpackhi_pd(s, s)));
+}
+#endif
+
+/* ---- RMSNorm: r = 1/sqrt(mean(x^2) + eps) from a double sum; out = x * r * w ------------------ */
+static double bitnet__sumsq_scalar(const float *x, size_t k) {
+    double ss = 0;
+    size_t c;
+    for (c = 0; c < k; c++) ss += (double)x[c] * x[c];
+    return ss;
+}
+static void bitnet__scale_mul_scalar(const float *x, float r, const float *w, size_t k, float *out) {
+    size_t c;
+    for (c = 0; c < k; c++) out[c] = x[c] * r * w[c];
+}
+
+#if defined(BITNET__X86_SIMD)
+BITNET__AVX2_FN static double bitnet__sumsq_avx2(const float *x, size_t k) {
+    __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd();
+    double ss;
+    size_t c = 0;
+    for (; c + 8 <= k; c += 8) { /* float squares are exact in double, as in the scalar sum */
+        __m256d lo = _mm256_cvtps_pd(_mm_loadu_ps(x + c)), hi = _mm256_cvtps_pd(_mm_loadu_ps(x + c + 4));
+        a0 = _mm256_fmadd_pd(lo, lo, a0);
+        a1 = _mm256_fmadd_pd(hi, hi, a1);
+    }
+    ss = bitnet__hsum_pd_avx2(_mm256_add_pd(a0, a1));
+    for (; c < k; c++) ss += (double)x[c] * x[c];
+    return ss;
+}
+BITNET__AVX2_FN static void bitnet__scale_mul_avx2(const float *x, float r, const float *w, size_t k, float *out) {
+    const __m256 vr = _mm256_set1_ps(r);
+    size_t c = 0;
+    for (; c + 8 <= k; c += 8)
+        _mm256_storeu_ps(out + c, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + c), vr), _mm256_loadu_ps(w + c)));
+    for (; c < k; c++) out[c] = x[c] * r * w[c];
+}
+BITNET__AVX512_FN static double bitnet__sumsq_avx512(const float *x, size_t k) {
+    __m512d a0 = _mm512_setzero_pd(), a1 = _mm512_setzero_pd();
+    double ss;
+    size_t c = 0;
+    for (; c + 16 <= k; c += 16) {
+        __m512d lo = _mm512_cvtps_pd(_mm256_loadu_ps(x + c)), hi = _mm512_cvtps_pd(_mm256_loadu_ps(x + c + 8));
+        a0 = _mm512_fmadd_pd(lo, lo, a0);
+        a1 = _mm512_fmadd_pd(hi, hi, a1);
+    }
+    ss = _mm512_reduce_add_pd(_mm512_add_pd(a0, a1));
+    for (; c < k; c++) ss += (double)x[c] * x[c];
+    return ss;
+}
+BITNET__AVX512_FN static void bitnet__scale_mul_avx512(const float *x, float r, const float *w, size_t k, float *out) {
+    const __m512 vr = _mm512_set1_ps(r);
+    size_t c;
+    for (c = 0; c < k; c += 16) {
+        __mmask16 m = bitnet__mask16(k - c);
+        __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + c), vr);
+        _mm512_mask_storeu_ps(out + c, m, _mm512_mul_ps(v, _mm512_maskz_loadu_ps(m, w + c)));
+    }
+}
+#endif
+#if defined(BITNET__NEON)
+static double bitnet__sumsq_neon(const float *x, size_t k) {
+    float64x2_t a0 = vdupq_n_f64(0), a1 = vdupq_n_f64(0);
+    double ss;
+    size_t c = 0;
+    for (; c + 4 <= k; c += 4) {
+        float32x4_t v = vld1q_f32(x + c);
+        float64x2_t lo = vcvt_f64_f32(vget_low_f32(v)), hi = vcvt_high_f64_f32(v);
+        a0 = vfmaq_f64(a0, lo, lo);
+        a1 = vfmaq_f64(a1, hi, hi);
+    }
+    ss = vaddvq_f64(vaddq_f64(a0, a1));
+    for (; c < k; c++) ss += (double)x[c] * x[c];
+    return ss;
+}
+static void bitnet__scale_mul_neon(const float *x, float r, const float *w, size_t k, float *out) {
+    const float32x4_t vr = vdupq_n_f32(r);
+    size_t c = 0;
+    for (; c + 4 <= k; c += 4) vst1q_f32(out + c, vmulq_f32(vmulq_f32(vld1q_f32(x + c), vr), vld1q_f32(w + c)));
+    for (; c < k; c++) out[c] = x[c] * r * w[c];
+}
+#endif
+
+/* The RMS factor of one row on the given path. */
+static float bitnet__rms_factor(bitnet_isa isa, const float *x, size_t k, float eps) {
+    double ss;
+    switch (isa) {
+#if defined(BITNET__X86_SIMD)
+    case BITNET_ISA_AVX512: ss = bitnet__sumsq_avx512(x, k); break;
+    case BITNET_ISA_AVX2: ss = bitnet__sumsq_avx2(x, k); break;
+#endif
+#if defined(BITNET__NEON)
+    case BITNET_ISA_NEON: ss = bitnet__sumsq_neon(x, k); break;
+#endif
+    default: ss = bitnet__sumsq_scalar(x, k); break;
+    }
+    return (float)(1.0 / sqrt(ss / (double)k + (double)eps));
+}
+
+BITNET_API bitnet_result bitnet_rmsnorm(const float *x, const float *weight, size_t m, size_t k, float eps, float *out) {
+    size_t i, t;
+    bitnet_isa isa;
+    BITNET__CHECK_PTR(x);
+    BITNET__CHECK_PTR(weight);
+    BITNET__CHECK_PTR(out);
+    if (!m || !k) return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_rmsnorm: m=%zu k=%zu", m, k);
+    if (!bitnet__mul_size(m, k, &t)) return bitnet__err(BITNET_ERR_OVERFLOW, "bitnet_rmsnorm: m*k overflows");
+    isa = bitnet_cpu_isa();
+    for (i = 0; i < m; i++) {
+        const float *xi = x + i * k;
+        float *oi = out + i * k, r = bitnet__rms_factor(isa, xi, k, eps);
+        switch (isa) {
+#if defined(BITNET__X86_SIMD)
+        case BITNET_ISA_AVX512: bitnet__scale_mul_avx512(xi, r, weight, k, oi); break;
+        case BITNET_ISA_AVX2: bitnet__scale_mul_avx2(xi, r, weight, k, oi); break;
+#endif
+#if defined(BITNET__NEON)
+        case BITNET_ISA_NEON: bitnet__scale_mul_neon(xi, r, weight, k, oi); break;
+#endif
+        default: bitnet__scale_mul_scalar(xi, r, weight, k, oi); break;
+        }
+    }
+    return BITNET_OK;
+}
+
+/* RMSNorm of one row of k, then its per-token int8 quantization, in one go without a float
+   buffer (the normalised values are recomputed, they are in L1). Bit-identical to bitnet_rmsnorm
+   followed by bitnet_quantize_act on the same path. sum may be NULL. For the forward pass. */
+static void bitnet__rmsnorm_quantize(const float *x, const float *w, size_t k, float eps, int8_t *q, float *scale,
+                                     int32_t *sum) {
+    bitnet_isa isa = bitnet_cpu_isa();
+    bitnet__quantize_row_fn(isa)(x, w, bitnet__rms_factor(isa, x, k, eps), k, q, scale, sum);
+}
+
+BITNET_API bitnet_result bitnet_rmsnorm_quantize(const float *x, const float *weight, size_t m, size_t k, float eps,
+                                                 int8_t *q, float *scale, int32_t *sum) {
+    size_t i, t;
+    BITNET__CHECK_PTR(x);
+    BITNET__CHECK_PTR(weight);
+    BITNET__CHECK_PTR(q);
+    BITNET__CHECK_PTR(scale);
+    if (!m || !k) return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_rmsnorm_quantize: m=%zu k=%zu", m, k);
+    if (!bitnet__mul_size(m, k, &t)) return bitnet__err(BITNET_ERR_OVERFLOW, "bitnet_rmsnorm_quantize: m*k overflows");
+    for (i = 0; i < m; i++) bitnet__rmsnorm_quantize(x + i * k, weight, k, eps, q + i * k, scale + i, sum ? sum + i : NULL);
+    return BITNET_OK;
+}
+
+/* ---- softmax ------------------------------------------------------------------------------ */
+static void bitnet__softmax_row_scalar(float *x, size_t k) {
+    float mx = x[0], fs;
+    double sum = 0;
+    size_t c;
+    for (c = 1; c < k; c++) mx = x[c] > mx ? x[c] : mx;
+    for (c = 0; c < k; c++) sum += (x[c] = expf(x[c] - mx));
+    fs = (float)sum;
+    for (c = 0; c < k; c++) x[c] /= fs;
+}
+
+/* exp for x <= 0 (softmax arguments): x = n ln2 + t, |t| <= ln2/2, exp(t) by a degree-8 Taylor
+   polynomial (truncation error < 3e-10), times 2^n built in the exponent field. Below ln(FLT_MIN)
+   the result is 0 (expf would give a subnormal < 1.2e-38), so -Inf gives 0; NaN stays NaN.
+   The row sum is kept in float lanes folded into a double every 512 elements (the scalar path
+   sums in double), so long rows (a 128K vocabulary) stay accurate. */
+#define BITNET__EXP_LO -87.33654f
+#define BITNET__SOFTMAX_FOLD 512 /* lane sums go into a double every this many elements */
+#define BITNET__EXP_COEFS(X) X(1.0f / 5040) X(1.0f / 720) X(1.0f / 120) X(1.0f / 24) X(1.0f / 6) X(0.5f) X(1.0f) X(1.0f)
+#if defined(BITNET__X86_SIMD)
+BITNET__AVX2_FN static __m256 bitnet__exp_avx2(__m256 x) {
+    __m256 under = _mm256_cmp_ps(x, _mm256_set1_ps(BITNET__EXP_LO), _CMP_LT_OQ), n, t, p;
+    x = _mm256_min_ps(_mm256_set1_ps(0.0f), _mm256_max_ps(_mm256_set1_ps(BITNET__EXP_LO), x)); /* NaN passes */
+    n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    t = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    t = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), t);
+    p = _mm256_set1_ps(1.0f / 40320);
+#define BITNET__X(c) p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(c));
+    BITNET__EXP_COEFS(BITNET__X)
+#undef BITNET__X
+    p = _mm256_mul_ps(p, _mm256_castsi256_ps(_mm256_slli_epi32(
+                             _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23)));
+    return _mm256_andnot_ps(under, p);
+}
+BITNET__AVX2_FN static void bitnet__softmax_row_avx2(float *x, size_t k) {
+    __m256 vmx = _mm256_set1_ps(x[0]), s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps(), v;
+    float mx, t[8], fs;
+    double sum;
+    size_t c;
+    int j;
+    for (c = 0; c + 8 <= k; c += 8) vmx = _mm256_max_ps(_mm256_loadu_ps(x + c), vmx);
+    _mm256_storeu_ps(t, vmx);
+    for (mx = t[0], j = 1; j < 8; j++) mx = t[j] > mx ? t[j] : mx;
+    for (; c < k; c++) mx = x[c] > mx ? x[c] : mx;
+    vmx = _mm256_set1_ps(mx);
+    for (sum = 0, c = 0; c + 16 <= k; c += 16) {
+        __m256 e0 = bitnet__exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(x + c), vmx));
+        __m256 e1 = bitnet__exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(x + c + 8), vmx));
+        _mm256_storeu_ps(x + c, e0);
+        _mm256_storeu_ps(x + c + 8, e1);
+        s0 = _mm256_add_ps(s0, e0);
+        s1 = _mm256_add_ps(s1, e1);
+        if ((c & (BITNET__SOFTMAX_FOLD - 1)) == BITNET__SOFTMAX_FOLD - 16) { /* fold into double now and then */
+            sum += bitnet__hsum_avx2(_mm256_add_ps(s0, s1));
+            s0 = s1 = _mm256_setzero_ps();
+        }
+    }
+    sum += bitnet__hsum_avx2(_mm256_add_ps(s0, s1));
+    for (; c < k; c++) sum += (x[c] = expf(x[c] - mx));
+    fs = (float)sum;
+    v = _mm256_set1_ps(1.0f / fs); /* a multiply: within 1.5 ulp of the division, much faster */
+    for (c = 0; c + 8 <= k; c += 8) _mm256_storeu_ps(x + c, _mm256_mul_ps(_mm256_loadu_ps(x + c), v));
+    for (; c < k; c++) x[c] *= 1.0f / fs;
+}
+BITNET__AVX512_FN static __m512 bitnet__exp_avx512(__m512 x) {
+    __mmask16 under = _mm512_cmp_ps_mask(x, _mm512_set1_ps(BITNET__EXP_LO), _CMP_LT_OQ);
+    __m512 n, t, p;
+    x = _mm512_min_ps(_mm512_set1_ps(0.0f), _mm512_max_ps(_mm512_set1_ps(BITNET__EXP_LO), x)); /* NaN passes */
+    n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    t = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    t = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), t);
+    p = _mm512_set1_ps(1.0f / 40320);
+#define BITNET__X(c) p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(c));
+    BITNET__EXP_COEFS(BITNET__X)
+#undef BITNET__X
+    p = _mm512_mul_ps(p, _mm512_castsi512_ps(_mm512_slli_epi32(
+                             _mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23)));
+    return _mm512_maskz_mov_ps((__mmask16)~under, p);
+}
+BITNET__AVX512_FN static void bitnet__softmax_row_avx512(float *x, size_t k) {
+    __m512 vmx = _mm512_set1_ps(x[0]), s = _mm512_setzero_ps(), v;
+    float mx, fs;
+    double sum;
+    size_t c;
+    for (c = 0; c < k; c += 16) { /* masked-off lanes keep the running max */
+        __mmask16 m = bitnet__mask16(k - c);
+        vmx = _mm512_mask_max_ps(vmx, m, _mm512_maskz_loadu_ps(m, x + c), vmx);
+    }
+    mx = _mm512_reduce_max_ps(vmx);
+    vmx = _mm512_set1_ps(mx);
+    for (sum = 0, c = 0; c < k; c += 16) {
+        __mmask16 m = bitnet__mask16(k - c);
+        __m512 e = bitnet__exp_avx512(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + c), vmx));
+        _mm512_mask_storeu_ps(x + c, m, e);
+        s = _mm512_add_ps(s, _mm512_maskz_mov_ps(m, e));
+        if ((c & (BITNET__SOFTMAX_FOLD - 1)) == BITNET__SOFTMAX_FOLD - 16) { /* fold into double now and then */
+            sum += _mm512_reduce_add_ps(s);
+            s = _mm512_setzero_ps();
+        }
+    }
+    fs = (float)(sum + _mm512_reduce_add_ps(s));
+    v = _mm512_set1_ps(1.0f / fs); /* a multiply: within 1.5 ulp of the division, much faster */
+    for (c = 0; c < k; c += 16) {
+        __mmask16 m = bitnet__mask16(k - c);
+        _mm512_mask_storeu_ps(x + c, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + c), v));
+    }
+}
+#endif
+#if defined(BITNET__NEON)
+static float32x4_t bitnet__exp_neon(float32x4_t x) {
+    uint32x4_t under = vcltq_f32(x, vdupq_n_f32(BITNET__EXP_LO));
+    float32x4_t n, t, p;
+    x = vminq_f32(vdupq_n_f32(0.0f), vmaxq_f32(vdupq_n_f32(BITNET__EXP_LO), x)); /* NaN passes */
+    n = vrndnq_f32(vmulq_f32(x, vdupq_n_f32(1.44269504f)));
+    t = vfmsq_f32(x, n, vdupq_n_f32(0.693359375f));
+    t = vfmsq_f32(t, n, vdupq_n_f32(-2.12194440e-4f));
+    p = vdupq_n_f32(1.0f / 40320);
+#define BITNET__X(c) p = vfmaq_f32(vdupq_n_f32(c), p, t);
+    BITNET__EXP_COEFS(BITNET__X)
+#undef BITNET__X
+    p = vmulq_f32(p, vreinterpretq_f32_s32(vshlq_n_s32(vaddq_s32(vcvtq_s32_f32(n), vdupq_n_s32(127)), 23)));
+    return vreinterpretq_f32_u32(vbicq_u32(vreinterpretq_u32_f32(p), under));
+}
+static void bitnet__softmax_row_neon(float *x, size_t k) {
+    float32x4_t vmx = vdupq_n_f32(x[0]), s0 = vdupq_n_f32(0), s1 = vdupq_n_f32(0), v;
+    float mx, fs;
+    double sum;
+    size_t c;
+    for (c = 0; c + 4 <= k; c += 4) { /* the scalar compare: NaN lanes keep the max */
+        float32x4_t a = vld1q_f32(x + c);
+        vmx = vbslq_f32(vcgtq_f32(a, vmx), a, vmx);
+    }
+    mx = vmaxvq_f32(vmx);
+    for (; c < k; c++) mx = x[c] > mx ? x[c] : mx;
+    vmx = vdupq_n_f32(mx);
+    for (sum = 0, c = 0; c + 8 <= k; c += 8) {
+        float32x4_t e0 = bitnet__exp_neon(vsubq_f32(vld1q_f32(x + c), vmx));
+        float32x4_t e1 = bitnet__exp_neon(vsubq_f32(vld1q_f32(x + c + 4), vmx));
+        vst1q_f32(x + c, e0);
+        vst1q_f32(x + c + 4, e1);
+        s0 = vaddq_f32(s0, e0);
+        s1 = vaddq_f32(s1, e1);
+        if ((c & (BITNET__SOFTMAX_FOLD - 1)) == BITNET__SOFTMAX_FOLD - 8) { /* fold into double now and then */
+            sum += vaddvq_f32(vaddq_f32(s0, s1));
+            s0 = s1 = vdupq_n_f32(0);
+        }
+    }
+    sum += vaddvq_f32(vaddq_f32(s0, s1));
+    for (; c < k; c++) sum += (x[c] = expf(x[c] - mx));
+    fs = (float)sum;
+    v = vdupq_n_f32(1.0f / fs); /* a multiply: within 1.5 ulp of the division, much faster */
+    for (c = 0; c + 4 <= k; c += 4) vst1q_f32(x + c, vmulq_f32(vld1q_f32(x + c), v));
+    for (; c < k; c++) x[c] *= 1.0f / fs;
+}
+#endif
+
+BITNET_API bitnet_result bitnet_softmax(float *x, size_t m, size_t k) {
+    size_t i, t;
+    bitnet_isa isa;
+    BITNET__CHECK_PTR(x);
+    if (!m || !k) return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_softmax: m=%zu k=%zu", m, k);
+    if (!bitnet__mul_size(m, k, &t)) return bitnet__err(BITNET_ERR_OVERFLOW, "bitnet_softmax: m*k overflows");
+    isa = bitnet_cpu_isa();
+    for (i = 0; i < m; i++) {
+        float *xi = x + i * k;
+        switch (isa) {
+#if defined(BITNET__X86_SIMD)
+        case BITNET_ISA_AVX512: bitnet__softmax_row_avx512(xi, k); break;
+        case BITNET_ISA_AVX2: bitnet__softmax_row_avx2(xi, k); break;
+#endif
+#if defined(BITNET__NEON)
+        case BITNET_ISA_NEON: bitnet__softmax_row_neon(xi, k); break;
+#endif
+        default: bitnet__softmax_row_scalar(xi, k); break;
+        }
+    }
+    return BITNET_OK;
+}
+
+/* ---- fp32 GEMM: out[i][r] = a[i] . w[r] ------------------------------------------------------ */
+/* Each path computes weight rows [r0, r1) for all m activation rows: 4 weight rows by 2
+   activation rows per step (8 vector accumulators), weight rows outermost so the 4-row block
+   stays in cache while the activations stream past. Missing rows of a tile repeat a valid row
+   and their results are dropped. */
+static void bitnet__gemm_f32_scalar(const float *w, size_t k, const float *a, size_t m, float *out, size_t n,
+                                    size_t r0, size_t r1) {
+    size_t i, r, c;
+    for (r = r0; r < r1; r++)
+        for (i = 0; i < m; i++) {
+            float acc = 0;
+            for (c = 0; c < k; c++) acc += w[r * k + c] * a[i * k + c];
+            out[i * n + r] = acc;
+        }
+}
+
+#if defined(BITNET__X86_SIMD)
+BITNET__AVX2_FN static void bitnet__gemm_f32_avx2(const float *w, size_t k, const float *a, size_t m, float *out,
+                                                  size_t n, size_t r0, size_t r1) {
+    size_t r, i, c, k8 = k & ~(size_t)7;
+    for (r = r0; r < r1; r += 4) {
+        size_t nr = BITNET__MIN(r1 - r, 4), j;
+        const float *w0 = w + r * k, *w1 = w + (r + (nr > 1)) * k, *w2 = w + (r + (nr > 2) * 2) * k;
+        const float *w3 = w + (r + (nr > 3) * 3) * k, *wr[4];
+        wr[0] = w0; wr[1] = w1; wr[2] = w2; wr[3] = w3;
+        for (i = 0; i < m; i += 2) {
+            size_t ni = BITNET__MIN(m - i, 2), ii;
+            const float *a0 = a + i * k, *a1 = a + (i + ni - 1) * k, *ar[2];
+            __m256 c00 = _mm256_setzero_ps(), c01 = c00, c02 = c00, c03 = c00, c10 = c00, c11 = c00, c12 = c00, c13 = c00;
+            __m256 acc[2][4];
+            for (c = 0; c < k8; c += 8) {
+                __m256 x0 = _mm256_loadu_ps(a0 + c), x1 = _mm256_loadu_ps(a1 + c), v;
+                v = _mm256_loadu_ps(w0 + c); c00 = _mm256_fmadd_ps(v, x0, c00); c10 = _mm256_fmadd_ps(v, x1, c10);
+                v = _mm256_loadu_ps(w1 + c); c01 = _mm256_fmadd_ps(v, x0, c01); c11 = _mm256_fmadd_ps(v, x1, c11);
+                v = _mm256_loadu_ps(w2 + c); c02 = _mm256_fmadd_ps(v, x0, c02); c12 = _mm256_fmadd_ps(v, x1, c12);
+                v = _mm256_loadu_ps(w3 + c); c03 = _mm256_fmadd_ps(v, x0, c03); c13 = _mm256_fmadd_ps(v, x1, c13);
+            }
+            acc[0][0] = c00; acc[0][1] = c01; acc[0][2] = c02; acc[0][3] = c03;
+            acc[1][0] = c10; acc[1][1] = c11; acc[1][2] = c12; acc[1][3] = c13;
+            ar[0] = a0; ar[1] = a1;
+            for (ii = 0; ii < ni; ii++)
+                for (j = 0; j < nr; j++) {
+                    float s = bitnet__hsum_avx2(acc[ii][j]);
+                    for (c = k8; c < k; c++) s += wr[j][c] * ar[ii][c];
+                    out[(i + ii) * n + r + j] = s;
+                }
+        }
+    }
+}
+BITNET__AVX512_FN static void bitnet__gemm_f32_avx512(const float *w, size_t k, const float *a, size_t m, float *out,
+                                                      size_t n, size_t r0, size_t r1) {
+    size_t r, i, c;
+    for (r = r0; r < r1; r += 4) {
+        size_t nr = BITNET__MIN(r1 - r, 4), j;
+        const float *w0 = w + r * k, *w1 = w + (r + (nr > 1)) * k, *w2 = w + (r + (nr > 2) * 2) * k;
+        const float *w3 = w + (r + (nr > 3) * 3) * k;
+        for (i = 0; i < m; i += 2) {
+            size_t ni = BITNET__MIN(m - i, 2), ii;
+            const float *a0 = a + i * k, *a1 = a + (i + ni - 1) * k;
+            __m512 c00 = _mm512_setzero_ps(), c01 = c00, c02 = c00, c03 = c00, c10 = c00, c11 = c00, c12 = c00, c13 = c00;
+            __m512 acc[2][4];
+            for (c = 0; c < k; c += 16) { /* masked-off lanes are 0 */
+                __mmask16 mk = bitnet__mask16(k - c);
+                __m512 x0 = _mm512_maskz_loadu_ps(mk, a0 + c), x1 = _mm512_maskz_loadu_ps(mk, a1 + c), v;
+                v = _mm512_maskz_loadu_ps(mk, w0 + c); c00 = _mm512_fmadd_ps(v, x0, c00); c10 = _mm512_fmadd_ps(v, x1, c10);
+                v = _mm512_maskz_loadu_ps(mk, w1 + c); c01 = _mm512_fmadd_ps(v, x0, c01); c11 = _mm512_fmadd_ps(v, x1, c11);
+                v = _mm512_maskz_loadu_ps(mk, w2 + c); c02 = _mm512_fmadd_ps(v, x0, c02); c12 = _mm512_fmadd_ps(v, x1, c12);
+                v = _mm512_maskz_loadu_ps(mk, w3 + c); c03 = _mm512_fmadd_ps(v, x0, c03); c13 = _mm512_fmadd_ps(v, x1, c13);
+            }
+            acc[0][0] = c00; acc[0][1] = c01; acc[0][2] = c02; acc[0][3] = c03;
+            acc[1][0] = c10; acc[1][1] = c11; acc[1][2] = c12; acc[1][3] = c13;
+            for (ii = 0; ii < ni; ii++)
+                for (j = 0; j < nr; j++) out[(i + ii) * n + r + j] = _mm512_reduce_add_ps(acc[ii][j]);
+        }
+    }
+}
+#endif
+#if defined(BITNET__NEON)
+static void bitnet__gemm_f32_neon(const float *w, size_t k, const float *a, size_t m, float *out, size_t n, size_t r0,
+                                  size_t r1) {
+    size_t r, i, c, k4 = k & ~(size_t)3;
+    for (r = r0; r < r1; r += 4) {
+        size_t nr = BITNET__MIN(r1 - r, 4), j;
+        const float *w0 = w + r * k, *w1 = w + (r + (nr > 1)) * k, *w2 = w + (r + (nr > 2) * 2) * k;
+        const float *w3 = w + (r + (nr > 3) * 3) * k, *wr[4];
+        wr[0] = w0; wr[1] = w1; wr[2] = w2; wr[3] = w3;
+        for (i = 0; i < m; i += 2) {
+            size_t ni = BITNET__MIN(m - i, 2), ii;
+            const float *a0 = a + i * k, *a1 = a + (i + ni - 1) * k, *ar[2];
+            float32x4_t c00 = vdupq_n_f32(0), c01 = c00, c02 = c00, c03 = c00, c10 = c00, c11 = c00, c12 = c00, c13 = c00;
+            float32x4_t acc[2][4];
+            for (c = 0; c < k4; c += 4) {
+                float32x4_t x0 = vld1q_f32(a0 + c), x1 = vld1q_f32(a1 + c), v;
+                v = vld1q_f32(w0 + c); c00 = vfmaq_f32(c00, v, x0); c10 = vfmaq_f32(c10, v, x1);
+                v = vld1q_f32(w1 + c); c01 = vfmaq_f32(c01, v, x0); c11 = vfmaq_f32(c11, v, x1);
+                v = vld1q_f32(w2 + c); c02 = vfmaq_f32(c02, v, x0); c12 = vfmaq_f32(c12, v, x1);
+                v = vld1q_f32(w3 + c); c03 = vfmaq_f32(c03, v, x0); c13 = vfmaq_f32(c13, v, x1);
+            }
+            acc[0][0] = c00; acc[0][1] = c01; acc[0][2] = c02; acc[0][3] = c03;
+            acc[1][0] = c10; acc[1][1] = c11; acc[1][2] = c12; acc[1][3] = c13;
+            ar[0] = a0; ar[1] = a1;
+            for (ii = 0; ii < ni; ii++)
+                for (j = 0; j < nr; j++) {
+                    float s = vaddvq_f32(acc[ii][j]);
+                    for (c = k4; c < k; c++) s += wr[j][c] * ar[ii][c];
+                    out[(i + ii) * n + r + j] = s;
+                }
+        }
+    }
+}
+#endif
+
+typedef struct bitnet__gemm_f32_task {
+    const float *w, *a;
+    size_t n, k, m;
+    float *out;
+    bitnet_isa isa;
+} bitnet__gemm_f32_task;
+
+static void bitnet__gemm_f32_worker(void *arg, int ith, int nth) {
+    const bitnet__gemm_f32_task *t = (const bitnet__gemm_f32_task *)arg;
+    size_t b0, b1, r0, r1;
+    bitnet__range_split((t->n + 3) / 4, ith, nth, &b0, &b1); /* whole 4-row tiles per worker */
+    r0 = b0 * 4;
+    r1 = BITNET__MIN(b1 * 4, t->n);
+    if (r0 >= r1) return;
+    switch (t->isa) {
+#if defined(BITNET__X86_SIMD)
+    case BITNET_ISA_AVX512: bitnet__gemm_f32_avx512(t->w, t->k, t->a, t->m, t->out, t->n, r0, r1); break;
+    case BITNET_ISA_AVX2: bitnet__gemm_f32_avx2(t->w, t->k, t->a, t->m, t->out, t->n, r0, r1); break;
+#endif
+#if defined(BITNET__NEON)
+    case BITNET_ISA_NEON: bitnet__gemm_f32_neon(t->w, t->k, t->a, t->m, t->out, t->n, r0, r1); break;
+#endif
+    default: bitnet__gemm_f32_scalar(t->w, t->k, t->a, t->m, t->out, t->n, r0, r1); break;
+    }
+}
+
+/* Work below this many multiply-adds runs on the calling thread (a pool wake-up costs more). */
+#define BITNET__PARALLEL_MIN_WORK ((size_t)1 << 18)
+
+BITNET_API bitnet_result bitnet_gemm_f32(const float *w, size_t n, size_t k, const float *a, size_t m, float *out) {
+    bitnet__gemm_f32_task t;
+    size_t nk, mk, mn, work;
+    BITNET__CHECK_PTR(w);
+    BITNET__CHECK_PTR(a);
+    BITNET__CHECK_PTR(out);
+    if (!n || !k || !m) return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_gemm_f32: m=%zu n=%zu k=%zu", m, n, k);
+    if (!bitnet__mul_size(n, k, &nk) || !bitnet__mul_size(m, k, &mk) || !bitnet__mul_size(m, n, &mn) ||
+        !bitnet__mul_size(nk, sizeof(float), &work))
+        return bitnet__err(BITNET_ERR_OVERFLOW, "bitnet_gemm_f32: m=%zu n=%zu k=%zu overflows", m, n, k);
+    t.w = w; t.a = a; t.n = n; t.k = k; t.m = m; t.out = out; t.isa = bitnet_cpu_isa();
+    if (!bitnet__mul_size(nk, m, &work) || work >= BITNET__PARALLEL_MIN_WORK) bitnet__parallel(bitnet__gemm_f32_worker, &t);
+    else bitnet__gemm_f32_worker(&t, 0, 1);
+    return BITNET_OK;
+}
+
+/* ---- fp16 GEMV: out[r] = sum_c fp16(w[r][c]) * x[c] (the tied fp16 LM head) ------------------- */
+/* Memory-bound: 4 weight rows per step share each load of x; rows are split across threads. */
+static void bitnet__gemv_f16_scalar(const uint16_t *w, size_t k, const float *x, float *out, size_t r0, size_t r1) {
+    size_t r, c;
+    for (r = r0; r < r1; r++) {
+        const uint16_t *wr = w + r * k;
+        float acc = 0;
+        for (c = 0; c < k; c++) acc += bitnet_fp16_to_fp32(wr[c]) * x[c];
+        out[r] = acc;
+    }
+}
+#if defined(BITNET__X86_SIMD)
+BITNET__AVX2_FN static void bitnet__gemv_f16_avx2(const uint16_t *w, size_t k, const float *x, float *out, size_t r0,
+                                                  size_t r1) {
+    size_t r = r0, c, k8 = k & ~(size_t)7;
+#define BITNET__LD(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
+    for (; r + 4 <= r1; r += 4) {
+        const uint16_t *w0 = w + r * k, *w1 = w0 + k, *w2 = w1 + k, *w3 = w2 + k;
+        __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+        float t0, t1, t2, t3;
+        for (c = 0; c < k8; c += 8) {
+            __m256 xv = _mm256_loadu_ps(x + c);
+            s0 = _mm256_fmadd_ps(BITNET__LD(w0 + c), xv, s0);
+            s1 = _mm256_fmadd_ps(BITNET__LD(w1 + c), xv, s1);
+            s2 = _mm256_fmadd_ps(BITNET__LD(w2 + c), xv, s2);
+            s3 = _mm256_fmadd_ps(BITNET__LD(w3 + c), xv, s3);
+        }
+        t0 = bitnet__hsum_avx2(s0); t1 = bitnet__hsum_avx2(s1); t2 = bitnet__hsum_avx2(s2); t3 = bitnet__hsum_avx2(s3);
+        for (; c < k; c++) {
+            t0 += bitnet_fp16_to_fp32(w0[c]) * x[c];
+            t1 += bitnet_fp16_to_fp32(w1[c]) * x[c];
+            t2 += bitnet_fp16_to_fp32(w2[c]) * x[c];
+            t3 += bitnet_fp16_to_fp32(w3[c]) * x[c];
+        }
+        out[r] = t0; out[r + 1] = t1; out[r + 2] = t2; out[r + 3] = t3;
+    }
+    for (; r < r1; r++) {
+        const uint16_t *w0 = w + r * k;
+        __m256 s0 = _mm256_setzero_ps();
+        float t0;
+        for (c = 0; c < k8; c += 8) s0 = _mm256_fmadd_ps(BITNET__LD(w0 + c), _mm256_loadu_ps(x + c), s0);
+        t0 = bitnet__hsum_avx2(s0);
+        for (; c < k; c++) t0 += bitnet_fp16_to_fp32(w0[c]) * x[c];
+        out[r] = t0;
+    }
+#undef BITNET__LD
+}
+BITNET__AVX512_FN static void bitnet__gemv_f16_avx512(const uint16_t *w, size_t k, const float *x, float *out,
+                                                      size_t r0, size_t r1) {
+    size_t r = r0, c, k16 = k & ~(size_t)15;
+    __mmask16 mt = bitnet__mask16(k - k16);
+#define BITNET__LD(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
+#define BITNET__LDM(p) _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mt, p))
+    for (; r + 4 <= r1; r += 4) {
+        const uint16_t *w0 = w + r * k, *w1 = w0 + k, *w2 = w1 + k, *w3 = w2 + k;
+        __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0, xv;
+        for (c = 0; c < k16; c += 16) {
+            xv = _mm512_loadu_ps(x + c);
+            s0 = _mm512_fmadd_ps(BITNET__LD(w0 + c), xv, s0);
+            s1 = _mm512_fmadd_ps(BITNET__LD(w1 + c), xv, s1);
+            s2 = _mm512_fmadd_ps(BITNET__LD(w2 + c), xv, s2);
+            s3 = _mm512_fmadd_ps(BITNET__LD(w3 + c), xv, s3);
+        }
+        if (mt) {
+            xv = _mm512_maskz_loadu_ps(mt, x + c);
+            s0 = _mm512_fmadd_ps(BITNET__LDM(w0 + c), xv, s0);
+            s1 = _mm512_fmadd_ps(BITNET__LDM(w1 + c), xv, s1);
+            s2 = _mm512_fmadd_ps(BITNET__LDM(w2 + c), xv, s2);
+            s3 = _mm512_fmadd_ps(BITNET__LDM(w3 + c), xv, s3);
+        }
+        out[r] = _mm512_reduce_add_ps(s0);
+        out[r + 1] = _mm512_reduce_add_ps(s1);
+        out[r + 2] = _mm512_reduce_add_ps(s2);
+        out[r + 3] = _mm512_reduce_add_ps(s3);
+    }
+    for (; r < r1; r++) {
+        const uint16_t *w0 = w + r * k;
+        __m512 s0 = _mm512_setzero_ps();
+        for (c = 0; c < k16; c += 16) s0 = _mm512_fmadd_ps(BITNET__LD(w0 + c), _mm512_loadu_ps(x + c), s0);
+        if (mt) s0 = _mm512_fmadd_ps(BITNET__LDM(w0 + c), _mm512_maskz_loadu_ps(mt, x + c), s0);
+        out[r] = _mm512_reduce_add_ps(s0);
+    }
+#undef BITNET__LD
+#undef BITNET__LDM
+}
+#endif
+#if defined(BITNET__NEON)
+static void bitnet__gemv_f16_neon(const uint16_t *w, size_t k, const float *x, float *out, size_t r0, size_t r1) {
+    size_t r = r0, c, k4 = k & ~(size_t)3;
+#define BITNET__LD(p) vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p)))
+    for (; r + 4 <= r1; r += 4) {
+        const uint16_t *w0 = w + r * k, *w1 = w0 + k, *w2 = w1 + k, *w3 = w2 + k;
+        float32x4_t s0 = vdupq_n_f32(0), s1 = s0, s2 = s0, s3 = s0;
+        float t0, t1, t2, t3;
+        for (c = 0; c < k4; c += 4) {
+            float32x4_t xv = vld1q_f32(x + c);
+            s0 = vfmaq_f32(s0, BITNET__LD(w0 + c), xv);
+            s1 = vfmaq_f32(s1, BITNET__LD(w1 + c), xv);
+            s2 = vfmaq_f32(s2, BITNET__LD(w2 + c), xv);
+            s3 = vfmaq_f32(s3, BITNET__LD(w3 + c), xv);
+        }
+        t0 = vaddvq_f32(s0); t1 = vaddvq_f32(s1); t2 = vaddvq_f32(s2); t3 = vaddvq_f32(s3);
+        for (; c < k; c++) {
+            t0 += bitnet_fp16_to_fp32(w0[c]) * x[c];
+            t1 += bitnet_fp16_to_fp32(w1[c]) * x[c];
+            t2 += bitnet_fp16_to_fp32(w2[c]) * x[c];
+            t3 += bitnet_fp16_to_fp32(w3[c]) * x[c];
+        }
+        out[r] = t0; out[r + 1] = t1; out[r + 2] = t2; out[r + 3] = t3;
+    }
+    for (; r < r1; r++) {
+        const uint16_t *w0 = w + r * k;
+        float32x4_t s0 = vdupq_n_f32(0);
+        float t0;
+        for (c = 0; c < k4; c += 4) s0 = vfmaq_f32(s0, BITNET__LD(w0 + c), vld1q_f32(x + c));
+        t0 = vaddvq_f32(s0);
+        for (; c < k; c++) t0 += bitnet_fp16_to_fp32(w0[c]) * x[c];
+        out[r] = t0;
+    }
+#undef BITNET__LD
+}
+#endif
+
+typedef struct bitnet__gemv_f16_task {
+    const uint16_t *w;
+    size_t n, k;
+    const float *x;
+    float *out;
+    int path; /* BITNET__CV_*: the fp16 conversion path (F16C checked) */
+} bitnet__gemv_f16_task;
+
+static void bitnet__gemv_f16_worker(void *arg, int ith, int nth) {
+    const bitnet__gemv_f16_task *t = (const bitnet__gemv_f16_task *)arg;
+    size_t b0, b1, r0, r1;
+    bitnet__range_split((t->n + 3) / 4, ith, nth, &b0, &b1);
+    r0 = b0 * 4;
+    r1 = BITNET__MIN(b1 * 4, t->n);
+    if (r0 >= r1) return;
+    switch (t->path) {
+#if defined(BITNET__X86_SIMD)
+    case BITNET__CV_AVX512: bitnet__gemv_f16_avx512(t->w, t->k, t->x, t->out, r0, r1); break;
+    case BITNET__CV_AVX2: bitnet__gemv_f16_avx2(t->w, t->k, t->x, t->out, r0, r1); break;
+#endif
+#if defined(BITNET__NEON)
+    case BITNET__CV_NEON: bitnet__gemv_f16_neon(t->w, t->k, t->x, t->out, r0, r1); break;
+#endif
+    default: bitnet__gemv_f16_scalar(t->w, t->k, t->x, t->out, r0, r1); break;
+    }
+}
+
+/* out[n] = w[n][k] (fp16 rows) . x[k], threaded over rows. No argument checks: for the forward
+   pass (the tied fp16 LM head); bitnet_gemv_f16 is the checked public entry. */
+static void bitnet__gemv_f16(const uint16_t *w, size_t n, size_t k, const float *x, float *out) {
+    bitnet__gemv_f16_task t;
+    t.w = w; t.n = n; t.k = k; t.x = x; t.out = out; t.path = bitnet__convert_path(1);
+    if (n * k >= BITNET__PARALLEL_MIN_WORK) bitnet__parallel(bitnet__gemv_f16_worker, &t);
+    else bitnet__gemv_f16_worker(&t, 0, 1);
+}
+
+BITNET_API bitnet_result bitnet_gemv_f16(const uint16_t *w, size_t n, size_t k, const float *x, float *out) {
+    size_t nk, bytes;
+    BITNET__CHECK_PTR(w);
+    BITNET__CHECK_PTR(x);
+    BITNET__CHECK_PTR(out);
+    if (!n || !k) return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_gemv_f16: n=%zu k=%zu", n, k);
+    if (!bitnet__mul_size(n, k, &nk) || !bitnet__mul_size(nk, sizeof(uint16_t), &bytes))
+        return bitnet__err(BITNET_ERR_OVERFLOW, "bitnet_gemv_f16: n=%zu k=%zu overflows", n, k);
+    bitnet__gemv_f16(w, n, k, x, out);
+    return BITNET_OK;
+}
 
 /* >>cpu-kernels =============================================================================== */
 
@@ -1789,54 +2973,6 @@ BITNET_API bitnet_result bitnet_gemm_q8(const int8_t *w, const float *w_scale, s
     j.w_scales = w_scale;
     j.out = out;
     bitnet__gemm_run(&j);
-    return BITNET_OK;
-}
-
-BITNET_API bitnet_result bitnet_gemm_f32(const float *w, size_t n, size_t k, const float *a, size_t m, float *out) {
-    size_t i, r, c, t;
-    BITNET__CHECK_PTR(w);
-    BITNET__CHECK_PTR(a);
-    BITNET__CHECK_PTR(out);
-    if (!n || !k || !m) return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_gemm_f32: m=%zu n=%zu k=%zu", m, n, k);
-    if (!bitnet__mul_size(n, k, &t) || !bitnet__mul_size(m, k, &t) || !bitnet__mul_size(m, n, &t))
-        return bitnet__err(BITNET_ERR_OVERFLOW, "bitnet_gemm_f32: sizes overflow");
-    for (i = 0; i < m; i++)
-        for (r = 0; r < n; r++) {
-            float acc = 0;
-            for (c = 0; c < k; c++) acc += w[r * k + c] * a[i * k + c];
-            out[i * n + r] = acc;
-        }
-    return BITNET_OK;
-}
-
-BITNET_API bitnet_result bitnet_rmsnorm(const float *x, const float *weight, size_t m, size_t k, float eps, float *out) {
-    size_t i, c;
-    BITNET__CHECK_PTR(x);
-    BITNET__CHECK_PTR(weight);
-    BITNET__CHECK_PTR(out);
-    if (!m || !k) return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_rmsnorm: m=%zu k=%zu", m, k);
-    for (i = 0; i < m; i++) {
-        const float *xi = x + i * k;
-        float *oi = out + i * k;
-        double ss = 0;
-        float r;
-        for (c = 0; c < k; c++) ss += (double)xi[c] * xi[c];
-        r = (float)(1.0 / sqrt(ss / (double)k + (double)eps));
-        for (c = 0; c < k; c++) oi[c] = xi[c] * r * weight[c];
-    }
-    return BITNET_OK;
-}
-
-BITNET_API bitnet_result bitnet_softmax(float *x, size_t m, size_t k) {
-    size_t i, c;
-    BITNET__CHECK_PTR(x);
-    if (!m || !k) return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_softmax: m=%zu k=%zu", m, k);
-    for (i = 0; i < m; i++) {
-        float *xi = x + i * k, mx = xi[0], sum = 0;
-        for (c = 1; c < k; c++) mx = xi[c] > mx ? xi[c] : mx;
-        for (c = 0; c < k; c++) sum += (xi[c] = expf(xi[c] - mx));
-        for (c = 0; c < k; c++) xi[c] /= sum;
-    }
     return BITNET_OK;
 }
 
