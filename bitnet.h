@@ -2454,6 +2454,14 @@ typedef void (*bitnet__tile_fn)(const uint8_t *const *w, size_t k, const int8_t 
 #define BITNET__KERN_AVX2 __attribute__((target("avx2,fma")))
 #define BITNET__KERN_AVX512 __attribute__((target("avx2,fma,avx512f,avx512bw,avx512vl,avx512vnni")))
 
+/* acc += u8 x s8 dot products. GCC (12) copies the accumulator around every
+   _mm512_dpbusd_epi32, which makes the loops front-end bound; the asm form accumulates in place. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define BITNET__DPBUSD(acc, u, s) __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(u), "v"(s))
+#else
+#define BITNET__DPBUSD(acc, u, s) ((acc) = _mm512_dpbusd_epi32((acc), (u), (s)))
+#endif
+
 /* {sum a, sum b, sum c, sum d} */
 BITNET__KERN_AVX2 BITNET__AINLINE __m128i bitnet__hsum4_avx2(__m256i a, __m256i b, __m256i c, __m256i d) {
     __m256i s = _mm256_hadd_epi32(_mm256_hadd_epi32(a, b), _mm256_hadd_epi32(c, d));
@@ -2507,7 +2515,7 @@ BITNET__KERN_AVX2 BITNET__AINLINE void bitnet__epi4_x86(__m128i acc, int32_t cor
    from the next byte are masked off), which vpdpbusd multiplies (u8) with 64 contiguous
    activations (s8). Each decoded register serves T activation rows. */
 #define BITNET__ZERO512(r, t) __m512i acc##r##t = _mm512_setzero_si512();
-#define BITNET__DP512(r, t) acc##r##t = _mm512_dpbusd_epi32(acc##r##t, x##r, av);
+#define BITNET__DP512(r, t) BITNET__DPBUSD(acc##r##t, x##r, av);
 #define BITNET__TOK512(t, off) \
     if (T > t) { const __m512i av = _mm512_loadu_si512((const void *)(a + (t) * k + c + (off))); BITNET__REP4(BITNET__DP512, t) }
 #define BITNET__TOKS512(off) \
@@ -2556,6 +2564,46 @@ BITNET__KERN_AVX512 BITNET__AINLINE void bitnet__i2s_tile_avx512_t(const uint8_t
         BITNET__OUT512(3, e->a_sum[3]) BITNET__OUT512(4, e->a_sum[4]) BITNET__OUT512(5, e->a_sum[5])
     }
 }
+
+/* AVX-512 VNNI, I2_S, one activation row (the GEMV, memory-bound): masks only, no shifts.
+   b & 0xC0 in the low half and b & 0x30 in the high half are the codes of weights c..c+63 times
+   64 and 16; b & 0x0C | b & 0x03 those of c+64..c+127 times 4 and 1. Rescaled to a common 64,
+   the lanes add up (mod 2^32) to 64 * dot, exact while |64 * dot| < 2^31: k <= 65536 (3 * 128 *
+   65536 * 64 = 1.5 * 2^30), which the driver checks. */
+#define BITNET__GEMV_MAX_K ((size_t)1 << 16)
+#define BITNET__ROW1(r) \
+    { \
+        const __m512i b = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(const void *)(w##r + o))); \
+        BITNET__DPBUSD(accA##r, _mm512_and_si512(b, mA), a0); \
+        BITNET__DPBUSD(accB##r, _mm512_and_si512(b, mB), a1); \
+    }
+#define BITNET__RESCALE(r) _mm512_add_epi32(_mm512_sllv_epi32(accA##r, shA), _mm512_sllv_epi32(accB##r, shB))
+BITNET__KERN_AVX512 static void bitnet__i2s_gemv_avx512(const uint8_t *const *w, size_t k, const int8_t *a,
+                                                        const bitnet__epi *e, float *res) {
+    const __m512i mA = _mm512_set_epi32(0x30303030, 0x30303030, 0x30303030, 0x30303030, 0x30303030, 0x30303030,
+                                        0x30303030, 0x30303030, (int)0xC0C0C0C0, (int)0xC0C0C0C0, (int)0xC0C0C0C0,
+                                        (int)0xC0C0C0C0, (int)0xC0C0C0C0, (int)0xC0C0C0C0, (int)0xC0C0C0C0, (int)0xC0C0C0C0);
+    const __m512i mB = _mm512_set_epi32(0x03030303, 0x03030303, 0x03030303, 0x03030303, 0x03030303, 0x03030303,
+                                         0x03030303, 0x03030303, 0x0C0C0C0C, 0x0C0C0C0C, 0x0C0C0C0C, 0x0C0C0C0C,
+                                         0x0C0C0C0C, 0x0C0C0C0C, 0x0C0C0C0C, 0x0C0C0C0C);
+    const __m512i shA = _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0);
+    const __m512i shB = _mm512_set_epi32(6, 6, 6, 6, 6, 6, 6, 6, 4, 4, 4, 4, 4, 4, 4, 4);
+    const uint8_t *w0 = w[0], *w1 = w[1], *w2 = w[2], *w3 = w[3];
+    __m512i accA0 = _mm512_setzero_si512(), accA1 = accA0, accA2 = accA0, accA3 = accA0;
+    __m512i accB0 = accA0, accB1 = accA0, accB2 = accA0, accB3 = accA0;
+    size_t c;
+    for (c = 0; c < k; c += 128) {
+        const size_t o = c / 4;
+        const __m512i a0 = _mm512_loadu_si512((const void *)(a + c)), a1 = _mm512_loadu_si512((const void *)(a + c + 64));
+        if ((o & 63) == 0) BITNET__PREFETCH4(o)
+        BITNET__ROW1(0) BITNET__ROW1(1) BITNET__ROW1(2) BITNET__ROW1(3)
+    }
+    bitnet__epi4_x86(_mm_srai_epi32(bitnet__hsum4_avx512(BITNET__RESCALE(0), BITNET__RESCALE(1), BITNET__RESCALE(2),
+                                                         BITNET__RESCALE(3)), 6),
+                     e->a_sum[0], e, 0, res);
+}
+#undef BITNET__RESCALE
+#undef BITNET__ROW1
 
 /* AVX-512 VNNI, int8 weights: vpdpbusd needs one unsigned operand, so the weights are offset by
    128 (w ^ 0x80 = w + 128 as u8): sum((w + 128) * a) - 128 * sum(a) = sum(w * a), exact in
@@ -2610,7 +2658,10 @@ BITNET__KERN_AVX512 BITNET__AINLINE void bitnet__q8_tile_avx512_t(const uint8_t 
 BITNET__KERN_AVX512 static void bitnet__i2s_tile_avx512(const uint8_t *const *w, size_t k, const int8_t *a,
                                                         const bitnet__epi *e, int nt, float *res) {
     switch (nt) {
-    case 1: bitnet__i2s_tile_avx512_t(w, k, a, e, res, 1); break;
+    case 1:
+        if (k <= BITNET__GEMV_MAX_K) bitnet__i2s_gemv_avx512(w, k, a, e, res);
+        else bitnet__i2s_tile_avx512_t(w, k, a, e, res, 1);
+        break;
     case 2: bitnet__i2s_tile_avx512_t(w, k, a, e, res, 2); break;
     case 3: bitnet__i2s_tile_avx512_t(w, k, a, e, res, 3); break;
 #if BITNET__AVX512_TILE_T > 4

@@ -187,6 +187,39 @@ static void test_i2s_extremes(void) {
     }
 }
 
+/* The largest k of the GEMV fast path (65536) and the first beyond it, at the extreme values. */
+static void test_i2s_large_k(void) {
+    const size_t ks[2] = {65536, 65536 + 128};
+    problem p;
+    size_t i;
+    int j, m;
+    test_seed(18);
+    for (j = 0; j < 2; j++)
+        for (m = 1; m <= 2; m++) {
+            make_i2s(&p, 3, ks[j], (size_t)m);
+            for (i = 0; i < p.n * p.k; i++) p.q[i] = (int8_t)(i % 7 ? 1 : -1);
+            TEST_CHECK(bitnet_i2s_pack(p.q, p.n, p.k, 0.5f, p.w, p.w_bytes) == BITNET_OK);
+            for (i = 0; i < p.m * p.k; i++) p.a[i] = (int8_t)(i % 5 ? -128 : 127);
+            for (i = 0; i < p.m; i++) {
+                size_t c;
+                p.a_sum[i] = 0;
+                for (c = 0; c < p.k; c++) p.a_sum[i] += p.a[i * p.k + c];
+            }
+            check_all_paths(&p, threads_12, 2);
+            problem_free(&p);
+        }
+}
+
+/* Code 3 is not a ternary weight, but every path must still agree with the reference on it. */
+static void test_i2s_code3_bytes(void) {
+    problem p;
+    test_seed(19);
+    make_i2s(&p, 9, 1024, 3);
+    memset(p.w, 0xFF, p.n * p.k / 4);
+    check_all_paths(&p, threads_12, 2);
+    problem_free(&p);
+}
+
 /* Weights and activations at odd addresses. */
 static void test_i2s_unaligned(void) {
     problem p;
@@ -467,6 +500,8 @@ int main(void) {
     RUN_TEST(test_i2s_gemv_2560x6912);
     RUN_TEST(test_i2s_extremes);
     RUN_TEST(test_i2s_unaligned);
+    RUN_TEST(test_i2s_large_k);
+    RUN_TEST(test_i2s_code3_bytes);
     RUN_TEST(test_q8_shapes);
     RUN_TEST(test_q8_lm_head);
     RUN_TEST(test_q8_extremes);
