@@ -2504,7 +2504,9 @@ BITNET__KERN_AVX2 BITNET__AINLINE void bitnet__epi4_x86(__m128i acc, int32_t cor
 /* Weight rows are streamed once from DRAM; the hardware prefetcher alone leaves about a third
    of the bandwidth unused, so each tile prefetches the lines BITNET__PF_DIST bytes ahead of its
    4 rows (rows of a work item are contiguous: that is the next tiles' weights). */
+#ifndef BITNET__PF_DIST
 #define BITNET__PF_DIST 4096
+#endif
 #define BITNET__PREFETCH4(o) { \
     _mm_prefetch((const char *)(w0 + (o) + BITNET__PF_DIST), _MM_HINT_T0); \
     _mm_prefetch((const char *)(w1 + (o) + BITNET__PF_DIST), _MM_HINT_T0); \
