@@ -38,6 +38,7 @@
      BITNET_NO_CUDA       impl    compile the GPU runtime out; GPU calls return BITNET_ERR_UNSUPPORTED
      BITNET_NO_SIMD       impl    scalar kernels only
      BITNET_NO_THREADS    impl    no thread pool
+     BITNET_NO_MMAP       impl    read GGUF files into memory instead of mapping them
      BITNET_MALLOC/BITNET_FREE impl  default allocator (both or neither); bitnet_set_allocator overrides
 
    OPTIONS (environment, read at first use)
@@ -238,7 +239,14 @@ BITNET_API bitnet_result bitnet_gemv_f16(const uint16_t *w, size_t n, size_t k, 
 /* ---- >>api-gpu: GPU runtime (see the GPU issue; implemented under >>cuda-loader) ----------- */
 
 /* Contract between the runtime and the kernels: one device handle, one launch path. Every
-   download is ordered after all work previously issued through the same handle. */
+   download is ordered after all work previously issued through the same handle.
+
+   The CUDA driver and NVRTC are dlopen'd at first use, once per process (BITNET_LIBCUDA and
+   BITNET_NVRTC, when set, are the only paths tried). Each bitnet_gpu owns one non-blocking
+   stream guarded by a mutex: every upload, launch, copy and download of that handle goes onto
+   that stream in call order, and a download waits for the stream, so it always sees the results
+   of the kernels issued before it, from any thread. Handles may be shared between threads.
+   Memory comes from the handle's pool and is reused only by that handle (so reuse is ordered too). */
 typedef struct bitnet_gpu bitnet_gpu;               /* one device: context, stream, modules, pool */
 typedef struct bitnet_gpu_module bitnet_gpu_module; /* a JIT-compiled module */
 typedef struct bitnet_gpu_kernel bitnet_gpu_kernel; /* a function in a module */
@@ -258,14 +266,168 @@ BITNET_API bitnet_result bitnet_gpu_kernel_get(bitnet_gpu_module *mod, const cha
 BITNET_API bitnet_result bitnet_gpu_launch(bitnet_gpu *gpu, bitnet_gpu_kernel *k, const unsigned grid[3],
                                            const unsigned block[3], unsigned shared_bytes, void **args);
 
+/* More of the same handle: device-to-device copy and byte fill (both on the stream), unloading a
+   module (its kernels die with it; modules left over are unloaded by bitnet_gpu_close). */
+BITNET_API bitnet_result bitnet_gpu_copy(bitnet_gpu *gpu, bitnet_devptr dst, bitnet_devptr src, size_t bytes);
+BITNET_API bitnet_result bitnet_gpu_memset(bitnet_gpu *gpu, bitnet_devptr dst, int value, size_t bytes);
+BITNET_API void bitnet_gpu_module_free(bitnet_gpu_module *mod);
+
+/* Built-in modules (bitnet_cuda_kernels.h): compiled or read from the disk cache once per device,
+   on first use. bitnet_gpu_builtin_load_all compiles every module now (failures show up early). */
+BITNET_API bitnet_result bitnet_gpu_builtin_kernel(bitnet_gpu *gpu, const char *name, bitnet_gpu_kernel **out);
+BITNET_API bitnet_result bitnet_gpu_builtin_load_all(bitnet_gpu *gpu);
+BITNET_API int bitnet_gpu_builtin_count(void);                 /* modules in bitnet_cuda_kernels.h */
+BITNET_API const char *bitnet_gpu_builtin_name(int i);         /* NULL when out of range */
+BITNET_API int bitnet_gpu_builtin_min_sm(int i);               /* lowest arch it runs on, e.g. 70 */
+
+/* ---- backends, preflight, devices ---- */
+/* BITNET_GPU_FAKE ("cuda", "cuda,rocm", "" for none) replaces detection for tests; the result
+   then always says mocked, and no device can be opened. ROCm, Metal and WebGPU are detected only. */
+typedef struct bitnet_gpu_backends {
+    int mocked;                 /* 1 when BITNET_GPU_FAKE decided everything below */
+    int cuda, rocm, metal, webgpu; /* present (CUDA: driver loaded and initialised) */
+    int cuda_driver_version;    /* 1000*major + 10*minor, e.g. 13000; 0 when unknown */
+    int nvrtc_version;          /* same encoding; 0 when NVRTC is missing */
+    int device_count;           /* CUDA devices (CUDA_VISIBLE_DEVICES applies) */
+    char reason[1024];          /* why CUDA is not usable; "" when it is */
+} bitnet_gpu_backends;
+BITNET_API bitnet_result bitnet_gpu_backends_get(bitnet_gpu_backends *out);
+/* BITNET_OK when CUDA is usable, else the first blocker's code with an actionable message in msg
+   (e.g. "libcuda.so.1 not found: install the NVIDIA driver ..."). msg may be NULL. */
+BITNET_API bitnet_result bitnet_gpu_preflight(char *msg, size_t cap);
+/* One line: backends, driver and NVRTC versions, devices (or the reason there are none). */
+BITNET_API bitnet_result bitnet_gpu_summary(char *buf, size_t cap);
+
+typedef struct bitnet_gpu_device_info {
+    int ordinal;
+    char name[256];
+    char pci_bus_id[32];
+    int cc_major, cc_minor;        /* compute capability */
+    char jit_target[32];           /* what the JIT builds for it: "sm_90" (cubin) or "compute_86" (PTX); "" without NVRTC */
+    uint64_t total_mem, free_mem;  /* bytes; free is read now */
+    int sm_count, max_threads_per_block;
+    int smem_per_block, smem_per_block_optin; /* bytes: default and opt-in maximum */
+    int l2_bytes;
+    int clock_khz, mem_clock_khz, mem_bus_bits;
+    double mem_bandwidth_gbs;      /* theoretical: 2 (DDR) * memory clock * bus width / 8, in GB/s */
+    int fp16, bf16, int8_tensor_cores, fp8; /* cc >= 5.3, 8.0, 7.2, 8.9 */
+} bitnet_gpu_device_info;
+BITNET_API bitnet_result bitnet_gpu_device_count(int *out);
+BITNET_API bitnet_result bitnet_gpu_device_info_get(int ordinal, bitnet_gpu_device_info *out);
+BITNET_API int bitnet_gpu_ordinal(const bitnet_gpu *gpu);      /* -1 for NULL */
+
+/* ---- JIT without a GPU (NVRTC only) ---- */
+/* arch: "sm_XY" (a cubin when NVRTC supports XY, else PTX for the highest supported arch below
+   it) or "compute_XY" (PTX). use_cache: consult and fill the disk cache ($BITNET_CACHE_DIR, else
+   $XDG_CACHE_HOME/bitnet, else ~/.cache/bitnet, read at each compile; BITNET_CUDA_CACHE=0 turns
+   it off). An unreadable or corrupt entry is a miss, an unwritable folder only a logged note. */
+typedef struct bitnet_gpu_jit_info {
+    char target[32];               /* "sm_90" or "compute_75" */
+    int cubin;                     /* 1 cubin, 0 PTX */
+    size_t bytes;                  /* size of the binary */
+    uint64_t binary_hash;          /* FNV-1a of the binary, to compare builds */
+    int from_cache;
+    double ms;                     /* compile or cache read */
+    char cache_file[512];          /* "" when the cache is off */
+} bitnet_gpu_jit_info;
+BITNET_API bitnet_result bitnet_gpu_jit_builtin(int module, const char *arch, int use_cache, bitnet_gpu_jit_info *info);
+BITNET_API bitnet_result bitnet_gpu_jit_source(const char *source, const char *options, const char *arch, int use_cache,
+                                               bitnet_gpu_jit_info *info);
+/* How a loaded module's binary was made (target, size, compile or cache time, cache file). */
+BITNET_API bitnet_result bitnet_gpu_module_jit_info(const bitnet_gpu_module *mod, bitnet_gpu_jit_info *out);
+/* The same for built-in module i on this device (compiled or read from the cache first). */
+BITNET_API bitnet_result bitnet_gpu_builtin_jit_info(bitnet_gpu *gpu, int i, bitnet_gpu_jit_info *out);
+/* NVRTC version (1000*major + 10*minor) and the lowest and highest arch it compiles for. */
+BITNET_API bitnet_result bitnet_gpu_nvrtc_info(int *version, int *min_sm, int *max_sm);
+
+/* ---- memory pool (one per handle) ---- */
+typedef struct bitnet_gpu_pool_config { /* 0 means the default */
+    uint64_t max_cached_bytes;     /* bytes kept for reuse after free; default 1 GiB */
+    int max_cached_per_class;      /* buffers kept per size class; default 16 */
+    int tracking;                  /* 1 on (default), -1 off: age and call stack of live buffers */
+    double cleanup_interval_s;     /* cached buffers unused this long are released; default 60 */
+} bitnet_gpu_pool_config;
+typedef struct bitnet_gpu_pool_stats {
+    int device;
+    uint64_t total_allocated;      /* bytes asked for over the handle's life */
+    uint64_t current, peak;        /* bytes in live allocations, and their high-water mark */
+    uint64_t cached;               /* bytes held for reuse */
+    uint64_t reserved, reserved_peak; /* bytes taken from the driver (live + cached) */
+    uint64_t allocations, frees, cache_hits, cache_misses;
+} bitnet_gpu_pool_stats;
+BITNET_API bitnet_result bitnet_gpu_pool_configure(bitnet_gpu *gpu, const bitnet_gpu_pool_config *cfg);
+BITNET_API bitnet_result bitnet_gpu_pool_stats_get(bitnet_gpu *gpu, bitnet_gpu_pool_stats *out);
+BITNET_API bitnet_result bitnet_gpu_pool_trim(bitnet_gpu *gpu);  /* releases every cached buffer */
+/* Lists every live allocation (size, device address, age; the call stack with
+   BITNET_POOL_BACKTRACE=1 or BITNET_DEBUG) into buf, one per line; *n_live gets the count. */
+BITNET_API bitnet_result bitnet_gpu_pool_leaks(bitnet_gpu *gpu, char *buf, size_t cap, size_t *n_live);
+/* Caps the device memory all pools of the process take from the driver (0 = no cap); past it an
+   allocation fails with BITNET_ERR_DEVICE_OOM. BITNET_MEMORY_LIMIT (e.g. 512MB) sets it at first use. */
+BITNET_API bitnet_result bitnet_gpu_set_memory_limit(uint64_t bytes);
+BITNET_API bitnet_result bitnet_gpu_memory_limit(uint64_t *bytes);
+
+/* ---- statistics, timing, graphs, NVTX, raw handles ---- */
+#define BITNET_GPU_MAX_KERNEL_STATS 128
+typedef struct bitnet_gpu_kernel_stat {
+    char name[64];
+    uint64_t launches;             /* counted by bitnet_gpu_launch (and graph replays) */
+    uint64_t timed;                /* launches with event timing (bitnet_gpu_set_timing) */
+    double ms;                     /* device time of the timed launches */
+} bitnet_gpu_kernel_stat;
+typedef struct bitnet_gpu_stats {
+    uint64_t launches;
+    uint64_t h2d_count, h2d_bytes, d2h_count, d2h_bytes, d2d_count, d2d_bytes;
+    int n_kernels;
+    bitnet_gpu_kernel_stat kernels[BITNET_GPU_MAX_KERNEL_STATS]; /* in order of first launch */
+} bitnet_gpu_stats;
+/* gpu = NULL: totals of the whole process (closed handles included). */
+BITNET_API bitnet_result bitnet_gpu_stats_get(bitnet_gpu *gpu, bitnet_gpu_stats *out);
+BITNET_API bitnet_result bitnet_gpu_stats_reset(bitnet_gpu *gpu);
+/* Event timing of every launch (off by default: it costs two event records per launch).
+   BITNET_GPU_TIMING=1 turns it on for new handles. Times are collected at sync and download. */
+BITNET_API bitnet_result bitnet_gpu_set_timing(bitnet_gpu *gpu, int on);
+/* A device-side stopwatch on the handle's stream: begin records an event, end records another,
+   waits for it and gives the milliseconds between them. */
+BITNET_API bitnet_result bitnet_gpu_timer_begin(bitnet_gpu *gpu);
+BITNET_API bitnet_result bitnet_gpu_timer_end(bitnet_gpu *gpu, double *ms);
+/* CUDA graphs: launches between begin and end (from one thread) are captured, not run; each
+   graph launch replays them and counts their launches in the statistics. */
+typedef struct bitnet_gpu_graph bitnet_gpu_graph;
+BITNET_API bitnet_result bitnet_gpu_graph_begin(bitnet_gpu *gpu);
+BITNET_API bitnet_result bitnet_gpu_graph_end(bitnet_gpu *gpu, bitnet_gpu_graph **out);
+BITNET_API bitnet_result bitnet_gpu_graph_launch(bitnet_gpu *gpu, bitnet_gpu_graph *graph);
+BITNET_API void bitnet_gpu_graph_free(bitnet_gpu_graph *graph);
+/* NVTX ranges (nvtxRangePushA/Pop of a dlopen'd libnvToolsExt; nothing when it is absent). */
+BITNET_API void bitnet_gpu_nvtx_push(const char *name);
+BITNET_API void bitnet_gpu_nvtx_pop(void);
+/* Raw CUcontext, CUstream, CUmodule and CUfunction for advanced use (NULL for NULL). Work put
+   on the stream directly is ordered with the handle's own work. */
+BITNET_API void *bitnet_gpu_raw_context(bitnet_gpu *gpu);
+BITNET_API void *bitnet_gpu_raw_stream(bitnet_gpu *gpu);
+BITNET_API void *bitnet_gpu_raw_module(bitnet_gpu_module *mod);
+BITNET_API void *bitnet_gpu_raw_function(bitnet_gpu_kernel *k);
+
 /* ---- >>api-gguf ------------------------------------------------------------------------------ */
 
-/* GGUF v2/v3 reader over mmap (or memory), bounds-checked everywhere. */
+/* GGUF v2/v3 reader over mmap (or memory), bounds-checked everywhere.
+   Every count, length, offset and shape in the file is checked against the bytes that remain
+   before anything is allocated or touched: a hostile file gives an error, never a crash.
+   Codes: BAD_MAGIC, BAD_VERSION (v1, v0, >3, big-endian files), TRUNCATED (a field, string,
+   array or tensor runs past the end), CORRUPT (a count or length larger than the whole file,
+   unknown value types, empty or NUL-containing names), UNSUPPORTED (nested arrays: no model uses
+   them and ggml rejects them too), UNSUPPORTED_TYPE, BAD_SHAPE (n_dims not 1..4, a zero
+   dimension, a row not a multiple of the type's block), OVERFLOW (element counts, byte sizes or
+   offsets that overflow 64 bits), ALIGNMENT (a tensor offset not a multiple of the alignment),
+   DUPLICATE_TENSOR, BAD_METADATA (duplicate keys, general.alignment not a power-of-two uint32).
+   Metadata keys and tensor names are copied (NUL-terminated); string values point into the
+   image; numeric arrays are copied so that arr_data is aligned for its element type. Little-
+   endian hosts only. A bitnet_gguf is read-only after open: any thread may read it. */
 typedef struct bitnet_gguf bitnet_gguf;
 typedef enum bitnet_gguf_type { /* metadata value types, as in the GGUF spec */
     BITNET_GGUF_UINT8 = 0, BITNET_GGUF_INT8, BITNET_GGUF_UINT16, BITNET_GGUF_INT16, BITNET_GGUF_UINT32,
     BITNET_GGUF_INT32, BITNET_GGUF_FLOAT32, BITNET_GGUF_BOOL, BITNET_GGUF_STRING, BITNET_GGUF_ARRAY,
-    BITNET_GGUF_UINT64, BITNET_GGUF_INT64, BITNET_GGUF_FLOAT64
+    BITNET_GGUF_UINT64, BITNET_GGUF_INT64, BITNET_GGUF_FLOAT64,
+    BITNET_GGUF_TYPE_COUNT /* not a type: returned by bitnet_gguf_key_type for a bad index */
 } bitnet_gguf_type;
 typedef enum bitnet_tensor_type { /* ggml ids; I2_S is bitnet.cpp's 36 */
     BITNET_TENSOR_F32 = 0, BITNET_TENSOR_F16 = 1, BITNET_TENSOR_Q8_0 = 8, BITNET_TENSOR_BF16 = 30,
@@ -275,33 +437,94 @@ typedef struct bitnet_tensor_info {
     const char *name;
     bitnet_tensor_type type;
     int n_dims;
-    uint64_t ne[4];          /* ne[0] is the contiguous dimension (K for a weight matrix) */
+    uint64_t ne[4];          /* ne[0] is the contiguous dimension (K for a weight matrix); unused dims are 1 */
     uint64_t offset;         /* from the start of the data section */
     uint64_t bytes;          /* I2_S: ne0*ne1/4 + 32 */
     const void *data;        /* inside the mapping */
 } bitnet_tensor_info;
 typedef struct bitnet_gguf_str { const char *ptr; uint64_t len; } bitnet_gguf_str; /* not NUL-terminated */
 
+#define BITNET_GGUF_NO_MMAP 1u /* bitnet_gguf_open_ex flag: read the file into memory */
 BITNET_API bitnet_result bitnet_gguf_open(const char *path, bitnet_gguf **out);
+BITNET_API bitnet_result bitnet_gguf_open_ex(const char *path, unsigned flags, bitnet_gguf **out);
 BITNET_API bitnet_result bitnet_gguf_open_memory(const void *data, size_t size, bitnet_gguf **out); /* data must outlive it */
 BITNET_API void bitnet_gguf_close(bitnet_gguf *g);
 BITNET_API uint32_t bitnet_gguf_version(const bitnet_gguf *g);
 BITNET_API uint64_t bitnet_gguf_kv_count(const bitnet_gguf *g);
 BITNET_API uint64_t bitnet_gguf_tensor_count(const bitnet_gguf *g);
+BITNET_API uint32_t bitnet_gguf_alignment(const bitnet_gguf *g);     /* general.alignment, default 32 */
+BITNET_API uint64_t bitnet_gguf_data_offset(const bitnet_gguf *g);   /* file offset of the data section */
+BITNET_API uint64_t bitnet_gguf_size(const bitnet_gguf *g);          /* bytes in the image */
+BITNET_API int bitnet_gguf_is_mapped(const bitnet_gguf *g);          /* 1 when the file is mmap'd */
 BITNET_API int64_t bitnet_gguf_find_key(const bitnet_gguf *g, const char *key);          /* -1 if absent */
-BITNET_API const char *bitnet_gguf_key_name(const bitnet_gguf *g, uint64_t i);
-BITNET_API bitnet_gguf_type bitnet_gguf_key_type(const bitnet_gguf *g, uint64_t i);
+BITNET_API const char *bitnet_gguf_key_name(const bitnet_gguf *g, uint64_t i);           /* NULL if i is out of range */
+BITNET_API bitnet_gguf_type bitnet_gguf_key_type(const bitnet_gguf *g, uint64_t i);      /* TYPE_COUNT if out of range */
+BITNET_API const char *bitnet_gguf_type_name(bitnet_gguf_type t);
+BITNET_API const char *bitnet_tensor_type_name(bitnet_tensor_type t); /* "?" for ids this library does not read */
+/* Bytes of a tensor of this type and shape (ne[0..3], unused dims 1): BAD_SHAPE when a row is
+   not a whole number of blocks (Q8_0: 32, I2_S: 128), OVERFLOW, UNSUPPORTED_TYPE. */
+BITNET_API bitnet_result bitnet_tensor_nbytes(bitnet_tensor_type type, const uint64_t ne[4], uint64_t *out);
 /* Typed getters: an error (BITNET_ERR_BAD_METADATA) when the key is absent or of another type;
-   integers convert between widths when the value fits. */
+   integers convert between widths and signedness when the value fits; f32/f64 accept both
+   float types. */
 BITNET_API bitnet_result bitnet_gguf_get_u32(const bitnet_gguf *g, const char *key, uint32_t *out);
+BITNET_API bitnet_result bitnet_gguf_get_u64(const bitnet_gguf *g, const char *key, uint64_t *out);
+BITNET_API bitnet_result bitnet_gguf_get_i64(const bitnet_gguf *g, const char *key, int64_t *out);
 BITNET_API bitnet_result bitnet_gguf_get_f32(const bitnet_gguf *g, const char *key, float *out);
+BITNET_API bitnet_result bitnet_gguf_get_f64(const bitnet_gguf *g, const char *key, double *out);
+BITNET_API bitnet_result bitnet_gguf_get_bool(const bitnet_gguf *g, const char *key, int *out);
 BITNET_API bitnet_result bitnet_gguf_get_str(const bitnet_gguf *g, const char *key, bitnet_gguf_str *out);
 /* Arrays: element type, count, and element access. */
 BITNET_API bitnet_result bitnet_gguf_get_arr(const bitnet_gguf *g, const char *key, bitnet_gguf_type *elem_type, uint64_t *count);
 BITNET_API bitnet_result bitnet_gguf_arr_str(const bitnet_gguf *g, const char *key, uint64_t i, bitnet_gguf_str *out);
-BITNET_API const void *bitnet_gguf_arr_data(const bitnet_gguf *g, const char *key); /* numeric arrays, packed little-endian */
+/* Numeric and bool arrays: count elements, packed little-endian, aligned for the element type
+   (bool: one byte each). NULL, with the error set, when absent or not such an array. */
+BITNET_API const void *bitnet_gguf_arr_data(const bitnet_gguf *g, const char *key);
 BITNET_API bitnet_result bitnet_gguf_tensor(const bitnet_gguf *g, uint64_t i, bitnet_tensor_info *out);
 BITNET_API bitnet_result bitnet_gguf_find_tensor(const bitnet_gguf *g, const char *name, bitnet_tensor_info *out);
+
+/* Validates a GGUF against the BitNet b1.58 architecture and fills *info (all of it is
+   overwritten; the backend fields are left zero). Architectures "bitnet-b1.58", "bitnet-25" and
+   "bitnet", keys under that prefix: embedding_length, block_count, attention.head_count,
+   feed_forward_length, context_length, attention.layer_norm_rms_epsilon (required);
+   attention.head_count_kv (default head_count), rope.freq_base (default 10000), vocab_size and
+   rope.dimension_count (checked when present). Tensors (ggml ne order, ne0 = in-features), as
+   bitnet.cpp writes them: token_embd.weight F16 [dim, vocab]; output_norm.weight F32 [dim];
+   optional output.weight F16 [dim, vocab]; per layer blk.N.attn_norm, attn_sub_norm, ffn_norm F32
+   [dim], ffn_sub_norm F32 [ffn], attn_q and attn_output I2_S [dim, dim], attn_k and attn_v I2_S
+   [dim, n_kv*head_dim], ffn_gate and ffn_up I2_S [dim, ffn], ffn_down I2_S [ffn, dim]. Float
+   tensors may be any of F32, F16, BF16, and the ternary ones also float (unquantized latent
+   weights, as a converter writes them before quantizing). The vocabulary size comes from
+   tokenizer.ggml.tokens (else vocab_size, else token_embd) and every tokenizer.ggml.*_token_id
+   must lie inside it. eot is tokenizer.ggml.eot_token_id, else the token "<|eot_id|>", else -1.
+   Reads only the 4-byte scale of each I2_S tensor (not finite or negative: CORRUPT), so it is cheap.
+   Errors: BAD_METADATA (missing or inconsistent keys, zero or non-dividing head counts, special
+   ids outside the vocabulary), UNSUPPORTED (another architecture, partial RoPE),
+   MISSING_TENSOR, UNSUPPORTED_TYPE (a tensor of the wrong type), BAD_SHAPE. */
+struct bitnet_model_info;
+BITNET_API bitnet_result bitnet_gguf_check_bitnet(const bitnet_gguf *g, struct bitnet_model_info *info);
+
+/* GGUF writer, in bitnet.cpp's layout (v3, alignment 32 unless general.alignment is set, data
+   padded with zeros). Declare all metadata and tensors, then begin() writes the header and
+   write() streams the tensor bytes in declaration order (any chunking); finish() closes the
+   file. Values are copied. bitnet_gguf_writer_free on an unfinished writer removes the file. */
+typedef struct bitnet_gguf_writer bitnet_gguf_writer;
+BITNET_API bitnet_result bitnet_gguf_writer_create(bitnet_gguf_writer **out);
+BITNET_API void bitnet_gguf_writer_free(bitnet_gguf_writer *w);
+/* value points to the value (bool: one uint8_t, 0 or 1; STRING: a bitnet_gguf_str). Setting
+   general.alignment (UINT32, a power of two) also sets the alignment used. */
+BITNET_API bitnet_result bitnet_gguf_writer_set(bitnet_gguf_writer *w, const char *key, bitnet_gguf_type type, const void *value);
+BITNET_API bitnet_result bitnet_gguf_writer_set_u32(bitnet_gguf_writer *w, const char *key, uint32_t v);
+BITNET_API bitnet_result bitnet_gguf_writer_set_f32(bitnet_gguf_writer *w, const char *key, float v);
+BITNET_API bitnet_result bitnet_gguf_writer_set_str(bitnet_gguf_writer *w, const char *key, const char *v);
+/* n packed elements (STRING: n bitnet_gguf_str). */
+BITNET_API bitnet_result bitnet_gguf_writer_set_arr(bitnet_gguf_writer *w, const char *key, bitnet_gguf_type elem_type,
+                                                    const void *values, uint64_t n);
+BITNET_API bitnet_result bitnet_gguf_writer_add_tensor(bitnet_gguf_writer *w, const char *name, bitnet_tensor_type type,
+                                                       int n_dims, const uint64_t *ne);
+BITNET_API bitnet_result bitnet_gguf_writer_begin(bitnet_gguf_writer *w, const char *path);
+BITNET_API bitnet_result bitnet_gguf_writer_write(bitnet_gguf_writer *w, const void *data, size_t n);
+BITNET_API bitnet_result bitnet_gguf_writer_finish(bitnet_gguf_writer *w);
 
 /* ---- >>api-tokenizer ------------------------------------------------------------------------- */
 
@@ -1338,7 +1561,7 @@ BITNET_API bitnet_result bitnet_i2s_from_hf(const uint8_t *packed, size_t n, siz
    the pool ~250 times per token, so wake-up latency matters), then sleep on a condition variable;
    the condvar is only touched when somebody sleeps. The pool belongs to one caller at a time: a
    concurrent or nested call (from inside a task) runs inline with nth = 1, so kernels are safe to
-   call from any thread. bitnet_set_num_threads(1) (or bitnet__pool_shutdown) stops and joins the
+   call from any thread. bitnet_set_num_threads(1) (or bitnet__tpool_shutdown) stops and joins the
    workers; a failing pthread_create leaves fewer threads, with a warning in the log. */
 typedef void (*bitnet__task_fn)(void *arg, int ith, int nth);
 #define BITNET__MAX_THREADS 256
@@ -1390,9 +1613,9 @@ static void bitnet__cpu_relax(void) {
 #endif
 }
 
-typedef struct bitnet__pool bitnet__pool;
-typedef struct bitnet__worker { bitnet__pool *pool; int ith; } bitnet__worker;
-struct bitnet__pool {
+typedef struct bitnet__tpool bitnet__tpool;
+typedef struct bitnet__worker { bitnet__tpool *pool; int ith; } bitnet__worker;
+struct bitnet__tpool {
     int nth;                        /* threads including the caller */
     pthread_t *threads;             /* nth - 1 workers */
     bitnet__worker *workers;
@@ -1405,14 +1628,14 @@ struct bitnet__pool {
     pthread_mutex_t mu;
     pthread_cond_t cv;
 };
-static bitnet__pool *bitnet__the_pool;
-static int bitnet__pool_busy;      /* atomic: 1 while a caller owns the pool */
-static int bitnet__pool_failed;    /* creation failed: run inline until the count changes */
+static bitnet__tpool *bitnet__the_tpool;
+static int bitnet__tpool_busy;      /* atomic: 1 while a caller owns the pool */
+static int bitnet__tpool_failed;    /* creation failed: run inline until the count changes */
 
 #define BITNET__SPIN_SECONDS 2e-4  /* spin this long before sleeping (covers gaps between kernels) */
 
 /* Waits until gen differs from seen; returns the new value. */
-static unsigned bitnet__pool_wait(bitnet__pool *p, unsigned seen) {
+static unsigned bitnet__tpool_wait(bitnet__tpool *p, unsigned seen) {
     unsigned g;
     double t0 = 0;
     int i;
@@ -1436,7 +1659,7 @@ static unsigned bitnet__pool_wait(bitnet__pool *p, unsigned seen) {
     return g;
 }
 
-static void bitnet__pool_publish(bitnet__pool *p) {
+static void bitnet__tpool_publish(bitnet__tpool *p) {
     BITNET__FETCH_ADD(&p->gen, 1u);
     if (BITNET__LOAD(&p->sleepers) > 0) {
         pthread_mutex_lock(&p->mu);
@@ -1447,10 +1670,10 @@ static void bitnet__pool_publish(bitnet__pool *p) {
 
 static void *bitnet__worker_main(void *arg) {
     bitnet__worker *wk = (bitnet__worker *)arg;
-    bitnet__pool *p = wk->pool;
+    bitnet__tpool *p = wk->pool;
     unsigned seen = 0;
     for (;;) {
-        seen = bitnet__pool_wait(p, seen);
+        seen = bitnet__tpool_wait(p, seen);
         if (BITNET__LOAD(&p->stop)) break;
         p->fn(p->arg, wk->ith, p->nth);
         __atomic_fetch_sub(&p->pending, 1, __ATOMIC_RELEASE);
@@ -1458,8 +1681,8 @@ static void *bitnet__worker_main(void *arg) {
     return NULL;
 }
 
-/* Stops and joins the workers of a pool (the caller owns bitnet__pool_busy). */
-static void bitnet__pool_destroy(bitnet__pool *p) {
+/* Stops and joins the workers of a pool (the caller owns bitnet__tpool_busy). */
+static void bitnet__tpool_destroy(bitnet__tpool *p) {
     int i;
     if (!p) return;
     BITNET__STORE(&p->stop, 1);
@@ -1476,8 +1699,8 @@ static void bitnet__pool_destroy(bitnet__pool *p) {
 }
 
 /* Starts nth - 1 workers; on failure keeps those that started (NULL when none could). */
-static bitnet__pool *bitnet__pool_create(int nth) {
-    bitnet__pool *p = (bitnet__pool *)bitnet__calloc(1, sizeof *p);
+static bitnet__tpool *bitnet__tpool_create(int nth) {
+    bitnet__tpool *p = (bitnet__tpool *)bitnet__calloc(1, sizeof *p);
     int i, rc = 0;
     if (!p) return NULL;
     p->threads = (pthread_t *)bitnet__calloc((size_t)nth, sizeof(pthread_t));
@@ -1506,86 +1729,86 @@ static bitnet__pool *bitnet__pool_create(int nth) {
         bitnet__log(BITNET_LOG_WARN, "thread pool: pthread_create failed (%s); running with %d of %d threads",
                     strerror(rc), p->nth, nth);
     if (p->nth == 1) {
-        bitnet__pool_destroy(p);
+        bitnet__tpool_destroy(p);
         return NULL;
     }
     return p;
 }
 
-static void bitnet__pool_lock(void) {
+static void bitnet__tpool_lock(void) {
     int expected = 0, spins = 0;
-    while (!__atomic_compare_exchange_n(&bitnet__pool_busy, &expected, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
+    while (!__atomic_compare_exchange_n(&bitnet__tpool_busy, &expected, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
         expected = 0;
         if (++spins > 64) sched_yield();
         else bitnet__cpu_relax();
     }
 }
-static void bitnet__pool_unlock(void) { __atomic_store_n(&bitnet__pool_busy, 0, __ATOMIC_RELEASE); }
+static void bitnet__tpool_unlock(void) { __atomic_store_n(&bitnet__tpool_busy, 0, __ATOMIC_RELEASE); }
 
 /* Stops the workers and frees the pool (tests, leak checkers). The next parallel call restarts it. */
-BITNET__UNUSED static void bitnet__pool_shutdown(void) {
-    bitnet__pool_lock();
-    bitnet__pool_destroy(bitnet__the_pool);
-    __atomic_store_n(&bitnet__the_pool, (bitnet__pool *)NULL, __ATOMIC_RELEASE);
-    bitnet__pool_failed = 0;
-    bitnet__pool_unlock();
+BITNET__UNUSED static void bitnet__tpool_shutdown(void) {
+    bitnet__tpool_lock();
+    bitnet__tpool_destroy(bitnet__the_tpool);
+    __atomic_store_n(&bitnet__the_tpool, (bitnet__tpool *)NULL, __ATOMIC_RELEASE);
+    bitnet__tpool_failed = 0;
+    bitnet__tpool_unlock();
 }
 
 BITNET__UNUSED static void bitnet__parallel(bitnet__task_fn fn, void *arg) {
-    bitnet__pool *p;
+    bitnet__tpool *p;
     int expected = 0, i;
-    if (!__atomic_compare_exchange_n(&bitnet__pool_busy, &expected, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
+    if (!__atomic_compare_exchange_n(&bitnet__tpool_busy, &expected, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
         fn(arg, 0, 1); /* nested, or another thread owns the pool */
         return;
     }
-    p = bitnet__the_pool;
-    if (!p && !bitnet__pool_failed && bitnet__threads_config() > 1) {
-        p = bitnet__pool_create(bitnet__threads_config());
-        __atomic_store_n(&bitnet__the_pool, p, __ATOMIC_RELEASE);
+    p = bitnet__the_tpool;
+    if (!p && !bitnet__tpool_failed && bitnet__threads_config() > 1) {
+        p = bitnet__tpool_create(bitnet__threads_config());
+        __atomic_store_n(&bitnet__the_tpool, p, __ATOMIC_RELEASE);
         if (!p) {
-            bitnet__pool_failed = 1;
+            bitnet__tpool_failed = 1;
             bitnet__log(BITNET_LOG_WARN, "thread pool: could not start workers; running single-threaded");
         }
     }
     if (!p) {
-        bitnet__pool_unlock();
+        bitnet__tpool_unlock();
         fn(arg, 0, 1);
         return;
     }
     p->fn = fn;
     p->arg = arg;
     BITNET__STORE(&p->pending, p->nth - 1);
-    bitnet__pool_publish(p);
+    bitnet__tpool_publish(p);
     fn(arg, 0, p->nth);
     for (i = 1; __atomic_load_n(&p->pending, __ATOMIC_ACQUIRE) != 0; i++) {
         bitnet__cpu_relax();
         if ((i & 127) == 0) sched_yield(); /* a worker may be descheduled: give it the core */
     }
-    bitnet__pool_unlock();
+    bitnet__tpool_unlock();
 }
 
 /* The running pool's size, else the configured count (1 after a failed start). */
 BITNET_API int bitnet_num_threads(void) {
-    bitnet__pool *p = __atomic_load_n(&bitnet__the_pool, __ATOMIC_ACQUIRE);
-    return p ? p->nth : (bitnet__pool_failed ? 1 : bitnet__threads_config());
+    bitnet__tpool *p = __atomic_load_n(&bitnet__the_tpool, __ATOMIC_ACQUIRE);
+    return p ? p->nth : (bitnet__tpool_failed ? 1 : bitnet__threads_config());
 }
 
 BITNET_API bitnet_result bitnet_set_num_threads(int n) {
     if (n < 0 || n > BITNET__MAX_THREADS)
         return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_set_num_threads: %d is not in [0, %d]", n, BITNET__MAX_THREADS);
-    bitnet__pool_lock();
+    bitnet__tpool_lock();
     bitnet__threads_want = n ? n : bitnet__online_cores();
-    if (bitnet__the_pool && bitnet__the_pool->nth != bitnet__threads_want) {
-        bitnet__pool_destroy(bitnet__the_pool);
-        __atomic_store_n(&bitnet__the_pool, (bitnet__pool *)NULL, __ATOMIC_RELEASE);
+    if (bitnet__the_tpool && bitnet__the_tpool->nth != bitnet__threads_want) {
+        bitnet__tpool_destroy(bitnet__the_tpool);
+        __atomic_store_n(&bitnet__the_tpool, (bitnet__tpool *)NULL, __ATOMIC_RELEASE);
     }
-    bitnet__pool_failed = 0;
-    bitnet__pool_unlock();
+    bitnet__tpool_failed = 0;
+    bitnet__tpool_unlock();
     return BITNET_OK;
 }
 #else /* no pool: everything runs on the calling thread */
 BITNET__UNUSED static void bitnet__parallel(bitnet__task_fn fn, void *arg) { fn(arg, 0, 1); }
-BITNET__UNUSED static void bitnet__pool_shutdown(void) {}
+BITNET__UNUSED static void bitnet__tpool_shutdown(void) {}
 BITNET_API int bitnet_num_threads(void) { return 1; }
 BITNET_API bitnet_result bitnet_set_num_threads(int n) {
     if (n < 0 || n > BITNET__MAX_THREADS)
@@ -3031,6 +3254,1283 @@ BITNET_API bitnet_result bitnet_gemm_q8(const int8_t *w, const float *w_scale, s
 
 /* >>gguf ====================================================================================== */
 
+/* File layout (little-endian): "GGUF", u32 version, u64 n_tensors, u64 n_kv; n_kv x (string key,
+   u32 type, value); n_tensors x (string name, u32 n_dims, u64 ne[n_dims], u32 type, u64 offset);
+   zero padding to general.alignment; the data section. A string is a u64 length and its bytes. */
+
+#define BITNET__GGUF_MAGIC "GGUF"
+#define BITNET__GGUF_DEFAULT_ALIGN 32u
+#define BITNET__GGUF_MAX_KV (1u << 20)       /* far beyond any real file; bounds the tables */
+#define BITNET__GGUF_MAX_TENSORS (1u << 20)
+#define BITNET__GGUF_MIN_KV_BYTES 13u        /* key length 8 + type 4 + a 1-byte value */
+#define BITNET__GGUF_MIN_TENSOR_BYTES 32u    /* name length 8 + n_dims 4 + ne 8 + type 4 + offset 8 */
+
+typedef struct bitnet__gguf_kv {
+    const char *key;         /* NUL-terminated copy */
+    bitnet_gguf_type type;
+    bitnet_gguf_type elem;   /* arrays: element type */
+    uint64_t count;          /* arrays: element count */
+    const uint8_t *raw;      /* scalars: the value bytes in the image (unaligned); strings: the bytes */
+    uint64_t len;            /* strings: length */
+    void *arr;               /* arrays: an aligned copy of numeric elements, or a bitnet_gguf_str table */
+} bitnet__gguf_kv;
+
+/* Everything a bitnet_gguf owns besides the image lives in one arena, freed at once. */
+typedef struct bitnet__arena { unsigned char *blk; size_t used, cap; } bitnet__arena;
+#define BITNET__ARENA_HDR 64
+
+static void *bitnet__arena_alloc(bitnet__arena *a, size_t n) {
+    unsigned char *b;
+    size_t cap;
+    if (n > SIZE_MAX - 2 * BITNET__ARENA_HDR - 15) {
+        bitnet__err(BITNET_ERR_OVERFLOW, "arena allocation of %zu bytes overflows", n);
+        return NULL;
+    }
+    n = (n + 15) & ~(size_t)15;
+    if (a->blk && a->cap - a->used >= n) {
+        b = a->blk + a->used;
+        a->used += n;
+        return b;
+    }
+    cap = BITNET__ARENA_HDR + BITNET__MAX(n, (size_t)65536);
+    b = (unsigned char *)bitnet__malloc(cap);
+    if (!b) return NULL;
+    memcpy(b, &a->blk, sizeof a->blk); /* link the previous block */
+    a->blk = b;
+    a->used = BITNET__ARENA_HDR + n;
+    a->cap = cap;
+    return b + BITNET__ARENA_HDR;
+}
+static void bitnet__arena_free(bitnet__arena *a) {
+    while (a->blk) {
+        unsigned char *next;
+        memcpy(&next, a->blk, sizeof next);
+        bitnet__free(a->blk);
+        a->blk = next;
+    }
+}
+
+struct bitnet_gguf {
+    const uint8_t *base;
+    size_t size;
+    void *map;               /* mmap'd image (munmap on close), or */
+    void *owned;             /* an image read into memory */
+    uint32_t version, alignment;
+    uint64_t n_kv, n_tensors, data_offset;
+    bitnet__gguf_kv *kv;
+    bitnet_tensor_info *tensors;
+    uint32_t *kv_hash, *t_hash; /* open addressing: index + 1, 0 = empty */
+    size_t kv_cap, t_cap;       /* powers of two */
+    bitnet__arena arena;
+};
+
+static int bitnet__host_le(void) {
+    const uint16_t one = 1;
+    uint8_t b;
+    memcpy(&b, &one, 1);
+    return b == 1;
+}
+static uint32_t bitnet__le32(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+static uint64_t bitnet__le64(const uint8_t *p) { return (uint64_t)bitnet__le32(p) | (uint64_t)bitnet__le32(p + 4) << 32; }
+
+static uint64_t bitnet__fnv1a(const char *s, size_t n) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    size_t i;
+    for (i = 0; i < n; i++) h = (h ^ (uint8_t)s[i]) * 0x100000001b3ull;
+    return h;
+}
+/* Slot for name in a table whose entries name(i) are the NUL-terminated names: either the slot
+   holding it or the empty slot where it would go. */
+static size_t bitnet__gguf_slot(const uint32_t *tab, size_t cap, const char *name, size_t len,
+                                const bitnet__gguf_kv *kv, const bitnet_tensor_info *ti) {
+    size_t i = (size_t)bitnet__fnv1a(name, len) & (cap - 1);
+    for (;; i = (i + 1) & (cap - 1)) {
+        const char *other;
+        if (!tab[i]) return i;
+        other = kv ? kv[tab[i] - 1].key : ti[tab[i] - 1].name;
+        if (strncmp(other, name, len) == 0 && other[len] == 0) return i;
+    }
+}
+static size_t bitnet__hash_cap(uint64_t n) {
+    size_t cap = 16;
+    while (cap < 2 * n) cap *= 2; /* n <= 2^20, so this stays small */
+    return cap;
+}
+
+BITNET_API const char *bitnet_gguf_type_name(bitnet_gguf_type t) {
+    static const char *const names[] = {"UINT8", "INT8",   "UINT16", "INT16", "UINT32", "INT32", "FLOAT32",
+                                        "BOOL",  "STRING", "ARRAY",  "UINT64", "INT64", "FLOAT64"};
+    return ((unsigned)t < BITNET_GGUF_TYPE_COUNT) ? names[t] : "?";
+}
+BITNET_API const char *bitnet_tensor_type_name(bitnet_tensor_type t) {
+    switch (t) {
+    case BITNET_TENSOR_F32: return "F32";
+    case BITNET_TENSOR_F16: return "F16";
+    case BITNET_TENSOR_Q8_0: return "Q8_0";
+    case BITNET_TENSOR_BF16: return "BF16";
+    case BITNET_TENSOR_I2_S: return "I2_S";
+    default: return "?";
+    }
+}
+/* ggml's names for the type ids this library does not read, for error messages. */
+static const char *bitnet__ggml_type_name(uint32_t t) {
+    static const char *const names[] = {"F32", "F16", "Q4_0", "Q4_1", "?", "?", "Q5_0", "Q5_1", "Q8_0", "Q8_1",
+                                        "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q8_K", "IQ2_XXS", "IQ2_XS",
+                                        "IQ3_XXS", "IQ1_S", "IQ4_NL", "IQ3_S", "IQ2_S", "IQ4_XS", "I8", "I16", "I32",
+                                        "I64", "F64", "IQ1_M", "BF16", "?", "?", "?", "TQ1_0", "TQ2_0", "I2_S",
+                                        "I8_S", "TL1", "TL2"};
+    return t < sizeof names / sizeof names[0] ? names[t] : "?";
+}
+
+static size_t bitnet__gguf_scalar_size(uint32_t t) {
+    switch (t) {
+    case BITNET_GGUF_UINT8: case BITNET_GGUF_INT8: case BITNET_GGUF_BOOL: return 1;
+    case BITNET_GGUF_UINT16: case BITNET_GGUF_INT16: return 2;
+    case BITNET_GGUF_UINT32: case BITNET_GGUF_INT32: case BITNET_GGUF_FLOAT32: return 4;
+    case BITNET_GGUF_UINT64: case BITNET_GGUF_INT64: case BITNET_GGUF_FLOAT64: return 8;
+    default: return 0; /* STRING, ARRAY, unknown */
+    }
+}
+
+BITNET_API bitnet_result bitnet_tensor_nbytes(bitnet_tensor_type type, const uint64_t ne[4], uint64_t *out) {
+    uint64_t n = 1;
+    int d;
+    BITNET__CHECK_PTR(ne);
+    BITNET__CHECK_PTR(out);
+    for (d = 0; d < 4; d++) {
+        if (ne[d] == 0) return bitnet__err(BITNET_ERR_BAD_SHAPE, "dimension %d is 0", d);
+        if (ne[d] > (uint64_t)INT64_MAX || n > (uint64_t)INT64_MAX / ne[d])
+            return bitnet__err(BITNET_ERR_OVERFLOW, "element count [%llu, %llu, %llu, %llu] overflows",
+                               (unsigned long long)ne[0], (unsigned long long)ne[1], (unsigned long long)ne[2],
+                               (unsigned long long)ne[3]);
+        n *= ne[d];
+    }
+    switch (type) {
+    case BITNET_TENSOR_F32:
+        if (n > UINT64_MAX / 4) return bitnet__err(BITNET_ERR_OVERFLOW, "F32 byte size overflows");
+        *out = n * 4;
+        return BITNET_OK;
+    case BITNET_TENSOR_F16:
+    case BITNET_TENSOR_BF16: *out = n * 2; return BITNET_OK;
+    case BITNET_TENSOR_Q8_0:
+        if (ne[0] % 32) return bitnet__err(BITNET_ERR_BAD_SHAPE, "Q8_0 row of %llu is not a multiple of 32", (unsigned long long)ne[0]);
+        *out = n / 32 * 34;
+        return BITNET_OK;
+    case BITNET_TENSOR_I2_S: /* bitnet.cpp: elements/4 packed, then a 32-byte tail holding the scale */
+        if (ne[0] % BITNET_I2S_BLOCK)
+            return bitnet__err(BITNET_ERR_BAD_SHAPE, "I2_S row of %llu is not a multiple of %d", (unsigned long long)ne[0],
+                               BITNET_I2S_BLOCK);
+        *out = n / 4 + 32;
+        return BITNET_OK;
+    default: return bitnet__err(BITNET_ERR_UNSUPPORTED_TYPE, "tensor type %d is not one of F32, F16, BF16, Q8_0, I2_S", (int)type);
+    }
+}
+
+/* ---- the bounds-checked cursor ---------------------------------------------------------------- */
+typedef struct bitnet__rd { const uint8_t *base; size_t size, pos; } bitnet__rd;
+
+static bitnet_result bitnet__rd_need(bitnet__rd *r, uint64_t n, const char *what) {
+    if (n > r->size - r->pos)
+        return bitnet__err(BITNET_ERR_TRUNCATED, "GGUF truncated: %s at offset %zu needs %llu bytes, only %zu remain", what,
+                           r->pos, (unsigned long long)n, r->size - r->pos);
+    return BITNET_OK;
+}
+static bitnet_result bitnet__rd_u32(bitnet__rd *r, uint32_t *v, const char *what) {
+    BITNET__TRY(bitnet__rd_need(r, 4, what));
+    *v = bitnet__le32(r->base + r->pos);
+    r->pos += 4;
+    return BITNET_OK;
+}
+static bitnet_result bitnet__rd_u64(bitnet__rd *r, uint64_t *v, const char *what) {
+    BITNET__TRY(bitnet__rd_need(r, 8, what));
+    *v = bitnet__le64(r->base + r->pos);
+    r->pos += 8;
+    return BITNET_OK;
+}
+/* n items of at least min_bytes each: more than the whole file can hold is corruption (never a
+   truncation), more than what remains is a truncation. Makes n safe to allocate from. */
+static bitnet_result bitnet__rd_count(bitnet__rd *r, uint64_t n, uint64_t min_bytes, const char *what) {
+    if (n > r->size / min_bytes)
+        return bitnet__err(BITNET_ERR_CORRUPT, "GGUF corrupt or truncated: %s = %llu at offset %zu cannot fit in a %zu-byte file", what,
+                           (unsigned long long)n, r->pos, r->size);
+    return bitnet__rd_need(r, n * min_bytes, what);
+}
+static bitnet_result bitnet__rd_str(bitnet__rd *r, bitnet_gguf_str *s, const char *what) {
+    uint64_t len;
+    BITNET__TRY(bitnet__rd_u64(r, &len, what));
+    BITNET__TRY(bitnet__rd_count(r, len, 1, what));
+    s->ptr = (const char *)(r->base + r->pos);
+    s->len = len;
+    r->pos += (size_t)len;
+    return BITNET_OK;
+}
+/* Names (keys, tensor names) become NUL-terminated copies, so they must not be empty or hold NULs. */
+static bitnet_result bitnet__gguf_name(bitnet_gguf *g, bitnet__rd *r, const char **out, const char *what) {
+    bitnet_gguf_str s;
+    char *p;
+    BITNET__TRY(bitnet__rd_str(r, &s, what));
+    if (s.len == 0) return bitnet__err(BITNET_ERR_CORRUPT, "GGUF corrupt: %s at offset %zu is empty", what, r->pos - 8);
+    if (memchr(s.ptr, 0, (size_t)s.len))
+        return bitnet__err(BITNET_ERR_CORRUPT, "GGUF corrupt: %s at offset %zu contains a NUL byte", what,
+                           r->pos - (size_t)s.len);
+    p = (char *)bitnet__arena_alloc(&g->arena, (size_t)s.len + 1);
+    if (!p) return BITNET_ERR_OUT_OF_MEMORY;
+    memcpy(p, s.ptr, (size_t)s.len);
+    p[s.len] = 0;
+    *out = p;
+    return BITNET_OK;
+}
+
+static bitnet_result bitnet__gguf_read_value(bitnet_gguf *g, bitnet__rd *r, bitnet__gguf_kv *kv) {
+    char what[96];
+    uint32_t t;
+    size_t esz;
+    snprintf(what, sizeof what, "value type of key '%.48s'", kv->key);
+    BITNET__TRY(bitnet__rd_u32(r, &t, what));
+    if (t >= BITNET_GGUF_TYPE_COUNT)
+        return bitnet__err(BITNET_ERR_CORRUPT, "GGUF corrupt: key '%s' has unknown value type %u", kv->key, t);
+    kv->type = (bitnet_gguf_type)t;
+    snprintf(what, sizeof what, "value of key '%.48s'", kv->key);
+    if (t == BITNET_GGUF_STRING) {
+        bitnet_gguf_str s;
+        BITNET__TRY(bitnet__rd_str(r, &s, what));
+        kv->raw = (const uint8_t *)s.ptr;
+        kv->len = s.len;
+        return BITNET_OK;
+    }
+    if (t != BITNET_GGUF_ARRAY) {
+        esz = bitnet__gguf_scalar_size(t);
+        BITNET__TRY(bitnet__rd_need(r, esz, what));
+        kv->raw = r->base + r->pos;
+        r->pos += esz;
+        return BITNET_OK;
+    }
+    snprintf(what, sizeof what, "element type of array '%.48s'", kv->key);
+    BITNET__TRY(bitnet__rd_u32(r, &t, what));
+    if (t == BITNET_GGUF_ARRAY)
+        return bitnet__err(BITNET_ERR_UNSUPPORTED, "GGUF: key '%s' is an array of arrays (nested arrays are not supported)", kv->key);
+    if (t >= BITNET_GGUF_TYPE_COUNT)
+        return bitnet__err(BITNET_ERR_CORRUPT, "GGUF corrupt: array '%s' has unknown element type %u", kv->key, t);
+    kv->elem = (bitnet_gguf_type)t;
+    snprintf(what, sizeof what, "length of array '%.48s'", kv->key);
+    BITNET__TRY(bitnet__rd_u64(r, &kv->count, what));
+    snprintf(what, sizeof what, "array '%.48s'", kv->key);
+    if (t == BITNET_GGUF_STRING) {
+        bitnet_gguf_str *tab;
+        uint64_t i;
+        size_t tab_bytes;
+        BITNET__TRY(bitnet__rd_count(r, kv->count, 8, what));
+        if (!bitnet__mul_size((size_t)(kv->count ? kv->count : 1), sizeof *tab, &tab_bytes)) /* 32-bit hosts */
+            return bitnet__err(BITNET_ERR_OVERFLOW, "GGUF: array '%s' of %llu strings is too large", kv->key,
+                               (unsigned long long)kv->count);
+        tab = (bitnet_gguf_str *)bitnet__arena_alloc(&g->arena, tab_bytes);
+        if (!tab) return BITNET_ERR_OUT_OF_MEMORY;
+        for (i = 0; i < kv->count; i++) { /* the context is formatted only on failure: arrays are long */
+            bitnet_result e = bitnet__rd_str(r, &tab[i], "a string");
+            if (e != BITNET_OK) {
+                char why[256];
+                memcpy(why, bitnet__errbuf, sizeof why - 1);
+                why[sizeof why - 1] = 0;
+                return bitnet__err(e, "%s (element %llu of array '%s')", why, (unsigned long long)i, kv->key);
+            }
+        }
+        kv->arr = tab;
+        return BITNET_OK;
+    }
+    esz = bitnet__gguf_scalar_size(t);
+    BITNET__TRY(bitnet__rd_count(r, kv->count, esz, what));
+    kv->arr = bitnet__arena_alloc(&g->arena, kv->count ? (size_t)kv->count * esz : 1);
+    if (!kv->arr) return BITNET_ERR_OUT_OF_MEMORY;
+    memcpy(kv->arr, r->base + r->pos, (size_t)kv->count * esz);
+    r->pos += (size_t)kv->count * esz;
+    return BITNET_OK;
+}
+
+static bitnet_result bitnet__gguf_parse(bitnet_gguf *g) {
+    bitnet__rd r;
+    char what[96];
+    uint64_t i;
+    int64_t ai;
+    r.base = g->base;
+    r.size = g->size;
+    r.pos = 0;
+    BITNET__TRY(bitnet__rd_need(&r, 4, "magic"));
+    if (memcmp(g->base, BITNET__GGUF_MAGIC, 4) != 0)
+        return bitnet__err(BITNET_ERR_BAD_MAGIC, "not a GGUF file: starts with bytes %02x %02x %02x %02x, not \"GGUF\"",
+                           g->base[0], g->base[1], g->base[2], g->base[3]);
+    r.pos = 4;
+    BITNET__TRY(bitnet__rd_u32(&r, &g->version, "version"));
+    if (g->version != 2 && g->version != 3) {
+        if (g->version == 1) return bitnet__err(BITNET_ERR_BAD_VERSION, "GGUF version 1 is not supported (only 2 and 3)");
+        if ((g->version & 0xffff) == 0 && (g->version >> 24) >= 1 && (g->version >> 24) <= 3)
+            return bitnet__err(BITNET_ERR_BAD_VERSION, "big-endian GGUF files are not supported");
+        return bitnet__err(BITNET_ERR_BAD_VERSION, "GGUF version %u is not supported (only 2 and 3)", g->version);
+    }
+    BITNET__TRY(bitnet__rd_u64(&r, &g->n_tensors, "tensor count"));
+    BITNET__TRY(bitnet__rd_u64(&r, &g->n_kv, "metadata count"));
+    if (g->n_kv > BITNET__GGUF_MAX_KV || g->n_kv > r.size / BITNET__GGUF_MIN_KV_BYTES)
+        return bitnet__err(BITNET_ERR_CORRUPT, "GGUF corrupt or truncated: %llu metadata entries cannot fit in a %zu-byte file",
+                           (unsigned long long)g->n_kv, r.size);
+    if (g->n_tensors > BITNET__GGUF_MAX_TENSORS || g->n_tensors > r.size / BITNET__GGUF_MIN_TENSOR_BYTES)
+        return bitnet__err(BITNET_ERR_CORRUPT, "GGUF corrupt or truncated: %llu tensors cannot fit in a %zu-byte file",
+                           (unsigned long long)g->n_tensors, r.size);
+    g->kv_cap = bitnet__hash_cap(g->n_kv);
+    g->t_cap = bitnet__hash_cap(g->n_tensors);
+    g->kv = (bitnet__gguf_kv *)bitnet__arena_alloc(&g->arena, (size_t)(g->n_kv ? g->n_kv : 1) * sizeof *g->kv);
+    g->tensors = (bitnet_tensor_info *)bitnet__arena_alloc(&g->arena, (size_t)(g->n_tensors ? g->n_tensors : 1) * sizeof *g->tensors);
+    g->kv_hash = (uint32_t *)bitnet__arena_alloc(&g->arena, g->kv_cap * sizeof(uint32_t));
+    g->t_hash = (uint32_t *)bitnet__arena_alloc(&g->arena, g->t_cap * sizeof(uint32_t));
+    if (!g->kv || !g->tensors || !g->kv_hash || !g->t_hash) return BITNET_ERR_OUT_OF_MEMORY;
+    memset(g->kv, 0, (size_t)g->n_kv * sizeof *g->kv);
+    memset(g->tensors, 0, (size_t)g->n_tensors * sizeof *g->tensors);
+    memset(g->kv_hash, 0, g->kv_cap * sizeof(uint32_t));
+    memset(g->t_hash, 0, g->t_cap * sizeof(uint32_t));
+
+    for (i = 0; i < g->n_kv; i++) {
+        bitnet__gguf_kv *kv = &g->kv[i];
+        size_t slot;
+        snprintf(what, sizeof what, "name of metadata key %llu", (unsigned long long)i);
+        BITNET__TRY(bitnet__gguf_name(g, &r, &kv->key, what));
+        slot = bitnet__gguf_slot(g->kv_hash, g->kv_cap, kv->key, strlen(kv->key), g->kv, NULL);
+        if (g->kv_hash[slot]) return bitnet__err(BITNET_ERR_BAD_METADATA, "GGUF: duplicate metadata key '%s'", kv->key);
+        BITNET__TRY(bitnet__gguf_read_value(g, &r, kv));
+        g->kv_hash[slot] = (uint32_t)(i + 1);
+    }
+
+    g->alignment = BITNET__GGUF_DEFAULT_ALIGN;
+    ai = bitnet_gguf_find_key(g, "general.alignment");
+    if (ai >= 0) {
+        uint32_t a;
+        if (g->kv[ai].type != BITNET_GGUF_UINT32)
+            return bitnet__err(BITNET_ERR_BAD_METADATA, "GGUF: general.alignment is %s, not UINT32",
+                               bitnet_gguf_type_name(g->kv[ai].type));
+        a = bitnet__le32(g->kv[ai].raw);
+        if (a == 0 || (a & (a - 1)))
+            return bitnet__err(BITNET_ERR_BAD_METADATA, "GGUF: general.alignment = %u is not a power of two", a);
+        g->alignment = a;
+    }
+
+    for (i = 0; i < g->n_tensors; i++) {
+        bitnet_tensor_info *ti = &g->tensors[i];
+        uint32_t nd, type;
+        size_t slot;
+        int d;
+        bitnet_result res;
+        snprintf(what, sizeof what, "name of tensor %llu", (unsigned long long)i);
+        BITNET__TRY(bitnet__gguf_name(g, &r, &ti->name, what));
+        slot = bitnet__gguf_slot(g->t_hash, g->t_cap, ti->name, strlen(ti->name), NULL, g->tensors);
+        if (g->t_hash[slot]) return bitnet__err(BITNET_ERR_DUPLICATE_TENSOR, "GGUF: tensor '%s' appears twice", ti->name);
+        g->t_hash[slot] = (uint32_t)(i + 1);
+        snprintf(what, sizeof what, "dimension count of tensor '%.48s'", ti->name);
+        BITNET__TRY(bitnet__rd_u32(&r, &nd, what));
+        if (nd < 1 || nd > 4)
+            return bitnet__err(BITNET_ERR_BAD_SHAPE, "GGUF: tensor '%s' has %u dimensions (1 to 4 allowed)", ti->name, nd);
+        ti->n_dims = (int)nd;
+        snprintf(what, sizeof what, "shape of tensor '%.48s'", ti->name);
+        for (d = 0; d < 4; d++) {
+            ti->ne[d] = 1;
+            if (d < (int)nd) BITNET__TRY(bitnet__rd_u64(&r, &ti->ne[d], what));
+        }
+        snprintf(what, sizeof what, "type of tensor '%.48s'", ti->name);
+        BITNET__TRY(bitnet__rd_u32(&r, &type, what));
+        snprintf(what, sizeof what, "offset of tensor '%.48s'", ti->name);
+        BITNET__TRY(bitnet__rd_u64(&r, &ti->offset, what));
+        if (type != BITNET_TENSOR_F32 && type != BITNET_TENSOR_F16 && type != BITNET_TENSOR_Q8_0 &&
+            type != BITNET_TENSOR_BF16 && type != BITNET_TENSOR_I2_S)
+            return bitnet__err(BITNET_ERR_UNSUPPORTED_TYPE,
+                               "GGUF: tensor '%s' has type %u (%s), not one of F32 (0), F16 (1), Q8_0 (8), BF16 (30), I2_S (36)",
+                               ti->name, type, bitnet__ggml_type_name(type));
+        ti->type = (bitnet_tensor_type)type;
+        res = bitnet_tensor_nbytes(ti->type, ti->ne, &ti->bytes);
+        if (res != BITNET_OK) {
+            char why[160];
+            memcpy(why, bitnet__errbuf, sizeof why - 1); /* the detail, before errbuf is rewritten */
+            why[sizeof why - 1] = 0;
+            return bitnet__err(res, "GGUF: tensor '%s' (%s [%llu, %llu, %llu, %llu]): %s", ti->name,
+                               bitnet_tensor_type_name(ti->type), (unsigned long long)ti->ne[0],
+                               (unsigned long long)ti->ne[1], (unsigned long long)ti->ne[2],
+                               (unsigned long long)ti->ne[3], why);
+        }
+        if (ti->offset % g->alignment)
+            return bitnet__err(BITNET_ERR_ALIGNMENT, "GGUF: tensor '%s' offset %llu is not a multiple of the alignment %u",
+                               ti->name, (unsigned long long)ti->offset, g->alignment);
+    }
+
+    /* The data section starts at the next multiple of the alignment. */
+    g->data_offset = ((uint64_t)r.pos + g->alignment - 1) / g->alignment * g->alignment;
+    for (i = 0; i < g->n_tensors; i++) {
+        bitnet_tensor_info *ti = &g->tensors[i];
+        uint64_t start = g->data_offset + ti->offset, end = start + ti->bytes;
+        if (ti->offset > UINT64_MAX - g->data_offset || ti->bytes > UINT64_MAX - start)
+            return bitnet__err(BITNET_ERR_OVERFLOW, "GGUF: tensor '%s' offset %llu + %llu bytes overflows", ti->name,
+                               (unsigned long long)ti->offset, (unsigned long long)ti->bytes);
+        if (end > g->size)
+            return bitnet__err(BITNET_ERR_TRUNCATED,
+                               "GGUF truncated: tensor '%s' occupies bytes %llu to %llu, but the file has %zu", ti->name,
+                               (unsigned long long)start, (unsigned long long)end, g->size);
+        ti->data = g->base + start;
+    }
+    return BITNET_OK;
+}
+
+static bitnet_result bitnet__gguf_new(const uint8_t *base, size_t size, bitnet_gguf **out) {
+    bitnet_gguf *g;
+    if (!bitnet__host_le()) return bitnet__err(BITNET_ERR_UNSUPPORTED, "GGUF: only little-endian hosts are supported");
+    g = (bitnet_gguf *)bitnet__calloc(1, sizeof *g);
+    if (!g) return BITNET_ERR_OUT_OF_MEMORY;
+    g->base = base;
+    g->size = size;
+    *out = g;
+    return BITNET_OK;
+}
+
+BITNET_API bitnet_result bitnet_gguf_open_memory(const void *data, size_t size, bitnet_gguf **out) {
+    bitnet_gguf *g;
+    bitnet_result r;
+    BITNET__CHECK_PTR(out);
+    *out = NULL;
+    if (!data && size) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_gguf_open_memory: data is NULL");
+    BITNET__TRY(bitnet__gguf_new((const uint8_t *)(data ? data : ""), size, &g));
+    r = bitnet__gguf_parse(g);
+    if (r != BITNET_OK) {
+        bitnet_gguf_close(g);
+        return r;
+    }
+    *out = g;
+    return BITNET_OK;
+}
+
+static int bitnet__file_size(FILE *f, uint64_t *size) {
+#if defined(_WIN32)
+    __int64 n;
+    if (_fseeki64(f, 0, SEEK_END) != 0 || (n = _ftelli64(f)) < 0 || _fseeki64(f, 0, SEEK_SET) != 0) return -1;
+    *size = (uint64_t)n;
+#else
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) return -1;
+    *size = (uint64_t)st.st_size;
+#endif
+    return 0;
+}
+
+BITNET_API bitnet_result bitnet_gguf_open(const char *path, bitnet_gguf **out) { return bitnet_gguf_open_ex(path, 0, out); }
+
+BITNET_API bitnet_result bitnet_gguf_open_ex(const char *path, unsigned flags, bitnet_gguf **out) {
+    FILE *f;
+    uint64_t fsize;
+    size_t size, got = 0;
+    void *map = NULL, *owned = NULL;
+    bitnet_gguf *g = NULL;
+    bitnet_result r;
+    BITNET__CHECK_PTR(path);
+    BITNET__CHECK_PTR(out);
+    *out = NULL;
+    if (flags & ~BITNET_GGUF_NO_MMAP) return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_gguf_open_ex: unknown flags 0x%x", flags);
+    f = fopen(path, "rb");
+    if (!f) return bitnet__err(BITNET_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+    if (bitnet__file_size(f, &fsize) != 0) {
+        fclose(f);
+        return bitnet__err(BITNET_ERR_IO, "cannot get the size of '%s' (not a regular file?)", path);
+    }
+    if (fsize > (uint64_t)SIZE_MAX) {
+        fclose(f);
+        return bitnet__err(BITNET_ERR_OVERFLOW, "'%s' (%llu bytes) does not fit in the address space", path, (unsigned long long)fsize);
+    }
+    size = (size_t)fsize;
+#if !defined(_WIN32) && !defined(BITNET_NO_MMAP)
+    if (!(flags & BITNET_GGUF_NO_MMAP) && size > 0) {
+        map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fileno(f), 0);
+        if (map == MAP_FAILED) {
+            bitnet__log(BITNET_LOG_INFO, "mmap of '%s' failed (%s); reading it into memory", path, strerror(errno));
+            map = NULL;
+        }
+    }
+#endif
+    if (!map) {
+        owned = bitnet__malloc(size ? size : 1);
+        if (!owned) {
+            fclose(f);
+            return bitnet__err(BITNET_ERR_OUT_OF_MEMORY, "cannot allocate %zu bytes to read '%s'", size, path);
+        }
+        while (got < size) {
+            size_t n = fread((char *)owned + got, 1, size - got, f);
+            if (n == 0) break;
+            got += n;
+        }
+        if (got != size) {
+            int e = ferror(f) ? errno : 0;
+            fclose(f);
+            bitnet__free(owned);
+            return bitnet__err(BITNET_ERR_IO, "reading '%s' stopped after %zu of %zu bytes%s%s", path, got, size,
+                               e ? ": " : "", e ? strerror(e) : "");
+        }
+    }
+    fclose(f);
+    r = bitnet__gguf_new((const uint8_t *)(map ? map : owned), size, &g);
+    if (r == BITNET_OK) {
+        g->map = map;
+        g->owned = owned;
+        r = bitnet__gguf_parse(g);
+        if (r != BITNET_OK) {
+            char msg[sizeof bitnet__errbuf];
+            snprintf(msg, sizeof msg, "%s", bitnet__errbuf);
+            bitnet_gguf_close(g);
+            return bitnet__err(r, "%s: %s", path, msg);
+        }
+        *out = g;
+        return BITNET_OK;
+    }
+#if !defined(_WIN32) && !defined(BITNET_NO_MMAP)
+    if (map) munmap(map, size);
+#endif
+    bitnet__free(owned);
+    return r;
+}
+
+BITNET_API void bitnet_gguf_close(bitnet_gguf *g) {
+    if (!g) return;
+#if !defined(_WIN32) && !defined(BITNET_NO_MMAP)
+    if (g->map) munmap(g->map, g->size);
+#endif
+    bitnet__free(g->owned);
+    bitnet__arena_free(&g->arena);
+    bitnet__free(g);
+}
+
+BITNET_API uint32_t bitnet_gguf_version(const bitnet_gguf *g) { return g ? g->version : 0; }
+BITNET_API uint64_t bitnet_gguf_kv_count(const bitnet_gguf *g) { return g ? g->n_kv : 0; }
+BITNET_API uint64_t bitnet_gguf_tensor_count(const bitnet_gguf *g) { return g ? g->n_tensors : 0; }
+BITNET_API uint32_t bitnet_gguf_alignment(const bitnet_gguf *g) { return g ? g->alignment : 0; }
+BITNET_API uint64_t bitnet_gguf_data_offset(const bitnet_gguf *g) { return g ? g->data_offset : 0; }
+BITNET_API uint64_t bitnet_gguf_size(const bitnet_gguf *g) { return g ? (uint64_t)g->size : 0; }
+BITNET_API int bitnet_gguf_is_mapped(const bitnet_gguf *g) { return g && g->map != NULL; }
+
+BITNET_API int64_t bitnet_gguf_find_key(const bitnet_gguf *g, const char *key) {
+    size_t slot;
+    if (!g || !key) return -1;
+    slot = bitnet__gguf_slot(g->kv_hash, g->kv_cap, key, strlen(key), g->kv, NULL);
+    return g->kv_hash[slot] ? (int64_t)g->kv_hash[slot] - 1 : -1;
+}
+BITNET_API const char *bitnet_gguf_key_name(const bitnet_gguf *g, uint64_t i) { return (g && i < g->n_kv) ? g->kv[i].key : NULL; }
+BITNET_API bitnet_gguf_type bitnet_gguf_key_type(const bitnet_gguf *g, uint64_t i) {
+    return (g && i < g->n_kv) ? g->kv[i].type : BITNET_GGUF_TYPE_COUNT;
+}
+
+static bitnet_result bitnet__gguf_lookup(const bitnet_gguf *g, const char *key, const char *fn, const bitnet__gguf_kv **kv) {
+    int64_t i;
+    if (!g || !key) return bitnet__err(BITNET_ERR_NULL_POINTER, "%s: g and key must not be NULL", fn);
+    i = bitnet_gguf_find_key(g, key);
+    if (i < 0) return bitnet__err(BITNET_ERR_BAD_METADATA, "GGUF: key '%s' is missing", key);
+    *kv = &g->kv[i];
+    return BITNET_OK;
+}
+static bitnet_result bitnet__gguf_wrong_type(const bitnet__gguf_kv *kv, const char *want) {
+    return bitnet__err(BITNET_ERR_BAD_METADATA, "GGUF: key '%s' is %s, expected %s", kv->key,
+                       kv->type == BITNET_GGUF_ARRAY ? "an array" : bitnet_gguf_type_name(kv->type), want);
+}
+/* An integer scalar as (negative, magnitude bits): *is_neg and *v. */
+static bitnet_result bitnet__gguf_int(const bitnet__gguf_kv *kv, const char *want, int *is_neg, uint64_t *u, int64_t *s) {
+    const uint8_t *p = kv->raw;
+    int64_t sv = 0;
+    uint64_t uv = 0;
+    int sgn = 0;
+    switch (kv->type) {
+    case BITNET_GGUF_UINT8: uv = p[0]; break;
+    case BITNET_GGUF_UINT16: uv = (uint64_t)p[0] | (uint64_t)p[1] << 8; break;
+    case BITNET_GGUF_UINT32: uv = bitnet__le32(p); break;
+    case BITNET_GGUF_UINT64: uv = bitnet__le64(p); break;
+    case BITNET_GGUF_INT8: sv = (int8_t)p[0]; sgn = 1; break;
+    case BITNET_GGUF_INT16: sv = (int16_t)(uint16_t)((unsigned)p[0] | (unsigned)p[1] << 8); sgn = 1; break;
+    case BITNET_GGUF_INT32: sv = (int32_t)bitnet__le32(p); sgn = 1; break;
+    case BITNET_GGUF_INT64: sv = (int64_t)bitnet__le64(p); sgn = 1; break;
+    default: return bitnet__gguf_wrong_type(kv, want);
+    }
+    if (sgn) {
+        *is_neg = sv < 0;
+        *s = sv;
+        *u = sv < 0 ? 0 : (uint64_t)sv;
+    } else {
+        *is_neg = 0;
+        *u = uv;
+        *s = uv > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)uv;
+    }
+    return BITNET_OK;
+}
+
+BITNET_API bitnet_result bitnet_gguf_get_u64(const bitnet_gguf *g, const char *key, uint64_t *out) {
+    const bitnet__gguf_kv *kv = NULL;
+    int neg = 0;
+    uint64_t u = 0;
+    int64_t s = 0;
+    BITNET__CHECK_PTR(out);
+    BITNET__TRY(bitnet__gguf_lookup(g, key, __func__, &kv));
+    BITNET__TRY(bitnet__gguf_int(kv, "an unsigned integer", &neg, &u, &s));
+    if (neg) return bitnet__err(BITNET_ERR_BAD_METADATA, "GGUF: key '%s' is %lld, expected a non-negative value", key, (long long)s);
+    *out = u;
+    return BITNET_OK;
+}
+BITNET_API bitnet_result bitnet_gguf_get_u32(const bitnet_gguf *g, const char *key, uint32_t *out) {
+    uint64_t v = 0;
+    BITNET__CHECK_PTR(out);
+    BITNET__TRY(bitnet_gguf_get_u64(g, key, &v));
+    if (v > UINT32_MAX) return bitnet__err(BITNET_ERR_BAD_METADATA, "GGUF: key '%s' = %llu does not fit 32 bits", key, (unsigned long long)v);
+    *out = (uint32_t)v;
+    return BITNET_OK;
+}
+BITNET_API bitnet_result bitnet_gguf_get_i64(const bitnet_gguf *g, const char *key, int64_t *out) {
+    const bitnet__gguf_kv *kv = NULL;
+    int neg = 0;
+    uint64_t u = 0;
+    int64_t s = 0;
+    BITNET__CHECK_PTR(out);
+    BITNET__TRY(bitnet__gguf_lookup(g, key, __func__, &kv));
+    BITNET__TRY(bitnet__gguf_int(kv, "an integer", &neg, &u, &s));
+    if (!neg && u > (uint64_t)INT64_MAX)
+        return bitnet__err(BITNET_ERR_BAD_METADATA, "GGUF: key '%s' = %llu does not fit int64", key, (unsigned long long)u);
+    *out = s;
+    return BITNET_OK;
+}
+BITNET_API bitnet_result bitnet_gguf_get_f64(const bitnet_gguf *g, const char *key, double *out) {
+    const bitnet__gguf_kv *kv = NULL;
+    BITNET__CHECK_PTR(out);
+    BITNET__TRY(bitnet__gguf_lookup(g, key, __func__, &kv));
+    if (kv->type == BITNET_GGUF_FLOAT32) {
+        float f;
+        uint32_t b = bitnet__le32(kv->raw);
+        memcpy(&f, &b, 4);
+        *out = f;
+    } else if (kv->type == BITNET_GGUF_FLOAT64) {
+        uint64_t b = bitnet__le64(kv->raw);
+        memcpy(out, &b, 8);
+    } else {
+        return bitnet__gguf_wrong_type(kv, "FLOAT32 or FLOAT64");
+    }
+    return BITNET_OK;
+}
+BITNET_API bitnet_result bitnet_gguf_get_f32(const bitnet_gguf *g, const char *key, float *out) {
+    double d = 0;
+    BITNET__CHECK_PTR(out);
+    BITNET__TRY(bitnet_gguf_get_f64(g, key, &d));
+    *out = (float)d;
+    return BITNET_OK;
+}
+BITNET_API bitnet_result bitnet_gguf_get_bool(const bitnet_gguf *g, const char *key, int *out) {
+    const bitnet__gguf_kv *kv = NULL;
+    BITNET__CHECK_PTR(out);
+    BITNET__TRY(bitnet__gguf_lookup(g, key, __func__, &kv));
+    if (kv->type != BITNET_GGUF_BOOL) return bitnet__gguf_wrong_type(kv, "BOOL");
+    *out = kv->raw[0] != 0;
+    return BITNET_OK;
+}
+BITNET_API bitnet_result bitnet_gguf_get_str(const bitnet_gguf *g, const char *key, bitnet_gguf_str *out) {
+    const bitnet__gguf_kv *kv = NULL;
+    BITNET__CHECK_PTR(out);
+    BITNET__TRY(bitnet__gguf_lookup(g, key, __func__, &kv));
+    if (kv->type != BITNET_GGUF_STRING) return bitnet__gguf_wrong_type(kv, "STRING");
+    out->ptr = (const char *)kv->raw;
+    out->len = kv->len;
+    return BITNET_OK;
+}
+BITNET_API bitnet_result bitnet_gguf_get_arr(const bitnet_gguf *g, const char *key, bitnet_gguf_type *elem_type, uint64_t *count) {
+    const bitnet__gguf_kv *kv = NULL;
+    BITNET__TRY(bitnet__gguf_lookup(g, key, __func__, &kv));
+    if (kv->type != BITNET_GGUF_ARRAY) return bitnet__gguf_wrong_type(kv, "an array");
+    if (elem_type) *elem_type = kv->elem;
+    if (count) *count = kv->count;
+    return BITNET_OK;
+}
+BITNET_API bitnet_result bitnet_gguf_arr_str(const bitnet_gguf *g, const char *key, uint64_t i, bitnet_gguf_str *out) {
+    const bitnet__gguf_kv *kv = NULL;
+    BITNET__CHECK_PTR(out);
+    BITNET__TRY(bitnet__gguf_lookup(g, key, __func__, &kv));
+    if (kv->type != BITNET_GGUF_ARRAY || kv->elem != BITNET_GGUF_STRING) return bitnet__gguf_wrong_type(kv, "an array of STRING");
+    if (i >= kv->count)
+        return bitnet__err(BITNET_ERR_INVALID_ARG, "GGUF: index %llu is past the %llu strings of '%s'", (unsigned long long)i,
+                           (unsigned long long)kv->count, key);
+    *out = ((const bitnet_gguf_str *)kv->arr)[i];
+    return BITNET_OK;
+}
+BITNET_API const void *bitnet_gguf_arr_data(const bitnet_gguf *g, const char *key) {
+    const bitnet__gguf_kv *kv = NULL;
+    if (bitnet__gguf_lookup(g, key, __func__, &kv) != BITNET_OK) return NULL;
+    if (kv->type != BITNET_GGUF_ARRAY || kv->elem == BITNET_GGUF_STRING) {
+        bitnet__gguf_wrong_type(kv, "a numeric array");
+        return NULL;
+    }
+    return kv->arr;
+}
+BITNET_API bitnet_result bitnet_gguf_tensor(const bitnet_gguf *g, uint64_t i, bitnet_tensor_info *out) {
+    BITNET__CHECK_PTR(g);
+    BITNET__CHECK_PTR(out);
+    if (i >= g->n_tensors)
+        return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_gguf_tensor: index %llu, the file has %llu tensors",
+                           (unsigned long long)i, (unsigned long long)g->n_tensors);
+    *out = g->tensors[i];
+    return BITNET_OK;
+}
+BITNET_API bitnet_result bitnet_gguf_find_tensor(const bitnet_gguf *g, const char *name, bitnet_tensor_info *out) {
+    size_t slot;
+    BITNET__CHECK_PTR(g);
+    BITNET__CHECK_PTR(name);
+    BITNET__CHECK_PTR(out);
+    slot = bitnet__gguf_slot(g->t_hash, g->t_cap, name, strlen(name), NULL, g->tensors);
+    if (!g->t_hash[slot]) return bitnet__err(BITNET_ERR_MISSING_TENSOR, "GGUF: tensor '%s' is missing", name);
+    *out = g->tensors[g->t_hash[slot] - 1];
+    return BITNET_OK;
+}
+
+/* ---- the BitNet architecture check ------------------------------------------------------------ */
+
+/* <arch>.<suffix> as an int32 in [1, INT32_MAX]; *v keeps its value when optional and absent. */
+static bitnet_result bitnet__gguf_hparam(const bitnet_gguf *g, const char *arch, const char *suffix, int required, int32_t *v) {
+    char key[128];
+    uint64_t u;
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    if (bitnet_gguf_find_key(g, key) < 0) {
+        if (required) return bitnet__err(BITNET_ERR_BAD_METADATA, "GGUF: required key '%s' is missing", key);
+        return BITNET_OK;
+    }
+    BITNET__TRY(bitnet_gguf_get_u64(g, key, &u));
+    if (u == 0 || u > INT32_MAX)
+        return bitnet__err(BITNET_ERR_BAD_METADATA, "GGUF: %s = %llu (must be 1 to %d)", key, (unsigned long long)u, INT32_MAX);
+    *v = (int32_t)u;
+    return BITNET_OK;
+}
+static bitnet_result bitnet__gguf_hparam_f(const bitnet_gguf *g, const char *arch, const char *suffix, int required, float *v) {
+    char key[128];
+    float f;
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    if (bitnet_gguf_find_key(g, key) < 0) {
+        if (required) return bitnet__err(BITNET_ERR_BAD_METADATA, "GGUF: required key '%s' is missing", key);
+        return BITNET_OK;
+    }
+    BITNET__TRY(bitnet_gguf_get_f32(g, key, &f));
+    if (!(f > 0) || f > FLT_MAX) return bitnet__err(BITNET_ERR_BAD_METADATA, "GGUF: %s = %g (must be finite and > 0)", key, (double)f);
+    *v = f;
+    return BITNET_OK;
+}
+/* The types each role accepts: ternary matrices come as I2_S, or as float latent weights that the
+   loader quantizes; the rest are float. */
+#define BITNET__GGUF_TERNARY 0
+#define BITNET__GGUF_FLOAT 1
+static int bitnet__gguf_role_ok(int role, bitnet_tensor_type t) {
+    return t == BITNET_TENSOR_F32 || t == BITNET_TENSOR_F16 || t == BITNET_TENSOR_BF16 ||
+           (role == BITNET__GGUF_TERNARY && t == BITNET_TENSOR_I2_S);
+}
+/* A tensor of this role and shape [ne0, ne1] (ne1 = 1 for vectors); optional ones may be absent. */
+static bitnet_result bitnet__gguf_want(const bitnet_gguf *g, const char *name, int role, uint64_t ne0, uint64_t ne1,
+                                       int optional) {
+    bitnet_tensor_info t;
+    if (bitnet_gguf_find_tensor(g, name, &t) != BITNET_OK) {
+        if (optional) return BITNET_OK;
+        return bitnet__err(BITNET_ERR_MISSING_TENSOR, "GGUF: tensor '%s' is missing", name);
+    }
+    if (!bitnet__gguf_role_ok(role, t.type))
+        return bitnet__err(BITNET_ERR_UNSUPPORTED_TYPE, "GGUF: tensor '%s' is %s, a BitNet model needs %s here", name,
+                           bitnet_tensor_type_name(t.type), role == BITNET__GGUF_TERNARY ? "I2_S, F32, F16 or BF16" : "F32, F16 or BF16");
+    if (t.ne[0] != ne0 || t.ne[1] != ne1 || t.ne[2] != 1 || t.ne[3] != 1)
+        return bitnet__err(BITNET_ERR_BAD_SHAPE, "GGUF: tensor '%s' has shape [%llu, %llu, %llu, %llu], the hyperparameters say [%llu, %llu]",
+                           name, (unsigned long long)t.ne[0], (unsigned long long)t.ne[1], (unsigned long long)t.ne[2],
+                           (unsigned long long)t.ne[3], (unsigned long long)ne0, (unsigned long long)ne1);
+    if (t.type == BITNET_TENSOR_I2_S) { /* the per-tensor scale after the packed weights */
+        float scale;
+        memcpy(&scale, (const uint8_t *)t.data + t.bytes - 32, 4);
+        if (!(scale >= 0 && scale <= FLT_MAX))
+            return bitnet__err(BITNET_ERR_CORRUPT, "GGUF: tensor '%s' has the scale %g (must be finite and >= 0)", name, (double)scale);
+    }
+    return BITNET_OK;
+}
+
+/* Validates g as a BitNet b1.58 model and fills info; see bitnet_gguf_check_bitnet. */
+static bitnet_result bitnet__gguf_check_bitnet(const bitnet_gguf *g, bitnet_model_info *info) {
+    static const char *const archs[] = {"bitnet-b1.58", "bitnet-25", "bitnet"};
+    bitnet_gguf_str s = {NULL, 0};
+    bitnet_tensor_info emb;
+    char arch[32], name[96];
+    int32_t rope_dims = 0, vocab_key = 0;
+    uint64_t dim, ffn, kv_dim, n_vocab = 0, i;
+    int a, l;
+    memset(info, 0, sizeof *info);
+    info->bos = info->eos = info->eot = -1;
+
+    BITNET__TRY(bitnet_gguf_get_str(g, "general.architecture", &s));
+    for (a = 0; a < 3; a++)
+        if (s.len == strlen(archs[a]) && memcmp(s.ptr, archs[a], (size_t)s.len) == 0) break;
+    if (a == 3)
+        return bitnet__err(BITNET_ERR_UNSUPPORTED, "GGUF: architecture '%.*s' is not a BitNet one (bitnet-b1.58, bitnet-25, bitnet)",
+                           (int)BITNET__MIN(s.len, 64), s.ptr);
+    snprintf(arch, sizeof arch, "%s", archs[a]);
+    snprintf(info->arch, sizeof info->arch, "%s", arch);
+
+    BITNET__TRY(bitnet__gguf_hparam(g, arch, "embedding_length", 1, &info->dim));
+    BITNET__TRY(bitnet__gguf_hparam(g, arch, "block_count", 1, &info->n_layers));
+    BITNET__TRY(bitnet__gguf_hparam(g, arch, "attention.head_count", 1, &info->n_heads));
+    info->n_kv_heads = info->n_heads;
+    BITNET__TRY(bitnet__gguf_hparam(g, arch, "attention.head_count_kv", 0, &info->n_kv_heads));
+    BITNET__TRY(bitnet__gguf_hparam(g, arch, "feed_forward_length", 1, &info->ffn_dim));
+    BITNET__TRY(bitnet__gguf_hparam(g, arch, "context_length", 1, &info->n_ctx_train));
+    BITNET__TRY(bitnet__gguf_hparam(g, arch, "vocab_size", 0, &vocab_key));
+    BITNET__TRY(bitnet__gguf_hparam(g, arch, "rope.dimension_count", 0, &rope_dims));
+    info->rope_theta = 10000.0f;
+    BITNET__TRY(bitnet__gguf_hparam_f(g, arch, "rope.freq_base", 0, &info->rope_theta));
+    BITNET__TRY(bitnet__gguf_hparam_f(g, arch, "attention.layer_norm_rms_epsilon", 1, &info->norm_eps));
+
+    if (info->dim % info->n_heads)
+        return bitnet__err(BITNET_ERR_BAD_METADATA, "GGUF: %s.embedding_length %d is not divisible by head_count %d", arch,
+                           info->dim, info->n_heads);
+    if (info->n_heads % info->n_kv_heads)
+        return bitnet__err(BITNET_ERR_BAD_METADATA, "GGUF: %s.attention.head_count %d is not divisible by head_count_kv %d", arch,
+                           info->n_heads, info->n_kv_heads);
+    info->head_dim = info->dim / info->n_heads;
+    if (info->head_dim % 2)
+        return bitnet__err(BITNET_ERR_BAD_METADATA, "GGUF: head dimension %d is odd (RoPE rotates pairs)", info->head_dim);
+    if (rope_dims && rope_dims != info->head_dim)
+        return bitnet__err(BITNET_ERR_UNSUPPORTED, "GGUF: %s.rope.dimension_count %d differs from the head dimension %d (partial RoPE)",
+                           arch, rope_dims, info->head_dim);
+    if (info->dim % BITNET_I2S_BLOCK || info->ffn_dim % BITNET_I2S_BLOCK)
+        return bitnet__err(BITNET_ERR_BAD_SHAPE, "GGUF: embedding_length %d and feed_forward_length %d must be multiples of %d (I2_S rows)",
+                           info->dim, info->ffn_dim, BITNET_I2S_BLOCK);
+
+    /* The vocabulary: the token list, else vocab_size, else the embedding. */
+    if (bitnet_gguf_find_key(g, "tokenizer.ggml.tokens") >= 0) {
+        bitnet_gguf_type et;
+        BITNET__TRY(bitnet_gguf_get_arr(g, "tokenizer.ggml.tokens", &et, &n_vocab));
+        if (et != BITNET_GGUF_STRING) return bitnet__err(BITNET_ERR_BAD_METADATA, "GGUF: tokenizer.ggml.tokens is not an array of strings");
+        if (vocab_key && (uint64_t)vocab_key != n_vocab)
+            return bitnet__err(BITNET_ERR_BAD_METADATA, "GGUF: %s.vocab_size %d differs from the %llu tokens", arch, vocab_key,
+                               (unsigned long long)n_vocab);
+    } else if (vocab_key) {
+        n_vocab = (uint64_t)vocab_key;
+    }
+    BITNET__TRY(bitnet_gguf_find_tensor(g, "token_embd.weight", &emb));
+    if (!n_vocab) n_vocab = emb.ne[1];
+    if (n_vocab == 0 || n_vocab > INT32_MAX) return bitnet__err(BITNET_ERR_BAD_METADATA, "GGUF: vocabulary of %llu tokens", (unsigned long long)n_vocab);
+    info->n_vocab = (int32_t)n_vocab;
+    if (bitnet_gguf_find_key(g, "tokenizer.ggml.token_type") >= 0) {
+        bitnet_gguf_type et;
+        uint64_t n;
+        BITNET__TRY(bitnet_gguf_get_arr(g, "tokenizer.ggml.token_type", &et, &n));
+        if (et != BITNET_GGUF_INT32 || n != n_vocab)
+            return bitnet__err(BITNET_ERR_BAD_METADATA, "GGUF: tokenizer.ggml.token_type is %llu x %s, expected %llu x INT32",
+                               (unsigned long long)n, bitnet_gguf_type_name(et), (unsigned long long)n_vocab);
+    }
+    if (bitnet_gguf_find_key(g, "tokenizer.ggml.merges") >= 0) {
+        bitnet_gguf_type et;
+        BITNET__TRY(bitnet_gguf_get_arr(g, "tokenizer.ggml.merges", &et, NULL));
+        if (et != BITNET_GGUF_STRING) return bitnet__err(BITNET_ERR_BAD_METADATA, "GGUF: tokenizer.ggml.merges is not an array of strings");
+    }
+    /* Every special token id (tokenizer.ggml.*_token_id) must name a token. */
+    for (i = 0; i < g->n_kv; i++) {
+        const char *k = g->kv[i].key;
+        size_t kl = strlen(k);
+        uint64_t id;
+        if (strncmp(k, "tokenizer.ggml.", 15) != 0 || kl < 24 || strcmp(k + kl - 9, "_token_id") != 0) continue;
+        BITNET__TRY(bitnet_gguf_get_u64(g, k, &id));
+        if (id >= n_vocab)
+            return bitnet__err(BITNET_ERR_BAD_METADATA, "GGUF: %s = %llu is outside the vocabulary of %llu tokens", k,
+                               (unsigned long long)id, (unsigned long long)n_vocab);
+        if (strcmp(k, "tokenizer.ggml.bos_token_id") == 0) info->bos = (int32_t)id;
+        if (strcmp(k, "tokenizer.ggml.eos_token_id") == 0) info->eos = (int32_t)id;
+        if (strcmp(k, "tokenizer.ggml.eot_token_id") == 0) info->eot = (int32_t)id;
+    }
+    if (info->eot < 0 && bitnet_gguf_find_key(g, "tokenizer.ggml.tokens") >= 0) {
+        for (i = 0; i < n_vocab; i++) {
+            BITNET__TRY(bitnet_gguf_arr_str(g, "tokenizer.ggml.tokens", i, &s));
+            if (s.len == 10 && memcmp(s.ptr, "<|eot_id|>", 10) == 0) {
+                info->eot = (int32_t)i;
+                break;
+            }
+        }
+    }
+
+    dim = (uint64_t)info->dim;
+    ffn = (uint64_t)info->ffn_dim;
+    kv_dim = (uint64_t)info->n_kv_heads * (uint64_t)info->head_dim;
+    BITNET__TRY(bitnet__gguf_want(g, "token_embd.weight", BITNET__GGUF_FLOAT, dim, n_vocab, 0));
+    BITNET__TRY(bitnet__gguf_want(g, "output_norm.weight", BITNET__GGUF_FLOAT, dim, 1, 0));
+    BITNET__TRY(bitnet__gguf_want(g, "output.weight", BITNET__GGUF_FLOAT, dim, n_vocab, 1));
+    for (l = 0; l < info->n_layers; l++) {
+        enum { T = BITNET__GGUF_TERNARY, F = BITNET__GGUF_FLOAT };
+        static const struct { const char *name; int role; int ne0, ne1; } parts[] = {
+            /* ne codes: 1 = dim, 2 = kv_dim, 3 = ffn, 0 = vector */
+            {"attn_norm", F, 1, 0}, {"attn_q", T, 1, 1},      {"attn_k", T, 1, 2},        {"attn_v", T, 1, 2},
+            {"attn_output", T, 1, 1}, {"attn_sub_norm", F, 1, 0}, {"ffn_norm", F, 1, 0}, {"ffn_gate", T, 1, 3},
+            {"ffn_up", T, 1, 3},    {"ffn_down", T, 3, 1},    {"ffn_sub_norm", F, 3, 0}};
+        size_t p;
+        for (p = 0; p < sizeof parts / sizeof parts[0]; p++) {
+            const uint64_t sz[4] = {1, dim, kv_dim, ffn};
+            snprintf(name, sizeof name, "blk.%d.%s.weight", l, parts[p].name);
+            BITNET__TRY(bitnet__gguf_want(g, name, parts[p].role, sz[parts[p].ne0], sz[parts[p].ne1], 0));
+        }
+    }
+    return BITNET_OK;
+}
+
+BITNET_API bitnet_result bitnet_gguf_check_bitnet(const bitnet_gguf *g, struct bitnet_model_info *info) {
+    BITNET__CHECK_PTR(g);
+    BITNET__CHECK_PTR(info);
+    return bitnet__gguf_check_bitnet(g, info);
+}
+
+/* ---- the writer ------------------------------------------------------------------------------- */
+
+typedef struct bitnet__gw_tensor {
+    char *name;
+    bitnet_tensor_type type;
+    int n_dims;
+    uint64_t ne[4], bytes, offset;
+} bitnet__gw_tensor;
+
+struct bitnet_gguf_writer {
+    uint8_t *kv;                 /* the serialised key-value section */
+    size_t kv_len, kv_cap;
+    uint64_t n_kv;
+    char **keys;                 /* copies, for the duplicate check */
+    size_t keys_cap;
+    bitnet__gw_tensor *t;
+    size_t n_t, t_cap;
+    uint32_t alignment;
+    int state;                   /* 0 declaring, 1 writing data, 2 finished, 3 failed */
+    FILE *f;
+    char *path;
+    size_t cur;                  /* tensor being written */
+    uint64_t cur_done;           /* its bytes written so far */
+};
+
+/* Grows *p (elements of size esz, capacity *cap) to hold need elements. */
+static bitnet_result bitnet__grow(void **p, size_t *cap, size_t need, size_t esz) {
+    size_t ncap = *cap ? *cap : 16, bytes;
+    void *np;
+    if (need <= *cap) return BITNET_OK;
+    while (ncap < need) {
+        if (ncap > SIZE_MAX / 2) return bitnet__err(BITNET_ERR_OVERFLOW, "buffer growth overflows");
+        ncap *= 2;
+    }
+    if (!bitnet__mul_size(ncap, esz, &bytes)) return bitnet__err(BITNET_ERR_OVERFLOW, "buffer growth overflows");
+    np = bitnet__malloc(bytes);
+    if (!np) return BITNET_ERR_OUT_OF_MEMORY;
+    if (*p) memcpy(np, *p, *cap * esz);
+    bitnet__free(*p);
+    *p = np;
+    *cap = ncap;
+    return BITNET_OK;
+}
+static bitnet_result bitnet__gw_put(bitnet_gguf_writer *w, const void *data, size_t n) {
+    void *p = w->kv;
+    size_t need;
+    if (!bitnet__add_size(w->kv_len, n, &need)) return bitnet__err(BITNET_ERR_OVERFLOW, "GGUF writer: metadata too large");
+    BITNET__TRY(bitnet__grow(&p, &w->kv_cap, need, 1));
+    w->kv = (uint8_t *)p;
+    if (n) memcpy(w->kv + w->kv_len, data, n);
+    w->kv_len += n;
+    return BITNET_OK;
+}
+static void bitnet__put_le32(uint8_t *b, uint32_t v) {
+    b[0] = (uint8_t)v; b[1] = (uint8_t)(v >> 8); b[2] = (uint8_t)(v >> 16); b[3] = (uint8_t)(v >> 24);
+}
+static void bitnet__put_le64(uint8_t *b, uint64_t v) {
+    bitnet__put_le32(b, (uint32_t)v);
+    bitnet__put_le32(b + 4, (uint32_t)(v >> 32));
+}
+static bitnet_result bitnet__gw_u32(bitnet_gguf_writer *w, uint32_t v) {
+    uint8_t b[4];
+    bitnet__put_le32(b, v);
+    return bitnet__gw_put(w, b, 4);
+}
+static bitnet_result bitnet__gw_str(bitnet_gguf_writer *w, const char *s, uint64_t len) {
+    uint8_t b[8];
+    if (len && !s) return bitnet__err(BITNET_ERR_NULL_POINTER, "GGUF writer: a string of %llu bytes has a NULL pointer", (unsigned long long)len);
+    if (len > SIZE_MAX) return bitnet__err(BITNET_ERR_OVERFLOW, "GGUF writer: string too long");
+    bitnet__put_le64(b, len);
+    BITNET__TRY(bitnet__gw_put(w, b, 8));
+    return bitnet__gw_put(w, s, (size_t)len);
+}
+static char *bitnet__strdup(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *p = (char *)bitnet__malloc(n);
+    if (p) memcpy(p, s, n);
+    return p;
+}
+
+BITNET_API bitnet_result bitnet_gguf_writer_create(bitnet_gguf_writer **out) {
+    bitnet_gguf_writer *w;
+    BITNET__CHECK_PTR(out);
+    *out = NULL;
+    if (!bitnet__host_le()) return bitnet__err(BITNET_ERR_UNSUPPORTED, "GGUF: only little-endian hosts are supported");
+    w = (bitnet_gguf_writer *)bitnet__calloc(1, sizeof *w);
+    if (!w) return BITNET_ERR_OUT_OF_MEMORY;
+    w->alignment = BITNET__GGUF_DEFAULT_ALIGN;
+    *out = w;
+    return BITNET_OK;
+}
+
+BITNET_API void bitnet_gguf_writer_free(bitnet_gguf_writer *w) {
+    size_t i;
+    if (!w) return;
+    if (w->f) {
+        fclose(w->f);
+        if (w->path) remove(w->path); /* unfinished: leave no half-written model behind */
+    }
+    for (i = 0; i < w->n_kv; i++) bitnet__free(w->keys[i]);
+    for (i = 0; i < w->n_t; i++) bitnet__free(w->t[i].name);
+    bitnet__free(w->keys);
+    bitnet__free(w->t);
+    bitnet__free(w->kv);
+    bitnet__free(w->path);
+    bitnet__free(w);
+}
+
+/* Key, type and duplicate checks shared by the setters; appends the key and records it. */
+static bitnet_result bitnet__gw_key(bitnet_gguf_writer *w, const char *key, const char *fn) {
+    size_t i;
+    void *p;
+    BITNET__CHECK_PTR(w);
+    if (!key || !*key) return bitnet__err(BITNET_ERR_INVALID_ARG, "%s: key is NULL or empty", fn);
+    if (w->state != 0) return bitnet__err(BITNET_ERR_INVALID_STATE, "%s: metadata must be set before begin()", fn);
+    for (i = 0; i < w->n_kv; i++)
+        if (strcmp(w->keys[i], key) == 0) return bitnet__err(BITNET_ERR_INVALID_ARG, "%s: key '%s' is already set", fn, key);
+    p = w->keys;
+    BITNET__TRY(bitnet__grow(&p, &w->keys_cap, w->n_kv + 1, sizeof(char *)));
+    w->keys = (char **)p;
+    if (!(w->keys[w->n_kv] = bitnet__strdup(key))) return BITNET_ERR_OUT_OF_MEMORY;
+    w->n_kv++;
+    return bitnet__gw_str(w, key, strlen(key));
+}
+
+BITNET_API bitnet_result bitnet_gguf_writer_set(bitnet_gguf_writer *w, const char *key, bitnet_gguf_type type, const void *value) {
+    size_t esz;
+    bitnet_result r;
+    BITNET__CHECK_PTR(w);
+    BITNET__CHECK_PTR(value);
+    if ((unsigned)type >= BITNET_GGUF_TYPE_COUNT || type == BITNET_GGUF_ARRAY)
+        return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_gguf_writer_set: type %d is not a scalar type", (int)type);
+    if (key && strcmp(key, "general.alignment") == 0) {
+        uint32_t a;
+        if (type != BITNET_GGUF_UINT32) return bitnet__err(BITNET_ERR_INVALID_ARG, "general.alignment must be UINT32");
+        memcpy(&a, value, 4);
+        if (a == 0 || (a & (a - 1))) return bitnet__err(BITNET_ERR_INVALID_ARG, "general.alignment %u is not a power of two", a);
+        if (w->state == 0) w->alignment = a;
+    }
+    if (type == BITNET_GGUF_BOOL && *(const uint8_t *)value > 1)
+        return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_gguf_writer_set: bool value %u", *(const uint8_t *)value);
+    if (type == BITNET_GGUF_STRING && ((const bitnet_gguf_str *)value)->len && !((const bitnet_gguf_str *)value)->ptr)
+        return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_gguf_writer_set: string value has a NULL pointer");
+    BITNET__TRY(bitnet__gw_key(w, key, "bitnet_gguf_writer_set"));
+    r = bitnet__gw_u32(w, (uint32_t)type);
+    if (r == BITNET_OK && type == BITNET_GGUF_STRING) {
+        const bitnet_gguf_str *s = (const bitnet_gguf_str *)value;
+        r = bitnet__gw_str(w, s->ptr, s->len);
+    } else if (r == BITNET_OK) {
+        esz = bitnet__gguf_scalar_size((uint32_t)type);
+        r = bitnet__gw_put(w, value, esz);
+    }
+    if (r != BITNET_OK) w->state = 3; /* the key is in, its value is not: unusable */
+    return r;
+}
+BITNET_API bitnet_result bitnet_gguf_writer_set_u32(bitnet_gguf_writer *w, const char *key, uint32_t v) {
+    return bitnet_gguf_writer_set(w, key, BITNET_GGUF_UINT32, &v);
+}
+BITNET_API bitnet_result bitnet_gguf_writer_set_f32(bitnet_gguf_writer *w, const char *key, float v) {
+    return bitnet_gguf_writer_set(w, key, BITNET_GGUF_FLOAT32, &v);
+}
+BITNET_API bitnet_result bitnet_gguf_writer_set_str(bitnet_gguf_writer *w, const char *key, const char *v) {
+    bitnet_gguf_str s;
+    BITNET__CHECK_PTR(v);
+    s.ptr = v;
+    s.len = strlen(v);
+    return bitnet_gguf_writer_set(w, key, BITNET_GGUF_STRING, &s);
+}
+BITNET_API bitnet_result bitnet_gguf_writer_set_arr(bitnet_gguf_writer *w, const char *key, bitnet_gguf_type elem_type,
+                                                    const void *values, uint64_t n) {
+    uint8_t b[8];
+    size_t esz, bytes;
+    uint64_t i;
+    bitnet_result r;
+    BITNET__CHECK_PTR(w);
+    if (n && !values) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_gguf_writer_set_arr: values is NULL");
+    if ((unsigned)elem_type >= BITNET_GGUF_TYPE_COUNT || elem_type == BITNET_GGUF_ARRAY)
+        return bitnet__err(BITNET_ERR_UNSUPPORTED, "bitnet_gguf_writer_set_arr: element type %d (nested arrays are not supported)",
+                           (int)elem_type);
+    esz = bitnet__gguf_scalar_size((uint32_t)elem_type);
+    bytes = 0;
+    if (elem_type != BITNET_GGUF_STRING && (n > SIZE_MAX || !bitnet__mul_size((size_t)n, esz, &bytes)))
+        return bitnet__err(BITNET_ERR_OVERFLOW, "bitnet_gguf_writer_set_arr: %llu elements overflow", (unsigned long long)n);
+    for (i = 0; elem_type == BITNET_GGUF_STRING && i < n; i++)
+        if (((const bitnet_gguf_str *)values)[i].len && !((const bitnet_gguf_str *)values)[i].ptr)
+            return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_gguf_writer_set_arr: string %llu has a NULL pointer",
+                               (unsigned long long)i);
+    BITNET__TRY(bitnet__gw_key(w, key, "bitnet_gguf_writer_set_arr"));
+    r = bitnet__gw_u32(w, BITNET_GGUF_ARRAY);
+    if (r == BITNET_OK) r = bitnet__gw_u32(w, (uint32_t)elem_type);
+    bitnet__put_le64(b, n);
+    if (r == BITNET_OK) r = bitnet__gw_put(w, b, 8);
+    if (r == BITNET_OK && elem_type != BITNET_GGUF_STRING) r = bitnet__gw_put(w, values, bytes);
+    for (i = 0; r == BITNET_OK && elem_type == BITNET_GGUF_STRING && i < n; i++) {
+        const bitnet_gguf_str *s = (const bitnet_gguf_str *)values + i;
+        r = bitnet__gw_str(w, s->ptr, s->len);
+    }
+    if (r != BITNET_OK) w->state = 3; /* the key is in, its value is not: unusable */
+    return r;
+}
+
+BITNET_API bitnet_result bitnet_gguf_writer_add_tensor(bitnet_gguf_writer *w, const char *name, bitnet_tensor_type type,
+                                                       int n_dims, const uint64_t *ne) {
+    bitnet__gw_tensor t;
+    size_t i;
+    int d;
+    void *p;
+    BITNET__CHECK_PTR(w);
+    BITNET__CHECK_PTR(name);
+    BITNET__CHECK_PTR(ne);
+    if (w->state != 0) return bitnet__err(BITNET_ERR_INVALID_STATE, "bitnet_gguf_writer_add_tensor: tensors must be added before begin()");
+    if (!*name) return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_gguf_writer_add_tensor: empty name");
+    if (n_dims < 1 || n_dims > 4) return bitnet__err(BITNET_ERR_BAD_SHAPE, "bitnet_gguf_writer_add_tensor: '%s' has %d dimensions", name, n_dims);
+    memset(&t, 0, sizeof t);
+    t.type = type;
+    t.n_dims = n_dims;
+    for (d = 0; d < 4; d++) t.ne[d] = d < n_dims ? ne[d] : 1;
+    BITNET__TRY(bitnet_tensor_nbytes(type, t.ne, &t.bytes));
+    for (i = 0; i < w->n_t; i++)
+        if (strcmp(w->t[i].name, name) == 0) return bitnet__err(BITNET_ERR_DUPLICATE_TENSOR, "bitnet_gguf_writer_add_tensor: '%s' already added", name);
+    p = w->t;
+    BITNET__TRY(bitnet__grow(&p, &w->t_cap, w->n_t + 1, sizeof t));
+    w->t = (bitnet__gw_tensor *)p;
+    if (!(t.name = bitnet__strdup(name))) return BITNET_ERR_OUT_OF_MEMORY;
+    w->t[w->n_t++] = t;
+    return BITNET_OK;
+}
+
+static bitnet_result bitnet__gw_fwrite(bitnet_gguf_writer *w, const void *data, size_t n) {
+    if (n && fwrite(data, 1, n, w->f) != n) {
+        w->state = 3;
+        return bitnet__err(BITNET_ERR_IO, "writing '%s' failed: %s", w->path, strerror(errno));
+    }
+    return BITNET_OK;
+}
+static bitnet_result bitnet__gw_pad(bitnet_gguf_writer *w, uint64_t pos) {
+    static const uint8_t zeros[64] = {0};
+    uint64_t pad = (w->alignment - pos % w->alignment) % w->alignment;
+    while (pad) {
+        size_t n = (size_t)BITNET__MIN(pad, (uint64_t)sizeof zeros);
+        BITNET__TRY(bitnet__gw_fwrite(w, zeros, n));
+        pad -= n;
+    }
+    return BITNET_OK;
+}
+/* Moves past finished tensors, padding each (the last one too, as ggml does) to the alignment. */
+static bitnet_result bitnet__gw_advance(bitnet_gguf_writer *w) {
+    while (w->cur < w->n_t && w->cur_done == w->t[w->cur].bytes) {
+        BITNET__TRY(bitnet__gw_pad(w, w->t[w->cur].bytes));
+        w->cur++;
+        w->cur_done = 0;
+    }
+    return BITNET_OK;
+}
+
+BITNET_API bitnet_result bitnet_gguf_writer_begin(bitnet_gguf_writer *w, const char *path) {
+    uint8_t hdr[24], b[8];
+    uint64_t off = 0, pos;
+    size_t i;
+    int d;
+    BITNET__CHECK_PTR(w);
+    BITNET__CHECK_PTR(path);
+    if (w->state != 0)
+        return bitnet__err(BITNET_ERR_INVALID_STATE, "bitnet_gguf_writer_begin: %s",
+                           w->state == 3 ? "an earlier call failed" : "called twice");
+    for (i = 0; i < w->n_t; i++) { /* offsets: each tensor starts aligned */
+        w->t[i].offset = off;
+        if (w->t[i].bytes > UINT64_MAX - off - w->alignment) return bitnet__err(BITNET_ERR_OVERFLOW, "GGUF writer: data section overflows");
+        off = (off + w->t[i].bytes + w->alignment - 1) / w->alignment * w->alignment;
+    }
+    if (!(w->path = bitnet__strdup(path))) return BITNET_ERR_OUT_OF_MEMORY;
+    w->f = fopen(path, "wb");
+    if (!w->f) {
+        w->state = 3;
+        return bitnet__err(BITNET_ERR_IO, "cannot create '%s': %s", path, strerror(errno));
+    }
+    setvbuf(w->f, NULL, _IOFBF, 1 << 20);
+    w->state = 1;
+    memcpy(hdr, BITNET__GGUF_MAGIC, 4);
+    bitnet__put_le32(hdr + 4, 3);
+    bitnet__put_le64(hdr + 8, (uint64_t)w->n_t);
+    bitnet__put_le64(hdr + 16, w->n_kv);
+    BITNET__TRY(bitnet__gw_fwrite(w, hdr, sizeof hdr));
+    BITNET__TRY(bitnet__gw_fwrite(w, w->kv, w->kv_len));
+    pos = sizeof hdr + w->kv_len;
+    for (i = 0; i < w->n_t; i++) {
+        const bitnet__gw_tensor *t = &w->t[i];
+        size_t nl = strlen(t->name);
+        bitnet__put_le64(b, nl);
+        BITNET__TRY(bitnet__gw_fwrite(w, b, 8));
+        BITNET__TRY(bitnet__gw_fwrite(w, t->name, nl));
+        bitnet__put_le32(b, (uint32_t)t->n_dims);
+        BITNET__TRY(bitnet__gw_fwrite(w, b, 4));
+        for (d = 0; d < t->n_dims; d++) {
+            bitnet__put_le64(b, t->ne[d]);
+            BITNET__TRY(bitnet__gw_fwrite(w, b, 8));
+        }
+        bitnet__put_le32(b, (uint32_t)t->type);
+        BITNET__TRY(bitnet__gw_fwrite(w, b, 4));
+        bitnet__put_le64(b, t->offset);
+        BITNET__TRY(bitnet__gw_fwrite(w, b, 8));
+        pos += 8 + nl + 4 + 8 * (uint64_t)t->n_dims + 4 + 8;
+    }
+    BITNET__TRY(bitnet__gw_pad(w, pos));
+    w->cur = 0;
+    w->cur_done = 0;
+    return bitnet__gw_advance(w);
+}
+
+BITNET_API bitnet_result bitnet_gguf_writer_write(bitnet_gguf_writer *w, const void *data, size_t n) {
+    const uint8_t *p = (const uint8_t *)data;
+    BITNET__CHECK_PTR(w);
+    if (n && !data) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_gguf_writer_write: data is NULL");
+    if (w->state != 1) return bitnet__err(BITNET_ERR_INVALID_STATE, "bitnet_gguf_writer_write: not between begin() and finish()");
+    while (n) {
+        uint64_t left;
+        size_t k;
+        if (w->cur >= w->n_t) {
+            w->state = 3;
+            return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_gguf_writer_write: %zu bytes more than the declared tensors hold", n);
+        }
+        left = w->t[w->cur].bytes - w->cur_done;
+        k = (size_t)BITNET__MIN((uint64_t)n, left);
+        BITNET__TRY(bitnet__gw_fwrite(w, p, k));
+        w->cur_done += k;
+        p += k;
+        n -= k;
+        BITNET__TRY(bitnet__gw_advance(w));
+    }
+    return BITNET_OK;
+}
+
+BITNET_API bitnet_result bitnet_gguf_writer_finish(bitnet_gguf_writer *w) {
+    FILE *f;
+    BITNET__CHECK_PTR(w);
+    if (w->state != 1) return bitnet__err(BITNET_ERR_INVALID_STATE, "bitnet_gguf_writer_finish: not between begin() and finish()");
+    if (w->cur < w->n_t)
+        return bitnet__err(BITNET_ERR_INVALID_STATE, "bitnet_gguf_writer_finish: tensor '%s' has %llu of its %llu bytes",
+                           w->t[w->cur].name, (unsigned long long)w->cur_done, (unsigned long long)w->t[w->cur].bytes);
+    f = w->f;
+    w->f = NULL;
+    if (fflush(f) != 0 || ferror(f)) {
+        int e = errno;
+        fclose(f);
+        remove(w->path);
+        w->state = 3;
+        return bitnet__err(BITNET_ERR_IO, "writing '%s' failed: %s", w->path, strerror(e));
+    }
+    if (fclose(f) != 0) {
+        remove(w->path);
+        w->state = 3;
+        return bitnet__err(BITNET_ERR_IO, "closing '%s' failed: %s", w->path, strerror(errno));
+    }
+    w->state = 2;
+    return BITNET_OK;
+}
+
 /* >>tokenizer ================================================================================= */
 
 /* >>sampler =================================================================================== */
@@ -3039,9 +4539,2433 @@ BITNET_API bitnet_result bitnet_gemm_q8(const int8_t *w, const float *w_scale, s
 
 /* >>cuda-loader =============================================================================== */
 
+/* No CUDA header: the few driver and NVRTC types, constants and entry points we use are declared
+   here with the values of cuda.h / nvrtc.h (CUDA 13.0). The entry points live in a struct, so the
+   library never defines or exports a cu* or nvrtc* symbol. */
+#ifndef BITNET_NO_CUDA
+#include "bitnet_cuda_kernels.h"
+#else
+#define BITNET_CUDA_MODULES(X)
+#define BITNET_CUDA_KERNELS(X)
+#define BITNET_CUDA_KERNELS_VERSION 0
+static const char bitnet_cuda_src_common[] = "";
+#endif
+#if defined(__GLIBC__) && !defined(_WIN32)
+#include <execinfo.h>
+#define BITNET__HAVE_BACKTRACE 1
+#endif
+#if !defined(_WIN32)
+#include <dirent.h>
+#endif
+
+#if defined(_WIN32)
+#define BITNET__CUAPI __stdcall
+#else
+#define BITNET__CUAPI
+#endif
+typedef int bitnet__CUresult;
+typedef int bitnet__CUdevice;
+typedef struct bitnet__CUctx_st *bitnet__CUcontext;
+typedef struct bitnet__CUstream_st *bitnet__CUstream;
+typedef struct bitnet__CUmod_st *bitnet__CUmodule;
+typedef struct bitnet__CUfunc_st *bitnet__CUfunction;
+typedef struct bitnet__CUevent_st *bitnet__CUevent;
+typedef struct bitnet__CUgraph_st *bitnet__CUgraph;
+typedef struct bitnet__CUgraphExec_st *bitnet__CUgraphExec;
+typedef int bitnet__nvrtcResult;
+typedef struct bitnet__nvrtcProgram_st *bitnet__nvrtcProgram;
+
+enum { /* cuda.h values */
+    BITNET__CU_OK = 0, BITNET__CU_ERR_OOM = 2, BITNET__CU_ERR_STUB = 34, BITNET__CU_ERR_NEWER_DRIVER = 36,
+    BITNET__CU_ERR_NO_DEVICE = 100, BITNET__CU_ERR_NOT_READY = 600, BITNET__CU_ERR_DRIVER_MISMATCH = 803,
+    BITNET__CU_ERR_COMPAT = 804,
+    BITNET__CU_ATTR_MAX_THREADS = 1, BITNET__CU_ATTR_SMEM = 8, BITNET__CU_ATTR_CLOCK = 13, BITNET__CU_ATTR_SMS = 16,
+    BITNET__CU_ATTR_MEM_CLOCK = 36, BITNET__CU_ATTR_BUS_WIDTH = 37, BITNET__CU_ATTR_L2 = 38,
+    BITNET__CU_ATTR_CC_MAJOR = 75, BITNET__CU_ATTR_CC_MINOR = 76, BITNET__CU_ATTR_SMEM_OPTIN = 97,
+    BITNET__CU_STREAM_NON_BLOCKING = 1, BITNET__CU_EVENT_DEFAULT = 0, BITNET__CU_CAPTURE_THREAD_LOCAL = 1,
+    BITNET__CU_FUNC_MAX_DYN_SMEM = 8, BITNET__CU_JIT_ERROR_LOG = 5, BITNET__CU_JIT_ERROR_LOG_SIZE = 6,
+    BITNET__CUDA_MIN_DRIVER = 11000 /* 11.0: the _v2 entry points and sm_80 */
+};
+
+/* X(name, pinned ABI version (0: plain dlsym before cuInit), required, dlsym name without
+   cuGetProcAddress, parameters). Versions follow cudaTypedefs.h's PFN_<name>_v<version>. */
+#define BITNET__CU_FUNCS(X) \
+    X(cuInit, 0, 1, "cuInit", (unsigned flags)) \
+    X(cuDriverGetVersion, 0, 1, "cuDriverGetVersion", (int *version)) \
+    X(cuGetErrorName, 0, 0, "cuGetErrorName", (bitnet__CUresult e, const char **s)) \
+    X(cuGetErrorString, 0, 0, "cuGetErrorString", (bitnet__CUresult e, const char **s)) \
+    X(cuDeviceGetCount, 2000, 1, "cuDeviceGetCount", (int *n)) \
+    X(cuDeviceGet, 2000, 1, "cuDeviceGet", (bitnet__CUdevice *d, int ordinal)) \
+    X(cuDeviceGetName, 2000, 1, "cuDeviceGetName", (char *name, int len, bitnet__CUdevice d)) \
+    X(cuDeviceGetAttribute, 2000, 1, "cuDeviceGetAttribute", (int *v, int attr, bitnet__CUdevice d)) \
+    X(cuDeviceTotalMem, 3020, 1, "cuDeviceTotalMem_v2", (size_t *bytes, bitnet__CUdevice d)) \
+    X(cuDeviceGetPCIBusId, 4010, 0, "cuDeviceGetPCIBusId", (char *id, int len, bitnet__CUdevice d)) \
+    X(cuDevicePrimaryCtxRetain, 7000, 1, "cuDevicePrimaryCtxRetain", (bitnet__CUcontext *c, bitnet__CUdevice d)) \
+    X(cuDevicePrimaryCtxRelease, 11000, 1, "cuDevicePrimaryCtxRelease_v2", (bitnet__CUdevice d)) \
+    X(cuCtxPushCurrent, 4000, 1, "cuCtxPushCurrent_v2", (bitnet__CUcontext c)) \
+    X(cuCtxPopCurrent, 4000, 1, "cuCtxPopCurrent_v2", (bitnet__CUcontext *c)) \
+    X(cuMemGetInfo, 3020, 1, "cuMemGetInfo_v2", (size_t *free_bytes, size_t *total)) \
+    X(cuMemAlloc, 3020, 1, "cuMemAlloc_v2", (bitnet_devptr *p, size_t bytes)) \
+    X(cuMemFree, 3020, 1, "cuMemFree_v2", (bitnet_devptr p)) \
+    X(cuMemcpyHtoDAsync, 3020, 1, "cuMemcpyHtoDAsync_v2", (bitnet_devptr dst, const void *src, size_t n, bitnet__CUstream s)) \
+    X(cuMemcpyDtoHAsync, 3020, 1, "cuMemcpyDtoHAsync_v2", (void *dst, bitnet_devptr src, size_t n, bitnet__CUstream s)) \
+    X(cuMemcpyDtoDAsync, 3020, 1, "cuMemcpyDtoDAsync_v2", (bitnet_devptr dst, bitnet_devptr src, size_t n, bitnet__CUstream s)) \
+    X(cuMemsetD8Async, 3020, 1, "cuMemsetD8Async", (bitnet_devptr dst, unsigned char v, size_t n, bitnet__CUstream s)) \
+    X(cuStreamCreate, 2000, 1, "cuStreamCreate", (bitnet__CUstream *s, unsigned flags)) \
+    X(cuStreamDestroy, 4000, 1, "cuStreamDestroy_v2", (bitnet__CUstream s)) \
+    X(cuStreamSynchronize, 2000, 1, "cuStreamSynchronize", (bitnet__CUstream s)) \
+    X(cuEventCreate, 2000, 1, "cuEventCreate", (bitnet__CUevent *e, unsigned flags)) \
+    X(cuEventDestroy, 4000, 1, "cuEventDestroy_v2", (bitnet__CUevent e)) \
+    X(cuEventRecord, 2000, 1, "cuEventRecord", (bitnet__CUevent e, bitnet__CUstream s)) \
+    X(cuEventSynchronize, 2000, 1, "cuEventSynchronize", (bitnet__CUevent e)) \
+    X(cuEventElapsedTime, 12080, 1, "cuEventElapsedTime", (float *ms, bitnet__CUevent a, bitnet__CUevent b)) \
+    X(cuModuleLoadDataEx, 2010, 1, "cuModuleLoadDataEx", (bitnet__CUmodule *m, const void *image, unsigned n, int *opts, void **vals)) \
+    X(cuModuleUnload, 2000, 1, "cuModuleUnload", (bitnet__CUmodule m)) \
+    X(cuModuleGetFunction, 2000, 1, "cuModuleGetFunction", (bitnet__CUfunction *f, bitnet__CUmodule m, const char *name)) \
+    X(cuFuncSetAttribute, 9000, 0, "cuFuncSetAttribute", (bitnet__CUfunction f, int attr, int value)) \
+    X(cuLaunchKernel, 4000, 1, "cuLaunchKernel", (bitnet__CUfunction f, unsigned gx, unsigned gy, unsigned gz, \
+        unsigned bx, unsigned by, unsigned bz, unsigned smem, bitnet__CUstream s, void **args, void **extra)) \
+    X(cuStreamBeginCapture, 10010, 0, "cuStreamBeginCapture_v2", (bitnet__CUstream s, int mode)) \
+    X(cuStreamEndCapture, 10000, 0, "cuStreamEndCapture", (bitnet__CUstream s, bitnet__CUgraph *g)) \
+    X(cuGraphInstantiateWithFlags, 11040, 0, "cuGraphInstantiateWithFlags", (bitnet__CUgraphExec *e, bitnet__CUgraph g, unsigned long long flags)) \
+    X(cuGraphLaunch, 10000, 0, "cuGraphLaunch", (bitnet__CUgraphExec e, bitnet__CUstream s)) \
+    X(cuGraphExecDestroy, 10000, 0, "cuGraphExecDestroy", (bitnet__CUgraphExec e)) \
+    X(cuGraphDestroy, 10000, 0, "cuGraphDestroy", (bitnet__CUgraph g))
+
+/* X(name, required, parameters) */
+#define BITNET__NVRTC_FUNCS(X) \
+    X(nvrtcVersion, 1, (int *major, int *minor)) \
+    X(nvrtcCreateProgram, 1, (bitnet__nvrtcProgram *p, const char *src, const char *name, int n_headers, \
+        const char *const *headers, const char *const *include_names)) \
+    X(nvrtcDestroyProgram, 1, (bitnet__nvrtcProgram *p)) \
+    X(nvrtcCompileProgram, 1, (bitnet__nvrtcProgram p, int n_options, const char *const *options)) \
+    X(nvrtcGetProgramLogSize, 1, (bitnet__nvrtcProgram p, size_t *n)) \
+    X(nvrtcGetProgramLog, 1, (bitnet__nvrtcProgram p, char *log)) \
+    X(nvrtcGetPTXSize, 1, (bitnet__nvrtcProgram p, size_t *n)) \
+    X(nvrtcGetPTX, 1, (bitnet__nvrtcProgram p, char *ptx)) \
+    X(nvrtcGetCUBINSize, 0, (bitnet__nvrtcProgram p, size_t *n)) \
+    X(nvrtcGetCUBIN, 0, (bitnet__nvrtcProgram p, char *cubin)) \
+    X(nvrtcGetNumSupportedArchs, 0, (int *n)) \
+    X(nvrtcGetSupportedArchs, 0, (int *archs))
+
+typedef struct bitnet__cu_api {
+#define BITNET__CU_MEMBER(name, ver, req, sym, params) bitnet__CUresult(BITNET__CUAPI *name) params;
+    BITNET__CU_FUNCS(BITNET__CU_MEMBER)
+#undef BITNET__CU_MEMBER
+} bitnet__cu_api;
+
+typedef struct bitnet__nvrtc_api {
+#define BITNET__NVRTC_MEMBER(name, req, params) bitnet__nvrtcResult(BITNET__CUAPI *name) params;
+    BITNET__NVRTC_FUNCS(BITNET__NVRTC_MEMBER)
+#undef BITNET__NVRTC_MEMBER
+    const char *(BITNET__CUAPI *nvrtcGetErrorString)(bitnet__nvrtcResult r);
+} bitnet__nvrtc_api;
+
+/* ---- locks: a statically initialisable mutex; "once" is a flag read under a lock ---------- */
+#if defined(_WIN32)
+typedef SRWLOCK bitnet__mutex;
+#define BITNET__MUTEX_INIT SRWLOCK_INIT
+static void bitnet__mutex_init(bitnet__mutex *m) { InitializeSRWLock(m); }
+static void bitnet__mutex_lock(bitnet__mutex *m) { AcquireSRWLockExclusive(m); }
+static void bitnet__mutex_unlock(bitnet__mutex *m) { ReleaseSRWLockExclusive(m); }
+static void bitnet__mutex_destroy(bitnet__mutex *m) { (void)m; }
+#else
+typedef pthread_mutex_t bitnet__mutex;
+#define BITNET__MUTEX_INIT PTHREAD_MUTEX_INITIALIZER
+static void bitnet__mutex_init(bitnet__mutex *m) { pthread_mutex_init(m, NULL); }
+static void bitnet__mutex_lock(bitnet__mutex *m) { pthread_mutex_lock(m); }
+static void bitnet__mutex_unlock(bitnet__mutex *m) { pthread_mutex_unlock(m); }
+static void bitnet__mutex_destroy(bitnet__mutex *m) { pthread_mutex_destroy(m); }
+#endif
+
+/* ---- dynamic libraries ---------------------------------------------------------------------- */
+/* Opens path; on failure writes the loader's reason into why. */
+static void *bitnet__dl_open(const char *path, char *why, size_t cap) {
+#if defined(_WIN32)
+    HMODULE h = LoadLibraryA(path);
+    if (!h && why) snprintf(why, cap, "%s: LoadLibrary error %lu", path, (unsigned long)GetLastError());
+    return (void *)h;
+#else
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h && why) {
+        const char *e = dlerror();
+        snprintf(why, cap, "%s", e ? e : path);
+    }
+    return h;
+#endif
+}
+BITNET__UNUSED static void *bitnet__dl_sym(void *lib, const char *name) {
+#if defined(_WIN32)
+    FARPROC f = GetProcAddress((HMODULE)lib, name);
+    void *p;
+    memcpy(&p, &f, sizeof p);
+    return p;
+#else
+    return dlsym(lib, name);
+#endif
+}
+/* Stores a symbol into a function-pointer slot without a void* to function cast (C and C++). */
+#define BITNET__SET_FN(slot, sym) do { void *bitnet__s_ = (sym); memcpy(&(slot), &bitnet__s_, sizeof bitnet__s_); } while (0)
+
+/* Appends a formatted piece to buf (always terminated, silently truncated). */
+static BITNET__PRINTF(3, 4) void bitnet__strcatf(char *buf, size_t cap, const char *fmt, ...) {
+    size_t len = strlen(buf);
+    va_list ap;
+    if (len + 1 >= cap) return;
+    va_start(ap, fmt);
+    vsnprintf(buf + len, cap - len, fmt, ap);
+    va_end(ap);
+}
+
+/* Copies s into d, truncating; d always ends in a NUL. */
+static void bitnet__strlcpy(char *d, size_t cap, const char *s) {
+    size_t n = strlen(s);
+    if (!cap) return;
+    if (n >= cap) n = cap - 1;
+    memcpy(d, s, n);
+    d[n] = 0;
+}
+
+/* ---- process-wide state: the driver and NVRTC, each loaded once ----------------------------- */
+typedef struct bitnet__cuda_lib {
+    int tried;
+    bitnet_result status;               /* BITNET_OK or why CUDA cannot be used */
+    char msg[1536];                     /* the failure, with what was tried and what to do */
+    void *lib;
+    char path[256];
+    int driver_version, device_count;
+    bitnet__cu_api cu;
+} bitnet__cuda_lib;
+typedef struct bitnet__nvrtc_lib {
+    int tried;
+    bitnet_result status;
+    char msg[2048];
+    void *lib;
+    char path[512];
+    int version;                        /* 1000*major + 10*minor */
+    int archs[64], n_archs;             /* ascending */
+    bitnet__nvrtc_api fn;
+} bitnet__nvrtc_lib;
+static bitnet__cuda_lib bitnet__cuda;
+static bitnet__nvrtc_lib bitnet__nvrtc;
+static bitnet__mutex bitnet__cuda_lock = BITNET__MUTEX_INIT;   /* loading, the device table */
+static bitnet__mutex bitnet__nvrtc_lock = BITNET__MUTEX_INIT;
+
+static const char *bitnet__cu_known_name(bitnet__CUresult r) {
+    switch (r) {
+    case 0: return "CUDA_SUCCESS";
+    case 1: return "CUDA_ERROR_INVALID_VALUE";
+    case 2: return "CUDA_ERROR_OUT_OF_MEMORY";
+    case 3: return "CUDA_ERROR_NOT_INITIALIZED";
+    case 34: return "CUDA_ERROR_STUB_LIBRARY";
+    case 36: return "CUDA_ERROR_CALL_REQUIRES_NEWER_DRIVER";
+    case 100: return "CUDA_ERROR_NO_DEVICE";
+    case 101: return "CUDA_ERROR_INVALID_DEVICE";
+    case 803: return "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH";
+    case 804: return "CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE";
+    case 999: return "CUDA_ERROR_UNKNOWN";
+    default: return "CUDA_ERROR";
+    }
+}
+/* "CUDA_ERROR_X (n): description" into buf, from the driver when it can say. */
+static const char *bitnet__cu_describe(bitnet__CUresult r, char *buf, size_t cap) {
+    const char *name = NULL, *desc = NULL;
+    if (!bitnet__cuda.cu.cuGetErrorName || bitnet__cuda.cu.cuGetErrorName(r, &name) != 0 || !name)
+        name = bitnet__cu_known_name(r);
+    if (!bitnet__cuda.cu.cuGetErrorString || bitnet__cuda.cu.cuGetErrorString(r, &desc) != 0 || !desc) desc = "";
+    snprintf(buf, cap, "%s (%d)%s%s", name, r, *desc ? ": " : "", desc);
+    return buf;
+}
+/* The one way a CUDA call failure becomes a bitnet error. */
+static bitnet_result bitnet__cu_fail(bitnet_result code, bitnet__CUresult r, const char *what) {
+    char d[256];
+    return bitnet__err(code, "%s: %s", what, bitnet__cu_describe(r, d, sizeof d));
+}
+
+static void bitnet__cuda_load_locked(void) {
+    static const char *const names[] = {
+#if defined(_WIN32)
+        "nvcuda.dll"
+#else
+        "libcuda.so.1", "libcuda.so"
+#endif
+    };
+    bitnet__cuda_lib *L = &bitnet__cuda;
+    const char *env = bitnet__getenv("BITNET_LIBCUDA");
+    char tried[1024] = "", why[512];
+    void *getproc = NULL, *getproc_v2 = NULL;
+    bitnet__CUresult r;
+    size_t i;
+    L->tried = 1;
+#if defined(BITNET_NO_CUDA)
+    (void)names; (void)env; (void)tried; (void)why; (void)getproc; (void)getproc_v2; (void)r; (void)i;
+    L->status = BITNET_ERR_UNSUPPORTED;
+    snprintf(L->msg, sizeof L->msg, "built with BITNET_NO_CUDA: the GPU runtime is compiled out");
+    return;
+#else
+    /* An explicit BITNET_LIBCUDA is the only path tried: an override must never silently fall back. */
+    for (i = 0; i < (env ? 1 : sizeof names / sizeof names[0]) && !L->lib; i++) {
+        const char *p = env ? env : names[i];
+        L->lib = bitnet__dl_open(p, why, sizeof why);
+        if (L->lib) snprintf(L->path, sizeof L->path, "%s", p);
+        else bitnet__strcatf(tried, sizeof tried, "%s%s", *tried ? "; " : "", why);
+        bitnet__log(BITNET_LOG_INFO, "CUDA driver: dlopen %s %s", p, L->lib ? "ok" : why);
+    }
+    if (!L->lib) {
+        L->status = BITNET_ERR_LIBCUDA_NOT_FOUND;
+        if (env)
+            snprintf(L->msg, sizeof L->msg, "BITNET_LIBCUDA=%s could not be loaded (%s): point it at the driver's "
+                     "libcuda.so.1 or unset it", env, tried);
+        else
+            snprintf(L->msg, sizeof L->msg, "%s not found: install the NVIDIA driver (tried %s)", names[0], tried);
+        return;
+    }
+    /* Bootstrap by name, then everything else through cuGetProcAddress at its pinned ABI. */
+#define BITNET__CU_BOOT(name, ver, req, sym, params) \
+    if (ver == 0) BITNET__SET_FN(L->cu.name, bitnet__dl_sym(L->lib, sym));
+    BITNET__CU_FUNCS(BITNET__CU_BOOT)
+#undef BITNET__CU_BOOT
+    if (!L->cu.cuInit || !L->cu.cuDriverGetVersion) {
+        L->status = BITNET_ERR_CUDA_SYMBOL;
+        snprintf(L->msg, sizeof L->msg, "%s has no %s: it is not a CUDA driver library", L->path,
+                 L->cu.cuInit ? "cuDriverGetVersion" : "cuInit");
+        return;
+    }
+    r = L->cu.cuDriverGetVersion(&L->driver_version);
+    if (r == 0 && L->driver_version < BITNET__CUDA_MIN_DRIVER) {
+        L->status = BITNET_ERR_DRIVER_TOO_OLD;
+        snprintf(L->msg, sizeof L->msg, "CUDA driver %d.%d (%s) is too old: bitnet.h needs %d.%d or newer; update the "
+                 "NVIDIA driver", L->driver_version / 1000, L->driver_version % 1000 / 10, L->path,
+                 BITNET__CUDA_MIN_DRIVER / 1000, BITNET__CUDA_MIN_DRIVER % 1000 / 10);
+        return;
+    }
+    if (r == 0) r = L->cu.cuInit(0);
+    if (r != 0) {
+        char d[256];
+        bitnet__cu_describe(r, d, sizeof d);
+        if (r == BITNET__CU_ERR_STUB) {
+            L->status = BITNET_ERR_CUDA_INIT;
+            snprintf(L->msg, sizeof L->msg, "%s is the CUDA toolkit's stub library, not the driver (%s): install the "
+                     "NVIDIA driver, or take the stubs folder out of LD_LIBRARY_PATH", L->path, d);
+        } else if (r == BITNET__CU_ERR_NO_DEVICE) {
+            L->status = BITNET_ERR_NO_DEVICE;
+            snprintf(L->msg, sizeof L->msg, "cuInit found no CUDA device (%s): check nvidia-smi and CUDA_VISIBLE_DEVICES", d);
+        } else if (r == BITNET__CU_ERR_DRIVER_MISMATCH || r == BITNET__CU_ERR_COMPAT || r == BITNET__CU_ERR_NEWER_DRIVER) {
+            L->status = BITNET_ERR_DRIVER_TOO_OLD;
+            snprintf(L->msg, sizeof L->msg, "the CUDA driver in %s does not match the kernel module or device (%s): "
+                     "update the NVIDIA driver", L->path, d);
+        } else {
+            L->status = BITNET_ERR_CUDA_INIT;
+            snprintf(L->msg, sizeof L->msg, "cuInit failed in %s: %s", L->path, d);
+        }
+        return;
+    }
+    getproc_v2 = bitnet__dl_sym(L->lib, "cuGetProcAddress_v2"); /* 12.0+: five arguments */
+    if (!getproc_v2) getproc = bitnet__dl_sym(L->lib, "cuGetProcAddress"); /* 11.3+: four */
+    {
+        bitnet__CUresult(BITNET__CUAPI * gp2)(const char *, void **, int, unsigned long long, int *) = NULL;
+        bitnet__CUresult(BITNET__CUAPI * gp1)(const char *, void **, int, unsigned long long) = NULL;
+        BITNET__SET_FN(gp2, getproc_v2);
+        BITNET__SET_FN(gp1, getproc);
+#define BITNET__CU_RESOLVE(name, ver, req, sym, params) \
+        if (ver != 0) { \
+            void *p_ = NULL; \
+            int st_ = 0; \
+            if (gp2) { if (gp2(#name, &p_, ver, 0, &st_) != 0) p_ = NULL; } \
+            else if (gp1) { if (gp1(#name, &p_, ver, 0) != 0) p_ = NULL; } \
+            else p_ = bitnet__dl_sym(L->lib, sym); \
+            BITNET__SET_FN(L->cu.name, p_); \
+            if (!p_ && req && L->status == BITNET_OK) { \
+                L->status = BITNET_ERR_CUDA_SYMBOL; \
+                snprintf(L->msg, sizeof L->msg, "%s (driver %d) lacks %s (ABI %d%s%s): update the NVIDIA driver", \
+                         L->path, L->driver_version, #name, ver, (gp1 || gp2) ? "" : ", dlsym ", (gp1 || gp2) ? "" : sym); \
+            } \
+        }
+        BITNET__CU_FUNCS(BITNET__CU_RESOLVE)
+#undef BITNET__CU_RESOLVE
+    }
+    if (L->status != BITNET_OK) return;
+    r = L->cu.cuDeviceGetCount(&L->device_count);
+    if (r != 0 || L->device_count <= 0) {
+        char d[256];
+        L->status = BITNET_ERR_NO_DEVICE;
+        snprintf(L->msg, sizeof L->msg, "the CUDA driver sees no device (%s): check nvidia-smi and CUDA_VISIBLE_DEVICES",
+                 r ? bitnet__cu_describe(r, d, sizeof d) : "count 0");
+        L->device_count = 0;
+        return;
+    }
+    bitnet__log(BITNET_LOG_INFO, "CUDA driver %d.%d from %s, %d device(s)", L->driver_version / 1000,
+                L->driver_version % 1000 / 10, L->path, L->device_count);
+#endif
+}
+
+/* Loads the driver once per process; re-raises the stored failure into this thread's error. */
+static bitnet_result bitnet__cuda_load(void) {
+    bitnet__mutex_lock(&bitnet__cuda_lock);
+    if (!bitnet__cuda.tried) bitnet__cuda_load_locked();
+    bitnet__mutex_unlock(&bitnet__cuda_lock);
+    if (bitnet__cuda.status != BITNET_OK) return bitnet__err(bitnet__cuda.status, "%s", bitnet__cuda.msg);
+    return BITNET_OK;
+}
+
+/* ---- NVRTC ---------------------------------------------------------------------------------- */
+static int bitnet__cmp_desc(const void *a, const void *b) { return strcmp(*(const char *const *)b, *(const char *const *)a); }
+
+static void bitnet__nvrtc_try(bitnet__nvrtc_lib *N, const char *path, char *tried, size_t cap) {
+    char why[512];
+    if (N->lib) return;
+    N->lib = bitnet__dl_open(path, why, sizeof why);
+    if (N->lib) snprintf(N->path, sizeof N->path, "%s", path);
+    else bitnet__strcatf(tried, cap, "%s%s", *tried ? "; " : "", why);
+    bitnet__log(BITNET_LOG_INFO, "NVRTC: dlopen %s %s", path, N->lib ? "ok" : why);
+}
+
+/* The lib64 and lib folders of $CUDA_HOME, $CUDA_PATH and /usr/local/cuda* (newest name first). */
+BITNET__UNUSED static void bitnet__nvrtc_try_dirs(bitnet__nvrtc_lib *N, char *tried, size_t cap) {
+#if !defined(_WIN32)
+    static const char *const subdirs[] = {"lib64", "lib"};
+    static const char *const files[] = {"libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11.2"};
+    char bases[18][256];
+    const char *order[18];
+    int nb = 0, i, j, k;
+    const char *e;
+    DIR *d;
+    if ((e = bitnet__getenv("CUDA_HOME")) != NULL) snprintf(bases[nb++], 256, "%s", e);
+    if ((e = bitnet__getenv("CUDA_PATH")) != NULL) snprintf(bases[nb++], 256, "%s", e);
+    if ((d = opendir("/usr/local")) != NULL) {
+        struct dirent *de;
+        int first = nb;
+        while ((de = readdir(d)) != NULL && nb < 18)
+            if (strncmp(de->d_name, "cuda", 4) == 0) snprintf(bases[nb++], 256, "/usr/local/%.200s", de->d_name);
+        closedir(d);
+        for (i = 0; i < nb; i++) order[i] = bases[i];
+        qsort(order + first, (size_t)(nb - first), sizeof order[0], bitnet__cmp_desc);
+    } else {
+        for (i = 0; i < nb; i++) order[i] = bases[i];
+    }
+    for (i = 0; i < nb && !N->lib; i++) {
+        for (j = 0; j < i && strcmp(order[j], order[i]) != 0; j++) {}
+        if (j < i) continue; /* $CUDA_HOME is often /usr/local/cuda itself */
+        for (j = 0; j < 2 && !N->lib; j++)
+            for (k = 0; k < 4 && !N->lib; k++) {
+                char p[600];
+                struct stat st;
+                snprintf(p, sizeof p, "%s/%s/%s", order[i], subdirs[j], files[k]);
+                if (stat(p, &st) == 0) bitnet__nvrtc_try(N, p, tried, cap);
+            }
+    }
+    if (!N->lib) bitnet__strcatf(tried, cap, "%sno libnvrtc under lib64/ or lib/ of $CUDA_HOME, $CUDA_PATH, /usr/local/cuda*",
+                                 *tried ? "; " : "");
+#else
+    (void)N; (void)tried; (void)cap;
+#endif
+}
+
+/* Opens the first NVRTC that loads: env alone when set, else names then (search_dirs) the CUDA
+   folders; then resolves its symbols and archs into N. */
+static void bitnet__nvrtc_open(bitnet__nvrtc_lib *N, const char *env, const char *const *names, size_t n_names,
+                               int search_dirs) {
+    char tried[1536] = "";
+    size_t i;
+    int major = 0, minor = 0;
+    N->tried = 1;
+#if defined(BITNET_NO_CUDA)
+    (void)names; (void)n_names; (void)search_dirs; (void)env; (void)tried; (void)i; (void)major; (void)minor;
+    N->status = BITNET_ERR_UNSUPPORTED;
+    snprintf(N->msg, sizeof N->msg, "built with BITNET_NO_CUDA: the GPU runtime is compiled out");
+    return;
+#else
+    if (env) bitnet__nvrtc_try(N, env, tried, sizeof tried);
+    else {
+        for (i = 0; i < n_names; i++) bitnet__nvrtc_try(N, names[i], tried, sizeof tried);
+        if (search_dirs) bitnet__nvrtc_try_dirs(N, tried, sizeof tried);
+    }
+    if (!N->lib) {
+        N->status = BITNET_ERR_NVRTC_NOT_FOUND;
+        if (env)
+            snprintf(N->msg, sizeof N->msg, "BITNET_NVRTC=%s could not be loaded (%s): point it at libnvrtc.so.N or unset it",
+                     env, tried);
+        else
+            snprintf(N->msg, sizeof N->msg, "NVRTC not found: install the CUDA NVRTC package or set BITNET_NVRTC (tried %s)",
+                     tried);
+        return;
+    }
+#define BITNET__NVRTC_RESOLVE(name, req, params) \
+    BITNET__SET_FN(N->fn.name, bitnet__dl_sym(N->lib, #name)); \
+    if (!N->fn.name && req && N->status == BITNET_OK) { \
+        N->status = BITNET_ERR_NVRTC_SYMBOL; \
+        snprintf(N->msg, sizeof N->msg, "%s lacks %s: it is not a usable NVRTC", N->path, #name); \
+    }
+    BITNET__NVRTC_FUNCS(BITNET__NVRTC_RESOLVE)
+    BITNET__NVRTC_RESOLVE(nvrtcGetErrorString, 1, ())
+#undef BITNET__NVRTC_RESOLVE
+    if (N->status != BITNET_OK) return;
+    N->fn.nvrtcVersion(&major, &minor);
+    N->version = major * 1000 + minor * 10;
+    if (N->fn.nvrtcGetNumSupportedArchs && N->fn.nvrtcGetSupportedArchs &&
+        N->fn.nvrtcGetNumSupportedArchs(&N->n_archs) == 0 && N->n_archs > 0 && N->n_archs <= 64) {
+        N->fn.nvrtcGetSupportedArchs(N->archs);
+    } else { /* NVRTC before 11.2 cannot list its archs: its documented range */
+        static const int a11[] = {35, 37, 50, 52, 53, 60, 61, 62, 70, 72, 75, 80, 86};
+        static const int a10[] = {30, 32, 35, 37, 50, 52, 53, 60, 61, 62, 70, 72, 75};
+        const int *src = major >= 11 ? a11 : a10;
+        int n = major >= 11 ? (minor >= 1 ? 13 : 12) : 13;
+        for (N->n_archs = 0; N->n_archs < n; N->n_archs++) N->archs[N->n_archs] = src[N->n_archs];
+    }
+    bitnet__log(BITNET_LOG_INFO, "NVRTC %d.%d from %s (sm_%d to sm_%d)", major, minor, N->path, N->archs[0],
+                N->archs[N->n_archs - 1]);
+#endif
+}
+
+static void bitnet__nvrtc_load_locked(void) {
+    static const char *const names[] = {
+#if defined(_WIN32)
+        "nvrtc64_130_0.dll", "nvrtc64_120_0.dll", "nvrtc64_112_0.dll"
+#else
+        "libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11.2", "libnvrtc.so"
+#endif
+    };
+    bitnet__nvrtc_open(&bitnet__nvrtc, bitnet__getenv("BITNET_NVRTC"), names, sizeof names / sizeof names[0], 1);
+}
+
+/* An older NVRTC beside the newest, for archs the newest dropped (CUDA 13 starts at sm_75; CUDA 12
+   and 11 still compile sm_70). Only when BITNET_NVRTC does not pin one library. */
+static bitnet__nvrtc_lib bitnet__nvrtc_old;
+static const bitnet__nvrtc_lib *bitnet__nvrtc_for(int cc) {
+    static const char *const old_names[] = {
+#if defined(_WIN32)
+        "nvrtc64_120_0.dll", "nvrtc64_112_0.dll"
+#else
+        "libnvrtc.so.12", "libnvrtc.so.11.2"
+#endif
+    };
+    const bitnet__nvrtc_lib *N = &bitnet__nvrtc;
+    if (N->n_archs == 0 || N->archs[0] <= cc || bitnet__getenv("BITNET_NVRTC")) return N;
+    bitnet__mutex_lock(&bitnet__nvrtc_lock);
+    if (!bitnet__nvrtc_old.tried) bitnet__nvrtc_open(&bitnet__nvrtc_old, NULL, old_names, 2, 0);
+    bitnet__mutex_unlock(&bitnet__nvrtc_lock);
+    if (bitnet__nvrtc_old.status == BITNET_OK && bitnet__nvrtc_old.lib && bitnet__nvrtc_old.n_archs &&
+        bitnet__nvrtc_old.archs[0] <= cc)
+        return &bitnet__nvrtc_old;
+    return N;
+}
+
+static bitnet_result bitnet__nvrtc_load(void) {
+    bitnet__mutex_lock(&bitnet__nvrtc_lock);
+    if (!bitnet__nvrtc.tried) bitnet__nvrtc_load_locked();
+    bitnet__mutex_unlock(&bitnet__nvrtc_lock);
+    if (bitnet__nvrtc.status != BITNET_OK) return bitnet__err(bitnet__nvrtc.status, "%s", bitnet__nvrtc.msg);
+    return BITNET_OK;
+}
+
+BITNET_API bitnet_result bitnet_gpu_nvrtc_info(int *version, int *min_sm, int *max_sm) {
+    BITNET__TRY(bitnet__nvrtc_load());
+    if (version) *version = bitnet__nvrtc.version;
+    if (min_sm) *min_sm = bitnet__nvrtc.archs[0];
+    if (max_sm) *max_sm = bitnet__nvrtc.archs[bitnet__nvrtc.n_archs - 1];
+    return BITNET_OK;
+}
+
+/* ---- NVTX: ranges for profilers when libnvToolsExt is around, nothing otherwise --------------- */
+static struct {
+    int tried;
+    int (*push)(const char *);
+    int (*pop)(void);
+} bitnet__nvtx;
+static bitnet__mutex bitnet__nvtx_lock = BITNET__MUTEX_INIT;
+
+static void bitnet__nvtx_load(void) {
+    bitnet__mutex_lock(&bitnet__nvtx_lock);
+    if (!bitnet__nvtx.tried) {
+#if !defined(BITNET_NO_CUDA)
+        static const char *const names[] = {
+#if defined(_WIN32)
+            "nvToolsExt64_1.dll"
+#else
+            "libnvToolsExt.so.1", "libnvToolsExt.so"
+#endif
+        };
+        size_t i;
+        for (i = 0; i < sizeof names / sizeof names[0]; i++) {
+            void *lib = bitnet__dl_open(names[i], NULL, 0);
+            if (lib) {
+                BITNET__SET_FN(bitnet__nvtx.push, bitnet__dl_sym(lib, "nvtxRangePushA"));
+                BITNET__SET_FN(bitnet__nvtx.pop, bitnet__dl_sym(lib, "nvtxRangePop"));
+                if (!bitnet__nvtx.push || !bitnet__nvtx.pop) bitnet__nvtx.push = NULL, bitnet__nvtx.pop = NULL;
+                break;
+            }
+        }
+#endif
+        bitnet__nvtx.tried = 1;
+    }
+    bitnet__mutex_unlock(&bitnet__nvtx_lock);
+}
+BITNET_API void bitnet_gpu_nvtx_push(const char *name) {
+    if (!bitnet__nvtx.tried) bitnet__nvtx_load();
+    if (bitnet__nvtx.push && name) bitnet__nvtx.push(name);
+}
+BITNET_API void bitnet_gpu_nvtx_pop(void) {
+    if (!bitnet__nvtx.tried) bitnet__nvtx_load();
+    if (bitnet__nvtx.pop) bitnet__nvtx.pop();
+}
+
+/* ---- backends and preflight ------------------------------------------------------------------ */
+/* BITNET_GPU_FAKE, when set (even empty), replaces detection. Returns 1 when mocking. */
+static int bitnet__gpu_fake(bitnet_gpu_backends *b) {
+    const char *spec = getenv("BITNET_GPU_FAKE");
+    char item[32];
+    if (!spec) return 0;
+    memset(b, 0, sizeof *b);
+    b->mocked = 1;
+    while (*spec) {
+        size_t len = strcspn(spec, ", ");
+        if (len && len < sizeof item) {
+            memcpy(item, spec, len);
+            item[len] = 0;
+            if (strcmp(item, "cuda") == 0) b->cuda = 1;
+            else if (strcmp(item, "rocm") == 0) b->rocm = 1;
+            else if (strcmp(item, "metal") == 0) b->metal = 1;
+            else if (strcmp(item, "webgpu") == 0) b->webgpu = 1;
+            else bitnet__log(BITNET_LOG_WARN, "BITNET_GPU_FAKE: unknown backend '%s' ignored", item);
+        }
+        spec += len;
+        if (*spec) spec++;
+    }
+    snprintf(b->reason, sizeof b->reason, "detection is mocked by BITNET_GPU_FAKE=\"%s\": %s", getenv("BITNET_GPU_FAKE"),
+             b->cuda ? "CUDA reported present, but no device can be opened" : "CUDA reported absent");
+    return 1;
+}
+
+static int bitnet__file_exists(const char *path) {
+#if defined(_WIN32)
+    return GetFileAttributesA(path) != INVALID_FILE_ATTRIBUTES;
+#else
+    struct stat st;
+    return stat(path, &st) == 0;
+#endif
+}
+
+BITNET_API bitnet_result bitnet_gpu_backends_get(bitnet_gpu_backends *out) {
+    BITNET__CHECK_PTR(out);
+    if (bitnet__gpu_fake(out)) return BITNET_OK;
+    memset(out, 0, sizeof *out);
+    /* Detection only for the others: the driver node or runtime library is there. */
+    {
+        const char *rocm = bitnet__getenv("ROCM_PATH");
+        char p[512];
+        snprintf(p, sizeof p, "%s/lib/libamdhip64.so", rocm ? rocm : "/opt/rocm");
+        out->rocm = bitnet__file_exists("/dev/kfd") || bitnet__file_exists(p);
+    }
+#if defined(__APPLE__)
+    out->metal = bitnet__file_exists("/System/Library/Frameworks/Metal.framework");
+#endif
+    {
+        static const char *const wgpu[] = {"libwgpu_native.so", "libwebgpu_dawn.so", "libdawn.so"};
+        size_t i;
+        for (i = 0; i < sizeof wgpu / sizeof wgpu[0] && !out->webgpu; i++) {
+            void *h = bitnet__dl_open(wgpu[i], NULL, 0);
+            if (h) {
+                out->webgpu = 1;
+#if !defined(_WIN32)
+                dlclose(h);
+#endif
+            }
+        }
+    }
+    if (bitnet__cuda_load() == BITNET_OK) {
+        out->cuda = 1;
+        out->device_count = bitnet__cuda.device_count;
+    } else {
+        bitnet__strlcpy(out->reason, sizeof out->reason, bitnet__cuda.msg);
+        out->cuda = bitnet__cuda.lib && bitnet__cuda.status == BITNET_ERR_NO_DEVICE; /* driver there, no device */
+    }
+    out->cuda_driver_version = bitnet__cuda.driver_version;
+    if (bitnet__nvrtc_load() == BITNET_OK) out->nvrtc_version = bitnet__nvrtc.version;
+    else if (!out->reason[0]) bitnet__strlcpy(out->reason, sizeof out->reason, bitnet__nvrtc.msg);
+    bitnet_clear_error();
+    return BITNET_OK;
+}
+
+BITNET_API bitnet_result bitnet_gpu_preflight(char *msg, size_t cap) {
+    bitnet_gpu_backends b;
+    bitnet_result r = BITNET_OK;
+    char text[2048];
+    bitnet_gpu_backends_get(&b);
+    if (b.mocked) {
+        r = b.cuda ? BITNET_OK : BITNET_ERR_NO_DEVICE;
+        bitnet__strlcpy(text, sizeof text, b.reason);
+    } else if (bitnet__cuda.status != BITNET_OK) {
+        r = bitnet__cuda.status;
+        bitnet__strlcpy(text, sizeof text, bitnet__cuda.msg);
+    } else if (bitnet__nvrtc.status != BITNET_OK) {
+        r = bitnet__nvrtc.status;
+        bitnet__strlcpy(text, sizeof text, bitnet__nvrtc.msg);
+    } else {
+        snprintf(text, sizeof text, "CUDA usable: driver %d.%d, NVRTC %d.%d, %d device(s)", b.cuda_driver_version / 1000,
+                 b.cuda_driver_version % 1000 / 10, b.nvrtc_version / 1000, b.nvrtc_version % 1000 / 10, b.device_count);
+    }
+    if (msg && cap) bitnet__strlcpy(msg, cap, text);
+    if (r != BITNET_OK) return bitnet__err(r, "%s", text);
+    return BITNET_OK;
+}
+
+BITNET_API int bitnet_gpu_available(void) {
+    bitnet_gpu_backends b;
+    if (bitnet__gpu_fake(&b)) return b.cuda;
+    return bitnet__cuda_load() == BITNET_OK && bitnet__nvrtc_load() == BITNET_OK;
+}
+
+/* ---- devices --------------------------------------------------------------------------------- */
+/* The JIT target for compute capability cc (10*major+minor) with the loaded NVRTC: the exact sm
+   when NVRTC supports it (a cubin), else PTX for the highest supported arch below it. */
+static bitnet_result bitnet__jit_pick(int cc, char suffix, int want_ptx, char *target, size_t cap, int *cubin) {
+    const bitnet__nvrtc_lib *N = bitnet__nvrtc_for(cc);
+    int i, best = -1;
+    for (i = 0; i < N->n_archs; i++)
+        if (N->archs[i] <= cc) best = N->archs[i];
+    if (best < 0)
+        return bitnet__err(BITNET_ERR_UNSUPPORTED, "NVRTC %d.%d (%s) compiles for sm_%d to sm_%d; sm_%d is older than all "
+                           "of them: set BITNET_NVRTC to an NVRTC that still supports it (CUDA 12 for sm_70)",
+                           N->version / 1000, N->version % 1000 / 10, N->path, N->archs[0], N->archs[N->n_archs - 1], cc);
+    if (best == cc && !want_ptx && N->fn.nvrtcGetCUBIN && N->fn.nvrtcGetCUBINSize) {
+        *cubin = 1;
+        if (suffix) snprintf(target, cap, "sm_%d%c", cc, suffix);
+        else snprintf(target, cap, "sm_%d", cc);
+    } else {
+        *cubin = 0;
+        if (suffix && best == cc) snprintf(target, cap, "compute_%d%c", best, suffix);
+        else snprintf(target, cap, "compute_%d", best);
+    }
+    return BITNET_OK;
+}
+
+BITNET_API bitnet_result bitnet_gpu_device_count(int *out) {
+    bitnet_gpu_backends b;
+    BITNET__CHECK_PTR(out);
+    *out = 0;
+    if (bitnet__gpu_fake(&b)) return bitnet__err(BITNET_ERR_NO_DEVICE, "%s", b.reason);
+    BITNET__TRY(bitnet__cuda_load());
+    *out = bitnet__cuda.device_count;
+    return BITNET_OK;
+}
+
+/* Per device: the primary context, shared by every handle on it, with the built-in modules. */
+#define BITNET__MAX_DEVICES 64
+#define BITNET__N_BUILTINS_MAX 64
+typedef struct bitnet__gpu_dev {
+    int refs, ordinal;
+    bitnet__CUdevice dev;
+    bitnet__CUcontext ctx;
+    int cc, max_threads, smem_default, smem_optin;
+    char target[32];
+    int cubin;
+    bitnet__mutex lock;                 /* modules and kernels of this device */
+    bitnet_gpu_module *builtin[BITNET__N_BUILTINS_MAX];
+} bitnet__gpu_dev;
+static bitnet__gpu_dev *bitnet__devs[BITNET__MAX_DEVICES];
+
+static bitnet_result bitnet__ctx_push(bitnet__CUcontext ctx) {
+    bitnet__CUresult r = bitnet__cuda.cu.cuCtxPushCurrent(ctx);
+    return r ? bitnet__cu_fail(BITNET_ERR_CUDA, r, "cuCtxPushCurrent") : BITNET_OK;
+}
+static void bitnet__ctx_pop(void) {
+    bitnet__CUcontext c;
+    bitnet__cuda.cu.cuCtxPopCurrent(&c);
+}
+
+static bitnet_result bitnet__dev_acquire(int ordinal, bitnet__gpu_dev **out);
+static void bitnet__dev_release(bitnet__gpu_dev *dv);
+
+BITNET_API bitnet_result bitnet_gpu_device_info_get(int ordinal, bitnet_gpu_device_info *out) {
+    bitnet_gpu_backends fake;
+    bitnet__CUdevice d;
+    bitnet__CUresult r;
+    size_t total = 0, free_b = 0;
+    int v;
+    bitnet__gpu_dev *dv = NULL;
+    BITNET__CHECK_PTR(out);
+    memset(out, 0, sizeof *out);
+    if (bitnet__gpu_fake(&fake)) return bitnet__err(BITNET_ERR_NO_DEVICE, "%s", fake.reason);
+    BITNET__TRY(bitnet__cuda_load());
+    if (ordinal < 0 || ordinal >= bitnet__cuda.device_count || ordinal >= BITNET__MAX_DEVICES)
+        return bitnet__err(BITNET_ERR_INVALID_ARG, "device %d does not exist (%d visible)", ordinal, bitnet__cuda.device_count);
+    if ((r = bitnet__cuda.cu.cuDeviceGet(&d, ordinal)) != 0) return bitnet__cu_fail(BITNET_ERR_CUDA, r, "cuDeviceGet");
+    out->ordinal = ordinal;
+    bitnet__cuda.cu.cuDeviceGetName(out->name, (int)sizeof out->name, d);
+    if (bitnet__cuda.cu.cuDeviceGetPCIBusId) bitnet__cuda.cu.cuDeviceGetPCIBusId(out->pci_bus_id, (int)sizeof out->pci_bus_id, d);
+#define BITNET__ATTR(field, attr) do { if (bitnet__cuda.cu.cuDeviceGetAttribute(&v, attr, d) == 0) out->field = v; } while (0)
+    BITNET__ATTR(cc_major, BITNET__CU_ATTR_CC_MAJOR);
+    BITNET__ATTR(cc_minor, BITNET__CU_ATTR_CC_MINOR);
+    BITNET__ATTR(sm_count, BITNET__CU_ATTR_SMS);
+    BITNET__ATTR(max_threads_per_block, BITNET__CU_ATTR_MAX_THREADS);
+    BITNET__ATTR(smem_per_block, BITNET__CU_ATTR_SMEM);
+    BITNET__ATTR(smem_per_block_optin, BITNET__CU_ATTR_SMEM_OPTIN);
+    BITNET__ATTR(l2_bytes, BITNET__CU_ATTR_L2);
+    BITNET__ATTR(clock_khz, BITNET__CU_ATTR_CLOCK);
+    BITNET__ATTR(mem_clock_khz, BITNET__CU_ATTR_MEM_CLOCK);
+    BITNET__ATTR(mem_bus_bits, BITNET__CU_ATTR_BUS_WIDTH);
+#undef BITNET__ATTR
+    bitnet__cuda.cu.cuDeviceTotalMem(&total, d);
+    out->total_mem = total;
+    out->mem_bandwidth_gbs = 2.0 * out->mem_clock_khz * 1e3 * (out->mem_bus_bits / 8.0) / 1e9;
+    v = out->cc_major * 10 + out->cc_minor;
+    out->fp16 = v >= 53;
+    out->bf16 = v >= 80;
+    out->int8_tensor_cores = v >= 72;
+    out->fp8 = v >= 89;
+    if (bitnet__nvrtc_load() == BITNET_OK) {
+        int cubin;
+        if (bitnet__jit_pick(v, 0, 0, out->jit_target, sizeof out->jit_target, &cubin) != BITNET_OK) out->jit_target[0] = 0;
+    }
+    /* Free memory needs a context: the device's, held for the moment (opened if no handle has it). */
+    if (bitnet__dev_acquire(ordinal, &dv) == BITNET_OK) {
+        if (bitnet__ctx_push(dv->ctx) == BITNET_OK) {
+            if (bitnet__cuda.cu.cuMemGetInfo(&free_b, &total) == 0) out->free_mem = free_b;
+            bitnet__ctx_pop();
+        }
+        bitnet__dev_release(dv);
+    }
+    bitnet_clear_error();
+    return BITNET_OK;
+}
+
+BITNET_API bitnet_result bitnet_gpu_summary(char *buf, size_t cap) {
+    bitnet_gpu_backends b;
+    int i;
+    BITNET__CHECK_PTR(buf);
+    if (cap == 0) return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_gpu_summary: cap is 0");
+    bitnet_gpu_backends_get(&b);
+    buf[0] = 0;
+    if (b.mocked) bitnet__strcatf(buf, cap, "[mocked by BITNET_GPU_FAKE] ");
+    if (b.cuda && !b.mocked && b.device_count > 0) {
+        bitnet__strcatf(buf, cap, "CUDA driver %d.%d, NVRTC %d.%d, %d device(s):", b.cuda_driver_version / 1000,
+                        b.cuda_driver_version % 1000 / 10, b.nvrtc_version / 1000, b.nvrtc_version % 1000 / 10, b.device_count);
+        for (i = 0; i < b.device_count; i++) {
+            bitnet_gpu_device_info d;
+            if (bitnet_gpu_device_info_get(i, &d) == BITNET_OK)
+                bitnet__strcatf(buf, cap, " [%d] %s (cc %d.%d, %d SMs, %.1f GiB)", i, d.name, d.cc_major, d.cc_minor,
+                                d.sm_count, (double)d.total_mem / 1073741824.0);
+        }
+        if (!b.nvrtc_version) bitnet__strcatf(buf, cap, " (%s)", b.reason);
+    } else {
+        bitnet__strcatf(buf, cap, "CUDA %s: %s", b.cuda ? "present" : "unavailable", b.reason);
+    }
+    bitnet__strcatf(buf, cap, "; ROCm %s; Metal %s; WebGPU %s", b.rocm ? "present" : "no", b.metal ? "present" : "no",
+                    b.webgpu ? "present" : "no");
+    return BITNET_OK;
+}
+
+/* ---- statistics: kernel names interned once per process; counters per handle and in total --- */
+typedef struct bitnet__kcount { uint64_t launches, timed; double ms; } bitnet__kcount;
+typedef struct bitnet__counters {
+    uint64_t launches, h2d_count, h2d_bytes, d2h_count, d2h_bytes, d2d_count, d2d_bytes;
+    bitnet__kcount k[BITNET_GPU_MAX_KERNEL_STATS];
+    int order[BITNET_GPU_MAX_KERNEL_STATS], n_order; /* kernel ids in order of first launch */
+} bitnet__counters;
+static char bitnet__knames[BITNET_GPU_MAX_KERNEL_STATS][64];
+static int bitnet__n_knames;
+static bitnet__counters bitnet__total;
+static bitnet__mutex bitnet__stats_lock = BITNET__MUTEX_INIT;
+
+static int bitnet__kname_id(const char *name) {
+    int i;
+    bitnet__mutex_lock(&bitnet__stats_lock);
+    for (i = 0; i < bitnet__n_knames; i++)
+        if (strcmp(bitnet__knames[i], name) == 0) break;
+    if (i == bitnet__n_knames) {
+        if (i == BITNET_GPU_MAX_KERNEL_STATS - 1) { /* the last slot gathers the rest */
+            snprintf(bitnet__knames[i], sizeof bitnet__knames[i], "(other kernels)");
+        } else {
+            snprintf(bitnet__knames[i], sizeof bitnet__knames[i], "%s", name);
+            bitnet__n_knames++;
+        }
+    }
+    bitnet__mutex_unlock(&bitnet__stats_lock);
+    return i;
+}
+static void bitnet__count_launch(bitnet__counters *c, int kid, uint64_t n) {
+    if (c->k[kid].launches == 0) c->order[c->n_order++] = kid;
+    c->k[kid].launches += n;
+    c->launches += n;
+}
+/* kind: 'u' upload, 'd' download, 'c' device copy */
+static void bitnet__count_copy(bitnet__counters *c, char kind, size_t bytes) {
+    if (kind == 'u') c->h2d_count++, c->h2d_bytes += bytes;
+    else if (kind == 'd') c->d2h_count++, c->d2h_bytes += bytes;
+    else c->d2d_count++, c->d2d_bytes += bytes;
+}
+
+/* ---- handles ------------------------------------------------------------------------------------ */
+#define BITNET__TIMING_RING 256
+typedef struct bitnet__timed { int kid; bitnet__CUevent a, b; } bitnet__timed;
+struct bitnet_gpu_kernel {
+    bitnet_gpu_module *mod;
+    bitnet__CUfunction fn;
+    int kid;                            /* statistics slot */
+    unsigned smem_set;                  /* dynamic shared memory opted in so far */
+    char name[64];
+    bitnet_gpu_kernel *next;
+};
+struct bitnet_gpu_module {
+    bitnet__gpu_dev *dev;
+    bitnet_gpu *owner;                  /* NULL for built-in modules (owned by the device) */
+    bitnet__CUmodule mod;
+    char name[32];
+    bitnet_gpu_kernel *kernels;
+    bitnet_gpu_module *next;
+    bitnet_gpu_jit_info jit;
+};
+struct bitnet__pool;
+struct bitnet_gpu {
+    bitnet__gpu_dev *dev;
+    bitnet__CUstream stream;            /* every operation of this handle, in call order */
+    bitnet__mutex lock;                 /* guards the stream's order, the pool and the counters */
+    int timing, capturing, timer_started;
+    bitnet__timed pend[BITNET__TIMING_RING];
+    int n_pend;
+    bitnet__CUevent spare[2 * BITNET__TIMING_RING];
+    int n_spare;
+    bitnet__CUevent timer[2];
+    bitnet__counters stats;
+    uint32_t captured[BITNET_GPU_MAX_KERNEL_STATS]; /* launches recorded into the graph being captured */
+    bitnet_gpu_module *modules;         /* loaded through this handle */
+    struct bitnet__pool *pool;
+};
+struct bitnet_gpu_graph {
+    bitnet__gpu_dev *dev;
+    bitnet__CUgraph graph;
+    bitnet__CUgraphExec exec;
+    uint32_t counts[BITNET_GPU_MAX_KERNEL_STATS];
+};
+
+static bitnet_result bitnet__pool_create(bitnet_gpu *gpu);
+static void bitnet__pool_destroy(bitnet_gpu *gpu);
+static bitnet_result bitnet__mem_limit_init(void);
+static void bitnet__module_unload(bitnet_gpu_module *m);
+
+#define BITNET__CHECK_GPU(gpu) \
+    do { if (!(gpu) || !(gpu)->dev) return bitnet__err(BITNET_ERR_NULL_POINTER, "%s: gpu is NULL", __func__); } while (0)
+
+static bitnet_result bitnet__dev_acquire(int ordinal, bitnet__gpu_dev **out) {
+    bitnet__gpu_dev *dv;
+    bitnet__CUresult r;
+    int v;
+    bitnet__mutex_lock(&bitnet__cuda_lock);
+    if ((dv = bitnet__devs[ordinal]) != NULL) {
+        dv->refs++;
+        bitnet__mutex_unlock(&bitnet__cuda_lock);
+        *out = dv;
+        return BITNET_OK;
+    }
+    dv = (bitnet__gpu_dev *)bitnet__calloc(1, sizeof *dv);
+    if (!dv) {
+        bitnet__mutex_unlock(&bitnet__cuda_lock);
+        return BITNET_ERR_OUT_OF_MEMORY;
+    }
+    dv->ordinal = ordinal;
+    r = bitnet__cuda.cu.cuDeviceGet(&dv->dev, ordinal);
+    if (r == 0) r = bitnet__cuda.cu.cuDevicePrimaryCtxRetain(&dv->ctx, dv->dev);
+    if (r != 0) {
+        bitnet__mutex_unlock(&bitnet__cuda_lock);
+        bitnet__free(dv);
+        return bitnet__cu_fail(BITNET_ERR_CUDA, r, "opening the primary context (cuDevicePrimaryCtxRetain)");
+    }
+    bitnet__cuda.cu.cuDeviceGetAttribute(&v, BITNET__CU_ATTR_CC_MAJOR, dv->dev);
+    dv->cc = v * 10;
+    bitnet__cuda.cu.cuDeviceGetAttribute(&v, BITNET__CU_ATTR_CC_MINOR, dv->dev);
+    dv->cc += v;
+    bitnet__cuda.cu.cuDeviceGetAttribute(&dv->max_threads, BITNET__CU_ATTR_MAX_THREADS, dv->dev);
+    bitnet__cuda.cu.cuDeviceGetAttribute(&dv->smem_default, BITNET__CU_ATTR_SMEM, dv->dev);
+    bitnet__cuda.cu.cuDeviceGetAttribute(&dv->smem_optin, BITNET__CU_ATTR_SMEM_OPTIN, dv->dev);
+    if (dv->smem_optin < dv->smem_default) dv->smem_optin = dv->smem_default;
+    /* Without NVRTC the handle still moves memory; loading a module then names the reason. */
+    if (bitnet__nvrtc_load() != BITNET_OK ||
+        bitnet__jit_pick(dv->cc, 0, 0, dv->target, sizeof dv->target, &dv->cubin) != BITNET_OK)
+        dv->target[0] = 0;
+    bitnet__mutex_init(&dv->lock);
+    dv->refs = 1;
+    bitnet__devs[ordinal] = dv;
+    bitnet__mutex_unlock(&bitnet__cuda_lock);
+    *out = dv;
+    return BITNET_OK;
+}
+
+static void bitnet__dev_release(bitnet__gpu_dev *dv) {
+    int i, last;
+    bitnet__mutex_lock(&bitnet__cuda_lock);
+    last = --dv->refs == 0;
+    if (last) bitnet__devs[dv->ordinal] = NULL;
+    bitnet__mutex_unlock(&bitnet__cuda_lock);
+    if (!last) return;
+    for (i = 0; i < BITNET__N_BUILTINS_MAX; i++)
+        if (dv->builtin[i]) bitnet__module_unload(dv->builtin[i]);
+    bitnet__cuda.cu.cuDevicePrimaryCtxRelease(dv->dev);
+    bitnet__mutex_destroy(&dv->lock);
+    bitnet__free(dv);
+}
+
+static bitnet_result bitnet__event_get(bitnet_gpu *gpu, bitnet__CUevent *e) {
+    bitnet__CUresult r;
+    if (gpu->n_spare > 0) {
+        *e = gpu->spare[--gpu->n_spare];
+        return BITNET_OK;
+    }
+    r = bitnet__cuda.cu.cuEventCreate(e, BITNET__CU_EVENT_DEFAULT);
+    return r ? bitnet__cu_fail(BITNET_ERR_CUDA, r, "cuEventCreate") : BITNET_OK;
+}
+static void bitnet__event_put(bitnet_gpu *gpu, bitnet__CUevent e) {
+    if (gpu->n_spare < 2 * BITNET__TIMING_RING) gpu->spare[gpu->n_spare++] = e;
+    else bitnet__cuda.cu.cuEventDestroy(e);
+}
+
+/* Adds the times of finished timed launches to the counters (handle lock held, context current).
+   wait: block on the oldest pending launch first (the ring is full). */
+static void bitnet__timing_collect(bitnet_gpu *gpu, int wait) {
+    int i, kept = 0;
+    if (wait && gpu->n_pend > 0) bitnet__cuda.cu.cuEventSynchronize(gpu->pend[0].b);
+    for (i = 0; i < gpu->n_pend; i++) {
+        bitnet__timed *t = &gpu->pend[i];
+        float ms = 0;
+        bitnet__CUresult r = bitnet__cuda.cu.cuEventElapsedTime(&ms, t->a, t->b);
+        if (r == BITNET__CU_ERR_NOT_READY) {
+            gpu->pend[kept++] = *t;
+            continue;
+        }
+        if (r == 0) {
+            gpu->stats.k[t->kid].timed++;
+            gpu->stats.k[t->kid].ms += ms;
+            bitnet__mutex_lock(&bitnet__stats_lock);
+            bitnet__total.k[t->kid].timed++;
+            bitnet__total.k[t->kid].ms += ms;
+            bitnet__mutex_unlock(&bitnet__stats_lock);
+        }
+        bitnet__event_put(gpu, t->a);
+        bitnet__event_put(gpu, t->b);
+    }
+    gpu->n_pend = kept;
+}
+
+BITNET_API bitnet_result bitnet_gpu_open(int ordinal, bitnet_gpu **out) {
+    bitnet_gpu_backends fake;
+    bitnet__gpu_dev *dv = NULL;
+    bitnet_gpu *g;
+    bitnet__CUresult r;
+    bitnet_result res;
+    const char *timing = bitnet__getenv("BITNET_GPU_TIMING");
+    BITNET__CHECK_PTR(out);
+    *out = NULL;
+    if (bitnet__gpu_fake(&fake)) return bitnet__err(BITNET_ERR_NO_DEVICE, "%s", fake.reason);
+    BITNET__TRY(bitnet__cuda_load());
+    BITNET__TRY(bitnet__mem_limit_init());
+    if (ordinal < 0 || ordinal >= bitnet__cuda.device_count || ordinal >= BITNET__MAX_DEVICES)
+        return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_gpu_open: device %d does not exist (%d visible)", ordinal,
+                           bitnet__cuda.device_count);
+    BITNET__TRY(bitnet__dev_acquire(ordinal, &dv));
+    g = (bitnet_gpu *)bitnet__calloc(1, sizeof *g);
+    if (!g) {
+        bitnet__dev_release(dv);
+        return BITNET_ERR_OUT_OF_MEMORY;
+    }
+    g->dev = dv;
+    g->timing = timing && strcmp(timing, "0") != 0;
+    bitnet__mutex_init(&g->lock);
+    if ((res = bitnet__ctx_push(dv->ctx)) != BITNET_OK) goto fail_ctx;
+    r = bitnet__cuda.cu.cuStreamCreate(&g->stream, BITNET__CU_STREAM_NON_BLOCKING);
+    if (r == 0) r = bitnet__cuda.cu.cuEventCreate(&g->timer[0], BITNET__CU_EVENT_DEFAULT);
+    if (r == 0) r = bitnet__cuda.cu.cuEventCreate(&g->timer[1], BITNET__CU_EVENT_DEFAULT);
+    bitnet__ctx_pop();
+    if (r != 0) {
+        res = bitnet__cu_fail(BITNET_ERR_CUDA, r, "creating the handle's stream and events");
+        goto fail;
+    }
+    if ((res = bitnet__pool_create(g)) != BITNET_OK) goto fail;
+    *out = g;
+    return BITNET_OK;
+fail:
+    if (bitnet__ctx_push(dv->ctx) == BITNET_OK) {
+        if (g->timer[0]) bitnet__cuda.cu.cuEventDestroy(g->timer[0]);
+        if (g->timer[1]) bitnet__cuda.cu.cuEventDestroy(g->timer[1]);
+        if (g->stream) bitnet__cuda.cu.cuStreamDestroy(g->stream);
+        bitnet__ctx_pop();
+    }
+fail_ctx:
+    bitnet__mutex_destroy(&g->lock);
+    bitnet__free(g);
+    bitnet__dev_release(dv);
+    return res;
+}
+
+BITNET_API void bitnet_gpu_close(bitnet_gpu *gpu) {
+    int i;
+    if (!gpu || !gpu->dev) return;
+    if (bitnet__ctx_push(gpu->dev->ctx) == BITNET_OK) {
+        bitnet__cuda.cu.cuStreamSynchronize(gpu->stream);
+        bitnet__timing_collect(gpu, 0);
+        while (gpu->modules) bitnet__module_unload(gpu->modules);
+        bitnet__pool_destroy(gpu);
+        for (i = 0; i < gpu->n_pend; i++) {
+            bitnet__cuda.cu.cuEventDestroy(gpu->pend[i].a);
+            bitnet__cuda.cu.cuEventDestroy(gpu->pend[i].b);
+        }
+        for (i = 0; i < gpu->n_spare; i++) bitnet__cuda.cu.cuEventDestroy(gpu->spare[i]);
+        bitnet__cuda.cu.cuEventDestroy(gpu->timer[0]);
+        bitnet__cuda.cu.cuEventDestroy(gpu->timer[1]);
+        bitnet__cuda.cu.cuStreamDestroy(gpu->stream);
+        bitnet__ctx_pop();
+    }
+    bitnet__mutex_destroy(&gpu->lock);
+    bitnet__dev_release(gpu->dev);
+    gpu->dev = NULL;
+    bitnet__free(gpu);
+}
+
+BITNET_API int bitnet_gpu_ordinal(const bitnet_gpu *gpu) { return gpu && gpu->dev ? gpu->dev->ordinal : -1; }
+
+/* Waits for everything issued through the handle; a kernel's asynchronous failure shows up here. */
+static bitnet_result bitnet__stream_wait(bitnet_gpu *gpu, const char *what) {
+    bitnet__CUresult r = bitnet__cuda.cu.cuStreamSynchronize(gpu->stream);
+    bitnet__mutex_lock(&gpu->lock);
+    if (gpu->n_pend) bitnet__timing_collect(gpu, 0);
+    bitnet__mutex_unlock(&gpu->lock);
+    if (r != 0) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "%s: waiting for the handle's stream (an earlier kernel or copy failed)", what);
+        return bitnet__cu_fail(BITNET_ERR_CUDA, r, msg);
+    }
+    return BITNET_OK;
+}
+
+BITNET_API bitnet_result bitnet_gpu_sync(bitnet_gpu *gpu) {
+    bitnet_result res;
+    BITNET__CHECK_GPU(gpu);
+    if (gpu->capturing) return bitnet__err(BITNET_ERR_INVALID_STATE, "bitnet_gpu_sync: a graph is being captured");
+    BITNET__TRY(bitnet__ctx_push(gpu->dev->ctx));
+    res = bitnet__stream_wait(gpu, "bitnet_gpu_sync");
+    bitnet__ctx_pop();
+    return res;
+}
+
+/* Puts one copy on the handle's stream. kind: 'u' upload, 'd' download, 'c' device copy, 's' set. */
+static bitnet_result bitnet__enqueue_copy(bitnet_gpu *gpu, char kind, void *host, bitnet_devptr dst, bitnet_devptr src,
+                                          int value, size_t bytes) {
+    bitnet__CUresult r;
+    bitnet__mutex_lock(&gpu->lock);
+    switch (kind) {
+    case 'u': r = bitnet__cuda.cu.cuMemcpyHtoDAsync(dst, host, bytes, gpu->stream); break;
+    case 'd': r = bitnet__cuda.cu.cuMemcpyDtoHAsync(host, src, bytes, gpu->stream); break;
+    case 'c': r = bitnet__cuda.cu.cuMemcpyDtoDAsync(dst, src, bytes, gpu->stream); break;
+    default: r = bitnet__cuda.cu.cuMemsetD8Async(dst, (unsigned char)value, bytes, gpu->stream); break;
+    }
+    if (r == 0 && kind != 's') {
+        bitnet__count_copy(&gpu->stats, kind, bytes);
+        bitnet__mutex_lock(&bitnet__stats_lock);
+        bitnet__count_copy(&bitnet__total, kind, bytes);
+        bitnet__mutex_unlock(&bitnet__stats_lock);
+    }
+    bitnet__mutex_unlock(&gpu->lock);
+    if (r != 0) {
+        char what[160];
+        snprintf(what, sizeof what, "%s of %zu bytes (dst 0x%llx, src 0x%llx)",
+                 kind == 'u' ? "upload" : kind == 'd' ? "download" : kind == 'c' ? "device copy" : "memset", bytes,
+                 kind == 'd' ? 0ull : (unsigned long long)dst, kind == 'd' || kind == 'c' ? (unsigned long long)src : 0ull);
+        return bitnet__cu_fail(BITNET_ERR_CUDA, r, what);
+    }
+    return BITNET_OK;
+}
+
+static bitnet_result bitnet__copy_args(const char *fn, bitnet_gpu *gpu, const void *host, bitnet_devptr dev_ptr, size_t bytes,
+                                       int waits) {
+    if (!gpu || !gpu->dev) return bitnet__err(BITNET_ERR_NULL_POINTER, "%s: gpu is NULL", fn);
+    if (!host) return bitnet__err(BITNET_ERR_NULL_POINTER, "%s: host pointer is NULL", fn);
+    if (!dev_ptr) return bitnet__err(BITNET_ERR_NULL_POINTER, "%s: device pointer is 0", fn);
+    if (bytes == 0) return bitnet__err(BITNET_ERR_BAD_SIZE, "%s: 0 bytes", fn);
+    if (dev_ptr + bytes < dev_ptr) return bitnet__err(BITNET_ERR_OVERFLOW, "%s: 0x%llx + %zu bytes wraps", fn, dev_ptr, bytes);
+    if (gpu->capturing && waits)
+        return bitnet__err(BITNET_ERR_INVALID_STATE, "%s: a graph is being captured on this handle", fn);
+    return BITNET_OK;
+}
+
+/* The source may be reused as soon as this returns: the driver stages pageable memory. */
+BITNET_API bitnet_result bitnet_gpu_upload(bitnet_gpu *gpu, bitnet_devptr dst, const void *src, size_t bytes) {
+    bitnet_result res;
+    BITNET__TRY(bitnet__copy_args("bitnet_gpu_upload", gpu, src, dst, bytes, 0));
+    BITNET__TRY(bitnet__ctx_push(gpu->dev->ctx));
+    res = bitnet__enqueue_copy(gpu, 'u', (void *)(uintptr_t)src, dst, 0, 0, bytes);
+    bitnet__ctx_pop();
+    return res;
+}
+
+/* Ordered after every kernel and copy issued through this handle before it, and complete on return. */
+BITNET_API bitnet_result bitnet_gpu_download(bitnet_gpu *gpu, void *dst, bitnet_devptr src, size_t bytes) {
+    bitnet_result res;
+    BITNET__TRY(bitnet__copy_args("bitnet_gpu_download", gpu, dst, src, bytes, 1));
+    BITNET__TRY(bitnet__ctx_push(gpu->dev->ctx));
+    res = bitnet__enqueue_copy(gpu, 'd', dst, 0, src, 0, bytes);
+    if (res == BITNET_OK) res = bitnet__stream_wait(gpu, "bitnet_gpu_download");
+    bitnet__ctx_pop();
+    return res;
+}
+
+BITNET_API bitnet_result bitnet_gpu_copy(bitnet_gpu *gpu, bitnet_devptr dst, bitnet_devptr src, size_t bytes) {
+    bitnet_result res;
+    BITNET__CHECK_GPU(gpu);
+    if (!dst || !src) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_gpu_copy: device pointer is 0");
+    if (bytes == 0) return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_gpu_copy: 0 bytes");
+    BITNET__TRY(bitnet__ctx_push(gpu->dev->ctx));
+    res = bitnet__enqueue_copy(gpu, 'c', NULL, dst, src, 0, bytes);
+    bitnet__ctx_pop();
+    return res;
+}
+
+BITNET_API bitnet_result bitnet_gpu_memset(bitnet_gpu *gpu, bitnet_devptr dst, int value, size_t bytes) {
+    bitnet_result res;
+    BITNET__CHECK_GPU(gpu);
+    if (!dst) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_gpu_memset: device pointer is 0");
+    if (bytes == 0) return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_gpu_memset: 0 bytes");
+    BITNET__TRY(bitnet__ctx_push(gpu->dev->ctx));
+    res = bitnet__enqueue_copy(gpu, 's', NULL, dst, 0, value, bytes);
+    bitnet__ctx_pop();
+    return res;
+}
+
+/* The one launch path: the only call of cuLaunchKernel, which also counts and times. */
+BITNET_API bitnet_result bitnet_gpu_launch(bitnet_gpu *gpu, bitnet_gpu_kernel *k, const unsigned grid[3],
+                                           const unsigned block[3], unsigned shared_bytes, void **args) {
+    bitnet__gpu_dev *dv;
+    bitnet__CUresult r = 0;
+    bitnet__CUevent ev[2] = {NULL, NULL};
+    unsigned long long threads;
+    int timed;
+    BITNET__CHECK_GPU(gpu);
+    BITNET__CHECK_PTR(k);
+    BITNET__CHECK_PTR(grid);
+    BITNET__CHECK_PTR(block);
+    dv = gpu->dev;
+    if (k->mod->dev != dv)
+        return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_gpu_launch: kernel %s belongs to device %d, the handle to device %d",
+                           k->name, k->mod->dev->ordinal, dv->ordinal);
+    threads = (unsigned long long)block[0] * block[1] * block[2];
+    if (!grid[0] || !grid[1] || !grid[2] || !threads)
+        return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_gpu_launch(%s): grid %ux%ux%u, block %ux%ux%u has a zero", k->name,
+                           grid[0], grid[1], grid[2], block[0], block[1], block[2]);
+    if (threads > (unsigned long long)dv->max_threads)
+        return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_gpu_launch(%s): block %ux%ux%u has %llu threads, the device allows %d",
+                           k->name, block[0], block[1], block[2], threads, dv->max_threads);
+    if (shared_bytes > (unsigned)dv->smem_optin)
+        return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_gpu_launch(%s): %u bytes of shared memory, the device allows %d",
+                           k->name, shared_bytes, dv->smem_optin);
+    BITNET__TRY(bitnet__ctx_push(dv->ctx));
+    if (shared_bytes > (unsigned)dv->smem_default && shared_bytes > k->smem_set) {
+        /* More than the default 48 KiB needs an opt-in per function, once. */
+        bitnet__mutex_lock(&dv->lock);
+        if (shared_bytes > k->smem_set) {
+            r = bitnet__cuda.cu.cuFuncSetAttribute
+                    ? bitnet__cuda.cu.cuFuncSetAttribute(k->fn, BITNET__CU_FUNC_MAX_DYN_SMEM, (int)shared_bytes) : 1;
+            if (r == 0) k->smem_set = shared_bytes;
+        }
+        bitnet__mutex_unlock(&dv->lock);
+        if (r != 0) {
+            bitnet__ctx_pop();
+            return bitnet__cu_fail(BITNET_ERR_LAUNCH, r, "raising the kernel's dynamic shared memory limit");
+        }
+    }
+    bitnet__mutex_lock(&gpu->lock);
+    timed = gpu->timing && !gpu->capturing;
+    if (timed) {
+        if (gpu->n_pend == BITNET__TIMING_RING) bitnet__timing_collect(gpu, 1);
+        if (bitnet__event_get(gpu, &ev[0]) != BITNET_OK || bitnet__event_get(gpu, &ev[1]) != BITNET_OK) {
+            if (ev[0]) bitnet__event_put(gpu, ev[0]);
+            timed = 0;
+        } else {
+            bitnet__cuda.cu.cuEventRecord(ev[0], gpu->stream);
+        }
+    }
+    r = bitnet__cuda.cu.cuLaunchKernel(k->fn, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared_bytes,
+                                       gpu->stream, args, NULL);
+    if (timed) {
+        if (r == 0 && bitnet__cuda.cu.cuEventRecord(ev[1], gpu->stream) == 0) {
+            gpu->pend[gpu->n_pend].kid = k->kid;
+            gpu->pend[gpu->n_pend].a = ev[0];
+            gpu->pend[gpu->n_pend].b = ev[1];
+            gpu->n_pend++;
+        } else {
+            bitnet__event_put(gpu, ev[0]);
+            bitnet__event_put(gpu, ev[1]);
+        }
+    }
+    if (r == 0) {
+        if (gpu->capturing) {
+            gpu->captured[k->kid]++;
+        } else {
+            bitnet__count_launch(&gpu->stats, k->kid, 1);
+            bitnet__mutex_lock(&bitnet__stats_lock);
+            bitnet__count_launch(&bitnet__total, k->kid, 1);
+            bitnet__mutex_unlock(&bitnet__stats_lock);
+        }
+    }
+    bitnet__mutex_unlock(&gpu->lock);
+    bitnet__ctx_pop();
+    if (r != 0) {
+        char what[192];
+        snprintf(what, sizeof what, "cuLaunchKernel(%s, grid %ux%ux%u, block %ux%ux%u, %u bytes shared)", k->name, grid[0],
+                 grid[1], grid[2], block[0], block[1], block[2], shared_bytes);
+        return bitnet__cu_fail(BITNET_ERR_LAUNCH, r, what);
+    }
+    return BITNET_OK;
+}
+
+BITNET_API bitnet_result bitnet_gpu_set_timing(bitnet_gpu *gpu, int on) {
+    BITNET__CHECK_GPU(gpu);
+    bitnet__mutex_lock(&gpu->lock);
+    gpu->timing = on != 0;
+    bitnet__mutex_unlock(&gpu->lock);
+    return BITNET_OK;
+}
+
+static void bitnet__stats_export(const bitnet__counters *c, bitnet_gpu_stats *out) {
+    int i;
+    memset(out, 0, sizeof *out);
+    out->launches = c->launches;
+    out->h2d_count = c->h2d_count, out->h2d_bytes = c->h2d_bytes;
+    out->d2h_count = c->d2h_count, out->d2h_bytes = c->d2h_bytes;
+    out->d2d_count = c->d2d_count, out->d2d_bytes = c->d2d_bytes;
+    for (i = 0; i < c->n_order; i++) {
+        int id = c->order[i];
+        bitnet__mutex_lock(&bitnet__stats_lock);
+        snprintf(out->kernels[i].name, sizeof out->kernels[i].name, "%s", bitnet__knames[id]);
+        bitnet__mutex_unlock(&bitnet__stats_lock);
+        out->kernels[i].launches = c->k[id].launches;
+        out->kernels[i].timed = c->k[id].timed;
+        out->kernels[i].ms = c->k[id].ms;
+    }
+    out->n_kernels = c->n_order;
+}
+
+BITNET_API bitnet_result bitnet_gpu_stats_get(bitnet_gpu *gpu, bitnet_gpu_stats *out) {
+    BITNET__CHECK_PTR(out);
+    if (!gpu) {
+        bitnet__counters c;
+        bitnet__mutex_lock(&bitnet__stats_lock);
+        c = bitnet__total;
+        bitnet__mutex_unlock(&bitnet__stats_lock);
+        bitnet__stats_export(&c, out);
+        return BITNET_OK;
+    }
+    BITNET__CHECK_GPU(gpu);
+    bitnet__mutex_lock(&gpu->lock);
+    bitnet__stats_export(&gpu->stats, out);
+    bitnet__mutex_unlock(&gpu->lock);
+    return BITNET_OK;
+}
+
+BITNET_API bitnet_result bitnet_gpu_stats_reset(bitnet_gpu *gpu) {
+    if (!gpu) {
+        bitnet__mutex_lock(&bitnet__stats_lock);
+        memset(&bitnet__total, 0, sizeof bitnet__total);
+        bitnet__mutex_unlock(&bitnet__stats_lock);
+        return BITNET_OK;
+    }
+    BITNET__CHECK_GPU(gpu);
+    bitnet__mutex_lock(&gpu->lock);
+    memset(&gpu->stats, 0, sizeof gpu->stats);
+    bitnet__mutex_unlock(&gpu->lock);
+    return BITNET_OK;
+}
+
+BITNET_API bitnet_result bitnet_gpu_timer_begin(bitnet_gpu *gpu) {
+    bitnet__CUresult r;
+    BITNET__CHECK_GPU(gpu);
+    BITNET__TRY(bitnet__ctx_push(gpu->dev->ctx));
+    bitnet__mutex_lock(&gpu->lock);
+    r = bitnet__cuda.cu.cuEventRecord(gpu->timer[0], gpu->stream);
+    gpu->timer_started = r == 0;
+    bitnet__mutex_unlock(&gpu->lock);
+    bitnet__ctx_pop();
+    return r ? bitnet__cu_fail(BITNET_ERR_CUDA, r, "bitnet_gpu_timer_begin: cuEventRecord") : BITNET_OK;
+}
+
+BITNET_API bitnet_result bitnet_gpu_timer_end(bitnet_gpu *gpu, double *ms) {
+    bitnet__CUresult r;
+    float f = 0;
+    BITNET__CHECK_GPU(gpu);
+    BITNET__CHECK_PTR(ms);
+    if (!gpu->timer_started) return bitnet__err(BITNET_ERR_INVALID_STATE, "bitnet_gpu_timer_end without bitnet_gpu_timer_begin");
+    BITNET__TRY(bitnet__ctx_push(gpu->dev->ctx));
+    bitnet__mutex_lock(&gpu->lock);
+    r = bitnet__cuda.cu.cuEventRecord(gpu->timer[1], gpu->stream);
+    gpu->timer_started = 0;
+    bitnet__mutex_unlock(&gpu->lock);
+    if (r == 0) r = bitnet__cuda.cu.cuEventSynchronize(gpu->timer[1]);
+    if (r == 0) r = bitnet__cuda.cu.cuEventElapsedTime(&f, gpu->timer[0], gpu->timer[1]);
+    bitnet__ctx_pop();
+    *ms = f;
+    return r ? bitnet__cu_fail(BITNET_ERR_CUDA, r, "bitnet_gpu_timer_end") : BITNET_OK;
+}
+
+/* ---- graphs: capture on the handle's stream, replay with the captured launch counts ---------- */
+BITNET_API bitnet_result bitnet_gpu_graph_begin(bitnet_gpu *gpu) {
+    bitnet__CUresult r;
+    BITNET__CHECK_GPU(gpu);
+    if (!bitnet__cuda.cu.cuStreamBeginCapture || !bitnet__cuda.cu.cuStreamEndCapture ||
+        !bitnet__cuda.cu.cuGraphInstantiateWithFlags || !bitnet__cuda.cu.cuGraphLaunch)
+        return bitnet__err(BITNET_ERR_UNSUPPORTED, "CUDA graphs need driver 11.4 or newer (this is %d)", bitnet__cuda.driver_version);
+    BITNET__TRY(bitnet__ctx_push(gpu->dev->ctx));
+    bitnet__mutex_lock(&gpu->lock);
+    if (gpu->capturing) r = -1;
+    else if ((r = bitnet__cuda.cu.cuStreamBeginCapture(gpu->stream, BITNET__CU_CAPTURE_THREAD_LOCAL)) == 0) {
+        gpu->capturing = 1;
+        memset(gpu->captured, 0, sizeof gpu->captured);
+    }
+    bitnet__mutex_unlock(&gpu->lock);
+    bitnet__ctx_pop();
+    if (r == -1) return bitnet__err(BITNET_ERR_INVALID_STATE, "bitnet_gpu_graph_begin: already capturing");
+    return r ? bitnet__cu_fail(BITNET_ERR_CUDA, r, "cuStreamBeginCapture") : BITNET_OK;
+}
+
+BITNET_API bitnet_result bitnet_gpu_graph_end(bitnet_gpu *gpu, bitnet_gpu_graph **out) {
+    bitnet__CUresult r;
+    bitnet__CUgraph g = NULL;
+    bitnet__CUgraphExec e = NULL;
+    bitnet_gpu_graph *gr;
+    BITNET__CHECK_GPU(gpu);
+    BITNET__CHECK_PTR(out);
+    *out = NULL;
+    if (!gpu->capturing) return bitnet__err(BITNET_ERR_INVALID_STATE, "bitnet_gpu_graph_end without bitnet_gpu_graph_begin");
+    gr = (bitnet_gpu_graph *)bitnet__calloc(1, sizeof *gr);
+    BITNET__TRY(bitnet__ctx_push(gpu->dev->ctx));
+    bitnet__mutex_lock(&gpu->lock);
+    r = bitnet__cuda.cu.cuStreamEndCapture(gpu->stream, &g);
+    gpu->capturing = 0;
+    if (gr) memcpy(gr->counts, gpu->captured, sizeof gr->counts);
+    bitnet__mutex_unlock(&gpu->lock);
+    if (r == 0 && gr) r = bitnet__cuda.cu.cuGraphInstantiateWithFlags(&e, g, 0);
+    if ((r != 0 || !gr) && g) bitnet__cuda.cu.cuGraphDestroy(g);
+    bitnet__ctx_pop();
+    if (!gr) return BITNET_ERR_OUT_OF_MEMORY;
+    if (r != 0) {
+        bitnet__free(gr);
+        return bitnet__cu_fail(BITNET_ERR_CUDA, r, "ending the graph capture");
+    }
+    gr->dev = gpu->dev;
+    gr->graph = g;
+    gr->exec = e;
+    *out = gr;
+    return BITNET_OK;
+}
+
+BITNET_API bitnet_result bitnet_gpu_graph_launch(bitnet_gpu *gpu, bitnet_gpu_graph *graph) {
+    bitnet__CUresult r;
+    int i;
+    BITNET__CHECK_GPU(gpu);
+    BITNET__CHECK_PTR(graph);
+    if (graph->dev != gpu->dev) return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_gpu_graph_launch: graph of another device");
+    BITNET__TRY(bitnet__ctx_push(gpu->dev->ctx));
+    bitnet__mutex_lock(&gpu->lock);
+    r = bitnet__cuda.cu.cuGraphLaunch(graph->exec, gpu->stream);
+    if (r == 0)
+        for (i = 0; i < BITNET_GPU_MAX_KERNEL_STATS; i++)
+            if (graph->counts[i]) {
+                bitnet__count_launch(&gpu->stats, i, graph->counts[i]);
+                bitnet__mutex_lock(&bitnet__stats_lock);
+                bitnet__count_launch(&bitnet__total, i, graph->counts[i]);
+                bitnet__mutex_unlock(&bitnet__stats_lock);
+            }
+    bitnet__mutex_unlock(&gpu->lock);
+    bitnet__ctx_pop();
+    return r ? bitnet__cu_fail(BITNET_ERR_LAUNCH, r, "cuGraphLaunch") : BITNET_OK;
+}
+
+BITNET_API void bitnet_gpu_graph_free(bitnet_gpu_graph *graph) {
+    if (!graph) return;
+    if (bitnet__ctx_push(graph->dev->ctx) == BITNET_OK) {
+        if (bitnet__cuda.cu.cuGraphExecDestroy) bitnet__cuda.cu.cuGraphExecDestroy(graph->exec);
+        if (bitnet__cuda.cu.cuGraphDestroy) bitnet__cuda.cu.cuGraphDestroy(graph->graph);
+        bitnet__ctx_pop();
+    }
+    bitnet__free(graph);
+}
+
+BITNET_API void *bitnet_gpu_raw_context(bitnet_gpu *gpu) { return gpu && gpu->dev ? (void *)gpu->dev->ctx : NULL; }
+BITNET_API void *bitnet_gpu_raw_stream(bitnet_gpu *gpu) { return gpu && gpu->dev ? (void *)gpu->stream : NULL; }
+BITNET_API void *bitnet_gpu_raw_module(bitnet_gpu_module *mod) { return mod ? (void *)mod->mod : NULL; }
+BITNET_API void *bitnet_gpu_raw_function(bitnet_gpu_kernel *k) { return k ? (void *)k->fn : NULL; }
+
 /* >>nvrtc ===================================================================================== */
 
+/* The built-in modules and kernels of bitnet_cuda_kernels.h (a sentinel keeps the arrays non-empty). */
+typedef struct bitnet__builtin_mod { const char *name, *source; int min_sm; } bitnet__builtin_mod;
+typedef struct bitnet__builtin_fn { const char *kernel, *module; } bitnet__builtin_fn;
+static const bitnet__builtin_mod bitnet__builtins[] = {
+#define BITNET__MOD_ROW(name, src, sm) {#name, src, sm},
+    BITNET_CUDA_MODULES(BITNET__MOD_ROW)
+#undef BITNET__MOD_ROW
+    {NULL, NULL, 0}};
+static const bitnet__builtin_fn bitnet__builtin_fns[] = {
+#define BITNET__FN_ROW(kernel, module) {#kernel, #module},
+    BITNET_CUDA_KERNELS(BITNET__FN_ROW)
+#undef BITNET__FN_ROW
+    {NULL, NULL}};
+#define BITNET__N_BUILTINS ((int)(sizeof bitnet__builtins / sizeof bitnet__builtins[0]) - 1)
+typedef char bitnet__builtins_fit[BITNET__N_BUILTINS <= BITNET__N_BUILTINS_MAX ? 1 : -1]; /* raise _MAX if not */
+
+BITNET_API int bitnet_gpu_builtin_count(void) { return BITNET__N_BUILTINS; }
+BITNET_API const char *bitnet_gpu_builtin_name(int i) { return i >= 0 && i < BITNET__N_BUILTINS ? bitnet__builtins[i].name : NULL; }
+BITNET_API int bitnet_gpu_builtin_min_sm(int i) { return i >= 0 && i < BITNET__N_BUILTINS ? bitnet__builtins[i].min_sm : -1; }
+
+/* FNV-1a, 64 bits: cache keys and binary fingerprints. */
+#define BITNET__FNV_INIT 0xcbf29ce484222325ull
+static uint64_t bitnet__fnv(uint64_t h, const void *data, size_t n) {
+    const unsigned char *p = (const unsigned char *)data;
+    size_t i;
+    for (i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull;
+    return h;
+}
+static uint64_t bitnet__fnv_str(uint64_t h, const char *s) { /* the NUL separates fields */
+    if (!s) s = "";
+    return bitnet__fnv(h, s, strlen(s) + 1);
+}
+
+/* "sm_90", "sm_90a", "compute_86" -> 90 / 'a' / ptx. */
+static bitnet_result bitnet__parse_arch(const char *arch, int *cc, char *suffix, int *ptx) {
+    const char *p;
+    int v = 0, digits = 0;
+    if (!arch) return bitnet__err(BITNET_ERR_NULL_POINTER, "arch is NULL");
+    if (strncmp(arch, "sm_", 3) == 0) p = arch + 3, *ptx = 0;
+    else if (strncmp(arch, "compute_", 8) == 0) p = arch + 8, *ptx = 1;
+    else p = NULL;
+    if (p)
+        for (; *p >= '0' && *p <= '9' && digits < 4; p++, digits++) v = v * 10 + (*p - '0');
+    *suffix = 0;
+    if (p && (*p == 'a' || *p == 'f')) *suffix = *p++;
+    if (!p || digits < 2 || *p || v < 10)
+        return bitnet__err(BITNET_ERR_INVALID_ARG, "arch '%s' is not sm_XY or compute_XY (e.g. sm_90)", arch);
+    *cc = v;
+    return BITNET_OK;
+}
+
+/* ---- the disk cache ---------------------------------------------------------------------- */
+#if defined(_WIN32)
+#include <direct.h>
+#include <process.h>
+#define BITNET__MKDIR(p) _mkdir(p)
+#define BITNET__GETPID() _getpid()
+#else
+#define BITNET__MKDIR(p) mkdir(p, 0755)
+#define BITNET__GETPID() getpid()
+#endif
+
+static void bitnet__mkdirs(char *path) {
+    char *p;
+    for (p = path + 1; *p; p++)
+        if (*p == '/') {
+            *p = 0;
+            BITNET__MKDIR(path);
+            *p = '/';
+        }
+    BITNET__MKDIR(path);
+}
+
+/* The cache folder, created when missing; 0 when caching is off. Read at each compile. */
+static int bitnet__cache_dir(char *out, size_t cap) {
+    const char *e = bitnet__getenv("BITNET_CUDA_CACHE"), *d;
+    if (e && strcmp(e, "0") == 0) return 0;
+    if ((d = bitnet__getenv("BITNET_CACHE_DIR")) != NULL) snprintf(out, cap, "%s", d);
+    else if ((d = bitnet__getenv("XDG_CACHE_HOME")) != NULL) snprintf(out, cap, "%s/bitnet", d);
+    else if ((d = bitnet__getenv("HOME")) != NULL) snprintf(out, cap, "%s/.cache/bitnet", d);
+    else return 0;
+    bitnet__mkdirs(out);
+    return 1;
+}
+
+/* An entry: magic, key, payload size, payload hash (8 bytes each), then the payload. Anything
+   that does not check out is a miss, never an error. Returns a bitnet__malloc'd payload or NULL. */
+#define BITNET__JIT_MAGIC "BNJIT001"
+static unsigned char *bitnet__cache_read(const char *path, uint64_t key, size_t *bytes) {
+    unsigned char hdr[32], *buf = NULL;
+    uint64_t k, size, hash;
+    const char *bad = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        bitnet__log(BITNET_LOG_DEBUG, "JIT cache miss: %s", path);
+        return NULL;
+    }
+    if (fread(hdr, 1, 32, f) != 32 || memcmp(hdr, BITNET__JIT_MAGIC, 8) != 0) bad = "bad header";
+    else {
+        memcpy(&k, hdr + 8, 8);
+        memcpy(&size, hdr + 16, 8);
+        memcpy(&hash, hdr + 24, 8);
+        if (k != key) bad = "key mismatch";
+        else if (size == 0 || size > ((uint64_t)1 << 30)) bad = "bad size";
+        else if ((buf = (unsigned char *)bitnet__malloc((size_t)size)) == NULL) bad = "no memory";
+        else if (fread(buf, 1, (size_t)size, f) != size) bad = "truncated";
+        else if (fgetc(f) != EOF) bad = "trailing bytes";
+        else if (bitnet__fnv(BITNET__FNV_INIT, buf, (size_t)size) != hash) bad = "checksum mismatch";
+    }
+    fclose(f);
+    if (bad) {
+        bitnet__log(BITNET_LOG_INFO, "JIT cache: ignoring %s (%s)", path, bad);
+        bitnet__free(buf);
+        return NULL;
+    }
+    *bytes = (size_t)size;
+    return buf;
+}
+
+/* Written to a temporary file and renamed, so readers never see half an entry. Failing to
+   write (read-only folder, full disk) is logged and otherwise ignored. */
+static void bitnet__cache_write(const char *path, uint64_t key, const unsigned char *img, size_t n) {
+    static unsigned seq;
+    unsigned char hdr[32];
+    uint64_t size = n, hash = bitnet__fnv(BITNET__FNV_INIT, img, n);
+    char tmp[640];
+    FILE *f;
+    int ok;
+    bitnet__mutex_lock(&bitnet__nvrtc_lock);
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld.%u", path, (long)BITNET__GETPID(), seq++);
+    bitnet__mutex_unlock(&bitnet__nvrtc_lock);
+    if ((f = fopen(tmp, "wb")) == NULL) {
+        bitnet__log(BITNET_LOG_INFO, "JIT cache: cannot write %s (%s); continuing without caching", tmp, strerror(errno));
+        return;
+    }
+    memcpy(hdr, BITNET__JIT_MAGIC, 8);
+    memcpy(hdr + 8, &key, 8);
+    memcpy(hdr + 16, &size, 8);
+    memcpy(hdr + 24, &hash, 8);
+    ok = fwrite(hdr, 1, 32, f) == 32 && fwrite(img, 1, n, f) == n;
+    ok = (fclose(f) == 0) && ok;
+    if (!ok || rename(tmp, path) != 0) {
+        bitnet__log(BITNET_LOG_INFO, "JIT cache: cannot store %s (%s); continuing without caching", path, strerror(errno));
+        remove(tmp);
+    }
+}
+
+/* ---- compiling ----------------------------------------------------------------------------- */
+typedef struct bitnet__jit_req {
+    const char *name;                   /* module name, for messages and the cache file */
+    const char *prefix, *source, *options; /* prefix: the shared types, or NULL */
+    const char *target;                 /* "sm_90" or "compute_75" */
+    int cubin, minimal, driver_version, use_cache;
+    int cc;                             /* picks the NVRTC (bitnet__nvrtc_for) */
+} bitnet__jit_req;
+
+/* Compiles one module, or reads it from the cache. *image is bitnet__malloc'd. */
+static bitnet_result bitnet__jit_build(const bitnet__jit_req *q, unsigned char **image, size_t *bytes,
+                                       bitnet_gpu_jit_info *info) {
+    const bitnet__nvrtc_lib *N = bitnet__nvrtc_for(q->cc);
+    const char *argv[64];
+    char arch_opt[48], dir[512], *opts = NULL, *src = NULL, *log = NULL, *tok;
+    int argc = 0, i, kv = BITNET_CUDA_KERNELS_VERSION;
+    size_t plen = q->prefix ? strlen(q->prefix) : 0, slen = strlen(q->source), n = 0, total;
+    uint64_t key = BITNET__FNV_INIT;
+    bitnet__nvrtcProgram prog = NULL;
+    bitnet__nvrtcResult rr;
+    bitnet_result res = BITNET_OK;
+    unsigned char *img = NULL;
+    double t0 = bitnet__now();
+    memset(info, 0, sizeof *info);
+    snprintf(info->target, sizeof info->target, "%s", q->target);
+    info->cubin = q->cubin;
+    *image = NULL;
+    *bytes = 0;
+    snprintf(arch_opt, sizeof arch_opt, "--gpu-architecture=%s", q->target);
+    argv[argc++] = arch_opt;
+    argv[argc++] = "-default-device";
+    if (q->minimal && N->version >= 12040) argv[argc++] = "--minimal"; /* faster; our kernels include nothing */
+    /* The key covers everything that changes the binary. */
+    key = bitnet__fnv_str(key, BITNET_VERSION_STRING);
+    key = bitnet__fnv(key, &kv, sizeof kv);
+    key = bitnet__fnv_str(key, q->prefix);
+    key = bitnet__fnv_str(key, q->source);
+    key = bitnet__fnv_str(key, q->options);
+    for (i = 0; i < argc; i++) key = bitnet__fnv_str(key, argv[i]);
+    key = bitnet__fnv(key, &N->version, sizeof N->version);
+    key = bitnet__fnv(key, &q->driver_version, sizeof q->driver_version);
+    if (q->use_cache && bitnet__cache_dir(dir, sizeof dir)) {
+        snprintf(info->cache_file, sizeof info->cache_file, "%.400s/%.24s-%.24s-%016llx.bin", dir, q->name, q->target,
+                 (unsigned long long)key);
+        if ((img = bitnet__cache_read(info->cache_file, key, &n)) != NULL) {
+            info->from_cache = 1;
+            goto done;
+        }
+    }
+    bitnet__fault_init();
+    if (bitnet__fault.nvrtc)
+        return bitnet__err(BITNET_ERR_JIT, "injected NVRTC failure (BITNET_FAULT nvrtc) compiling module '%s' for %s",
+                           q->name, q->target);
+    /* The user's options, split on blanks (no quoting). */
+    if (q->options && *q->options) {
+        if ((opts = (char *)bitnet__malloc(strlen(q->options) + 1)) == NULL) return BITNET_ERR_OUT_OF_MEMORY;
+        strcpy(opts, q->options);
+        for (tok = strtok(opts, " \t\n"); tok; tok = strtok(NULL, " \t\n")) {
+            if (argc == 64) {
+                bitnet__free(opts);
+                return bitnet__err(BITNET_ERR_INVALID_ARG, "module '%s': more than 60 NVRTC options", q->name);
+            }
+            argv[argc++] = tok;
+        }
+    }
+    if (!bitnet__add_size(plen, slen + 1, &total) || (src = (char *)bitnet__malloc(total)) == NULL) {
+        bitnet__free(opts);
+        return BITNET_ERR_OUT_OF_MEMORY;
+    }
+    if (plen) memcpy(src, q->prefix, plen);
+    memcpy(src + plen, q->source, slen + 1);
+    bitnet_gpu_nvtx_push("bitnet: NVRTC compile");
+    {
+        char fname[48];
+        snprintf(fname, sizeof fname, "bitnet_%s.cu", q->name);
+        rr = N->fn.nvrtcCreateProgram(&prog, src, fname, 0, NULL, NULL);
+    }
+    if (rr != 0) {
+        res = bitnet__err(BITNET_ERR_JIT, "nvrtcCreateProgram('%s'): %s", q->name, N->fn.nvrtcGetErrorString(rr));
+        goto out;
+    }
+    rr = N->fn.nvrtcCompileProgram(prog, argc, argv);
+    if (rr != 0) {
+        size_t ln = 0;
+        if (N->fn.nvrtcGetProgramLogSize(prog, &ln) == 0 && ln > 0 && (log = (char *)bitnet__malloc(ln + 1)) != NULL) {
+            if (N->fn.nvrtcGetProgramLog(prog, log) != 0) log[0] = 0;
+            log[ln] = 0;
+        }
+        res = bitnet__err(BITNET_ERR_JIT, "NVRTC %d.%d could not compile module '%s' for %s (%s):\n%.3000s",
+                          N->version / 1000, N->version % 1000 / 10, q->name, q->target, N->fn.nvrtcGetErrorString(rr),
+                          log ? log : "(no log)");
+        goto out;
+    }
+    rr = q->cubin ? N->fn.nvrtcGetCUBINSize(prog, &n) : N->fn.nvrtcGetPTXSize(prog, &n);
+    if (rr == 0 && n > 0 && (img = (unsigned char *)bitnet__malloc(n)) != NULL)
+        rr = q->cubin ? N->fn.nvrtcGetCUBIN(prog, (char *)img) : N->fn.nvrtcGetPTX(prog, (char *)img);
+    if (rr != 0 || n == 0 || !img) {
+        res = img || rr != 0 ? bitnet__err(BITNET_ERR_JIT, "NVRTC produced no %s for module '%s' (%s)", q->cubin ? "cubin" : "PTX",
+                                           q->name, N->fn.nvrtcGetErrorString(rr))
+                             : BITNET_ERR_OUT_OF_MEMORY;
+        bitnet__free(img);
+        img = NULL;
+        goto out;
+    }
+    if (info->cache_file[0]) bitnet__cache_write(info->cache_file, key, img, n);
+out:
+    if (prog) N->fn.nvrtcDestroyProgram(&prog);
+    bitnet_gpu_nvtx_pop();
+    bitnet__free(log);
+    bitnet__free(src);
+    bitnet__free(opts);
+    if (res != BITNET_OK) return res;
+done:
+    info->bytes = n;
+    info->binary_hash = bitnet__fnv(BITNET__FNV_INIT, img, n);
+    info->ms = (bitnet__now() - t0) * 1e3;
+    *image = img;
+    *bytes = n;
+    return BITNET_OK;
+}
+
+static bitnet_result bitnet__jit_compile_only(const char *name, const char *prefix, const char *source, const char *options,
+                                              const char *arch, int min_sm, int minimal, int use_cache,
+                                              bitnet_gpu_jit_info *info) {
+    int cc = 0, ptx = 0, cubin;
+    char suffix = 0, target[32];
+    bitnet__jit_req q;
+    unsigned char *img;
+    size_t n;
+    BITNET__CHECK_PTR(info);
+    memset(info, 0, sizeof *info);
+    BITNET__TRY(bitnet__parse_arch(arch, &cc, &suffix, &ptx));
+    BITNET__TRY(bitnet__nvrtc_load());
+    if (cc < min_sm) return bitnet__err(BITNET_ERR_UNSUPPORTED, "module '%s' needs sm_%d or newer, not %s", name, min_sm, arch);
+    BITNET__TRY(bitnet__jit_pick(cc, suffix, ptx, target, sizeof target, &cubin));
+    memset(&q, 0, sizeof q);
+    q.name = name, q.prefix = prefix, q.source = source, q.options = options;
+    q.target = target, q.cubin = cubin, q.minimal = minimal, q.use_cache = use_cache, q.cc = cc;
+    q.driver_version = 0; /* no driver here: a key of its own */
+    BITNET__TRY(bitnet__jit_build(&q, &img, &n, info));
+    bitnet__free(img);
+    return BITNET_OK;
+}
+
+BITNET_API bitnet_result bitnet_gpu_jit_builtin(int module, const char *arch, int use_cache, bitnet_gpu_jit_info *info) {
+    if (module < 0 || module >= BITNET__N_BUILTINS)
+        return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_gpu_jit_builtin: module %d of %d", module, BITNET__N_BUILTINS);
+    return bitnet__jit_compile_only(bitnet__builtins[module].name, bitnet_cuda_src_common, bitnet__builtins[module].source, "",
+                                    arch, bitnet__builtins[module].min_sm, 1, use_cache, info);
+}
+
+BITNET_API bitnet_result bitnet_gpu_jit_source(const char *source, const char *options, const char *arch, int use_cache,
+                                               bitnet_gpu_jit_info *info) {
+    BITNET__CHECK_PTR(source);
+    if (!*source) return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_gpu_jit_source: empty source");
+    return bitnet__jit_compile_only("custom", NULL, source, options, arch, 0, 0, use_cache, info);
+}
+
+/* ---- modules on a device ------------------------------------------------------------------ */
+static bitnet_result bitnet__module_create(bitnet__gpu_dev *dv, bitnet_gpu *owner, const char *name, const char *prefix,
+                                           const char *source, const char *options, int minimal, bitnet_gpu_module **out) {
+    bitnet__jit_req q;
+    bitnet_gpu_jit_info info;
+    unsigned char *img;
+    size_t n;
+    char log[2048] = "", target[32];
+    int opts[2] = {BITNET__CU_JIT_ERROR_LOG, BITNET__CU_JIT_ERROR_LOG_SIZE}, cubin = dv->cubin;
+    void *vals[2];
+    bitnet__CUmodule cm = NULL;
+    bitnet__CUresult r;
+    bitnet_gpu_module *m;
+    *out = NULL;
+    BITNET__TRY(bitnet__nvrtc_load());
+    snprintf(target, sizeof target, "%s", dv->target);
+    if (!target[0]) BITNET__TRY(bitnet__jit_pick(dv->cc, 0, 0, target, sizeof target, &cubin));
+    memset(&q, 0, sizeof q);
+    q.name = name, q.prefix = prefix, q.source = source, q.options = options;
+    q.target = target, q.cubin = cubin, q.minimal = minimal, q.use_cache = 1, q.cc = dv->cc;
+    q.driver_version = bitnet__cuda.driver_version;
+    BITNET__TRY(bitnet__jit_build(&q, &img, &n, &info));
+    bitnet__fault_init();
+    if (bitnet__fault.module_load) {
+        bitnet__free(img);
+        return bitnet__err(BITNET_ERR_MODULE_LOAD, "injected module load failure (BITNET_FAULT module_load) for '%s'", name);
+    }
+    vals[0] = log;
+    vals[1] = (void *)(uintptr_t)sizeof log;
+    if (bitnet__ctx_push(dv->ctx) != BITNET_OK) {
+        bitnet__free(img);
+        return BITNET_ERR_CUDA;
+    }
+    r = bitnet__cuda.cu.cuModuleLoadDataEx(&cm, img, 2, opts, vals);
+    bitnet__ctx_pop();
+    bitnet__free(img);
+    if (r != 0) {
+        char d[256];
+        log[sizeof log - 1] = 0;
+        return bitnet__err(BITNET_ERR_MODULE_LOAD, "cuModuleLoadDataEx('%s', %s %s of %zu bytes): %s\n%s", name, target,
+                           cubin ? "cubin" : "PTX", n, bitnet__cu_describe(r, d, sizeof d), log);
+    }
+    m = (bitnet_gpu_module *)bitnet__calloc(1, sizeof *m);
+    if (!m) {
+        if (bitnet__ctx_push(dv->ctx) == BITNET_OK) {
+            bitnet__cuda.cu.cuModuleUnload(cm);
+            bitnet__ctx_pop();
+        }
+        return BITNET_ERR_OUT_OF_MEMORY;
+    }
+    m->dev = dv;
+    m->owner = owner;
+    m->mod = cm;
+    m->jit = info;
+    snprintf(m->name, sizeof m->name, "%s", name);
+    *out = m;
+    return BITNET_OK;
+}
+
+static void bitnet__module_unload(bitnet_gpu_module *m) {
+    bitnet_gpu_kernel *k, *next;
+    if (m->owner) { /* unlink from the handle's list */
+        bitnet_gpu_module **p;
+        bitnet__mutex_lock(&m->owner->lock);
+        for (p = &m->owner->modules; *p; p = &(*p)->next)
+            if (*p == m) {
+                *p = m->next;
+                break;
+            }
+        bitnet__mutex_unlock(&m->owner->lock);
+    }
+    if (bitnet__ctx_push(m->dev->ctx) == BITNET_OK) {
+        bitnet__cuda.cu.cuModuleUnload(m->mod);
+        bitnet__ctx_pop();
+    }
+    for (k = m->kernels; k; k = next) {
+        next = k->next;
+        bitnet__free(k);
+    }
+    bitnet__free(m);
+}
+
+BITNET_API bitnet_result bitnet_gpu_module_load(bitnet_gpu *gpu, const char *source, const char *options,
+                                                bitnet_gpu_module **out) {
+    bitnet_gpu_module *m;
+    BITNET__CHECK_GPU(gpu);
+    BITNET__CHECK_PTR(source);
+    BITNET__CHECK_PTR(out);
+    *out = NULL;
+    if (!*source) return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_gpu_module_load: empty source");
+    BITNET__TRY(bitnet__module_create(gpu->dev, gpu, "custom", NULL, source, options, 0, &m));
+    bitnet__mutex_lock(&gpu->lock);
+    m->next = gpu->modules;
+    gpu->modules = m;
+    bitnet__mutex_unlock(&gpu->lock);
+    *out = m;
+    return BITNET_OK;
+}
+
+BITNET_API bitnet_result bitnet_gpu_module_jit_info(const bitnet_gpu_module *mod, bitnet_gpu_jit_info *out) {
+    BITNET__CHECK_PTR(mod);
+    BITNET__CHECK_PTR(out);
+    *out = mod->jit;
+    return BITNET_OK;
+}
+
+/* Built-in modules belong to the device and stay until its last handle closes. */
+BITNET_API void bitnet_gpu_module_free(bitnet_gpu_module *mod) {
+    if (mod && mod->owner) bitnet__module_unload(mod);
+}
+
+BITNET_API bitnet_result bitnet_gpu_kernel_get(bitnet_gpu_module *mod, const char *name, bitnet_gpu_kernel **out) {
+    bitnet_gpu_kernel *k;
+    bitnet__CUfunction fn = NULL;
+    bitnet__CUresult r;
+    BITNET__CHECK_PTR(mod);
+    BITNET__CHECK_PTR(name);
+    BITNET__CHECK_PTR(out);
+    *out = NULL;
+    bitnet__mutex_lock(&mod->dev->lock);
+    for (k = mod->kernels; k; k = k->next)
+        if (strcmp(k->name, name) == 0) break;
+    if (!k) {
+        if (strlen(name) >= sizeof k->name) {
+            bitnet__mutex_unlock(&mod->dev->lock);
+            return bitnet__err(BITNET_ERR_INVALID_ARG, "kernel name '%.40s...' is longer than %d bytes", name, 63);
+        }
+        r = 1;
+        if (bitnet__ctx_push(mod->dev->ctx) == BITNET_OK) {
+            r = bitnet__cuda.cu.cuModuleGetFunction(&fn, mod->mod, name);
+            bitnet__ctx_pop();
+        }
+        if (r != 0 || (k = (bitnet_gpu_kernel *)bitnet__calloc(1, sizeof *k)) == NULL) {
+            bitnet__mutex_unlock(&mod->dev->lock);
+            if (r == 0) return BITNET_ERR_OUT_OF_MEMORY;
+            return bitnet__err(BITNET_ERR_KERNEL_NOT_FOUND, "kernel '%s' is not in module '%s' (kernels must be "
+                               "extern \"C\" __global__)", name, mod->name);
+        }
+        k->mod = mod;
+        k->fn = fn;
+        k->kid = bitnet__kname_id(name);
+        snprintf(k->name, sizeof k->name, "%s", name);
+        k->next = mod->kernels;
+        mod->kernels = k;
+    }
+    bitnet__mutex_unlock(&mod->dev->lock);
+    *out = k;
+    return BITNET_OK;
+}
+
+static bitnet_result bitnet__builtin_module(bitnet__gpu_dev *dv, int i, bitnet_gpu_module **out) {
+    bitnet_result res = BITNET_OK;
+    bitnet__mutex_lock(&dv->lock);
+    if (!dv->builtin[i]) {
+        if (dv->cc < bitnet__builtins[i].min_sm)
+            res = bitnet__err(BITNET_ERR_UNSUPPORTED, "module '%s' needs sm_%d or newer; device %d is sm_%d",
+                              bitnet__builtins[i].name, bitnet__builtins[i].min_sm, dv->ordinal, dv->cc);
+        else
+            res = bitnet__module_create(dv, NULL, bitnet__builtins[i].name, bitnet_cuda_src_common, bitnet__builtins[i].source,
+                                        "", 1, &dv->builtin[i]);
+    }
+    *out = dv->builtin[i];
+    bitnet__mutex_unlock(&dv->lock);
+    return res;
+}
+
+BITNET_API bitnet_result bitnet_gpu_builtin_kernel(bitnet_gpu *gpu, const char *name, bitnet_gpu_kernel **out) {
+    const bitnet__builtin_fn *f;
+    bitnet_gpu_module *m;
+    int i;
+    BITNET__CHECK_GPU(gpu);
+    BITNET__CHECK_PTR(name);
+    BITNET__CHECK_PTR(out);
+    *out = NULL;
+    for (f = bitnet__builtin_fns; f->kernel; f++)
+        if (strcmp(f->kernel, name) == 0) break;
+    if (!f->kernel) return bitnet__err(BITNET_ERR_KERNEL_NOT_FOUND, "'%s' is not listed in BITNET_CUDA_KERNELS", name);
+    for (i = 0; i < BITNET__N_BUILTINS; i++)
+        if (strcmp(bitnet__builtins[i].name, f->module) == 0) break;
+    if (i == BITNET__N_BUILTINS)
+        return bitnet__err(BITNET_ERR_KERNEL_NOT_FOUND, "kernel '%s' names module '%s', which is not in BITNET_CUDA_MODULES",
+                           name, f->module);
+    BITNET__TRY(bitnet__builtin_module(gpu->dev, i, &m));
+    return bitnet_gpu_kernel_get(m, name, out);
+}
+
+BITNET_API bitnet_result bitnet_gpu_builtin_jit_info(bitnet_gpu *gpu, int i, bitnet_gpu_jit_info *out) {
+    bitnet_gpu_module *m;
+    BITNET__CHECK_GPU(gpu);
+    BITNET__CHECK_PTR(out);
+    if (i < 0 || i >= BITNET__N_BUILTINS) return bitnet__err(BITNET_ERR_INVALID_ARG, "built-in module %d of %d", i, BITNET__N_BUILTINS);
+    BITNET__TRY(bitnet__builtin_module(gpu->dev, i, &m));
+    *out = m->jit;
+    return BITNET_OK;
+}
+
+BITNET_API bitnet_result bitnet_gpu_builtin_load_all(bitnet_gpu *gpu) {
+    const bitnet__builtin_fn *f;
+    bitnet_gpu_kernel *k;
+    int i;
+    BITNET__CHECK_GPU(gpu);
+    for (i = 0; i < BITNET__N_BUILTINS; i++) {
+        bitnet_gpu_module *m;
+        if (gpu->dev->cc >= bitnet__builtins[i].min_sm) BITNET__TRY(bitnet__builtin_module(gpu->dev, i, &m));
+    }
+    for (f = bitnet__builtin_fns; f->kernel; f++) { /* every listed kernel must be there */
+        for (i = 0; i < BITNET__N_BUILTINS; i++)
+            if (strcmp(bitnet__builtins[i].name, f->module) == 0) break;
+        if (i < BITNET__N_BUILTINS && gpu->dev->cc < bitnet__builtins[i].min_sm) continue;
+        BITNET__TRY(bitnet_gpu_builtin_kernel(gpu, f->kernel, &k));
+    }
+    return BITNET_OK;
+}
+
 /* >>gpu-pool ================================================================================== */
+
+/* Device memory: each handle keeps freed buffers by size class and hands them out again on its
+   own stream, so a reused buffer is always ordered after the work that used it before. */
+
+/* ---- the process-wide cap (BITNET_MEMORY_LIMIT) -------------------------------------------- */
+static struct {
+    int init;
+    bitnet_result status;
+    char msg[256];
+    uint64_t limit, reserved;           /* bytes: the cap (0 = none) and what all pools hold */
+} bitnet__mem;
+static bitnet__mutex bitnet__mem_lock = BITNET__MUTEX_INIT;
+
+/* "512MB", "1.5GiB", "4096": K, M, G, T are powers of 1024 (an optional "i" and "B" are ignored). */
+static int bitnet__parse_bytes(const char *s, uint64_t *out) {
+    char *end;
+    double v = strtod(s, &end), mul = 1;
+    if (end == s || !(v >= 0)) return 0;
+    while (*end == ' ') end++;
+    switch (*end) {
+    case 'k': case 'K': mul = 1024.0; break;
+    case 'm': case 'M': mul = 1048576.0; break;
+    case 'g': case 'G': mul = 1073741824.0; break;
+    case 't': case 'T': mul = 1099511627776.0; break;
+    default: break;
+    }
+    if (mul > 1) {
+        end++;
+        if (*end == 'i' || *end == 'I') end++;
+    }
+    if (*end == 'b' || *end == 'B') end++;
+    if (*end || v * mul >= 1.8e19) return 0;
+    *out = (uint64_t)(v * mul);
+    return 1;
+}
+
+static bitnet_result bitnet__mem_limit_init(void) {
+    bitnet__mutex_lock(&bitnet__mem_lock);
+    if (!bitnet__mem.init) {
+        const char *e = bitnet__getenv("BITNET_MEMORY_LIMIT");
+        bitnet__mem.init = 1;
+        if (e && !bitnet__parse_bytes(e, &bitnet__mem.limit)) {
+            bitnet__mem.status = BITNET_ERR_INVALID_ARG;
+            snprintf(bitnet__mem.msg, sizeof bitnet__mem.msg, "BITNET_MEMORY_LIMIT='%s' is not a size like 512MB or 2GiB", e);
+        }
+    }
+    bitnet__mutex_unlock(&bitnet__mem_lock);
+    if (bitnet__mem.status != BITNET_OK) return bitnet__err(bitnet__mem.status, "%s", bitnet__mem.msg);
+    return BITNET_OK;
+}
+
+BITNET_API bitnet_result bitnet_gpu_set_memory_limit(uint64_t bytes) {
+    bitnet__mutex_lock(&bitnet__mem_lock);
+    bitnet__mem.init = 1;
+    bitnet__mem.status = BITNET_OK;
+    bitnet__mem.limit = bytes;
+    bitnet__mutex_unlock(&bitnet__mem_lock);
+    return BITNET_OK;
+}
+
+BITNET_API bitnet_result bitnet_gpu_memory_limit(uint64_t *bytes) {
+    BITNET__CHECK_PTR(bytes);
+    *bytes = 0;
+    BITNET__TRY(bitnet__mem_limit_init());
+    *bytes = bitnet__mem.limit;
+    return BITNET_OK;
+}
+
+/* ---- the pool ------------------------------------------------------------------------------- */
+#define BITNET__BT_MAX 16
+typedef struct bitnet__live {           /* a live allocation; ptr 0 marks an empty slot */
+    bitnet_devptr ptr;
+    size_t bytes, size;                 /* asked for, and its size class */
+    double t;
+    int n_bt;
+    void *bt[BITNET__BT_MAX];
+} bitnet__live;
+typedef struct bitnet__cached { bitnet_devptr ptr; size_t size; double t; } bitnet__cached;
+struct bitnet__pool {
+    bitnet_gpu_pool_config cfg;
+    int backtrace;
+    bitnet__live *live;                 /* open addressing by address, linear probing */
+    size_t live_cap, live_n;
+    bitnet__cached *cache;
+    size_t cache_n, cache_cap;
+    bitnet_gpu_pool_stats st;
+    double last_cleanup;
+};
+
+/* Four classes per power of two above 256 bytes (at most 25% slack); whole 2 MiB above 256 MiB.
+   0 when n is too large to round. */
+static size_t bitnet__size_class(size_t n) {
+    size_t p = 512, step;
+    if (n <= 256) return 256;
+    if (n > ((size_t)256 << 20)) {
+        size_t g = (size_t)2 << 20;
+        return n > SIZE_MAX - g ? 0 : (n + g - 1) / g * g;
+    }
+    while (p < n) p <<= 1;
+    step = p / 8; /* p/2 < n <= p: classes p/2 + k*p/8 */
+    return (n + step - 1) / step * step;
+}
+
+static size_t bitnet__live_slot(size_t cap, bitnet_devptr p) {
+    return (size_t)(((p >> 8) * 0x9E3779B97F4A7C15ull) >> 32) & (cap - 1);
+}
+static size_t bitnet__live_find(const struct bitnet__pool *P, bitnet_devptr p) {
+    size_t i = bitnet__live_slot(P->live_cap, p);
+    while (P->live[i].ptr) {
+        if (P->live[i].ptr == p) return i;
+        i = (i + 1) & (P->live_cap - 1);
+    }
+    return (size_t)-1;
+}
+static int bitnet__live_insert(struct bitnet__pool *P, const bitnet__live *e) {
+    size_t i;
+    if ((P->live_n + 1) * 2 > P->live_cap) { /* grow at half full */
+        size_t cap = P->live_cap * 2, j;
+        bitnet__live *old = P->live, *nt = (bitnet__live *)bitnet__calloc(cap, sizeof *nt);
+        if (!nt) return 0;
+        for (j = 0; j < P->live_cap; j++)
+            if (old[j].ptr) {
+                i = bitnet__live_slot(cap, old[j].ptr);
+                while (nt[i].ptr) i = (i + 1) & (cap - 1);
+                nt[i] = old[j];
+            }
+        P->live = nt;
+        P->live_cap = cap;
+        bitnet__free(old);
+    }
+    i = bitnet__live_slot(P->live_cap, e->ptr);
+    while (P->live[i].ptr) i = (i + 1) & (P->live_cap - 1);
+    P->live[i] = *e;
+    P->live_n++;
+    return 1;
+}
+static void bitnet__live_remove(struct bitnet__pool *P, size_t i) { /* backward-shift deletion */
+    size_t mask = P->live_cap - 1, j = i;
+    for (;;) {
+        size_t k;
+        j = (j + 1) & mask;
+        if (!P->live[j].ptr) break;
+        k = bitnet__live_slot(P->live_cap, P->live[j].ptr);
+        /* entry j may move to i unless its home slot k lies cyclically in (i, j] */
+        if (i <= j ? (i < k && k <= j) : (i < k || k <= j)) continue;
+        P->live[i] = P->live[j];
+        i = j;
+    }
+    P->live[i].ptr = 0;
+    P->live_n--;
+}
+
+static void bitnet__pool_defaults(bitnet_gpu_pool_config *c) {
+    if (!c->max_cached_bytes) c->max_cached_bytes = (uint64_t)1 << 30;
+    if (!c->max_cached_per_class) c->max_cached_per_class = 16;
+    if (!c->tracking) c->tracking = 1;
+    if (c->cleanup_interval_s == 0) c->cleanup_interval_s = 60;
+}
+
+static bitnet_result bitnet__pool_create(bitnet_gpu *gpu) {
+    struct bitnet__pool *P = (struct bitnet__pool *)bitnet__calloc(1, sizeof *P);
+    const char *bt = bitnet__getenv("BITNET_POOL_BACKTRACE");
+    if (!P) return BITNET_ERR_OUT_OF_MEMORY;
+    P->live_cap = 64;
+    if ((P->live = (bitnet__live *)bitnet__calloc(P->live_cap, sizeof *P->live)) == NULL) {
+        bitnet__free(P);
+        return BITNET_ERR_OUT_OF_MEMORY;
+    }
+    bitnet__pool_defaults(&P->cfg);
+#if defined(BITNET_DEBUG)
+    P->backtrace = 1;
+#endif
+    if (bt) P->backtrace = strcmp(bt, "0") != 0;
+    P->st.device = gpu->dev->ordinal;
+    P->last_cleanup = bitnet__now();
+    gpu->pool = P;
+    return BITNET_OK;
+}
+
+/* Gives one block back to the driver (handle lock held, context current, stream idle). */
+static void bitnet__dev_release_block(bitnet_gpu *gpu, bitnet_devptr p, size_t size) {
+    bitnet__cuda.cu.cuMemFree(p);
+    gpu->pool->st.reserved -= size;
+    bitnet__mutex_lock(&bitnet__mem_lock);
+    bitnet__mem.reserved -= size;
+    bitnet__mutex_unlock(&bitnet__mem_lock);
+}
+
+/* Frees cached blocks unused for at least min_age seconds (handle lock held, context current). */
+static void bitnet__pool_release(bitnet_gpu *gpu, double min_age) {
+    struct bitnet__pool *P = gpu->pool;
+    double now = bitnet__now();
+    size_t i, kept = 0;
+    int synced = 0;
+    for (i = 0; i < P->cache_n; i++) {
+        if (now - P->cache[i].t < min_age) {
+            P->cache[kept++] = P->cache[i];
+            continue;
+        }
+        if (!synced) { /* queued work may still use the block */
+            bitnet__cuda.cu.cuStreamSynchronize(gpu->stream);
+            synced = 1;
+        }
+        P->st.cached -= P->cache[i].size;
+        bitnet__dev_release_block(gpu, P->cache[i].ptr, P->cache[i].size);
+    }
+    P->cache_n = kept;
+}
+
+static void bitnet__pool_tick(bitnet_gpu *gpu) {
+    struct bitnet__pool *P = gpu->pool;
+    double now = bitnet__now();
+    if (P->cfg.cleanup_interval_s > 0 && now - P->last_cleanup >= P->cfg.cleanup_interval_s) {
+        P->last_cleanup = now;
+        bitnet__pool_release(gpu, P->cfg.cleanup_interval_s);
+    }
+}
+
+/* A new block from the driver, within BITNET_MEMORY_LIMIT (handle lock held, context current). */
+static bitnet_result bitnet__dev_malloc(bitnet_gpu *gpu, size_t size, bitnet_devptr *p) {
+    struct bitnet__pool *P = gpu->pool;
+    bitnet__CUresult r;
+    int pass;
+    for (pass = 0;; pass++) {
+        int over;
+        uint64_t used, limit;
+        bitnet__mutex_lock(&bitnet__mem_lock);
+        limit = bitnet__mem.limit;
+        used = bitnet__mem.reserved;
+        over = limit && (size > limit || used > limit - size);
+        if (!over) bitnet__mem.reserved += size;
+        bitnet__mutex_unlock(&bitnet__mem_lock);
+        if (!over) break;
+        if (pass == 0 && P->cache_n) {
+            bitnet__pool_release(gpu, 0);
+            continue;
+        }
+        return bitnet__err(BITNET_ERR_DEVICE_OOM, "device memory limit reached (BITNET_MEMORY_LIMIT %llu bytes): %zu bytes asked, "
+                           "%llu in use by all pools", (unsigned long long)limit, size, (unsigned long long)used);
+    }
+    r = bitnet__cuda.cu.cuMemAlloc(p, size);
+    if (r == BITNET__CU_ERR_OOM && P->cache_n) {
+        bitnet__pool_release(gpu, 0);
+        r = bitnet__cuda.cu.cuMemAlloc(p, size);
+    }
+    if (r != 0) {
+        size_t free_b = 0, total = 0;
+        char d[256];
+        bitnet__mutex_lock(&bitnet__mem_lock);
+        bitnet__mem.reserved -= size;
+        bitnet__mutex_unlock(&bitnet__mem_lock);
+        bitnet__cuda.cu.cuMemGetInfo(&free_b, &total);
+        return bitnet__err(r == BITNET__CU_ERR_OOM ? BITNET_ERR_DEVICE_OOM : BITNET_ERR_CUDA,
+                           "cuMemAlloc(%zu bytes) on device %d: %s (%zu of %zu bytes free)", size, gpu->dev->ordinal,
+                           bitnet__cu_describe(r, d, sizeof d), free_b, total);
+    }
+    P->st.reserved += size;
+    if (P->st.reserved > P->st.reserved_peak) P->st.reserved_peak = P->st.reserved;
+    return BITNET_OK;
+}
+
+BITNET_API bitnet_result bitnet_gpu_alloc(bitnet_gpu *gpu, size_t bytes, bitnet_devptr *out) {
+    struct bitnet__pool *P;
+    bitnet__live e;
+    bitnet_result res = BITNET_OK;
+    size_t i, size;
+    BITNET__CHECK_GPU(gpu);
+    BITNET__CHECK_PTR(out);
+    *out = 0;
+    if (bytes == 0) return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_gpu_alloc: 0 bytes");
+    if ((size = bitnet__size_class(bytes)) == 0) return bitnet__err(BITNET_ERR_OVERFLOW, "bitnet_gpu_alloc: %zu bytes", bytes);
+    if (bitnet__fault_hit('d'))
+        return bitnet__err(BITNET_ERR_DEVICE_OOM, "injected device allocation failure (BITNET_FAULT device_alloc:%ld)",
+                           bitnet__fault.device_alloc_n);
+    BITNET__TRY(bitnet__ctx_push(gpu->dev->ctx));
+    bitnet__mutex_lock(&gpu->lock);
+    P = gpu->pool;
+    bitnet__pool_tick(gpu);
+    memset(&e, 0, sizeof e);
+    for (i = 0; i < P->cache_n; i++)
+        if (P->cache[i].size == size) break;
+    if (i < P->cache_n) {
+        e.ptr = P->cache[i].ptr;
+        P->cache[i] = P->cache[--P->cache_n];
+        P->st.cached -= size;
+        P->st.cache_hits++;
+    } else {
+        P->st.cache_misses++;
+        res = bitnet__dev_malloc(gpu, size, &e.ptr);
+    }
+    if (res == BITNET_OK) {
+        e.bytes = bytes;
+        e.size = size;
+        if (P->cfg.tracking > 0) {
+            e.t = bitnet__now();
+#if defined(BITNET__HAVE_BACKTRACE)
+            if (P->backtrace) e.n_bt = backtrace(e.bt, BITNET__BT_MAX);
+#endif
+        }
+        if (!bitnet__live_insert(P, &e)) {
+            bitnet__cuda.cu.cuStreamSynchronize(gpu->stream);
+            bitnet__dev_release_block(gpu, e.ptr, size);
+            res = BITNET_ERR_OUT_OF_MEMORY;
+        } else {
+            P->st.allocations++;
+            P->st.total_allocated += bytes;
+            P->st.current += bytes;
+            if (P->st.current > P->st.peak) P->st.peak = P->st.current;
+            *out = e.ptr;
+        }
+    }
+    bitnet__mutex_unlock(&gpu->lock);
+    bitnet__ctx_pop();
+    return res;
+}
+
+BITNET_API bitnet_result bitnet_gpu_free(bitnet_gpu *gpu, bitnet_devptr ptr) {
+    struct bitnet__pool *P;
+    bitnet__live e;
+    size_t i, same = 0;
+    BITNET__CHECK_GPU(gpu);
+    if (!ptr) return BITNET_OK;
+    BITNET__TRY(bitnet__ctx_push(gpu->dev->ctx));
+    bitnet__mutex_lock(&gpu->lock);
+    P = gpu->pool;
+    if ((i = bitnet__live_find(P, ptr)) == (size_t)-1) {
+        bitnet__mutex_unlock(&gpu->lock);
+        bitnet__ctx_pop();
+        return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_gpu_free: 0x%llx is not a live allocation of this handle", ptr);
+    }
+    e = P->live[i];
+    bitnet__live_remove(P, i);
+    P->st.frees++;
+    P->st.current -= e.bytes;
+    for (i = 0; i < P->cache_n; i++) same += P->cache[i].size == e.size;
+    if (same < (size_t)P->cfg.max_cached_per_class && P->st.cached + e.size <= P->cfg.max_cached_bytes) {
+        if (P->cache_n == P->cache_cap) {
+            size_t cap = P->cache_cap ? P->cache_cap * 2 : 32;
+            bitnet__cached *nc = (bitnet__cached *)bitnet__malloc(cap * sizeof *nc);
+            if (nc) {
+                if (P->cache_n) memcpy(nc, P->cache, P->cache_n * sizeof *nc);
+                bitnet__free(P->cache);
+                P->cache = nc;
+                P->cache_cap = cap;
+            }
+        }
+        if (P->cache_n < P->cache_cap) {
+            P->cache[P->cache_n].ptr = e.ptr;
+            P->cache[P->cache_n].size = e.size;
+            P->cache[P->cache_n].t = bitnet__now();
+            P->cache_n++;
+            P->st.cached += e.size;
+            e.ptr = 0;
+        }
+    }
+    if (e.ptr) { /* not kept: wait for queued work that may use it, then free */
+        bitnet__cuda.cu.cuStreamSynchronize(gpu->stream);
+        bitnet__dev_release_block(gpu, e.ptr, e.size);
+    }
+    bitnet__pool_tick(gpu);
+    bitnet__mutex_unlock(&gpu->lock);
+    bitnet__ctx_pop();
+    return BITNET_OK;
+}
+
+BITNET_API bitnet_result bitnet_gpu_pool_configure(bitnet_gpu *gpu, const bitnet_gpu_pool_config *cfg) {
+    bitnet_gpu_pool_config c;
+    BITNET__CHECK_GPU(gpu);
+    BITNET__CHECK_PTR(cfg);
+    c = *cfg;
+    if (c.max_cached_per_class < 0 || c.tracking < -1 || c.tracking > 1 || !(c.cleanup_interval_s >= 0))
+        return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_gpu_pool_configure: max_cached_per_class %d, tracking %d, "
+                           "cleanup_interval_s %g (need >= 0, -1..1, >= 0)", c.max_cached_per_class, c.tracking,
+                           c.cleanup_interval_s);
+    bitnet__pool_defaults(&c);
+    BITNET__TRY(bitnet__ctx_push(gpu->dev->ctx));
+    bitnet__mutex_lock(&gpu->lock);
+    gpu->pool->cfg = c;
+    if (gpu->pool->st.cached > c.max_cached_bytes) bitnet__pool_release(gpu, 0);
+    bitnet__mutex_unlock(&gpu->lock);
+    bitnet__ctx_pop();
+    return BITNET_OK;
+}
+
+BITNET_API bitnet_result bitnet_gpu_pool_stats_get(bitnet_gpu *gpu, bitnet_gpu_pool_stats *out) {
+    BITNET__CHECK_GPU(gpu);
+    BITNET__CHECK_PTR(out);
+    bitnet__mutex_lock(&gpu->lock);
+    *out = gpu->pool->st;
+    bitnet__mutex_unlock(&gpu->lock);
+    return BITNET_OK;
+}
+
+BITNET_API bitnet_result bitnet_gpu_pool_trim(bitnet_gpu *gpu) {
+    BITNET__CHECK_GPU(gpu);
+    BITNET__TRY(bitnet__ctx_push(gpu->dev->ctx));
+    bitnet__mutex_lock(&gpu->lock);
+    bitnet__pool_release(gpu, 0);
+    bitnet__mutex_unlock(&gpu->lock);
+    bitnet__ctx_pop();
+    return BITNET_OK;
+}
+
+/* The leak report (handle lock held). */
+static size_t bitnet__pool_report(struct bitnet__pool *P, char *buf, size_t cap) {
+    size_t i;
+    double now = bitnet__now();
+    if (buf && cap) buf[0] = 0;
+    for (i = 0; i < P->live_cap && buf && cap; i++) {
+        const bitnet__live *e = &P->live[i];
+        if (!e->ptr) continue;
+        if (e->t > 0) bitnet__strcatf(buf, cap, "0x%llx %zu bytes, age %.3f s\n", e->ptr, e->bytes, now - e->t);
+        else bitnet__strcatf(buf, cap, "0x%llx %zu bytes\n", e->ptr, e->bytes);
+#if defined(BITNET__HAVE_BACKTRACE)
+        if (e->n_bt > 0) {
+            char **sym = backtrace_symbols(e->bt, e->n_bt); /* libc's malloc: freed with free() */
+            int f;
+            for (f = 1; f < e->n_bt; f++) bitnet__strcatf(buf, cap, "    #%d %s\n", f - 1, sym ? sym[f] : "?");
+            free(sym);
+        }
+#endif
+    }
+    return P->live_n;
+}
+
+BITNET_API bitnet_result bitnet_gpu_pool_leaks(bitnet_gpu *gpu, char *buf, size_t cap, size_t *n_live) {
+    size_t n;
+    BITNET__CHECK_GPU(gpu);
+    bitnet__mutex_lock(&gpu->lock);
+    n = bitnet__pool_report(gpu->pool, buf, cap);
+    bitnet__mutex_unlock(&gpu->lock);
+    if (n_live) *n_live = n;
+    return BITNET_OK;
+}
+
+/* At close (context current, stream idle): report leaks through the logger, free everything. */
+static void bitnet__pool_destroy(bitnet_gpu *gpu) {
+    struct bitnet__pool *P = gpu->pool;
+    size_t i;
+    if (!P) return;
+    if (P->live_n) {
+        char report[2048];
+        bitnet__pool_report(P, report, sizeof report);
+        bitnet__log(BITNET_LOG_WARN, "bitnet_gpu_close: %zu device allocation(s) of device %d were never freed (freeing them "
+                    "now):\n%s", P->live_n, gpu->dev->ordinal, report);
+        for (i = 0; i < P->live_cap; i++)
+            if (P->live[i].ptr) bitnet__dev_release_block(gpu, P->live[i].ptr, P->live[i].size);
+    }
+    bitnet__pool_release(gpu, 0);
+    bitnet__free(P->live);
+    bitnet__free(P->cache);
+    bitnet__free(P);
+    gpu->pool = NULL;
+}
 
 /* >>cuda-kernels ============================================================================== */
 
