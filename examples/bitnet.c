@@ -217,7 +217,7 @@ static int cmd_bench_kernels(int argc, char **argv) {
                 if (pass < 2 && pass + si + mi > 0) {
                     double bw;
                     bitnet_set_num_threads(2);
-                    bw = bench_mem_bw(arena, (size_t)256 << 20, 2); /* 7x the L3 of this machine */
+                    bw = bench_mem_bw(arena, (size_t)256 << 20, 2); /* far beyond the caches */
                     if (bw > mem_bw) mem_bw = bw;
                 }
                 for (c = 0; c < m; c++) {
