@@ -290,7 +290,7 @@ static void test_gpu_ternary_gemm(void) {
 }
 
 /* Three problems in one batch (one barrier), then the same one twice more: identical results. */
-static void test_gpu_ternary_batch_and_repeat(void) {
+static void test_gpu_ternary_batch_and_repeat_body(void) {
     enum { K = 512, N1 = 100, N2 = 260, M = 3 };
     int8_t *codes = (int8_t *)xmalloc(N2 * K), q[M * K];
     uint8_t *i1 = (uint8_t *)xmalloc(N1 * K / 4 + 32), *i2 = (uint8_t *)xmalloc(N2 * K / 4 + 32);
@@ -302,7 +302,6 @@ static void test_gpu_ternary_batch_and_repeat(void) {
     bitnet_gpu_matmul_op ops[3];
     bitnet_devptr o1, o2, o3;
     int rep;
-    NEED_GPU();
     rand_codes(codes, N1 * K);
     TEST_CHECK(bitnet_i2s_pack(codes, N1, K, 0.7f, i1, N1 * K / 4 + 32) == BITNET_OK);
     rand_codes(codes, N2 * K);
@@ -336,6 +335,10 @@ static void test_gpu_ternary_batch_and_repeat(void) {
     bitnet_gpu_act_free(G, &a);
     bitnet_gpu_ternary_free(G, &w1), bitnet_gpu_ternary_free(G, &w2);
     free(codes), free(i1), free(i2);
+}
+static void test_gpu_ternary_batch_and_repeat(void) { /* the GPU check first, so a skip allocates nothing */
+    NEED_GPU();
+    test_gpu_ternary_batch_and_repeat_body();
 }
 
 static void test_gpu_upload_errors(void) {
@@ -503,7 +506,7 @@ static void test_gpu_quantize_ternary_and_pack(void) {
 }
 
 /* The quantizer uses the GPU, and falls back to the CPU (same results, counted) when it fails. */
-static void test_gpu_quantizer_fallback(void) {
+static void test_gpu_quantizer_fallback_body(void) {
     enum { N = 33, K = 384 };
     float *w = (float *)xmalloc(N * K * 4), s1, s2, as1[N], as2[N];
     int8_t *q1 = (int8_t *)xmalloc(N * K), *q2 = (int8_t *)xmalloc(N * K);
@@ -512,7 +515,6 @@ static void test_gpu_quantizer_fallback(void) {
     bitnet_quantizer *qz = NULL;
     bitnet_quant_stats st;
     char line[1024];
-    NEED_GPU();
     rand_floats(w, N * K, 0.05f);
     TEST_CHECK(bitnet_quantize_ternary(w, N * K, q2, &s2) == BITNET_OK && bitnet_i2s_pack(q2, N, K, s2, i2, N * K / 4 + 32) == BITNET_OK);
     TEST_CHECK(bitnet_quantizer_create(G, &qz) == BITNET_OK);
@@ -537,6 +539,10 @@ static void test_gpu_quantizer_fallback(void) {
     TEST_CHECKF(strstr(line, "gpu 3 ops") && strstr(line, "cpu 1 ops") && strstr(line, "1 fallback (last gpu error"), "%s", line);
     bitnet_quantizer_free(qz);
     free(w), free(q1), free(q2), free(i1), free(i2);
+}
+static void test_gpu_quantizer_fallback(void) { /* the GPU check first, so a skip allocates nothing */
+    NEED_GPU();
+    test_gpu_quantizer_fallback_body();
 }
 
 int main(void) {
