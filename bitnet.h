@@ -6300,40 +6300,15 @@ static void bitnet__cpu_add(float *x, const float *y, int m, int n) {
 
 /* 8. head: out[r][n_vocab] = head . rmsnorm(x[r]) * output_norm, for the m rows of x given:
       int8 rows x int8 activations (the CPU default), or fp16 rows x fp32 activations */
-typedef struct bitnet__hd { const bitnet_model *md; const int8_t *aq; float *out; int m; } bitnet__hd;
-static void bitnet__head_q8_task(void *arg, int ith, int nth) {
-    const bitnet__hd *c = (const bitnet__hd *)arg;
-    int dim = c->md->info.dim, nv = c->md->info.n_vocab, r, t, i;
-    int r0 = (int)((int64_t)nv * ith / nth), r1 = (int)((int64_t)nv * (ith + 1) / nth);
-    for (r = r0; r < r1; r++) {
-        const int8_t *w = c->md->head_q8 + (size_t)r * dim;
-        for (t = 0; t < c->m; t++) {
-            const int8_t *a = c->aq + (size_t)t * dim;
-            int32_t acc = 0;
-            for (i = 0; i < dim; i++) acc += (int32_t)w[i] * a[i];
-            c->out[(size_t)t * nv + r] = (float)acc;
-        }
-    }
-}
 static bitnet_result bitnet__cpu_head(bitnet_session *s, const float *x, int m, float *out) {
     const bitnet_model *md = s->m;
     int t, dim = md->info.dim;
-    size_t nv = (size_t)md->info.n_vocab, r;
+    size_t nv = (size_t)md->info.n_vocab;
     if (md->head_q8) {
-        bitnet__hd c;
         for (t = 0; t < m; t++)
             bitnet__rmsnorm_quantize(x + (size_t)t * dim, md->output_norm, (size_t)dim, md->info.norm_eps,
                                      s->aq + (size_t)t * dim, s->as + t, s->asum + t);
-        c.md = md;
-        c.aq = s->aq;
-        c.out = out;
-        c.m = m;
-        bitnet__parallel(bitnet__head_q8_task, &c);
-        for (t = 0; t < m; t++) {
-            float inv = 1.0f / s->as[t];
-            for (r = 0; r < nv; r++) out[(size_t)t * nv + r] *= md->head_scale[r] * inv;
-        }
-        return BITNET_OK;
+        return bitnet_gemm_q8(md->head_q8, md->head_scale, nv, (size_t)dim, s->aq, s->as, s->asum, (size_t)m, out);
     }
     BITNET__TRY(bitnet_rmsnorm(x, md->output_norm, (size_t)m, (size_t)dim, md->info.norm_eps, s->xb));
     for (t = 0; t < m; t++) bitnet__gemv_f16(md->head_f16, nv, (size_t)dim, s->xb + (size_t)t * dim, out + (size_t)t * nv);
