@@ -5955,7 +5955,10 @@ BITNET_API bitnet_result bitnet_sample(float *logits, int32_t n_vocab, const bit
 /* >>cpu-forward =============================================================================== */
 
 /* The model and session layout, shared by the CPU forward below and the GPU one (>>cuda-forward),
-   which runs the same steps in the same order under the same names (bitnet__cpu_X / bitnet__gpu_X). */
+   which runs the same steps in the same order under the same names (bitnet__cpu_X / bitnet__gpu_X):
+     embed; per layer: norm_quant, linear q k v, rope, kv_store, attention, norm_quant (sub), linear o,
+     add_norm_quant, linear gate up, relu2_norm_quant, linear down, add; then head on the rows asked.
+   See bitnet__cpu_forward for the shapes, and >>model for the hooks a GPU forward provides. */
 
 #define BITNET__MAX_BATCH 512     /* prompt tokens per forward chunk (the GEMM's M) */
 #define BITNET__MAX_HEAD_DIM 256  /* attention keeps a block of keys and values on the stack */
@@ -5995,7 +5998,8 @@ struct bitnet_session {
                                      transposed, so attention scores 16 keys with plain vector FMAs */
     uint16_t *v_cache;            /* fp16 [n_layers][n_kv_heads][n_kv][head_dim]. fp16 halves what decode
                                      reads per token, and the values match the GPU cache's */
-    float *rope;                  /* [n_ctx][head_dim/2][2]: cos, sin of pos * theta^(-2i/head_dim) */
+    float *rope;                  /* [n_ctx][head_dim/2][2]: cos, sin of pos * theta^(-2i/head_dim),
+                                     angles in float32 as Hugging Face computes them */
     float *x;                     /* [n_batch][dim] the residual stream */
     float *xb;                    /* [n_batch][max(dim, q_dim)] attention output, then o/down output */
     float *q;                     /* [n_batch][q_dim] */
