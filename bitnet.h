@@ -6057,7 +6057,7 @@ static void bitnet__nq_row(void *ctx, int t) {
         for (i = 0; i < c->k; i++) x[i] += y[i];
     else if (c->op == BITNET__NQ_RELU2)
         for (i = 0; i < c->k; i++) {
-            float g = x[i] > 0 ? x[i] : 0;
+            float g = fmaxf(x[i], 0.0f); /* a max instruction, not a branch on the random sign */
             x[i] = g * g * y[i];
         }
     bitnet__rmsnorm_quantize(x, c->w, (size_t)c->k, c->s->m->info.norm_eps, c->s->aq + (size_t)t * c->k, c->s->as + t,
