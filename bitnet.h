@@ -6201,7 +6201,7 @@ static void bitnet__attn_ref(const float *q, size_t stride, int nt, int g, const
    (the vector exp is the softmax's, >>cpu-kernels). */
 BITNET__AVX512_FN static void bitnet__attn_avx512(const float *q, size_t stride, int nt, int g, const uint16_t *kc,
                                                   const uint16_t *vc, int len0, int hd, float scale, float *out) {
-    float kf[128 * 16], vf[16 * 128], p[16], mx[BITNET__ATTN_ROWS * 64], sum[BITNET__ATTN_ROWS * 64];
+    float kf[128 * 16], vf[16 * 128], p[16], sc4[64], mx[BITNET__ATTN_ROWS * 64], sum[BITNET__ATTN_ROWS * 64];
     int h, r, s0, j, d, c, len = len0 + nt - 1;
     (void)hd;
     for (r = 0; r < nt; r++)
@@ -6221,23 +6221,28 @@ BITNET__AVX512_FN static void bitnet__attn_avx512(const float *q, size_t stride,
             if (nb <= 0) continue; /* this tile is past the row's causal end */
             valid = (__mmask16)(nb == 16 ? 0xffff : (1u << nb) - 1);
             for (h = 0; h < g; h++) {
-                const float *qh = q + r * stride + (size_t)h * 128;
                 float *oh = out + r * stride + (size_t)h * 128, bm, *mxh = &mx[r * g + h];
-                __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0, sv, e;
-                __m512 o0, o1, o2, o3, o4, o5, o6, o7;
-                for (d = 0; d < 128; d += 8) { /* scores of the 16 keys, in 8 chains to hide the FMA latency */
-                    a0 = _mm512_fmadd_ps(_mm512_set1_ps(qh[d]), _mm512_loadu_ps(kf + 16 * d), a0);
-                    a1 = _mm512_fmadd_ps(_mm512_set1_ps(qh[d + 1]), _mm512_loadu_ps(kf + 16 * d + 16), a1);
-                    a2 = _mm512_fmadd_ps(_mm512_set1_ps(qh[d + 2]), _mm512_loadu_ps(kf + 16 * d + 32), a2);
-                    a3 = _mm512_fmadd_ps(_mm512_set1_ps(qh[d + 3]), _mm512_loadu_ps(kf + 16 * d + 48), a3);
-                    a4 = _mm512_fmadd_ps(_mm512_set1_ps(qh[d + 4]), _mm512_loadu_ps(kf + 16 * d + 64), a4);
-                    a5 = _mm512_fmadd_ps(_mm512_set1_ps(qh[d + 5]), _mm512_loadu_ps(kf + 16 * d + 80), a5);
-                    a6 = _mm512_fmadd_ps(_mm512_set1_ps(qh[d + 6]), _mm512_loadu_ps(kf + 16 * d + 96), a6);
-                    a7 = _mm512_fmadd_ps(_mm512_set1_ps(qh[d + 7]), _mm512_loadu_ps(kf + 16 * d + 112), a7);
+                __m512 sv, e, o0, o1, o2, o3, o4, o5, o6, o7;
+                if (h % 4 == 0) { /* scores of the 16 keys for heads h..h+3: each key row loaded once */
+                    const float *q0 = q + r * stride + (size_t)h * 128;
+                    const float *q1 = q + r * stride + (size_t)BITNET__MIN(h + 1, g - 1) * 128;
+                    const float *q2 = q + r * stride + (size_t)BITNET__MIN(h + 2, g - 1) * 128;
+                    const float *q3 = q + r * stride + (size_t)BITNET__MIN(h + 3, g - 1) * 128;
+                    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+                    for (d = 0; d < 128; d += 2) { /* two chains per head hide the FMA latency */
+                        __m512 k0 = _mm512_loadu_ps(kf + 16 * d), k1 = _mm512_loadu_ps(kf + 16 * d + 16);
+                        a0 = _mm512_fmadd_ps(_mm512_set1_ps(q0[d]), k0, a0), b0 = _mm512_fmadd_ps(_mm512_set1_ps(q0[d + 1]), k1, b0);
+                        a1 = _mm512_fmadd_ps(_mm512_set1_ps(q1[d]), k0, a1), b1 = _mm512_fmadd_ps(_mm512_set1_ps(q1[d + 1]), k1, b1);
+                        a2 = _mm512_fmadd_ps(_mm512_set1_ps(q2[d]), k0, a2), b2 = _mm512_fmadd_ps(_mm512_set1_ps(q2[d + 1]), k1, b2);
+                        a3 = _mm512_fmadd_ps(_mm512_set1_ps(q3[d]), k0, a3), b3 = _mm512_fmadd_ps(_mm512_set1_ps(q3[d + 1]), k1, b3);
+                    }
+                    _mm512_storeu_ps(sc4, _mm512_add_ps(a0, b0));
+                    _mm512_storeu_ps(sc4 + 16, _mm512_add_ps(a1, b1));
+                    _mm512_storeu_ps(sc4 + 32, _mm512_add_ps(a2, b2));
+                    _mm512_storeu_ps(sc4 + 48, _mm512_add_ps(a3, b3));
                 }
-                a0 = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)),
-                                   _mm512_add_ps(_mm512_add_ps(a4, a5), _mm512_add_ps(a6, a7)));
-                sv = _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), valid, _mm512_mul_ps(a0, _mm512_set1_ps(scale)));
+                sv = _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), valid,
+                                        _mm512_mul_ps(_mm512_loadu_ps(sc4 + 16 * (h % 4)), _mm512_set1_ps(scale)));
                 bm = _mm512_reduce_max_ps(sv);
                 o0 = _mm512_loadu_ps(oh), o1 = _mm512_loadu_ps(oh + 16), o2 = _mm512_loadu_ps(oh + 32), o3 = _mm512_loadu_ps(oh + 48);
                 o4 = _mm512_loadu_ps(oh + 64), o5 = _mm512_loadu_ps(oh + 80), o6 = _mm512_loadu_ps(oh + 96), o7 = _mm512_loadu_ps(oh + 112);
