@@ -770,8 +770,10 @@ BITNET_API bitnet_result bitnet_session_create(bitnet_model *m, const bitnet_ses
 BITNET_API void bitnet_session_free(bitnet_session *s);
 BITNET_API void bitnet_session_reset(bitnet_session *s);
 BITNET_API int32_t bitnet_session_pos(const bitnet_session *s);
-/* Appends n tokens at the current position. logits gets n_vocab floats for the last token, or
-   n * n_vocab (one row per token) when all_logits is set; it may be NULL. */
+/* Appends n tokens at the current position (prompts go through in chunks of n_batch). logits gets
+   n_vocab floats for the last token, or n * n_vocab (one row per token) when all_logits is set; it
+   may be NULL, and then no head is computed. BITNET_ERR_CONTEXT_FULL when n does not fit and
+   BITNET_ERR_BAD_TOKEN for an id outside the vocabulary, both before any work. */
 BITNET_API bitnet_result bitnet_session_eval(bitnet_session *s, const int32_t *tokens, size_t n, float *logits,
                                              int all_logits);
 
@@ -782,10 +784,12 @@ typedef struct bitnet_sampler_params {        /* zero-initialised = greedy */
     float min_p;                              /* 0 = off */
     float repeat_penalty;                     /* 0 or 1 = off */
     int32_t repeat_last_n;                    /* window for the penalty; 0 = 64 */
-    uint64_t seed;                            /* 0 = BITNET_SEED, else time */
+    uint64_t seed;                            /* bitnet_generate: 0 = BITNET_SEED, else 42 under
+                                                 BITNET_DETERMINISTIC=1, else the clock */
 } bitnet_sampler_params;
-/* Picks one token from logits (modified in place). rng is the caller's state (seed it with
-   bitnet_rng_seed). */
+/* Picks one token from logits (modified in place). Order: repetition penalty, then greedy when
+   temperature is 0 or top_k 1 (the lowest id wins a tie), else temperature, min-p, top-k, top-p and
+   a draw. rng is the caller's state (seed it with bitnet_rng_seed); only greedy may pass NULL. */
 BITNET_API uint64_t bitnet_rng_seed(uint64_t seed);
 BITNET_API bitnet_result bitnet_sample(float *logits, int32_t n_vocab, const bitnet_sampler_params *p,
                                        const int32_t *history, size_t n_history, uint64_t *rng, int32_t *out);
@@ -802,7 +806,10 @@ typedef struct bitnet_generate_stats {
     size_t n_prompt, n_generated;
     double prompt_seconds, gen_seconds;
 } bitnet_generate_stats;
-/* Evaluates the prompt, then samples until max_tokens or a stop token. out may be NULL. */
+/* Evaluates the prompt, then samples until max_tokens, a stop token (not emitted), the callback's
+   stop, or a full context. out (may be NULL) gets the tokens, at most cap of them. The last sampled
+   token is not evaluated: to continue, pass it as the next call's prompt (n_prompt 0 continues only
+   from logits an eval left). stats may be NULL. */
 BITNET_API bitnet_result bitnet_generate(bitnet_session *s, const int32_t *prompt, size_t n_prompt,
                                          const bitnet_generate_params *p, int32_t *out, size_t cap,
                                          bitnet_generate_stats *stats);
