@@ -395,7 +395,111 @@ BITNET_API bitnet_result bitnet_generate(bitnet_session *s, const int32_t *promp
                                          const bitnet_generate_params *p, int32_t *out, size_t cap,
                                          bitnet_generate_stats *stats);
 
-/* ---- >>api-bench ----------------------------------------------------------------------------- */
+/* ---- >>api-bench: kernel statistics, SHA-256, benchmarks and receipts ------------------------ */
+
+/* Kernel launches, recorded by the launch path itself (each CPU kernel entry point's dispatch and
+   the GPU launch path) under the name of the path that ran: "cpu_gemm_i2s_avx512",
+   "bitnet_k_gemv_i2s". Process-wide, thread-safe. */
+#define BITNET_KERNEL_NAME_MAX 96
+typedef struct bitnet_kernel_stat {
+    char name[BITNET_KERNEL_NAME_MAX];
+    uint64_t launches;
+    double seconds;                           /* summed as measured at the launch point */
+} bitnet_kernel_stat;
+/* Copies every kernel with launches since the last reset, sorted by name. *n gets the count;
+   BITNET_ERR_BAD_SIZE (with *n set) when cap is too small. out may be NULL when cap is 0. */
+BITNET_API bitnet_result bitnet_kernel_stats(bitnet_kernel_stat *out, size_t cap, size_t *n);
+BITNET_API void bitnet_kernel_stats_reset(void);
+
+/* SHA-256 (FIPS 180-4). The file variant writes 64 lowercase hex digits and a NUL into hex. */
+BITNET_API bitnet_result bitnet_sha256(const void *data, size_t n, uint8_t digest[32]);
+BITNET_API bitnet_result bitnet_sha256_file(const char *path, char hex[65], uint64_t *bytes);
+
+/* A receipt records what one benchmark run of one backend measured and what actually ran. Its
+   JSON form (schema_version "1.0") is what bitnet_receipt_write produces and bitnet_receipt_parse
+   reads; `bitnet verify-receipt` checks it against gates. */
+#define BITNET_RECEIPT_SCHEMA "1.0"
+#define BITNET_RECEIPT_MAX_BYTES (1u << 20)   /* larger files are rejected */
+#define BITNET_BENCH_MAX_RESULTS 16
+#define BITNET_BENCH_MAX_KERNELS 128
+#define BITNET_GPU_KERNEL_PREFIX "bitnet_k_"  /* every CUDA kernel's name starts with it */
+
+typedef struct bitnet_bench_result {         /* one prompt length; times are means over the runs */
+    int32_t prompt_tokens, gen_tokens, runs;
+    double prompt_ms, gen_ms;                 /* as bitnet_generate_stats measures them */
+    double wall_ms;                           /* the whole bitnet_generate call */
+    double ttft_ms;                           /* call start to the first generated token */
+    double prompt_tps, gen_tps;               /* tokens over summed time of all runs */
+    double gen_tps_min, gen_tps_max;          /* the slowest and the fastest run */
+    double p50_ms, p95_ms, p99_ms;            /* per-token decode latency, all runs pooled */
+    char tokens_sha256[65];                   /* of the greedy tokens (int32 little-endian) */
+    int outputs_identical;                    /* every run gave the same tokens */
+} bitnet_bench_result;
+
+typedef struct bitnet_receipt {
+    char schema_version[16];
+    char created_utc[32];                     /* ISO 8601 */
+    char library_version[32];
+    char git_commit[48];                      /* baked in at build time, "unknown" without git */
+    char model_path[1024];
+    char model_sha256[65];
+    uint64_t model_bytes;
+    bitnet_model_info model;                  /* config, and the backend that actually ran */
+    char backend_requested[16];               /* "auto", "cpu" or "cuda" */
+    char backend[16];                         /* "cpu" or "cuda": what ran */
+    char precision[64];                       /* e.g. "I2_S weights, int8 activations" */
+    char cpu_model[128];
+    char isa[16];                             /* the CPU kernel path */
+    int32_t threads;
+    int has_gpu;                              /* the gpu_* fields are set */
+    char gpu_name[128];
+    int32_t gpu_cc_major, gpu_cc_minor;
+    char gpu_arch[16];                        /* the arch the kernels were compiled for, "sm_90" */
+    char gpu_driver_version[16], nvrtc_version[16];
+    uint64_t peak_host_rss_bytes, peak_device_bytes;
+    int32_t warmup_runs;
+    int determinism_checked, seeded_runs_identical;
+    size_t n_results;
+    bitnet_bench_result results[BITNET_BENCH_MAX_RESULTS];
+    size_t n_kernels;
+    bitnet_kernel_stat kernels[BITNET_BENCH_MAX_KERNELS];
+} bitnet_receipt;
+
+typedef struct bitnet_bench_params {         /* zero-initialise; 0 / NULL means the default */
+    const char *model_path;                   /* the file the model came from (hashed); required */
+    bitnet_backend requested;                 /* what the caller asked for, for the receipt */
+    int32_t prompt_lens[BITNET_BENCH_MAX_RESULTS]; size_t n_prompt_lens; /* default: 64 */
+    int32_t gen_tokens;                       /* default 128 */
+    int32_t runs;                             /* measured runs per length, default 5 */
+    int32_t warmup;                           /* warm-up runs, default 1; negative = none */
+    int check_determinism;                    /* also two seeded sampling runs that must agree */
+    int32_t *tokens_out; size_t tokens_cap;   /* optional: each length's greedy tokens, in order */
+    bitnet_progress_fn progress; void *progress_user;
+} bitnet_bench_params;
+
+/* Benchmarks a loaded model: a fixed prompt (the ids of a fixed text, repeated and cut to each
+   length), warm-up, then `runs` greedy generations per length, and fills a complete receipt.
+   Resets the kernel statistics; other work in the process during the run would be counted. */
+BITNET_API bitnet_result bitnet_bench(bitnet_model *m, const bitnet_bench_params *p, bitnet_receipt *out);
+
+/* JSON text of a receipt, NUL-terminated. *len gets the length without the NUL; BITNET_ERR_BAD_SIZE
+   (with *len set) when cap is too small. */
+BITNET_API bitnet_result bitnet_receipt_write(const bitnet_receipt *r, char *buf, size_t cap, size_t *len);
+/* Parses and validates receipt JSON (strict RFC 8259, depth and size limited). Errors:
+   BITNET_ERR_CORRUPT for malformed JSON or inconsistent numbers, BITNET_ERR_BAD_VERSION for another
+   schema_version, BITNET_ERR_BAD_METADATA for a missing or mistyped field. */
+BITNET_API bitnet_result bitnet_receipt_parse(const char *json, size_t len, bitnet_receipt *out);
+
+typedef struct bitnet_receipt_gates {        /* zero-initialise; 0 = that gate is off */
+    int require_gpu_kernels;                  /* CUDA ran, with a consistent device block */
+    double min_tps;                           /* generation tokens/s, every prompt length */
+    double max_p95_ms;                        /* per-token latency p95, every prompt length */
+    double max_wall_ms;                       /* mean wall time of one run, every prompt length */
+} bitnet_receipt_gates;
+/* Checks a receipt against gates. *n_breaches gets the number of breaches; report (may be NULL)
+   gets one line per breach, naming it, truncated to cap. */
+BITNET_API bitnet_result bitnet_receipt_check(const bitnet_receipt *r, const bitnet_receipt_gates *g,
+                                              char *report, size_t cap, int *n_breaches);
 
 #ifdef __cplusplus
 }
@@ -565,6 +669,14 @@ BITNET__UNUSED static double bitnet__now(void) { /* seconds, monotonic */
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 #endif
 }
+
+/* Kernel statistics and NVTX ranges (defined in >>receipt): every kernel dispatch point (the CPU
+   entry points, the GPU launch path) records the path that ran under a static name. */
+static void bitnet__kstat_record(const char *name, double seconds);
+#define BITNET__KSTAT(name, call) \
+    do { double bitnet__k0_ = bitnet__now(); call; bitnet__kstat_record((name), bitnet__now() - bitnet__k0_); } while (0)
+static void bitnet__nvtx_push(const char *name);
+static void bitnet__nvtx_pop(void);
 
 /* ---- fault injection: one counter per kind, consulted by the one allocation path ---------- */
 typedef struct bitnet__fault_state {
@@ -953,7 +1065,7 @@ BITNET_API bitnet_result bitnet_gemm_i2s(const void *w, size_t w_bytes, size_t n
     float w_scale;
     BITNET__TRY(bitnet__gemm_i2s_check(w, w_bytes, n, k, a, a_scale, a_sum, m, out));
     memcpy(&w_scale, (const uint8_t *)w + n * k / 4, 4);
-    bitnet__gemm_i2s_scalar((const uint8_t *)w, 0, n, k, a, a_scale, a_sum, m, w_scale, out, n);
+    BITNET__KSTAT("cpu_gemm_i2s_scalar", bitnet__gemm_i2s_scalar((const uint8_t *)w, 0, n, k, a, a_scale, a_sum, m, w_scale, out, n));
     return BITNET_OK;
 }
 
@@ -1024,6 +1136,1106 @@ BITNET_API bitnet_result bitnet_softmax(float *x, size_t m, size_t k) {
 /* >>cuda-forward ============================================================================== */
 
 /* >>model ===================================================================================== */
+
+/* >>receipt =================================================================================== */
+
+/* What ran and how fast, in a form that cannot lie: kernel launches recorded by the launch path,
+   SHA-256 of the model file, a JSON writer and a strict parser, the receipt schema and its gates,
+   and the benchmark that fills it. */
+
+#if !defined(_WIN32)
+#include <sys/resource.h>
+#endif
+
+/* ---- kernel launch registry: a fixed table, one lock, names copied in ------------------------ */
+/* Slots are keyed by the caller's name pointer (fast path) and then by the text, because GPU
+   kernel names may live in freed memory later; the last slot collects whatever does not fit. */
+typedef struct bitnet__kstat_slot {
+    const char *key;
+    char name[BITNET_KERNEL_NAME_MAX];
+    uint64_t launches, nanos;
+} bitnet__kstat_slot;
+static bitnet__kstat_slot bitnet__kstats[BITNET_BENCH_MAX_KERNELS];
+static size_t bitnet__kstat_used;
+
+#if defined(BITNET_NO_THREADS)
+#define BITNET__KSTAT_LOCK() ((void)0)
+#define BITNET__KSTAT_UNLOCK() ((void)0)
+#elif defined(_WIN32)
+static SRWLOCK bitnet__kstat_lock = SRWLOCK_INIT;
+#define BITNET__KSTAT_LOCK() AcquireSRWLockExclusive(&bitnet__kstat_lock)
+#define BITNET__KSTAT_UNLOCK() ReleaseSRWLockExclusive(&bitnet__kstat_lock)
+#else
+static pthread_mutex_t bitnet__kstat_lock = PTHREAD_MUTEX_INITIALIZER;
+#define BITNET__KSTAT_LOCK() pthread_mutex_lock(&bitnet__kstat_lock)
+#define BITNET__KSTAT_UNLOCK() pthread_mutex_unlock(&bitnet__kstat_lock)
+#endif
+
+/* Names longer than the slot compare as their truncation. */
+static int bitnet__kstat_same(const char *slot, const char *name) {
+    size_t l = 0;
+    while (l < BITNET_KERNEL_NAME_MAX - 1 && name[l]) l++;
+    return memcmp(slot, name, l) == 0 && slot[l] == 0;
+}
+
+BITNET__UNUSED static void bitnet__kstat_record(const char *name, double seconds) {
+    size_t i, hit = BITNET_BENCH_MAX_KERNELS;
+    uint64_t ns = (seconds > 0 && seconds < 1e9) ? (uint64_t)(seconds * 1e9 + 0.5) : 0;
+    if (!name || !*name) name = "(unnamed)";
+    BITNET__KSTAT_LOCK();
+    for (i = 0; i < bitnet__kstat_used; i++)
+        if (bitnet__kstats[i].key == name && bitnet__kstat_same(bitnet__kstats[i].name, name)) { hit = i; break; }
+    if (hit == BITNET_BENCH_MAX_KERNELS)
+        for (i = 0; i < bitnet__kstat_used; i++)
+            if (bitnet__kstat_same(bitnet__kstats[i].name, name)) { hit = i; break; }
+    if (hit == BITNET_BENCH_MAX_KERNELS) {
+        if (bitnet__kstat_used < BITNET_BENCH_MAX_KERNELS - 1) {
+            size_t l = 0;
+            hit = bitnet__kstat_used++;
+            while (l < BITNET_KERNEL_NAME_MAX - 1 && name[l]) l++;
+            memcpy(bitnet__kstats[hit].name, name, l);
+            bitnet__kstats[hit].name[l] = 0;
+        } else { /* table full: counted, not lost */
+            hit = BITNET_BENCH_MAX_KERNELS - 1;
+            strcpy(bitnet__kstats[hit].name, "(other kernels)");
+            if (bitnet__kstat_used < BITNET_BENCH_MAX_KERNELS) bitnet__kstat_used = BITNET_BENCH_MAX_KERNELS;
+        }
+    }
+    bitnet__kstats[hit].key = name;
+    bitnet__kstats[hit].launches++;
+    bitnet__kstats[hit].nanos += ns;
+    BITNET__KSTAT_UNLOCK();
+}
+
+static int bitnet__kstat_cmp(const void *a, const void *b) {
+    return strcmp(((const bitnet_kernel_stat *)a)->name, ((const bitnet_kernel_stat *)b)->name);
+}
+
+BITNET_API bitnet_result bitnet_kernel_stats(bitnet_kernel_stat *out, size_t cap, size_t *n) {
+    bitnet_kernel_stat tmp[BITNET_BENCH_MAX_KERNELS];
+    size_t i, k = 0;
+    BITNET__CHECK_PTR(n);
+    if (cap && !out) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_kernel_stats: out is NULL with cap %zu", cap);
+    BITNET__KSTAT_LOCK();
+    for (i = 0; i < bitnet__kstat_used; i++) {
+        if (!bitnet__kstats[i].launches) continue;
+        memcpy(tmp[k].name, bitnet__kstats[i].name, BITNET_KERNEL_NAME_MAX);
+        tmp[k].launches = bitnet__kstats[i].launches;
+        tmp[k].seconds = (double)bitnet__kstats[i].nanos * 1e-9;
+        k++;
+    }
+    BITNET__KSTAT_UNLOCK();
+    *n = k;
+    if (k > cap) return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_kernel_stats: %zu kernels, room for %zu", k, cap);
+    qsort(tmp, k, sizeof tmp[0], bitnet__kstat_cmp);
+    if (k) memcpy(out, tmp, k * sizeof tmp[0]);
+    return BITNET_OK;
+}
+
+BITNET_API void bitnet_kernel_stats_reset(void) {
+    size_t i;
+    BITNET__KSTAT_LOCK();
+    for (i = 0; i < bitnet__kstat_used; i++) bitnet__kstats[i].launches = bitnet__kstats[i].nanos = 0;
+    BITNET__KSTAT_UNLOCK();
+}
+
+/* ---- NVTX: no-ops until the GPU runtime's dlopen'd libnvToolsExt is wired in here ----------- */
+BITNET__UNUSED static void bitnet__nvtx_push(const char *name) { (void)name; }
+BITNET__UNUSED static void bitnet__nvtx_pop(void) {}
+
+/* ---- SHA-256 (FIPS 180-4) --------------------------------------------------------------------- */
+typedef struct bitnet__sha256 {
+    uint32_t h[8];
+    uint64_t bytes;
+    uint8_t buf[64];
+    size_t fill;
+} bitnet__sha256;
+
+static const uint32_t bitnet__sha256_k[64] = {
+    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
+    0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
+    0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
+    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
+    0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
+    0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
+    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
+
+#define BITNET__ROTR(x, n) (((x) >> (n)) | ((x) << (32 - (n))))
+
+static void bitnet__sha256_block(uint32_t h[8], const uint8_t *p) {
+    uint32_t w[64], a, b, c, d, e, f, g, hh, t1, t2;
+    int i;
+    for (i = 0; i < 16; i++)
+        w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 | (uint32_t)p[4 * i + 2] << 8 | p[4 * i + 3];
+    for (i = 16; i < 64; i++) {
+        uint32_t s0 = BITNET__ROTR(w[i - 15], 7) ^ BITNET__ROTR(w[i - 15], 18) ^ (w[i - 15] >> 3);
+        uint32_t s1 = BITNET__ROTR(w[i - 2], 17) ^ BITNET__ROTR(w[i - 2], 19) ^ (w[i - 2] >> 10);
+        w[i] = w[i - 16] + s0 + w[i - 7] + s1;
+    }
+    a = h[0]; b = h[1]; c = h[2]; d = h[3]; e = h[4]; f = h[5]; g = h[6]; hh = h[7];
+    for (i = 0; i < 64; i++) {
+        t1 = hh + (BITNET__ROTR(e, 6) ^ BITNET__ROTR(e, 11) ^ BITNET__ROTR(e, 25)) + ((e & f) ^ (~e & g)) +
+             bitnet__sha256_k[i] + w[i];
+        t2 = (BITNET__ROTR(a, 2) ^ BITNET__ROTR(a, 13) ^ BITNET__ROTR(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
+        hh = g; g = f; f = e; e = d + t1; d = c; c = b; b = a; a = t1 + t2;
+    }
+    h[0] += a; h[1] += b; h[2] += c; h[3] += d; h[4] += e; h[5] += f; h[6] += g; h[7] += hh;
+}
+
+static void bitnet__sha256_init(bitnet__sha256 *s) {
+    static const uint32_t iv[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
+                                   0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+    memcpy(s->h, iv, sizeof iv);
+    s->bytes = 0;
+    s->fill = 0;
+}
+
+static void bitnet__sha256_update(bitnet__sha256 *s, const void *data, size_t n) {
+    const uint8_t *p = (const uint8_t *)data;
+    s->bytes += n;
+    if (s->fill) {
+        size_t take = BITNET__MIN(n, 64 - s->fill);
+        memcpy(s->buf + s->fill, p, take);
+        s->fill += take; p += take; n -= take;
+        if (s->fill < 64) return;
+        bitnet__sha256_block(s->h, s->buf);
+        s->fill = 0;
+    }
+    for (; n >= 64; p += 64, n -= 64) bitnet__sha256_block(s->h, p);
+    if (n) memcpy(s->buf, p, n);
+    s->fill = n;
+}
+
+static void bitnet__sha256_final(bitnet__sha256 *s, uint8_t out[32]) {
+    uint64_t bits = s->bytes * 8;
+    int i;
+    s->buf[s->fill++] = 0x80;
+    if (s->fill > 56) {
+        memset(s->buf + s->fill, 0, 64 - s->fill);
+        bitnet__sha256_block(s->h, s->buf);
+        s->fill = 0;
+    }
+    memset(s->buf + s->fill, 0, 56 - s->fill);
+    for (i = 0; i < 8; i++) s->buf[56 + i] = (uint8_t)(bits >> (56 - 8 * i));
+    bitnet__sha256_block(s->h, s->buf);
+    for (i = 0; i < 8; i++) {
+        out[4 * i] = (uint8_t)(s->h[i] >> 24); out[4 * i + 1] = (uint8_t)(s->h[i] >> 16);
+        out[4 * i + 2] = (uint8_t)(s->h[i] >> 8); out[4 * i + 3] = (uint8_t)s->h[i];
+    }
+}
+
+static void bitnet__hex(const uint8_t *d, size_t n, char *out) {
+    static const char digits[] = "0123456789abcdef";
+    size_t i;
+    for (i = 0; i < n; i++) { out[2 * i] = digits[d[i] >> 4]; out[2 * i + 1] = digits[d[i] & 15]; }
+    out[2 * n] = 0;
+}
+
+BITNET_API bitnet_result bitnet_sha256(const void *data, size_t n, uint8_t digest[32]) {
+    bitnet__sha256 s;
+    BITNET__CHECK_PTR(digest);
+    if (n && !data) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_sha256: data is NULL with n=%zu", n);
+    bitnet__sha256_init(&s);
+    if (n) bitnet__sha256_update(&s, data, n);
+    bitnet__sha256_final(&s, digest);
+    return BITNET_OK;
+}
+
+BITNET_API bitnet_result bitnet_sha256_file(const char *path, char hex[65], uint64_t *bytes) {
+    enum { CHUNK = 1 << 20 };
+    bitnet__sha256 s;
+    uint8_t digest[32], *buf;
+    FILE *f;
+    size_t got;
+    int failed;
+    BITNET__CHECK_PTR(path);
+    BITNET__CHECK_PTR(hex);
+    buf = (uint8_t *)bitnet__malloc(CHUNK);
+    if (!buf) return BITNET_ERR_OUT_OF_MEMORY;
+    f = fopen(path, "rb");
+    if (!f) {
+        bitnet__free(buf);
+        return bitnet__err(BITNET_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+    }
+    bitnet__sha256_init(&s);
+    while ((got = fread(buf, 1, CHUNK, f)) > 0) bitnet__sha256_update(&s, buf, got);
+    failed = ferror(f);
+    fclose(f);
+    bitnet__free(buf);
+    if (failed) return bitnet__err(BITNET_ERR_IO, "error reading '%s'", path);
+    bitnet__sha256_final(&s, digest);
+    bitnet__hex(digest, 32, hex);
+    if (bytes) *bytes = s.bytes;
+    return BITNET_OK;
+}
+
+/* ---- JSON writer: counts like snprintf, so it needs no allocation; two-space indentation ----- */
+typedef struct bitnet__jw {
+    char *buf;
+    size_t cap, len;
+    int need_comma, after_key, depth;
+} bitnet__jw;
+
+static void bitnet__jw_putc(bitnet__jw *w, char c) {
+    if (w->len < w->cap) w->buf[w->len] = c;
+    w->len++;
+}
+static void bitnet__jw_raw(bitnet__jw *w, const char *s) { while (*s) bitnet__jw_putc(w, *s++); }
+static void bitnet__jw_nl(bitnet__jw *w) {
+    int i;
+    bitnet__jw_putc(w, '\n');
+    for (i = 0; i < w->depth; i++) bitnet__jw_raw(w, "  ");
+}
+/* Before every value: the comma and newline, unless it follows its key. */
+static void bitnet__jw_pre(bitnet__jw *w) {
+    if (w->after_key) { w->after_key = 0; return; }
+    if (w->need_comma) bitnet__jw_putc(w, ',');
+    if (w->depth) bitnet__jw_nl(w);
+    w->need_comma = 1;
+}
+
+/* Length of a valid UTF-8 sequence at p (at most n bytes), 0 when invalid (overlong forms,
+   surrogates and code points past U+10FFFF are invalid). */
+static size_t bitnet__utf8_len(const unsigned char *p, size_t n) {
+    unsigned c = p[0];
+    size_t len, i;
+    uint32_t cp;
+    if (c < 0x80) return 1;
+    if (c >= 0xc2 && c <= 0xdf) { len = 2; cp = c & 0x1f; }
+    else if (c >= 0xe0 && c <= 0xef) { len = 3; cp = c & 0x0f; }
+    else if (c >= 0xf0 && c <= 0xf4) { len = 4; cp = c & 0x07; }
+    else return 0;
+    if (n < len) return 0;
+    for (i = 1; i < len; i++) {
+        if ((p[i] & 0xc0) != 0x80) return 0;
+        cp = cp << 6 | (p[i] & 0x3f);
+    }
+    if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)) || (cp >= 0xd800 && cp <= 0xdfff))
+        return 0;
+    return len;
+}
+
+/* A string: escapes what JSON requires; invalid UTF-8 bytes become U+FFFD. */
+static void bitnet__jw_str(bitnet__jw *w, const char *s) {
+    const unsigned char *p = (const unsigned char *)s;
+    size_t n = strlen(s), i = 0;
+    bitnet__jw_pre(w);
+    bitnet__jw_putc(w, '"');
+    while (i < n) {
+        unsigned c = p[i];
+        size_t l;
+        if (c == '"' || c == '\\') { bitnet__jw_putc(w, '\\'); bitnet__jw_putc(w, (char)c); i++; continue; }
+        if (c < 0x20) {
+            char e[8];
+            snprintf(e, sizeof e, "\\u%04x", c);
+            bitnet__jw_raw(w, e);
+            i++;
+            continue;
+        }
+        if (!(l = bitnet__utf8_len(p + i, n - i))) { bitnet__jw_raw(w, "\\ufffd"); i++; continue; }
+        while (l--) bitnet__jw_putc(w, (char)p[i++]);
+    }
+    bitnet__jw_putc(w, '"');
+}
+
+/* Numbers with `digits` significant digits. The locale's decimal point (whatever bytes it is) becomes
+   '.'; non-finite values become null, which the parser rejects. */
+static void bitnet__jw_num(bitnet__jw *w, double v, int digits) {
+    char tmp[64];
+    int i, dot = 0;
+    bitnet__jw_pre(w);
+    if (v != v || v > DBL_MAX || v < -DBL_MAX) { bitnet__jw_raw(w, "null"); return; }
+    snprintf(tmp, sizeof tmp, "%.*g", digits, v);
+    for (i = 0; tmp[i]; i++) {
+        char c = tmp[i];
+        if ((c >= '0' && c <= '9') || c == 'e' || c == '-' || c == '+') { bitnet__jw_putc(w, c); dot = 0; }
+        else if (!dot) { bitnet__jw_putc(w, '.'); dot = 1; }
+    }
+}
+static void bitnet__jw_int(bitnet__jw *w, long long v) {
+    char tmp[24];
+    bitnet__jw_pre(w);
+    snprintf(tmp, sizeof tmp, "%lld", v);
+    bitnet__jw_raw(w, tmp);
+}
+static void bitnet__jw_u64(bitnet__jw *w, uint64_t v) {
+    char tmp[24];
+    bitnet__jw_pre(w);
+    snprintf(tmp, sizeof tmp, "%llu", (unsigned long long)v);
+    bitnet__jw_raw(w, tmp);
+}
+static void bitnet__jw_lit(bitnet__jw *w, const char *lit) { bitnet__jw_pre(w); bitnet__jw_raw(w, lit); }
+static void bitnet__jw_key(bitnet__jw *w, const char *k) {
+    bitnet__jw_str(w, k);
+    bitnet__jw_raw(w, ": ");
+    w->after_key = 1;
+}
+static void bitnet__jw_open(bitnet__jw *w, char c) {
+    bitnet__jw_pre(w);
+    bitnet__jw_putc(w, c);
+    w->depth++;
+    w->need_comma = 0;
+}
+static void bitnet__jw_close(bitnet__jw *w, char c) {
+    w->depth--;
+    if (w->need_comma) bitnet__jw_nl(w);
+    bitnet__jw_putc(w, c);
+    w->need_comma = 1;
+}
+
+/* ---- JSON parser: strict RFC 8259 into a flat node array ------------------------------------ */
+/* Bounds-checked byte by byte; nesting, object size and input size are limited, so hostile input
+   costs bounded time and memory. Strings are decoded (and UTF-8 validated) into one buffer no
+   larger than the input; \u0000 is refused because fields are C strings. */
+#define BITNET__JSON_MAX_DEPTH 32
+#define BITNET__JSON_MAX_MEMBERS 256
+enum { BITNET__J_NULL, BITNET__J_FALSE, BITNET__J_TRUE, BITNET__J_NUM, BITNET__J_STR, BITNET__J_ARR, BITNET__J_OBJ };
+
+typedef struct bitnet__jnode {
+    int type;
+    int is_int;            /* a number written without fraction or exponent */
+    int32_t first, next;   /* first child (arrays, objects) and next sibling; -1 = none */
+    int32_t count;         /* children */
+    const char *key;       /* member name when the parent is an object */
+    const char *str;       /* decoded string value */
+    double num;
+} bitnet__jnode;
+
+typedef struct bitnet__json {
+    const unsigned char *src;
+    size_t len, pos;
+    bitnet__jnode *nodes;
+    size_t n, cap;
+    char *strs;
+    size_t strs_len;
+    bitnet_result err;
+} bitnet__json;
+
+static BITNET__PRINTF(2, 3) int32_t bitnet__json_fail(bitnet__json *j, const char *fmt, ...) {
+    char msg[200];
+    va_list ap;
+    if (j->err != BITNET_OK) return -1;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    j->err = bitnet__err(BITNET_ERR_CORRUPT, "JSON: %s at byte %zu", msg, j->pos);
+    return -1;
+}
+
+static int32_t bitnet__json_node(bitnet__json *j, int type) {
+    bitnet__jnode *nd;
+    if (j->n == j->cap) {
+        size_t cap = j->cap ? j->cap * 2 : 64, bytes;
+        bitnet__jnode *grown;
+        if (cap > (size_t)INT32_MAX || !bitnet__mul_size(cap, sizeof *grown, &bytes))
+            return bitnet__json_fail(j, "too many values");
+        grown = (bitnet__jnode *)bitnet__malloc(bytes);
+        if (!grown) { j->err = BITNET_ERR_OUT_OF_MEMORY; return -1; }
+        if (j->n) memcpy(grown, j->nodes, j->n * sizeof *grown);
+        bitnet__free(j->nodes);
+        j->nodes = grown;
+        j->cap = cap;
+    }
+    nd = &j->nodes[j->n];
+    memset(nd, 0, sizeof *nd);
+    nd->type = type;
+    nd->first = nd->next = -1;
+    return (int32_t)j->n++;
+}
+
+static void bitnet__json_ws(bitnet__json *j) {
+    while (j->pos < j->len) {
+        unsigned char c = j->src[j->pos];
+        if (c != ' ' && c != '\t' && c != '\n' && c != '\r') break;
+        j->pos++;
+    }
+}
+
+static int bitnet__json_hex4(bitnet__json *j, uint32_t *out) {
+    uint32_t v = 0;
+    int i;
+    if (j->len - j->pos < 4) return 0;
+    for (i = 0; i < 4; i++) {
+        unsigned char c = j->src[j->pos + i];
+        v <<= 4;
+        if (c >= '0' && c <= '9') v |= (uint32_t)(c - '0');
+        else if (c >= 'a' && c <= 'f') v |= (uint32_t)(c - 'a' + 10);
+        else if (c >= 'A' && c <= 'F') v |= (uint32_t)(c - 'A' + 10);
+        else return 0;
+    }
+    j->pos += 4;
+    *out = v;
+    return 1;
+}
+
+/* At the opening quote; returns the decoded NUL-terminated string, or NULL after an error. */
+static const char *bitnet__json_string(bitnet__json *j) {
+    char *out = j->strs + j->strs_len, *o = out;
+    j->pos++; /* the quote */
+    for (;;) {
+        unsigned char c;
+        if (j->pos >= j->len) { bitnet__json_fail(j, "unterminated string"); return NULL; }
+        c = j->src[j->pos];
+        if (c == '"') { j->pos++; break; }
+        if (c < 0x20) { bitnet__json_fail(j, "control character 0x%02x in a string", c); return NULL; }
+        if (c == '\\') {
+            uint32_t cp;
+            if (j->pos + 1 >= j->len) { bitnet__json_fail(j, "unterminated escape"); return NULL; }
+            c = j->src[j->pos + 1];
+            j->pos += 2;
+            switch (c) {
+            case '"': *o++ = '"'; continue;
+            case '\\': *o++ = '\\'; continue;
+            case '/': *o++ = '/'; continue;
+            case 'b': *o++ = '\b'; continue;
+            case 'f': *o++ = '\f'; continue;
+            case 'n': *o++ = '\n'; continue;
+            case 'r': *o++ = '\r'; continue;
+            case 't': *o++ = '\t'; continue;
+            case 'u': break;
+            default: j->pos -= 2; bitnet__json_fail(j, "bad escape"); return NULL;
+            }
+            if (!bitnet__json_hex4(j, &cp)) { bitnet__json_fail(j, "bad \\u escape"); return NULL; }
+            if (cp >= 0xdc00 && cp <= 0xdfff) { bitnet__json_fail(j, "lone low surrogate"); return NULL; }
+            if (cp >= 0xd800 && cp <= 0xdbff) {
+                uint32_t lo;
+                if (j->len - j->pos < 2 || j->src[j->pos] != '\\' || j->src[j->pos + 1] != 'u') {
+                    bitnet__json_fail(j, "high surrogate without a low one"); return NULL;
+                }
+                j->pos += 2;
+                if (!bitnet__json_hex4(j, &lo) || lo < 0xdc00 || lo > 0xdfff) {
+                    bitnet__json_fail(j, "bad surrogate pair"); return NULL;
+                }
+                cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
+            }
+            if (cp == 0) { bitnet__json_fail(j, "\\u0000 in a string"); return NULL; }
+            if (cp < 0x80) *o++ = (char)cp;
+            else if (cp < 0x800) { *o++ = (char)(0xc0 | cp >> 6); *o++ = (char)(0x80 | (cp & 0x3f)); }
+            else if (cp < 0x10000) {
+                *o++ = (char)(0xe0 | cp >> 12); *o++ = (char)(0x80 | ((cp >> 6) & 0x3f)); *o++ = (char)(0x80 | (cp & 0x3f));
+            } else {
+                *o++ = (char)(0xf0 | cp >> 18); *o++ = (char)(0x80 | ((cp >> 12) & 0x3f));
+                *o++ = (char)(0x80 | ((cp >> 6) & 0x3f)); *o++ = (char)(0x80 | (cp & 0x3f));
+            }
+        } else {
+            size_t l = bitnet__utf8_len(j->src + j->pos, j->len - j->pos);
+            if (!l) { bitnet__json_fail(j, "invalid UTF-8"); return NULL; }
+            memcpy(o, j->src + j->pos, l);
+            o += l;
+            j->pos += l;
+        }
+    }
+    *o++ = 0;
+    j->strs_len = (size_t)(o - j->strs);
+    return out;
+}
+
+/* Grammar checked first; the value is computed from at most 19 significant digits by hand
+   (strtod would depend on the locale). */
+static int32_t bitnet__json_number(bitnet__json *j) {
+    const unsigned char *s = j->src;
+    size_t p = j->pos, start = j->pos;
+    int neg = 0, is_int = 1, digits = 0;
+    long long exp10 = 0, e = 0;
+    uint64_t mant = 0;
+    double v;
+    int32_t id;
+    if (p < j->len && s[p] == '-') { neg = 1; p++; }
+    if (p >= j->len || s[p] < '0' || s[p] > '9') { j->pos = p; return bitnet__json_fail(j, "unexpected character"); }
+    if (s[p] == '0') {
+        p++;
+        if (p < j->len && s[p] >= '0' && s[p] <= '9') { j->pos = p; return bitnet__json_fail(j, "leading zero"); }
+    } else {
+        for (; p < j->len && s[p] >= '0' && s[p] <= '9'; p++) {
+            if (digits < 19) { mant = mant * 10 + (uint64_t)(s[p] - '0'); digits++; }
+            else exp10++;
+        }
+    }
+    if (p < j->len && s[p] == '.') {
+        is_int = 0;
+        if (++p >= j->len || s[p] < '0' || s[p] > '9') { j->pos = p; return bitnet__json_fail(j, "bad fraction"); }
+        for (; p < j->len && s[p] >= '0' && s[p] <= '9'; p++)
+            if (digits < 19) {
+                mant = mant * 10 + (uint64_t)(s[p] - '0');
+                exp10--;
+                if (mant) digits++;
+            }
+    }
+    if (p < j->len && (s[p] == 'e' || s[p] == 'E')) {
+        int eneg = 0;
+        is_int = 0;
+        p++;
+        if (p < j->len && (s[p] == '+' || s[p] == '-')) eneg = s[p++] == '-';
+        if (p >= j->len || s[p] < '0' || s[p] > '9') { j->pos = p; return bitnet__json_fail(j, "bad exponent"); }
+        for (; p < j->len && s[p] >= '0' && s[p] <= '9'; p++)
+            if (e < 100000) e = e * 10 + (s[p] - '0');
+        exp10 += eneg ? -e : e;
+    }
+    if (!mant) v = 0.0;
+    else if (exp10 > 330) v = HUGE_VAL;
+    else if (exp10 < -400) v = 0.0;
+    else if (exp10 < 0 && exp10 >= -22) v = (double)mant / pow(10.0, (double)-exp10); /* 10^k exact: one rounding */
+    else v = (double)mant * pow(10.0, (double)exp10);
+    if (!(v <= DBL_MAX)) { j->pos = start; return bitnet__json_fail(j, "number out of range"); }
+    j->pos = p;
+    if ((id = bitnet__json_node(j, BITNET__J_NUM)) < 0) return -1;
+    j->nodes[id].num = neg ? -v : v;
+    j->nodes[id].is_int = is_int && digits <= 15; /* exact in a double */
+    return id;
+}
+
+static int32_t bitnet__json_value(bitnet__json *j, int depth);
+
+static int32_t bitnet__json_container(bitnet__json *j, int depth, int is_obj) {
+    char close = is_obj ? '}' : ']';
+    int32_t id = bitnet__json_node(j, is_obj ? BITNET__J_OBJ : BITNET__J_ARR), last = -1;
+    if (id < 0) return -1;
+    if (depth >= BITNET__JSON_MAX_DEPTH) return bitnet__json_fail(j, "nested deeper than %d", BITNET__JSON_MAX_DEPTH);
+    j->pos++;
+    bitnet__json_ws(j);
+    if (j->pos < j->len && j->src[j->pos] == (unsigned char)close) { j->pos++; return id; }
+    for (;;) {
+        const char *key = NULL;
+        int32_t child, i;
+        if (is_obj) {
+            if (j->pos >= j->len || j->src[j->pos] != '"') return bitnet__json_fail(j, "expected a member name");
+            if (!(key = bitnet__json_string(j))) return -1;
+            for (i = j->nodes[id].first; i >= 0; i = j->nodes[i].next)
+                if (strcmp(j->nodes[i].key, key) == 0) return bitnet__json_fail(j, "duplicate member \"%.60s\"", key);
+            bitnet__json_ws(j);
+            if (j->pos >= j->len || j->src[j->pos] != ':') return bitnet__json_fail(j, "expected ':'");
+            j->pos++;
+            if (j->nodes[id].count >= BITNET__JSON_MAX_MEMBERS)
+                return bitnet__json_fail(j, "more than %d members", BITNET__JSON_MAX_MEMBERS);
+        }
+        if ((child = bitnet__json_value(j, depth + 1)) < 0) return -1;
+        j->nodes[child].key = key;
+        if (last < 0) j->nodes[id].first = child;
+        else j->nodes[last].next = child;
+        last = child;
+        j->nodes[id].count++;
+        bitnet__json_ws(j);
+        if (j->pos >= j->len) return bitnet__json_fail(j, "unterminated %s", is_obj ? "object" : "array");
+        if (j->src[j->pos] == ',') { j->pos++; bitnet__json_ws(j); continue; }
+        if (j->src[j->pos] == (unsigned char)close) { j->pos++; return id; }
+        return bitnet__json_fail(j, "expected ',' or '%c'", close);
+    }
+}
+
+static int32_t bitnet__json_literal(bitnet__json *j, const char *word, int type) {
+    size_t l = strlen(word);
+    if (j->len - j->pos < l || memcmp(j->src + j->pos, word, l) != 0) return bitnet__json_fail(j, "unexpected character");
+    j->pos += l;
+    return bitnet__json_node(j, type);
+}
+
+static int32_t bitnet__json_value(bitnet__json *j, int depth) {
+    bitnet__json_ws(j);
+    if (j->pos >= j->len) return bitnet__json_fail(j, "unexpected end");
+    switch (j->src[j->pos]) {
+    case '{': return bitnet__json_container(j, depth, 1);
+    case '[': return bitnet__json_container(j, depth, 0);
+    case '"': {
+        const char *s = bitnet__json_string(j);
+        int32_t id;
+        if (!s) return -1;
+        if ((id = bitnet__json_node(j, BITNET__J_STR)) >= 0) j->nodes[id].str = s;
+        return id;
+    }
+    case 't': return bitnet__json_literal(j, "true", BITNET__J_TRUE);
+    case 'f': return bitnet__json_literal(j, "false", BITNET__J_FALSE);
+    case 'n': return bitnet__json_literal(j, "null", BITNET__J_NULL);
+    default: return bitnet__json_number(j);
+    }
+}
+
+static void bitnet__json_free(bitnet__json *j) {
+    bitnet__free(j->nodes);
+    bitnet__free(j->strs);
+    memset(j, 0, sizeof *j);
+}
+
+/* Parses the whole input as one value (node 0). */
+static bitnet_result bitnet__json_parse(bitnet__json *j, const char *src, size_t len) {
+    memset(j, 0, sizeof *j);
+    j->src = (const unsigned char *)src;
+    j->len = len;
+    if (!(j->strs = (char *)bitnet__malloc(len + 1))) return BITNET_ERR_OUT_OF_MEMORY;
+    if (bitnet__json_value(j, 0) >= 0) {
+        bitnet__json_ws(j);
+        if (j->pos != j->len) bitnet__json_fail(j, "trailing characters");
+    }
+    if (j->err == BITNET_OK && j->n == 0) j->err = bitnet__err(BITNET_ERR_CORRUPT, "JSON: empty");
+    if (j->err != BITNET_OK) {
+        bitnet_result r = j->err;
+        bitnet__json_free(j);
+        return r;
+    }
+    return BITNET_OK;
+}
+
+static int32_t bitnet__json_get(const bitnet__json *j, int32_t obj, const char *key) {
+    int32_t i;
+    if (obj < 0 || j->nodes[obj].type != BITNET__J_OBJ) return -1;
+    for (i = j->nodes[obj].first; i >= 0; i = j->nodes[i].next)
+        if (strcmp(j->nodes[i].key, key) == 0) return i;
+    return -1;
+}
+
+/* ---- receipt JSON ---------------------------------------------------------------------------- */
+static void bitnet__jw_kstr(bitnet__jw *w, const char *k, const char *v) { bitnet__jw_key(w, k); bitnet__jw_str(w, v); }
+static void bitnet__jw_knum(bitnet__jw *w, const char *k, double v) { bitnet__jw_key(w, k); bitnet__jw_num(w, v, 10); }
+static void bitnet__jw_kflt(bitnet__jw *w, const char *k, float v) { bitnet__jw_key(w, k); bitnet__jw_num(w, v, 7); }
+static void bitnet__jw_kint(bitnet__jw *w, const char *k, long long v) { bitnet__jw_key(w, k); bitnet__jw_int(w, v); }
+static void bitnet__jw_ku64(bitnet__jw *w, const char *k, uint64_t v) { bitnet__jw_key(w, k); bitnet__jw_u64(w, v); }
+static void bitnet__jw_kbool(bitnet__jw *w, const char *k, int v) { bitnet__jw_key(w, k); bitnet__jw_lit(w, v ? "true" : "false"); }
+static void bitnet__jw_kopen(bitnet__jw *w, const char *k, char c) { bitnet__jw_key(w, k); bitnet__jw_open(w, c); }
+
+BITNET_API bitnet_result bitnet_receipt_write(const bitnet_receipt *r, char *buf, size_t cap, size_t *len) {
+    bitnet__jw w;
+    size_t i;
+    char cc[32];
+    BITNET__CHECK_PTR(r);
+    BITNET__CHECK_PTR(len);
+    if (cap && !buf) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_receipt_write: buf is NULL with cap %zu", cap);
+    if (r->n_results > BITNET_BENCH_MAX_RESULTS || r->n_kernels > BITNET_BENCH_MAX_KERNELS)
+        return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_receipt_write: %zu results, %zu kernels (limits %d, %d)",
+                           r->n_results, r->n_kernels, BITNET_BENCH_MAX_RESULTS, BITNET_BENCH_MAX_KERNELS);
+    memset(&w, 0, sizeof w);
+    w.buf = buf;
+    w.cap = cap;
+    bitnet__jw_open(&w, '{');
+    bitnet__jw_kstr(&w, "schema_version", r->schema_version);
+    bitnet__jw_kstr(&w, "created_utc", r->created_utc);
+    bitnet__jw_kopen(&w, "library", '{');
+    bitnet__jw_kstr(&w, "version", r->library_version);
+    bitnet__jw_kstr(&w, "git_commit", r->git_commit);
+    bitnet__jw_close(&w, '}');
+    bitnet__jw_kopen(&w, "model", '{');
+    bitnet__jw_kstr(&w, "path", r->model_path);
+    bitnet__jw_kstr(&w, "sha256", r->model_sha256);
+    bitnet__jw_ku64(&w, "bytes", r->model_bytes);
+    bitnet__jw_kopen(&w, "config", '{');
+    bitnet__jw_kstr(&w, "arch", r->model.arch);
+    bitnet__jw_kint(&w, "n_vocab", r->model.n_vocab);
+    bitnet__jw_kint(&w, "dim", r->model.dim);
+    bitnet__jw_kint(&w, "n_layers", r->model.n_layers);
+    bitnet__jw_kint(&w, "n_heads", r->model.n_heads);
+    bitnet__jw_kint(&w, "n_kv_heads", r->model.n_kv_heads);
+    bitnet__jw_kint(&w, "head_dim", r->model.head_dim);
+    bitnet__jw_kint(&w, "ffn_dim", r->model.ffn_dim);
+    bitnet__jw_kint(&w, "n_ctx_train", r->model.n_ctx_train);
+    bitnet__jw_kflt(&w, "rope_theta", r->model.rope_theta);
+    bitnet__jw_kflt(&w, "norm_eps", r->model.norm_eps);
+    bitnet__jw_kint(&w, "bos", r->model.bos);
+    bitnet__jw_kint(&w, "eos", r->model.eos);
+    bitnet__jw_kint(&w, "eot", r->model.eot);
+    bitnet__jw_close(&w, '}');
+    bitnet__jw_close(&w, '}');
+    bitnet__jw_kopen(&w, "backend", '{');
+    bitnet__jw_kstr(&w, "requested", r->backend_requested);
+    bitnet__jw_kstr(&w, "used", r->backend);
+    bitnet__jw_kstr(&w, "reason", r->model.backend_reason);
+    bitnet__jw_close(&w, '}');
+    bitnet__jw_kstr(&w, "precision", r->precision);
+    bitnet__jw_kopen(&w, "host", '{');
+    bitnet__jw_kstr(&w, "cpu", r->cpu_model);
+    bitnet__jw_kstr(&w, "isa", r->isa);
+    bitnet__jw_kint(&w, "threads", r->threads);
+    bitnet__jw_close(&w, '}');
+    if (r->has_gpu) {
+        bitnet__jw_kopen(&w, "gpu", '{');
+        bitnet__jw_kstr(&w, "name", r->gpu_name);
+        snprintf(cc, sizeof cc, "%d.%d", (int)r->gpu_cc_major, (int)r->gpu_cc_minor);
+        bitnet__jw_kstr(&w, "compute_capability", cc);
+        bitnet__jw_kstr(&w, "arch", r->gpu_arch);
+        bitnet__jw_kstr(&w, "driver_version", r->gpu_driver_version);
+        bitnet__jw_kstr(&w, "nvrtc_version", r->nvrtc_version);
+        bitnet__jw_close(&w, '}');
+    } else {
+        bitnet__jw_key(&w, "gpu");
+        bitnet__jw_lit(&w, "null");
+    }
+    bitnet__jw_kopen(&w, "memory", '{');
+    bitnet__jw_ku64(&w, "peak_host_rss_bytes", r->peak_host_rss_bytes);
+    bitnet__jw_ku64(&w, "peak_device_bytes", r->peak_device_bytes);
+    bitnet__jw_close(&w, '}');
+    bitnet__jw_kint(&w, "warmup_runs", r->warmup_runs);
+    bitnet__jw_kopen(&w, "determinism", '{');
+    bitnet__jw_kbool(&w, "checked", r->determinism_checked);
+    bitnet__jw_kbool(&w, "seeded_runs_identical", r->seeded_runs_identical);
+    bitnet__jw_close(&w, '}');
+    bitnet__jw_kopen(&w, "results", '[');
+    for (i = 0; i < r->n_results; i++) {
+        const bitnet_bench_result *b = &r->results[i];
+        bitnet__jw_open(&w, '{');
+        bitnet__jw_kint(&w, "prompt_tokens", b->prompt_tokens);
+        bitnet__jw_kint(&w, "gen_tokens", b->gen_tokens);
+        bitnet__jw_kint(&w, "runs", b->runs);
+        bitnet__jw_knum(&w, "prompt_ms", b->prompt_ms);
+        bitnet__jw_knum(&w, "gen_ms", b->gen_ms);
+        bitnet__jw_knum(&w, "wall_ms", b->wall_ms);
+        bitnet__jw_knum(&w, "ttft_ms", b->ttft_ms);
+        bitnet__jw_knum(&w, "prompt_tps", b->prompt_tps);
+        bitnet__jw_knum(&w, "gen_tps", b->gen_tps);
+        bitnet__jw_knum(&w, "gen_tps_min", b->gen_tps_min);
+        bitnet__jw_knum(&w, "gen_tps_max", b->gen_tps_max);
+        bitnet__jw_kopen(&w, "latency_ms", '{');
+        bitnet__jw_knum(&w, "p50", b->p50_ms);
+        bitnet__jw_knum(&w, "p95", b->p95_ms);
+        bitnet__jw_knum(&w, "p99", b->p99_ms);
+        bitnet__jw_close(&w, '}');
+        bitnet__jw_kstr(&w, "tokens_sha256", b->tokens_sha256);
+        bitnet__jw_kbool(&w, "outputs_identical", b->outputs_identical);
+        bitnet__jw_close(&w, '}');
+    }
+    bitnet__jw_close(&w, ']');
+    bitnet__jw_kopen(&w, "kernels", '[');
+    for (i = 0; i < r->n_kernels; i++) {
+        bitnet__jw_open(&w, '{');
+        bitnet__jw_kstr(&w, "name", r->kernels[i].name);
+        bitnet__jw_ku64(&w, "launches", r->kernels[i].launches);
+        bitnet__jw_knum(&w, "ms", r->kernels[i].seconds * 1e3);
+        bitnet__jw_close(&w, '}');
+    }
+    bitnet__jw_close(&w, ']');
+    bitnet__jw_close(&w, '}');
+    bitnet__jw_putc(&w, '\n');
+    *len = w.len;
+    if (w.len >= cap)
+        return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_receipt_write: needs %zu bytes, room for %zu", w.len + 1, cap);
+    buf[w.len] = 0;
+    return BITNET_OK;
+}
+
+/* Typed access to the parsed tree; the first problem is kept (BAD_METADATA: missing or mistyped,
+   CORRUPT: a value out of its range) and later calls do nothing. */
+typedef struct bitnet__rp {
+    const bitnet__json *j;
+    bitnet_result err;
+} bitnet__rp;
+
+static BITNET__PRINTF(3, 4) void bitnet__rp_fail(bitnet__rp *p, bitnet_result code, const char *fmt, ...) {
+    char msg[256];
+    va_list ap;
+    if (p->err != BITNET_OK) return;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    p->err = bitnet__err(code, "receipt: %s", msg);
+}
+
+static int32_t bitnet__rp_get(bitnet__rp *p, int32_t obj, const char *path, const char *key, int type) {
+    static const char *names[] = {"null", "a boolean", "a boolean", "a number", "a string", "an array", "an object"};
+    int32_t id;
+    int t;
+    if (p->err != BITNET_OK) return -1;
+    id = bitnet__json_get(p->j, obj, key);
+    if (id < 0) { bitnet__rp_fail(p, BITNET_ERR_BAD_METADATA, "field %s%s is missing", path, key); return -1; }
+    t = p->j->nodes[id].type;
+    if (t == BITNET__J_TRUE) t = BITNET__J_FALSE;
+    if (t != type) {
+        bitnet__rp_fail(p, BITNET_ERR_BAD_METADATA, "field %s%s is not %s", path, key, names[type]);
+        return -1;
+    }
+    return id;
+}
+
+static void bitnet__rp_str(bitnet__rp *p, int32_t obj, const char *path, const char *key, char *dst, size_t cap) {
+    int32_t id = bitnet__rp_get(p, obj, path, key, BITNET__J_STR);
+    size_t l;
+    if (id < 0) return;
+    l = strlen(p->j->nodes[id].str);
+    if (l >= cap) { bitnet__rp_fail(p, BITNET_ERR_BAD_METADATA, "field %s%s is longer than %zu bytes", path, key, cap - 1); return; }
+    memcpy(dst, p->j->nodes[id].str, l + 1);
+}
+
+static double bitnet__rp_num(bitnet__rp *p, int32_t obj, const char *path, const char *key, double lo, double hi) {
+    int32_t id = bitnet__rp_get(p, obj, path, key, BITNET__J_NUM);
+    double v;
+    if (id < 0) return 0;
+    v = p->j->nodes[id].num;
+    if (v < lo || v > hi) {
+        bitnet__rp_fail(p, BITNET_ERR_CORRUPT, "field %s%s = %g is outside [%g, %g]", path, key, v, lo, hi);
+        return 0;
+    }
+    return v;
+}
+
+static long long bitnet__rp_int(bitnet__rp *p, int32_t obj, const char *path, const char *key, long long lo, long long hi) {
+    int32_t id = bitnet__rp_get(p, obj, path, key, BITNET__J_NUM);
+    double v;
+    if (id < 0) return 0;
+    v = p->j->nodes[id].num;
+    if (!p->j->nodes[id].is_int) { bitnet__rp_fail(p, BITNET_ERR_BAD_METADATA, "field %s%s is not an integer", path, key); return 0; }
+    if (v < (double)lo || v > (double)hi) {
+        bitnet__rp_fail(p, BITNET_ERR_CORRUPT, "field %s%s = %.0f is outside [%lld, %lld]", path, key, v, lo, hi);
+        return 0;
+    }
+    return (long long)v;
+}
+
+static int bitnet__rp_bool(bitnet__rp *p, int32_t obj, const char *path, const char *key) {
+    int32_t id = bitnet__rp_get(p, obj, path, key, BITNET__J_FALSE);
+    return id >= 0 && p->j->nodes[id].type == BITNET__J_TRUE;
+}
+
+static int bitnet__is_sha256_hex(const char *s) {
+    int i;
+    for (i = 0; i < 64; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f'))) return 0;
+    return s[64] == 0;
+}
+
+/* a within relative tolerance tol of b (or both tiny). */
+static int bitnet__close(double a, double b, double tol) { return fabs(a - b) <= tol * BITNET__MAX(fabs(a), fabs(b)) + 1e-9; }
+
+/* Numbers that must agree with each other, as bitnet_bench produces them. */
+static void bitnet__receipt_consistency(bitnet__rp *p, const bitnet_receipt *r) {
+    size_t i, k;
+    if (!bitnet__is_sha256_hex(r->model_sha256)) bitnet__rp_fail(p, BITNET_ERR_CORRUPT, "model.sha256 is not 64 lowercase hex digits");
+    if (strcmp(r->backend, "cpu") != 0 && strcmp(r->backend, "cuda") != 0)
+        bitnet__rp_fail(p, BITNET_ERR_CORRUPT, "backend.used is '%s', not cpu or cuda", r->backend);
+    if (strcmp(r->backend_requested, "auto") != 0 && strcmp(r->backend_requested, r->backend) != 0)
+        bitnet__rp_fail(p, BITNET_ERR_CORRUPT, "backend.requested is '%s' but '%s' ran", r->backend_requested, r->backend);
+    if (!r->git_commit[0] || !r->library_version[0] || !r->model_path[0])
+        bitnet__rp_fail(p, BITNET_ERR_CORRUPT, "library.version, library.git_commit and model.path must not be empty");
+    for (i = 0; i < r->n_results; i++) {
+        const bitnet_bench_result *b = &r->results[i];
+        double runs = (double)b->runs;
+        if (!bitnet__is_sha256_hex(b->tokens_sha256))
+            bitnet__rp_fail(p, BITNET_ERR_CORRUPT, "results[%zu].tokens_sha256 is not 64 lowercase hex digits", i);
+        if (!bitnet__close(b->prompt_tps, b->prompt_tokens * 1e3 / b->prompt_ms, 1e-3))
+            bitnet__rp_fail(p, BITNET_ERR_CORRUPT, "results[%zu]: prompt_tps %g disagrees with %d tokens in %g ms", i,
+                            b->prompt_tps, (int)b->prompt_tokens, b->prompt_ms);
+        if (!bitnet__close(b->gen_tps, b->gen_tokens * 1e3 / b->gen_ms, 1e-3))
+            bitnet__rp_fail(p, BITNET_ERR_CORRUPT, "results[%zu]: gen_tps %g disagrees with %d tokens in %g ms", i,
+                            b->gen_tps, (int)b->gen_tokens, b->gen_ms);
+        if (b->gen_tps_min > b->gen_tps * (1 + 1e-6) + 1e-9 || b->gen_tps > b->gen_tps_max * (1 + 1e-6) + 1e-9)
+            bitnet__rp_fail(p, BITNET_ERR_CORRUPT, "results[%zu]: gen_tps %g is not within [gen_tps_min %g, gen_tps_max %g]",
+                            i, b->gen_tps, b->gen_tps_min, b->gen_tps_max);
+        if (b->prompt_ms + b->gen_ms > b->wall_ms * (1 + 1e-3) + 1e-3)
+            bitnet__rp_fail(p, BITNET_ERR_CORRUPT, "results[%zu]: prompt_ms + gen_ms = %g exceeds wall_ms %g", i,
+                            b->prompt_ms + b->gen_ms, b->wall_ms);
+        if (b->ttft_ms > b->wall_ms * (1 + 1e-6) + 1e-6)
+            bitnet__rp_fail(p, BITNET_ERR_CORRUPT, "results[%zu]: ttft_ms %g exceeds wall_ms %g", i, b->ttft_ms, b->wall_ms);
+        if (b->p50_ms > b->p95_ms || b->p95_ms > b->p99_ms || b->p99_ms > b->wall_ms * runs * (1 + 1e-6) + 1e-6)
+            bitnet__rp_fail(p, BITNET_ERR_CORRUPT, "results[%zu]: latency p50 %g <= p95 %g <= p99 %g <= all runs' wall time fails",
+                            i, b->p50_ms, b->p95_ms, b->p99_ms);
+    }
+    for (i = 0; i < r->n_kernels; i++) {
+        if (!r->kernels[i].name[0]) bitnet__rp_fail(p, BITNET_ERR_CORRUPT, "kernels[%zu] has an empty name", i);
+        for (k = 0; k < i; k++)
+            if (strcmp(r->kernels[k].name, r->kernels[i].name) == 0)
+                bitnet__rp_fail(p, BITNET_ERR_CORRUPT, "kernel '%s' is listed twice", r->kernels[i].name);
+    }
+}
+
+BITNET_API bitnet_result bitnet_receipt_parse(const char *json, size_t len, bitnet_receipt *out) {
+    bitnet__json j;
+    bitnet__rp p;
+    int32_t top, o, arr, it;
+    char path[64];
+    size_t i;
+    BITNET__CHECK_PTR(json);
+    BITNET__CHECK_PTR(out);
+    memset(out, 0, sizeof *out);
+    if (len > BITNET_RECEIPT_MAX_BYTES)
+        return bitnet__err(BITNET_ERR_BAD_SIZE, "receipt: %zu bytes, more than the %u a receipt may have", len,
+                           (unsigned)BITNET_RECEIPT_MAX_BYTES);
+    BITNET__TRY(bitnet__json_parse(&j, json, len));
+    p.j = &j;
+    p.err = BITNET_OK;
+    top = 0;
+    if (j.nodes[0].type != BITNET__J_OBJ) bitnet__rp_fail(&p, BITNET_ERR_BAD_METADATA, "the top level is not an object");
+    bitnet__rp_str(&p, top, "", "schema_version", out->schema_version, sizeof out->schema_version);
+    if (p.err == BITNET_OK && strcmp(out->schema_version, BITNET_RECEIPT_SCHEMA) != 0)
+        bitnet__rp_fail(&p, BITNET_ERR_BAD_VERSION, "schema_version '%s', this build reads '%s'", out->schema_version,
+                        BITNET_RECEIPT_SCHEMA);
+    bitnet__rp_str(&p, top, "", "created_utc", out->created_utc, sizeof out->created_utc);
+    o = bitnet__rp_get(&p, top, "", "library", BITNET__J_OBJ);
+    bitnet__rp_str(&p, o, "library.", "version", out->library_version, sizeof out->library_version);
+    bitnet__rp_str(&p, o, "library.", "git_commit", out->git_commit, sizeof out->git_commit);
+    o = bitnet__rp_get(&p, top, "", "model", BITNET__J_OBJ);
+    bitnet__rp_str(&p, o, "model.", "path", out->model_path, sizeof out->model_path);
+    bitnet__rp_str(&p, o, "model.", "sha256", out->model_sha256, sizeof out->model_sha256);
+    out->model_bytes = (uint64_t)bitnet__rp_int(&p, o, "model.", "bytes", 1, (1ll << 53));
+    o = bitnet__rp_get(&p, o, "model.", "config", BITNET__J_OBJ);
+    bitnet__rp_str(&p, o, "model.config.", "arch", out->model.arch, sizeof out->model.arch);
+    out->model.n_vocab = (int32_t)bitnet__rp_int(&p, o, "model.config.", "n_vocab", 1, INT32_MAX);
+    out->model.dim = (int32_t)bitnet__rp_int(&p, o, "model.config.", "dim", 1, INT32_MAX);
+    out->model.n_layers = (int32_t)bitnet__rp_int(&p, o, "model.config.", "n_layers", 1, INT32_MAX);
+    out->model.n_heads = (int32_t)bitnet__rp_int(&p, o, "model.config.", "n_heads", 1, INT32_MAX);
+    out->model.n_kv_heads = (int32_t)bitnet__rp_int(&p, o, "model.config.", "n_kv_heads", 1, INT32_MAX);
+    out->model.head_dim = (int32_t)bitnet__rp_int(&p, o, "model.config.", "head_dim", 1, INT32_MAX);
+    out->model.ffn_dim = (int32_t)bitnet__rp_int(&p, o, "model.config.", "ffn_dim", 1, INT32_MAX);
+    out->model.n_ctx_train = (int32_t)bitnet__rp_int(&p, o, "model.config.", "n_ctx_train", 1, INT32_MAX);
+    out->model.rope_theta = (float)bitnet__rp_num(&p, o, "model.config.", "rope_theta", 0, FLT_MAX);
+    out->model.norm_eps = (float)bitnet__rp_num(&p, o, "model.config.", "norm_eps", 0, 1);
+    out->model.bos = (int32_t)bitnet__rp_int(&p, o, "model.config.", "bos", -1, INT32_MAX);
+    out->model.eos = (int32_t)bitnet__rp_int(&p, o, "model.config.", "eos", -1, INT32_MAX);
+    out->model.eot = (int32_t)bitnet__rp_int(&p, o, "model.config.", "eot", -1, INT32_MAX);
+    o = bitnet__rp_get(&p, top, "", "backend", BITNET__J_OBJ);
+    bitnet__rp_str(&p, o, "backend.", "requested", out->backend_requested, sizeof out->backend_requested);
+    bitnet__rp_str(&p, o, "backend.", "used", out->backend, sizeof out->backend);
+    bitnet__rp_str(&p, o, "backend.", "reason", out->model.backend_reason, sizeof out->model.backend_reason);
+    out->model.backend = strcmp(out->backend, "cuda") == 0 ? BITNET_BACKEND_CUDA : BITNET_BACKEND_CPU;
+    bitnet__rp_str(&p, top, "", "precision", out->precision, sizeof out->precision);
+    o = bitnet__rp_get(&p, top, "", "host", BITNET__J_OBJ);
+    bitnet__rp_str(&p, o, "host.", "cpu", out->cpu_model, sizeof out->cpu_model);
+    bitnet__rp_str(&p, o, "host.", "isa", out->isa, sizeof out->isa);
+    out->threads = (int32_t)bitnet__rp_int(&p, o, "host.", "threads", 1, 65536);
+    if (p.err == BITNET_OK && (o = bitnet__json_get(&j, top, "gpu")) >= 0 && j.nodes[o].type == BITNET__J_OBJ) {
+        char cc[32], *dot;
+        out->has_gpu = 1;
+        bitnet__rp_str(&p, o, "gpu.", "name", out->gpu_name, sizeof out->gpu_name);
+        bitnet__rp_str(&p, o, "gpu.", "compute_capability", cc, sizeof cc);
+        bitnet__rp_str(&p, o, "gpu.", "arch", out->gpu_arch, sizeof out->gpu_arch);
+        bitnet__rp_str(&p, o, "gpu.", "driver_version", out->gpu_driver_version, sizeof out->gpu_driver_version);
+        bitnet__rp_str(&p, o, "gpu.", "nvrtc_version", out->nvrtc_version, sizeof out->nvrtc_version);
+        /* "9.0": a missing or malformed value leaves 0.0, which the GPU gate rejects */
+        if (p.err == BITNET_OK && (dot = strchr(cc, '.')) != NULL && dot > cc && dot - cc <= 3 && dot[1] &&
+            strspn(cc, "0123456789") == (size_t)(dot - cc) && strspn(dot + 1, "0123456789") == strlen(dot + 1) &&
+            strlen(dot + 1) <= 3) {
+            out->gpu_cc_major = (int32_t)atoi(cc);
+            out->gpu_cc_minor = (int32_t)atoi(dot + 1);
+        }
+    } else if (p.err == BITNET_OK && (o < 0 || j.nodes[o].type != BITNET__J_NULL)) {
+        bitnet__rp_fail(&p, BITNET_ERR_BAD_METADATA, "field gpu is %s", o < 0 ? "missing" : "neither an object nor null");
+    }
+    o = bitnet__rp_get(&p, top, "", "memory", BITNET__J_OBJ);
+    out->peak_host_rss_bytes = (uint64_t)bitnet__rp_int(&p, o, "memory.", "peak_host_rss_bytes", 1, (1ll << 53));
+    out->peak_device_bytes = (uint64_t)bitnet__rp_int(&p, o, "memory.", "peak_device_bytes", 0, (1ll << 53));
+    out->warmup_runs = (int32_t)bitnet__rp_int(&p, top, "", "warmup_runs", 0, 1000000);
+    o = bitnet__rp_get(&p, top, "", "determinism", BITNET__J_OBJ);
+    out->determinism_checked = bitnet__rp_bool(&p, o, "determinism.", "checked");
+    out->seeded_runs_identical = bitnet__rp_bool(&p, o, "determinism.", "seeded_runs_identical");
+
+    arr = bitnet__rp_get(&p, top, "", "results", BITNET__J_ARR);
+    if (arr >= 0 && (j.nodes[arr].count < 1 || j.nodes[arr].count > BITNET_BENCH_MAX_RESULTS))
+        bitnet__rp_fail(&p, BITNET_ERR_CORRUPT, "results holds %d entries, not 1 to %d", (int)j.nodes[arr].count,
+                        BITNET_BENCH_MAX_RESULTS);
+    for (i = 0, it = arr >= 0 ? j.nodes[arr].first : -1; p.err == BITNET_OK && it >= 0; it = j.nodes[it].next, i++) {
+        bitnet_bench_result *b = &out->results[i];
+        int32_t lat;
+        snprintf(path, sizeof path, "results[%zu].", i);
+        if (j.nodes[it].type != BITNET__J_OBJ) { bitnet__rp_fail(&p, BITNET_ERR_BAD_METADATA, "results[%zu] is not an object", i); break; }
+        b->prompt_tokens = (int32_t)bitnet__rp_int(&p, it, path, "prompt_tokens", 1, INT32_MAX);
+        b->gen_tokens = (int32_t)bitnet__rp_int(&p, it, path, "gen_tokens", 1, INT32_MAX);
+        b->runs = (int32_t)bitnet__rp_int(&p, it, path, "runs", 1, 1000000);
+        b->prompt_ms = bitnet__rp_num(&p, it, path, "prompt_ms", 1e-6, 1e12);
+        b->gen_ms = bitnet__rp_num(&p, it, path, "gen_ms", 1e-6, 1e12);
+        b->wall_ms = bitnet__rp_num(&p, it, path, "wall_ms", 1e-6, 1e12);
+        b->ttft_ms = bitnet__rp_num(&p, it, path, "ttft_ms", 1e-6, 1e12);
+        b->prompt_tps = bitnet__rp_num(&p, it, path, "prompt_tps", 1e-6, 1e12);
+        b->gen_tps = bitnet__rp_num(&p, it, path, "gen_tps", 1e-6, 1e12);
+        b->gen_tps_min = bitnet__rp_num(&p, it, path, "gen_tps_min", 1e-6, 1e12);
+        b->gen_tps_max = bitnet__rp_num(&p, it, path, "gen_tps_max", 1e-6, 1e12);
+        lat = bitnet__rp_get(&p, it, path, "latency_ms", BITNET__J_OBJ);
+        snprintf(path, sizeof path, "results[%zu].latency_ms.", i);
+        b->p50_ms = bitnet__rp_num(&p, lat, path, "p50", 0, 1e12);
+        b->p95_ms = bitnet__rp_num(&p, lat, path, "p95", 0, 1e12);
+        b->p99_ms = bitnet__rp_num(&p, lat, path, "p99", 0, 1e12);
+        snprintf(path, sizeof path, "results[%zu].", i);
+        bitnet__rp_str(&p, it, path, "tokens_sha256", b->tokens_sha256, sizeof b->tokens_sha256);
+        b->outputs_identical = bitnet__rp_bool(&p, it, path, "outputs_identical");
+    }
+    out->n_results = i;
+
+    arr = bitnet__rp_get(&p, top, "", "kernels", BITNET__J_ARR);
+    if (arr >= 0 && (j.nodes[arr].count < 1 || j.nodes[arr].count > BITNET_BENCH_MAX_KERNELS))
+        bitnet__rp_fail(&p, BITNET_ERR_CORRUPT, "kernels holds %d entries, not 1 to %d (a receipt names what ran)",
+                        (int)j.nodes[arr].count, BITNET_BENCH_MAX_KERNELS);
+    for (i = 0, it = arr >= 0 ? j.nodes[arr].first : -1; p.err == BITNET_OK && it >= 0; it = j.nodes[it].next, i++) {
+        bitnet_kernel_stat *k = &out->kernels[i];
+        snprintf(path, sizeof path, "kernels[%zu].", i);
+        if (j.nodes[it].type != BITNET__J_OBJ) { bitnet__rp_fail(&p, BITNET_ERR_BAD_METADATA, "kernels[%zu] is not an object", i); break; }
+        bitnet__rp_str(&p, it, path, "name", k->name, sizeof k->name);
+        k->launches = (uint64_t)bitnet__rp_int(&p, it, path, "launches", 1, (1ll << 53));
+        k->seconds = bitnet__rp_num(&p, it, path, "ms", 0, 1e12) * 1e-3;
+    }
+    out->n_kernels = i;
+    if (p.err == BITNET_OK) bitnet__receipt_consistency(&p, out);
+    bitnet__json_free(&j);
+    if (p.err != BITNET_OK) memset(out, 0, sizeof *out);
+    return p.err;
+}
+
+/* ---- gates ------------------------------------------------------------------------------------- */
+typedef struct bitnet__report {
+    char *buf;
+    size_t cap, len;
+    int n;
+} bitnet__report;
+
+static BITNET__PRINTF(2, 3) void bitnet__breach(bitnet__report *rep, const char *fmt, ...) {
+    va_list ap;
+    rep->n++;
+    if (!rep->buf || rep->len + 1 >= rep->cap) return;
+    va_start(ap, fmt);
+    vsnprintf(rep->buf + rep->len, rep->cap - rep->len, fmt, ap);
+    va_end(ap);
+    rep->len += strlen(rep->buf + rep->len);
+    if (rep->len + 1 < rep->cap) { rep->buf[rep->len++] = '\n'; rep->buf[rep->len] = 0; }
+}
+
+BITNET_API bitnet_result bitnet_receipt_check(const bitnet_receipt *r, const bitnet_receipt_gates *g,
+                                              char *report, size_t cap, int *n_breaches) {
+    bitnet__report rep;
+    size_t i;
+    BITNET__CHECK_PTR(r);
+    BITNET__CHECK_PTR(g);
+    BITNET__CHECK_PTR(n_breaches);
+    if (!(g->min_tps >= 0) || !(g->max_p95_ms >= 0) || !(g->max_wall_ms >= 0))
+        return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_receipt_check: gate values must be >= 0 (0 = off)");
+    if (r->n_results > BITNET_BENCH_MAX_RESULTS || r->n_kernels > BITNET_BENCH_MAX_KERNELS)
+        return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_receipt_check: %zu results, %zu kernels", r->n_results, r->n_kernels);
+    rep.buf = cap ? report : NULL;
+    rep.cap = cap;
+    rep.len = 0;
+    rep.n = 0;
+    if (rep.buf) rep.buf[0] = 0;
+    if (g->require_gpu_kernels) {
+        uint64_t gpu_launches = 0;
+        int arch = 0;
+        if (strcmp(r->backend, "cuda") != 0)
+            bitnet__breach(&rep, "require-gpu-kernels: the backend that ran is '%s', not cuda", r->backend);
+        if (!r->has_gpu) bitnet__breach(&rep, "require-gpu-kernels: no device block (gpu is null)");
+        else {
+            if (!r->gpu_name[0]) bitnet__breach(&rep, "require-gpu-kernels: the device block has no GPU name");
+            if (r->gpu_cc_major < 1) bitnet__breach(&rep, "require-gpu-kernels: the device block has no compute capability");
+            if (strncmp(r->gpu_arch, "sm_", 3) != 0 || !r->gpu_arch[3] || strspn(r->gpu_arch + 3, "0123456789") != strlen(r->gpu_arch + 3))
+                bitnet__breach(&rep, "require-gpu-kernels: the device block's arch '%s' is not sm_<number>", r->gpu_arch);
+            else if ((arch = atoi(r->gpu_arch + 3)) > r->gpu_cc_major * 10 + r->gpu_cc_minor && r->gpu_cc_major >= 1)
+                bitnet__breach(&rep, "require-gpu-kernels: arch %s is newer than the device's compute capability %d.%d",
+                               r->gpu_arch, (int)r->gpu_cc_major, (int)r->gpu_cc_minor);
+        }
+        for (i = 0; i < r->n_kernels; i++) {
+            if (strncmp(r->kernels[i].name, BITNET_GPU_KERNEL_PREFIX, strlen(BITNET_GPU_KERNEL_PREFIX)) == 0)
+                gpu_launches += r->kernels[i].launches;
+            else if (strncmp(r->kernels[i].name, "cpu_gemm", 8) == 0 && r->kernels[i].launches && strcmp(r->backend, "cuda") == 0)
+                bitnet__breach(&rep, "require-gpu-kernels: CPU matrix kernel %s ran %llu times: part of the model ran on the CPU",
+                               r->kernels[i].name, (unsigned long long)r->kernels[i].launches);
+        }
+        if (!gpu_launches)
+            bitnet__breach(&rep, "require-gpu-kernels: no kernel named " BITNET_GPU_KERNEL_PREFIX "* was launched");
+    }
+    for (i = 0; i < r->n_results; i++) {
+        const bitnet_bench_result *b = &r->results[i];
+        if (g->min_tps > 0 && b->gen_tps < g->min_tps)
+            bitnet__breach(&rep, "min-tps: generation %.2f tokens/s < %.2f (prompt %d, %d generated)", b->gen_tps, g->min_tps,
+                           (int)b->prompt_tokens, (int)b->gen_tokens);
+        if (g->max_p95_ms > 0 && b->p95_ms > g->max_p95_ms)
+            bitnet__breach(&rep, "max-p95-ms: per-token latency p95 %.3f ms > %.3f (prompt %d)", b->p95_ms, g->max_p95_ms,
+                           (int)b->prompt_tokens);
+        if (g->max_wall_ms > 0 && b->wall_ms > g->max_wall_ms)
+            bitnet__breach(&rep, "max-wall-ms: wall time %.3f ms > %.3f (prompt %d, %d generated)", b->wall_ms, g->max_wall_ms,
+                           (int)b->prompt_tokens, (int)b->gen_tokens);
+    }
+    *n_breaches = rep.n;
+    return BITNET_OK;
+}
 
 /* >>public ==================================================================================== */
 
