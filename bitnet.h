@@ -447,7 +447,7 @@ typedef struct bitnet_receipt {
     bitnet_model_info model;                  /* config, and the backend that actually ran */
     char backend_requested[16];               /* "auto", "cpu" or "cuda" */
     char backend[16];                         /* "cpu" or "cuda": what ran */
-    char precision[64];                       /* e.g. "I2_S weights, int8 activations" */
+    char precision[96];                       /* "W1.58A8 (ternary weights stored as I2_S, int8 activations)" */
     char cpu_model[128];
     char isa[16];                             /* the CPU kernel path */
     int32_t threads;
@@ -671,10 +671,17 @@ BITNET__UNUSED static double bitnet__now(void) { /* seconds, monotonic */
 }
 
 /* Kernel statistics and NVTX ranges (defined in >>receipt): every kernel dispatch point (the CPU
-   entry points, the GPU launch path) records the path that ran under a static name. */
+   entry points, the GPU launch path) records the path that ran under a static name. A replayed
+   CUDA graph adds its kernels' launch counts with bitnet__kstat_add, once per distinct kernel. */
+static void bitnet__kstat_add(const char *name, uint64_t launches, double seconds);
 static void bitnet__kstat_record(const char *name, double seconds);
 #define BITNET__KSTAT(name, call) \
     do { double bitnet__k0_ = bitnet__now(); call; bitnet__kstat_record((name), bitnet__now() - bitnet__k0_); } while (0)
+/* The same with the CPU path in the name: BITNET__KSTAT_ISA("cpu_gemm_i2s", isa, call) records
+   "cpu_gemm_i2s_avx512" etc. (base must be a string literal). */
+#define BITNET__KSTAT_ISA(base, isa, call) \
+    BITNET__KSTAT((isa) == BITNET_ISA_AVX512 ? base "_avx512" : (isa) == BITNET_ISA_AVX2 ? base "_avx2" : \
+                  (isa) == BITNET_ISA_NEON ? base "_neon" : base "_scalar", call)
 static void bitnet__nvtx_push(const char *name);
 static void bitnet__nvtx_pop(void);
 
@@ -1178,7 +1185,7 @@ static int bitnet__kstat_same(const char *slot, const char *name) {
     return memcmp(slot, name, l) == 0 && slot[l] == 0;
 }
 
-BITNET__UNUSED static void bitnet__kstat_record(const char *name, double seconds) {
+BITNET__UNUSED static void bitnet__kstat_add(const char *name, uint64_t launches, double seconds) {
     size_t i, hit = BITNET_BENCH_MAX_KERNELS;
     uint64_t ns = (seconds > 0 && seconds < 1e9) ? (uint64_t)(seconds * 1e9 + 0.5) : 0;
     if (!name || !*name) name = "(unnamed)";
@@ -1202,10 +1209,12 @@ BITNET__UNUSED static void bitnet__kstat_record(const char *name, double seconds
         }
     }
     bitnet__kstats[hit].key = name;
-    bitnet__kstats[hit].launches++;
+    bitnet__kstats[hit].launches += launches;
     bitnet__kstats[hit].nanos += ns;
     BITNET__KSTAT_UNLOCK();
 }
+
+BITNET__UNUSED static void bitnet__kstat_record(const char *name, double seconds) { bitnet__kstat_add(name, 1, seconds); }
 
 static int bitnet__kstat_cmp(const void *a, const void *b) {
     return strcmp(((const bitnet_kernel_stat *)a)->name, ((const bitnet_kernel_stat *)b)->name);
@@ -1325,7 +1334,7 @@ static void bitnet__sha256_final(bitnet__sha256 *s, uint8_t out[32]) {
     }
 }
 
-static void bitnet__hex(const uint8_t *d, size_t n, char *out) {
+static void bitnet__sha256_hex(const uint8_t *d, size_t n, char *out) {
     static const char digits[] = "0123456789abcdef";
     size_t i;
     for (i = 0; i < n; i++) { out[2 * i] = digits[d[i] >> 4]; out[2 * i + 1] = digits[d[i] & 15]; }
@@ -1365,7 +1374,7 @@ BITNET_API bitnet_result bitnet_sha256_file(const char *path, char hex[65], uint
     bitnet__free(buf);
     if (failed) return bitnet__err(BITNET_ERR_IO, "error reading '%s'", path);
     bitnet__sha256_final(&s, digest);
-    bitnet__hex(digest, 32, hex);
+    bitnet__sha256_hex(digest, 32, hex);
     if (bytes) *bytes = s.bytes;
     return BITNET_OK;
 }
@@ -1397,7 +1406,7 @@ static void bitnet__jw_pre(bitnet__jw *w) {
 
 /* Length of a valid UTF-8 sequence at p (at most n bytes), 0 when invalid (overlong forms,
    surrogates and code points past U+10FFFF are invalid). */
-static size_t bitnet__utf8_len(const unsigned char *p, size_t n) {
+static size_t bitnet__json_utf8_len(const unsigned char *p, size_t n) {
     unsigned c = p[0];
     size_t len, i;
     uint32_t cp;
@@ -1433,7 +1442,7 @@ static void bitnet__jw_str(bitnet__jw *w, const char *s) {
             i++;
             continue;
         }
-        if (!(l = bitnet__utf8_len(p + i, n - i))) { bitnet__jw_raw(w, "\\ufffd"); i++; continue; }
+        if (!(l = bitnet__json_utf8_len(p + i, n - i))) { bitnet__jw_raw(w, "\\ufffd"); i++; continue; }
         while (l--) bitnet__jw_putc(w, (char)p[i++]);
     }
     bitnet__jw_putc(w, '"');
@@ -1619,7 +1628,7 @@ static const char *bitnet__json_string(bitnet__json *j) {
                 *o++ = (char)(0x80 | ((cp >> 6) & 0x3f)); *o++ = (char)(0x80 | (cp & 0x3f));
             }
         } else {
-            size_t l = bitnet__utf8_len(j->src + j->pos, j->len - j->pos);
+            size_t l = bitnet__json_utf8_len(j->src + j->pos, j->len - j->pos);
             if (!l) { bitnet__json_fail(j, "invalid UTF-8"); return NULL; }
             memcpy(o, j->src + j->pos, l);
             o += l;
@@ -1911,12 +1920,12 @@ BITNET_API bitnet_result bitnet_receipt_write(const bitnet_receipt *r, char *buf
 
 /* Typed access to the parsed tree; the first problem is kept (BAD_METADATA: missing or mistyped,
    CORRUPT: a value out of its range) and later calls do nothing. */
-typedef struct bitnet__rp {
+typedef struct bitnet__rc_rd {
     const bitnet__json *j;
     bitnet_result err;
-} bitnet__rp;
+} bitnet__rc_rd;
 
-static BITNET__PRINTF(3, 4) void bitnet__rp_fail(bitnet__rp *p, bitnet_result code, const char *fmt, ...) {
+static BITNET__PRINTF(3, 4) void bitnet__rc_rd_fail(bitnet__rc_rd *p, bitnet_result code, const char *fmt, ...) {
     char msg[256];
     va_list ap;
     if (p->err != BITNET_OK) return;
@@ -1926,62 +1935,62 @@ static BITNET__PRINTF(3, 4) void bitnet__rp_fail(bitnet__rp *p, bitnet_result co
     p->err = bitnet__err(code, "receipt: %s", msg);
 }
 
-static int32_t bitnet__rp_get(bitnet__rp *p, int32_t obj, const char *path, const char *key, int type) {
+static int32_t bitnet__rc_rd_get(bitnet__rc_rd *p, int32_t obj, const char *path, const char *key, int type) {
     static const char *names[] = {"null", "a boolean", "a boolean", "a number", "a string", "an array", "an object"};
     int32_t id;
     int t;
     if (p->err != BITNET_OK) return -1;
     id = bitnet__json_get(p->j, obj, key);
-    if (id < 0) { bitnet__rp_fail(p, BITNET_ERR_BAD_METADATA, "field %s%s is missing", path, key); return -1; }
+    if (id < 0) { bitnet__rc_rd_fail(p, BITNET_ERR_BAD_METADATA, "field %s%s is missing", path, key); return -1; }
     t = p->j->nodes[id].type;
     if (t == BITNET__J_TRUE) t = BITNET__J_FALSE;
     if (t != type) {
-        bitnet__rp_fail(p, BITNET_ERR_BAD_METADATA, "field %s%s is not %s", path, key, names[type]);
+        bitnet__rc_rd_fail(p, BITNET_ERR_BAD_METADATA, "field %s%s is not %s", path, key, names[type]);
         return -1;
     }
     return id;
 }
 
-static void bitnet__rp_str(bitnet__rp *p, int32_t obj, const char *path, const char *key, char *dst, size_t cap) {
-    int32_t id = bitnet__rp_get(p, obj, path, key, BITNET__J_STR);
+static void bitnet__rc_rd_str(bitnet__rc_rd *p, int32_t obj, const char *path, const char *key, char *dst, size_t cap) {
+    int32_t id = bitnet__rc_rd_get(p, obj, path, key, BITNET__J_STR);
     size_t l;
     if (id < 0) return;
     l = strlen(p->j->nodes[id].str);
-    if (l >= cap) { bitnet__rp_fail(p, BITNET_ERR_BAD_METADATA, "field %s%s is longer than %zu bytes", path, key, cap - 1); return; }
+    if (l >= cap) { bitnet__rc_rd_fail(p, BITNET_ERR_BAD_METADATA, "field %s%s is longer than %zu bytes", path, key, cap - 1); return; }
     memcpy(dst, p->j->nodes[id].str, l + 1);
 }
 
-static double bitnet__rp_num(bitnet__rp *p, int32_t obj, const char *path, const char *key, double lo, double hi) {
-    int32_t id = bitnet__rp_get(p, obj, path, key, BITNET__J_NUM);
+static double bitnet__rc_rd_num(bitnet__rc_rd *p, int32_t obj, const char *path, const char *key, double lo, double hi) {
+    int32_t id = bitnet__rc_rd_get(p, obj, path, key, BITNET__J_NUM);
     double v;
     if (id < 0) return 0;
     v = p->j->nodes[id].num;
     if (v < lo || v > hi) {
-        bitnet__rp_fail(p, BITNET_ERR_CORRUPT, "field %s%s = %g is outside [%g, %g]", path, key, v, lo, hi);
+        bitnet__rc_rd_fail(p, BITNET_ERR_CORRUPT, "field %s%s = %g is outside [%g, %g]", path, key, v, lo, hi);
         return 0;
     }
     return v;
 }
 
-static long long bitnet__rp_int(bitnet__rp *p, int32_t obj, const char *path, const char *key, long long lo, long long hi) {
-    int32_t id = bitnet__rp_get(p, obj, path, key, BITNET__J_NUM);
+static long long bitnet__rc_rd_int(bitnet__rc_rd *p, int32_t obj, const char *path, const char *key, long long lo, long long hi) {
+    int32_t id = bitnet__rc_rd_get(p, obj, path, key, BITNET__J_NUM);
     double v;
     if (id < 0) return 0;
     v = p->j->nodes[id].num;
-    if (!p->j->nodes[id].is_int) { bitnet__rp_fail(p, BITNET_ERR_BAD_METADATA, "field %s%s is not an integer", path, key); return 0; }
+    if (!p->j->nodes[id].is_int) { bitnet__rc_rd_fail(p, BITNET_ERR_BAD_METADATA, "field %s%s is not an integer", path, key); return 0; }
     if (v < (double)lo || v > (double)hi) {
-        bitnet__rp_fail(p, BITNET_ERR_CORRUPT, "field %s%s = %.0f is outside [%lld, %lld]", path, key, v, lo, hi);
+        bitnet__rc_rd_fail(p, BITNET_ERR_CORRUPT, "field %s%s = %.0f is outside [%lld, %lld]", path, key, v, lo, hi);
         return 0;
     }
     return (long long)v;
 }
 
-static int bitnet__rp_bool(bitnet__rp *p, int32_t obj, const char *path, const char *key) {
-    int32_t id = bitnet__rp_get(p, obj, path, key, BITNET__J_FALSE);
+static int bitnet__rc_rd_bool(bitnet__rc_rd *p, int32_t obj, const char *path, const char *key) {
+    int32_t id = bitnet__rc_rd_get(p, obj, path, key, BITNET__J_FALSE);
     return id >= 0 && p->j->nodes[id].type == BITNET__J_TRUE;
 }
 
-static int bitnet__is_sha256_hex(const char *s) {
+static int bitnet__rc_is_sha256_hex(const char *s) {
     int i;
     for (i = 0; i < 64; i++)
         if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f'))) return 0;
@@ -1989,52 +1998,52 @@ static int bitnet__is_sha256_hex(const char *s) {
 }
 
 /* a within relative tolerance tol of b (or both tiny). */
-static int bitnet__close(double a, double b, double tol) { return fabs(a - b) <= tol * BITNET__MAX(fabs(a), fabs(b)) + 1e-9; }
+static int bitnet__rc_close(double a, double b, double tol) { return fabs(a - b) <= tol * BITNET__MAX(fabs(a), fabs(b)) + 1e-9; }
 
 /* Numbers that must agree with each other, as bitnet_bench produces them. */
-static void bitnet__receipt_consistency(bitnet__rp *p, const bitnet_receipt *r) {
+static void bitnet__rc_consistency(bitnet__rc_rd *p, const bitnet_receipt *r) {
     size_t i, k;
-    if (!bitnet__is_sha256_hex(r->model_sha256)) bitnet__rp_fail(p, BITNET_ERR_CORRUPT, "model.sha256 is not 64 lowercase hex digits");
+    if (!bitnet__rc_is_sha256_hex(r->model_sha256)) bitnet__rc_rd_fail(p, BITNET_ERR_CORRUPT, "model.sha256 is not 64 lowercase hex digits");
     if (strcmp(r->backend, "cpu") != 0 && strcmp(r->backend, "cuda") != 0)
-        bitnet__rp_fail(p, BITNET_ERR_CORRUPT, "backend.used is '%s', not cpu or cuda", r->backend);
+        bitnet__rc_rd_fail(p, BITNET_ERR_CORRUPT, "backend.used is '%s', not cpu or cuda", r->backend);
     if (strcmp(r->backend_requested, "auto") != 0 && strcmp(r->backend_requested, r->backend) != 0)
-        bitnet__rp_fail(p, BITNET_ERR_CORRUPT, "backend.requested is '%s' but '%s' ran", r->backend_requested, r->backend);
+        bitnet__rc_rd_fail(p, BITNET_ERR_CORRUPT, "backend.requested is '%s' but '%s' ran", r->backend_requested, r->backend);
     if (!r->git_commit[0] || !r->library_version[0] || !r->model_path[0])
-        bitnet__rp_fail(p, BITNET_ERR_CORRUPT, "library.version, library.git_commit and model.path must not be empty");
+        bitnet__rc_rd_fail(p, BITNET_ERR_CORRUPT, "library.version, library.git_commit and model.path must not be empty");
     for (i = 0; i < r->n_results; i++) {
         const bitnet_bench_result *b = &r->results[i];
         double runs = (double)b->runs;
-        if (!bitnet__is_sha256_hex(b->tokens_sha256))
-            bitnet__rp_fail(p, BITNET_ERR_CORRUPT, "results[%zu].tokens_sha256 is not 64 lowercase hex digits", i);
-        if (!bitnet__close(b->prompt_tps, b->prompt_tokens * 1e3 / b->prompt_ms, 1e-3))
-            bitnet__rp_fail(p, BITNET_ERR_CORRUPT, "results[%zu]: prompt_tps %g disagrees with %d tokens in %g ms", i,
+        if (!bitnet__rc_is_sha256_hex(b->tokens_sha256))
+            bitnet__rc_rd_fail(p, BITNET_ERR_CORRUPT, "results[%zu].tokens_sha256 is not 64 lowercase hex digits", i);
+        if (!bitnet__rc_close(b->prompt_tps, b->prompt_tokens * 1e3 / b->prompt_ms, 1e-3))
+            bitnet__rc_rd_fail(p, BITNET_ERR_CORRUPT, "results[%zu]: prompt_tps %g disagrees with %d tokens in %g ms", i,
                             b->prompt_tps, (int)b->prompt_tokens, b->prompt_ms);
-        if (!bitnet__close(b->gen_tps, b->gen_tokens * 1e3 / b->gen_ms, 1e-3))
-            bitnet__rp_fail(p, BITNET_ERR_CORRUPT, "results[%zu]: gen_tps %g disagrees with %d tokens in %g ms", i,
+        if (!bitnet__rc_close(b->gen_tps, b->gen_tokens * 1e3 / b->gen_ms, 1e-3))
+            bitnet__rc_rd_fail(p, BITNET_ERR_CORRUPT, "results[%zu]: gen_tps %g disagrees with %d tokens in %g ms", i,
                             b->gen_tps, (int)b->gen_tokens, b->gen_ms);
         if (b->gen_tps_min > b->gen_tps * (1 + 1e-6) + 1e-9 || b->gen_tps > b->gen_tps_max * (1 + 1e-6) + 1e-9)
-            bitnet__rp_fail(p, BITNET_ERR_CORRUPT, "results[%zu]: gen_tps %g is not within [gen_tps_min %g, gen_tps_max %g]",
+            bitnet__rc_rd_fail(p, BITNET_ERR_CORRUPT, "results[%zu]: gen_tps %g is not within [gen_tps_min %g, gen_tps_max %g]",
                             i, b->gen_tps, b->gen_tps_min, b->gen_tps_max);
         if (b->prompt_ms + b->gen_ms > b->wall_ms * (1 + 1e-3) + 1e-3)
-            bitnet__rp_fail(p, BITNET_ERR_CORRUPT, "results[%zu]: prompt_ms + gen_ms = %g exceeds wall_ms %g", i,
+            bitnet__rc_rd_fail(p, BITNET_ERR_CORRUPT, "results[%zu]: prompt_ms + gen_ms = %g exceeds wall_ms %g", i,
                             b->prompt_ms + b->gen_ms, b->wall_ms);
         if (b->ttft_ms > b->wall_ms * (1 + 1e-6) + 1e-6)
-            bitnet__rp_fail(p, BITNET_ERR_CORRUPT, "results[%zu]: ttft_ms %g exceeds wall_ms %g", i, b->ttft_ms, b->wall_ms);
+            bitnet__rc_rd_fail(p, BITNET_ERR_CORRUPT, "results[%zu]: ttft_ms %g exceeds wall_ms %g", i, b->ttft_ms, b->wall_ms);
         if (b->p50_ms > b->p95_ms || b->p95_ms > b->p99_ms || b->p99_ms > b->wall_ms * runs * (1 + 1e-6) + 1e-6)
-            bitnet__rp_fail(p, BITNET_ERR_CORRUPT, "results[%zu]: latency p50 %g <= p95 %g <= p99 %g <= all runs' wall time fails",
+            bitnet__rc_rd_fail(p, BITNET_ERR_CORRUPT, "results[%zu]: latency p50 %g <= p95 %g <= p99 %g <= all runs' wall time fails",
                             i, b->p50_ms, b->p95_ms, b->p99_ms);
     }
     for (i = 0; i < r->n_kernels; i++) {
-        if (!r->kernels[i].name[0]) bitnet__rp_fail(p, BITNET_ERR_CORRUPT, "kernels[%zu] has an empty name", i);
+        if (!r->kernels[i].name[0]) bitnet__rc_rd_fail(p, BITNET_ERR_CORRUPT, "kernels[%zu] has an empty name", i);
         for (k = 0; k < i; k++)
             if (strcmp(r->kernels[k].name, r->kernels[i].name) == 0)
-                bitnet__rp_fail(p, BITNET_ERR_CORRUPT, "kernel '%s' is listed twice", r->kernels[i].name);
+                bitnet__rc_rd_fail(p, BITNET_ERR_CORRUPT, "kernel '%s' is listed twice", r->kernels[i].name);
     }
 }
 
 BITNET_API bitnet_result bitnet_receipt_parse(const char *json, size_t len, bitnet_receipt *out) {
     bitnet__json j;
-    bitnet__rp p;
+    bitnet__rc_rd p;
     int32_t top, o, arr, it;
     char path[64];
     size_t i;
@@ -2048,52 +2057,52 @@ BITNET_API bitnet_result bitnet_receipt_parse(const char *json, size_t len, bitn
     p.j = &j;
     p.err = BITNET_OK;
     top = 0;
-    if (j.nodes[0].type != BITNET__J_OBJ) bitnet__rp_fail(&p, BITNET_ERR_BAD_METADATA, "the top level is not an object");
-    bitnet__rp_str(&p, top, "", "schema_version", out->schema_version, sizeof out->schema_version);
+    if (j.nodes[0].type != BITNET__J_OBJ) bitnet__rc_rd_fail(&p, BITNET_ERR_BAD_METADATA, "the top level is not an object");
+    bitnet__rc_rd_str(&p, top, "", "schema_version", out->schema_version, sizeof out->schema_version);
     if (p.err == BITNET_OK && strcmp(out->schema_version, BITNET_RECEIPT_SCHEMA) != 0)
-        bitnet__rp_fail(&p, BITNET_ERR_BAD_VERSION, "schema_version '%s', this build reads '%s'", out->schema_version,
+        bitnet__rc_rd_fail(&p, BITNET_ERR_BAD_VERSION, "schema_version '%s', this build reads '%s'", out->schema_version,
                         BITNET_RECEIPT_SCHEMA);
-    bitnet__rp_str(&p, top, "", "created_utc", out->created_utc, sizeof out->created_utc);
-    o = bitnet__rp_get(&p, top, "", "library", BITNET__J_OBJ);
-    bitnet__rp_str(&p, o, "library.", "version", out->library_version, sizeof out->library_version);
-    bitnet__rp_str(&p, o, "library.", "git_commit", out->git_commit, sizeof out->git_commit);
-    o = bitnet__rp_get(&p, top, "", "model", BITNET__J_OBJ);
-    bitnet__rp_str(&p, o, "model.", "path", out->model_path, sizeof out->model_path);
-    bitnet__rp_str(&p, o, "model.", "sha256", out->model_sha256, sizeof out->model_sha256);
-    out->model_bytes = (uint64_t)bitnet__rp_int(&p, o, "model.", "bytes", 1, (1ll << 53));
-    o = bitnet__rp_get(&p, o, "model.", "config", BITNET__J_OBJ);
-    bitnet__rp_str(&p, o, "model.config.", "arch", out->model.arch, sizeof out->model.arch);
-    out->model.n_vocab = (int32_t)bitnet__rp_int(&p, o, "model.config.", "n_vocab", 1, INT32_MAX);
-    out->model.dim = (int32_t)bitnet__rp_int(&p, o, "model.config.", "dim", 1, INT32_MAX);
-    out->model.n_layers = (int32_t)bitnet__rp_int(&p, o, "model.config.", "n_layers", 1, INT32_MAX);
-    out->model.n_heads = (int32_t)bitnet__rp_int(&p, o, "model.config.", "n_heads", 1, INT32_MAX);
-    out->model.n_kv_heads = (int32_t)bitnet__rp_int(&p, o, "model.config.", "n_kv_heads", 1, INT32_MAX);
-    out->model.head_dim = (int32_t)bitnet__rp_int(&p, o, "model.config.", "head_dim", 1, INT32_MAX);
-    out->model.ffn_dim = (int32_t)bitnet__rp_int(&p, o, "model.config.", "ffn_dim", 1, INT32_MAX);
-    out->model.n_ctx_train = (int32_t)bitnet__rp_int(&p, o, "model.config.", "n_ctx_train", 1, INT32_MAX);
-    out->model.rope_theta = (float)bitnet__rp_num(&p, o, "model.config.", "rope_theta", 0, FLT_MAX);
-    out->model.norm_eps = (float)bitnet__rp_num(&p, o, "model.config.", "norm_eps", 0, 1);
-    out->model.bos = (int32_t)bitnet__rp_int(&p, o, "model.config.", "bos", -1, INT32_MAX);
-    out->model.eos = (int32_t)bitnet__rp_int(&p, o, "model.config.", "eos", -1, INT32_MAX);
-    out->model.eot = (int32_t)bitnet__rp_int(&p, o, "model.config.", "eot", -1, INT32_MAX);
-    o = bitnet__rp_get(&p, top, "", "backend", BITNET__J_OBJ);
-    bitnet__rp_str(&p, o, "backend.", "requested", out->backend_requested, sizeof out->backend_requested);
-    bitnet__rp_str(&p, o, "backend.", "used", out->backend, sizeof out->backend);
-    bitnet__rp_str(&p, o, "backend.", "reason", out->model.backend_reason, sizeof out->model.backend_reason);
+    bitnet__rc_rd_str(&p, top, "", "created_utc", out->created_utc, sizeof out->created_utc);
+    o = bitnet__rc_rd_get(&p, top, "", "library", BITNET__J_OBJ);
+    bitnet__rc_rd_str(&p, o, "library.", "version", out->library_version, sizeof out->library_version);
+    bitnet__rc_rd_str(&p, o, "library.", "git_commit", out->git_commit, sizeof out->git_commit);
+    o = bitnet__rc_rd_get(&p, top, "", "model", BITNET__J_OBJ);
+    bitnet__rc_rd_str(&p, o, "model.", "path", out->model_path, sizeof out->model_path);
+    bitnet__rc_rd_str(&p, o, "model.", "sha256", out->model_sha256, sizeof out->model_sha256);
+    out->model_bytes = (uint64_t)bitnet__rc_rd_int(&p, o, "model.", "bytes", 1, (1ll << 53));
+    o = bitnet__rc_rd_get(&p, o, "model.", "config", BITNET__J_OBJ);
+    bitnet__rc_rd_str(&p, o, "model.config.", "arch", out->model.arch, sizeof out->model.arch);
+    out->model.n_vocab = (int32_t)bitnet__rc_rd_int(&p, o, "model.config.", "n_vocab", 1, INT32_MAX);
+    out->model.dim = (int32_t)bitnet__rc_rd_int(&p, o, "model.config.", "dim", 1, INT32_MAX);
+    out->model.n_layers = (int32_t)bitnet__rc_rd_int(&p, o, "model.config.", "n_layers", 1, INT32_MAX);
+    out->model.n_heads = (int32_t)bitnet__rc_rd_int(&p, o, "model.config.", "n_heads", 1, INT32_MAX);
+    out->model.n_kv_heads = (int32_t)bitnet__rc_rd_int(&p, o, "model.config.", "n_kv_heads", 1, INT32_MAX);
+    out->model.head_dim = (int32_t)bitnet__rc_rd_int(&p, o, "model.config.", "head_dim", 1, INT32_MAX);
+    out->model.ffn_dim = (int32_t)bitnet__rc_rd_int(&p, o, "model.config.", "ffn_dim", 1, INT32_MAX);
+    out->model.n_ctx_train = (int32_t)bitnet__rc_rd_int(&p, o, "model.config.", "n_ctx_train", 1, INT32_MAX);
+    out->model.rope_theta = (float)bitnet__rc_rd_num(&p, o, "model.config.", "rope_theta", 0, FLT_MAX);
+    out->model.norm_eps = (float)bitnet__rc_rd_num(&p, o, "model.config.", "norm_eps", 0, 1);
+    out->model.bos = (int32_t)bitnet__rc_rd_int(&p, o, "model.config.", "bos", -1, INT32_MAX);
+    out->model.eos = (int32_t)bitnet__rc_rd_int(&p, o, "model.config.", "eos", -1, INT32_MAX);
+    out->model.eot = (int32_t)bitnet__rc_rd_int(&p, o, "model.config.", "eot", -1, INT32_MAX);
+    o = bitnet__rc_rd_get(&p, top, "", "backend", BITNET__J_OBJ);
+    bitnet__rc_rd_str(&p, o, "backend.", "requested", out->backend_requested, sizeof out->backend_requested);
+    bitnet__rc_rd_str(&p, o, "backend.", "used", out->backend, sizeof out->backend);
+    bitnet__rc_rd_str(&p, o, "backend.", "reason", out->model.backend_reason, sizeof out->model.backend_reason);
     out->model.backend = strcmp(out->backend, "cuda") == 0 ? BITNET_BACKEND_CUDA : BITNET_BACKEND_CPU;
-    bitnet__rp_str(&p, top, "", "precision", out->precision, sizeof out->precision);
-    o = bitnet__rp_get(&p, top, "", "host", BITNET__J_OBJ);
-    bitnet__rp_str(&p, o, "host.", "cpu", out->cpu_model, sizeof out->cpu_model);
-    bitnet__rp_str(&p, o, "host.", "isa", out->isa, sizeof out->isa);
-    out->threads = (int32_t)bitnet__rp_int(&p, o, "host.", "threads", 1, 65536);
+    bitnet__rc_rd_str(&p, top, "", "precision", out->precision, sizeof out->precision);
+    o = bitnet__rc_rd_get(&p, top, "", "host", BITNET__J_OBJ);
+    bitnet__rc_rd_str(&p, o, "host.", "cpu", out->cpu_model, sizeof out->cpu_model);
+    bitnet__rc_rd_str(&p, o, "host.", "isa", out->isa, sizeof out->isa);
+    out->threads = (int32_t)bitnet__rc_rd_int(&p, o, "host.", "threads", 1, 65536);
     if (p.err == BITNET_OK && (o = bitnet__json_get(&j, top, "gpu")) >= 0 && j.nodes[o].type == BITNET__J_OBJ) {
         char cc[32], *dot;
         out->has_gpu = 1;
-        bitnet__rp_str(&p, o, "gpu.", "name", out->gpu_name, sizeof out->gpu_name);
-        bitnet__rp_str(&p, o, "gpu.", "compute_capability", cc, sizeof cc);
-        bitnet__rp_str(&p, o, "gpu.", "arch", out->gpu_arch, sizeof out->gpu_arch);
-        bitnet__rp_str(&p, o, "gpu.", "driver_version", out->gpu_driver_version, sizeof out->gpu_driver_version);
-        bitnet__rp_str(&p, o, "gpu.", "nvrtc_version", out->nvrtc_version, sizeof out->nvrtc_version);
+        bitnet__rc_rd_str(&p, o, "gpu.", "name", out->gpu_name, sizeof out->gpu_name);
+        bitnet__rc_rd_str(&p, o, "gpu.", "compute_capability", cc, sizeof cc);
+        bitnet__rc_rd_str(&p, o, "gpu.", "arch", out->gpu_arch, sizeof out->gpu_arch);
+        bitnet__rc_rd_str(&p, o, "gpu.", "driver_version", out->gpu_driver_version, sizeof out->gpu_driver_version);
+        bitnet__rc_rd_str(&p, o, "gpu.", "nvrtc_version", out->nvrtc_version, sizeof out->nvrtc_version);
         /* "9.0": a missing or malformed value leaves 0.0, which the GPU gate rejects */
         if (p.err == BITNET_OK && (dot = strchr(cc, '.')) != NULL && dot > cc && dot - cc <= 3 && dot[1] &&
             strspn(cc, "0123456789") == (size_t)(dot - cc) && strspn(dot + 1, "0123456789") == strlen(dot + 1) &&
@@ -2102,74 +2111,442 @@ BITNET_API bitnet_result bitnet_receipt_parse(const char *json, size_t len, bitn
             out->gpu_cc_minor = (int32_t)atoi(dot + 1);
         }
     } else if (p.err == BITNET_OK && (o < 0 || j.nodes[o].type != BITNET__J_NULL)) {
-        bitnet__rp_fail(&p, BITNET_ERR_BAD_METADATA, "field gpu is %s", o < 0 ? "missing" : "neither an object nor null");
+        bitnet__rc_rd_fail(&p, BITNET_ERR_BAD_METADATA, "field gpu is %s", o < 0 ? "missing" : "neither an object nor null");
     }
-    o = bitnet__rp_get(&p, top, "", "memory", BITNET__J_OBJ);
-    out->peak_host_rss_bytes = (uint64_t)bitnet__rp_int(&p, o, "memory.", "peak_host_rss_bytes", 1, (1ll << 53));
-    out->peak_device_bytes = (uint64_t)bitnet__rp_int(&p, o, "memory.", "peak_device_bytes", 0, (1ll << 53));
-    out->warmup_runs = (int32_t)bitnet__rp_int(&p, top, "", "warmup_runs", 0, 1000000);
-    o = bitnet__rp_get(&p, top, "", "determinism", BITNET__J_OBJ);
-    out->determinism_checked = bitnet__rp_bool(&p, o, "determinism.", "checked");
-    out->seeded_runs_identical = bitnet__rp_bool(&p, o, "determinism.", "seeded_runs_identical");
+    o = bitnet__rc_rd_get(&p, top, "", "memory", BITNET__J_OBJ);
+    out->peak_host_rss_bytes = (uint64_t)bitnet__rc_rd_int(&p, o, "memory.", "peak_host_rss_bytes", 1, (1ll << 53));
+    out->peak_device_bytes = (uint64_t)bitnet__rc_rd_int(&p, o, "memory.", "peak_device_bytes", 0, (1ll << 53));
+    out->warmup_runs = (int32_t)bitnet__rc_rd_int(&p, top, "", "warmup_runs", 0, 1000000);
+    o = bitnet__rc_rd_get(&p, top, "", "determinism", BITNET__J_OBJ);
+    out->determinism_checked = bitnet__rc_rd_bool(&p, o, "determinism.", "checked");
+    out->seeded_runs_identical = bitnet__rc_rd_bool(&p, o, "determinism.", "seeded_runs_identical");
 
-    arr = bitnet__rp_get(&p, top, "", "results", BITNET__J_ARR);
+    arr = bitnet__rc_rd_get(&p, top, "", "results", BITNET__J_ARR);
     if (arr >= 0 && (j.nodes[arr].count < 1 || j.nodes[arr].count > BITNET_BENCH_MAX_RESULTS))
-        bitnet__rp_fail(&p, BITNET_ERR_CORRUPT, "results holds %d entries, not 1 to %d", (int)j.nodes[arr].count,
+        bitnet__rc_rd_fail(&p, BITNET_ERR_CORRUPT, "results holds %d entries, not 1 to %d", (int)j.nodes[arr].count,
                         BITNET_BENCH_MAX_RESULTS);
     for (i = 0, it = arr >= 0 ? j.nodes[arr].first : -1; p.err == BITNET_OK && it >= 0; it = j.nodes[it].next, i++) {
         bitnet_bench_result *b = &out->results[i];
         int32_t lat;
         snprintf(path, sizeof path, "results[%zu].", i);
-        if (j.nodes[it].type != BITNET__J_OBJ) { bitnet__rp_fail(&p, BITNET_ERR_BAD_METADATA, "results[%zu] is not an object", i); break; }
-        b->prompt_tokens = (int32_t)bitnet__rp_int(&p, it, path, "prompt_tokens", 1, INT32_MAX);
-        b->gen_tokens = (int32_t)bitnet__rp_int(&p, it, path, "gen_tokens", 1, INT32_MAX);
-        b->runs = (int32_t)bitnet__rp_int(&p, it, path, "runs", 1, 1000000);
-        b->prompt_ms = bitnet__rp_num(&p, it, path, "prompt_ms", 1e-6, 1e12);
-        b->gen_ms = bitnet__rp_num(&p, it, path, "gen_ms", 1e-6, 1e12);
-        b->wall_ms = bitnet__rp_num(&p, it, path, "wall_ms", 1e-6, 1e12);
-        b->ttft_ms = bitnet__rp_num(&p, it, path, "ttft_ms", 1e-6, 1e12);
-        b->prompt_tps = bitnet__rp_num(&p, it, path, "prompt_tps", 1e-6, 1e12);
-        b->gen_tps = bitnet__rp_num(&p, it, path, "gen_tps", 1e-6, 1e12);
-        b->gen_tps_min = bitnet__rp_num(&p, it, path, "gen_tps_min", 1e-6, 1e12);
-        b->gen_tps_max = bitnet__rp_num(&p, it, path, "gen_tps_max", 1e-6, 1e12);
-        lat = bitnet__rp_get(&p, it, path, "latency_ms", BITNET__J_OBJ);
+        if (j.nodes[it].type != BITNET__J_OBJ) { bitnet__rc_rd_fail(&p, BITNET_ERR_BAD_METADATA, "results[%zu] is not an object", i); break; }
+        b->prompt_tokens = (int32_t)bitnet__rc_rd_int(&p, it, path, "prompt_tokens", 1, INT32_MAX);
+        b->gen_tokens = (int32_t)bitnet__rc_rd_int(&p, it, path, "gen_tokens", 1, INT32_MAX);
+        b->runs = (int32_t)bitnet__rc_rd_int(&p, it, path, "runs", 1, 1000000);
+        b->prompt_ms = bitnet__rc_rd_num(&p, it, path, "prompt_ms", 1e-6, 1e12);
+        b->gen_ms = bitnet__rc_rd_num(&p, it, path, "gen_ms", 1e-6, 1e12);
+        b->wall_ms = bitnet__rc_rd_num(&p, it, path, "wall_ms", 1e-6, 1e12);
+        b->ttft_ms = bitnet__rc_rd_num(&p, it, path, "ttft_ms", 1e-6, 1e12);
+        b->prompt_tps = bitnet__rc_rd_num(&p, it, path, "prompt_tps", 1e-6, 1e12);
+        b->gen_tps = bitnet__rc_rd_num(&p, it, path, "gen_tps", 1e-6, 1e12);
+        b->gen_tps_min = bitnet__rc_rd_num(&p, it, path, "gen_tps_min", 1e-6, 1e12);
+        b->gen_tps_max = bitnet__rc_rd_num(&p, it, path, "gen_tps_max", 1e-6, 1e12);
+        lat = bitnet__rc_rd_get(&p, it, path, "latency_ms", BITNET__J_OBJ);
         snprintf(path, sizeof path, "results[%zu].latency_ms.", i);
-        b->p50_ms = bitnet__rp_num(&p, lat, path, "p50", 0, 1e12);
-        b->p95_ms = bitnet__rp_num(&p, lat, path, "p95", 0, 1e12);
-        b->p99_ms = bitnet__rp_num(&p, lat, path, "p99", 0, 1e12);
+        b->p50_ms = bitnet__rc_rd_num(&p, lat, path, "p50", 0, 1e12);
+        b->p95_ms = bitnet__rc_rd_num(&p, lat, path, "p95", 0, 1e12);
+        b->p99_ms = bitnet__rc_rd_num(&p, lat, path, "p99", 0, 1e12);
         snprintf(path, sizeof path, "results[%zu].", i);
-        bitnet__rp_str(&p, it, path, "tokens_sha256", b->tokens_sha256, sizeof b->tokens_sha256);
-        b->outputs_identical = bitnet__rp_bool(&p, it, path, "outputs_identical");
+        bitnet__rc_rd_str(&p, it, path, "tokens_sha256", b->tokens_sha256, sizeof b->tokens_sha256);
+        b->outputs_identical = bitnet__rc_rd_bool(&p, it, path, "outputs_identical");
     }
     out->n_results = i;
 
-    arr = bitnet__rp_get(&p, top, "", "kernels", BITNET__J_ARR);
+    arr = bitnet__rc_rd_get(&p, top, "", "kernels", BITNET__J_ARR);
     if (arr >= 0 && (j.nodes[arr].count < 1 || j.nodes[arr].count > BITNET_BENCH_MAX_KERNELS))
-        bitnet__rp_fail(&p, BITNET_ERR_CORRUPT, "kernels holds %d entries, not 1 to %d (a receipt names what ran)",
+        bitnet__rc_rd_fail(&p, BITNET_ERR_CORRUPT, "kernels holds %d entries, not 1 to %d (a receipt names what ran)",
                         (int)j.nodes[arr].count, BITNET_BENCH_MAX_KERNELS);
     for (i = 0, it = arr >= 0 ? j.nodes[arr].first : -1; p.err == BITNET_OK && it >= 0; it = j.nodes[it].next, i++) {
         bitnet_kernel_stat *k = &out->kernels[i];
         snprintf(path, sizeof path, "kernels[%zu].", i);
-        if (j.nodes[it].type != BITNET__J_OBJ) { bitnet__rp_fail(&p, BITNET_ERR_BAD_METADATA, "kernels[%zu] is not an object", i); break; }
-        bitnet__rp_str(&p, it, path, "name", k->name, sizeof k->name);
-        k->launches = (uint64_t)bitnet__rp_int(&p, it, path, "launches", 1, (1ll << 53));
-        k->seconds = bitnet__rp_num(&p, it, path, "ms", 0, 1e12) * 1e-3;
+        if (j.nodes[it].type != BITNET__J_OBJ) { bitnet__rc_rd_fail(&p, BITNET_ERR_BAD_METADATA, "kernels[%zu] is not an object", i); break; }
+        bitnet__rc_rd_str(&p, it, path, "name", k->name, sizeof k->name);
+        k->launches = (uint64_t)bitnet__rc_rd_int(&p, it, path, "launches", 1, (1ll << 53));
+        k->seconds = bitnet__rc_rd_num(&p, it, path, "ms", 0, 1e12) * 1e-3;
     }
     out->n_kernels = i;
-    if (p.err == BITNET_OK) bitnet__receipt_consistency(&p, out);
+    if (p.err == BITNET_OK) bitnet__rc_consistency(&p, out);
     bitnet__json_free(&j);
     if (p.err != BITNET_OK) memset(out, 0, sizeof *out);
     return p.err;
 }
 
+/* ---- host facts ------------------------------------------------------------------------------- */
+static void bitnet__rc_cpu_model(char *out, size_t cap) {
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    char line[512];
+    snprintf(out, cap, "unknown");
+    if (!f) return;
+    while (fgets(line, sizeof line, f)) {
+        char *v = strchr(line, ':');
+        size_t l;
+        if (strncmp(line, "model name", 10) != 0 || !v) continue;
+        for (v++; *v == ' ' || *v == '\t'; v++) {}
+        l = strcspn(v, "\r\n");
+        if (l) snprintf(out, cap, "%.*s", (int)l, v);
+        break;
+    }
+    fclose(f);
+}
+
+/* Peak resident set since the last reset (Linux: VmHWM, reset through clear_refs), else since the
+   process started (getrusage). */
+static void bitnet__rc_peak_rss_reset(void) {
+#if defined(__linux__)
+    FILE *f = fopen("/proc/self/clear_refs", "w");
+    if (f) { fputs("5", f); fclose(f); }
+#endif
+}
+static uint64_t bitnet__rc_peak_rss(void) {
+    uint64_t kb = 0;
+#if defined(__linux__)
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    if (f) {
+        while (fgets(line, sizeof line, f))
+            if (strncmp(line, "VmHWM:", 6) == 0) { kb = strtoull(line + 6, NULL, 10); break; }
+        fclose(f);
+    }
+#endif
+#if !defined(_WIN32)
+    if (!kb) {
+        struct rusage ru;
+        if (getrusage(RUSAGE_SELF, &ru) == 0) kb = (uint64_t)ru.ru_maxrss;
+#if defined(__APPLE__)
+        kb /= 1024; /* bytes there */
+#endif
+    }
+#endif
+    return kb * 1024;
+}
+
+static const char *bitnet__rc_backend_name(bitnet_backend b) {
+    static const char *names[] = {"auto", "cpu", "cuda"};
+    return ((unsigned)b < 3) ? names[b] : "unknown";
+}
+
+/* The device block and peak device memory come from the GPU runtime: this is the one place that
+   asks it. Until the runtime reports them, a receipt carries no device block, and a CUDA receipt
+   fails --require-gpu-kernels, as it should when nothing vouches for the device. */
+static void bitnet__receipt_gpu(const bitnet_model *m, bitnet_receipt *r) {
+    (void)m;
+    r->has_gpu = 0;
+    r->peak_device_bytes = 0;
+}
+
+/* What the weights are stored as, read from the file ("I2_S"), for the precision field. */
+static void bitnet__receipt_precision(const char *path, bitnet_receipt *r) {
+    bitnet_gguf *g = NULL;
+    bitnet_tensor_info ti;
+    char type[24];
+    snprintf(type, sizeof type, "unknown");
+    if (bitnet_gguf_open(path, &g) == BITNET_OK) {
+        if (bitnet_gguf_find_tensor(g, "blk.0.attn_q.weight", &ti) == BITNET_OK) {
+            switch (ti.type) {
+            case BITNET_TENSOR_F32: snprintf(type, sizeof type, "F32"); break;
+            case BITNET_TENSOR_F16: snprintf(type, sizeof type, "F16"); break;
+            case BITNET_TENSOR_BF16: snprintf(type, sizeof type, "BF16"); break;
+            case BITNET_TENSOR_Q8_0: snprintf(type, sizeof type, "Q8_0"); break;
+            case BITNET_TENSOR_I2_S: snprintf(type, sizeof type, "I2_S"); break;
+            default: snprintf(type, sizeof type, "type %d", (int)ti.type);
+            }
+        }
+        bitnet_gguf_close(g);
+    }
+    bitnet_clear_error();
+    /* BitNet b1.58 is W1.58A8 by definition: ternary weights, int8 activations */
+    snprintf(r->precision, sizeof r->precision, "W1.58A8 (ternary weights stored as %s, int8 activations)", type);
+}
+
+static void bitnet__rc_utc_now(char *buf, size_t cap) {
+    time_t t = time(NULL);
+    struct tm tm;
+#if defined(_WIN32)
+    gmtime_s(&tm, &t);
+#else
+    gmtime_r(&t, &tm);
+#endif
+    strftime(buf, cap, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+/* ---- the benchmark ---------------------------------------------------------------------------- */
+/* The fixed prompt: the ids of this text, repeated and cut to length (BOS first when the model has
+   one). A model without a tokenizer gets ids 3, 4, 5, ... instead. */
+static const char bitnet__bench_text[] =
+    "The quick brown fox jumps over the lazy dog. A ternary network stores each weight as -1, 0 or +1, "
+    "so a matrix-vector product needs only additions and subtractions, and the whole model fits in a "
+    "fraction of the memory a half-precision one needs. Benchmarks report what ran, on which device, "
+    "and how long each token took, so that nobody has to take a speed claim on trust.";
+
+typedef struct bitnet__bench_clock {
+    double t0, last, ttft;
+    double *lat;                 /* per-token decode latencies, seconds */
+    size_t n_lat, cap_lat;
+    int32_t seen;
+} bitnet__bench_clock;
+
+static int bitnet__bench_on_token(int32_t token, const char *piece, size_t len, void *user) {
+    bitnet__bench_clock *c = (bitnet__bench_clock *)user;
+    double now = bitnet__now();
+    (void)token; (void)piece; (void)len;
+    if (c->seen++ == 0) c->ttft = now - c->t0;
+    else if (c->n_lat < c->cap_lat) c->lat[c->n_lat++] = now - c->last;
+    c->last = now;
+    return 0;
+}
+
+/* prompt[0..n) = BOS (when the model has one), then the fixed ids over and over. */
+static void bitnet__bench_prompt(int32_t *prompt, int32_t n, const int32_t *base, size_t n_base, int32_t bos) {
+    int32_t k, skip = bos >= 0;
+    for (k = 0; k < n; k++) prompt[k] = (k == 0 && skip) ? bos : base[(size_t)(k - skip) % n_base];
+}
+
+static int bitnet__rc_cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+/* Nearest-rank percentile of sorted values. */
+static double bitnet__rc_percentile(const double *v, size_t n, double pct) {
+    size_t rank;
+    if (!n) return 0;
+    rank = (size_t)ceil(pct / 100.0 * (double)n);
+    return v[rank ? rank - 1 : 0];
+}
+
+static void bitnet__tokens_sha256(const int32_t *t, size_t n, char hex[65]) {
+    bitnet__sha256 s;
+    uint8_t d[32], le[4];
+    size_t i;
+    bitnet__sha256_init(&s);
+    for (i = 0; i < n; i++) {
+        uint32_t u = (uint32_t)t[i];
+        le[0] = (uint8_t)u; le[1] = (uint8_t)(u >> 8); le[2] = (uint8_t)(u >> 16); le[3] = (uint8_t)(u >> 24);
+        bitnet__sha256_update(&s, le, 4);
+    }
+    bitnet__sha256_final(&s, d);
+    bitnet__sha256_hex(d, 32, hex);
+}
+
+/* One bitnet_generate call on a fresh sequence: exactly n_gen tokens, no stop tokens. */
+static bitnet_result bitnet__bench_generate(bitnet_session *s, const int32_t *prompt, size_t n_prompt, int32_t n_gen,
+                                            const bitnet_sampler_params *sp, bitnet__bench_clock *c, int32_t *out,
+                                            bitnet_generate_stats *st, double *wall) {
+    bitnet_generate_params gp;
+    static const int32_t no_stop[1] = {-1};
+    double t0;
+    memset(&gp, 0, sizeof gp);
+    gp.sampler = *sp;
+    gp.max_tokens = n_gen;
+    gp.stop_tokens = no_stop; /* non-NULL with n_stop 0: no stop tokens */
+    gp.n_stop = 0;
+    gp.on_token = bitnet__bench_on_token;
+    gp.user = c;
+    bitnet_session_reset(s);
+    c->seen = 0;
+    bitnet__nvtx_push("bitnet bench run");
+    c->t0 = c->last = t0 = bitnet__now();
+    {
+        bitnet_result r = bitnet_generate(s, prompt, n_prompt, &gp, out, (size_t)n_gen, st);
+        *wall = bitnet__now() - t0;
+        bitnet__nvtx_pop();
+        if (r != BITNET_OK) return r;
+    }
+    if (st->n_generated != (size_t)n_gen || st->n_prompt != n_prompt || c->seen != n_gen)
+        return bitnet__err(BITNET_ERR_INVALID_STATE, "bitnet_bench: generation gave %zu of %d tokens (prompt %zu)",
+                           st->n_generated, (int)n_gen, n_prompt);
+    return BITNET_OK;
+}
+
+BITNET_API bitnet_result bitnet_bench(bitnet_model *m, const bitnet_bench_params *p, bitnet_receipt *out) {
+    bitnet_bench_params d;
+    const bitnet_tokenizer *tok;
+    bitnet_session *s = NULL;
+    bitnet_session_desc sd;
+    bitnet_sampler_params greedy;
+    bitnet__bench_clock clk;
+    int32_t *base = NULL, *prompt = NULL, *toks = NULL, *first = NULL, max_len = 0;
+    size_t n_base = 0, i, n_lens, total_runs, done = 0;
+    bitnet_result r = BITNET_OK;
+    int run;
+    BITNET__CHECK_PTR(m);
+    BITNET__CHECK_PTR(p);
+    BITNET__CHECK_PTR(out);
+    if (!p->model_path) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_bench: model_path is NULL (the receipt hashes the file)");
+    d = *p;
+    if (!d.n_prompt_lens) { d.n_prompt_lens = 1; d.prompt_lens[0] = 64; }
+    if (!d.gen_tokens) d.gen_tokens = 128;
+    if (!d.runs) d.runs = 5;
+    d.warmup = d.warmup == 0 ? 1 : (d.warmup < 0 ? 0 : d.warmup);
+    n_lens = d.n_prompt_lens;
+    if (n_lens > BITNET_BENCH_MAX_RESULTS)
+        return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_bench: %zu prompt lengths, at most %d", n_lens, BITNET_BENCH_MAX_RESULTS);
+    if (d.gen_tokens < 1 || d.runs < 1 || d.runs > 100000 || d.warmup > 1000)
+        return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_bench: gen_tokens %d, runs %d, warmup %d", (int)d.gen_tokens,
+                           (int)d.runs, (int)d.warmup);
+    for (i = 0; i < n_lens; i++) {
+        if (d.prompt_lens[i] < 1) return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_bench: prompt length %d", (int)d.prompt_lens[i]);
+        max_len = BITNET__MAX(max_len, d.prompt_lens[i]);
+    }
+    if (d.tokens_out && d.tokens_cap < n_lens * (size_t)d.gen_tokens)
+        return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_bench: tokens_out holds %zu, needs %zu", d.tokens_cap,
+                           n_lens * (size_t)d.gen_tokens);
+    if ((int64_t)max_len + d.gen_tokens > INT32_MAX) return bitnet__err(BITNET_ERR_OVERFLOW, "bitnet_bench: lengths overflow");
+
+    memset(out, 0, sizeof *out);
+    snprintf(out->schema_version, sizeof out->schema_version, "%s", BITNET_RECEIPT_SCHEMA);
+    bitnet__rc_utc_now(out->created_utc, sizeof out->created_utc);
+    snprintf(out->library_version, sizeof out->library_version, "%s", BITNET_VERSION_STRING);
+#ifdef BITNET_GIT_COMMIT
+    snprintf(out->git_commit, sizeof out->git_commit, "%s", BITNET_GIT_COMMIT);
+#else
+    snprintf(out->git_commit, sizeof out->git_commit, "unknown");
+#endif
+    if (strlen(p->model_path) >= sizeof out->model_path)
+        return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_bench: model path longer than %zu bytes", sizeof out->model_path - 1);
+    snprintf(out->model_path, sizeof out->model_path, "%s", p->model_path);
+    BITNET__TRY(bitnet_model_get_info(m, &out->model));
+    BITNET__TRY(bitnet_sha256_file(p->model_path, out->model_sha256, &out->model_bytes));
+    snprintf(out->backend_requested, sizeof out->backend_requested, "%s", bitnet__rc_backend_name(d.requested));
+    snprintf(out->backend, sizeof out->backend, "%s", bitnet__rc_backend_name(out->model.backend));
+    bitnet__receipt_precision(p->model_path, out);
+    bitnet__rc_cpu_model(out->cpu_model, sizeof out->cpu_model);
+    snprintf(out->isa, sizeof out->isa, "%s", bitnet_isa_name(bitnet_cpu_isa()));
+    out->threads = bitnet_num_threads();
+    out->warmup_runs = d.warmup;
+
+    /* the fixed prompt's ids (byte-level BPE gives at most one id per byte) */
+    tok = bitnet_model_tokenizer(m);
+    n_base = sizeof bitnet__bench_text;
+    base = (int32_t *)bitnet__calloc(n_base, sizeof *base);
+    prompt = (int32_t *)bitnet__calloc((size_t)max_len, sizeof *prompt);
+    toks = (int32_t *)bitnet__calloc((size_t)d.gen_tokens, sizeof *toks);
+    first = (int32_t *)bitnet__calloc((size_t)d.gen_tokens, sizeof *first);
+    memset(&clk, 0, sizeof clk);
+    clk.cap_lat = (size_t)d.runs * (size_t)d.gen_tokens;
+    clk.lat = (double *)bitnet__calloc(clk.cap_lat, sizeof *clk.lat);
+    if (!base || !prompt || !toks || !first || !clk.lat) { r = BITNET_ERR_OUT_OF_MEMORY; goto done; }
+    if (tok) {
+        if ((r = bitnet_tokenize(tok, bitnet__bench_text, sizeof bitnet__bench_text - 1, 0, 0, base, n_base, &n_base)) != BITNET_OK)
+            goto done;
+        if (!n_base) { r = bitnet__err(BITNET_ERR_INVALID_STATE, "bitnet_bench: the fixed prompt tokenizes to nothing"); goto done; }
+    } else {
+        n_base = 64;
+        for (i = 0; i < n_base; i++) base[i] = (int32_t)(3 + i % (size_t)BITNET__MAX(out->model.n_vocab - 3, 1));
+    }
+
+    if ((int64_t)max_len + d.gen_tokens > out->model.n_ctx_train) {
+        r = bitnet__err(BITNET_ERR_CONTEXT_FULL, "bitnet_bench: prompt %d + %d generated tokens exceed the model's context of %d",
+                        (int)max_len, (int)d.gen_tokens, (int)out->model.n_ctx_train);
+        goto done;
+    }
+    memset(&sd, 0, sizeof sd);
+    sd.n_ctx = max_len + d.gen_tokens;
+    if ((r = bitnet_session_create(m, &sd, &s)) != BITNET_OK) goto done;
+    memset(&greedy, 0, sizeof greedy);
+    total_runs = (size_t)d.warmup + n_lens * (size_t)d.runs + (d.check_determinism ? 2 : 0);
+
+    /* warm-up: the first length, a few tokens: pages the weights in, JIT-compiles, fills caches */
+    for (run = 0; run < d.warmup; run++) {
+        bitnet_generate_stats st;
+        double wall;
+        int32_t n = d.prompt_lens[0];
+        bitnet__bench_prompt(prompt, n, base, n_base, out->model.bos);
+        clk.n_lat = 0;
+        if ((r = bitnet__bench_generate(s, prompt, (size_t)n, BITNET__MIN(d.gen_tokens, 8), &greedy, &clk, toks, &st, &wall)) != BITNET_OK)
+            goto done;
+        if (d.progress) d.progress((float)++done / (float)total_runs, d.progress_user);
+    }
+
+    bitnet_kernel_stats_reset();
+    bitnet__rc_peak_rss_reset();
+    for (i = 0; i < n_lens; i++) {
+        bitnet_bench_result *b = &out->results[i];
+        int32_t n = d.prompt_lens[i];
+        double sum_prompt = 0, sum_gen = 0, sum_wall = 0, sum_ttft = 0;
+        bitnet__bench_prompt(prompt, n, base, n_base, out->model.bos);
+        b->prompt_tokens = n;
+        b->gen_tokens = d.gen_tokens;
+        b->runs = d.runs;
+        b->outputs_identical = 1;
+        clk.n_lat = 0;
+        for (run = 0; run < d.runs; run++) {
+            bitnet_generate_stats st;
+            double wall, tps;
+            if ((r = bitnet__bench_generate(s, prompt, (size_t)n, d.gen_tokens, &greedy, &clk, toks, &st, &wall)) != BITNET_OK)
+                goto done;
+            sum_prompt += st.prompt_seconds;
+            sum_gen += st.gen_seconds;
+            sum_wall += wall;
+            sum_ttft += clk.ttft;
+            tps = st.gen_seconds > 0 ? (double)d.gen_tokens / st.gen_seconds : 0;
+            if (run == 0 || tps < b->gen_tps_min) b->gen_tps_min = tps;
+            if (run == 0 || tps > b->gen_tps_max) b->gen_tps_max = tps;
+            if (run == 0) memcpy(first, toks, (size_t)d.gen_tokens * sizeof *toks);
+            else if (memcmp(first, toks, (size_t)d.gen_tokens * sizeof *toks) != 0) b->outputs_identical = 0;
+            if (d.progress) d.progress((float)++done / (float)total_runs, d.progress_user);
+        }
+        if (!(sum_prompt > 0) || !(sum_gen > 0)) {
+            r = bitnet__err(BITNET_ERR_INVALID_STATE, "bitnet_bench: the clock did not advance");
+            goto done;
+        }
+        b->prompt_ms = sum_prompt * 1e3 / d.runs;
+        b->gen_ms = sum_gen * 1e3 / d.runs;
+        b->wall_ms = sum_wall * 1e3 / d.runs;
+        b->ttft_ms = sum_ttft * 1e3 / d.runs;
+        b->prompt_tps = (double)n * d.runs / sum_prompt;
+        b->gen_tps = (double)d.gen_tokens * d.runs / sum_gen;
+        qsort(clk.lat, clk.n_lat, sizeof *clk.lat, bitnet__rc_cmp_double);
+        b->p50_ms = bitnet__rc_percentile(clk.lat, clk.n_lat, 50) * 1e3;
+        b->p95_ms = bitnet__rc_percentile(clk.lat, clk.n_lat, 95) * 1e3;
+        b->p99_ms = bitnet__rc_percentile(clk.lat, clk.n_lat, 99) * 1e3;
+        bitnet__tokens_sha256(first, (size_t)d.gen_tokens, b->tokens_sha256);
+        if (d.tokens_out) memcpy(d.tokens_out + i * (size_t)d.gen_tokens, first, (size_t)d.gen_tokens * sizeof *first);
+        out->n_results = i + 1;
+    }
+    out->peak_host_rss_bytes = bitnet__rc_peak_rss();
+    bitnet__receipt_gpu(m, out);
+    if ((r = bitnet_kernel_stats(out->kernels, BITNET_BENCH_MAX_KERNELS, &out->n_kernels)) != BITNET_OK) goto done;
+
+    /* two sampled runs with one seed must agree token for token */
+    if (d.check_determinism) {
+        bitnet_sampler_params sp;
+        int32_t n = d.prompt_lens[0];
+        memset(&sp, 0, sizeof sp);
+        sp.temperature = 0.8f;
+        sp.top_k = 40;
+        sp.top_p = 0.95f;
+        sp.seed = 1234;
+        bitnet__bench_prompt(prompt, n, base, n_base, out->model.bos);
+        out->determinism_checked = 1;
+        for (run = 0; run < 2; run++) {
+            bitnet_generate_stats st;
+            double wall;
+            clk.n_lat = 0;
+            if ((r = bitnet__bench_generate(s, prompt, (size_t)n, d.gen_tokens, &sp, &clk, run ? toks : first, &st, &wall)) != BITNET_OK)
+                goto done;
+            if (d.progress) d.progress((float)++done / (float)total_runs, d.progress_user);
+        }
+        out->seeded_runs_identical = memcmp(first, toks, (size_t)d.gen_tokens * sizeof *toks) == 0;
+    }
+done:
+    bitnet_session_free(s);
+    bitnet__free(base);
+    bitnet__free(prompt);
+    bitnet__free(toks);
+    bitnet__free(first);
+    bitnet__free(clk.lat);
+    if (r != BITNET_OK) out->n_results = 0;
+    return r;
+}
+
 /* ---- gates ------------------------------------------------------------------------------------- */
-typedef struct bitnet__report {
+typedef struct bitnet__rc_report {
     char *buf;
     size_t cap, len;
     int n;
-} bitnet__report;
+} bitnet__rc_report;
 
-static BITNET__PRINTF(2, 3) void bitnet__breach(bitnet__report *rep, const char *fmt, ...) {
+static BITNET__PRINTF(2, 3) void bitnet__rc_breach(bitnet__rc_report *rep, const char *fmt, ...) {
     va_list ap;
     rep->n++;
     if (!rep->buf || rep->len + 1 >= rep->cap) return;
@@ -2182,7 +2559,7 @@ static BITNET__PRINTF(2, 3) void bitnet__breach(bitnet__report *rep, const char 
 
 BITNET_API bitnet_result bitnet_receipt_check(const bitnet_receipt *r, const bitnet_receipt_gates *g,
                                               char *report, size_t cap, int *n_breaches) {
-    bitnet__report rep;
+    bitnet__rc_report rep;
     size_t i;
     BITNET__CHECK_PTR(r);
     BITNET__CHECK_PTR(g);
@@ -2200,37 +2577,37 @@ BITNET_API bitnet_result bitnet_receipt_check(const bitnet_receipt *r, const bit
         uint64_t gpu_launches = 0;
         int arch = 0;
         if (strcmp(r->backend, "cuda") != 0)
-            bitnet__breach(&rep, "require-gpu-kernels: the backend that ran is '%s', not cuda", r->backend);
-        if (!r->has_gpu) bitnet__breach(&rep, "require-gpu-kernels: no device block (gpu is null)");
+            bitnet__rc_breach(&rep, "require-gpu-kernels: the backend that ran is '%s', not cuda", r->backend);
+        if (!r->has_gpu) bitnet__rc_breach(&rep, "require-gpu-kernels: no device block (gpu is null)");
         else {
-            if (!r->gpu_name[0]) bitnet__breach(&rep, "require-gpu-kernels: the device block has no GPU name");
-            if (r->gpu_cc_major < 1) bitnet__breach(&rep, "require-gpu-kernels: the device block has no compute capability");
+            if (!r->gpu_name[0]) bitnet__rc_breach(&rep, "require-gpu-kernels: the device block has no GPU name");
+            if (r->gpu_cc_major < 1) bitnet__rc_breach(&rep, "require-gpu-kernels: the device block has no compute capability");
             if (strncmp(r->gpu_arch, "sm_", 3) != 0 || !r->gpu_arch[3] || strspn(r->gpu_arch + 3, "0123456789") != strlen(r->gpu_arch + 3))
-                bitnet__breach(&rep, "require-gpu-kernels: the device block's arch '%s' is not sm_<number>", r->gpu_arch);
+                bitnet__rc_breach(&rep, "require-gpu-kernels: the device block's arch '%s' is not sm_<number>", r->gpu_arch);
             else if ((arch = atoi(r->gpu_arch + 3)) > r->gpu_cc_major * 10 + r->gpu_cc_minor && r->gpu_cc_major >= 1)
-                bitnet__breach(&rep, "require-gpu-kernels: arch %s is newer than the device's compute capability %d.%d",
+                bitnet__rc_breach(&rep, "require-gpu-kernels: arch %s is newer than the device's compute capability %d.%d",
                                r->gpu_arch, (int)r->gpu_cc_major, (int)r->gpu_cc_minor);
         }
         for (i = 0; i < r->n_kernels; i++) {
             if (strncmp(r->kernels[i].name, BITNET_GPU_KERNEL_PREFIX, strlen(BITNET_GPU_KERNEL_PREFIX)) == 0)
                 gpu_launches += r->kernels[i].launches;
             else if (strncmp(r->kernels[i].name, "cpu_gemm", 8) == 0 && r->kernels[i].launches && strcmp(r->backend, "cuda") == 0)
-                bitnet__breach(&rep, "require-gpu-kernels: CPU matrix kernel %s ran %llu times: part of the model ran on the CPU",
+                bitnet__rc_breach(&rep, "require-gpu-kernels: CPU matrix kernel %s ran %llu times: part of the model ran on the CPU",
                                r->kernels[i].name, (unsigned long long)r->kernels[i].launches);
         }
         if (!gpu_launches)
-            bitnet__breach(&rep, "require-gpu-kernels: no kernel named " BITNET_GPU_KERNEL_PREFIX "* was launched");
+            bitnet__rc_breach(&rep, "require-gpu-kernels: no kernel named " BITNET_GPU_KERNEL_PREFIX "* was launched");
     }
     for (i = 0; i < r->n_results; i++) {
         const bitnet_bench_result *b = &r->results[i];
         if (g->min_tps > 0 && b->gen_tps < g->min_tps)
-            bitnet__breach(&rep, "min-tps: generation %.2f tokens/s < %.2f (prompt %d, %d generated)", b->gen_tps, g->min_tps,
+            bitnet__rc_breach(&rep, "min-tps: generation %.2f tokens/s < %.2f (prompt %d, %d generated)", b->gen_tps, g->min_tps,
                            (int)b->prompt_tokens, (int)b->gen_tokens);
         if (g->max_p95_ms > 0 && b->p95_ms > g->max_p95_ms)
-            bitnet__breach(&rep, "max-p95-ms: per-token latency p95 %.3f ms > %.3f (prompt %d)", b->p95_ms, g->max_p95_ms,
+            bitnet__rc_breach(&rep, "max-p95-ms: per-token latency p95 %.3f ms > %.3f (prompt %d)", b->p95_ms, g->max_p95_ms,
                            (int)b->prompt_tokens);
         if (g->max_wall_ms > 0 && b->wall_ms > g->max_wall_ms)
-            bitnet__breach(&rep, "max-wall-ms: wall time %.3f ms > %.3f (prompt %d, %d generated)", b->wall_ms, g->max_wall_ms,
+            bitnet__rc_breach(&rep, "max-wall-ms: wall time %.3f ms > %.3f (prompt %d, %d generated)", b->wall_ms, g->max_wall_ms,
                            (int)b->prompt_tokens, (int)b->gen_tokens);
     }
     *n_breaches = rep.n;

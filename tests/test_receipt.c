@@ -1,5 +1,7 @@
 /* Receipts: SHA-256 vectors, the kernel launch registry, the receipt JSON writer and strict parser
-   (hostile inputs included), every verify-receipt gate, and the CLI's exit codes. */
+   (hostile inputs included), every verify-receipt gate, the benchmark on the tiny model, and the
+   CLI's exit codes. */
+#define _POSIX_C_SOURCE 200809L /* setenv, mkdir */
 #include "../bitnet.h"
 #include "harness.h"
 #include <math.h>
@@ -652,25 +654,33 @@ static void test_gate_require_gpu_kernels(void) {
 
 /* ---- the CLI: verify-receipt exit codes and messages ------------------------------------------- */
 
-static int run_cli(const char *args, char *err, size_t cap) {
-    char cmd[2048], errpath[600];
+static void slurp(const char *path, char *buf, size_t cap) {
+    FILE *f = fopen(path, "rb");
+    size_t n = 0;
+    if (f) {
+        n = fread(buf, 1, cap - 1, f);
+        fclose(f);
+    }
+    buf[n] = 0;
+}
+
+/* Runs build/bitnet ARGS (under $RUNNER, as the test itself runs); returns its exit status and
+   gives its stdout and stderr (either buffer may be NULL). */
+static int run_cli_out(const char *args, char *out, size_t out_cap, char *err, size_t err_cap) {
+    char cmd[2600], outpath[600], errpath[600];
     const char *runner = getenv("RUNNER");
     int st;
-    FILE *f;
+    tmp_path(outpath, sizeof outpath, "stdout.txt");
     tmp_path(errpath, sizeof errpath, "stderr.txt");
-    snprintf(cmd, sizeof cmd, "%s %s/bitnet %s >/dev/null 2>%s", runner ? runner : "", build_dir(), args, errpath);
+    snprintf(cmd, sizeof cmd, "%s %s/bitnet %s >%s 2>%s", runner ? runner : "", build_dir(), args, outpath, errpath);
     st = system(cmd);
-    if (err && cap) {
-        size_t n = 0;
-        err[0] = 0;
-        if ((f = fopen(errpath, "rb")) != NULL) {
-            n = fread(err, 1, cap - 1, f);
-            fclose(f);
-        }
-        err[n] = 0;
-    }
+    if (out && out_cap) slurp(outpath, out, out_cap);
+    if (err && err_cap) slurp(errpath, err, err_cap);
+    remove(outpath);
+    remove(errpath);
     return (st != -1 && WIFEXITED(st)) ? WEXITSTATUS(st) : -1;
 }
+static int run_cli(const char *args, char *err, size_t cap) { return run_cli_out(args, NULL, 0, err, cap); }
 
 static int cli_available(void) {
     char path[600];
@@ -747,6 +757,280 @@ static void test_cli_verify_receipt(void) {
     remove(bad);
 }
 
+/* ---- the benchmark on the tiny model (CPU) ------------------------------------------------------ */
+
+#define TINY "tests/data/tiny.gguf"
+
+static int have_tiny(void) {
+    struct stat sb;
+    return stat(TINY, &sb) == 0;
+}
+
+static bitnet_model *load_tiny(bitnet_backend backend) {
+    bitnet_model_desc md;
+    bitnet_model *m = NULL;
+    memset(&md, 0, sizeof md);
+    md.path = TINY;
+    md.backend = backend;
+    if (bitnet_model_load(&md, &m) != BITNET_OK) return NULL;
+    return m;
+}
+
+static void test_bench_tiny_receipt(void) {
+    static bitnet_receipt r, back;
+    bitnet_bench_params p;
+    bitnet_model *m;
+    int32_t toks[2 * 6], again[6];
+    char sha[65];
+    uint64_t bytes = 0, gemm = 0;
+    size_t i, len;
+    bitnet_receipt_gates g;
+    int n = -1;
+    if (!have_tiny()) TEST_SKIP("%s not present", TINY);
+    m = load_tiny(BITNET_BACKEND_CPU);
+    TEST_CHECKF(m != NULL, "%s", bitnet_last_error());
+    if (!m) return;
+    memset(&p, 0, sizeof p);
+    p.model_path = TINY;
+    p.requested = BITNET_BACKEND_CPU;
+    p.prompt_lens[0] = 5;
+    p.prompt_lens[1] = 17;
+    p.n_prompt_lens = 2;
+    p.gen_tokens = 6;
+    p.runs = 2;
+    p.check_determinism = 1;
+    p.tokens_out = toks;
+    p.tokens_cap = 12;
+    TEST_CHECKF(bitnet_bench(m, &p, &r) == BITNET_OK, "%s", bitnet_last_error());
+    /* what the receipt says is what is true */
+    TEST_CHECK(strcmp(r.schema_version, "1.0") == 0);
+    TEST_CHECK(strcmp(r.library_version, BITNET_VERSION_STRING) == 0 && r.git_commit[0]);
+    TEST_CHECK(strcmp(r.model_path, TINY) == 0);
+    TEST_CHECK(bitnet_sha256_file(TINY, sha, &bytes) == BITNET_OK);
+    TEST_CHECK(strcmp(r.model_sha256, sha) == 0 && r.model_bytes == bytes);
+    TEST_CHECK(strcmp(r.backend, "cpu") == 0 && strcmp(r.backend_requested, "cpu") == 0 && r.model.backend == BITNET_BACKEND_CPU);
+    TEST_CHECK(strcmp(r.isa, bitnet_isa_name(bitnet_cpu_isa())) == 0 && r.threads == bitnet_num_threads());
+    TEST_CHECK(r.cpu_model[0] && strstr(r.precision, "I2_S") != NULL);
+    TEST_CHECK(!r.has_gpu && r.peak_host_rss_bytes > 0);
+    TEST_CHECK(r.warmup_runs == 1 && r.determinism_checked && r.seeded_runs_identical);
+    TEST_CHECK(r.n_results == 2);
+    for (i = 0; i < r.n_results; i++) {
+        const bitnet_bench_result *b = &r.results[i];
+        char hex[65];
+        uint8_t le[24], d[32];
+        int t;
+        TEST_CHECK(b->prompt_tokens == (i ? 17 : 5) && b->gen_tokens == 6 && b->runs == 2);
+        TEST_CHECK(b->outputs_identical);
+        TEST_CHECK(b->prompt_ms > 0 && b->gen_ms > 0 && b->wall_ms >= b->prompt_ms + b->gen_ms && b->ttft_ms <= b->wall_ms);
+        TEST_CHECK(fabs(b->gen_tps - 6e3 / b->gen_ms) <= 1e-6 * b->gen_tps);
+        TEST_CHECK(b->gen_tps_min <= b->gen_tps && b->gen_tps <= b->gen_tps_max);
+        TEST_CHECK(b->p50_ms > 0 && b->p50_ms <= b->p95_ms && b->p95_ms <= b->p99_ms);
+        /* the token hash is of the tokens handed back */
+        for (t = 0; t < 6; t++) {
+            uint32_t u = (uint32_t)toks[i * 6 + t];
+            le[4 * t] = (uint8_t)u; le[4 * t + 1] = (uint8_t)(u >> 8); le[4 * t + 2] = (uint8_t)(u >> 16); le[4 * t + 3] = (uint8_t)(u >> 24);
+            TEST_CHECK(toks[i * 6 + t] >= 0 && toks[i * 6 + t] < r.model.n_vocab);
+        }
+        bitnet_sha256(le, sizeof le, d);
+        hexstr(d, 32, hex);
+        TEST_CHECK(strcmp(hex, b->tokens_sha256) == 0);
+    }
+    /* kernels: recorded by the CPU GEMM dispatch, at least one launch per layer and evaluation */
+    TEST_CHECK(r.n_kernels >= 1);
+    for (i = 0; i < r.n_kernels; i++) {
+        TEST_CHECK(r.kernels[i].launches > 0);
+        if (strncmp(r.kernels[i].name, "cpu_gemm_i2s_", 13) == 0) gemm += r.kernels[i].launches;
+        TEST_CHECK(strncmp(r.kernels[i].name, BITNET_GPU_KERNEL_PREFIX, strlen(BITNET_GPU_KERNEL_PREFIX)) != 0);
+    }
+    TEST_CHECKF(gemm >= (uint64_t)2 * 2 * 6 * (uint64_t)r.model.n_layers, "%llu GEMM launches", (unsigned long long)gemm);
+    /* the greedy tokens are the model's: the same prompt through bitnet_generate gives them again */
+    {
+        bitnet_session *s = NULL;
+        bitnet_generate_params gp;
+        int32_t prompt[5];
+        size_t k, n_ids = 0;
+        int32_t ids[64];
+        const bitnet_tokenizer *tok = bitnet_model_tokenizer(m);
+        static const int32_t none[1] = {0};
+        TEST_CHECK(tok != NULL);
+        TEST_CHECK(bitnet_session_create(m, NULL, &s) == BITNET_OK);
+        if (tok && s) {
+            /* the bench's fixed text starts "The quick brown fox": BOS, then its first ids */
+            TEST_CHECK(bitnet_tokenize(tok, "The quick brown fox jumps", 25, 0, 0, ids, 64, &n_ids) == BITNET_OK);
+            prompt[0] = r.model.bos;
+            for (k = 1; k < 5; k++) prompt[k] = ids[k - 1];
+            memset(&gp, 0, sizeof gp);
+            gp.max_tokens = 6;
+            gp.stop_tokens = none;
+            TEST_CHECK(bitnet_generate(s, prompt, 5, &gp, again, 6, NULL) == BITNET_OK);
+            TEST_CHECK(memcmp(again, toks, sizeof again) == 0);
+        }
+        bitnet_session_free(s);
+    }
+    /* the receipt round-trips and passes gates a release check would set for this machine */
+    TEST_CHECK(bitnet_receipt_write(&r, json_buf, sizeof json_buf, &len) == BITNET_OK);
+    TEST_CHECKF(bitnet_receipt_parse(json_buf, len, &back) == BITNET_OK, "%s", bitnet_last_error());
+    memset(&g, 0, sizeof g);
+    g.min_tps = 1;
+    g.max_wall_ms = 60000;
+    TEST_CHECK(bitnet_receipt_check(&back, &g, NULL, 0, &n) == BITNET_OK && n == 0);
+    g.require_gpu_kernels = 1; /* a CPU run never passes as a GPU one */
+    TEST_CHECK(bitnet_receipt_check(&back, &g, NULL, 0, &n) == BITNET_OK && n >= 3);
+    bitnet_model_free(m);
+}
+
+static void test_bench_errors(void) {
+    static bitnet_receipt r;
+    bitnet_bench_params p;
+    bitnet_model *m;
+    int32_t small[3];
+    if (!have_tiny()) TEST_SKIP("%s not present", TINY);
+    m = load_tiny(BITNET_BACKEND_CPU);
+    TEST_CHECK(m != NULL);
+    if (!m) return;
+    memset(&p, 0, sizeof p);
+    TEST_CHECK(bitnet_bench(m, &p, &r) == BITNET_ERR_NULL_POINTER); /* no model path */
+    p.model_path = TINY;
+    TEST_CHECK(bitnet_bench(NULL, &p, &r) == BITNET_ERR_NULL_POINTER);
+    TEST_CHECK(bitnet_bench(m, NULL, &r) == BITNET_ERR_NULL_POINTER);
+    TEST_CHECK(bitnet_bench(m, &p, NULL) == BITNET_ERR_NULL_POINTER);
+    p.gen_tokens = -1;
+    TEST_CHECK(bitnet_bench(m, &p, &r) == BITNET_ERR_INVALID_ARG);
+    p.gen_tokens = 2;
+    p.runs = 1;
+    p.prompt_lens[0] = 0;
+    p.n_prompt_lens = 1;
+    TEST_CHECK(bitnet_bench(m, &p, &r) == BITNET_ERR_INVALID_ARG);
+    p.n_prompt_lens = BITNET_BENCH_MAX_RESULTS + 1;
+    TEST_CHECK(bitnet_bench(m, &p, &r) == BITNET_ERR_INVALID_ARG);
+    p.prompt_lens[0] = 4;
+    p.n_prompt_lens = 1;
+    p.tokens_out = small;
+    p.tokens_cap = 1;
+    TEST_CHECK(bitnet_bench(m, &p, &r) == BITNET_ERR_BAD_SIZE);
+    p.tokens_out = NULL;
+    p.model_path = "/nonexistent/tiny.gguf";
+    TEST_CHECK(bitnet_bench(m, &p, &r) == BITNET_ERR_IO);
+    /* longer than the context: an error from the model, not a crash or a short receipt */
+    p.model_path = TINY;
+    p.prompt_lens[0] = 511;
+    TEST_CHECK(bitnet_bench(m, &p, &r) == BITNET_ERR_CONTEXT_FULL && r.n_results == 0);
+    TEST_CHECK(strstr(bitnet_last_error(), "context") != NULL);
+    /* allocation failures anywhere in the run: an error and no leak */
+    {
+        int k, failed = 0;
+        p.prompt_lens[0] = 4;
+        for (k = 1; k <= 40; k++) {
+            char spec[32];
+            bitnet_result res;
+            snprintf(spec, sizeof spec, "host_alloc:%d", k);
+            bitnet_set_fault(spec);
+            res = bitnet_bench(m, &p, &r);
+            TEST_CHECK(res == BITNET_OK || res == BITNET_ERR_OUT_OF_MEMORY);
+            failed += res != BITNET_OK;
+        }
+        bitnet_set_fault("");
+        TEST_CHECK(failed > 0);
+    }
+    bitnet_model_free(m);
+}
+
+/* The CLI end to end: bench writes a receipt that verify-receipt accepts; no CUDA is a clean skip
+   (exit 0) or exit 3 with --require-gpu; bad input exits 1 or 2. */
+static void test_cli_bench(void) {
+    char rpath[600], jpath[600], cpath[600], args[2048], err[8192], out[4096];
+    static bitnet_receipt r;
+    char *text = NULL;
+    FILE *f;
+    size_t n = 0;
+    if (!cli_available()) TEST_SKIP("%s/bitnet not built", build_dir());
+    if (!have_tiny()) TEST_SKIP("%s not present", TINY);
+    tmp_path(rpath, sizeof rpath, "bench.json");
+    tmp_path(jpath, sizeof jpath, "bench_all.json");
+    tmp_path(cpath, sizeof cpath, "bench.csv");
+    snprintf(args, sizeof args, "bench -m %s --backend cpu --prompt-tokens 4,9 --gen-tokens 3 --runs 2 --receipt %s --json %s --csv %s --check-determinism",
+             TINY, rpath, jpath, cpath);
+    TEST_CHECKF(run_cli(args, err, sizeof err) == 0, "%s", err);
+    snprintf(args, sizeof args, "verify-receipt %s --min-tps 1 --max-wall-ms 60000", rpath);
+    TEST_CHECKF(run_cli(args, err, sizeof err) == 0, "%s", err);
+    snprintf(args, sizeof args, "verify-receipt %s --require-gpu-kernels", rpath);
+    TEST_CHECK(run_cli(args, err, sizeof err) == 1 && strstr(err, "not cuda"));
+    snprintf(args, sizeof args, "verify-receipt %s --min-tps 1e9", rpath);
+    TEST_CHECK(run_cli(args, err, sizeof err) == 1 && strstr(err, "prompt 4") && strstr(err, "prompt 9"));
+    if ((f = fopen(rpath, "rb")) != NULL) {
+        text = (char *)malloc(1 << 16);
+        if (text) n = fread(text, 1, (1 << 16) - 1, f);
+        fclose(f);
+    }
+    TEST_CHECK(text && n > 0);
+    if (text) {
+        text[n] = 0;
+        TEST_CHECK(bitnet_receipt_parse(text, n, &r) == BITNET_OK);
+        TEST_CHECK(r.n_results == 2 && r.results[1].prompt_tokens == 9 && r.determinism_checked && r.seeded_runs_identical);
+        free(text);
+    }
+    if ((f = fopen(cpath, "rb")) != NULL) {
+        n = fread(err, 1, sizeof err - 1, f);
+        err[n] = 0;
+        fclose(f);
+        TEST_CHECK(strncmp(err, "backend,prompt_tokens,", 22) == 0 && strstr(err, "\ncpu,4,3,2,") && strstr(err, "\ncpu,9,3,2,"));
+    } else TEST_CHECK(!"csv written");
+    if ((f = fopen(jpath, "rb")) != NULL) {
+        n = fread(err, 1, 2, f);
+        fclose(f);
+        TEST_CHECK(n == 2 && err[0] == '[');
+    } else TEST_CHECK(!"json written");
+    /* no CUDA (forced through the loader's override): a clean skip, or 3 when a GPU is required */
+    setenv("BITNET_LIBCUDA", "/nonexistent/libcuda.so.1", 1);
+    snprintf(args, sizeof args, "bench -m %s --backend cuda --gen-tokens 2 --runs 1", TINY);
+    TEST_CHECK(run_cli_out(args, out, sizeof out, err, sizeof err) == 0);
+    TEST_CHECKF(strncmp(out, "bench cuda: skipped (no CUDA: ", 30) == 0 && strstr(out, ")\n") && !strchr(out + 31, '\n')[1],
+                "stdout: %s", out);
+    snprintf(args, sizeof args, "bench -m %s --backend cuda --gen-tokens 2 --runs 1 --require-gpu", TINY);
+    TEST_CHECK(run_cli(args, err, sizeof err) == 3);
+    snprintf(args, sizeof args, "bench -m %s --backend all --prompt-tokens 3 --gen-tokens 2 --runs 1 --require-gpu", TINY);
+    TEST_CHECK(run_cli_out(args, out, sizeof out, err, sizeof err) == 3 && strstr(out, "skipped (no CUDA: ") && !strstr(out, "cpu "));
+    unsetenv("BITNET_LIBCUDA");
+    /* failures and usage errors */
+    TEST_CHECK(run_cli("bench -m /nonexistent/model.gguf --backend cpu", err, sizeof err) == 1 && strstr(err, "cannot load"));
+    TEST_CHECK(run_cli("bench", err, sizeof err) == 2);
+    snprintf(args, sizeof args, "bench -m %s --backend tpu", TINY);
+    TEST_CHECK(run_cli(args, err, sizeof err) == 2);
+    snprintf(args, sizeof args, "bench -m %s --prompt-tokens 4,,5", TINY);
+    TEST_CHECK(run_cli(args, err, sizeof err) == 2);
+    snprintf(args, sizeof args, "bench -m %s --runs 0", TINY);
+    TEST_CHECK(run_cli(args, err, sizeof err) == 2);
+    snprintf(args, sizeof args, "bench -m %s --backend cpu --require-gpu", TINY);
+    TEST_CHECK(run_cli(args, err, sizeof err) == 2);
+    remove(rpath);
+    remove(jpath);
+    remove(cpath);
+}
+
+/* With a GPU: the CUDA receipt passes --require-gpu-kernels and the greedy tokens match the CPU's. */
+static void test_cli_bench_gpu(void) {
+    char rpath[600], args[2048], err[8192], cpu[640], gpu[640];
+    const char *req = getenv("BITNET_REQUIRE_GPU");
+    if (!cli_available()) TEST_SKIP("%s/bitnet not built", build_dir());
+    if (!have_tiny()) TEST_SKIP("%s not present", TINY);
+    if (!bitnet_gpu_available()) {
+        if (req && strcmp(req, "1") == 0) { TEST_CHECKF(0, "no usable GPU: %s", bitnet_last_error()); return; }
+        TEST_SKIP("no usable GPU: %s", bitnet_last_error());
+    }
+    tmp_path(rpath, sizeof rpath, "gpu.json");
+    snprintf(args, sizeof args, "bench -m %s --backend all --prompt-tokens 8,40 --gen-tokens 16 --runs 2 --check-determinism --require-gpu --receipt %s",
+             TINY, rpath);
+    TEST_CHECKF(run_cli(args, err, sizeof err) == 0, "%s", err);
+    tmp_path(cpu, sizeof cpu, "gpu.cpu.json");
+    tmp_path(gpu, sizeof gpu, "gpu.cuda.json");
+    snprintf(args, sizeof args, "verify-receipt %s --require-gpu-kernels --min-tps 1", gpu);
+    TEST_CHECKF(run_cli(args, err, sizeof err) == 0, "%s", err);
+    snprintf(args, sizeof args, "verify-receipt %s --require-gpu-kernels", cpu);
+    TEST_CHECK(run_cli(args, err, sizeof err) == 1);
+    remove(cpu);
+    remove(gpu);
+}
+
 int main(void) {
     RUN_TEST(test_sha256_vectors);
     RUN_TEST(test_sha256_file);
@@ -762,5 +1046,9 @@ int main(void) {
     RUN_TEST(test_gates_numbers);
     RUN_TEST(test_gate_require_gpu_kernels);
     RUN_TEST(test_cli_verify_receipt);
+    RUN_TEST(test_bench_tiny_receipt);
+    RUN_TEST(test_bench_errors);
+    RUN_TEST(test_cli_bench);
+    RUN_TEST(test_cli_bench_gpu);
     return test_summary();
 }
