@@ -25,17 +25,24 @@ static const char bitnet_cuda_src_common[] =
     "typedef long long int64_t;\n"
     "typedef unsigned long long uint64_t;\n";
 
-/* >>kernels-util: small kernels the runtime itself uses and tests */
+/* >>kernels-util: small kernels the runtime itself uses and tests. Grid-stride loops: any grid
+   covers any n. fill_u32: p[i] = v. add_u32: p[i] += v (a read-modify-write, so a copy that is not
+   ordered after it shows). */
 static const char bitnet_cuda_src_util[] =
     "extern \"C\" __global__ void bitnet_k_fill_u32(uint32_t *p, uint32_t v, uint64_t n) {\n"
     "    for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < n; i += (uint64_t)gridDim.x * blockDim.x)\n"
     "        p[i] = v;\n"
+    "}\n"
+    "extern \"C\" __global__ void bitnet_k_add_u32(uint32_t *p, uint32_t v, uint64_t n) {\n"
+    "    for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < n; i += (uint64_t)gridDim.x * blockDim.x)\n"
+    "        p[i] += v;\n"
     "}\n";
 
 #define BITNET_CUDA_MODULES(X) \
     X(util, bitnet_cuda_src_util, 70)
 
 #define BITNET_CUDA_KERNELS(X) \
-    X(bitnet_k_fill_u32, util)
+    X(bitnet_k_fill_u32, util) \
+    X(bitnet_k_add_u32, util)
 
 #endif /* BITNET_CUDA_KERNELS_H */
