@@ -4873,18 +4873,9 @@ typedef struct bitnet__kstat_slot {
 static bitnet__kstat_slot bitnet__kstats[BITNET_BENCH_MAX_KERNELS];
 static size_t bitnet__kstat_used;
 
-#if defined(BITNET_NO_THREADS)
-#define BITNET__KSTAT_LOCK() ((void)0)
-#define BITNET__KSTAT_UNLOCK() ((void)0)
-#elif defined(_WIN32)
-static SRWLOCK bitnet__kstat_lock = SRWLOCK_INIT;
-#define BITNET__KSTAT_LOCK() AcquireSRWLockExclusive(&bitnet__kstat_lock)
-#define BITNET__KSTAT_UNLOCK() ReleaseSRWLockExclusive(&bitnet__kstat_lock)
-#else
-static pthread_mutex_t bitnet__kstat_lock = PTHREAD_MUTEX_INITIALIZER;
-#define BITNET__KSTAT_LOCK() pthread_mutex_lock(&bitnet__kstat_lock)
-#define BITNET__KSTAT_UNLOCK() pthread_mutex_unlock(&bitnet__kstat_lock)
-#endif
+static bitnet__mutex bitnet__kstat_lock = BITNET__MUTEX_INIT;
+#define BITNET__KSTAT_LOCK() bitnet__mutex_lock(&bitnet__kstat_lock)
+#define BITNET__KSTAT_UNLOCK() bitnet__mutex_unlock(&bitnet__kstat_lock)
 
 /* Names longer than the slot compare as their truncation. */
 static int bitnet__kstat_same(const char *slot, const char *name) {
@@ -4928,11 +4919,15 @@ static int bitnet__kstat_cmp(const void *a, const void *b) {
     return strcmp(((const bitnet_kernel_stat *)a)->name, ((const bitnet_kernel_stat *)b)->name);
 }
 
+/* CPU kernels from the registry above; GPU kernels from the runtime's own launch counters
+   (bitnet_gpu_launch and graph replays count themselves there). */
 BITNET_API bitnet_result bitnet_kernel_stats(bitnet_kernel_stat *out, size_t cap, size_t *n) {
-    bitnet_kernel_stat tmp[BITNET_BENCH_MAX_KERNELS];
+    bitnet_kernel_stat tmp[2 * BITNET_BENCH_MAX_KERNELS];
+    bitnet_gpu_stats *gs;
     size_t i, k = 0;
     BITNET__CHECK_PTR(n);
     if (cap && !out) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_kernel_stats: out is NULL with cap %zu", cap);
+    if (!(gs = (bitnet_gpu_stats *)bitnet__malloc(sizeof *gs))) return BITNET_ERR_OUT_OF_MEMORY;
     BITNET__KSTAT_LOCK();
     for (i = 0; i < bitnet__kstat_used; i++) {
         if (!bitnet__kstats[i].launches) continue;
@@ -4942,6 +4937,15 @@ BITNET_API bitnet_result bitnet_kernel_stats(bitnet_kernel_stat *out, size_t cap
         k++;
     }
     BITNET__KSTAT_UNLOCK();
+    if (bitnet_gpu_stats_get(NULL, gs) == BITNET_OK)
+        for (i = 0; i < (size_t)gs->n_kernels && i < BITNET_GPU_MAX_KERNEL_STATS; i++) {
+            if (!gs->kernels[i].launches) continue;
+            snprintf(tmp[k].name, sizeof tmp[k].name, "%s", gs->kernels[i].name);
+            tmp[k].launches = gs->kernels[i].launches;
+            tmp[k].seconds = gs->kernels[i].ms * 1e-3; /* device time of event-timed launches only */
+            k++;
+        }
+    bitnet__free(gs);
     *n = k;
     if (k > cap) return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_kernel_stats: %zu kernels, room for %zu", k, cap);
     qsort(tmp, k, sizeof tmp[0], bitnet__kstat_cmp);
@@ -4954,11 +4958,12 @@ BITNET_API void bitnet_kernel_stats_reset(void) {
     BITNET__KSTAT_LOCK();
     for (i = 0; i < bitnet__kstat_used; i++) bitnet__kstats[i].launches = bitnet__kstats[i].nanos = 0;
     BITNET__KSTAT_UNLOCK();
+    bitnet_gpu_stats_reset(NULL);
 }
 
-/* ---- NVTX: no-ops until the GPU runtime's dlopen'd libnvToolsExt is wired in here ----------- */
-BITNET__UNUSED static void bitnet__nvtx_push(const char *name) { (void)name; }
-BITNET__UNUSED static void bitnet__nvtx_pop(void) {}
+/* ---- NVTX ranges, through the runtime's dlopen'd libnvToolsExt (nothing without it) --------- */
+BITNET__UNUSED static void bitnet__nvtx_push(const char *name) { bitnet_gpu_nvtx_push(name); }
+BITNET__UNUSED static void bitnet__nvtx_pop(void) { bitnet_gpu_nvtx_pop(); }
 
 /* ---- SHA-256 (FIPS 180-4) --------------------------------------------------------------------- */
 typedef struct bitnet__sha256 {
@@ -6290,9 +6295,13 @@ BITNET_API bitnet_result bitnet_receipt_check(const bitnet_receipt *r, const bit
         else {
             if (!r->gpu_name[0]) bitnet__rc_breach(&rep, "require-gpu-kernels: the device block has no GPU name");
             if (r->gpu_cc_major < 1) bitnet__rc_breach(&rep, "require-gpu-kernels: the device block has no compute capability");
-            if (strncmp(r->gpu_arch, "sm_", 3) != 0 || !r->gpu_arch[3] || strspn(r->gpu_arch + 3, "0123456789") != strlen(r->gpu_arch + 3))
-                bitnet__rc_breach(&rep, "require-gpu-kernels: the device block's arch '%s' is not sm_<number>", r->gpu_arch);
-            else if ((arch = atoi(r->gpu_arch + 3)) > r->gpu_cc_major * 10 + r->gpu_cc_minor && r->gpu_cc_major >= 1)
+            /* sm_XY: a cubin; compute_XY: PTX the driver compiles for the device */
+            const char *num = strncmp(r->gpu_arch, "sm_", 3) == 0 ? r->gpu_arch + 3
+                              : strncmp(r->gpu_arch, "compute_", 8) == 0 ? r->gpu_arch + 8 : NULL;
+            if (!num || !*num || strlen(num) > 4 || strspn(num, "0123456789") != strlen(num))
+                bitnet__rc_breach(&rep, "require-gpu-kernels: the device block's arch '%s' is not sm_<number> or compute_<number>",
+                                  r->gpu_arch);
+            else if ((arch = atoi(num)) > r->gpu_cc_major * 10 + r->gpu_cc_minor && r->gpu_cc_major >= 1)
                 bitnet__rc_breach(&rep, "require-gpu-kernels: arch %s is newer than the device's compute capability %d.%d",
                                r->gpu_arch, (int)r->gpu_cc_major, (int)r->gpu_cc_minor);
         }

@@ -616,8 +616,12 @@ static void test_gate_require_gpu_kernels(void) {
     TEST_CHECKF(breaches(&r, &g, rep, sizeof rep) == 0, "%s", rep);
     r.gpu_cc_major = 8; r.gpu_cc_minor = 0; strcpy(r.gpu_arch, "sm_80"); /* A100: fine */
     TEST_CHECK(breaches(&r, &g, rep, sizeof rep) == 0);
-    strcpy(r.gpu_arch, "sm_75"); /* PTX for an older arch is fine too */
+    strcpy(r.gpu_arch, "sm_75"); /* a cubin for an older arch is fine too */
     TEST_CHECK(breaches(&r, &g, rep, sizeof rep) == 0);
+    strcpy(r.gpu_arch, "compute_80"); /* PTX */
+    TEST_CHECK(breaches(&r, &g, rep, sizeof rep) == 0);
+    strcpy(r.gpu_arch, "compute_86");
+    TEST_CHECK(breaches(&r, &g, rep, sizeof rep) == 1 && strstr(rep, "newer than"));
     /* a CPU receipt fails */
     make_receipt(&r);
     TEST_CHECK(breaches(&r, &g, rep, sizeof rep) == 3);
@@ -630,7 +634,7 @@ static void test_gate_require_gpu_kernels(void) {
         case 0: r.has_gpu = 0; want = "no device block"; break;
         case 1: r.gpu_name[0] = 0; want = "no GPU name"; break;
         case 2: r.gpu_cc_major = 0; want = "compute capability"; break;
-        case 3: strcpy(r.gpu_arch, "compute_90"); want = "not sm_"; break;
+        case 3: strcpy(r.gpu_arch, "gfx90a"); want = "not sm_"; break;
         case 4: strcpy(r.gpu_arch, "sm_100"); want = "newer than"; break;
         case 5: strcpy(r.backend, "cpu"); want = "not cuda"; break;
         case 6: strcpy(r.kernels[0].name, "gemv_i2s"); strcpy(r.kernels[1].name, "rmsnorm"); want = "no kernel named"; break;
