@@ -38,6 +38,7 @@
      BITNET_NO_CUDA       impl    compile the GPU runtime out; GPU calls return BITNET_ERR_UNSUPPORTED
      BITNET_NO_SIMD       impl    scalar kernels only
      BITNET_NO_THREADS    impl    no thread pool
+     BITNET_NO_MMAP       impl    read GGUF files into memory instead of mapping them
      BITNET_MALLOC/BITNET_FREE impl  default allocator (both or neither); bitnet_set_allocator overrides
 
    OPTIONS (environment, read at first use)
@@ -400,12 +401,25 @@ BITNET_API void *bitnet_gpu_raw_function(bitnet_gpu_kernel *k);
 
 /* ---- >>api-gguf ------------------------------------------------------------------------------ */
 
-/* GGUF v2/v3 reader over mmap (or memory), bounds-checked everywhere. */
+/* GGUF v2/v3 reader over mmap (or memory), bounds-checked everywhere.
+   Every count, length, offset and shape in the file is checked against the bytes that remain
+   before anything is allocated or touched: a hostile file gives an error, never a crash.
+   Codes: BAD_MAGIC, BAD_VERSION (v1, v0, >3, big-endian files), TRUNCATED (a field, string,
+   array or tensor runs past the end), CORRUPT (a count or length larger than the whole file,
+   unknown value types, empty or NUL-containing names), UNSUPPORTED (nested arrays: no model uses
+   them and ggml rejects them too), UNSUPPORTED_TYPE, BAD_SHAPE (n_dims not 1..4, a zero
+   dimension, a row not a multiple of the type's block), OVERFLOW (element counts, byte sizes or
+   offsets that overflow 64 bits), ALIGNMENT (a tensor offset not a multiple of the alignment),
+   DUPLICATE_TENSOR, BAD_METADATA (duplicate keys, general.alignment not a power-of-two uint32).
+   Metadata keys and tensor names are copied (NUL-terminated); string values point into the
+   image; numeric arrays are copied so that arr_data is aligned for its element type. Little-
+   endian hosts only. A bitnet_gguf is read-only after open: any thread may read it. */
 typedef struct bitnet_gguf bitnet_gguf;
 typedef enum bitnet_gguf_type { /* metadata value types, as in the GGUF spec */
     BITNET_GGUF_UINT8 = 0, BITNET_GGUF_INT8, BITNET_GGUF_UINT16, BITNET_GGUF_INT16, BITNET_GGUF_UINT32,
     BITNET_GGUF_INT32, BITNET_GGUF_FLOAT32, BITNET_GGUF_BOOL, BITNET_GGUF_STRING, BITNET_GGUF_ARRAY,
-    BITNET_GGUF_UINT64, BITNET_GGUF_INT64, BITNET_GGUF_FLOAT64
+    BITNET_GGUF_UINT64, BITNET_GGUF_INT64, BITNET_GGUF_FLOAT64,
+    BITNET_GGUF_TYPE_COUNT /* not a type: returned by bitnet_gguf_key_type for a bad index */
 } bitnet_gguf_type;
 typedef enum bitnet_tensor_type { /* ggml ids; I2_S is bitnet.cpp's 36 */
     BITNET_TENSOR_F32 = 0, BITNET_TENSOR_F16 = 1, BITNET_TENSOR_Q8_0 = 8, BITNET_TENSOR_BF16 = 30,
@@ -415,33 +429,94 @@ typedef struct bitnet_tensor_info {
     const char *name;
     bitnet_tensor_type type;
     int n_dims;
-    uint64_t ne[4];          /* ne[0] is the contiguous dimension (K for a weight matrix) */
+    uint64_t ne[4];          /* ne[0] is the contiguous dimension (K for a weight matrix); unused dims are 1 */
     uint64_t offset;         /* from the start of the data section */
     uint64_t bytes;          /* I2_S: ne0*ne1/4 + 32 */
     const void *data;        /* inside the mapping */
 } bitnet_tensor_info;
 typedef struct bitnet_gguf_str { const char *ptr; uint64_t len; } bitnet_gguf_str; /* not NUL-terminated */
 
+#define BITNET_GGUF_NO_MMAP 1u /* bitnet_gguf_open_ex flag: read the file into memory */
 BITNET_API bitnet_result bitnet_gguf_open(const char *path, bitnet_gguf **out);
+BITNET_API bitnet_result bitnet_gguf_open_ex(const char *path, unsigned flags, bitnet_gguf **out);
 BITNET_API bitnet_result bitnet_gguf_open_memory(const void *data, size_t size, bitnet_gguf **out); /* data must outlive it */
 BITNET_API void bitnet_gguf_close(bitnet_gguf *g);
 BITNET_API uint32_t bitnet_gguf_version(const bitnet_gguf *g);
 BITNET_API uint64_t bitnet_gguf_kv_count(const bitnet_gguf *g);
 BITNET_API uint64_t bitnet_gguf_tensor_count(const bitnet_gguf *g);
+BITNET_API uint32_t bitnet_gguf_alignment(const bitnet_gguf *g);     /* general.alignment, default 32 */
+BITNET_API uint64_t bitnet_gguf_data_offset(const bitnet_gguf *g);   /* file offset of the data section */
+BITNET_API uint64_t bitnet_gguf_size(const bitnet_gguf *g);          /* bytes in the image */
+BITNET_API int bitnet_gguf_is_mapped(const bitnet_gguf *g);          /* 1 when the file is mmap'd */
 BITNET_API int64_t bitnet_gguf_find_key(const bitnet_gguf *g, const char *key);          /* -1 if absent */
-BITNET_API const char *bitnet_gguf_key_name(const bitnet_gguf *g, uint64_t i);
-BITNET_API bitnet_gguf_type bitnet_gguf_key_type(const bitnet_gguf *g, uint64_t i);
+BITNET_API const char *bitnet_gguf_key_name(const bitnet_gguf *g, uint64_t i);           /* NULL if i is out of range */
+BITNET_API bitnet_gguf_type bitnet_gguf_key_type(const bitnet_gguf *g, uint64_t i);      /* TYPE_COUNT if out of range */
+BITNET_API const char *bitnet_gguf_type_name(bitnet_gguf_type t);
+BITNET_API const char *bitnet_tensor_type_name(bitnet_tensor_type t); /* "?" for ids this library does not read */
+/* Bytes of a tensor of this type and shape (ne[0..3], unused dims 1): BAD_SHAPE when a row is
+   not a whole number of blocks (Q8_0: 32, I2_S: 128), OVERFLOW, UNSUPPORTED_TYPE. */
+BITNET_API bitnet_result bitnet_tensor_nbytes(bitnet_tensor_type type, const uint64_t ne[4], uint64_t *out);
 /* Typed getters: an error (BITNET_ERR_BAD_METADATA) when the key is absent or of another type;
-   integers convert between widths when the value fits. */
+   integers convert between widths and signedness when the value fits; f32/f64 accept both
+   float types. */
 BITNET_API bitnet_result bitnet_gguf_get_u32(const bitnet_gguf *g, const char *key, uint32_t *out);
+BITNET_API bitnet_result bitnet_gguf_get_u64(const bitnet_gguf *g, const char *key, uint64_t *out);
+BITNET_API bitnet_result bitnet_gguf_get_i64(const bitnet_gguf *g, const char *key, int64_t *out);
 BITNET_API bitnet_result bitnet_gguf_get_f32(const bitnet_gguf *g, const char *key, float *out);
+BITNET_API bitnet_result bitnet_gguf_get_f64(const bitnet_gguf *g, const char *key, double *out);
+BITNET_API bitnet_result bitnet_gguf_get_bool(const bitnet_gguf *g, const char *key, int *out);
 BITNET_API bitnet_result bitnet_gguf_get_str(const bitnet_gguf *g, const char *key, bitnet_gguf_str *out);
 /* Arrays: element type, count, and element access. */
 BITNET_API bitnet_result bitnet_gguf_get_arr(const bitnet_gguf *g, const char *key, bitnet_gguf_type *elem_type, uint64_t *count);
 BITNET_API bitnet_result bitnet_gguf_arr_str(const bitnet_gguf *g, const char *key, uint64_t i, bitnet_gguf_str *out);
-BITNET_API const void *bitnet_gguf_arr_data(const bitnet_gguf *g, const char *key); /* numeric arrays, packed little-endian */
+/* Numeric and bool arrays: count elements, packed little-endian, aligned for the element type
+   (bool: one byte each). NULL, with the error set, when absent or not such an array. */
+BITNET_API const void *bitnet_gguf_arr_data(const bitnet_gguf *g, const char *key);
 BITNET_API bitnet_result bitnet_gguf_tensor(const bitnet_gguf *g, uint64_t i, bitnet_tensor_info *out);
 BITNET_API bitnet_result bitnet_gguf_find_tensor(const bitnet_gguf *g, const char *name, bitnet_tensor_info *out);
+
+/* Validates a GGUF against the BitNet b1.58 architecture and fills *info (all of it is
+   overwritten; the backend fields are left zero). Architectures "bitnet-b1.58", "bitnet-25" and
+   "bitnet", keys under that prefix: embedding_length, block_count, attention.head_count,
+   feed_forward_length, context_length, attention.layer_norm_rms_epsilon (required);
+   attention.head_count_kv (default head_count), rope.freq_base (default 10000), vocab_size and
+   rope.dimension_count (checked when present). Tensors (ggml ne order, ne0 = in-features), as
+   bitnet.cpp writes them: token_embd.weight F16 [dim, vocab]; output_norm.weight F32 [dim];
+   optional output.weight F16 [dim, vocab]; per layer blk.N.attn_norm, attn_sub_norm, ffn_norm F32
+   [dim], ffn_sub_norm F32 [ffn], attn_q and attn_output I2_S [dim, dim], attn_k and attn_v I2_S
+   [dim, n_kv*head_dim], ffn_gate and ffn_up I2_S [dim, ffn], ffn_down I2_S [ffn, dim]. Float
+   tensors may be any of F32, F16, BF16, and the ternary ones also float (unquantized latent
+   weights, as a converter writes them before quantizing). The vocabulary size comes from
+   tokenizer.ggml.tokens (else vocab_size, else token_embd) and every tokenizer.ggml.*_token_id
+   must lie inside it. eot is tokenizer.ggml.eot_token_id, else the token "<|eot_id|>", else -1.
+   Reads only the 4-byte scale of each I2_S tensor (not finite or negative: CORRUPT), so it is cheap.
+   Errors: BAD_METADATA (missing or inconsistent keys, zero or non-dividing head counts, special
+   ids outside the vocabulary), UNSUPPORTED (another architecture, partial RoPE),
+   MISSING_TENSOR, UNSUPPORTED_TYPE (a tensor of the wrong type), BAD_SHAPE. */
+struct bitnet_model_info;
+BITNET_API bitnet_result bitnet_gguf_check_bitnet(const bitnet_gguf *g, struct bitnet_model_info *info);
+
+/* GGUF writer, in bitnet.cpp's layout (v3, alignment 32 unless general.alignment is set, data
+   padded with zeros). Declare all metadata and tensors, then begin() writes the header and
+   write() streams the tensor bytes in declaration order (any chunking); finish() closes the
+   file. Values are copied. bitnet_gguf_writer_free on an unfinished writer removes the file. */
+typedef struct bitnet_gguf_writer bitnet_gguf_writer;
+BITNET_API bitnet_result bitnet_gguf_writer_create(bitnet_gguf_writer **out);
+BITNET_API void bitnet_gguf_writer_free(bitnet_gguf_writer *w);
+/* value points to the value (bool: one uint8_t, 0 or 1; STRING: a bitnet_gguf_str). Setting
+   general.alignment (UINT32, a power of two) also sets the alignment used. */
+BITNET_API bitnet_result bitnet_gguf_writer_set(bitnet_gguf_writer *w, const char *key, bitnet_gguf_type type, const void *value);
+BITNET_API bitnet_result bitnet_gguf_writer_set_u32(bitnet_gguf_writer *w, const char *key, uint32_t v);
+BITNET_API bitnet_result bitnet_gguf_writer_set_f32(bitnet_gguf_writer *w, const char *key, float v);
+BITNET_API bitnet_result bitnet_gguf_writer_set_str(bitnet_gguf_writer *w, const char *key, const char *v);
+/* n packed elements (STRING: n bitnet_gguf_str). */
+BITNET_API bitnet_result bitnet_gguf_writer_set_arr(bitnet_gguf_writer *w, const char *key, bitnet_gguf_type elem_type,
+                                                    const void *values, uint64_t n);
+BITNET_API bitnet_result bitnet_gguf_writer_add_tensor(bitnet_gguf_writer *w, const char *name, bitnet_tensor_type type,
+                                                       int n_dims, const uint64_t *ne);
+BITNET_API bitnet_result bitnet_gguf_writer_begin(bitnet_gguf_writer *w, const char *path);
+BITNET_API bitnet_result bitnet_gguf_writer_write(bitnet_gguf_writer *w, const void *data, size_t n);
+BITNET_API bitnet_result bitnet_gguf_writer_finish(bitnet_gguf_writer *w);
 
 /* ---- >>api-tokenizer ------------------------------------------------------------------------- */
 
@@ -2409,6 +2484,1283 @@ BITNET_API bitnet_result bitnet_gemm_i2s(const void *w, size_t w_bytes, size_t n
 }
 
 /* >>gguf ====================================================================================== */
+
+/* File layout (little-endian): "GGUF", u32 version, u64 n_tensors, u64 n_kv; n_kv x (string key,
+   u32 type, value); n_tensors x (string name, u32 n_dims, u64 ne[n_dims], u32 type, u64 offset);
+   zero padding to general.alignment; the data section. A string is a u64 length and its bytes. */
+
+#define BITNET__GGUF_MAGIC "GGUF"
+#define BITNET__GGUF_DEFAULT_ALIGN 32u
+#define BITNET__GGUF_MAX_KV (1u << 20)       /* far beyond any real file; bounds the tables */
+#define BITNET__GGUF_MAX_TENSORS (1u << 20)
+#define BITNET__GGUF_MIN_KV_BYTES 13u        /* key length 8 + type 4 + a 1-byte value */
+#define BITNET__GGUF_MIN_TENSOR_BYTES 32u    /* name length 8 + n_dims 4 + ne 8 + type 4 + offset 8 */
+
+typedef struct bitnet__gguf_kv {
+    const char *key;         /* NUL-terminated copy */
+    bitnet_gguf_type type;
+    bitnet_gguf_type elem;   /* arrays: element type */
+    uint64_t count;          /* arrays: element count */
+    const uint8_t *raw;      /* scalars: the value bytes in the image (unaligned); strings: the bytes */
+    uint64_t len;            /* strings: length */
+    void *arr;               /* arrays: an aligned copy of numeric elements, or a bitnet_gguf_str table */
+} bitnet__gguf_kv;
+
+/* Everything a bitnet_gguf owns besides the image lives in one arena, freed at once. */
+typedef struct bitnet__arena { unsigned char *blk; size_t used, cap; } bitnet__arena;
+#define BITNET__ARENA_HDR 64
+
+static void *bitnet__arena_alloc(bitnet__arena *a, size_t n) {
+    unsigned char *b;
+    size_t cap;
+    if (n > SIZE_MAX - 2 * BITNET__ARENA_HDR - 15) {
+        bitnet__err(BITNET_ERR_OVERFLOW, "arena allocation of %zu bytes overflows", n);
+        return NULL;
+    }
+    n = (n + 15) & ~(size_t)15;
+    if (a->blk && a->cap - a->used >= n) {
+        b = a->blk + a->used;
+        a->used += n;
+        return b;
+    }
+    cap = BITNET__ARENA_HDR + BITNET__MAX(n, (size_t)65536);
+    b = (unsigned char *)bitnet__malloc(cap);
+    if (!b) return NULL;
+    memcpy(b, &a->blk, sizeof a->blk); /* link the previous block */
+    a->blk = b;
+    a->used = BITNET__ARENA_HDR + n;
+    a->cap = cap;
+    return b + BITNET__ARENA_HDR;
+}
+static void bitnet__arena_free(bitnet__arena *a) {
+    while (a->blk) {
+        unsigned char *next;
+        memcpy(&next, a->blk, sizeof next);
+        bitnet__free(a->blk);
+        a->blk = next;
+    }
+}
+
+struct bitnet_gguf {
+    const uint8_t *base;
+    size_t size;
+    void *map;               /* mmap'd image (munmap on close), or */
+    void *owned;             /* an image read into memory */
+    uint32_t version, alignment;
+    uint64_t n_kv, n_tensors, data_offset;
+    bitnet__gguf_kv *kv;
+    bitnet_tensor_info *tensors;
+    uint32_t *kv_hash, *t_hash; /* open addressing: index + 1, 0 = empty */
+    size_t kv_cap, t_cap;       /* powers of two */
+    bitnet__arena arena;
+};
+
+static int bitnet__host_le(void) {
+    const uint16_t one = 1;
+    uint8_t b;
+    memcpy(&b, &one, 1);
+    return b == 1;
+}
+static uint32_t bitnet__le32(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+static uint64_t bitnet__le64(const uint8_t *p) { return (uint64_t)bitnet__le32(p) | (uint64_t)bitnet__le32(p + 4) << 32; }
+
+static uint64_t bitnet__fnv1a(const char *s, size_t n) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    size_t i;
+    for (i = 0; i < n; i++) h = (h ^ (uint8_t)s[i]) * 0x100000001b3ull;
+    return h;
+}
+/* Slot for name in a table whose entries name(i) are the NUL-terminated names: either the slot
+   holding it or the empty slot where it would go. */
+static size_t bitnet__gguf_slot(const uint32_t *tab, size_t cap, const char *name, size_t len,
+                                const bitnet__gguf_kv *kv, const bitnet_tensor_info *ti) {
+    size_t i = (size_t)bitnet__fnv1a(name, len) & (cap - 1);
+    for (;; i = (i + 1) & (cap - 1)) {
+        const char *other;
+        if (!tab[i]) return i;
+        other = kv ? kv[tab[i] - 1].key : ti[tab[i] - 1].name;
+        if (strncmp(other, name, len) == 0 && other[len] == 0) return i;
+    }
+}
+static size_t bitnet__hash_cap(uint64_t n) {
+    size_t cap = 16;
+    while (cap < 2 * n) cap *= 2; /* n <= 2^20, so this stays small */
+    return cap;
+}
+
+BITNET_API const char *bitnet_gguf_type_name(bitnet_gguf_type t) {
+    static const char *const names[] = {"UINT8", "INT8",   "UINT16", "INT16", "UINT32", "INT32", "FLOAT32",
+                                        "BOOL",  "STRING", "ARRAY",  "UINT64", "INT64", "FLOAT64"};
+    return ((unsigned)t < BITNET_GGUF_TYPE_COUNT) ? names[t] : "?";
+}
+BITNET_API const char *bitnet_tensor_type_name(bitnet_tensor_type t) {
+    switch (t) {
+    case BITNET_TENSOR_F32: return "F32";
+    case BITNET_TENSOR_F16: return "F16";
+    case BITNET_TENSOR_Q8_0: return "Q8_0";
+    case BITNET_TENSOR_BF16: return "BF16";
+    case BITNET_TENSOR_I2_S: return "I2_S";
+    default: return "?";
+    }
+}
+/* ggml's names for the type ids this library does not read, for error messages. */
+static const char *bitnet__ggml_type_name(uint32_t t) {
+    static const char *const names[] = {"F32", "F16", "Q4_0", "Q4_1", "?", "?", "Q5_0", "Q5_1", "Q8_0", "Q8_1",
+                                        "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q8_K", "IQ2_XXS", "IQ2_XS",
+                                        "IQ3_XXS", "IQ1_S", "IQ4_NL", "IQ3_S", "IQ2_S", "IQ4_XS", "I8", "I16", "I32",
+                                        "I64", "F64", "IQ1_M", "BF16", "?", "?", "?", "TQ1_0", "TQ2_0", "I2_S",
+                                        "I8_S", "TL1", "TL2"};
+    return t < sizeof names / sizeof names[0] ? names[t] : "?";
+}
+
+static size_t bitnet__gguf_scalar_size(uint32_t t) {
+    switch (t) {
+    case BITNET_GGUF_UINT8: case BITNET_GGUF_INT8: case BITNET_GGUF_BOOL: return 1;
+    case BITNET_GGUF_UINT16: case BITNET_GGUF_INT16: return 2;
+    case BITNET_GGUF_UINT32: case BITNET_GGUF_INT32: case BITNET_GGUF_FLOAT32: return 4;
+    case BITNET_GGUF_UINT64: case BITNET_GGUF_INT64: case BITNET_GGUF_FLOAT64: return 8;
+    default: return 0; /* STRING, ARRAY, unknown */
+    }
+}
+
+BITNET_API bitnet_result bitnet_tensor_nbytes(bitnet_tensor_type type, const uint64_t ne[4], uint64_t *out) {
+    uint64_t n = 1;
+    int d;
+    BITNET__CHECK_PTR(ne);
+    BITNET__CHECK_PTR(out);
+    for (d = 0; d < 4; d++) {
+        if (ne[d] == 0) return bitnet__err(BITNET_ERR_BAD_SHAPE, "dimension %d is 0", d);
+        if (ne[d] > (uint64_t)INT64_MAX || n > (uint64_t)INT64_MAX / ne[d])
+            return bitnet__err(BITNET_ERR_OVERFLOW, "element count [%llu, %llu, %llu, %llu] overflows",
+                               (unsigned long long)ne[0], (unsigned long long)ne[1], (unsigned long long)ne[2],
+                               (unsigned long long)ne[3]);
+        n *= ne[d];
+    }
+    switch (type) {
+    case BITNET_TENSOR_F32:
+        if (n > UINT64_MAX / 4) return bitnet__err(BITNET_ERR_OVERFLOW, "F32 byte size overflows");
+        *out = n * 4;
+        return BITNET_OK;
+    case BITNET_TENSOR_F16:
+    case BITNET_TENSOR_BF16: *out = n * 2; return BITNET_OK;
+    case BITNET_TENSOR_Q8_0:
+        if (ne[0] % 32) return bitnet__err(BITNET_ERR_BAD_SHAPE, "Q8_0 row of %llu is not a multiple of 32", (unsigned long long)ne[0]);
+        *out = n / 32 * 34;
+        return BITNET_OK;
+    case BITNET_TENSOR_I2_S: /* bitnet.cpp: elements/4 packed, then a 32-byte tail holding the scale */
+        if (ne[0] % BITNET_I2S_BLOCK)
+            return bitnet__err(BITNET_ERR_BAD_SHAPE, "I2_S row of %llu is not a multiple of %d", (unsigned long long)ne[0],
+                               BITNET_I2S_BLOCK);
+        *out = n / 4 + 32;
+        return BITNET_OK;
+    default: return bitnet__err(BITNET_ERR_UNSUPPORTED_TYPE, "tensor type %d is not one of F32, F16, BF16, Q8_0, I2_S", (int)type);
+    }
+}
+
+/* ---- the bounds-checked cursor ---------------------------------------------------------------- */
+typedef struct bitnet__rd { const uint8_t *base; size_t size, pos; } bitnet__rd;
+
+static bitnet_result bitnet__rd_need(bitnet__rd *r, uint64_t n, const char *what) {
+    if (n > r->size - r->pos)
+        return bitnet__err(BITNET_ERR_TRUNCATED, "GGUF truncated: %s at offset %zu needs %llu bytes, only %zu remain", what,
+                           r->pos, (unsigned long long)n, r->size - r->pos);
+    return BITNET_OK;
+}
+static bitnet_result bitnet__rd_u32(bitnet__rd *r, uint32_t *v, const char *what) {
+    BITNET__TRY(bitnet__rd_need(r, 4, what));
+    *v = bitnet__le32(r->base + r->pos);
+    r->pos += 4;
+    return BITNET_OK;
+}
+static bitnet_result bitnet__rd_u64(bitnet__rd *r, uint64_t *v, const char *what) {
+    BITNET__TRY(bitnet__rd_need(r, 8, what));
+    *v = bitnet__le64(r->base + r->pos);
+    r->pos += 8;
+    return BITNET_OK;
+}
+/* n items of at least min_bytes each: more than the whole file can hold is corruption (never a
+   truncation), more than what remains is a truncation. Makes n safe to allocate from. */
+static bitnet_result bitnet__rd_count(bitnet__rd *r, uint64_t n, uint64_t min_bytes, const char *what) {
+    if (n > r->size / min_bytes)
+        return bitnet__err(BITNET_ERR_CORRUPT, "GGUF corrupt or truncated: %s = %llu at offset %zu cannot fit in a %zu-byte file", what,
+                           (unsigned long long)n, r->pos, r->size);
+    return bitnet__rd_need(r, n * min_bytes, what);
+}
+static bitnet_result bitnet__rd_str(bitnet__rd *r, bitnet_gguf_str *s, const char *what) {
+    uint64_t len;
+    BITNET__TRY(bitnet__rd_u64(r, &len, what));
+    BITNET__TRY(bitnet__rd_count(r, len, 1, what));
+    s->ptr = (const char *)(r->base + r->pos);
+    s->len = len;
+    r->pos += (size_t)len;
+    return BITNET_OK;
+}
+/* Names (keys, tensor names) become NUL-terminated copies, so they must not be empty or hold NULs. */
+static bitnet_result bitnet__gguf_name(bitnet_gguf *g, bitnet__rd *r, const char **out, const char *what) {
+    bitnet_gguf_str s;
+    char *p;
+    BITNET__TRY(bitnet__rd_str(r, &s, what));
+    if (s.len == 0) return bitnet__err(BITNET_ERR_CORRUPT, "GGUF corrupt: %s at offset %zu is empty", what, r->pos - 8);
+    if (memchr(s.ptr, 0, (size_t)s.len))
+        return bitnet__err(BITNET_ERR_CORRUPT, "GGUF corrupt: %s at offset %zu contains a NUL byte", what,
+                           r->pos - (size_t)s.len);
+    p = (char *)bitnet__arena_alloc(&g->arena, (size_t)s.len + 1);
+    if (!p) return BITNET_ERR_OUT_OF_MEMORY;
+    memcpy(p, s.ptr, (size_t)s.len);
+    p[s.len] = 0;
+    *out = p;
+    return BITNET_OK;
+}
+
+static bitnet_result bitnet__gguf_read_value(bitnet_gguf *g, bitnet__rd *r, bitnet__gguf_kv *kv) {
+    char what[96];
+    uint32_t t;
+    size_t esz;
+    snprintf(what, sizeof what, "value type of key '%.48s'", kv->key);
+    BITNET__TRY(bitnet__rd_u32(r, &t, what));
+    if (t >= BITNET_GGUF_TYPE_COUNT)
+        return bitnet__err(BITNET_ERR_CORRUPT, "GGUF corrupt: key '%s' has unknown value type %u", kv->key, t);
+    kv->type = (bitnet_gguf_type)t;
+    snprintf(what, sizeof what, "value of key '%.48s'", kv->key);
+    if (t == BITNET_GGUF_STRING) {
+        bitnet_gguf_str s;
+        BITNET__TRY(bitnet__rd_str(r, &s, what));
+        kv->raw = (const uint8_t *)s.ptr;
+        kv->len = s.len;
+        return BITNET_OK;
+    }
+    if (t != BITNET_GGUF_ARRAY) {
+        esz = bitnet__gguf_scalar_size(t);
+        BITNET__TRY(bitnet__rd_need(r, esz, what));
+        kv->raw = r->base + r->pos;
+        r->pos += esz;
+        return BITNET_OK;
+    }
+    snprintf(what, sizeof what, "element type of array '%.48s'", kv->key);
+    BITNET__TRY(bitnet__rd_u32(r, &t, what));
+    if (t == BITNET_GGUF_ARRAY)
+        return bitnet__err(BITNET_ERR_UNSUPPORTED, "GGUF: key '%s' is an array of arrays (nested arrays are not supported)", kv->key);
+    if (t >= BITNET_GGUF_TYPE_COUNT)
+        return bitnet__err(BITNET_ERR_CORRUPT, "GGUF corrupt: array '%s' has unknown element type %u", kv->key, t);
+    kv->elem = (bitnet_gguf_type)t;
+    snprintf(what, sizeof what, "length of array '%.48s'", kv->key);
+    BITNET__TRY(bitnet__rd_u64(r, &kv->count, what));
+    snprintf(what, sizeof what, "array '%.48s'", kv->key);
+    if (t == BITNET_GGUF_STRING) {
+        bitnet_gguf_str *tab;
+        uint64_t i;
+        size_t tab_bytes;
+        BITNET__TRY(bitnet__rd_count(r, kv->count, 8, what));
+        if (!bitnet__mul_size((size_t)(kv->count ? kv->count : 1), sizeof *tab, &tab_bytes)) /* 32-bit hosts */
+            return bitnet__err(BITNET_ERR_OVERFLOW, "GGUF: array '%s' of %llu strings is too large", kv->key,
+                               (unsigned long long)kv->count);
+        tab = (bitnet_gguf_str *)bitnet__arena_alloc(&g->arena, tab_bytes);
+        if (!tab) return BITNET_ERR_OUT_OF_MEMORY;
+        for (i = 0; i < kv->count; i++) { /* the context is formatted only on failure: arrays are long */
+            bitnet_result e = bitnet__rd_str(r, &tab[i], "a string");
+            if (e != BITNET_OK) {
+                char why[256];
+                memcpy(why, bitnet__errbuf, sizeof why - 1);
+                why[sizeof why - 1] = 0;
+                return bitnet__err(e, "%s (element %llu of array '%s')", why, (unsigned long long)i, kv->key);
+            }
+        }
+        kv->arr = tab;
+        return BITNET_OK;
+    }
+    esz = bitnet__gguf_scalar_size(t);
+    BITNET__TRY(bitnet__rd_count(r, kv->count, esz, what));
+    kv->arr = bitnet__arena_alloc(&g->arena, kv->count ? (size_t)kv->count * esz : 1);
+    if (!kv->arr) return BITNET_ERR_OUT_OF_MEMORY;
+    memcpy(kv->arr, r->base + r->pos, (size_t)kv->count * esz);
+    r->pos += (size_t)kv->count * esz;
+    return BITNET_OK;
+}
+
+static bitnet_result bitnet__gguf_parse(bitnet_gguf *g) {
+    bitnet__rd r;
+    char what[96];
+    uint64_t i;
+    int64_t ai;
+    r.base = g->base;
+    r.size = g->size;
+    r.pos = 0;
+    BITNET__TRY(bitnet__rd_need(&r, 4, "magic"));
+    if (memcmp(g->base, BITNET__GGUF_MAGIC, 4) != 0)
+        return bitnet__err(BITNET_ERR_BAD_MAGIC, "not a GGUF file: starts with bytes %02x %02x %02x %02x, not \"GGUF\"",
+                           g->base[0], g->base[1], g->base[2], g->base[3]);
+    r.pos = 4;
+    BITNET__TRY(bitnet__rd_u32(&r, &g->version, "version"));
+    if (g->version != 2 && g->version != 3) {
+        if (g->version == 1) return bitnet__err(BITNET_ERR_BAD_VERSION, "GGUF version 1 is not supported (only 2 and 3)");
+        if ((g->version & 0xffff) == 0 && (g->version >> 24) >= 1 && (g->version >> 24) <= 3)
+            return bitnet__err(BITNET_ERR_BAD_VERSION, "big-endian GGUF files are not supported");
+        return bitnet__err(BITNET_ERR_BAD_VERSION, "GGUF version %u is not supported (only 2 and 3)", g->version);
+    }
+    BITNET__TRY(bitnet__rd_u64(&r, &g->n_tensors, "tensor count"));
+    BITNET__TRY(bitnet__rd_u64(&r, &g->n_kv, "metadata count"));
+    if (g->n_kv > BITNET__GGUF_MAX_KV || g->n_kv > r.size / BITNET__GGUF_MIN_KV_BYTES)
+        return bitnet__err(BITNET_ERR_CORRUPT, "GGUF corrupt or truncated: %llu metadata entries cannot fit in a %zu-byte file",
+                           (unsigned long long)g->n_kv, r.size);
+    if (g->n_tensors > BITNET__GGUF_MAX_TENSORS || g->n_tensors > r.size / BITNET__GGUF_MIN_TENSOR_BYTES)
+        return bitnet__err(BITNET_ERR_CORRUPT, "GGUF corrupt or truncated: %llu tensors cannot fit in a %zu-byte file",
+                           (unsigned long long)g->n_tensors, r.size);
+    g->kv_cap = bitnet__hash_cap(g->n_kv);
+    g->t_cap = bitnet__hash_cap(g->n_tensors);
+    g->kv = (bitnet__gguf_kv *)bitnet__arena_alloc(&g->arena, (size_t)(g->n_kv ? g->n_kv : 1) * sizeof *g->kv);
+    g->tensors = (bitnet_tensor_info *)bitnet__arena_alloc(&g->arena, (size_t)(g->n_tensors ? g->n_tensors : 1) * sizeof *g->tensors);
+    g->kv_hash = (uint32_t *)bitnet__arena_alloc(&g->arena, g->kv_cap * sizeof(uint32_t));
+    g->t_hash = (uint32_t *)bitnet__arena_alloc(&g->arena, g->t_cap * sizeof(uint32_t));
+    if (!g->kv || !g->tensors || !g->kv_hash || !g->t_hash) return BITNET_ERR_OUT_OF_MEMORY;
+    memset(g->kv, 0, (size_t)g->n_kv * sizeof *g->kv);
+    memset(g->tensors, 0, (size_t)g->n_tensors * sizeof *g->tensors);
+    memset(g->kv_hash, 0, g->kv_cap * sizeof(uint32_t));
+    memset(g->t_hash, 0, g->t_cap * sizeof(uint32_t));
+
+    for (i = 0; i < g->n_kv; i++) {
+        bitnet__gguf_kv *kv = &g->kv[i];
+        size_t slot;
+        snprintf(what, sizeof what, "name of metadata key %llu", (unsigned long long)i);
+        BITNET__TRY(bitnet__gguf_name(g, &r, &kv->key, what));
+        slot = bitnet__gguf_slot(g->kv_hash, g->kv_cap, kv->key, strlen(kv->key), g->kv, NULL);
+        if (g->kv_hash[slot]) return bitnet__err(BITNET_ERR_BAD_METADATA, "GGUF: duplicate metadata key '%s'", kv->key);
+        BITNET__TRY(bitnet__gguf_read_value(g, &r, kv));
+        g->kv_hash[slot] = (uint32_t)(i + 1);
+    }
+
+    g->alignment = BITNET__GGUF_DEFAULT_ALIGN;
+    ai = bitnet_gguf_find_key(g, "general.alignment");
+    if (ai >= 0) {
+        uint32_t a;
+        if (g->kv[ai].type != BITNET_GGUF_UINT32)
+            return bitnet__err(BITNET_ERR_BAD_METADATA, "GGUF: general.alignment is %s, not UINT32",
+                               bitnet_gguf_type_name(g->kv[ai].type));
+        a = bitnet__le32(g->kv[ai].raw);
+        if (a == 0 || (a & (a - 1)))
+            return bitnet__err(BITNET_ERR_BAD_METADATA, "GGUF: general.alignment = %u is not a power of two", a);
+        g->alignment = a;
+    }
+
+    for (i = 0; i < g->n_tensors; i++) {
+        bitnet_tensor_info *ti = &g->tensors[i];
+        uint32_t nd, type;
+        size_t slot;
+        int d;
+        bitnet_result res;
+        snprintf(what, sizeof what, "name of tensor %llu", (unsigned long long)i);
+        BITNET__TRY(bitnet__gguf_name(g, &r, &ti->name, what));
+        slot = bitnet__gguf_slot(g->t_hash, g->t_cap, ti->name, strlen(ti->name), NULL, g->tensors);
+        if (g->t_hash[slot]) return bitnet__err(BITNET_ERR_DUPLICATE_TENSOR, "GGUF: tensor '%s' appears twice", ti->name);
+        g->t_hash[slot] = (uint32_t)(i + 1);
+        snprintf(what, sizeof what, "dimension count of tensor '%.48s'", ti->name);
+        BITNET__TRY(bitnet__rd_u32(&r, &nd, what));
+        if (nd < 1 || nd > 4)
+            return bitnet__err(BITNET_ERR_BAD_SHAPE, "GGUF: tensor '%s' has %u dimensions (1 to 4 allowed)", ti->name, nd);
+        ti->n_dims = (int)nd;
+        snprintf(what, sizeof what, "shape of tensor '%.48s'", ti->name);
+        for (d = 0; d < 4; d++) {
+            ti->ne[d] = 1;
+            if (d < (int)nd) BITNET__TRY(bitnet__rd_u64(&r, &ti->ne[d], what));
+        }
+        snprintf(what, sizeof what, "type of tensor '%.48s'", ti->name);
+        BITNET__TRY(bitnet__rd_u32(&r, &type, what));
+        snprintf(what, sizeof what, "offset of tensor '%.48s'", ti->name);
+        BITNET__TRY(bitnet__rd_u64(&r, &ti->offset, what));
+        if (type != BITNET_TENSOR_F32 && type != BITNET_TENSOR_F16 && type != BITNET_TENSOR_Q8_0 &&
+            type != BITNET_TENSOR_BF16 && type != BITNET_TENSOR_I2_S)
+            return bitnet__err(BITNET_ERR_UNSUPPORTED_TYPE,
+                               "GGUF: tensor '%s' has type %u (%s), not one of F32 (0), F16 (1), Q8_0 (8), BF16 (30), I2_S (36)",
+                               ti->name, type, bitnet__ggml_type_name(type));
+        ti->type = (bitnet_tensor_type)type;
+        res = bitnet_tensor_nbytes(ti->type, ti->ne, &ti->bytes);
+        if (res != BITNET_OK) {
+            char why[160];
+            memcpy(why, bitnet__errbuf, sizeof why - 1); /* the detail, before errbuf is rewritten */
+            why[sizeof why - 1] = 0;
+            return bitnet__err(res, "GGUF: tensor '%s' (%s [%llu, %llu, %llu, %llu]): %s", ti->name,
+                               bitnet_tensor_type_name(ti->type), (unsigned long long)ti->ne[0],
+                               (unsigned long long)ti->ne[1], (unsigned long long)ti->ne[2],
+                               (unsigned long long)ti->ne[3], why);
+        }
+        if (ti->offset % g->alignment)
+            return bitnet__err(BITNET_ERR_ALIGNMENT, "GGUF: tensor '%s' offset %llu is not a multiple of the alignment %u",
+                               ti->name, (unsigned long long)ti->offset, g->alignment);
+    }
+
+    /* The data section starts at the next multiple of the alignment. */
+    g->data_offset = ((uint64_t)r.pos + g->alignment - 1) / g->alignment * g->alignment;
+    for (i = 0; i < g->n_tensors; i++) {
+        bitnet_tensor_info *ti = &g->tensors[i];
+        uint64_t start = g->data_offset + ti->offset, end = start + ti->bytes;
+        if (ti->offset > UINT64_MAX - g->data_offset || ti->bytes > UINT64_MAX - start)
+            return bitnet__err(BITNET_ERR_OVERFLOW, "GGUF: tensor '%s' offset %llu + %llu bytes overflows", ti->name,
+                               (unsigned long long)ti->offset, (unsigned long long)ti->bytes);
+        if (end > g->size)
+            return bitnet__err(BITNET_ERR_TRUNCATED,
+                               "GGUF truncated: tensor '%s' occupies bytes %llu to %llu, but the file has %zu", ti->name,
+                               (unsigned long long)start, (unsigned long long)end, g->size);
+        ti->data = g->base + start;
+    }
+    return BITNET_OK;
+}
+
+static bitnet_result bitnet__gguf_new(const uint8_t *base, size_t size, bitnet_gguf **out) {
+    bitnet_gguf *g;
+    if (!bitnet__host_le()) return bitnet__err(BITNET_ERR_UNSUPPORTED, "GGUF: only little-endian hosts are supported");
+    g = (bitnet_gguf *)bitnet__calloc(1, sizeof *g);
+    if (!g) return BITNET_ERR_OUT_OF_MEMORY;
+    g->base = base;
+    g->size = size;
+    *out = g;
+    return BITNET_OK;
+}
+
+BITNET_API bitnet_result bitnet_gguf_open_memory(const void *data, size_t size, bitnet_gguf **out) {
+    bitnet_gguf *g;
+    bitnet_result r;
+    BITNET__CHECK_PTR(out);
+    *out = NULL;
+    if (!data && size) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_gguf_open_memory: data is NULL");
+    BITNET__TRY(bitnet__gguf_new((const uint8_t *)(data ? data : ""), size, &g));
+    r = bitnet__gguf_parse(g);
+    if (r != BITNET_OK) {
+        bitnet_gguf_close(g);
+        return r;
+    }
+    *out = g;
+    return BITNET_OK;
+}
+
+static int bitnet__file_size(FILE *f, uint64_t *size) {
+#if defined(_WIN32)
+    __int64 n;
+    if (_fseeki64(f, 0, SEEK_END) != 0 || (n = _ftelli64(f)) < 0 || _fseeki64(f, 0, SEEK_SET) != 0) return -1;
+    *size = (uint64_t)n;
+#else
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) return -1;
+    *size = (uint64_t)st.st_size;
+#endif
+    return 0;
+}
+
+BITNET_API bitnet_result bitnet_gguf_open(const char *path, bitnet_gguf **out) { return bitnet_gguf_open_ex(path, 0, out); }
+
+BITNET_API bitnet_result bitnet_gguf_open_ex(const char *path, unsigned flags, bitnet_gguf **out) {
+    FILE *f;
+    uint64_t fsize;
+    size_t size, got = 0;
+    void *map = NULL, *owned = NULL;
+    bitnet_gguf *g = NULL;
+    bitnet_result r;
+    BITNET__CHECK_PTR(path);
+    BITNET__CHECK_PTR(out);
+    *out = NULL;
+    if (flags & ~BITNET_GGUF_NO_MMAP) return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_gguf_open_ex: unknown flags 0x%x", flags);
+    f = fopen(path, "rb");
+    if (!f) return bitnet__err(BITNET_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+    if (bitnet__file_size(f, &fsize) != 0) {
+        fclose(f);
+        return bitnet__err(BITNET_ERR_IO, "cannot get the size of '%s' (not a regular file?)", path);
+    }
+    if (fsize > (uint64_t)SIZE_MAX) {
+        fclose(f);
+        return bitnet__err(BITNET_ERR_OVERFLOW, "'%s' (%llu bytes) does not fit in the address space", path, (unsigned long long)fsize);
+    }
+    size = (size_t)fsize;
+#if !defined(_WIN32) && !defined(BITNET_NO_MMAP)
+    if (!(flags & BITNET_GGUF_NO_MMAP) && size > 0) {
+        map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fileno(f), 0);
+        if (map == MAP_FAILED) {
+            bitnet__log(BITNET_LOG_INFO, "mmap of '%s' failed (%s); reading it into memory", path, strerror(errno));
+            map = NULL;
+        }
+    }
+#endif
+    if (!map) {
+        owned = bitnet__malloc(size ? size : 1);
+        if (!owned) {
+            fclose(f);
+            return bitnet__err(BITNET_ERR_OUT_OF_MEMORY, "cannot allocate %zu bytes to read '%s'", size, path);
+        }
+        while (got < size) {
+            size_t n = fread((char *)owned + got, 1, size - got, f);
+            if (n == 0) break;
+            got += n;
+        }
+        if (got != size) {
+            int e = ferror(f) ? errno : 0;
+            fclose(f);
+            bitnet__free(owned);
+            return bitnet__err(BITNET_ERR_IO, "reading '%s' stopped after %zu of %zu bytes%s%s", path, got, size,
+                               e ? ": " : "", e ? strerror(e) : "");
+        }
+    }
+    fclose(f);
+    r = bitnet__gguf_new((const uint8_t *)(map ? map : owned), size, &g);
+    if (r == BITNET_OK) {
+        g->map = map;
+        g->owned = owned;
+        r = bitnet__gguf_parse(g);
+        if (r != BITNET_OK) {
+            char msg[sizeof bitnet__errbuf];
+            snprintf(msg, sizeof msg, "%s", bitnet__errbuf);
+            bitnet_gguf_close(g);
+            return bitnet__err(r, "%s: %s", path, msg);
+        }
+        *out = g;
+        return BITNET_OK;
+    }
+#if !defined(_WIN32) && !defined(BITNET_NO_MMAP)
+    if (map) munmap(map, size);
+#endif
+    bitnet__free(owned);
+    return r;
+}
+
+BITNET_API void bitnet_gguf_close(bitnet_gguf *g) {
+    if (!g) return;
+#if !defined(_WIN32) && !defined(BITNET_NO_MMAP)
+    if (g->map) munmap(g->map, g->size);
+#endif
+    bitnet__free(g->owned);
+    bitnet__arena_free(&g->arena);
+    bitnet__free(g);
+}
+
+BITNET_API uint32_t bitnet_gguf_version(const bitnet_gguf *g) { return g ? g->version : 0; }
+BITNET_API uint64_t bitnet_gguf_kv_count(const bitnet_gguf *g) { return g ? g->n_kv : 0; }
+BITNET_API uint64_t bitnet_gguf_tensor_count(const bitnet_gguf *g) { return g ? g->n_tensors : 0; }
+BITNET_API uint32_t bitnet_gguf_alignment(const bitnet_gguf *g) { return g ? g->alignment : 0; }
+BITNET_API uint64_t bitnet_gguf_data_offset(const bitnet_gguf *g) { return g ? g->data_offset : 0; }
+BITNET_API uint64_t bitnet_gguf_size(const bitnet_gguf *g) { return g ? (uint64_t)g->size : 0; }
+BITNET_API int bitnet_gguf_is_mapped(const bitnet_gguf *g) { return g && g->map != NULL; }
+
+BITNET_API int64_t bitnet_gguf_find_key(const bitnet_gguf *g, const char *key) {
+    size_t slot;
+    if (!g || !key) return -1;
+    slot = bitnet__gguf_slot(g->kv_hash, g->kv_cap, key, strlen(key), g->kv, NULL);
+    return g->kv_hash[slot] ? (int64_t)g->kv_hash[slot] - 1 : -1;
+}
+BITNET_API const char *bitnet_gguf_key_name(const bitnet_gguf *g, uint64_t i) { return (g && i < g->n_kv) ? g->kv[i].key : NULL; }
+BITNET_API bitnet_gguf_type bitnet_gguf_key_type(const bitnet_gguf *g, uint64_t i) {
+    return (g && i < g->n_kv) ? g->kv[i].type : BITNET_GGUF_TYPE_COUNT;
+}
+
+static bitnet_result bitnet__gguf_lookup(const bitnet_gguf *g, const char *key, const char *fn, const bitnet__gguf_kv **kv) {
+    int64_t i;
+    if (!g || !key) return bitnet__err(BITNET_ERR_NULL_POINTER, "%s: g and key must not be NULL", fn);
+    i = bitnet_gguf_find_key(g, key);
+    if (i < 0) return bitnet__err(BITNET_ERR_BAD_METADATA, "GGUF: key '%s' is missing", key);
+    *kv = &g->kv[i];
+    return BITNET_OK;
+}
+static bitnet_result bitnet__gguf_wrong_type(const bitnet__gguf_kv *kv, const char *want) {
+    return bitnet__err(BITNET_ERR_BAD_METADATA, "GGUF: key '%s' is %s, expected %s", kv->key,
+                       kv->type == BITNET_GGUF_ARRAY ? "an array" : bitnet_gguf_type_name(kv->type), want);
+}
+/* An integer scalar as (negative, magnitude bits): *is_neg and *v. */
+static bitnet_result bitnet__gguf_int(const bitnet__gguf_kv *kv, const char *want, int *is_neg, uint64_t *u, int64_t *s) {
+    const uint8_t *p = kv->raw;
+    int64_t sv = 0;
+    uint64_t uv = 0;
+    int sgn = 0;
+    switch (kv->type) {
+    case BITNET_GGUF_UINT8: uv = p[0]; break;
+    case BITNET_GGUF_UINT16: uv = (uint64_t)p[0] | (uint64_t)p[1] << 8; break;
+    case BITNET_GGUF_UINT32: uv = bitnet__le32(p); break;
+    case BITNET_GGUF_UINT64: uv = bitnet__le64(p); break;
+    case BITNET_GGUF_INT8: sv = (int8_t)p[0]; sgn = 1; break;
+    case BITNET_GGUF_INT16: sv = (int16_t)(uint16_t)((unsigned)p[0] | (unsigned)p[1] << 8); sgn = 1; break;
+    case BITNET_GGUF_INT32: sv = (int32_t)bitnet__le32(p); sgn = 1; break;
+    case BITNET_GGUF_INT64: sv = (int64_t)bitnet__le64(p); sgn = 1; break;
+    default: return bitnet__gguf_wrong_type(kv, want);
+    }
+    if (sgn) {
+        *is_neg = sv < 0;
+        *s = sv;
+        *u = sv < 0 ? 0 : (uint64_t)sv;
+    } else {
+        *is_neg = 0;
+        *u = uv;
+        *s = uv > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)uv;
+    }
+    return BITNET_OK;
+}
+
+BITNET_API bitnet_result bitnet_gguf_get_u64(const bitnet_gguf *g, const char *key, uint64_t *out) {
+    const bitnet__gguf_kv *kv = NULL;
+    int neg = 0;
+    uint64_t u = 0;
+    int64_t s = 0;
+    BITNET__CHECK_PTR(out);
+    BITNET__TRY(bitnet__gguf_lookup(g, key, __func__, &kv));
+    BITNET__TRY(bitnet__gguf_int(kv, "an unsigned integer", &neg, &u, &s));
+    if (neg) return bitnet__err(BITNET_ERR_BAD_METADATA, "GGUF: key '%s' is %lld, expected a non-negative value", key, (long long)s);
+    *out = u;
+    return BITNET_OK;
+}
+BITNET_API bitnet_result bitnet_gguf_get_u32(const bitnet_gguf *g, const char *key, uint32_t *out) {
+    uint64_t v = 0;
+    BITNET__CHECK_PTR(out);
+    BITNET__TRY(bitnet_gguf_get_u64(g, key, &v));
+    if (v > UINT32_MAX) return bitnet__err(BITNET_ERR_BAD_METADATA, "GGUF: key '%s' = %llu does not fit 32 bits", key, (unsigned long long)v);
+    *out = (uint32_t)v;
+    return BITNET_OK;
+}
+BITNET_API bitnet_result bitnet_gguf_get_i64(const bitnet_gguf *g, const char *key, int64_t *out) {
+    const bitnet__gguf_kv *kv = NULL;
+    int neg = 0;
+    uint64_t u = 0;
+    int64_t s = 0;
+    BITNET__CHECK_PTR(out);
+    BITNET__TRY(bitnet__gguf_lookup(g, key, __func__, &kv));
+    BITNET__TRY(bitnet__gguf_int(kv, "an integer", &neg, &u, &s));
+    if (!neg && u > (uint64_t)INT64_MAX)
+        return bitnet__err(BITNET_ERR_BAD_METADATA, "GGUF: key '%s' = %llu does not fit int64", key, (unsigned long long)u);
+    *out = s;
+    return BITNET_OK;
+}
+BITNET_API bitnet_result bitnet_gguf_get_f64(const bitnet_gguf *g, const char *key, double *out) {
+    const bitnet__gguf_kv *kv = NULL;
+    BITNET__CHECK_PTR(out);
+    BITNET__TRY(bitnet__gguf_lookup(g, key, __func__, &kv));
+    if (kv->type == BITNET_GGUF_FLOAT32) {
+        float f;
+        uint32_t b = bitnet__le32(kv->raw);
+        memcpy(&f, &b, 4);
+        *out = f;
+    } else if (kv->type == BITNET_GGUF_FLOAT64) {
+        uint64_t b = bitnet__le64(kv->raw);
+        memcpy(out, &b, 8);
+    } else {
+        return bitnet__gguf_wrong_type(kv, "FLOAT32 or FLOAT64");
+    }
+    return BITNET_OK;
+}
+BITNET_API bitnet_result bitnet_gguf_get_f32(const bitnet_gguf *g, const char *key, float *out) {
+    double d = 0;
+    BITNET__CHECK_PTR(out);
+    BITNET__TRY(bitnet_gguf_get_f64(g, key, &d));
+    *out = (float)d;
+    return BITNET_OK;
+}
+BITNET_API bitnet_result bitnet_gguf_get_bool(const bitnet_gguf *g, const char *key, int *out) {
+    const bitnet__gguf_kv *kv = NULL;
+    BITNET__CHECK_PTR(out);
+    BITNET__TRY(bitnet__gguf_lookup(g, key, __func__, &kv));
+    if (kv->type != BITNET_GGUF_BOOL) return bitnet__gguf_wrong_type(kv, "BOOL");
+    *out = kv->raw[0] != 0;
+    return BITNET_OK;
+}
+BITNET_API bitnet_result bitnet_gguf_get_str(const bitnet_gguf *g, const char *key, bitnet_gguf_str *out) {
+    const bitnet__gguf_kv *kv = NULL;
+    BITNET__CHECK_PTR(out);
+    BITNET__TRY(bitnet__gguf_lookup(g, key, __func__, &kv));
+    if (kv->type != BITNET_GGUF_STRING) return bitnet__gguf_wrong_type(kv, "STRING");
+    out->ptr = (const char *)kv->raw;
+    out->len = kv->len;
+    return BITNET_OK;
+}
+BITNET_API bitnet_result bitnet_gguf_get_arr(const bitnet_gguf *g, const char *key, bitnet_gguf_type *elem_type, uint64_t *count) {
+    const bitnet__gguf_kv *kv = NULL;
+    BITNET__TRY(bitnet__gguf_lookup(g, key, __func__, &kv));
+    if (kv->type != BITNET_GGUF_ARRAY) return bitnet__gguf_wrong_type(kv, "an array");
+    if (elem_type) *elem_type = kv->elem;
+    if (count) *count = kv->count;
+    return BITNET_OK;
+}
+BITNET_API bitnet_result bitnet_gguf_arr_str(const bitnet_gguf *g, const char *key, uint64_t i, bitnet_gguf_str *out) {
+    const bitnet__gguf_kv *kv = NULL;
+    BITNET__CHECK_PTR(out);
+    BITNET__TRY(bitnet__gguf_lookup(g, key, __func__, &kv));
+    if (kv->type != BITNET_GGUF_ARRAY || kv->elem != BITNET_GGUF_STRING) return bitnet__gguf_wrong_type(kv, "an array of STRING");
+    if (i >= kv->count)
+        return bitnet__err(BITNET_ERR_INVALID_ARG, "GGUF: index %llu is past the %llu strings of '%s'", (unsigned long long)i,
+                           (unsigned long long)kv->count, key);
+    *out = ((const bitnet_gguf_str *)kv->arr)[i];
+    return BITNET_OK;
+}
+BITNET_API const void *bitnet_gguf_arr_data(const bitnet_gguf *g, const char *key) {
+    const bitnet__gguf_kv *kv = NULL;
+    if (bitnet__gguf_lookup(g, key, __func__, &kv) != BITNET_OK) return NULL;
+    if (kv->type != BITNET_GGUF_ARRAY || kv->elem == BITNET_GGUF_STRING) {
+        bitnet__gguf_wrong_type(kv, "a numeric array");
+        return NULL;
+    }
+    return kv->arr;
+}
+BITNET_API bitnet_result bitnet_gguf_tensor(const bitnet_gguf *g, uint64_t i, bitnet_tensor_info *out) {
+    BITNET__CHECK_PTR(g);
+    BITNET__CHECK_PTR(out);
+    if (i >= g->n_tensors)
+        return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_gguf_tensor: index %llu, the file has %llu tensors",
+                           (unsigned long long)i, (unsigned long long)g->n_tensors);
+    *out = g->tensors[i];
+    return BITNET_OK;
+}
+BITNET_API bitnet_result bitnet_gguf_find_tensor(const bitnet_gguf *g, const char *name, bitnet_tensor_info *out) {
+    size_t slot;
+    BITNET__CHECK_PTR(g);
+    BITNET__CHECK_PTR(name);
+    BITNET__CHECK_PTR(out);
+    slot = bitnet__gguf_slot(g->t_hash, g->t_cap, name, strlen(name), NULL, g->tensors);
+    if (!g->t_hash[slot]) return bitnet__err(BITNET_ERR_MISSING_TENSOR, "GGUF: tensor '%s' is missing", name);
+    *out = g->tensors[g->t_hash[slot] - 1];
+    return BITNET_OK;
+}
+
+/* ---- the BitNet architecture check ------------------------------------------------------------ */
+
+/* <arch>.<suffix> as an int32 in [1, INT32_MAX]; *v keeps its value when optional and absent. */
+static bitnet_result bitnet__gguf_hparam(const bitnet_gguf *g, const char *arch, const char *suffix, int required, int32_t *v) {
+    char key[128];
+    uint64_t u;
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    if (bitnet_gguf_find_key(g, key) < 0) {
+        if (required) return bitnet__err(BITNET_ERR_BAD_METADATA, "GGUF: required key '%s' is missing", key);
+        return BITNET_OK;
+    }
+    BITNET__TRY(bitnet_gguf_get_u64(g, key, &u));
+    if (u == 0 || u > INT32_MAX)
+        return bitnet__err(BITNET_ERR_BAD_METADATA, "GGUF: %s = %llu (must be 1 to %d)", key, (unsigned long long)u, INT32_MAX);
+    *v = (int32_t)u;
+    return BITNET_OK;
+}
+static bitnet_result bitnet__gguf_hparam_f(const bitnet_gguf *g, const char *arch, const char *suffix, int required, float *v) {
+    char key[128];
+    float f;
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    if (bitnet_gguf_find_key(g, key) < 0) {
+        if (required) return bitnet__err(BITNET_ERR_BAD_METADATA, "GGUF: required key '%s' is missing", key);
+        return BITNET_OK;
+    }
+    BITNET__TRY(bitnet_gguf_get_f32(g, key, &f));
+    if (!(f > 0) || f > FLT_MAX) return bitnet__err(BITNET_ERR_BAD_METADATA, "GGUF: %s = %g (must be finite and > 0)", key, (double)f);
+    *v = f;
+    return BITNET_OK;
+}
+/* The types each role accepts: ternary matrices come as I2_S, or as float latent weights that the
+   loader quantizes; the rest are float. */
+#define BITNET__GGUF_TERNARY 0
+#define BITNET__GGUF_FLOAT 1
+static int bitnet__gguf_role_ok(int role, bitnet_tensor_type t) {
+    return t == BITNET_TENSOR_F32 || t == BITNET_TENSOR_F16 || t == BITNET_TENSOR_BF16 ||
+           (role == BITNET__GGUF_TERNARY && t == BITNET_TENSOR_I2_S);
+}
+/* A tensor of this role and shape [ne0, ne1] (ne1 = 1 for vectors); optional ones may be absent. */
+static bitnet_result bitnet__gguf_want(const bitnet_gguf *g, const char *name, int role, uint64_t ne0, uint64_t ne1,
+                                       int optional) {
+    bitnet_tensor_info t;
+    if (bitnet_gguf_find_tensor(g, name, &t) != BITNET_OK) {
+        if (optional) return BITNET_OK;
+        return bitnet__err(BITNET_ERR_MISSING_TENSOR, "GGUF: tensor '%s' is missing", name);
+    }
+    if (!bitnet__gguf_role_ok(role, t.type))
+        return bitnet__err(BITNET_ERR_UNSUPPORTED_TYPE, "GGUF: tensor '%s' is %s, a BitNet model needs %s here", name,
+                           bitnet_tensor_type_name(t.type), role == BITNET__GGUF_TERNARY ? "I2_S, F32, F16 or BF16" : "F32, F16 or BF16");
+    if (t.ne[0] != ne0 || t.ne[1] != ne1 || t.ne[2] != 1 || t.ne[3] != 1)
+        return bitnet__err(BITNET_ERR_BAD_SHAPE, "GGUF: tensor '%s' has shape [%llu, %llu, %llu, %llu], the hyperparameters say [%llu, %llu]",
+                           name, (unsigned long long)t.ne[0], (unsigned long long)t.ne[1], (unsigned long long)t.ne[2],
+                           (unsigned long long)t.ne[3], (unsigned long long)ne0, (unsigned long long)ne1);
+    if (t.type == BITNET_TENSOR_I2_S) { /* the per-tensor scale after the packed weights */
+        float scale;
+        memcpy(&scale, (const uint8_t *)t.data + t.bytes - 32, 4);
+        if (!(scale >= 0 && scale <= FLT_MAX))
+            return bitnet__err(BITNET_ERR_CORRUPT, "GGUF: tensor '%s' has the scale %g (must be finite and >= 0)", name, (double)scale);
+    }
+    return BITNET_OK;
+}
+
+/* Validates g as a BitNet b1.58 model and fills info; see bitnet_gguf_check_bitnet. */
+static bitnet_result bitnet__gguf_check_bitnet(const bitnet_gguf *g, bitnet_model_info *info) {
+    static const char *const archs[] = {"bitnet-b1.58", "bitnet-25", "bitnet"};
+    bitnet_gguf_str s = {NULL, 0};
+    bitnet_tensor_info emb;
+    char arch[32], name[96];
+    int32_t rope_dims = 0, vocab_key = 0;
+    uint64_t dim, ffn, kv_dim, n_vocab = 0, i;
+    int a, l;
+    memset(info, 0, sizeof *info);
+    info->bos = info->eos = info->eot = -1;
+
+    BITNET__TRY(bitnet_gguf_get_str(g, "general.architecture", &s));
+    for (a = 0; a < 3; a++)
+        if (s.len == strlen(archs[a]) && memcmp(s.ptr, archs[a], (size_t)s.len) == 0) break;
+    if (a == 3)
+        return bitnet__err(BITNET_ERR_UNSUPPORTED, "GGUF: architecture '%.*s' is not a BitNet one (bitnet-b1.58, bitnet-25, bitnet)",
+                           (int)BITNET__MIN(s.len, 64), s.ptr);
+    snprintf(arch, sizeof arch, "%s", archs[a]);
+    snprintf(info->arch, sizeof info->arch, "%s", arch);
+
+    BITNET__TRY(bitnet__gguf_hparam(g, arch, "embedding_length", 1, &info->dim));
+    BITNET__TRY(bitnet__gguf_hparam(g, arch, "block_count", 1, &info->n_layers));
+    BITNET__TRY(bitnet__gguf_hparam(g, arch, "attention.head_count", 1, &info->n_heads));
+    info->n_kv_heads = info->n_heads;
+    BITNET__TRY(bitnet__gguf_hparam(g, arch, "attention.head_count_kv", 0, &info->n_kv_heads));
+    BITNET__TRY(bitnet__gguf_hparam(g, arch, "feed_forward_length", 1, &info->ffn_dim));
+    BITNET__TRY(bitnet__gguf_hparam(g, arch, "context_length", 1, &info->n_ctx_train));
+    BITNET__TRY(bitnet__gguf_hparam(g, arch, "vocab_size", 0, &vocab_key));
+    BITNET__TRY(bitnet__gguf_hparam(g, arch, "rope.dimension_count", 0, &rope_dims));
+    info->rope_theta = 10000.0f;
+    BITNET__TRY(bitnet__gguf_hparam_f(g, arch, "rope.freq_base", 0, &info->rope_theta));
+    BITNET__TRY(bitnet__gguf_hparam_f(g, arch, "attention.layer_norm_rms_epsilon", 1, &info->norm_eps));
+
+    if (info->dim % info->n_heads)
+        return bitnet__err(BITNET_ERR_BAD_METADATA, "GGUF: %s.embedding_length %d is not divisible by head_count %d", arch,
+                           info->dim, info->n_heads);
+    if (info->n_heads % info->n_kv_heads)
+        return bitnet__err(BITNET_ERR_BAD_METADATA, "GGUF: %s.attention.head_count %d is not divisible by head_count_kv %d", arch,
+                           info->n_heads, info->n_kv_heads);
+    info->head_dim = info->dim / info->n_heads;
+    if (info->head_dim % 2)
+        return bitnet__err(BITNET_ERR_BAD_METADATA, "GGUF: head dimension %d is odd (RoPE rotates pairs)", info->head_dim);
+    if (rope_dims && rope_dims != info->head_dim)
+        return bitnet__err(BITNET_ERR_UNSUPPORTED, "GGUF: %s.rope.dimension_count %d differs from the head dimension %d (partial RoPE)",
+                           arch, rope_dims, info->head_dim);
+    if (info->dim % BITNET_I2S_BLOCK || info->ffn_dim % BITNET_I2S_BLOCK)
+        return bitnet__err(BITNET_ERR_BAD_SHAPE, "GGUF: embedding_length %d and feed_forward_length %d must be multiples of %d (I2_S rows)",
+                           info->dim, info->ffn_dim, BITNET_I2S_BLOCK);
+
+    /* The vocabulary: the token list, else vocab_size, else the embedding. */
+    if (bitnet_gguf_find_key(g, "tokenizer.ggml.tokens") >= 0) {
+        bitnet_gguf_type et;
+        BITNET__TRY(bitnet_gguf_get_arr(g, "tokenizer.ggml.tokens", &et, &n_vocab));
+        if (et != BITNET_GGUF_STRING) return bitnet__err(BITNET_ERR_BAD_METADATA, "GGUF: tokenizer.ggml.tokens is not an array of strings");
+        if (vocab_key && (uint64_t)vocab_key != n_vocab)
+            return bitnet__err(BITNET_ERR_BAD_METADATA, "GGUF: %s.vocab_size %d differs from the %llu tokens", arch, vocab_key,
+                               (unsigned long long)n_vocab);
+    } else if (vocab_key) {
+        n_vocab = (uint64_t)vocab_key;
+    }
+    BITNET__TRY(bitnet_gguf_find_tensor(g, "token_embd.weight", &emb));
+    if (!n_vocab) n_vocab = emb.ne[1];
+    if (n_vocab == 0 || n_vocab > INT32_MAX) return bitnet__err(BITNET_ERR_BAD_METADATA, "GGUF: vocabulary of %llu tokens", (unsigned long long)n_vocab);
+    info->n_vocab = (int32_t)n_vocab;
+    if (bitnet_gguf_find_key(g, "tokenizer.ggml.token_type") >= 0) {
+        bitnet_gguf_type et;
+        uint64_t n;
+        BITNET__TRY(bitnet_gguf_get_arr(g, "tokenizer.ggml.token_type", &et, &n));
+        if (et != BITNET_GGUF_INT32 || n != n_vocab)
+            return bitnet__err(BITNET_ERR_BAD_METADATA, "GGUF: tokenizer.ggml.token_type is %llu x %s, expected %llu x INT32",
+                               (unsigned long long)n, bitnet_gguf_type_name(et), (unsigned long long)n_vocab);
+    }
+    if (bitnet_gguf_find_key(g, "tokenizer.ggml.merges") >= 0) {
+        bitnet_gguf_type et;
+        BITNET__TRY(bitnet_gguf_get_arr(g, "tokenizer.ggml.merges", &et, NULL));
+        if (et != BITNET_GGUF_STRING) return bitnet__err(BITNET_ERR_BAD_METADATA, "GGUF: tokenizer.ggml.merges is not an array of strings");
+    }
+    /* Every special token id (tokenizer.ggml.*_token_id) must name a token. */
+    for (i = 0; i < g->n_kv; i++) {
+        const char *k = g->kv[i].key;
+        size_t kl = strlen(k);
+        uint64_t id;
+        if (strncmp(k, "tokenizer.ggml.", 15) != 0 || kl < 24 || strcmp(k + kl - 9, "_token_id") != 0) continue;
+        BITNET__TRY(bitnet_gguf_get_u64(g, k, &id));
+        if (id >= n_vocab)
+            return bitnet__err(BITNET_ERR_BAD_METADATA, "GGUF: %s = %llu is outside the vocabulary of %llu tokens", k,
+                               (unsigned long long)id, (unsigned long long)n_vocab);
+        if (strcmp(k, "tokenizer.ggml.bos_token_id") == 0) info->bos = (int32_t)id;
+        if (strcmp(k, "tokenizer.ggml.eos_token_id") == 0) info->eos = (int32_t)id;
+        if (strcmp(k, "tokenizer.ggml.eot_token_id") == 0) info->eot = (int32_t)id;
+    }
+    if (info->eot < 0 && bitnet_gguf_find_key(g, "tokenizer.ggml.tokens") >= 0) {
+        for (i = 0; i < n_vocab; i++) {
+            BITNET__TRY(bitnet_gguf_arr_str(g, "tokenizer.ggml.tokens", i, &s));
+            if (s.len == 10 && memcmp(s.ptr, "<|eot_id|>", 10) == 0) {
+                info->eot = (int32_t)i;
+                break;
+            }
+        }
+    }
+
+    dim = (uint64_t)info->dim;
+    ffn = (uint64_t)info->ffn_dim;
+    kv_dim = (uint64_t)info->n_kv_heads * (uint64_t)info->head_dim;
+    BITNET__TRY(bitnet__gguf_want(g, "token_embd.weight", BITNET__GGUF_FLOAT, dim, n_vocab, 0));
+    BITNET__TRY(bitnet__gguf_want(g, "output_norm.weight", BITNET__GGUF_FLOAT, dim, 1, 0));
+    BITNET__TRY(bitnet__gguf_want(g, "output.weight", BITNET__GGUF_FLOAT, dim, n_vocab, 1));
+    for (l = 0; l < info->n_layers; l++) {
+        enum { T = BITNET__GGUF_TERNARY, F = BITNET__GGUF_FLOAT };
+        static const struct { const char *name; int role; int ne0, ne1; } parts[] = {
+            /* ne codes: 1 = dim, 2 = kv_dim, 3 = ffn, 0 = vector */
+            {"attn_norm", F, 1, 0}, {"attn_q", T, 1, 1},      {"attn_k", T, 1, 2},        {"attn_v", T, 1, 2},
+            {"attn_output", T, 1, 1}, {"attn_sub_norm", F, 1, 0}, {"ffn_norm", F, 1, 0}, {"ffn_gate", T, 1, 3},
+            {"ffn_up", T, 1, 3},    {"ffn_down", T, 3, 1},    {"ffn_sub_norm", F, 3, 0}};
+        size_t p;
+        for (p = 0; p < sizeof parts / sizeof parts[0]; p++) {
+            const uint64_t sz[4] = {1, dim, kv_dim, ffn};
+            snprintf(name, sizeof name, "blk.%d.%s.weight", l, parts[p].name);
+            BITNET__TRY(bitnet__gguf_want(g, name, parts[p].role, sz[parts[p].ne0], sz[parts[p].ne1], 0));
+        }
+    }
+    return BITNET_OK;
+}
+
+BITNET_API bitnet_result bitnet_gguf_check_bitnet(const bitnet_gguf *g, struct bitnet_model_info *info) {
+    BITNET__CHECK_PTR(g);
+    BITNET__CHECK_PTR(info);
+    return bitnet__gguf_check_bitnet(g, info);
+}
+
+/* ---- the writer ------------------------------------------------------------------------------- */
+
+typedef struct bitnet__gw_tensor {
+    char *name;
+    bitnet_tensor_type type;
+    int n_dims;
+    uint64_t ne[4], bytes, offset;
+} bitnet__gw_tensor;
+
+struct bitnet_gguf_writer {
+    uint8_t *kv;                 /* the serialised key-value section */
+    size_t kv_len, kv_cap;
+    uint64_t n_kv;
+    char **keys;                 /* copies, for the duplicate check */
+    size_t keys_cap;
+    bitnet__gw_tensor *t;
+    size_t n_t, t_cap;
+    uint32_t alignment;
+    int state;                   /* 0 declaring, 1 writing data, 2 finished, 3 failed */
+    FILE *f;
+    char *path;
+    size_t cur;                  /* tensor being written */
+    uint64_t cur_done;           /* its bytes written so far */
+};
+
+/* Grows *p (elements of size esz, capacity *cap) to hold need elements. */
+static bitnet_result bitnet__grow(void **p, size_t *cap, size_t need, size_t esz) {
+    size_t ncap = *cap ? *cap : 16, bytes;
+    void *np;
+    if (need <= *cap) return BITNET_OK;
+    while (ncap < need) {
+        if (ncap > SIZE_MAX / 2) return bitnet__err(BITNET_ERR_OVERFLOW, "buffer growth overflows");
+        ncap *= 2;
+    }
+    if (!bitnet__mul_size(ncap, esz, &bytes)) return bitnet__err(BITNET_ERR_OVERFLOW, "buffer growth overflows");
+    np = bitnet__malloc(bytes);
+    if (!np) return BITNET_ERR_OUT_OF_MEMORY;
+    if (*p) memcpy(np, *p, *cap * esz);
+    bitnet__free(*p);
+    *p = np;
+    *cap = ncap;
+    return BITNET_OK;
+}
+static bitnet_result bitnet__gw_put(bitnet_gguf_writer *w, const void *data, size_t n) {
+    void *p = w->kv;
+    size_t need;
+    if (!bitnet__add_size(w->kv_len, n, &need)) return bitnet__err(BITNET_ERR_OVERFLOW, "GGUF writer: metadata too large");
+    BITNET__TRY(bitnet__grow(&p, &w->kv_cap, need, 1));
+    w->kv = (uint8_t *)p;
+    if (n) memcpy(w->kv + w->kv_len, data, n);
+    w->kv_len += n;
+    return BITNET_OK;
+}
+static void bitnet__put_le32(uint8_t *b, uint32_t v) {
+    b[0] = (uint8_t)v; b[1] = (uint8_t)(v >> 8); b[2] = (uint8_t)(v >> 16); b[3] = (uint8_t)(v >> 24);
+}
+static void bitnet__put_le64(uint8_t *b, uint64_t v) {
+    bitnet__put_le32(b, (uint32_t)v);
+    bitnet__put_le32(b + 4, (uint32_t)(v >> 32));
+}
+static bitnet_result bitnet__gw_u32(bitnet_gguf_writer *w, uint32_t v) {
+    uint8_t b[4];
+    bitnet__put_le32(b, v);
+    return bitnet__gw_put(w, b, 4);
+}
+static bitnet_result bitnet__gw_str(bitnet_gguf_writer *w, const char *s, uint64_t len) {
+    uint8_t b[8];
+    if (len && !s) return bitnet__err(BITNET_ERR_NULL_POINTER, "GGUF writer: a string of %llu bytes has a NULL pointer", (unsigned long long)len);
+    if (len > SIZE_MAX) return bitnet__err(BITNET_ERR_OVERFLOW, "GGUF writer: string too long");
+    bitnet__put_le64(b, len);
+    BITNET__TRY(bitnet__gw_put(w, b, 8));
+    return bitnet__gw_put(w, s, (size_t)len);
+}
+static char *bitnet__strdup(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *p = (char *)bitnet__malloc(n);
+    if (p) memcpy(p, s, n);
+    return p;
+}
+
+BITNET_API bitnet_result bitnet_gguf_writer_create(bitnet_gguf_writer **out) {
+    bitnet_gguf_writer *w;
+    BITNET__CHECK_PTR(out);
+    *out = NULL;
+    if (!bitnet__host_le()) return bitnet__err(BITNET_ERR_UNSUPPORTED, "GGUF: only little-endian hosts are supported");
+    w = (bitnet_gguf_writer *)bitnet__calloc(1, sizeof *w);
+    if (!w) return BITNET_ERR_OUT_OF_MEMORY;
+    w->alignment = BITNET__GGUF_DEFAULT_ALIGN;
+    *out = w;
+    return BITNET_OK;
+}
+
+BITNET_API void bitnet_gguf_writer_free(bitnet_gguf_writer *w) {
+    size_t i;
+    if (!w) return;
+    if (w->f) {
+        fclose(w->f);
+        if (w->path) remove(w->path); /* unfinished: leave no half-written model behind */
+    }
+    for (i = 0; i < w->n_kv; i++) bitnet__free(w->keys[i]);
+    for (i = 0; i < w->n_t; i++) bitnet__free(w->t[i].name);
+    bitnet__free(w->keys);
+    bitnet__free(w->t);
+    bitnet__free(w->kv);
+    bitnet__free(w->path);
+    bitnet__free(w);
+}
+
+/* Key, type and duplicate checks shared by the setters; appends the key and records it. */
+static bitnet_result bitnet__gw_key(bitnet_gguf_writer *w, const char *key, const char *fn) {
+    size_t i;
+    void *p;
+    BITNET__CHECK_PTR(w);
+    if (!key || !*key) return bitnet__err(BITNET_ERR_INVALID_ARG, "%s: key is NULL or empty", fn);
+    if (w->state != 0) return bitnet__err(BITNET_ERR_INVALID_STATE, "%s: metadata must be set before begin()", fn);
+    for (i = 0; i < w->n_kv; i++)
+        if (strcmp(w->keys[i], key) == 0) return bitnet__err(BITNET_ERR_INVALID_ARG, "%s: key '%s' is already set", fn, key);
+    p = w->keys;
+    BITNET__TRY(bitnet__grow(&p, &w->keys_cap, w->n_kv + 1, sizeof(char *)));
+    w->keys = (char **)p;
+    if (!(w->keys[w->n_kv] = bitnet__strdup(key))) return BITNET_ERR_OUT_OF_MEMORY;
+    w->n_kv++;
+    return bitnet__gw_str(w, key, strlen(key));
+}
+
+BITNET_API bitnet_result bitnet_gguf_writer_set(bitnet_gguf_writer *w, const char *key, bitnet_gguf_type type, const void *value) {
+    size_t esz;
+    bitnet_result r;
+    BITNET__CHECK_PTR(w);
+    BITNET__CHECK_PTR(value);
+    if ((unsigned)type >= BITNET_GGUF_TYPE_COUNT || type == BITNET_GGUF_ARRAY)
+        return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_gguf_writer_set: type %d is not a scalar type", (int)type);
+    if (key && strcmp(key, "general.alignment") == 0) {
+        uint32_t a;
+        if (type != BITNET_GGUF_UINT32) return bitnet__err(BITNET_ERR_INVALID_ARG, "general.alignment must be UINT32");
+        memcpy(&a, value, 4);
+        if (a == 0 || (a & (a - 1))) return bitnet__err(BITNET_ERR_INVALID_ARG, "general.alignment %u is not a power of two", a);
+        if (w->state == 0) w->alignment = a;
+    }
+    if (type == BITNET_GGUF_BOOL && *(const uint8_t *)value > 1)
+        return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_gguf_writer_set: bool value %u", *(const uint8_t *)value);
+    if (type == BITNET_GGUF_STRING && ((const bitnet_gguf_str *)value)->len && !((const bitnet_gguf_str *)value)->ptr)
+        return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_gguf_writer_set: string value has a NULL pointer");
+    BITNET__TRY(bitnet__gw_key(w, key, "bitnet_gguf_writer_set"));
+    r = bitnet__gw_u32(w, (uint32_t)type);
+    if (r == BITNET_OK && type == BITNET_GGUF_STRING) {
+        const bitnet_gguf_str *s = (const bitnet_gguf_str *)value;
+        r = bitnet__gw_str(w, s->ptr, s->len);
+    } else if (r == BITNET_OK) {
+        esz = bitnet__gguf_scalar_size((uint32_t)type);
+        r = bitnet__gw_put(w, value, esz);
+    }
+    if (r != BITNET_OK) w->state = 3; /* the key is in, its value is not: unusable */
+    return r;
+}
+BITNET_API bitnet_result bitnet_gguf_writer_set_u32(bitnet_gguf_writer *w, const char *key, uint32_t v) {
+    return bitnet_gguf_writer_set(w, key, BITNET_GGUF_UINT32, &v);
+}
+BITNET_API bitnet_result bitnet_gguf_writer_set_f32(bitnet_gguf_writer *w, const char *key, float v) {
+    return bitnet_gguf_writer_set(w, key, BITNET_GGUF_FLOAT32, &v);
+}
+BITNET_API bitnet_result bitnet_gguf_writer_set_str(bitnet_gguf_writer *w, const char *key, const char *v) {
+    bitnet_gguf_str s;
+    BITNET__CHECK_PTR(v);
+    s.ptr = v;
+    s.len = strlen(v);
+    return bitnet_gguf_writer_set(w, key, BITNET_GGUF_STRING, &s);
+}
+BITNET_API bitnet_result bitnet_gguf_writer_set_arr(bitnet_gguf_writer *w, const char *key, bitnet_gguf_type elem_type,
+                                                    const void *values, uint64_t n) {
+    uint8_t b[8];
+    size_t esz, bytes;
+    uint64_t i;
+    bitnet_result r;
+    BITNET__CHECK_PTR(w);
+    if (n && !values) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_gguf_writer_set_arr: values is NULL");
+    if ((unsigned)elem_type >= BITNET_GGUF_TYPE_COUNT || elem_type == BITNET_GGUF_ARRAY)
+        return bitnet__err(BITNET_ERR_UNSUPPORTED, "bitnet_gguf_writer_set_arr: element type %d (nested arrays are not supported)",
+                           (int)elem_type);
+    esz = bitnet__gguf_scalar_size((uint32_t)elem_type);
+    bytes = 0;
+    if (elem_type != BITNET_GGUF_STRING && (n > SIZE_MAX || !bitnet__mul_size((size_t)n, esz, &bytes)))
+        return bitnet__err(BITNET_ERR_OVERFLOW, "bitnet_gguf_writer_set_arr: %llu elements overflow", (unsigned long long)n);
+    for (i = 0; elem_type == BITNET_GGUF_STRING && i < n; i++)
+        if (((const bitnet_gguf_str *)values)[i].len && !((const bitnet_gguf_str *)values)[i].ptr)
+            return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_gguf_writer_set_arr: string %llu has a NULL pointer",
+                               (unsigned long long)i);
+    BITNET__TRY(bitnet__gw_key(w, key, "bitnet_gguf_writer_set_arr"));
+    r = bitnet__gw_u32(w, BITNET_GGUF_ARRAY);
+    if (r == BITNET_OK) r = bitnet__gw_u32(w, (uint32_t)elem_type);
+    bitnet__put_le64(b, n);
+    if (r == BITNET_OK) r = bitnet__gw_put(w, b, 8);
+    if (r == BITNET_OK && elem_type != BITNET_GGUF_STRING) r = bitnet__gw_put(w, values, bytes);
+    for (i = 0; r == BITNET_OK && elem_type == BITNET_GGUF_STRING && i < n; i++) {
+        const bitnet_gguf_str *s = (const bitnet_gguf_str *)values + i;
+        r = bitnet__gw_str(w, s->ptr, s->len);
+    }
+    if (r != BITNET_OK) w->state = 3; /* the key is in, its value is not: unusable */
+    return r;
+}
+
+BITNET_API bitnet_result bitnet_gguf_writer_add_tensor(bitnet_gguf_writer *w, const char *name, bitnet_tensor_type type,
+                                                       int n_dims, const uint64_t *ne) {
+    bitnet__gw_tensor t;
+    size_t i;
+    int d;
+    void *p;
+    BITNET__CHECK_PTR(w);
+    BITNET__CHECK_PTR(name);
+    BITNET__CHECK_PTR(ne);
+    if (w->state != 0) return bitnet__err(BITNET_ERR_INVALID_STATE, "bitnet_gguf_writer_add_tensor: tensors must be added before begin()");
+    if (!*name) return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_gguf_writer_add_tensor: empty name");
+    if (n_dims < 1 || n_dims > 4) return bitnet__err(BITNET_ERR_BAD_SHAPE, "bitnet_gguf_writer_add_tensor: '%s' has %d dimensions", name, n_dims);
+    memset(&t, 0, sizeof t);
+    t.type = type;
+    t.n_dims = n_dims;
+    for (d = 0; d < 4; d++) t.ne[d] = d < n_dims ? ne[d] : 1;
+    BITNET__TRY(bitnet_tensor_nbytes(type, t.ne, &t.bytes));
+    for (i = 0; i < w->n_t; i++)
+        if (strcmp(w->t[i].name, name) == 0) return bitnet__err(BITNET_ERR_DUPLICATE_TENSOR, "bitnet_gguf_writer_add_tensor: '%s' already added", name);
+    p = w->t;
+    BITNET__TRY(bitnet__grow(&p, &w->t_cap, w->n_t + 1, sizeof t));
+    w->t = (bitnet__gw_tensor *)p;
+    if (!(t.name = bitnet__strdup(name))) return BITNET_ERR_OUT_OF_MEMORY;
+    w->t[w->n_t++] = t;
+    return BITNET_OK;
+}
+
+static bitnet_result bitnet__gw_fwrite(bitnet_gguf_writer *w, const void *data, size_t n) {
+    if (n && fwrite(data, 1, n, w->f) != n) {
+        w->state = 3;
+        return bitnet__err(BITNET_ERR_IO, "writing '%s' failed: %s", w->path, strerror(errno));
+    }
+    return BITNET_OK;
+}
+static bitnet_result bitnet__gw_pad(bitnet_gguf_writer *w, uint64_t pos) {
+    static const uint8_t zeros[64] = {0};
+    uint64_t pad = (w->alignment - pos % w->alignment) % w->alignment;
+    while (pad) {
+        size_t n = (size_t)BITNET__MIN(pad, (uint64_t)sizeof zeros);
+        BITNET__TRY(bitnet__gw_fwrite(w, zeros, n));
+        pad -= n;
+    }
+    return BITNET_OK;
+}
+/* Moves past finished tensors, padding each (the last one too, as ggml does) to the alignment. */
+static bitnet_result bitnet__gw_advance(bitnet_gguf_writer *w) {
+    while (w->cur < w->n_t && w->cur_done == w->t[w->cur].bytes) {
+        BITNET__TRY(bitnet__gw_pad(w, w->t[w->cur].bytes));
+        w->cur++;
+        w->cur_done = 0;
+    }
+    return BITNET_OK;
+}
+
+BITNET_API bitnet_result bitnet_gguf_writer_begin(bitnet_gguf_writer *w, const char *path) {
+    uint8_t hdr[24], b[8];
+    uint64_t off = 0, pos;
+    size_t i;
+    int d;
+    BITNET__CHECK_PTR(w);
+    BITNET__CHECK_PTR(path);
+    if (w->state != 0)
+        return bitnet__err(BITNET_ERR_INVALID_STATE, "bitnet_gguf_writer_begin: %s",
+                           w->state == 3 ? "an earlier call failed" : "called twice");
+    for (i = 0; i < w->n_t; i++) { /* offsets: each tensor starts aligned */
+        w->t[i].offset = off;
+        if (w->t[i].bytes > UINT64_MAX - off - w->alignment) return bitnet__err(BITNET_ERR_OVERFLOW, "GGUF writer: data section overflows");
+        off = (off + w->t[i].bytes + w->alignment - 1) / w->alignment * w->alignment;
+    }
+    if (!(w->path = bitnet__strdup(path))) return BITNET_ERR_OUT_OF_MEMORY;
+    w->f = fopen(path, "wb");
+    if (!w->f) {
+        w->state = 3;
+        return bitnet__err(BITNET_ERR_IO, "cannot create '%s': %s", path, strerror(errno));
+    }
+    setvbuf(w->f, NULL, _IOFBF, 1 << 20);
+    w->state = 1;
+    memcpy(hdr, BITNET__GGUF_MAGIC, 4);
+    bitnet__put_le32(hdr + 4, 3);
+    bitnet__put_le64(hdr + 8, (uint64_t)w->n_t);
+    bitnet__put_le64(hdr + 16, w->n_kv);
+    BITNET__TRY(bitnet__gw_fwrite(w, hdr, sizeof hdr));
+    BITNET__TRY(bitnet__gw_fwrite(w, w->kv, w->kv_len));
+    pos = sizeof hdr + w->kv_len;
+    for (i = 0; i < w->n_t; i++) {
+        const bitnet__gw_tensor *t = &w->t[i];
+        size_t nl = strlen(t->name);
+        bitnet__put_le64(b, nl);
+        BITNET__TRY(bitnet__gw_fwrite(w, b, 8));
+        BITNET__TRY(bitnet__gw_fwrite(w, t->name, nl));
+        bitnet__put_le32(b, (uint32_t)t->n_dims);
+        BITNET__TRY(bitnet__gw_fwrite(w, b, 4));
+        for (d = 0; d < t->n_dims; d++) {
+            bitnet__put_le64(b, t->ne[d]);
+            BITNET__TRY(bitnet__gw_fwrite(w, b, 8));
+        }
+        bitnet__put_le32(b, (uint32_t)t->type);
+        BITNET__TRY(bitnet__gw_fwrite(w, b, 4));
+        bitnet__put_le64(b, t->offset);
+        BITNET__TRY(bitnet__gw_fwrite(w, b, 8));
+        pos += 8 + nl + 4 + 8 * (uint64_t)t->n_dims + 4 + 8;
+    }
+    BITNET__TRY(bitnet__gw_pad(w, pos));
+    w->cur = 0;
+    w->cur_done = 0;
+    return bitnet__gw_advance(w);
+}
+
+BITNET_API bitnet_result bitnet_gguf_writer_write(bitnet_gguf_writer *w, const void *data, size_t n) {
+    const uint8_t *p = (const uint8_t *)data;
+    BITNET__CHECK_PTR(w);
+    if (n && !data) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_gguf_writer_write: data is NULL");
+    if (w->state != 1) return bitnet__err(BITNET_ERR_INVALID_STATE, "bitnet_gguf_writer_write: not between begin() and finish()");
+    while (n) {
+        uint64_t left;
+        size_t k;
+        if (w->cur >= w->n_t) {
+            w->state = 3;
+            return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_gguf_writer_write: %zu bytes more than the declared tensors hold", n);
+        }
+        left = w->t[w->cur].bytes - w->cur_done;
+        k = (size_t)BITNET__MIN((uint64_t)n, left);
+        BITNET__TRY(bitnet__gw_fwrite(w, p, k));
+        w->cur_done += k;
+        p += k;
+        n -= k;
+        BITNET__TRY(bitnet__gw_advance(w));
+    }
+    return BITNET_OK;
+}
+
+BITNET_API bitnet_result bitnet_gguf_writer_finish(bitnet_gguf_writer *w) {
+    FILE *f;
+    BITNET__CHECK_PTR(w);
+    if (w->state != 1) return bitnet__err(BITNET_ERR_INVALID_STATE, "bitnet_gguf_writer_finish: not between begin() and finish()");
+    if (w->cur < w->n_t)
+        return bitnet__err(BITNET_ERR_INVALID_STATE, "bitnet_gguf_writer_finish: tensor '%s' has %llu of its %llu bytes",
+                           w->t[w->cur].name, (unsigned long long)w->cur_done, (unsigned long long)w->t[w->cur].bytes);
+    f = w->f;
+    w->f = NULL;
+    if (fflush(f) != 0 || ferror(f)) {
+        int e = errno;
+        fclose(f);
+        remove(w->path);
+        w->state = 3;
+        return bitnet__err(BITNET_ERR_IO, "writing '%s' failed: %s", w->path, strerror(e));
+    }
+    if (fclose(f) != 0) {
+        remove(w->path);
+        w->state = 3;
+        return bitnet__err(BITNET_ERR_IO, "closing '%s' failed: %s", w->path, strerror(errno));
+    }
+    w->state = 2;
+    return BITNET_OK;
+}
 
 /* >>tokenizer ================================================================================= */
 

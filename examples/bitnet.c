@@ -6,6 +6,10 @@
 #include <stdlib.h>
 #include <errno.h>
 #include <unistd.h>
+#include <ctype.h>
+#include <math.h>
+#include <time.h>
+#include <pthread.h>
 
 typedef int (*cmd_fn)(int argc, char **argv);
 typedef struct { const char *name; cmd_fn fn; const char *usage; } command;
@@ -383,6 +387,576 @@ static int cmd_verify_receipt(int argc, char **argv) {
     return rc;
 }
 
+/* ---- info: metadata and the tensor table of a GGUF file ------------------------------------- */
+
+/* Prints at most max bytes of s, escaping control bytes and quotes. */
+static void print_escaped(const char *s, uint64_t len, size_t max) {
+    uint64_t i;
+    putchar('"');
+    for (i = 0; i < len && i < max; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"' || c == '\\') printf("\\%c", c);
+        else if (c == '\n') printf("\\n");
+        else if (c < 0x20 || c == 0x7f) printf("\\x%02x", c);
+        else putchar(c);
+    }
+    putchar('"');
+    if (len > max) printf("... (%llu bytes)", (unsigned long long)len);
+}
+
+/* One element of a numeric array or scalar, stored little-endian at p. */
+static void print_number(bitnet_gguf_type t, const unsigned char *p) {
+    uint64_t u = 0;
+    int i, n = t == BITNET_GGUF_UINT8 || t == BITNET_GGUF_INT8 || t == BITNET_GGUF_BOOL ? 1
+             : t == BITNET_GGUF_UINT16 || t == BITNET_GGUF_INT16 ? 2
+             : t == BITNET_GGUF_UINT32 || t == BITNET_GGUF_INT32 || t == BITNET_GGUF_FLOAT32 ? 4 : 8;
+    for (i = 0; i < n; i++) u |= (uint64_t)p[i] << (8 * i);
+    switch (t) {
+    case BITNET_GGUF_INT8: printf("%d", (int)(int8_t)u); break;
+    case BITNET_GGUF_INT16: printf("%d", (int)(int16_t)u); break;
+    case BITNET_GGUF_INT32: printf("%d", (int)(int32_t)u); break;
+    case BITNET_GGUF_INT64: printf("%lld", (long long)(int64_t)u); break;
+    case BITNET_GGUF_BOOL: printf("%s", u ? "true" : "false"); break;
+    case BITNET_GGUF_FLOAT32: { uint32_t b = (uint32_t)u; float f; memcpy(&f, &b, 4); printf("%g", (double)f); break; }
+    case BITNET_GGUF_FLOAT64: { double d; memcpy(&d, &u, 8); printf("%g", d); break; }
+    default: printf("%llu", (unsigned long long)u); break;
+    }
+}
+
+static int cmd_info(int argc, char **argv) {
+    bitnet_gguf *g = NULL;
+    bitnet_model_info mi;
+    bitnet_result r;
+    uint64_t i, n;
+    if (argc != 2 || argv[1][0] == '-') {
+        fprintf(stderr, "usage: bitnet info FILE.gguf\n");
+        return 2;
+    }
+    if ((r = bitnet_gguf_open(argv[1], &g)) != BITNET_OK) {
+        fprintf(stderr, "bitnet info: %s: %s\n", bitnet_result_string(r), bitnet_last_error());
+        return 1;
+    }
+    printf("%s: GGUF v%u, %llu bytes (%s), alignment %u, data section at offset %llu\n", argv[1], bitnet_gguf_version(g),
+           (unsigned long long)bitnet_gguf_size(g), bitnet_gguf_is_mapped(g) ? "mapped" : "read", bitnet_gguf_alignment(g),
+           (unsigned long long)bitnet_gguf_data_offset(g));
+    n = bitnet_gguf_kv_count(g);
+    printf("\nmetadata: %llu keys\n", (unsigned long long)n);
+    for (i = 0; i < n; i++) {
+        const char *key = bitnet_gguf_key_name(g, i);
+        bitnet_gguf_type t = bitnet_gguf_key_type(g, i);
+        if (!key) continue;
+        printf("  %-44s %-8s ", key, bitnet_gguf_type_name(t));
+        if (t == BITNET_GGUF_STRING) {
+            bitnet_gguf_str s;
+            bitnet_gguf_get_str(g, key, &s);
+            print_escaped(s.ptr, s.len, 72);
+        } else if (t == BITNET_GGUF_ARRAY) {
+            bitnet_gguf_type et;
+            uint64_t cnt, j;
+            bitnet_gguf_get_arr(g, key, &et, &cnt);
+            printf("%s x %llu: [", bitnet_gguf_type_name(et), (unsigned long long)cnt);
+            for (j = 0; j < cnt && j < 6; j++) {
+                if (j) printf(", ");
+                if (et == BITNET_GGUF_STRING) {
+                    bitnet_gguf_str s;
+                    bitnet_gguf_arr_str(g, key, j, &s);
+                    print_escaped(s.ptr, s.len, 24);
+                } else {
+                    const unsigned char *d = (const unsigned char *)bitnet_gguf_arr_data(g, key);
+                    size_t esz = et == BITNET_GGUF_UINT8 || et == BITNET_GGUF_INT8 || et == BITNET_GGUF_BOOL ? 1
+                               : et == BITNET_GGUF_UINT16 || et == BITNET_GGUF_INT16 ? 2
+                               : et == BITNET_GGUF_UINT32 || et == BITNET_GGUF_INT32 || et == BITNET_GGUF_FLOAT32 ? 4 : 8;
+                    print_number(et, d + j * esz);
+                }
+            }
+            printf("%s]", cnt > 6 ? ", ..." : "");
+        } else {
+            /* scalars: through the widest getter of their kind */
+            if (t == BITNET_GGUF_FLOAT32 || t == BITNET_GGUF_FLOAT64) {
+                double d = 0;
+                bitnet_gguf_get_f64(g, key, &d);
+                printf("%g", d);
+            } else if (t == BITNET_GGUF_BOOL) {
+                int b = 0;
+                bitnet_gguf_get_bool(g, key, &b);
+                printf("%s", b ? "true" : "false");
+            } else if (t == BITNET_GGUF_INT8 || t == BITNET_GGUF_INT16 || t == BITNET_GGUF_INT32 || t == BITNET_GGUF_INT64) {
+                int64_t v = 0;
+                bitnet_gguf_get_i64(g, key, &v);
+                printf("%lld", (long long)v);
+            } else {
+                uint64_t v = 0;
+                bitnet_gguf_get_u64(g, key, &v);
+                printf("%llu", (unsigned long long)v);
+            }
+        }
+        putchar('\n');
+    }
+    n = bitnet_gguf_tensor_count(g);
+    printf("\ntensors: %llu\n  %-32s %-5s %-24s %12s %12s\n", (unsigned long long)n, "name", "type", "shape (ne0 first)",
+           "offset", "bytes");
+    for (i = 0; i < n; i++) {
+        bitnet_tensor_info t;
+        char shape[96];
+        int d, len = 0;
+        bitnet_gguf_tensor(g, i, &t);
+        for (d = 0; d < t.n_dims; d++)
+            len += snprintf(shape + len, sizeof shape - (size_t)len, "%s%llu", d ? ", " : "[", (unsigned long long)t.ne[d]);
+        snprintf(shape + len, sizeof shape - (size_t)len, "]");
+        printf("  %-32s %-5s %-24s %12llu %12llu\n", t.name, bitnet_tensor_type_name(t.type), shape,
+               (unsigned long long)(bitnet_gguf_data_offset(g) + t.offset), (unsigned long long)t.bytes);
+    }
+    r = bitnet_gguf_check_bitnet(g, &mi);
+    if (r == BITNET_OK)
+        printf("\nBitNet check: ok (%s: dim %d, %d layers, %d heads, %d kv heads, ffn %d, vocab %d, context %d, "
+               "rope theta %g, eps %g, bos %d, eos %d, eot %d)\n",
+               mi.arch, mi.dim, mi.n_layers, mi.n_heads, mi.n_kv_heads, mi.ffn_dim, mi.n_vocab, mi.n_ctx_train,
+               (double)mi.rope_theta, (double)mi.norm_eps, mi.bos, mi.eos, mi.eot);
+    else
+        printf("\nBitNet check: %s: %s\n", bitnet_result_string(r), bitnet_last_error());
+    bitnet_gguf_close(g);
+    return 0;
+}
+
+/* ---- gen-model: a GGUF with random weights in bitnet.cpp's layout ----------------------------- */
+
+typedef struct gm_preset {
+    const char *name;
+    int dim, n_layers, n_heads, n_kv_heads, ffn, ctx;
+} gm_preset;
+static const gm_preset gm_presets[] = {
+    {"tiny", 128, 2, 4, 2, 384, 512},      /* byte-level BPE; committed as tests/data/tiny.gguf */
+    {"small", 512, 4, 8, 2, 1536, 2048},   /* byte-level BPE; quick speed checks */
+    {"2b4t", 2560, 30, 20, 5, 6912, 4096}, /* BitNet b1.58 2B-4T's exact shape, LLaMA 3 vocabulary */
+};
+
+/* splitmix64: fast, and every tensor gets its own stream so the output does not depend on chunking. */
+static uint64_t gm_next(uint64_t *s) {
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+/* N(0, 1) quantised to 65536 levels: table[i] = the inverse normal CDF at (i + 0.5) / 65536, by
+   Newton steps on erfc. One random 64-bit word then gives four samples (gigabytes of weights in
+   seconds). */
+static float gm_table[65536];
+static void gm_table_init(void) {
+    int i, it;
+    double x = -5;
+    for (i = 0; i < 65536; i++) {
+        double p = (i + 0.5) / 65536.0;
+        for (it = 0; it < 50; it++) { /* x from the previous entry is a good start */
+            double cdf = 0.5 * erfc(-x / sqrt(2.0)), pdf = exp(-0.5 * x * x) / sqrt(2.0 * 3.141592653589793);
+            double step = (cdf - p) / pdf;
+            x -= step;
+            if (fabs(step) < 1e-12) break;
+        }
+        gm_table[i] = (float)x;
+    }
+}
+/* n samples of N(0, sd^2) into out. */
+static void gm_normals(uint64_t *s, float *out, size_t n, float sd) {
+    size_t i;
+    for (i = 0; i + 4 <= n; i += 4) {
+        uint64_t r = gm_next(s);
+        out[i] = gm_table[r & 0xffff] * sd;
+        out[i + 1] = gm_table[(r >> 16) & 0xffff] * sd;
+        out[i + 2] = gm_table[(r >> 32) & 0xffff] * sd;
+        out[i + 3] = gm_table[r >> 48] * sd;
+    }
+    for (; i < n; i++) out[i] = gm_table[gm_next(s) & 0xffff] * sd;
+}
+
+/* English text the tiny tokenizer learns its merges from (written for this project). */
+static const char gm_text[] =
+    "The small model in this file was made by a program, not trained on anything. Its weights are random numbers, "
+    "squeezed to minus one, zero and one, the way a ternary network stores them. It cannot answer questions and it "
+    "does not know any facts. What it can do is run: the same shapes, the same metadata and the same tensor layout "
+    "as a real model, so that every part of the library that reads, checks, tokenizes and generates can be tested "
+    "quickly on a laptop or in a build machine, without a download.\n"
+    "A ternary weight takes one of three values. Each matrix keeps a single scale, the mean of the absolute values "
+    "of the weights before they were rounded. When the network runs, the activations of every token are rounded to "
+    "eight bit integers with a scale of their own, and the products are added up as integers before both scales are "
+    "applied again. This is why such models are fast on a processor: most of the work is adding and subtracting "
+    "small numbers, and the weights take about two bits each in memory.\n"
+    "The tokenizer in this file works on bytes. Every byte has a token, so any text can be written down, and the "
+    "merges join the pairs of tokens that were seen most often in this paragraph and the ones around it. Words such "
+    "as the, and, of, to, in, is, that, it, with, for, on, as, are, was and this become single tokens quickly, and "
+    "longer words follow: model, weights, tokens, numbers, network, integers, memory, processor, generation.\n"
+    "There are also three special tokens. One begins the text, one ends it, and one ends a turn in a conversation, "
+    "like this: User: What is two plus two?<|eot_id|>Assistant: Four.<|eot_id|> The model will not say four, of "
+    "course; it will say whatever its random weights prefer, again and again, which is still enough to measure how "
+    "many tokens per second the program can produce and to check that two programs produce the same ones.\n"
+    "Numbers such as 1, 2, 3, 10, 42, 100, 128, 256, 512, 1024, 2048 and 4096 appear here too, and so do a few "
+    "signs: commas, full stops, colons; quotes \"like these\", brackets (like these) and the odd exclamation mark!\n"
+    "Because the weights are random, the generated text is a stream of tokens that follows no meaning. That is fine "
+    "for a test. A test asks whether the numbers that come out of the program are the numbers that should come "
+    "out, whether two ways of computing the same thing agree, and whether the program stays within its time and "
+    "memory. It does not ask whether the story is any good. For a story, download a real model, one that was "
+    "trained on a great deal of text, and point the program at that file instead of this one.\n"
+    "Here is a short list of things to try. Generate a model with a different seed and compare the files. Print "
+    "the metadata with the info command and read the shapes of the tensors. Run the model on the processor and "
+    "then on the graphics card, and check that the tokens are the same. Change one byte in the file and see the "
+    "reader refuse it with a message that says what is wrong and where.\n";
+
+/* GPT-2's byte-to-unicode map: printable bytes stand for themselves, the rest move to U+0100 on. */
+static int gm_byte_cp(int b) {
+    int n = 0, c;
+    if ((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255)) return b;
+    for (c = 0; c < b; c++)
+        if (!((c >= 33 && c <= 126) || (c >= 161 && c <= 172) || (c >= 174 && c <= 255))) n++;
+    return 256 + n;
+}
+/* Appends the GPT-2 form of bytes[0..n) to out (UTF-8); returns the new length. */
+static size_t gm_token_str(const unsigned char *bytes, size_t n, char *out, size_t len) {
+    size_t i;
+    for (i = 0; i < n; i++) {
+        int cp = gm_byte_cp(bytes[i]);
+        if (cp < 0x80) out[len++] = (char)cp;
+        else {
+            out[len++] = (char)(0xc0 | (cp >> 6));
+            out[len++] = (char)(0x80 | (cp & 0x3f));
+        }
+    }
+    return len;
+}
+
+typedef struct gm_vocab {
+    bitnet_gguf_str *tokens, *merges;
+    int32_t *types;
+    int n_tokens, n_merges;
+    char *storage;
+} gm_vocab;
+
+/* Byte-level BPE learnt from gm_text: 256 byte tokens, up to max_merges merges, then the specials.
+   Words (an optional space then letters, digits, or other symbols) are merged within themselves
+   only, as the LLaMA 3 pre-tokenizer splits text. */
+static int gm_byte_vocab(int max_merges, gm_vocab *v) {
+    static const char *const specials[3] = {"<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>"};
+    enum { MAXW = 1024, MAXL = 64 };
+    int words[MAXW][MAXL], wlen[MAXW], wcount[MAXW], nw = 0, i, j, m;
+    unsigned char tok_bytes[256 + 512][32];
+    int tok_len[256 + 512];
+    size_t pos = 0, tl = sizeof gm_text - 1, store = 0;
+    /* split into words and count the distinct ones */
+    while (pos < tl) {
+        size_t s = pos, e;
+        int w[MAXL], n = 0, k;
+        unsigned char c;
+        if (gm_text[s] == ' ' && s + 1 < tl && gm_text[s + 1] != ' ') pos++;
+        c = (unsigned char)gm_text[pos];
+        e = pos + 1;
+        if (isalpha(c)) while (e < tl && isalpha((unsigned char)gm_text[e])) e++;
+        else if (isdigit(c)) while (e < tl && e - pos < 3 && isdigit((unsigned char)gm_text[e])) e++;
+        else if (!isspace(c)) while (e < tl && !isalnum((unsigned char)gm_text[e]) && !isspace((unsigned char)gm_text[e])) e++;
+        for (k = (int)s; k < (int)e && n < MAXL; k++) w[n++] = (unsigned char)gm_text[k];
+        pos = e;
+        for (k = 0; k < nw; k++)
+            if (wlen[k] == n && memcmp(words[k], w, (size_t)n * sizeof(int)) == 0) break;
+        if (k < nw) wcount[k]++;
+        else if (nw < MAXW) {
+            memcpy(words[nw], w, (size_t)n * sizeof(int));
+            wlen[nw] = n;
+            wcount[nw++] = 1;
+        }
+    }
+    for (i = 0; i < 256; i++) tok_bytes[i][0] = (unsigned char)i, tok_len[i] = 1;
+    if (max_merges > 512) max_merges = 512;
+    v->merges = (bitnet_gguf_str *)calloc((size_t)max_merges + 1, sizeof *v->merges);
+    v->tokens = (bitnet_gguf_str *)calloc(256 + (size_t)max_merges + 3, sizeof *v->tokens);
+    v->types = (int32_t *)calloc(256 + (size_t)max_merges + 3, sizeof *v->types);
+    v->storage = (char *)malloc((256 + (size_t)max_merges + 3) * 200);
+    if (!v->merges || !v->tokens || !v->types || !v->storage) return 0;
+    /* merge the most frequent adjacent pair (ties: the lowest ids) until pairs repeat no more */
+    for (m = 0; m < max_merges; m++) {
+        static int counts[768][768];
+        int best = 0, ba = -1, bb = -1, id = 256 + m, k;
+        memset(counts, 0, sizeof counts);
+        for (i = 0; i < nw; i++)
+            for (j = 0; j + 1 < wlen[i]; j++) counts[words[i][j]][words[i][j + 1]] += wcount[i];
+        for (i = 0; i < id; i++)
+            for (j = 0; j < id; j++)
+                if (counts[i][j] > best && tok_len[i] + tok_len[j] <= 32) best = counts[i][j], ba = i, bb = j;
+        if (best < 2) break;
+        memcpy(tok_bytes[id], tok_bytes[ba], (size_t)tok_len[ba]);
+        memcpy(tok_bytes[id] + tok_len[ba], tok_bytes[bb], (size_t)tok_len[bb]);
+        tok_len[id] = tok_len[ba] + tok_len[bb];
+        for (i = 0; i < nw; i++) { /* rewrite each word in place */
+            for (j = 0, k = 0; j < wlen[i]; j++, k++) {
+                if (j + 1 < wlen[i] && words[i][j] == ba && words[i][j + 1] == bb) words[i][k] = id, j++;
+                else words[i][k] = words[i][j];
+            }
+            wlen[i] = k;
+        }
+        /* the merge string "A B" */
+        v->merges[m].ptr = v->storage + store;
+        store = gm_token_str(tok_bytes[ba], (size_t)tok_len[ba], v->storage, store);
+        v->storage[store++] = ' ';
+        store = gm_token_str(tok_bytes[bb], (size_t)tok_len[bb], v->storage, store);
+        v->merges[m].len = (uint64_t)(v->storage + store - v->merges[m].ptr);
+    }
+    v->n_merges = m;
+    v->n_tokens = 256 + m + 3;
+    for (i = 0; i < 256 + m; i++) {
+        v->tokens[i].ptr = v->storage + store;
+        store = gm_token_str(tok_bytes[i], (size_t)tok_len[i], v->storage, store);
+        v->tokens[i].len = (uint64_t)(v->storage + store - v->tokens[i].ptr);
+        v->types[i] = 1; /* normal */
+    }
+    for (i = 0; i < 3; i++) {
+        v->tokens[256 + m + i].ptr = specials[i];
+        v->tokens[256 + m + i].len = strlen(specials[i]);
+        v->types[256 + m + i] = 3; /* control */
+    }
+    return 1;
+}
+static void gm_vocab_free(gm_vocab *v) {
+    free(v->tokens);
+    free(v->merges);
+    free(v->types);
+    free(v->storage);
+}
+
+/* Each tensor has its own random stream, so the file does not depend on the order of the work. */
+static uint64_t gm_stream(uint64_t seed, uint64_t index) { return seed * 0x9E3779B97F4A7C15ull ^ (index + 1) * 0xD1B54A32D192ED03ull; }
+
+/* F16 embedding ~ N(0, 1/dim), streamed in chunks through f (cap floats) and h: the logits of a
+   unit-RMS state then come out ~N(0, 1). */
+static bitnet_result gm_write_embedding(bitnet_gguf_writer *w, float *f, uint16_t *h, size_t cap, uint64_t dim,
+                                        uint64_t vocab, uint64_t seed) {
+    uint64_t s = gm_stream(seed, 0), n = dim * vocab, done;
+    bitnet_result r = BITNET_OK;
+    for (done = 0; done < n && r == BITNET_OK;) {
+        size_t m = (size_t)(n - done < cap ? n - done : cap);
+        gm_normals(&s, f, m, 1.0f / sqrtf((float)dim));
+        r = bitnet_convert_fp32_to_fp16(f, h, m);
+        if (r == BITNET_OK) r = bitnet_gguf_writer_write(w, h, m * 2);
+        done += m;
+    }
+    return r;
+}
+/* A norm: 1 with a little noise. */
+static bitnet_result gm_write_norm(bitnet_gguf_writer *w, float *f, uint64_t n, uint64_t seed, uint64_t index) {
+    uint64_t s = gm_stream(seed, index), i;
+    gm_normals(&s, f, (size_t)n, 0.05f);
+    for (i = 0; i < n; i++) f[i] += 1.0f;
+    return bitnet_gguf_writer_write(w, f, (size_t)n * 4);
+}
+
+/* The ternary matrices of a layer, quantized by two threads that take jobs in turn (largest first). */
+typedef struct gm_job { uint64_t ne0, ne1, index; unsigned char *out; } gm_job;
+typedef struct gm_pool {
+    pthread_mutex_t mu;
+    gm_job job[7];
+    int next, n;
+    uint64_t seed;
+    bitnet_result r;
+} gm_pool;
+typedef struct gm_worker { gm_pool *pool; float *f; int8_t *q; } gm_worker;
+
+static void *gm_work(void *arg) {
+    gm_worker *wk = (gm_worker *)arg;
+    gm_pool *p = wk->pool;
+    for (;;) {
+        int j;
+        gm_job *jb;
+        uint64_t s;
+        float scale;
+        bitnet_result r;
+        pthread_mutex_lock(&p->mu);
+        j = p->next++;
+        pthread_mutex_unlock(&p->mu);
+        if (j >= p->n) break;
+        jb = &p->job[j];
+        /* N(0, 1/K) weights, absmean-quantized per tensor: outputs of unit-RMS inputs stay O(1) */
+        s = gm_stream(p->seed, jb->index);
+        gm_normals(&s, wk->f, (size_t)(jb->ne0 * jb->ne1), 1.0f / sqrtf((float)jb->ne0));
+        r = bitnet_quantize_ternary(wk->f, (size_t)(jb->ne0 * jb->ne1), wk->q, &scale);
+        if (r == BITNET_OK)
+            r = bitnet_i2s_pack(wk->q, (size_t)jb->ne1, (size_t)jb->ne0, scale, jb->out,
+                                bitnet_i2s_bytes((size_t)jb->ne1, (size_t)jb->ne0));
+        if (r != BITNET_OK) {
+            pthread_mutex_lock(&p->mu);
+            p->r = r;
+            pthread_mutex_unlock(&p->mu);
+        }
+    }
+    return NULL;
+}
+
+static int cmd_gen_model(int argc, char **argv) {
+    static const char *const parts[11] = {"attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "attn_sub_norm",
+                                          "ffn_norm", "ffn_gate", "ffn_up", "ffn_down", "ffn_sub_norm"};
+    const char *preset = NULL, *out = NULL, *tiktoken = "../shared/data/llama3-tokenizer.tiktoken";
+    const gm_preset *p = NULL;
+    unsigned long long seed = 1;
+    gm_vocab v;
+    bitnet_gguf_writer *w = NULL;
+    bitnet_result r = BITNET_OK;
+    char key[128], name[64];
+    const char *arch = "bitnet-b1.58";
+    int i, l, k, bos, eos, eot;
+    uint8_t yes = 1;
+    double t0 = 0;
+    struct timespec ts;
+    memset(&v, 0, sizeof v);
+    for (i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--preset") == 0 && i + 1 < argc) preset = argv[++i];
+        else if (strcmp(argv[i], "--seed") == 0 && i + 1 < argc) seed = strtoull(argv[++i], NULL, 10);
+        else if (strcmp(argv[i], "-o") == 0 && i + 1 < argc) out = argv[++i];
+        else if (strcmp(argv[i], "--tiktoken") == 0 && i + 1 < argc) tiktoken = argv[++i];
+        else break;
+    }
+    for (k = 0; preset && k < (int)(sizeof gm_presets / sizeof gm_presets[0]); k++)
+        if (strcmp(preset, gm_presets[k].name) == 0) p = &gm_presets[k];
+    if (i < argc || !p || !out) {
+        fprintf(stderr, "usage: bitnet gen-model --preset tiny|small|2b4t [--seed S] [--tiktoken FILE] -o FILE.gguf\n"
+                        "  random weights (the model says nothing useful) in bitnet.cpp's GGUF layout\n");
+        return 2;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    t0 = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    if (strcmp(p->name, "2b4t") == 0) {
+        (void)tiktoken;
+        fprintf(stderr, "bitnet gen-model: --preset 2b4t needs the LLaMA 3 vocabulary builder (bitnet_vocab_from_tiktoken), "
+                        "which this build does not have yet\n");
+        return 1;
+    }
+    gm_table_init();
+    if (!gm_byte_vocab(400, &v)) {
+        fprintf(stderr, "bitnet gen-model: out of memory\n");
+        gm_vocab_free(&v);
+        return 1;
+    }
+    bos = v.n_tokens - 3;
+    eos = v.n_tokens - 2;
+    eot = v.n_tokens - 1;
+
+#define GM(expr) do { if (r == BITNET_OK) r = (expr); } while (0)
+#define GM_HP(suffix, val) do { snprintf(key, sizeof key, "%s.%s", arch, suffix); GM(bitnet_gguf_writer_set_u32(w, key, (uint32_t)(val))); } while (0)
+    GM(bitnet_gguf_writer_create(&w));
+    GM(bitnet_gguf_writer_set_str(w, "general.architecture", arch));
+    snprintf(name, sizeof name, "bitnet %s (random weights, seed %llu)", p->name, seed);
+    GM(bitnet_gguf_writer_set_str(w, "general.name", name));
+    GM(bitnet_gguf_writer_set_u32(w, "general.file_type", 40)); /* LLAMA_FTYPE_MOSTLY_I2_S */
+    GM(bitnet_gguf_writer_set_u32(w, "general.quantization_version", 2));
+    GM_HP("vocab_size", v.n_tokens);
+    GM_HP("context_length", p->ctx);
+    GM_HP("embedding_length", p->dim);
+    GM_HP("feed_forward_length", p->ffn);
+    GM_HP("block_count", p->n_layers);
+    GM_HP("attention.head_count", p->n_heads);
+    GM_HP("attention.head_count_kv", p->n_kv_heads);
+    GM_HP("rope.dimension_count", p->dim / p->n_heads);
+    snprintf(key, sizeof key, "%s.rope.freq_base", arch);
+    GM(bitnet_gguf_writer_set_f32(w, key, 500000.0f));
+    snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", arch);
+    GM(bitnet_gguf_writer_set_f32(w, key, 1e-5f));
+    GM(bitnet_gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2"));
+    GM(bitnet_gguf_writer_set_str(w, "tokenizer.ggml.pre", "llama-bpe"));
+    GM(bitnet_gguf_writer_set_arr(w, "tokenizer.ggml.tokens", BITNET_GGUF_STRING, v.tokens, (uint64_t)v.n_tokens));
+    GM(bitnet_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", BITNET_GGUF_INT32, v.types, (uint64_t)v.n_tokens));
+    GM(bitnet_gguf_writer_set_arr(w, "tokenizer.ggml.merges", BITNET_GGUF_STRING, v.merges, (uint64_t)v.n_merges));
+    GM(bitnet_gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)bos));
+    GM(bitnet_gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)eos));
+    GM(bitnet_gguf_writer_set_u32(w, "tokenizer.ggml.eot_token_id", (uint32_t)eot));
+    GM(bitnet_gguf_writer_set(w, "tokenizer.ggml.add_bos_token", BITNET_GGUF_BOOL, &yes));
+    GM(bitnet_gguf_writer_set_str(w, "tokenizer.chat_template",
+                                  "{{ bos_token }}{% for m in messages %}{{ m['role'] | capitalize }}: "
+                                  "{{ m['content'] | trim }}<|eot_id|>{% endfor %}"
+                                  "{% if add_generation_prompt %}Assistant: {% endif %}"));
+    /* tensors, in the order they are written */
+    {
+        uint64_t dim = (uint64_t)p->dim, ffn = (uint64_t)p->ffn, kvd = (uint64_t)(p->dim / p->n_heads * p->n_kv_heads);
+        uint64_t ne[2];
+        ne[0] = dim; ne[1] = (uint64_t)v.n_tokens;
+        GM(bitnet_gguf_writer_add_tensor(w, "token_embd.weight", BITNET_TENSOR_F16, 2, ne));
+        for (l = 0; l < p->n_layers; l++)
+            for (k = 0; k < 11; k++) {
+                int vec = strstr(parts[k], "norm") != NULL;
+                ne[0] = (k == 9 || k == 10) ? ffn : dim;
+                ne[1] = (k == 2 || k == 3) ? kvd : (k == 7 || k == 8) ? ffn : dim;
+                snprintf(name, sizeof name, "blk.%d.%s.weight", l, parts[k]);
+                GM(bitnet_gguf_writer_add_tensor(w, name, vec ? BITNET_TENSOR_F32 : BITNET_TENSOR_I2_S, vec ? 1 : 2, ne));
+            }
+        ne[0] = dim;
+        GM(bitnet_gguf_writer_add_tensor(w, "output_norm.weight", BITNET_TENSOR_F32, 1, ne));
+        GM(bitnet_gguf_writer_begin(w, out));
+        /* scratch for two workers, sized for the largest matrix; one output buffer per matrix of a layer */
+        {
+            size_t cap = (size_t)(ffn * dim > (uint64_t)1 << 20 ? ffn * dim : (uint64_t)1 << 20);
+            static const int order[7] = {7, 8, 9, 1, 4, 2, 3}; /* the matrices, largest first */
+            gm_worker wk[2];
+            gm_pool pool;
+            pthread_t th;
+            int j;
+            memset(&pool, 0, sizeof pool);
+            pthread_mutex_init(&pool.mu, NULL);
+            pool.seed = seed;
+            for (j = 0; j < 2; j++) {
+                wk[j].pool = &pool;
+                wk[j].f = (float *)malloc(cap * sizeof(float));
+                wk[j].q = (int8_t *)malloc(cap);
+                if (r == BITNET_OK && (!wk[j].f || !wk[j].q)) r = BITNET_ERR_OUT_OF_MEMORY;
+            }
+            for (j = 0; j < 7; j++) {
+                k = order[j];
+                pool.job[j].ne0 = (k == 9) ? ffn : dim;
+                pool.job[j].ne1 = (k == 2 || k == 3) ? kvd : (k == 7 || k == 8) ? ffn : dim;
+                pool.job[j].out = (unsigned char *)malloc(bitnet_i2s_bytes((size_t)pool.job[j].ne1, (size_t)pool.job[j].ne0));
+                if (r == BITNET_OK && !pool.job[j].out) r = BITNET_ERR_OUT_OF_MEMORY;
+            }
+            GM(gm_write_embedding(w, wk[0].f, (uint16_t *)wk[0].q, cap / 2, dim, (uint64_t)v.n_tokens, seed));
+            for (l = 0; l < p->n_layers && r == BITNET_OK; l++) {
+                int threaded;
+                for (j = 0; j < 7; j++) pool.job[j].index = 1 + (uint64_t)l * 11 + (uint64_t)order[j];
+                pool.next = 0;
+                pool.n = 7;
+                threaded = pthread_create(&th, NULL, gm_work, &wk[1]) == 0; /* else this thread does it all */
+                gm_work(&wk[0]);
+                if (threaded) pthread_join(th, NULL);
+                GM(pool.r);
+                for (k = 0; k < 11 && r == BITNET_OK; k++) { /* write the layer in file order */
+                    uint64_t index = 1 + (uint64_t)l * 11 + (uint64_t)k;
+                    if (strstr(parts[k], "norm")) {
+                        r = gm_write_norm(w, wk[0].f, k == 10 ? ffn : dim, seed, index);
+                        continue;
+                    }
+                    for (j = 0; j < 7 && order[j] != k; j++) {}
+                    r = bitnet_gguf_writer_write(w, pool.job[j].out,
+                                                 bitnet_i2s_bytes((size_t)pool.job[j].ne1, (size_t)pool.job[j].ne0));
+                }
+            }
+            if (r == BITNET_OK) r = gm_write_norm(w, wk[0].f, dim, seed, 1 + (uint64_t)p->n_layers * 11);
+            for (j = 0; j < 2; j++) {
+                free(wk[j].f);
+                free(wk[j].q);
+            }
+            for (j = 0; j < 7; j++) free(pool.job[j].out);
+            pthread_mutex_destroy(&pool.mu);
+        }
+        GM(bitnet_gguf_writer_finish(w));
+    }
+#undef GM
+#undef GM_HP
+    bitnet_gguf_writer_free(w);
+    gm_vocab_free(&v);
+    if (r != BITNET_OK) {
+        fprintf(stderr, "bitnet gen-model: %s: %s\n", bitnet_result_string(r), bitnet_last_error());
+        return 1;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    {
+        FILE *f = fopen(out, "rb");
+        long size = 0;
+        if (f) { fseek(f, 0, SEEK_END); size = ftell(f); fclose(f); }
+        fprintf(stderr, "wrote %s: preset %s, seed %llu, %ld bytes in %.2f s (random weights: the text it generates means nothing)\n",
+                out, p->name, seed, size, (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9 - t0);
+    }
+    return 0;
+}
+
 /* ---- devices, kernels (GPU runtime) ---- */
 static void json_str(const char *s) {
     putchar('"');
@@ -532,6 +1106,8 @@ static const command commands[] = {
                          "                               measure speed; a receipt records what ran"},
     {"verify-receipt", cmd_verify_receipt, "verify-receipt FILE [--require-gpu-kernels] [--min-tps X] [--max-p95-ms Y] [--max-wall-ms Z]\n"
                                            "                               check a receipt: exit 0 ok, 1 a gate failed, 2 invalid"},
+    {"info", cmd_info, "info FILE                    print a GGUF file's metadata and tensors, and check it"},
+    {"gen-model", cmd_gen_model, "gen-model --preset tiny|small|2b4t [--seed S] -o FILE   write a random-weight model"},
     {"devices", cmd_devices, "devices [--json]             GPU backends and every CUDA device"},
     {"kernels", cmd_kernels, "kernels [--arch sm_XX] [--json] [--cache]  compile every built-in CUDA module (no GPU needed)"},
     {"help", cmd_help, "help                         this list"},
