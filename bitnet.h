@@ -627,19 +627,21 @@ BITNET_API bitnet_result bitnet_generate(bitnet_session *s, const int32_t *promp
 
 /* ---- >>api-bench: kernel statistics, SHA-256, benchmarks and receipts ------------------------ */
 
-/* Kernel launches, recorded by the launch path itself (each CPU kernel entry point's dispatch and
-   the GPU launch path) under the name of the path that ran: "cpu_gemm_i2s_avx512",
-   "bitnet_k_gemv_i2s". Process-wide, thread-safe. */
+/* Kernel launches, recorded by the launch path itself under the name of the path that ran: the
+   CPU kernel entry points' dispatch ("cpu_gemm_i2s_avx512") and the GPU runtime's one launch path
+   and graph replays ("bitnet_k_gemv_i2s"). Process-wide, thread-safe. seconds: host time around
+   a CPU kernel; for GPU kernels the device time of event-timed launches (bitnet_gpu_set_timing),
+   else 0. */
 #define BITNET_KERNEL_NAME_MAX 96
 typedef struct bitnet_kernel_stat {
     char name[BITNET_KERNEL_NAME_MAX];
     uint64_t launches;
-    double seconds;                           /* summed as measured at the launch point */
+    double seconds;                           /* see above */
 } bitnet_kernel_stat;
 /* Copies every kernel with launches since the last reset, sorted by name. *n gets the count;
    BITNET_ERR_BAD_SIZE (with *n set) when cap is too small. out may be NULL when cap is 0. */
 BITNET_API bitnet_result bitnet_kernel_stats(bitnet_kernel_stat *out, size_t cap, size_t *n);
-BITNET_API void bitnet_kernel_stats_reset(void);
+BITNET_API void bitnet_kernel_stats_reset(void);               /* also resets bitnet_gpu_stats_get(NULL, ...) */
 
 /* SHA-256 (FIPS 180-4). The file variant writes 64 lowercase hex digits and a NUL into hex. */
 BITNET_API bitnet_result bitnet_sha256(const void *data, size_t n, uint8_t digest[32]);
