@@ -173,7 +173,9 @@ typedef enum bitnet_isa {
 BITNET_API const char *bitnet_isa_name(bitnet_isa isa);
 BITNET_API int bitnet_cpu_has_isa(bitnet_isa isa);              /* 1 when this CPU and build can run it */
 BITNET_API bitnet_isa bitnet_cpu_isa(void);                     /* the active path */
-BITNET_API bitnet_result bitnet_cpu_set_isa(bitnet_isa isa);    /* AUTO = best available */
+BITNET_API bitnet_result bitnet_cpu_set_isa(bitnet_isa isa);    /* AUTO = BITNET_CPU, else the best */
+/* Threads of the kernel pool (the caller counts as one). Set it before running kernels; 1 stops
+   the workers. Default: BITNET_NUM_THREADS, else the online cores. */
 BITNET_API int bitnet_num_threads(void);
 BITNET_API bitnet_result bitnet_set_num_threads(int n);        /* 0 = online cores */
 
@@ -211,10 +213,16 @@ BITNET_API bitnet_result bitnet_i2s_from_hf(const uint8_t *packed, size_t n, siz
                                             void *dst, size_t dst_bytes);
 
 /* Ternary x int8: out[i*n + j] = (sum_c w[j][c] * a[i*k + c]) / a_scale[i] * w_scale, for m rows
-   of activations (m = 1 is the GEMV). a_sum is bitnet_quantize_act's sum. */
+   of activations (m = 1 is the GEMV). a_sum is bitnet_quantize_act's sum; k <= 2^22. Runs on
+   the active ISA path and the thread pool; every path gives the scalar reference's bits. */
 BITNET_API bitnet_result bitnet_gemm_i2s(const void *w, size_t w_bytes, size_t n, size_t k,
                                          const int8_t *a, const float *a_scale, const int32_t *a_sum,
                                          size_t m, float *out);
+/* int8 weights (the LM head): out[i*n + j] = (sum_c w[j*k + c] * a[i*k + c]) / a_scale[i] * w_scale[j].
+   a_sum must be the exact row sums of a (the VNNI path needs them); k <= 65536. */
+BITNET_API bitnet_result bitnet_gemm_q8(const int8_t *w, const float *w_scale, size_t n, size_t k,
+                                        const int8_t *a, const float *a_scale, const int32_t *a_sum,
+                                        size_t m, float *out);
 /* fp32 reference GEMM: out[m][n] = a[m][k] . w[n][k] (weights row-major, like a linear layer). */
 BITNET_API bitnet_result bitnet_gemm_f32(const float *w, size_t n, size_t k, const float *a, size_t m, float *out);
 /* out = x / sqrt(mean(x^2) + eps) * weight, per row of k (out may alias x). */
@@ -1812,10 +1820,267 @@ BITNET_API bitnet_result bitnet_i2s_from_hf(const uint8_t *packed, size_t n, siz
 
 /* >>threads =================================================================================== */
 
-/* fn(arg, ith, nth) runs once for each ith in [0, nth) across the pool; returns when all are done.
-   (Placeholder: runs inline until the pool lands.) */
+/* bitnet__parallel(fn, arg) runs fn(arg, ith, nth) once for each ith in [0, nth) and returns when
+   all are done; the caller runs ith = 0. Workers are persistent pthreads created at first use.
+   Dispatch is an atomic generation counter: workers spin on it for a short while (decoding calls
+   the pool ~250 times per token, so wake-up latency matters), then sleep on a condition variable;
+   the condvar is only touched when somebody sleeps. The pool belongs to one caller at a time: a
+   concurrent or nested call (from inside a task) runs inline with nth = 1, so kernels are safe to
+   call from any thread. bitnet_set_num_threads(1) (or bitnet__tpool_shutdown) stops and joins the
+   workers; a failing pthread_create leaves fewer threads, with a warning in the log. */
 typedef void (*bitnet__task_fn)(void *arg, int ith, int nth);
+#define BITNET__MAX_THREADS 256
+
+#if !defined(BITNET_NO_THREADS) && !defined(_WIN32) && (defined(__GNUC__) || defined(__clang__))
+#define BITNET__POOL 1
+#include <sched.h>
+#endif
+
+static int bitnet__threads_want; /* 0 = not resolved yet */
+
+BITNET__UNUSED static int bitnet__online_cores(void) {
+#if defined(_SC_NPROCESSORS_ONLN)
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : (n > BITNET__MAX_THREADS ? BITNET__MAX_THREADS : (int)n);
+#else
+    return 1;
+#endif
+}
+
+/* The configured count: bitnet_set_num_threads, else BITNET_NUM_THREADS, else the online cores. */
+BITNET__UNUSED static int bitnet__threads_config(void) {
+    if (bitnet__threads_want == 0) {
+        const char *env = bitnet__getenv("BITNET_NUM_THREADS");
+        int n = 0;
+        if (env) {
+            char *end;
+            long v = strtol(env, &end, 10);
+            if (*end || v < 0 || v > BITNET__MAX_THREADS)
+                bitnet__log(BITNET_LOG_WARN, "BITNET_NUM_THREADS=%s is not a count in [0, %d]; using the online cores",
+                            env, BITNET__MAX_THREADS);
+            else n = (int)v;
+        }
+        bitnet__threads_want = n ? n : bitnet__online_cores();
+    }
+    return bitnet__threads_want;
+}
+
+#if defined(BITNET__POOL)
+#define BITNET__LOAD(p) __atomic_load_n((p), __ATOMIC_SEQ_CST)
+#define BITNET__STORE(p, v) __atomic_store_n((p), (v), __ATOMIC_SEQ_CST)
+#define BITNET__FETCH_ADD(p, v) __atomic_fetch_add((p), (v), __ATOMIC_SEQ_CST)
+
+static void bitnet__cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+typedef struct bitnet__tpool bitnet__tpool;
+typedef struct bitnet__worker { bitnet__tpool *pool; int ith; } bitnet__worker;
+struct bitnet__tpool {
+    int nth;                        /* threads including the caller */
+    pthread_t *threads;             /* nth - 1 workers */
+    bitnet__worker *workers;
+    bitnet__task_fn fn;             /* the current task, published by gen */
+    void *arg;
+    unsigned gen;                   /* atomic: bumped once per task (and at shutdown) */
+    int pending;                    /* atomic: workers still running the current task */
+    int stop;                       /* atomic */
+    int sleepers;                   /* atomic: workers blocked in cv */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+};
+static bitnet__tpool *bitnet__the_tpool;
+static int bitnet__tpool_busy;      /* atomic: 1 while a caller owns the pool */
+static int bitnet__tpool_failed;    /* creation failed: run inline until the count changes */
+
+#define BITNET__SPIN_SECONDS 2e-4  /* spin this long before sleeping (covers gaps between kernels) */
+
+/* Waits until gen differs from seen; returns the new value. */
+static unsigned bitnet__tpool_wait(bitnet__tpool *p, unsigned seen) {
+    unsigned g;
+    double t0 = 0;
+    int i;
+    for (i = 1;; i++) {
+        if ((g = __atomic_load_n(&p->gen, __ATOMIC_ACQUIRE)) != seen) return g;
+        bitnet__cpu_relax();
+        if ((i & 127) == 0) { /* every few microseconds: let a descheduled thread in, check the clock */
+            double t = bitnet__now();
+            if (t0 == 0) t0 = t;
+            else if (t - t0 > BITNET__SPIN_SECONDS) break;
+            sched_yield();
+        }
+    }
+    /* Sleep. sleepers++ then re-reading gen pairs with the dispatcher's gen++ then reading
+       sleepers (both seq_cst): at least one side sees the other, so no wake-up is lost. */
+    pthread_mutex_lock(&p->mu);
+    BITNET__FETCH_ADD(&p->sleepers, 1);
+    while ((g = BITNET__LOAD(&p->gen)) == seen) pthread_cond_wait(&p->cv, &p->mu);
+    BITNET__FETCH_ADD(&p->sleepers, -1);
+    pthread_mutex_unlock(&p->mu);
+    return g;
+}
+
+static void bitnet__tpool_publish(bitnet__tpool *p) {
+    BITNET__FETCH_ADD(&p->gen, 1u);
+    if (BITNET__LOAD(&p->sleepers) > 0) {
+        pthread_mutex_lock(&p->mu);
+        pthread_cond_broadcast(&p->cv);
+        pthread_mutex_unlock(&p->mu);
+    }
+}
+
+static void *bitnet__worker_main(void *arg) {
+    bitnet__worker *wk = (bitnet__worker *)arg;
+    bitnet__tpool *p = wk->pool;
+    unsigned seen = 0;
+    for (;;) {
+        seen = bitnet__tpool_wait(p, seen);
+        if (BITNET__LOAD(&p->stop)) break;
+        p->fn(p->arg, wk->ith, p->nth);
+        __atomic_fetch_sub(&p->pending, 1, __ATOMIC_RELEASE);
+    }
+    return NULL;
+}
+
+/* Stops and joins the workers of a pool (the caller owns bitnet__tpool_busy). */
+static void bitnet__tpool_destroy(bitnet__tpool *p) {
+    int i;
+    if (!p) return;
+    BITNET__STORE(&p->stop, 1);
+    pthread_mutex_lock(&p->mu);
+    BITNET__FETCH_ADD(&p->gen, 1u);
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    for (i = 0; i < p->nth - 1; i++) pthread_join(p->threads[i], NULL);
+    pthread_cond_destroy(&p->cv);
+    pthread_mutex_destroy(&p->mu);
+    bitnet__free(p->threads);
+    bitnet__free(p->workers);
+    bitnet__free(p);
+}
+
+/* Starts nth - 1 workers; on failure keeps those that started (NULL when none could). */
+static bitnet__tpool *bitnet__tpool_create(int nth) {
+    bitnet__tpool *p = (bitnet__tpool *)bitnet__calloc(1, sizeof *p);
+    int i, rc = 0;
+    if (!p) return NULL;
+    p->threads = (pthread_t *)bitnet__calloc((size_t)nth, sizeof(pthread_t));
+    p->workers = (bitnet__worker *)bitnet__calloc((size_t)nth, sizeof(bitnet__worker));
+    if (!p->threads || !p->workers || pthread_mutex_init(&p->mu, NULL) != 0) {
+        bitnet__free(p->threads);
+        bitnet__free(p->workers);
+        bitnet__free(p);
+        return NULL;
+    }
+    if (pthread_cond_init(&p->cv, NULL) != 0) {
+        pthread_mutex_destroy(&p->mu);
+        bitnet__free(p->threads);
+        bitnet__free(p->workers);
+        bitnet__free(p);
+        return NULL;
+    }
+    p->nth = 1;
+    for (i = 0; i < nth - 1; i++) {
+        p->workers[i].pool = p;
+        p->workers[i].ith = i + 1;
+        if ((rc = pthread_create(&p->threads[i], NULL, bitnet__worker_main, &p->workers[i])) != 0) break;
+        p->nth++;
+    }
+    if (p->nth < nth)
+        bitnet__log(BITNET_LOG_WARN, "thread pool: pthread_create failed (%s); running with %d of %d threads",
+                    strerror(rc), p->nth, nth);
+    if (p->nth == 1) {
+        bitnet__tpool_destroy(p);
+        return NULL;
+    }
+    return p;
+}
+
+static void bitnet__tpool_lock(void) {
+    int expected = 0, spins = 0;
+    while (!__atomic_compare_exchange_n(&bitnet__tpool_busy, &expected, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
+        expected = 0;
+        if (++spins > 64) sched_yield();
+        else bitnet__cpu_relax();
+    }
+}
+static void bitnet__tpool_unlock(void) { __atomic_store_n(&bitnet__tpool_busy, 0, __ATOMIC_RELEASE); }
+
+/* Stops the workers and frees the pool (tests, leak checkers). The next parallel call restarts it. */
+BITNET__UNUSED static void bitnet__tpool_shutdown(void) {
+    bitnet__tpool_lock();
+    bitnet__tpool_destroy(bitnet__the_tpool);
+    __atomic_store_n(&bitnet__the_tpool, (bitnet__tpool *)NULL, __ATOMIC_RELEASE);
+    bitnet__tpool_failed = 0;
+    bitnet__tpool_unlock();
+}
+
+BITNET__UNUSED static void bitnet__parallel(bitnet__task_fn fn, void *arg) {
+    bitnet__tpool *p;
+    int expected = 0, i;
+    if (!__atomic_compare_exchange_n(&bitnet__tpool_busy, &expected, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
+        fn(arg, 0, 1); /* nested, or another thread owns the pool */
+        return;
+    }
+    p = bitnet__the_tpool;
+    if (!p && !bitnet__tpool_failed && bitnet__threads_config() > 1) {
+        p = bitnet__tpool_create(bitnet__threads_config());
+        __atomic_store_n(&bitnet__the_tpool, p, __ATOMIC_RELEASE);
+        if (!p) {
+            bitnet__tpool_failed = 1;
+            bitnet__log(BITNET_LOG_WARN, "thread pool: could not start workers; running single-threaded");
+        }
+    }
+    if (!p) {
+        bitnet__tpool_unlock();
+        fn(arg, 0, 1);
+        return;
+    }
+    p->fn = fn;
+    p->arg = arg;
+    BITNET__STORE(&p->pending, p->nth - 1);
+    bitnet__tpool_publish(p);
+    fn(arg, 0, p->nth);
+    for (i = 1; __atomic_load_n(&p->pending, __ATOMIC_ACQUIRE) != 0; i++) {
+        bitnet__cpu_relax();
+        if ((i & 127) == 0) sched_yield(); /* a worker may be descheduled: give it the core */
+    }
+    bitnet__tpool_unlock();
+}
+
+/* The running pool's size, else the configured count (1 after a failed start). */
+BITNET_API int bitnet_num_threads(void) {
+    bitnet__tpool *p = __atomic_load_n(&bitnet__the_tpool, __ATOMIC_ACQUIRE);
+    return p ? p->nth : (bitnet__tpool_failed ? 1 : bitnet__threads_config());
+}
+
+BITNET_API bitnet_result bitnet_set_num_threads(int n) {
+    if (n < 0 || n > BITNET__MAX_THREADS)
+        return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_set_num_threads: %d is not in [0, %d]", n, BITNET__MAX_THREADS);
+    bitnet__tpool_lock();
+    bitnet__threads_want = n ? n : bitnet__online_cores();
+    if (bitnet__the_tpool && bitnet__the_tpool->nth != bitnet__threads_want) {
+        bitnet__tpool_destroy(bitnet__the_tpool);
+        __atomic_store_n(&bitnet__the_tpool, (bitnet__tpool *)NULL, __ATOMIC_RELEASE);
+    }
+    bitnet__tpool_failed = 0;
+    bitnet__tpool_unlock();
+    return BITNET_OK;
+}
+#else /* no pool: everything runs on the calling thread */
 BITNET__UNUSED static void bitnet__parallel(bitnet__task_fn fn, void *arg) { fn(arg, 0, 1); }
+BITNET__UNUSED static void bitnet__tpool_shutdown(void) {}
+BITNET_API int bitnet_num_threads(void) { return 1; }
+BITNET_API bitnet_result bitnet_set_num_threads(int n) {
+    if (n < 0 || n > BITNET__MAX_THREADS)
+        return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_set_num_threads: %d is not in [0, %d]", n, BITNET__MAX_THREADS);
+    return BITNET_OK;
+}
+#endif
 
 /* >>cpu-math ================================================================================== */
 
@@ -2557,7 +2822,7 @@ BITNET_API bitnet_result bitnet_cpu_set_isa(bitnet_isa isa) {
     if ((unsigned)isa >= BITNET_ISA_COUNT) return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_cpu_set_isa: bad value %d", (int)isa);
     if (!bitnet_cpu_has_isa(isa))
         return bitnet__err(BITNET_ERR_UNSUPPORTED_ISA, "the %s path is not available on this CPU or build", bitnet_isa_name(isa));
-    bitnet__active_isa = isa == BITNET_ISA_AUTO ? bitnet__best_isa() : isa;
+    bitnet__active_isa = isa; /* AUTO: resolved again (BITNET_CPU, else the best) at next use */
     return BITNET_OK;
 }
 
@@ -2583,6 +2848,17 @@ BITNET_API bitnet_isa bitnet_cpu_isa(void) {
 
 /* ---- scalar reference kernels: the oracle every SIMD and GPU path is tested against --------- */
 
+/* Dot products stay exact in int32: |code * a| <= 256 per I2_S weight, |w * a| <= 16384 per q8 one. */
+#define BITNET__I2S_MAX_K ((size_t)1 << 22)
+#define BITNET__Q8_MAX_K ((size_t)1 << 16)
+
+/* The one epilogue: (float)(acc - corr) / a_scale * w_scale, the subtraction wrapping in 32 bits
+   (exact for valid inputs). The SIMD paths do the same IEEE operations 4 lanes at a time, so every
+   path gives the same bits. corr is a_sum for I2_S (codes are w + 1) and 0 for int8 weights. */
+static float bitnet__epilogue(int32_t acc, int32_t corr, float a_scale, float w_scale) {
+    return (float)(int32_t)((uint32_t)acc - (uint32_t)corr) / a_scale * w_scale;
+}
+
 static bitnet_result bitnet__gemm_i2s_check(const void *w, size_t w_bytes, size_t n, size_t k, const int8_t *a,
                                             const float *a_scale, const int32_t *a_sum, size_t m, float *out) {
     size_t mk, mn;
@@ -2590,42 +2866,654 @@ static bitnet_result bitnet__gemm_i2s_check(const void *w, size_t w_bytes, size_
         return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_gemm_i2s: a, a_scale, a_sum and out must not be NULL");
     BITNET__TRY(bitnet__i2s_check("bitnet_gemm_i2s", w, w_bytes, n, k));
     if (m == 0) return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_gemm_i2s: m is 0");
+    if (k > BITNET__I2S_MAX_K)
+        return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_gemm_i2s: k=%zu is above %zu (int32 accumulation)", k, BITNET__I2S_MAX_K);
     if (!bitnet__mul_size(m, k, &mk) || !bitnet__mul_size(m, n, &mn))
         return bitnet__err(BITNET_ERR_OVERFLOW, "bitnet_gemm_i2s: m=%zu n=%zu k=%zu overflows", m, n, k);
     return BITNET_OK;
 }
 
 /* Rows [n0, n1) of the output for all m activation rows. The I2_S identity:
-   sum(w*a) = sum((w+1)*a) - sum(a), so the packed codes are used as unsigned bytes directly. */
+   sum(w*a) = sum((w+1)*a) - sum(a), so the packed codes are used as unsigned bytes directly.
+   Each 128-weight block is unpacked once and used for up to 8 activation rows. */
 static void bitnet__gemm_i2s_scalar(const uint8_t *w, size_t n0, size_t n1, size_t k, const int8_t *a,
                                     const float *a_scale, const int32_t *a_sum, size_t m, float w_scale,
                                     float *out, size_t n) {
-    size_t r, i, c;
+    uint8_t code[BITNET_I2S_BLOCK];
+    int32_t acc[8];
+    size_t r, i0, i, c, j;
     for (r = n0; r < n1; r++) {
         const uint8_t *wr = w + r * (k / 4);
-        for (i = 0; i < m; i++) {
-            const int8_t *ai = a + i * k;
-            int32_t acc = 0;
+        for (i0 = 0; i0 < m; i0 += 8) {
+            const size_t ni = BITNET__MIN((size_t)8, m - i0);
+            memset(acc, 0, sizeof acc);
             for (c = 0; c < k; c += BITNET_I2S_BLOCK) {
-                const uint8_t *blk = wr + c / 4;
-                int j;
                 for (j = 0; j < 32; j++) {
-                    int b = blk[j];
-                    acc += (b >> 6) * ai[c + j] + ((b >> 4) & 3) * ai[c + 32 + j] + ((b >> 2) & 3) * ai[c + 64 + j] +
-                           (b & 3) * ai[c + 96 + j];
+                    const uint8_t b = wr[c / 4 + j];
+                    code[j] = (uint8_t)(b >> 6);
+                    code[j + 32] = (uint8_t)((b >> 4) & 3);
+                    code[j + 64] = (uint8_t)((b >> 2) & 3);
+                    code[j + 96] = (uint8_t)(b & 3);
+                }
+                for (i = 0; i < ni; i++) {
+                    const int8_t *ai = a + (i0 + i) * k + c;
+                    int32_t s = 0;
+                    for (j = 0; j < BITNET_I2S_BLOCK; j++) s += code[j] * ai[j];
+                    acc[i] += s;
                 }
             }
-            out[i * n + r] = (float)(acc - a_sum[i]) / a_scale[i] * w_scale;
+            for (i = 0; i < ni; i++)
+                out[(i0 + i) * n + r] = bitnet__epilogue(acc[i], a_sum[i0 + i], a_scale[i0 + i], w_scale);
         }
     }
 }
 
+static void bitnet__gemm_q8_scalar(const int8_t *w, size_t n0, size_t n1, size_t k, const int8_t *a,
+                                   const float *a_scale, size_t m, const float *w_scale, float *out, size_t n) {
+    size_t r, i, c;
+    for (r = n0; r < n1; r++)
+        for (i = 0; i < m; i++) {
+            int32_t acc = 0;
+            for (c = 0; c < k; c++) acc += w[r * k + c] * a[i * k + c];
+            out[i * n + r] = bitnet__epilogue(acc, 0, a_scale[i], w_scale[r]);
+        }
+}
+
+/* ---- SIMD tiles: 4 weight rows x nt activation rows, epilogue included -------------------------
+   res[t*4 + r] = epilogue(sum over c < k of weight(r, c) * a[t*k + c]), where weight is the I2_S
+   code (w + 1) or the int8 weight. Tail rows repeat a row pointer; the driver keeps what it needs. */
+typedef struct bitnet__epi {
+    const float *a_scale;   /* per activation row of the tile */
+    const int32_t *a_sum;
+    float w_scale[4];       /* per weight row of the tile */
+} bitnet__epi;
+typedef void (*bitnet__tile_fn)(const uint8_t *const *w, size_t k, const int8_t *a, const bitnet__epi *e, int nt,
+                                float *res);
+#define BITNET__TILE_T_MAX 8
+
+#if defined(__GNUC__) || defined(__clang__)
+#define BITNET__AINLINE static inline __attribute__((always_inline))
+#else
+#define BITNET__AINLINE static inline
+#endif
+#define BITNET__REP4(X, t) X(0, t) X(1, t) X(2, t) X(3, t)
+
+#if defined(BITNET__X86_SIMD)
+#define BITNET__KERN_AVX2 __attribute__((target("avx2,fma")))
+#define BITNET__KERN_AVX512 __attribute__((target("avx2,fma,avx512f,avx512bw,avx512vl,avx512vnni")))
+
+/* acc += u8 x s8 dot products. GCC (12) copies the accumulator around every
+   _mm512_dpbusd_epi32, which makes the loops front-end bound; the asm form accumulates in place. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define BITNET__DPBUSD(acc, u, s) __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(u), "v"(s))
+#else
+#define BITNET__DPBUSD(acc, u, s) ((acc) = _mm512_dpbusd_epi32((acc), (u), (s)))
+#endif
+
+/* {sum a, sum b, sum c, sum d} */
+BITNET__KERN_AVX2 BITNET__AINLINE __m128i bitnet__hsum4_avx2(__m256i a, __m256i b, __m256i c, __m256i d) {
+    __m256i s = _mm256_hadd_epi32(_mm256_hadd_epi32(a, b), _mm256_hadd_epi32(c, d));
+    return _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+}
+BITNET__KERN_AVX512 BITNET__AINLINE __m256i bitnet__fold_avx512(__m512i a) {
+    return _mm256_add_epi32(_mm512_castsi512_si256(a), _mm512_extracti64x4_epi64(a, 1));
+}
+BITNET__KERN_AVX512 BITNET__AINLINE __m128i bitnet__hsum4_avx512(__m512i a, __m512i b, __m512i c, __m512i d) {
+    return bitnet__hsum4_avx2(bitnet__fold_avx512(a), bitnet__fold_avx512(b), bitnet__fold_avx512(c), bitnet__fold_avx512(d));
+}
+/* Lane i of the result is the sum of the 16 lanes of v_i (a transpose-and-add tree). */
+BITNET__KERN_AVX512 BITNET__AINLINE __m512i bitnet__pair512(__m512i a, __m512i b) {
+    return _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b));
+}
+BITNET__KERN_AVX512 BITNET__AINLINE __m512i bitnet__quad512(__m512i a, __m512i b, __m512i c, __m512i d) {
+    const __m512i ab = bitnet__pair512(a, b), cd = bitnet__pair512(c, d);
+    return _mm512_add_epi32(_mm512_unpacklo_epi64(ab, cd), _mm512_unpackhi_epi64(ab, cd));
+}
+BITNET__KERN_AVX512 BITNET__AINLINE __m512i bitnet__lanes512(__m512i x, __m512i y) {
+    return _mm512_add_epi32(_mm512_shuffle_i32x4(x, y, 0x88), _mm512_shuffle_i32x4(x, y, 0xdd));
+}
+/* bitnet__epilogue on 16 sums at once, lane t*4 + r (q8: corr = 128 * a_sum, else a_sum). */
+BITNET__KERN_AVX512 BITNET__AINLINE void bitnet__epi16_avx512(__m512i acc, int q8, const bitnet__epi *e, int nt, float *res) {
+    const __mmask8 mt = (__mmask8)((1u << nt) - 1);
+    const __m512i spread = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+    __m512i corr = _mm512_permutexvar_epi32(spread, _mm512_castsi128_si512(_mm_maskz_loadu_epi32(mt, e->a_sum)));
+    const __m512 as = _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(_mm_mask_loadu_ps(_mm_set1_ps(1.0f), mt, e->a_scale)));
+    __m512 f;
+    if (q8) corr = _mm512_slli_epi32(corr, 7);
+    f = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc, corr));
+    _mm512_storeu_ps(res, _mm512_mul_ps(_mm512_div_ps(f, as), _mm512_broadcast_f32x4(_mm_loadu_ps(e->w_scale))));
+}
+/* bitnet__epilogue on 4 weight rows of activation row t. */
+BITNET__KERN_AVX2 BITNET__AINLINE void bitnet__epi4_x86(__m128i acc, int32_t corr, const bitnet__epi *e, int t, float *res) {
+    const __m128 f = _mm_cvtepi32_ps(_mm_sub_epi32(acc, _mm_set1_epi32(corr)));
+    _mm_storeu_ps(res + 4 * t, _mm_mul_ps(_mm_div_ps(f, _mm_set1_ps(e->a_scale[t])), _mm_loadu_ps(e->w_scale)));
+}
+
+/* Weight rows are streamed once from DRAM; the hardware prefetcher alone leaves about a third
+   of the bandwidth unused, so each tile prefetches the lines BITNET__PF_DIST bytes ahead of its
+   4 rows (rows of a work item are contiguous: that is the next tiles' weights). */
+#ifndef BITNET__PF_DIST
+#define BITNET__PF_DIST 4096
+#endif
+#define BITNET__PREFETCH4(o) { \
+    _mm_prefetch((const char *)(w0 + (o) + BITNET__PF_DIST), _MM_HINT_T0); \
+    _mm_prefetch((const char *)(w1 + (o) + BITNET__PF_DIST), _MM_HINT_T0); \
+    _mm_prefetch((const char *)(w2 + (o) + BITNET__PF_DIST), _MM_HINT_T0); \
+    _mm_prefetch((const char *)(w3 + (o) + BITNET__PF_DIST), _MM_HINT_T0); }
+/* AVX-512 VNNI, I2_S: the 32-byte block is broadcast to both halves of a zmm; per-half dword
+   shifts (6 | 4, then 2 | 0) and & 3 give the codes of 64 contiguous weights (bits shifted in
+   from the next byte are masked off), which vpdpbusd multiplies (u8) with 64 contiguous
+   activations (s8). Each decoded register serves T activation rows. */
+#define BITNET__ZERO512(r, t) __m512i acc##r##t = _mm512_setzero_si512();
+#define BITNET__DP512(r, t) BITNET__DPBUSD(acc##r##t, x##r, av);
+#define BITNET__TOK512(t, off) \
+    if (T > t) { const __m512i av = _mm512_loadu_si512((const void *)(a + (t) * k + c + (off))); BITNET__REP4(BITNET__DP512, t) }
+#define BITNET__TOKS512(off) \
+    BITNET__TOK512(0, off) BITNET__TOK512(1, off) BITNET__TOK512(2, off) BITNET__TOK512(3, off) \
+    BITNET__TOK512(4, off) BITNET__TOK512(5, off)
+#define BITNET__ALLT(X) BITNET__REP4(X, 0) BITNET__REP4(X, 1) BITNET__REP4(X, 2) BITNET__REP4(X, 3) \
+    BITNET__REP4(X, 4) BITNET__REP4(X, 5)
+#define BITNET__DEC512(r, b, sh) const __m512i x##r = _mm512_and_si512(_mm512_srlv_epi32(b, sh), m3);
+#define BITNET__OUT16(q8) \
+    bitnet__epi16_avx512(bitnet__lanes512(bitnet__lanes512(bitnet__quad512(acc00, acc10, acc20, acc30), \
+                                                           bitnet__quad512(acc01, acc11, acc21, acc31)), \
+                                          bitnet__lanes512(bitnet__quad512(acc02, acc12, acc22, acc32), \
+                                                           bitnet__quad512(acc03, acc13, acc23, acc33))), \
+                         q8, e, T, res);
+#define BITNET__OUT512(t, corr) \
+    if (T > t) bitnet__epi4_x86(bitnet__hsum4_avx512(acc0##t, acc1##t, acc2##t, acc3##t), corr, e, t, res);
+
+BITNET__KERN_AVX512 BITNET__AINLINE void bitnet__i2s_tile_avx512_t(const uint8_t *const *w, size_t k, const int8_t *a,
+                                                                   const bitnet__epi *e, float *res, const int T) {
+    const __m512i sh_lo = _mm512_set_epi32(4, 4, 4, 4, 4, 4, 4, 4, 6, 6, 6, 6, 6, 6, 6, 6);
+    const __m512i sh_hi = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2);
+    const __m512i m3 = _mm512_set1_epi8(3);
+    const uint8_t *w0 = w[0], *w1 = w[1], *w2 = w[2], *w3 = w[3];
+    size_t c;
+    BITNET__ALLT(BITNET__ZERO512)
+    for (c = 0; c < k; c += 128) {
+        const size_t o = c / 4;
+        if ((o & 63) == 0) BITNET__PREFETCH4(o)
+        const __m512i b0 = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(const void *)(w0 + o)));
+        const __m512i b1 = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(const void *)(w1 + o)));
+        const __m512i b2 = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(const void *)(w2 + o)));
+        const __m512i b3 = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(const void *)(w3 + o)));
+        {
+            BITNET__DEC512(0, b0, sh_lo) BITNET__DEC512(1, b1, sh_lo) BITNET__DEC512(2, b2, sh_lo) BITNET__DEC512(3, b3, sh_lo)
+            BITNET__TOKS512(0)
+        }
+        {
+            BITNET__DEC512(0, b0, sh_hi) BITNET__DEC512(1, b1, sh_hi) BITNET__DEC512(2, b2, sh_hi) BITNET__DEC512(3, b3, sh_hi)
+            BITNET__TOKS512(64)
+        }
+    }
+    if (T >= 2 && T <= 4) {
+        BITNET__OUT16(0)
+    } else {
+        BITNET__OUT512(0, e->a_sum[0]) BITNET__OUT512(1, e->a_sum[1]) BITNET__OUT512(2, e->a_sum[2])
+        BITNET__OUT512(3, e->a_sum[3]) BITNET__OUT512(4, e->a_sum[4]) BITNET__OUT512(5, e->a_sum[5])
+    }
+}
+
+/* AVX-512 VNNI, I2_S, one activation row (the GEMV, memory-bound): masks only, no shifts.
+   b & 0xC0 in the low half and b & 0x30 in the high half are the codes of weights c..c+63 times
+   64 and 16; b & 0x0C | b & 0x03 those of c+64..c+127 times 4 and 1. Rescaled to a common 64,
+   the lanes add up (mod 2^32) to 64 * dot, exact while |64 * dot| < 2^31: k <= 65536 (3 * 128 *
+   65536 * 64 = 1.5 * 2^30), which the driver checks. */
+#define BITNET__GEMV_MAX_K ((size_t)1 << 16)
+#define BITNET__ROW1(r) \
+    { \
+        const __m512i b = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(const void *)(w##r + o))); \
+        BITNET__DPBUSD(accA##r, _mm512_and_si512(b, mA), a0); \
+        BITNET__DPBUSD(accB##r, _mm512_and_si512(b, mB), a1); \
+    }
+#define BITNET__RESCALE(r) _mm512_add_epi32(_mm512_sllv_epi32(accA##r, shA), _mm512_sllv_epi32(accB##r, shB))
+BITNET__KERN_AVX512 static void bitnet__i2s_gemv_avx512(const uint8_t *const *w, size_t k, const int8_t *a,
+                                                        const bitnet__epi *e, float *res) {
+    const __m512i mA = _mm512_set_epi32(0x30303030, 0x30303030, 0x30303030, 0x30303030, 0x30303030, 0x30303030,
+                                        0x30303030, 0x30303030, (int)0xC0C0C0C0, (int)0xC0C0C0C0, (int)0xC0C0C0C0,
+                                        (int)0xC0C0C0C0, (int)0xC0C0C0C0, (int)0xC0C0C0C0, (int)0xC0C0C0C0, (int)0xC0C0C0C0);
+    const __m512i mB = _mm512_set_epi32(0x03030303, 0x03030303, 0x03030303, 0x03030303, 0x03030303, 0x03030303,
+                                         0x03030303, 0x03030303, 0x0C0C0C0C, 0x0C0C0C0C, 0x0C0C0C0C, 0x0C0C0C0C,
+                                         0x0C0C0C0C, 0x0C0C0C0C, 0x0C0C0C0C, 0x0C0C0C0C);
+    const __m512i shA = _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0);
+    const __m512i shB = _mm512_set_epi32(6, 6, 6, 6, 6, 6, 6, 6, 4, 4, 4, 4, 4, 4, 4, 4);
+    const uint8_t *w0 = w[0], *w1 = w[1], *w2 = w[2], *w3 = w[3];
+    __m512i accA0 = _mm512_setzero_si512(), accA1 = accA0, accA2 = accA0, accA3 = accA0;
+    __m512i accB0 = accA0, accB1 = accA0, accB2 = accA0, accB3 = accA0;
+    size_t c;
+    for (c = 0; c < k; c += 128) {
+        const size_t o = c / 4;
+        const __m512i a0 = _mm512_loadu_si512((const void *)(a + c)), a1 = _mm512_loadu_si512((const void *)(a + c + 64));
+        if ((o & 63) == 0) BITNET__PREFETCH4(o)
+        BITNET__ROW1(0) BITNET__ROW1(1) BITNET__ROW1(2) BITNET__ROW1(3)
+    }
+    bitnet__epi4_x86(_mm_srai_epi32(bitnet__hsum4_avx512(BITNET__RESCALE(0), BITNET__RESCALE(1), BITNET__RESCALE(2),
+                                                         BITNET__RESCALE(3)), 6),
+                     e->a_sum[0], e, 0, res);
+}
+#undef BITNET__RESCALE
+#undef BITNET__ROW1
+
+/* AVX-512 VNNI, int8 weights: vpdpbusd needs one unsigned operand, so the weights are offset by
+   128 (w ^ 0x80 = w + 128 as u8): sum((w + 128) * a) - 128 * sum(a) = sum(w * a), exact in
+   wrapping int32 arithmetic. The k tail uses masked loads (zero weights and activations). */
+BITNET__KERN_AVX512 BITNET__AINLINE void bitnet__q8_tile_avx512_t(const uint8_t *const *w, size_t k, const int8_t *a,
+                                                                  const bitnet__epi *e, float *res, const int T) {
+    const __m512i m80 = _mm512_set1_epi8((char)0x80);
+    const uint8_t *w0 = w[0], *w1 = w[1], *w2 = w[2], *w3 = w[3];
+    size_t c;
+    BITNET__ALLT(BITNET__ZERO512)
+    for (c = 0; c + 64 <= k; c += 64) {
+        BITNET__PREFETCH4(c)
+        const __m512i x0 = _mm512_xor_si512(_mm512_loadu_si512((const void *)(w0 + c)), m80);
+        const __m512i x1 = _mm512_xor_si512(_mm512_loadu_si512((const void *)(w1 + c)), m80);
+        const __m512i x2 = _mm512_xor_si512(_mm512_loadu_si512((const void *)(w2 + c)), m80);
+        const __m512i x3 = _mm512_xor_si512(_mm512_loadu_si512((const void *)(w3 + c)), m80);
+        BITNET__TOKS512(0)
+    }
+    if (c < k) {
+        const __mmask64 mk = ((__mmask64)1 << (k - c)) - 1;
+        const __m512i x0 = _mm512_xor_si512(_mm512_maskz_loadu_epi8(mk, w0 + c), m80);
+        const __m512i x1 = _mm512_xor_si512(_mm512_maskz_loadu_epi8(mk, w1 + c), m80);
+        const __m512i x2 = _mm512_xor_si512(_mm512_maskz_loadu_epi8(mk, w2 + c), m80);
+        const __m512i x3 = _mm512_xor_si512(_mm512_maskz_loadu_epi8(mk, w3 + c), m80);
+#define BITNET__TOKQ(t) \
+    if (T > t) { const __m512i av = _mm512_maskz_loadu_epi8(mk, a + (t) * k + c); BITNET__REP4(BITNET__DP512, t) }
+        BITNET__TOKQ(0) BITNET__TOKQ(1) BITNET__TOKQ(2) BITNET__TOKQ(3) BITNET__TOKQ(4) BITNET__TOKQ(5)
+#undef BITNET__TOKQ
+    }
+#define BITNET__C8(t) (int32_t)(128u * (uint32_t)e->a_sum[t])
+    if (T >= 2 && T <= 4) {
+        BITNET__OUT16(1)
+    } else {
+        BITNET__OUT512(0, BITNET__C8(0)) BITNET__OUT512(1, BITNET__C8(1)) BITNET__OUT512(2, BITNET__C8(2))
+        BITNET__OUT512(3, BITNET__C8(3)) BITNET__OUT512(4, BITNET__C8(4)) BITNET__OUT512(5, BITNET__C8(5))
+    }
+#undef BITNET__C8
+}
+#undef BITNET__TOKS512
+#undef BITNET__TOK512
+#undef BITNET__DP512
+#undef BITNET__DEC512
+#undef BITNET__ZERO512
+#undef BITNET__OUT512
+#undef BITNET__OUT16
+#undef BITNET__ALLT
+
+/* Activation rows per AVX-512 tile (at most 6): 4 keeps GCC's register allocation spill-free. */
+#ifndef BITNET__AVX512_TILE_T
+#define BITNET__AVX512_TILE_T 4
+#endif
+BITNET__KERN_AVX512 static void bitnet__i2s_tile_avx512(const uint8_t *const *w, size_t k, const int8_t *a,
+                                                        const bitnet__epi *e, int nt, float *res) {
+    switch (nt) {
+    case 1:
+        if (k <= BITNET__GEMV_MAX_K) bitnet__i2s_gemv_avx512(w, k, a, e, res);
+        else bitnet__i2s_tile_avx512_t(w, k, a, e, res, 1);
+        break;
+    case 2: bitnet__i2s_tile_avx512_t(w, k, a, e, res, 2); break;
+    case 3: bitnet__i2s_tile_avx512_t(w, k, a, e, res, 3); break;
+#if BITNET__AVX512_TILE_T > 4
+    case 4: bitnet__i2s_tile_avx512_t(w, k, a, e, res, 4); break;
+    case 5: bitnet__i2s_tile_avx512_t(w, k, a, e, res, 5); break;
+#endif
+    default: bitnet__i2s_tile_avx512_t(w, k, a, e, res, BITNET__AVX512_TILE_T); break;
+    }
+}
+BITNET__KERN_AVX512 static void bitnet__q8_tile_avx512(const uint8_t *const *w, size_t k, const int8_t *a,
+                                                       const bitnet__epi *e, int nt, float *res) {
+    switch (nt) {
+    case 1: bitnet__q8_tile_avx512_t(w, k, a, e, res, 1); break;
+    case 2: bitnet__q8_tile_avx512_t(w, k, a, e, res, 2); break;
+    case 3: bitnet__q8_tile_avx512_t(w, k, a, e, res, 3); break;
+#if BITNET__AVX512_TILE_T > 4
+    case 4: bitnet__q8_tile_avx512_t(w, k, a, e, res, 4); break;
+    case 5: bitnet__q8_tile_avx512_t(w, k, a, e, res, 5); break;
+#endif
+    default: bitnet__q8_tile_avx512_t(w, k, a, e, res, BITNET__AVX512_TILE_T); break;
+    }
+}
+
+/* AVX2, I2_S: (byte >> s) & 3 for s = 6, 4, 2, 0 gives the codes of 4 runs of 32 contiguous
+   weights; vpmaddubsw (u8 codes x s8 activations) pairs stay within int16 (4 * 2 * 2 * 128). */
+#define BITNET__ZERO256(r, t) __m256i acc##r##t = _mm256_setzero_si256();
+#define BITNET__MADD256(x, p) _mm256_maddubs_epi16(x, _mm256_loadu_si256((const __m256i *)(const void *)(p)))
+#define BITNET__TOKI2(r, t) \
+    if (T > t) { \
+        const int8_t *at = a + (t) * k + c; \
+        const __m256i p = _mm256_add_epi16(_mm256_add_epi16(BITNET__MADD256(x0, at), BITNET__MADD256(x1, at + 32)), \
+                                           _mm256_add_epi16(BITNET__MADD256(x2, at + 64), BITNET__MADD256(x3, at + 96))); \
+        acc##r##t = _mm256_add_epi32(acc##r##t, _mm256_madd_epi16(p, ones)); \
+    }
+#define BITNET__ROWI2(r) \
+    { \
+        const __m256i b = _mm256_loadu_si256((const __m256i *)(const void *)(w##r + c / 4)); \
+        const __m256i x0 = _mm256_and_si256(_mm256_srli_epi16(b, 6), m3); \
+        const __m256i x1 = _mm256_and_si256(_mm256_srli_epi16(b, 4), m3); \
+        const __m256i x2 = _mm256_and_si256(_mm256_srli_epi16(b, 2), m3); \
+        const __m256i x3 = _mm256_and_si256(b, m3); \
+        BITNET__TOKI2(r, 0) BITNET__TOKI2(r, 1) \
+    }
+BITNET__KERN_AVX2 BITNET__AINLINE void bitnet__i2s_tile_avx2_t(const uint8_t *const *w, size_t k, const int8_t *a,
+                                                               const bitnet__epi *e, float *res, const int T) {
+    const __m256i m3 = _mm256_set1_epi8(3), ones = _mm256_set1_epi16(1);
+    const uint8_t *w0 = w[0], *w1 = w[1], *w2 = w[2], *w3 = w[3];
+    size_t c;
+    BITNET__REP4(BITNET__ZERO256, 0) BITNET__REP4(BITNET__ZERO256, 1)
+    for (c = 0; c < k; c += 128) {
+        if ((c & 255) == 0) BITNET__PREFETCH4(c / 4)
+        BITNET__ROWI2(0) BITNET__ROWI2(1) BITNET__ROWI2(2) BITNET__ROWI2(3)
+    }
+    bitnet__epi4_x86(bitnet__hsum4_avx2(acc00, acc10, acc20, acc30), e->a_sum[0], e, 0, res);
+    if (T > 1) bitnet__epi4_x86(bitnet__hsum4_avx2(acc01, acc11, acc21, acc31), e->a_sum[1], e, 1, res);
+}
+#undef BITNET__ROWI2
+#undef BITNET__TOKI2
+#undef BITNET__MADD256
+
+/* AVX2, int8 weights: sign-extend to int16 and vpmaddwd (exact; vpmaddubsw could saturate). */
+#define BITNET__CVT16(p) _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(p)))
+#define BITNET__ROWQ8(r) \
+    { \
+        const __m256i v0 = BITNET__CVT16(w##r + c), v1 = BITNET__CVT16(w##r + c + 16); \
+        acc##r##0 = _mm256_add_epi32(acc##r##0, _mm256_add_epi32(_mm256_madd_epi16(v0, a00), _mm256_madd_epi16(v1, a01))); \
+        if (T > 1) acc##r##1 = _mm256_add_epi32(acc##r##1, _mm256_add_epi32(_mm256_madd_epi16(v0, a10), _mm256_madd_epi16(v1, a11))); \
+    }
+BITNET__KERN_AVX2 BITNET__AINLINE void bitnet__q8_tile_avx2_t(const uint8_t *const *w, size_t k, const int8_t *a,
+                                                              const bitnet__epi *e, float *res, const int T) {
+    const uint8_t *w0 = w[0], *w1 = w[1], *w2 = w[2], *w3 = w[3];
+    int32_t tail[8];
+    size_t c;
+    int t, r;
+    BITNET__REP4(BITNET__ZERO256, 0) BITNET__REP4(BITNET__ZERO256, 1)
+    for (c = 0; c + 32 <= k; c += 32) {
+        const __m256i a00 = BITNET__CVT16(a + c), a01 = BITNET__CVT16(a + c + 16);
+        if ((c & 63) == 0) BITNET__PREFETCH4(c)
+        const __m256i a10 = T > 1 ? BITNET__CVT16(a + k + c) : a00, a11 = T > 1 ? BITNET__CVT16(a + k + c + 16) : a01;
+        BITNET__ROWQ8(0) BITNET__ROWQ8(1) BITNET__ROWQ8(2) BITNET__ROWQ8(3)
+    }
+    for (t = 0; t < T; t++)
+        for (r = 0; r < 4; r++) {
+            const int8_t *wr = (const int8_t *)w[r], *at = a + (size_t)t * k;
+            size_t i;
+            int32_t s = 0;
+            for (i = c; i < k; i++) s += wr[i] * at[i];
+            tail[4 * t + r] = s;
+        }
+    bitnet__epi4_x86(_mm_add_epi32(bitnet__hsum4_avx2(acc00, acc10, acc20, acc30), _mm_loadu_si128((const __m128i *)(void *)tail)),
+                     0, e, 0, res);
+    if (T > 1)
+        bitnet__epi4_x86(_mm_add_epi32(bitnet__hsum4_avx2(acc01, acc11, acc21, acc31), _mm_loadu_si128((const __m128i *)(void *)(tail + 4))),
+                         0, e, 1, res);
+}
+#undef BITNET__ROWQ8
+#undef BITNET__CVT16
+#undef BITNET__ZERO256
+#undef BITNET__PREFETCH4
+
+BITNET__KERN_AVX2 static void bitnet__i2s_tile_avx2(const uint8_t *const *w, size_t k, const int8_t *a,
+                                                    const bitnet__epi *e, int nt, float *res) {
+    if (nt == 1) bitnet__i2s_tile_avx2_t(w, k, a, e, res, 1);
+    else bitnet__i2s_tile_avx2_t(w, k, a, e, res, 2);
+}
+BITNET__KERN_AVX2 static void bitnet__q8_tile_avx2(const uint8_t *const *w, size_t k, const int8_t *a,
+                                                   const bitnet__epi *e, int nt, float *res) {
+    if (nt == 1) bitnet__q8_tile_avx2_t(w, k, a, e, res, 1);
+    else bitnet__q8_tile_avx2_t(w, k, a, e, res, 2);
+}
+#endif /* BITNET__X86_SIMD */
+
+#if defined(BITNET__NEON)
+/* bitnet__epilogue on 4 weight rows of activation row t (vcvtq rounds to nearest even). */
+BITNET__AINLINE void bitnet__epi4_neon(int32x4_t acc, int32_t corr, const bitnet__epi *e, int t, float *res) {
+    const float32x4_t f = vcvtq_f32_s32(vsubq_s32(acc, vdupq_n_s32(corr)));
+    vst1q_f32(res + 4 * t, vmulq_f32(vdivq_f32(f, vdupq_n_f32(e->a_scale[t])), vld1q_f32(e->w_scale)));
+}
+BITNET__AINLINE int32x4_t bitnet__hsum4_neon(int32x4_t a, int32x4_t b, int32x4_t c, int32x4_t d) {
+    return vpaddq_s32(vpaddq_s32(a, b), vpaddq_s32(c, d));
+}
+
+/* NEON, I2_S: codes by shift and mask, vmull/vmlal into int16 (8 products of <= 256 per lane),
+   then pairwise-accumulated into int32. */
+#define BITNET__ZERON(r, t) int32x4_t acc##r##t = vdupq_n_s32(0);
+#define BITNET__MLAL(p, x, v) p = vmlal_s8(p, vget_low_s8(x), vget_low_s8(v)); p = vmlal_high_s8(p, x, v);
+#define BITNET__TOKN(r, t) \
+    if (T > t) { \
+        const int8_t *at = a + (t) * k + c + h; \
+        const int8x16_t v0 = vld1q_s8(at), v1 = vld1q_s8(at + 32), v2 = vld1q_s8(at + 64), v3 = vld1q_s8(at + 96); \
+        int16x8_t p = vmull_s8(vget_low_s8(x0), vget_low_s8(v0)); \
+        p = vmlal_high_s8(p, x0, v0); \
+        BITNET__MLAL(p, x1, v1) BITNET__MLAL(p, x2, v2) BITNET__MLAL(p, x3, v3) \
+        acc##r##t = vpadalq_s16(acc##r##t, p); \
+    }
+#define BITNET__ROWN(r) \
+    { \
+        const uint8x16_t b = vld1q_u8(w##r + c / 4 + h); \
+        const int8x16_t x0 = vreinterpretq_s8_u8(vshrq_n_u8(b, 6)); \
+        const int8x16_t x1 = vreinterpretq_s8_u8(vandq_u8(vshrq_n_u8(b, 4), m3)); \
+        const int8x16_t x2 = vreinterpretq_s8_u8(vandq_u8(vshrq_n_u8(b, 2), m3)); \
+        const int8x16_t x3 = vreinterpretq_s8_u8(vandq_u8(b, m3)); \
+        BITNET__TOKN(r, 0) BITNET__TOKN(r, 1) \
+    }
+BITNET__AINLINE void bitnet__i2s_tile_neon_t(const uint8_t *const *w, size_t k, const int8_t *a, const bitnet__epi *e,
+                                             float *res, const int T) {
+    const uint8x16_t m3 = vdupq_n_u8(3);
+    const uint8_t *w0 = w[0], *w1 = w[1], *w2 = w[2], *w3 = w[3];
+    size_t c, h;
+    BITNET__REP4(BITNET__ZERON, 0) BITNET__REP4(BITNET__ZERON, 1)
+    for (c = 0; c < k; c += 128)
+        for (h = 0; h < 32; h += 16) {
+            BITNET__ROWN(0) BITNET__ROWN(1) BITNET__ROWN(2) BITNET__ROWN(3)
+        }
+    bitnet__epi4_neon(bitnet__hsum4_neon(acc00, acc10, acc20, acc30), e->a_sum[0], e, 0, res);
+    if (T > 1) bitnet__epi4_neon(bitnet__hsum4_neon(acc01, acc11, acc21, acc31), e->a_sum[1], e, 1, res);
+}
+#undef BITNET__ROWN
+#undef BITNET__TOKN
+#undef BITNET__MLAL
+
+/* NEON, int8 weights: one product per int16 lane (128 * 128 does not fit twice), then vpadal. */
+#define BITNET__ROWNQ(r) \
+    { \
+        const int8x16_t x = vld1q_s8((const int8_t *)w##r + c); \
+        acc##r##0 = vpadalq_s16(vpadalq_s16(acc##r##0, vmull_s8(vget_low_s8(x), vget_low_s8(v0))), vmull_high_s8(x, v0)); \
+        if (T > 1) acc##r##1 = vpadalq_s16(vpadalq_s16(acc##r##1, vmull_s8(vget_low_s8(x), vget_low_s8(v1))), vmull_high_s8(x, v1)); \
+    }
+BITNET__AINLINE void bitnet__q8_tile_neon_t(const uint8_t *const *w, size_t k, const int8_t *a, const bitnet__epi *e,
+                                            float *res, const int T) {
+    const uint8_t *w0 = w[0], *w1 = w[1], *w2 = w[2], *w3 = w[3];
+    int32_t tail[8];
+    size_t c;
+    int t, r;
+    BITNET__REP4(BITNET__ZERON, 0) BITNET__REP4(BITNET__ZERON, 1)
+    for (c = 0; c + 16 <= k; c += 16) {
+        const int8x16_t v0 = vld1q_s8(a + c), v1 = T > 1 ? vld1q_s8(a + k + c) : v0;
+        BITNET__ROWNQ(0) BITNET__ROWNQ(1) BITNET__ROWNQ(2) BITNET__ROWNQ(3)
+    }
+    for (t = 0; t < T; t++)
+        for (r = 0; r < 4; r++) {
+            const int8_t *wr = (const int8_t *)w[r], *at = a + (size_t)t * k;
+            size_t i;
+            int32_t s = 0;
+            for (i = c; i < k; i++) s += wr[i] * at[i];
+            tail[4 * t + r] = s;
+        }
+    bitnet__epi4_neon(vaddq_s32(bitnet__hsum4_neon(acc00, acc10, acc20, acc30), vld1q_s32(tail)), 0, e, 0, res);
+    if (T > 1) bitnet__epi4_neon(vaddq_s32(bitnet__hsum4_neon(acc01, acc11, acc21, acc31), vld1q_s32(tail + 4)), 0, e, 1, res);
+}
+#undef BITNET__ROWNQ
+#undef BITNET__ZERON
+
+static void bitnet__i2s_tile_neon(const uint8_t *const *w, size_t k, const int8_t *a, const bitnet__epi *e, int nt,
+                                  float *res) {
+    if (nt == 1) bitnet__i2s_tile_neon_t(w, k, a, e, res, 1);
+    else bitnet__i2s_tile_neon_t(w, k, a, e, res, 2);
+}
+static void bitnet__q8_tile_neon(const uint8_t *const *w, size_t k, const int8_t *a, const bitnet__epi *e, int nt,
+                                 float *res) {
+    if (nt == 1) bitnet__q8_tile_neon_t(w, k, a, e, res, 1);
+    else bitnet__q8_tile_neon_t(w, k, a, e, res, 2);
+}
+#endif /* BITNET__NEON */
+
+/* ---- the GEMM driver: work items of (row block x token block), claimed dynamically ---------- */
+typedef struct bitnet__gemm_job {
+    int q8;                          /* 0: I2_S weights, 1: int8 weights */
+    bitnet__tile_fn tile;            /* NULL: the scalar reference */
+    int tile_t;                      /* activation rows per tile */
+    const uint8_t *w;
+    size_t row_bytes;
+    size_t n, k, m;
+    const int8_t *a;
+    const float *a_scale;
+    const int32_t *a_sum;
+    float w_scale;                   /* I2_S: per tensor */
+    const float *w_scales;           /* q8: per row */
+    float *out;
+    size_t rows_per_item, toks_per_item, tok_items, items;
+    size_t next;                     /* atomic: the next unclaimed item */
+} bitnet__gemm_job;
+
+static void bitnet__gemm_block(const bitnet__gemm_job *j, size_t r0, size_t r1, size_t t0, size_t t1) {
+    float res[4 * BITNET__TILE_T_MAX];
+    size_t t, r;
+    if (!j->tile) {
+        if (j->q8)
+            bitnet__gemm_q8_scalar((const int8_t *)j->w, r0, r1, j->k, j->a + t0 * j->k, j->a_scale + t0, t1 - t0,
+                                   j->w_scales, j->out + t0 * j->n, j->n);
+        else
+            bitnet__gemm_i2s_scalar(j->w, r0, r1, j->k, j->a + t0 * j->k, j->a_scale + t0, j->a_sum + t0, t1 - t0,
+                                    j->w_scale, j->out + t0 * j->n, j->n);
+        return;
+    }
+    for (t = t0; t < t1; t += (size_t)j->tile_t) {
+        const int nt = (int)BITNET__MIN((size_t)j->tile_t, t1 - t);
+        bitnet__epi e;
+        e.a_scale = j->a_scale + t;
+        e.a_sum = j->a_sum + t;
+        for (r = r0; r < r1; r += 4) {
+            const uint8_t *wr[4];
+            const int nr = (int)BITNET__MIN((size_t)4, r1 - r);
+            int i, q;
+            for (i = 0; i < 4; i++) {
+                const size_t ri = r + (size_t)(i < nr ? i : nr - 1);
+                wr[i] = j->w + ri * j->row_bytes;
+                e.w_scale[i] = j->q8 ? j->w_scales[ri] : j->w_scale;
+            }
+            j->tile(wr, j->k, j->a + t * j->k, &e, nt, res);
+            for (q = 0; q < nt; q++) memcpy(j->out + (t + (size_t)q) * j->n + r, res + 4 * q, (size_t)nr * sizeof(float));
+        }
+    }
+}
+
+static void bitnet__gemm_task(void *arg, int ith, int nth) {
+    bitnet__gemm_job *j = (bitnet__gemm_job *)arg;
+    size_t it;
+    (void)ith;
+    (void)nth;
+    for (;;) {
+#if defined(BITNET__POOL)
+        it = __atomic_fetch_add(&j->next, 1, __ATOMIC_RELAXED);
+#else
+        it = j->next++;
+#endif
+        if (it >= j->items) break;
+        {
+            const size_t ri = it / j->tok_items, ti = it % j->tok_items;
+            const size_t r0 = ri * j->rows_per_item, t0 = ti * j->toks_per_item;
+            bitnet__gemm_block(j, r0, BITNET__MIN(j->n, r0 + j->rows_per_item), t0, BITNET__MIN(j->m, t0 + j->toks_per_item));
+        }
+    }
+}
+
+/* Picks the tile for the active ISA, cuts the work and runs it on the pool. Row blocks hold
+   about 128 KB of weights (they stay in L2 while every token block passes over them) and there
+   are about 8 per thread for balance; token blocks are only cut when row blocks are too few. */
+static void bitnet__gemm_run(bitnet__gemm_job *j) {
+    const size_t nth = (size_t)bitnet_num_threads();
+    size_t rows, row_items, tok_tiles, cap;
+    const double macs = (double)j->n * (double)j->k * (double)j->m;
+    j->tile = NULL;
+    j->tile_t = 8; /* the scalar reference's activation block */
+    switch (bitnet_cpu_isa()) {
+#if defined(BITNET__X86_SIMD)
+    case BITNET_ISA_AVX512:
+        j->tile = j->q8 ? bitnet__q8_tile_avx512 : bitnet__i2s_tile_avx512;
+        j->tile_t = BITNET__AVX512_TILE_T;
+        break;
+    case BITNET_ISA_AVX2:
+        j->tile = j->q8 ? bitnet__q8_tile_avx2 : bitnet__i2s_tile_avx2;
+        j->tile_t = 2;
+        break;
+#endif
+#if defined(BITNET__NEON)
+    case BITNET_ISA_NEON:
+        j->tile = j->q8 ? bitnet__q8_tile_neon : bitnet__i2s_tile_neon;
+        j->tile_t = 2;
+        break;
+#endif
+    default: break;
+    }
+    cap = BITNET__MAX((size_t)4, ((size_t)131072 / j->row_bytes) & ~(size_t)3);
+    rows = (j->n / (8 * nth) + 3) & ~(size_t)3;
+    rows = BITNET__MIN(BITNET__MAX(rows, (size_t)4), cap);
+    row_items = (j->n + rows - 1) / rows;
+    tok_tiles = (j->m + (size_t)j->tile_t - 1) / (size_t)j->tile_t;
+    j->tok_items = 1;
+    if (row_items < 4 * nth) j->tok_items = BITNET__MIN(tok_tiles, (4 * nth + row_items - 1) / row_items);
+    j->toks_per_item = (tok_tiles + j->tok_items - 1) / j->tok_items * (size_t)j->tile_t;
+    j->tok_items = (j->m + j->toks_per_item - 1) / j->toks_per_item;
+    j->rows_per_item = rows;
+    j->items = row_items * j->tok_items;
+    j->next = 0;
+    if (nth > 1 && macs >= 65536.0) bitnet__parallel(bitnet__gemm_task, j);
+    else bitnet__gemm_task(j, 0, 1);
+}
+
 BITNET_API bitnet_result bitnet_gemm_i2s(const void *w, size_t w_bytes, size_t n, size_t k, const int8_t *a,
                                          const float *a_scale, const int32_t *a_sum, size_t m, float *out) {
-    float w_scale;
+    bitnet__gemm_job j;
     BITNET__TRY(bitnet__gemm_i2s_check(w, w_bytes, n, k, a, a_scale, a_sum, m, out));
-    memcpy(&w_scale, (const uint8_t *)w + n * k / 4, 4);
-    BITNET__KSTAT("cpu_gemm_i2s_scalar", bitnet__gemm_i2s_scalar((const uint8_t *)w, 0, n, k, a, a_scale, a_sum, m, w_scale, out, n));
+    memset(&j, 0, sizeof j);
+    j.w = (const uint8_t *)w;
+    j.row_bytes = k / 4;
+    j.n = n;
+    j.k = k;
+    j.m = m;
+    j.a = a;
+    j.a_scale = a_scale;
+    j.a_sum = a_sum;
+    memcpy(&j.w_scale, (const uint8_t *)w + n * k / 4, 4);
+    j.out = out;
+    BITNET__KSTAT_ISA("cpu_gemm_i2s", bitnet_cpu_isa(), bitnet__gemm_run(&j));
+    return BITNET_OK;
+}
+
+BITNET_API bitnet_result bitnet_gemm_q8(const int8_t *w, const float *w_scale, size_t n, size_t k, const int8_t *a,
+                                        const float *a_scale, const int32_t *a_sum, size_t m, float *out) {
+    bitnet__gemm_job j;
+    size_t t;
+    if (!w || !w_scale || !a || !a_scale || !a_sum || !out)
+        return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_gemm_q8: w, w_scale, a, a_scale, a_sum and out must not be NULL");
+    if (n == 0 || k == 0 || m == 0) return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_gemm_q8: m=%zu n=%zu k=%zu", m, n, k);
+    if (k > BITNET__Q8_MAX_K)
+        return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_gemm_q8: k=%zu is above %zu (int32 accumulation)", k, BITNET__Q8_MAX_K);
+    if (!bitnet__mul_size(n, k, &t) || !bitnet__mul_size(m, k, &t) || !bitnet__mul_size(m, n, &t))
+        return bitnet__err(BITNET_ERR_OVERFLOW, "bitnet_gemm_q8: m=%zu n=%zu k=%zu overflows", m, n, k);
+    memset(&j, 0, sizeof j);
+    j.q8 = 1;
+    j.w = (const uint8_t *)w;
+    j.row_bytes = k;
+    j.n = n;
+    j.k = k;
+    j.m = m;
+    j.a = a;
+    j.a_scale = a_scale;
+    j.a_sum = a_sum;
+    j.w_scales = w_scale;
+    j.out = out;
+    BITNET__KSTAT_ISA("cpu_gemm_q8", bitnet_cpu_isa(), bitnet__gemm_run(&j));
     return BITNET_OK;
 }
 
