@@ -4731,6 +4731,539 @@ static void bitnet__pool_destroy(bitnet_gpu *gpu) {
 
 /* >>cuda-forward ============================================================================== */
 
+/* The forward pass on the GPU, the same steps in the same order as bitnet__cpu_forward, each
+   step a bitnet__gpu_<step> function. Weights (ternary in the T32 layout of the ternary module,
+   the fp16 embedding and head), the fp16 KV cache and every activation stay on the device.
+   - Decode (one token): one CUDA graph per session, captured at its first single-token step and
+     replayed after; the token and its position are read from device memory, so the host does
+     one 8-byte upload, one graph launch and no synchronisation inside the token. Five kernels a
+     layer (the forward module in bitnet_cuda_kernels.h): RMSNorm + int8 quantization run in the
+     prologue of each ternary GEMV, RoPE and the KV append in the attention kernel, residual adds
+     and relu(gate)^2 * up in GEMV epilogues; the head kernel also leaves the argmax on the device.
+   - Prefill (m >= 2 tokens, sm_80+): batches of up to n_batch tokens through the ternary
+     module's int8 tensor-core GEMM (tgemm), its quant_act, and this module's rope_kv and causal
+     attention. Devices below sm_80 run prompts through the decode graph, token by token.
+   The model holds one bitnet_gpu handle for its weights; each session opens its own handle (its
+   own stream and pool), so sessions on different threads never share a stream.
+   Hooks for >>model: bitnet__gpu_model_init/free, bitnet__gpu_session_init/free,
+   bitnet__gpu_forward (bitnet__cpu_forward's contract) and bitnet__gpu_last_argmax (greedy
+   decoding without a logits download). */
+/* TEMPORARY: the section compiles once the CPU forward (>>cpu-forward, BITNET__MAX_BATCH) and the
+   GPU runtime's full API (BITNET_GPU_MAX_KERNEL_STATS) are on main. */
+#if !defined(BITNET_NO_CUDA) && defined(BITNET__MAX_BATCH) && defined(BITNET_GPU_MAX_KERNEL_STATS)
+#define BITNET__GPU_FORWARD 1
+
+#define BITNET__GPU_ATT_CMIN 64       /* decode attention: positions per split, at least */
+#define BITNET__GPU_ATT_SMAX 32       /* decode attention: splits per kv head, at most */
+#define BITNET__GPU_PREFILL_MIN 2     /* tokens per call from which prefill takes the GEMM path */
+
+typedef struct bitnet__gseg { int n; int end[8]; float scale[8]; } bitnet__gseg; /* the kernels' segments */
+
+typedef struct bitnet__gmat {         /* a ternary matrix on the device, T32 layout */
+    bitnet_devptr w;
+    int n_out, k, nc, npad, glu;      /* glu: gate||up interleaved by groups of 32 rows */
+    bitnet__gseg segs;                /* row segments and their weight scales */
+} bitnet__gmat;
+
+typedef struct bitnet__glayer {
+    bitnet__gmat qkv, o, gu, down;    /* wq||wk||wv, wo, w_gate||w_up, w_down */
+    bitnet_devptr attn_norm, attn_sub_norm, ffn_norm, ffn_sub_norm;
+} bitnet__glayer;
+
+typedef struct bitnet__gmodel {
+    bitnet_gpu *gpu;                  /* owns the weights' allocation */
+    bitnet_devptr mem;
+    size_t bytes;
+    bitnet_devptr emb, head, out_norm;
+    bitnet__glayer *layers;
+    int device, sm_count, cc;
+    bitnet_gpu_kernel *embed, *gemv_store, *gemv_res, *gemv_glu, *attn, *head_k, *rope_kv, *attn_prefill, *quant, *tgemm;
+} bitnet__gmodel;
+
+typedef struct bitnet__gsession {
+    bitnet_gpu *gpu;                  /* this session's stream and pool */
+    bitnet_devptr mem;
+    size_t bytes;
+    bitnet_devptr kc, vc;             /* fp16 [n_layers][n_kv][n_ctx][head_dim] */
+    bitnet_devptr rope;               /* the session's cos/sin table, [n_ctx][head_dim] */
+    bitnet_devptr x, qkv, att, h;     /* fp32 [B][dim], [B][q+2kv], [B][q_dim], [B][ffn_dim] */
+    bitnet_devptr aq, as, asum;       /* prefill: int8 [B][max k], scales, sums */
+    bitnet_devptr logits;             /* fp32 [n_vocab] */
+    bitnet_devptr part_o, part_ml;    /* decode attention splits: [n_heads][smax][hd], [n_heads][smax][2] */
+    bitnet_devptr hv, hi;             /* head: each block's best value and index */
+    bitnet_devptr ctr;                /* int [2]: attention and head counters (their last blocks reset them) */
+    bitnet_devptr io;                 /* int [2]: the decode token and the position of a step */
+    bitnet_devptr tok;                /* int [B]: prefill tokens */
+    bitnet_devptr next;               /* int: the head's argmax */
+    int B, smax, head_blocks, have_next;
+    bitnet_gpu_graph *graph;          /* the decode step */
+} bitnet__gsession;
+
+/* ---- helpers ---------------------------------------------------------------------------------- */
+
+static bitnet_result bitnet__gpu_launch(bitnet_gpu *g, bitnet_gpu_kernel *k, unsigned gx, unsigned gy, unsigned bx,
+                                        unsigned by, unsigned smem, void **args) {
+    unsigned grid[3], block[3];
+    grid[0] = gx, grid[1] = gy, grid[2] = 1;
+    block[0] = bx, block[1] = by, block[2] = 1;
+    return bitnet_gpu_launch(g, k, grid, block, smem, args);
+}
+
+/* Carves one allocation into 256-byte aligned pieces; a first pass with base 0 sizes it. */
+typedef struct bitnet__gcarve { bitnet_devptr base; size_t off; int overflow; } bitnet__gcarve;
+static bitnet_devptr bitnet__gtake(bitnet__gcarve *c, size_t n1, size_t n2) {
+    bitnet_devptr p = c->base + c->off;
+    size_t n;
+    if (!bitnet__mul_size(n1, n2, &n) || !bitnet__add_size(n, 255, &n) || !bitnet__add_size(c->off, n & ~(size_t)255, &c->off))
+        c->overflow = 1;
+    return p;
+}
+
+/* T32 rows: a multiple of 128; gate||up needs room for both halves' groups interleaved. */
+static void bitnet__gmat_shape(bitnet__gmat *w, int n_out, int k, int glu) {
+    int rows = glu ? 2 * n_out : n_out;
+    w->n_out = n_out;
+    w->k = k;
+    w->nc = k / 64;
+    w->glu = glu;
+    w->npad = (rows + 127) / 128 * 128;
+    if (glu && w->npad < (n_out + 63) / 64 * 128) w->npad = (n_out + 63) / 64 * 128;
+}
+static size_t bitnet__gmat_bytes(const bitnet__gmat *w) { return (size_t)w->npad * (size_t)w->nc * 16; }
+
+static float bitnet__i2s_scale(const void *w, int n, int k) {
+    float s;
+    memcpy(&s, (const uint8_t *)w + (size_t)n * (size_t)k / 4, 4);
+    return s;
+}
+
+/* ---- model: weights to the device --------------------------------------------------------------- */
+
+static void bitnet__gpu_model_free(bitnet_model *m) {
+    bitnet__gmodel *g = (bitnet__gmodel *)m->gpu;
+    if (!g) return;
+    if (g->gpu) {
+        if (g->mem) bitnet_gpu_free(g->gpu, g->mem);
+        bitnet_gpu_close(g->gpu);
+    }
+    bitnet__free(g->layers);
+    bitnet__free(g);
+    m->gpu = NULL;
+}
+
+/* Lays out every weight (base 0: only the size). */
+static void bitnet__gmodel_layout(bitnet__gmodel *g, const bitnet_model *m, bitnet__gcarve *c) {
+    const bitnet_model_info *in = &m->info;
+    int l;
+    g->emb = bitnet__gtake(c, (size_t)in->n_vocab * (size_t)in->dim, 2);
+    g->head = m->head_f16 == m->tok_embd ? g->emb : bitnet__gtake(c, (size_t)in->n_vocab * (size_t)in->dim, 2);
+    g->out_norm = bitnet__gtake(c, (size_t)in->dim, 4);
+    for (l = 0; l < in->n_layers; l++) {
+        bitnet__glayer *L = &g->layers[l];
+        L->attn_norm = bitnet__gtake(c, (size_t)in->dim, 4);
+        L->attn_sub_norm = bitnet__gtake(c, (size_t)m->q_dim, 4);
+        L->ffn_norm = bitnet__gtake(c, (size_t)in->dim, 4);
+        L->ffn_sub_norm = bitnet__gtake(c, (size_t)in->ffn_dim, 4);
+        L->qkv.w = bitnet__gtake(c, bitnet__gmat_bytes(&L->qkv), 1);
+        L->o.w = bitnet__gtake(c, bitnet__gmat_bytes(&L->o), 1);
+        L->gu.w = bitnet__gtake(c, bitnet__gmat_bytes(&L->gu), 1);
+        L->down.w = bitnet__gtake(c, bitnet__gmat_bytes(&L->down), 1);
+    }
+}
+
+/* One I2_S part (rows row_off.. of dst, or a gate/up half) through the staging buffer. */
+static bitnet_result bitnet__gpu_repack(bitnet__gmodel *g, const void *i2s, int n, int k, const bitnet__gmat *dst,
+                                        int row_off, int glu_part, bitnet_devptr stage, bitnet_devptr bad) {
+    size_t bytes = (size_t)n * (size_t)k / 4, total = bytes / 16; /* one thread per 64 codes */
+    bitnet_gpu_kernel *rk;
+    void *args[7];
+    BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_t32_repack", &rk));
+    BITNET__TRY(bitnet_gpu_upload(g->gpu, stage, i2s, bytes));
+    args[0] = &stage, args[1] = &n, args[2] = &k, args[3] = (void *)&dst->w, args[4] = &row_off, args[5] = &glu_part,
+    args[6] = &bad;
+    return bitnet__gpu_launch(g->gpu, rk, (unsigned)((total + 255) / 256), 1, 256, 1, 0, args);
+}
+
+static bitnet_result bitnet__gpu_model_init(bitnet_model *m, int device) {
+    const bitnet_model_info *in = &m->info;
+    int hd = in->head_dim, G = in->n_kv_heads > 0 ? in->n_heads / in->n_kv_heads : 0, l, bad = 0;
+    size_t stage_bytes, t;
+    bitnet_gpu_device_info di;
+    bitnet__gmodel *g;
+    bitnet__gcarve c;
+    bitnet_devptr stage = 0, flag;
+    bitnet_result r;
+    if (hd % 32 || hd > 128 || G < 1 || G > 8 || in->dim % 64 || m->q_dim % 64 || in->ffn_dim % 64)
+        return bitnet__err(BITNET_ERR_UNSUPPORTED, "CUDA forward: head_dim %d must be a multiple of 32 up to 128, and "
+                           "n_heads / n_kv_heads = %d at most 8", (int)hd, (int)G);
+    g = (bitnet__gmodel *)bitnet__calloc(1, sizeof *g);
+    if (!g) return BITNET_ERR_OUT_OF_MEMORY;
+    m->gpu = g;
+    g->device = device;
+    g->layers = (bitnet__glayer *)bitnet__calloc((size_t)in->n_layers, sizeof *g->layers);
+    if (!g->layers) return BITNET_ERR_OUT_OF_MEMORY;
+    BITNET__TRY(bitnet_gpu_device_info_get(device, &di));
+    g->sm_count = di.sm_count > 0 ? di.sm_count : 1;
+    g->cc = di.cc_major * 10 + di.cc_minor;
+    BITNET__TRY(bitnet_gpu_open(device, &g->gpu));
+    BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_fwd_embed", &g->embed));
+    BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_fwd_gemv_store", &g->gemv_store));
+    BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_fwd_gemv_res", &g->gemv_res));
+    BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_fwd_gemv_glu", &g->gemv_glu));
+    BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_fwd_attn_decode", &g->attn));
+    BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_fwd_head", &g->head_k));
+    BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_fwd_rope_kv", &g->rope_kv));
+    BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_fwd_attn_prefill", &g->attn_prefill));
+    BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_quant_act", &g->quant));
+    for (l = 0; l < in->n_layers; l++) {
+        bitnet__glayer *L = &g->layers[l];
+        const bitnet__layer *W = &m->layers[l];
+        bitnet__gmat_shape(&L->qkv, m->q_dim + 2 * m->kv_dim, in->dim, 0);
+        L->qkv.segs.n = 3;
+        L->qkv.segs.end[0] = m->q_dim, L->qkv.segs.end[1] = m->q_dim + m->kv_dim, L->qkv.segs.end[2] = m->q_dim + 2 * m->kv_dim;
+        L->qkv.segs.scale[0] = bitnet__i2s_scale(W->wq, m->q_dim, in->dim);
+        L->qkv.segs.scale[1] = bitnet__i2s_scale(W->wk, m->kv_dim, in->dim);
+        L->qkv.segs.scale[2] = bitnet__i2s_scale(W->wv, m->kv_dim, in->dim);
+        bitnet__gmat_shape(&L->o, in->dim, m->q_dim, 0);
+        L->o.segs.n = 1, L->o.segs.end[0] = in->dim, L->o.segs.scale[0] = bitnet__i2s_scale(W->wo, in->dim, m->q_dim);
+        bitnet__gmat_shape(&L->gu, in->ffn_dim, in->dim, 1);
+        L->gu.segs.n = 2, L->gu.segs.end[0] = in->ffn_dim, L->gu.segs.end[1] = 2 * in->ffn_dim;
+        L->gu.segs.scale[0] = bitnet__i2s_scale(W->w_gate, in->ffn_dim, in->dim);
+        L->gu.segs.scale[1] = bitnet__i2s_scale(W->w_up, in->ffn_dim, in->dim);
+        bitnet__gmat_shape(&L->down, in->dim, in->ffn_dim, 0);
+        L->down.segs.n = 1, L->down.segs.end[0] = in->dim;
+        L->down.segs.scale[0] = bitnet__i2s_scale(W->w_down, in->dim, in->ffn_dim);
+    }
+    memset(&c, 0, sizeof c);
+    bitnet__gmodel_layout(g, m, &c);
+    if (c.overflow) return bitnet__err(BITNET_ERR_OVERFLOW, "CUDA forward: the model's device layout overflows");
+    g->bytes = c.off;
+    BITNET__TRY(bitnet_gpu_alloc(g->gpu, g->bytes, &g->mem));
+    c.base = g->mem, c.off = 0;
+    bitnet__gmodel_layout(g, m, &c);
+    t = (size_t)in->n_vocab * (size_t)in->dim * 2;
+    BITNET__TRY(bitnet_gpu_upload(g->gpu, g->emb, m->tok_embd, t));
+    if (g->head != g->emb) BITNET__TRY(bitnet_gpu_upload(g->gpu, g->head, m->head_f16, t));
+    BITNET__TRY(bitnet_gpu_upload(g->gpu, g->out_norm, m->output_norm, (size_t)in->dim * 4));
+    /* the largest I2_S part, plus an int for the bad-code flag */
+    stage_bytes = BITNET__MAX((size_t)m->q_dim * in->dim, (size_t)in->ffn_dim * in->dim) / 4;
+    stage_bytes = BITNET__MAX(stage_bytes, (size_t)in->dim * (size_t)BITNET__MAX(m->q_dim, in->ffn_dim) / 4);
+    BITNET__TRY(bitnet_gpu_alloc(g->gpu, stage_bytes + 256, &stage));
+    flag = stage + stage_bytes;
+    r = bitnet_gpu_memset(g->gpu, flag, 0, 4);
+    for (l = 0; r == BITNET_OK && l < in->n_layers; l++) {
+        const bitnet__layer *W = &m->layers[l];
+        bitnet__glayer *L = &g->layers[l];
+        int i;
+        bitnet__gmat *mats[4];
+        mats[0] = &L->qkv, mats[1] = &L->o, mats[2] = &L->gu, mats[3] = &L->down;
+        for (i = 0; r == BITNET_OK && i < 4; i++) /* padding rows hold code 1 (weight 0) */
+            r = bitnet_gpu_memset(g->gpu, mats[i]->w, 0x55, bitnet__gmat_bytes(mats[i]));
+        if (r == BITNET_OK) r = bitnet_gpu_upload(g->gpu, L->attn_norm, W->attn_norm, (size_t)in->dim * 4);
+        if (r == BITNET_OK) r = bitnet_gpu_upload(g->gpu, L->attn_sub_norm, W->attn_sub_norm, (size_t)m->q_dim * 4);
+        if (r == BITNET_OK) r = bitnet_gpu_upload(g->gpu, L->ffn_norm, W->ffn_norm, (size_t)in->dim * 4);
+        if (r == BITNET_OK) r = bitnet_gpu_upload(g->gpu, L->ffn_sub_norm, W->ffn_sub_norm, (size_t)in->ffn_dim * 4);
+        if (r == BITNET_OK) r = bitnet__gpu_repack(g, W->wq, m->q_dim, in->dim, &L->qkv, 0, -1, stage, flag);
+        if (r == BITNET_OK) r = bitnet__gpu_repack(g, W->wk, m->kv_dim, in->dim, &L->qkv, m->q_dim, -1, stage, flag);
+        if (r == BITNET_OK) r = bitnet__gpu_repack(g, W->wv, m->kv_dim, in->dim, &L->qkv, m->q_dim + m->kv_dim, -1, stage, flag);
+        if (r == BITNET_OK) r = bitnet__gpu_repack(g, W->wo, in->dim, m->q_dim, &L->o, 0, -1, stage, flag);
+        if (r == BITNET_OK) r = bitnet__gpu_repack(g, W->w_gate, in->ffn_dim, in->dim, &L->gu, 0, 0, stage, flag);
+        if (r == BITNET_OK) r = bitnet__gpu_repack(g, W->w_up, in->ffn_dim, in->dim, &L->gu, 0, 1, stage, flag);
+        if (r == BITNET_OK) r = bitnet__gpu_repack(g, W->w_down, in->dim, in->ffn_dim, &L->down, 0, -1, stage, flag);
+    }
+    if (r == BITNET_OK) r = bitnet_gpu_download(g->gpu, &bad, flag, 4);
+    bitnet_gpu_free(g->gpu, stage);
+    if (r != BITNET_OK) return r;
+    if (bad) return bitnet__err(BITNET_ERR_CORRUPT, "CUDA forward: a ternary weight holds code 3, which I2_S does not use");
+    return BITNET_OK;
+}
+
+/* ---- session: KV cache and buffers --------------------------------------------------------------- */
+
+static void bitnet__gpu_session_free(bitnet_session *s) {
+    bitnet__gsession *q = (bitnet__gsession *)s->gpu;
+    if (!q) return;
+    bitnet_gpu_graph_free(q->graph);
+    if (q->gpu) {
+        if (q->mem) bitnet_gpu_free(q->gpu, q->mem);
+        bitnet_gpu_close(q->gpu);
+    }
+    bitnet__free(q);
+    s->gpu = NULL;
+}
+
+static void bitnet__gsession_layout(bitnet__gsession *q, const bitnet_session *s, bitnet__gcarve *c) {
+    const bitnet_model *m = s->m;
+    const bitnet_model_info *in = &m->info;
+    size_t B = (size_t)q->B, kv = (size_t)in->n_layers * (size_t)m->kv_dim;
+    size_t wide = BITNET__MAX(BITNET__MAX((size_t)in->dim, (size_t)m->q_dim), (size_t)in->ffn_dim);
+    q->kc = bitnet__gtake(c, kv * (size_t)s->n_ctx, 2);
+    q->vc = bitnet__gtake(c, kv * (size_t)s->n_ctx, 2);
+    q->rope = bitnet__gtake(c, (size_t)s->n_ctx * (size_t)in->head_dim, 4);
+    q->x = bitnet__gtake(c, B * (size_t)in->dim, 4);
+    q->qkv = bitnet__gtake(c, B * (size_t)(m->q_dim + 2 * m->kv_dim), 4);
+    q->att = bitnet__gtake(c, B * (size_t)m->q_dim, 4);
+    q->h = bitnet__gtake(c, B * (size_t)in->ffn_dim, 4);
+    q->aq = bitnet__gtake(c, B * wide, 1);
+    q->as = bitnet__gtake(c, B, 4);
+    q->asum = bitnet__gtake(c, B, 4);
+    q->logits = bitnet__gtake(c, (size_t)in->n_vocab, 4);
+    q->part_o = bitnet__gtake(c, (size_t)in->n_heads * (size_t)q->smax * (size_t)in->head_dim, 4);
+    q->part_ml = bitnet__gtake(c, (size_t)in->n_heads * (size_t)q->smax * 2, 4);
+    q->hv = bitnet__gtake(c, (size_t)q->head_blocks, 4);
+    q->hi = bitnet__gtake(c, (size_t)q->head_blocks, 4);
+    q->tok = bitnet__gtake(c, B, 4);
+    q->ctr = bitnet__gtake(c, 2, 4);
+    q->io = bitnet__gtake(c, 2, 4);
+    q->next = bitnet__gtake(c, 1, 4);
+}
+
+static bitnet_result bitnet__gpu_session_init(bitnet_session *s) {
+    const bitnet__gmodel *g = (const bitnet__gmodel *)s->m->gpu;
+    bitnet__gsession *q;
+    bitnet__gcarve c;
+    int split;
+    if (!g) return bitnet__err(BITNET_ERR_INVALID_STATE, "CUDA session: the model has no GPU weights");
+    q = (bitnet__gsession *)bitnet__calloc(1, sizeof *q);
+    if (!q) return BITNET_ERR_OUT_OF_MEMORY;
+    s->gpu = q;
+    q->B = g->cc >= 80 ? s->n_batch : 1; /* below sm_80 prompts go through the decode step */
+    split = (s->n_ctx + BITNET__GPU_ATT_CMIN - 1) / BITNET__GPU_ATT_CMIN;
+    q->smax = BITNET__MIN(split, BITNET__GPU_ATT_SMAX);
+    q->head_blocks = 4 * g->sm_count;
+    BITNET__TRY(bitnet_gpu_open(g->device, &q->gpu));
+    memset(&c, 0, sizeof c);
+    bitnet__gsession_layout(q, s, &c);
+    if (c.overflow) return bitnet__err(BITNET_ERR_OVERFLOW, "CUDA session: %d positions overflow the device layout", (int)s->n_ctx);
+    q->bytes = c.off;
+    BITNET__TRY(bitnet_gpu_alloc(q->gpu, q->bytes, &q->mem));
+    c.base = q->mem, c.off = 0;
+    bitnet__gsession_layout(q, s, &c);
+    /* poison: a read of anything no kernel wrote shows up as NaN (0xffff is an fp16 NaN too) */
+    BITNET__TRY(bitnet_gpu_memset(q->gpu, q->mem, 0xff, q->bytes));
+    BITNET__TRY(bitnet_gpu_memset(q->gpu, q->ctr, 0, 8));
+    return bitnet_gpu_upload(q->gpu, q->rope, s->rope, (size_t)s->n_ctx * (size_t)s->m->info.head_dim * 4);
+}
+
+/* ---- the steps ------------------------------------------------------------------------------------ */
+
+/* 1. embed: x[t] = tok_embd[tokens[t]] as fp32, for the m tokens at tok */
+static bitnet_result bitnet__gpu_embed(bitnet_session *s, bitnet_devptr tok, int m) {
+    const bitnet__gmodel *g = (const bitnet__gmodel *)s->m->gpu;
+    bitnet__gsession *q = (bitnet__gsession *)s->gpu;
+    int dim = s->m->info.dim;
+    void *args[4];
+    args[0] = (void *)&g->emb, args[1] = &dim, args[2] = &tok, args[3] = &q->x;
+    return bitnet__gpu_launch(q->gpu, g->embed, (unsigned)m, 1, 256, 1, 0, args);
+}
+
+/* 2+3. norm_quant + linear for one token: out = W . int8(rmsnorm(in) * norm_w) with the matrix's
+   epilogue (kernel: store, res (out += y), glu (relu(gate)^2 * up)) */
+static bitnet_result bitnet__gpu_linear(bitnet_session *s, bitnet_gpu_kernel *k, const bitnet__gmat *w, bitnet_devptr in,
+                                        bitnet_devptr norm_w, bitnet_devptr out) {
+    bitnet__gsession *q = (bitnet__gsession *)s->gpu;
+    float eps = s->m->info.norm_eps;
+    int items = w->glu ? 2 * w->nc : w->nc, warps = BITNET__MIN(16, BITNET__MAX(1, (items + 4) / 5));
+    unsigned groups = (unsigned)((w->n_out + 31) / 32), smem = (unsigned)w->k + (unsigned)(warps * (w->glu ? 2 : 1) * 32 * 4);
+    void *args[8];
+    args[0] = (void *)&w->w, args[1] = (void *)&w->n_out, args[2] = (void *)&w->nc, args[3] = (void *)&w->segs,
+    args[4] = &in, args[5] = &norm_w, args[6] = &eps, args[7] = &out;
+    return bitnet__gpu_launch(q->gpu, k, groups, 1, 32, (unsigned)warps, smem, args);
+}
+
+/* 4-6. rope + kv_store + attention for one token (layer l): q and k rotated at the position in
+   io[1], k and v appended to the cache, att = softmax(q K^T / sqrt(hd)) V over the positions so far */
+static bitnet_result bitnet__gpu_attention(bitnet_session *s, int l) {
+    const bitnet_model *m = s->m;
+    const bitnet__gmodel *g = (const bitnet__gmodel *)m->gpu;
+    bitnet__gsession *q = (bitnet__gsession *)s->gpu;
+    int hd = m->info.head_dim, nh = m->info.n_heads, nkv = m->info.n_kv_heads, G = nh / nkv, cmin = BITNET__GPU_ATT_CMIN;
+    size_t layer = (size_t)l * (size_t)m->kv_dim * (size_t)s->n_ctx * 2;
+    bitnet_devptr kc = q->kc + layer, vc = q->vc + layer, pos = q->io + 4;
+    unsigned smem = (unsigned)(G * hd + G * BITNET__MAX(64, 128) + 64 * hd / 2) * 4;
+    void *args[15];
+    args[0] = &q->qkv, args[1] = &q->rope, args[2] = &pos, args[3] = &kc, args[4] = &vc, args[5] = &s->n_ctx, args[6] = &nh,
+    args[7] = &nkv, args[8] = &hd, args[9] = &q->smax, args[10] = &cmin, args[11] = &q->part_o, args[12] = &q->part_ml,
+    args[13] = &q->ctr, args[14] = &q->att;
+    return bitnet__gpu_launch(q->gpu, g->attn, (unsigned)nkv, (unsigned)q->smax, 128, 1, smem, args);
+}
+
+/* 9. head: logits = head . rmsnorm(x_row) * output_norm, and its argmax into next */
+static bitnet_result bitnet__gpu_head(bitnet_session *s, bitnet_devptr x_row) {
+    const bitnet_model *m = s->m;
+    const bitnet__gmodel *g = (const bitnet__gmodel *)m->gpu;
+    bitnet__gsession *q = (bitnet__gsession *)s->gpu;
+    int nv = m->info.n_vocab, dim = m->info.dim;
+    float eps = m->info.norm_eps;
+    bitnet_devptr ctr = q->ctr + 4;
+    void *args[11];
+    args[0] = (void *)&g->head, args[1] = &nv, args[2] = &dim, args[3] = &x_row, args[4] = (void *)&g->out_norm, args[5] = &eps,
+    args[6] = &q->logits, args[7] = &q->hv, args[8] = &q->hi, args[9] = &ctr, args[10] = &q->next;
+    return bitnet__gpu_launch(q->gpu, g->head_k, (unsigned)q->head_blocks, 1, 256, 1, (unsigned)dim * 4, args);
+}
+
+/* One token's forward, as launched into the decode graph (token and position in io). */
+static bitnet_result bitnet__gpu_step(bitnet_session *s) {
+    const bitnet_model *m = s->m;
+    const bitnet__gmodel *g = (const bitnet__gmodel *)m->gpu;
+    bitnet__gsession *q = (bitnet__gsession *)s->gpu;
+    int l;
+    BITNET__TRY(bitnet__gpu_embed(s, q->io, 1));                                                    /* x [dim] */
+    for (l = 0; l < m->info.n_layers; l++) {
+        const bitnet__glayer *L = &g->layers[l];
+        /* attention block */
+        BITNET__TRY(bitnet__gpu_linear(s, g->gemv_store, &L->qkv, q->x, L->attn_norm, q->qkv));      /* qkv [q+2kv] */
+        BITNET__TRY(bitnet__gpu_attention(s, l));                                                    /* att [q_dim] */
+        BITNET__TRY(bitnet__gpu_linear(s, g->gemv_res, &L->o, q->att, L->attn_sub_norm, q->x));     /* x += o */
+        /* feed-forward block */
+        BITNET__TRY(bitnet__gpu_linear(s, g->gemv_glu, &L->gu, q->x, L->ffn_norm, q->h));          /* h [ffn] */
+        BITNET__TRY(bitnet__gpu_linear(s, g->gemv_res, &L->down, q->h, L->ffn_sub_norm, q->x));    /* x += down */
+    }
+    return bitnet__gpu_head(s, q->x);                                                               /* logits, next */
+}
+
+/* One decode step of token at pos: the graph, captured on first use. */
+static bitnet_result bitnet__gpu_decode(bitnet_session *s, int32_t token, int32_t pos) {
+    bitnet__gsession *q = (bitnet__gsession *)s->gpu;
+    int32_t io[2];
+    io[0] = token, io[1] = pos;
+    BITNET__TRY(bitnet_gpu_upload(q->gpu, q->io, io, sizeof io));
+    if (!q->graph) {
+        bitnet_result r, r2;
+        BITNET__TRY(bitnet_gpu_graph_begin(q->gpu));
+        r = bitnet__gpu_step(s);
+        r2 = bitnet_gpu_graph_end(q->gpu, &q->graph);
+        BITNET__TRY(r);
+        BITNET__TRY(r2);
+    }
+    q->have_next = 1;
+    return bitnet_gpu_graph_launch(q->gpu, q->graph);
+}
+
+/* ---- prefill steps (m tokens, the rows of the batch buffers) --------------------------------------- */
+
+/* 2. norm_quant: aq[t] = int8(rmsnorm(in[t]) * w) with scales and sums (ternary module) */
+static bitnet_result bitnet__gpu_norm_quant(bitnet_session *s, bitnet_devptr in, bitnet_devptr w, int m, int k) {
+    const bitnet__gmodel *g = (const bitnet__gmodel *)s->m->gpu;
+    bitnet__gsession *q = (bitnet__gsession *)s->gpu;
+    long long ld = k;
+    float eps = s->m->info.norm_eps;
+    void *args[9];
+    args[0] = &in, args[1] = &ld, args[2] = &k, args[3] = &w, args[4] = &eps, args[5] = &q->aq, args[6] = &ld, args[7] = &q->as,
+    args[8] = &q->asum;
+    return bitnet__gpu_launch(q->gpu, g->quant, (unsigned)m, 1, 256, 1, 0, args);
+}
+
+/* 3. linear for m tokens: out[m][n_out] (+= with res) = W . aq, int8 tensor cores (ternary module's tgemm) */
+static bitnet_result bitnet__gpu_linear_m(bitnet_session *s, const bitnet__gmat *w, int m, bitnet_devptr out,
+                                          bitnet_devptr res) {
+    const bitnet__gmodel *g = (const bitnet__gmodel *)s->m->gpu;
+    bitnet__gsession *q = (bitnet__gsession *)s->gpu;
+    long long lda = w->k, ldo = w->n_out;
+    int out_type = 1;
+    bitnet_devptr none = 0;
+    void *args[17];
+    args[0] = (void *)&w->w, args[1] = (void *)&w->n_out, args[2] = (void *)&w->nc, args[3] = (void *)&w->segs,
+    args[4] = (void *)&w->glu, args[5] = &q->aq, args[6] = &lda, args[7] = &q->as, args[8] = &q->asum, args[9] = &m,
+    args[10] = &out, args[11] = &ldo, args[12] = &out_type, args[13] = &res, args[14] = &ldo, args[15] = &none, args[16] = &none;
+    return bitnet__gpu_launch(q->gpu, g->tgemm, (unsigned)(w->npad / 128), (unsigned)((m + 127) / 128), 128, 1, 0, args);
+}
+
+/* 4+5. rope + kv_store for m tokens from position io[1] */
+static bitnet_result bitnet__gpu_rope_kv(bitnet_session *s, int l, int m) {
+    const bitnet_model *md = s->m;
+    const bitnet__gmodel *g = (const bitnet__gmodel *)md->gpu;
+    bitnet__gsession *q = (bitnet__gsession *)s->gpu;
+    int hd = md->info.head_dim, nh = md->info.n_heads, nkv = md->info.n_kv_heads;
+    long long ldq = md->q_dim + 2 * md->kv_dim;
+    size_t layer = (size_t)l * (size_t)md->kv_dim * (size_t)s->n_ctx * 2;
+    bitnet_devptr kc = q->kc + layer, vc = q->vc + layer, pos = q->io + 4;
+    void *args[10];
+    args[0] = &q->qkv, args[1] = &ldq, args[2] = &q->rope, args[3] = &pos, args[4] = &kc, args[5] = &vc, args[6] = &s->n_ctx,
+    args[7] = &nh, args[8] = &nkv, args[9] = &hd;
+    return bitnet__gpu_launch(q->gpu, g->rope_kv, (unsigned)m, 1, 128, 1, 0, args);
+}
+
+/* 6. attention for m tokens, causal */
+static bitnet_result bitnet__gpu_attention_m(bitnet_session *s, int l, int m) {
+    const bitnet_model *md = s->m;
+    const bitnet__gmodel *g = (const bitnet__gmodel *)md->gpu;
+    bitnet__gsession *q = (bitnet__gsession *)s->gpu;
+    int hd = md->info.head_dim, nh = md->info.n_heads, nkv = md->info.n_kv_heads;
+    long long ldq = md->q_dim + 2 * md->kv_dim, ldo = md->q_dim;
+    size_t layer = (size_t)l * (size_t)md->kv_dim * (size_t)s->n_ctx * 2;
+    bitnet_devptr kc = q->kc + layer, vc = q->vc + layer, pos = q->io + 4;
+    unsigned smem = (unsigned)((32 * hd + 32 * 65) * 4 + 64 * (hd + 2) * 2);
+    void *args[12];
+    args[0] = &q->qkv, args[1] = &ldq, args[2] = &kc, args[3] = &vc, args[4] = &pos, args[5] = &m, args[6] = &s->n_ctx,
+    args[7] = &nh, args[8] = &nkv, args[9] = &hd, args[10] = &q->att, args[11] = &ldo;
+    return bitnet__gpu_launch(q->gpu, g->attn_prefill, (unsigned)((m + 31) / 32), (unsigned)nh, 128, 1, smem, args);
+}
+
+/* Prefill of m tokens at s->pos: the GEMM path, in the CPU's step order. */
+static bitnet_result bitnet__gpu_prefill(bitnet_session *s, const int32_t *tokens, int m, float *logits, int all) {
+    const bitnet_model *md = s->m;
+    bitnet__gmodel *g = (bitnet__gmodel *)md->gpu;
+    bitnet__gsession *q = (bitnet__gsession *)s->gpu;
+    int l, t, dim = md->info.dim, qd = md->q_dim, ff = md->info.ffn_dim;
+    size_t nv = (size_t)md->info.n_vocab;
+    int32_t io[2];
+    if (!g->tgemm) BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_tgemm", &g->tgemm));
+    io[0] = tokens[0], io[1] = s->pos;
+    BITNET__TRY(bitnet_gpu_upload(q->gpu, q->io, io, sizeof io));
+    BITNET__TRY(bitnet_gpu_upload(q->gpu, q->tok, tokens, (size_t)m * sizeof *tokens));
+    BITNET__TRY(bitnet__gpu_embed(s, q->tok, m));                                            /* x [m][dim] */
+    for (l = 0; l < md->info.n_layers; l++) {
+        const bitnet__glayer *L = &g->layers[l];
+        /* attention block */
+        BITNET__TRY(bitnet__gpu_norm_quant(s, q->x, L->attn_norm, m, dim));                  /* aq [m][dim] */
+        BITNET__TRY(bitnet__gpu_linear_m(s, &L->qkv, m, q->qkv, 0));                         /* qkv [m][q+2kv] */
+        BITNET__TRY(bitnet__gpu_rope_kv(s, l, m));
+        BITNET__TRY(bitnet__gpu_attention_m(s, l, m));                                       /* att [m][q_dim] */
+        BITNET__TRY(bitnet__gpu_norm_quant(s, q->att, L->attn_sub_norm, m, qd));             /* aq [m][q_dim] */
+        BITNET__TRY(bitnet__gpu_linear_m(s, &L->o, m, q->x, q->x));                          /* x += o */
+        /* feed-forward block */
+        BITNET__TRY(bitnet__gpu_norm_quant(s, q->x, L->ffn_norm, m, dim));                   /* aq [m][dim] */
+        BITNET__TRY(bitnet__gpu_linear_m(s, &L->gu, m, q->h, 0));                            /* h [m][ffn] */
+        BITNET__TRY(bitnet__gpu_norm_quant(s, q->h, L->ffn_sub_norm, m, ff));                /* aq [m][ffn] */
+        BITNET__TRY(bitnet__gpu_linear_m(s, &L->down, m, q->x, q->x));                       /* x += down */
+    }
+    q->have_next = 0;
+    if (!logits) return BITNET_OK;
+    for (t = all ? 0 : m - 1; t < m; t++) {
+        BITNET__TRY(bitnet__gpu_head(s, q->x + (bitnet_devptr)((size_t)t * (size_t)dim * 4)));
+        BITNET__TRY(bitnet_gpu_download(q->gpu, logits + (all ? (size_t)t * nv : 0), q->logits, nv * 4));
+    }
+    q->have_next = 1;
+    return BITNET_OK;
+}
+
+/* The forward pass of m tokens at s->pos .. s->pos+m-1: bitnet__cpu_forward's contract. */
+static bitnet_result bitnet__gpu_forward(bitnet_session *s, const int32_t *tokens, int m, float *logits, int all) {
+    const bitnet__gmodel *g = (const bitnet__gmodel *)s->m->gpu;
+    bitnet__gsession *q = (bitnet__gsession *)s->gpu;
+    size_t nv = (size_t)s->m->info.n_vocab;
+    int t;
+    if (!g || !q) return bitnet__err(BITNET_ERR_INVALID_STATE, "CUDA forward: the model or session has no GPU state");
+    if (m >= BITNET__GPU_PREFILL_MIN && g->cc >= 80 && m <= q->B) return bitnet__gpu_prefill(s, tokens, m, logits, all);
+    for (t = 0; t < m; t++) {
+        BITNET__TRY(bitnet__gpu_decode(s, tokens[t], s->pos + t));
+        if (logits && (all || t == m - 1))
+            BITNET__TRY(bitnet_gpu_download(q->gpu, logits + (all ? (size_t)t * nv : 0), q->logits, nv * 4));
+    }
+    return BITNET_OK;
+}
+
+/* Greedy decoding without moving logits: the argmax (lowest index among equals) of the last row
+   whose logits the GPU computed. */
+static BITNET__UNUSED bitnet_result bitnet__gpu_last_argmax(bitnet_session *s, int32_t *token) {
+    bitnet__gsession *q = (bitnet__gsession *)s->gpu;
+    if (!q || !q->have_next) return bitnet__err(BITNET_ERR_INVALID_STATE, "CUDA forward: no logits were computed on the device");
+    return bitnet_gpu_download(q->gpu, token, q->next, 4);
+}
+
+#endif /* BITNET__GPU_FORWARD */
+
 /* >>model ===================================================================================== */
 
 /* >>public ==================================================================================== */
