@@ -4740,17 +4740,19 @@ static void bitnet__pool_destroy(bitnet_gpu *gpu) {
      layer (the forward module in bitnet_cuda_kernels.h): RMSNorm + int8 quantization run in the
      prologue of each ternary GEMV, RoPE and the KV append in the attention kernel, residual adds
      and relu(gate)^2 * up in GEMV epilogues; the head kernel also leaves the argmax on the device.
-   - Prefill (m >= 2 tokens, sm_80+): batches of up to n_batch tokens through the ternary
-     module's int8 tensor-core GEMM (tgemm), its quant_act, and this module's rope_kv and causal
-     attention. Devices below sm_80 run prompts through the decode graph, token by token.
+   - Prefill (m >= 2 tokens, sm_80+): batches of up to n_batch tokens through
+     bitnet_gpu_quantize_act and bitnet_gpu_ternary_matmul (int8 tensor cores), and this module's
+     rope_kv and causal attention. Below sm_80 prompts run through the decode graph token by token.
+   Ternary weights are uploaded with bitnet_gpu_ternary_upload (T32 layout; QKV fused with its
+   three scales, gate||up interleaved), which both paths read.
    The model holds one bitnet_gpu handle for its weights; each session opens its own handle (its
    own stream and pool), so sessions on different threads never share a stream.
    Hooks for >>model: bitnet__gpu_model_init/free, bitnet__gpu_session_init/free,
    bitnet__gpu_forward (bitnet__cpu_forward's contract) and bitnet__gpu_last_argmax (greedy
    decoding without a logits download). */
 /* TEMPORARY: the section compiles once the CPU forward (>>cpu-forward, BITNET__MAX_BATCH) and the
-   GPU runtime's full API (BITNET_GPU_MAX_KERNEL_STATS) are on main. */
-#if !defined(BITNET_NO_CUDA) && defined(BITNET__MAX_BATCH) && defined(BITNET_GPU_MAX_KERNEL_STATS)
+   GPU kernels' host API (>>api-gpu-kernels, BITNET_GPU_MAX_PARTS) are on main. */
+#if !defined(BITNET_NO_CUDA) && defined(BITNET__MAX_BATCH) && defined(BITNET_GPU_MAX_PARTS)
 #define BITNET__GPU_FORWARD 1
 
 #define BITNET__GPU_ATT_CMIN 64       /* decode attention: positions per split, at least */
@@ -4759,25 +4761,19 @@ static void bitnet__pool_destroy(bitnet_gpu *gpu) {
 
 typedef struct bitnet__gseg { int n; int end[8]; float scale[8]; } bitnet__gseg; /* the kernels' segments */
 
-typedef struct bitnet__gmat {         /* a ternary matrix on the device, T32 layout */
-    bitnet_devptr w;
-    int n_out, k, nc, npad, glu;      /* glu: gate||up interleaved by groups of 32 rows */
-    bitnet__gseg segs;                /* row segments and their weight scales */
-} bitnet__gmat;
-
 typedef struct bitnet__glayer {
-    bitnet__gmat qkv, o, gu, down;    /* wq||wk||wv, wo, w_gate||w_up, w_down */
+    bitnet_gpu_ternary qkv, o, gu, down; /* wq||wk||wv, wo, w_gate||w_up (glu), w_down */
     bitnet_devptr attn_norm, attn_sub_norm, ffn_norm, ffn_sub_norm;
 } bitnet__glayer;
 
 typedef struct bitnet__gmodel {
-    bitnet_gpu *gpu;                  /* owns the weights' allocation */
-    bitnet_devptr mem;
-    size_t bytes;
+    bitnet_gpu *gpu;                  /* owns the weights */
+    bitnet_devptr mem;                /* embedding, head, norms */
+    size_t bytes, ternary_bytes;
     bitnet_devptr emb, head, out_norm;
     bitnet__glayer *layers;
     int device, sm_count, cc;
-    bitnet_gpu_kernel *embed, *gemv_store, *gemv_res, *gemv_glu, *attn, *head_k, *rope_kv, *attn_prefill, *quant, *tgemm;
+    bitnet_gpu_kernel *embed, *gemv_store, *gemv_res, *gemv_glu, *attn, *head_k, *rope_kv, *attn_prefill;
 } bitnet__gmodel;
 
 typedef struct bitnet__gsession {
@@ -4787,7 +4783,7 @@ typedef struct bitnet__gsession {
     bitnet_devptr kc, vc;             /* fp16 [n_layers][n_kv][n_ctx][head_dim] */
     bitnet_devptr rope;               /* the session's cos/sin table, [n_ctx][head_dim] */
     bitnet_devptr x, qkv, att, h;     /* fp32 [B][dim], [B][q+2kv], [B][q_dim], [B][ffn_dim] */
-    bitnet_devptr aq, as, asum;       /* prefill: int8 [B][max k], scales, sums */
+    bitnet_gpu_act a_dim, a_q, a_ff;  /* prefill: int8 activations of k = dim, q_dim, ffn_dim (one buffer) */
     bitnet_devptr logits;             /* fp32 [n_vocab] */
     bitnet_devptr part_o, part_ml;    /* decode attention splits: [n_heads][smax][hd], [n_heads][smax][2] */
     bitnet_devptr hv, hi;             /* head: each block's best value and index */
@@ -4819,22 +4815,13 @@ static bitnet_devptr bitnet__gtake(bitnet__gcarve *c, size_t n1, size_t n2) {
     return p;
 }
 
-/* T32 rows: a multiple of 128; gate||up needs room for both halves' groups interleaved. */
-static void bitnet__gmat_shape(bitnet__gmat *w, int n_out, int k, int glu) {
-    int rows = glu ? 2 * n_out : n_out;
-    w->n_out = n_out;
-    w->k = k;
-    w->nc = k / 64;
-    w->glu = glu;
-    w->npad = (rows + 127) / 128 * 128;
-    if (glu && w->npad < (n_out + 63) / 64 * 128) w->npad = (n_out + 63) / 64 * 128;
-}
-static size_t bitnet__gmat_bytes(const bitnet__gmat *w) { return (size_t)w->npad * (size_t)w->nc * 16; }
-
-static float bitnet__i2s_scale(const void *w, int n, int k) {
-    float s;
-    memcpy(&s, (const uint8_t *)w + (size_t)n * (size_t)k / 4, 4);
-    return s;
+static bitnet__gseg bitnet__gsegs(const bitnet_gpu_ternary *w) {
+    bitnet__gseg g;
+    int i;
+    memset(&g, 0, sizeof g);
+    g.n = w->n_parts;
+    for (i = 0; i < w->n_parts && i < 8; i++) g.end[i] = (int)w->part_end[i], g.scale[i] = w->part_scale[i];
+    return g;
 }
 
 /* ---- model: weights to the device --------------------------------------------------------------- */
@@ -4843,6 +4830,13 @@ static void bitnet__gpu_model_free(bitnet_model *m) {
     bitnet__gmodel *g = (bitnet__gmodel *)m->gpu;
     if (!g) return;
     if (g->gpu) {
+        int l;
+        for (l = 0; g->layers && l < m->info.n_layers; l++) {
+            bitnet_gpu_ternary_free(g->gpu, &g->layers[l].qkv);
+            bitnet_gpu_ternary_free(g->gpu, &g->layers[l].o);
+            bitnet_gpu_ternary_free(g->gpu, &g->layers[l].gu);
+            bitnet_gpu_ternary_free(g->gpu, &g->layers[l].down);
+        }
         if (g->mem) bitnet_gpu_free(g->gpu, g->mem);
         bitnet_gpu_close(g->gpu);
     }
@@ -4851,7 +4845,7 @@ static void bitnet__gpu_model_free(bitnet_model *m) {
     m->gpu = NULL;
 }
 
-/* Lays out every weight (base 0: only the size). */
+/* Lays out the dense weights (base 0: only the size). */
 static void bitnet__gmodel_layout(bitnet__gmodel *g, const bitnet_model *m, bitnet__gcarve *c) {
     const bitnet_model_info *in = &m->info;
     int l;
@@ -4864,36 +4858,31 @@ static void bitnet__gmodel_layout(bitnet__gmodel *g, const bitnet_model *m, bitn
         L->attn_sub_norm = bitnet__gtake(c, (size_t)m->q_dim, 4);
         L->ffn_norm = bitnet__gtake(c, (size_t)in->dim, 4);
         L->ffn_sub_norm = bitnet__gtake(c, (size_t)in->ffn_dim, 4);
-        L->qkv.w = bitnet__gtake(c, bitnet__gmat_bytes(&L->qkv), 1);
-        L->o.w = bitnet__gtake(c, bitnet__gmat_bytes(&L->o), 1);
-        L->gu.w = bitnet__gtake(c, bitnet__gmat_bytes(&L->gu), 1);
-        L->down.w = bitnet__gtake(c, bitnet__gmat_bytes(&L->down), 1);
     }
 }
 
-/* One I2_S part (rows row_off.. of dst, or a gate/up half) through the staging buffer. */
-static bitnet_result bitnet__gpu_repack(bitnet__gmodel *g, const void *i2s, int n, int k, const bitnet__gmat *dst,
-                                        int row_off, int glu_part, bitnet_devptr stage, bitnet_devptr bad) {
-    size_t bytes = (size_t)n * (size_t)k / 4, total = bytes / 16; /* one thread per 64 codes */
-    bitnet_gpu_kernel *rk;
-    void *args[7];
-    BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_t32_repack", &rk));
-    BITNET__TRY(bitnet_gpu_upload(g->gpu, stage, i2s, bytes));
-    args[0] = &stage, args[1] = &n, args[2] = &k, args[3] = (void *)&dst->w, args[4] = &row_off, args[5] = &glu_part,
-    args[6] = &bad;
-    return bitnet__gpu_launch(g->gpu, rk, (unsigned)((total + 255) / 256), 1, 256, 1, 0, args);
+/* One fused ternary matrix from n_parts I2_S tensors of n[i] rows of k. */
+static bitnet_result bitnet__gpu_ternary(bitnet__gmodel *g, const void *const *w, const int *n, int n_parts, int k, int glu,
+                                         bitnet_gpu_ternary *out) {
+    bitnet_gpu_i2s_part p[3];
+    int i;
+    for (i = 0; i < n_parts; i++) {
+        p[i].data = w[i];
+        p[i].n = (size_t)n[i];
+        p[i].bytes = bitnet_i2s_bytes((size_t)n[i], (size_t)k);
+    }
+    BITNET__TRY(bitnet_gpu_ternary_upload(g->gpu, p, n_parts, (size_t)k, glu, out));
+    g->ternary_bytes += (size_t)out->n_pad * (size_t)k / 4;
+    return BITNET_OK;
 }
 
 static bitnet_result bitnet__gpu_model_init(bitnet_model *m, int device) {
     const bitnet_model_info *in = &m->info;
-    int hd = in->head_dim, G = in->n_kv_heads > 0 ? in->n_heads / in->n_kv_heads : 0, l, bad = 0;
-    size_t stage_bytes, t;
+    int hd = in->head_dim, G = in->n_kv_heads > 0 ? in->n_heads / in->n_kv_heads : 0, l;
     bitnet_gpu_device_info di;
     bitnet__gmodel *g;
     bitnet__gcarve c;
-    bitnet_devptr stage = 0, flag;
-    bitnet_result r;
-    if (hd % 32 || hd > 128 || G < 1 || G > 8 || in->dim % 64 || m->q_dim % 64 || in->ffn_dim % 64)
+    if (hd % 32 || hd > 128 || G < 1 || G > 8)
         return bitnet__err(BITNET_ERR_UNSUPPORTED, "CUDA forward: head_dim %d must be a multiple of 32 up to 128, and "
                            "n_heads / n_kv_heads = %d at most 8", (int)hd, (int)G);
     g = (bitnet__gmodel *)bitnet__calloc(1, sizeof *g);
@@ -4914,26 +4903,6 @@ static bitnet_result bitnet__gpu_model_init(bitnet_model *m, int device) {
     BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_fwd_head", &g->head_k));
     BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_fwd_rope_kv", &g->rope_kv));
     BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_fwd_attn_prefill", &g->attn_prefill));
-    BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_quant_act", &g->quant));
-    for (l = 0; l < in->n_layers; l++) {
-        bitnet__glayer *L = &g->layers[l];
-        const bitnet__layer *W = &m->layers[l];
-        bitnet__gmat_shape(&L->qkv, m->q_dim + 2 * m->kv_dim, in->dim, 0);
-        L->qkv.segs.n = 3;
-        L->qkv.segs.end[0] = m->q_dim, L->qkv.segs.end[1] = m->q_dim + m->kv_dim, L->qkv.segs.end[2] = m->q_dim + 2 * m->kv_dim;
-        L->qkv.segs.scale[0] = bitnet__i2s_scale(W->wq, m->q_dim, in->dim);
-        L->qkv.segs.scale[1] = bitnet__i2s_scale(W->wk, m->kv_dim, in->dim);
-        L->qkv.segs.scale[2] = bitnet__i2s_scale(W->wv, m->kv_dim, in->dim);
-        bitnet__gmat_shape(&L->o, in->dim, m->q_dim, 0);
-        L->o.segs.n = 1, L->o.segs.end[0] = in->dim, L->o.segs.scale[0] = bitnet__i2s_scale(W->wo, in->dim, m->q_dim);
-        bitnet__gmat_shape(&L->gu, in->ffn_dim, in->dim, 1);
-        L->gu.segs.n = 2, L->gu.segs.end[0] = in->ffn_dim, L->gu.segs.end[1] = 2 * in->ffn_dim;
-        L->gu.segs.scale[0] = bitnet__i2s_scale(W->w_gate, in->ffn_dim, in->dim);
-        L->gu.segs.scale[1] = bitnet__i2s_scale(W->w_up, in->ffn_dim, in->dim);
-        bitnet__gmat_shape(&L->down, in->dim, in->ffn_dim, 0);
-        L->down.segs.n = 1, L->down.segs.end[0] = in->dim;
-        L->down.segs.scale[0] = bitnet__i2s_scale(W->w_down, in->dim, in->ffn_dim);
-    }
     memset(&c, 0, sizeof c);
     bitnet__gmodel_layout(g, m, &c);
     if (c.overflow) return bitnet__err(BITNET_ERR_OVERFLOW, "CUDA forward: the model's device layout overflows");
@@ -4941,41 +4910,29 @@ static bitnet_result bitnet__gpu_model_init(bitnet_model *m, int device) {
     BITNET__TRY(bitnet_gpu_alloc(g->gpu, g->bytes, &g->mem));
     c.base = g->mem, c.off = 0;
     bitnet__gmodel_layout(g, m, &c);
-    t = (size_t)in->n_vocab * (size_t)in->dim * 2;
-    BITNET__TRY(bitnet_gpu_upload(g->gpu, g->emb, m->tok_embd, t));
-    if (g->head != g->emb) BITNET__TRY(bitnet_gpu_upload(g->gpu, g->head, m->head_f16, t));
+    BITNET__TRY(bitnet_gpu_upload(g->gpu, g->emb, m->tok_embd, (size_t)in->n_vocab * (size_t)in->dim * 2));
+    if (g->head != g->emb) BITNET__TRY(bitnet_gpu_upload(g->gpu, g->head, m->head_f16, (size_t)in->n_vocab * (size_t)in->dim * 2));
     BITNET__TRY(bitnet_gpu_upload(g->gpu, g->out_norm, m->output_norm, (size_t)in->dim * 4));
-    /* the largest I2_S part, plus an int for the bad-code flag */
-    stage_bytes = BITNET__MAX((size_t)m->q_dim * in->dim, (size_t)in->ffn_dim * in->dim) / 4;
-    stage_bytes = BITNET__MAX(stage_bytes, (size_t)in->dim * (size_t)BITNET__MAX(m->q_dim, in->ffn_dim) / 4);
-    BITNET__TRY(bitnet_gpu_alloc(g->gpu, stage_bytes + 256, &stage));
-    flag = stage + stage_bytes;
-    r = bitnet_gpu_memset(g->gpu, flag, 0, 4);
-    for (l = 0; r == BITNET_OK && l < in->n_layers; l++) {
+    for (l = 0; l < in->n_layers; l++) {
         const bitnet__layer *W = &m->layers[l];
         bitnet__glayer *L = &g->layers[l];
-        int i;
-        bitnet__gmat *mats[4];
-        mats[0] = &L->qkv, mats[1] = &L->o, mats[2] = &L->gu, mats[3] = &L->down;
-        for (i = 0; r == BITNET_OK && i < 4; i++) /* padding rows hold code 1 (weight 0) */
-            r = bitnet_gpu_memset(g->gpu, mats[i]->w, 0x55, bitnet__gmat_bytes(mats[i]));
-        if (r == BITNET_OK) r = bitnet_gpu_upload(g->gpu, L->attn_norm, W->attn_norm, (size_t)in->dim * 4);
-        if (r == BITNET_OK) r = bitnet_gpu_upload(g->gpu, L->attn_sub_norm, W->attn_sub_norm, (size_t)m->q_dim * 4);
-        if (r == BITNET_OK) r = bitnet_gpu_upload(g->gpu, L->ffn_norm, W->ffn_norm, (size_t)in->dim * 4);
-        if (r == BITNET_OK) r = bitnet_gpu_upload(g->gpu, L->ffn_sub_norm, W->ffn_sub_norm, (size_t)in->ffn_dim * 4);
-        if (r == BITNET_OK) r = bitnet__gpu_repack(g, W->wq, m->q_dim, in->dim, &L->qkv, 0, -1, stage, flag);
-        if (r == BITNET_OK) r = bitnet__gpu_repack(g, W->wk, m->kv_dim, in->dim, &L->qkv, m->q_dim, -1, stage, flag);
-        if (r == BITNET_OK) r = bitnet__gpu_repack(g, W->wv, m->kv_dim, in->dim, &L->qkv, m->q_dim + m->kv_dim, -1, stage, flag);
-        if (r == BITNET_OK) r = bitnet__gpu_repack(g, W->wo, in->dim, m->q_dim, &L->o, 0, -1, stage, flag);
-        if (r == BITNET_OK) r = bitnet__gpu_repack(g, W->w_gate, in->ffn_dim, in->dim, &L->gu, 0, 0, stage, flag);
-        if (r == BITNET_OK) r = bitnet__gpu_repack(g, W->w_up, in->ffn_dim, in->dim, &L->gu, 0, 1, stage, flag);
-        if (r == BITNET_OK) r = bitnet__gpu_repack(g, W->w_down, in->dim, in->ffn_dim, &L->down, 0, -1, stage, flag);
+        const void *w[3];
+        int n[3];
+        BITNET__TRY(bitnet_gpu_upload(g->gpu, L->attn_norm, W->attn_norm, (size_t)in->dim * 4));
+        BITNET__TRY(bitnet_gpu_upload(g->gpu, L->attn_sub_norm, W->attn_sub_norm, (size_t)m->q_dim * 4));
+        BITNET__TRY(bitnet_gpu_upload(g->gpu, L->ffn_norm, W->ffn_norm, (size_t)in->dim * 4));
+        BITNET__TRY(bitnet_gpu_upload(g->gpu, L->ffn_sub_norm, W->ffn_sub_norm, (size_t)in->ffn_dim * 4));
+        w[0] = W->wq, w[1] = W->wk, w[2] = W->wv, n[0] = m->q_dim, n[1] = m->kv_dim, n[2] = m->kv_dim;
+        BITNET__TRY(bitnet__gpu_ternary(g, w, n, 3, in->dim, 0, &L->qkv));
+        w[0] = W->wo, n[0] = in->dim;
+        BITNET__TRY(bitnet__gpu_ternary(g, w, n, 1, m->q_dim, 0, &L->o));
+        w[0] = W->w_gate, w[1] = W->w_up, n[0] = n[1] = in->ffn_dim;
+        BITNET__TRY(bitnet__gpu_ternary(g, w, n, 2, in->dim, 1, &L->gu));
+        w[0] = W->w_down, n[0] = in->dim;
+        BITNET__TRY(bitnet__gpu_ternary(g, w, n, 1, in->ffn_dim, 0, &L->down));
     }
-    if (r == BITNET_OK) r = bitnet_gpu_download(g->gpu, &bad, flag, 4);
-    bitnet_gpu_free(g->gpu, stage);
-    if (r != BITNET_OK) return r;
-    if (bad) return bitnet__err(BITNET_ERR_CORRUPT, "CUDA forward: a ternary weight holds code 3, which I2_S does not use");
-    return BITNET_OK;
+    BITNET__TRY(bitnet_gpu_sync(g->gpu));
+    return bitnet_gpu_pool_trim(g->gpu); /* the upload's staging buffers */
 }
 
 /* ---- session: KV cache and buffers --------------------------------------------------------------- */
@@ -5004,9 +4961,12 @@ static void bitnet__gsession_layout(bitnet__gsession *q, const bitnet_session *s
     q->qkv = bitnet__gtake(c, B * (size_t)(m->q_dim + 2 * m->kv_dim), 4);
     q->att = bitnet__gtake(c, B * (size_t)m->q_dim, 4);
     q->h = bitnet__gtake(c, B * (size_t)in->ffn_dim, 4);
-    q->aq = bitnet__gtake(c, B * wide, 1);
-    q->as = bitnet__gtake(c, B, 4);
-    q->asum = bitnet__gtake(c, B, 4);
+    q->a_dim.q = bitnet__gtake(c, B * wide, 1);
+    q->a_dim.scale = bitnet__gtake(c, B, 4);
+    q->a_dim.sum = bitnet__gtake(c, B, 4);
+    q->a_dim.cap = B, q->a_dim.k = (size_t)in->dim;
+    q->a_q = q->a_dim, q->a_q.k = (size_t)m->q_dim;
+    q->a_ff = q->a_dim, q->a_ff.k = (size_t)in->ffn_dim;
     q->logits = bitnet__gtake(c, (size_t)in->n_vocab, 4);
     q->part_o = bitnet__gtake(c, (size_t)in->n_heads * (size_t)q->smax * (size_t)in->head_dim, 4);
     q->part_ml = bitnet__gtake(c, (size_t)in->n_heads * (size_t)q->smax * 2, 4);
@@ -5059,15 +5019,17 @@ static bitnet_result bitnet__gpu_embed(bitnet_session *s, bitnet_devptr tok, int
 
 /* 2+3. norm_quant + linear for one token: out = W . int8(rmsnorm(in) * norm_w) with the matrix's
    epilogue (kernel: store, res (out += y), glu (relu(gate)^2 * up)) */
-static bitnet_result bitnet__gpu_linear(bitnet_session *s, bitnet_gpu_kernel *k, const bitnet__gmat *w, bitnet_devptr in,
-                                        bitnet_devptr norm_w, bitnet_devptr out) {
+static bitnet_result bitnet__gpu_linear(bitnet_session *s, bitnet_gpu_kernel *k, const bitnet_gpu_ternary *w,
+                                        bitnet_devptr in, bitnet_devptr norm_w, bitnet_devptr out) {
     bitnet__gsession *q = (bitnet__gsession *)s->gpu;
     float eps = s->m->info.norm_eps;
-    int items = w->glu ? 2 * w->nc : w->nc, warps = BITNET__MIN(16, BITNET__MAX(1, (items + 4) / 5));
-    unsigned groups = (unsigned)((w->n_out + 31) / 32), smem = (unsigned)w->k + (unsigned)(warps * (w->glu ? 2 : 1) * 32 * 4);
+    bitnet__gseg segs = bitnet__gsegs(w);
+    int n_out = (int)w->n, nc = (int)(w->k / 64), items = w->glu ? 2 * nc : nc;
+    int warps = BITNET__MIN(16, BITNET__MAX(1, (items + 4) / 5));
+    unsigned groups = (unsigned)((n_out + 31) / 32), smem = (unsigned)w->k + (unsigned)(warps * (w->glu ? 2 : 1) * 32 * 4);
     void *args[8];
-    args[0] = (void *)&w->w, args[1] = (void *)&w->n_out, args[2] = (void *)&w->nc, args[3] = (void *)&w->segs,
-    args[4] = &in, args[5] = &norm_w, args[6] = &eps, args[7] = &out;
+    args[0] = (void *)&w->data, args[1] = &n_out, args[2] = &nc, args[3] = &segs, args[4] = &in, args[5] = &norm_w,
+    args[6] = &eps, args[7] = &out;
     return bitnet__gpu_launch(q->gpu, k, groups, 1, 32, (unsigned)warps, smem, args);
 }
 
@@ -5142,31 +5104,17 @@ static bitnet_result bitnet__gpu_decode(bitnet_session *s, int32_t token, int32_
 
 /* ---- prefill steps (m tokens, the rows of the batch buffers) --------------------------------------- */
 
-/* 2. norm_quant: aq[t] = int8(rmsnorm(in[t]) * w) with scales and sums (ternary module) */
-static bitnet_result bitnet__gpu_norm_quant(bitnet_session *s, bitnet_devptr in, bitnet_devptr w, int m, int k) {
-    const bitnet__gmodel *g = (const bitnet__gmodel *)s->m->gpu;
+/* 2. norm_quant: a = int8(rmsnorm(in[t]) * w) with scales and sums, for m rows of a->k */
+static bitnet_result bitnet__gpu_norm_quant(bitnet_session *s, bitnet_devptr in, bitnet_devptr w, int m, bitnet_gpu_act *a) {
     bitnet__gsession *q = (bitnet__gsession *)s->gpu;
-    long long ld = k;
-    float eps = s->m->info.norm_eps;
-    void *args[9];
-    args[0] = &in, args[1] = &ld, args[2] = &k, args[3] = &w, args[4] = &eps, args[5] = &q->aq, args[6] = &ld, args[7] = &q->as,
-    args[8] = &q->asum;
-    return bitnet__gpu_launch(q->gpu, g->quant, (unsigned)m, 1, 256, 1, 0, args);
+    return bitnet_gpu_quantize_act(q->gpu, in, (size_t)m, a->k, w, s->m->info.norm_eps, a);
 }
 
-/* 3. linear for m tokens: out[m][n_out] (+= with res) = W . aq, int8 tensor cores (ternary module's tgemm) */
-static bitnet_result bitnet__gpu_linear_m(bitnet_session *s, const bitnet__gmat *w, int m, bitnet_devptr out,
-                                          bitnet_devptr res) {
-    const bitnet__gmodel *g = (const bitnet__gmodel *)s->m->gpu;
+/* 3. linear for m tokens: out[m][n] (+= res when res is out) = W . a (int8 tensor cores) */
+static bitnet_result bitnet__gpu_linear_m(bitnet_session *s, const bitnet_gpu_ternary *w, const bitnet_gpu_act *a,
+                                          bitnet_devptr out, bitnet_devptr res) {
     bitnet__gsession *q = (bitnet__gsession *)s->gpu;
-    long long lda = w->k, ldo = w->n_out;
-    int out_type = 1;
-    bitnet_devptr none = 0;
-    void *args[17];
-    args[0] = (void *)&w->w, args[1] = (void *)&w->n_out, args[2] = (void *)&w->nc, args[3] = (void *)&w->segs,
-    args[4] = (void *)&w->glu, args[5] = &q->aq, args[6] = &lda, args[7] = &q->as, args[8] = &q->asum, args[9] = &m,
-    args[10] = &out, args[11] = &ldo, args[12] = &out_type, args[13] = &res, args[14] = &ldo, args[15] = &none, args[16] = &none;
-    return bitnet__gpu_launch(q->gpu, g->tgemm, (unsigned)(w->npad / 128), (unsigned)((m + 127) / 128), 128, 1, 0, args);
+    return bitnet_gpu_ternary_matmul(q->gpu, w, a, out, BITNET_PRECISION_FP32, res);
 }
 
 /* 4+5. rope + kv_store for m tokens from position io[1] */
@@ -5205,10 +5153,9 @@ static bitnet_result bitnet__gpu_prefill(bitnet_session *s, const int32_t *token
     const bitnet_model *md = s->m;
     bitnet__gmodel *g = (bitnet__gmodel *)md->gpu;
     bitnet__gsession *q = (bitnet__gsession *)s->gpu;
-    int l, t, dim = md->info.dim, qd = md->q_dim, ff = md->info.ffn_dim;
+    int l, t, dim = md->info.dim;
     size_t nv = (size_t)md->info.n_vocab;
     int32_t io[2];
-    if (!g->tgemm) BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_tgemm", &g->tgemm));
     io[0] = tokens[0], io[1] = s->pos;
     BITNET__TRY(bitnet_gpu_upload(q->gpu, q->io, io, sizeof io));
     BITNET__TRY(bitnet_gpu_upload(q->gpu, q->tok, tokens, (size_t)m * sizeof *tokens));
@@ -5216,17 +5163,17 @@ static bitnet_result bitnet__gpu_prefill(bitnet_session *s, const int32_t *token
     for (l = 0; l < md->info.n_layers; l++) {
         const bitnet__glayer *L = &g->layers[l];
         /* attention block */
-        BITNET__TRY(bitnet__gpu_norm_quant(s, q->x, L->attn_norm, m, dim));                  /* aq [m][dim] */
-        BITNET__TRY(bitnet__gpu_linear_m(s, &L->qkv, m, q->qkv, 0));                         /* qkv [m][q+2kv] */
+        BITNET__TRY(bitnet__gpu_norm_quant(s, q->x, L->attn_norm, m, &q->a_dim));            /* aq [m][dim] */
+        BITNET__TRY(bitnet__gpu_linear_m(s, &L->qkv, &q->a_dim, q->qkv, 0));                 /* qkv [m][q+2kv] */
         BITNET__TRY(bitnet__gpu_rope_kv(s, l, m));
         BITNET__TRY(bitnet__gpu_attention_m(s, l, m));                                       /* att [m][q_dim] */
-        BITNET__TRY(bitnet__gpu_norm_quant(s, q->att, L->attn_sub_norm, m, qd));             /* aq [m][q_dim] */
-        BITNET__TRY(bitnet__gpu_linear_m(s, &L->o, m, q->x, q->x));                          /* x += o */
+        BITNET__TRY(bitnet__gpu_norm_quant(s, q->att, L->attn_sub_norm, m, &q->a_q));        /* aq [m][q_dim] */
+        BITNET__TRY(bitnet__gpu_linear_m(s, &L->o, &q->a_q, q->x, q->x));                    /* x += o */
         /* feed-forward block */
-        BITNET__TRY(bitnet__gpu_norm_quant(s, q->x, L->ffn_norm, m, dim));                   /* aq [m][dim] */
-        BITNET__TRY(bitnet__gpu_linear_m(s, &L->gu, m, q->h, 0));                            /* h [m][ffn] */
-        BITNET__TRY(bitnet__gpu_norm_quant(s, q->h, L->ffn_sub_norm, m, ff));                /* aq [m][ffn] */
-        BITNET__TRY(bitnet__gpu_linear_m(s, &L->down, m, q->x, q->x));                       /* x += down */
+        BITNET__TRY(bitnet__gpu_norm_quant(s, q->x, L->ffn_norm, m, &q->a_dim));             /* aq [m][dim] */
+        BITNET__TRY(bitnet__gpu_linear_m(s, &L->gu, &q->a_dim, q->h, 0));                    /* h [m][ffn] */
+        BITNET__TRY(bitnet__gpu_norm_quant(s, q->h, L->ffn_sub_norm, m, &q->a_ff));          /* aq [m][ffn] */
+        BITNET__TRY(bitnet__gpu_linear_m(s, &L->down, &q->a_ff, q->x, q->x));                /* x += down */
     }
     q->have_next = 0;
     if (!logits) return BITNET_OK;
