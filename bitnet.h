@@ -4791,7 +4791,7 @@ typedef struct bitnet__gsession {
     bitnet_devptr io;                 /* int [2]: the decode token and the position of a step */
     bitnet_devptr tok;                /* int [B]: prefill tokens */
     bitnet_devptr next;               /* int: the head's argmax */
-    int B, smax, head_blocks, have_next;
+    int B, smax, cmin, head_blocks, have_next;
     bitnet_gpu_graph *graph;          /* the decode step */
 } bitnet__gsession;
 
@@ -4970,8 +4970,8 @@ static void bitnet__gsession_layout(bitnet__gsession *q, const bitnet_session *s
     q->logits = bitnet__gtake(c, (size_t)in->n_vocab, 4);
     q->part_o = bitnet__gtake(c, (size_t)in->n_heads * (size_t)q->smax * (size_t)in->head_dim, 4);
     q->part_ml = bitnet__gtake(c, (size_t)in->n_heads * (size_t)q->smax * 2, 4);
-    q->hv = bitnet__gtake(c, (size_t)q->head_blocks, 4);
-    q->hi = bitnet__gtake(c, (size_t)q->head_blocks, 4);
+    q->hv = bitnet__gtake(c, (size_t)q->head_blocks * 2, 4); /* room for twice the blocks (tuning) */
+    q->hi = bitnet__gtake(c, (size_t)q->head_blocks * 2, 4);
     q->tok = bitnet__gtake(c, B, 4);
     q->ctr = bitnet__gtake(c, 2, 4);
     q->io = bitnet__gtake(c, 2, 4);
@@ -4990,7 +4990,8 @@ static bitnet_result bitnet__gpu_session_init(bitnet_session *s) {
     q->B = g->cc >= 80 ? s->n_batch : 1; /* below sm_80 prompts go through the decode step */
     split = (s->n_ctx + BITNET__GPU_ATT_CMIN - 1) / BITNET__GPU_ATT_CMIN;
     q->smax = BITNET__MIN(split, BITNET__GPU_ATT_SMAX);
-    q->head_blocks = 4 * g->sm_count;
+    q->cmin = BITNET__GPU_ATT_CMIN;
+    q->head_blocks = 2 * g->sm_count; /* persistent: two 256-thread blocks per SM, one wave */
     BITNET__TRY(bitnet_gpu_open(g->device, &q->gpu));
     memset(&c, 0, sizeof c);
     bitnet__gsession_layout(q, s, &c);
@@ -5007,46 +5008,59 @@ static bitnet_result bitnet__gpu_session_init(bitnet_session *s) {
 
 /* ---- the steps ------------------------------------------------------------------------------------ */
 
+/* What a decode kernel pulls into L2 for the kernel after it (the next weights in reading order). */
+typedef struct bitnet__gpre { bitnet_devptr p; unsigned long long bytes; } bitnet__gpre;
+static bitnet__gpre bitnet__gpre_of(const bitnet_gpu_ternary *w) {
+    bitnet__gpre r;
+    r.p = w ? w->data : 0;
+    r.bytes = w ? (unsigned long long)w->n_pad * (unsigned long long)w->k / 4 : 0;
+    return r;
+}
+
 /* 1. embed: x[t] = tok_embd[tokens[t]] as fp32, for the m tokens at tok */
-static bitnet_result bitnet__gpu_embed(bitnet_session *s, bitnet_devptr tok, int m) {
+static bitnet_result bitnet__gpu_embed(bitnet_session *s, bitnet_devptr tok, int m, bitnet__gpre pre) {
     const bitnet__gmodel *g = (const bitnet__gmodel *)s->m->gpu;
     bitnet__gsession *q = (bitnet__gsession *)s->gpu;
     int dim = s->m->info.dim;
-    void *args[4];
-    args[0] = (void *)&g->emb, args[1] = &dim, args[2] = &tok, args[3] = &q->x;
+    void *args[6];
+    args[0] = (void *)&g->emb, args[1] = &dim, args[2] = &tok, args[3] = &q->x, args[4] = &pre.p, args[5] = &pre.bytes;
     return bitnet__gpu_launch(q->gpu, g->embed, (unsigned)m, 1, 256, 1, 0, args);
 }
 
 /* 2+3. norm_quant + linear for one token: out = W . int8(rmsnorm(in) * norm_w) with the matrix's
    epilogue (kernel: store, res (out += y), glu (relu(gate)^2 * up)) */
 static bitnet_result bitnet__gpu_linear(bitnet_session *s, bitnet_gpu_kernel *k, const bitnet_gpu_ternary *w,
-                                        bitnet_devptr in, bitnet_devptr norm_w, bitnet_devptr out) {
+                                        bitnet_devptr in, bitnet_devptr norm_w, bitnet_devptr out, bitnet__gpre pre) {
+    const bitnet__gmodel *g = (const bitnet__gmodel *)s->m->gpu;
     bitnet__gsession *q = (bitnet__gsession *)s->gpu;
     float eps = s->m->info.norm_eps;
     bitnet__gseg segs = bitnet__gsegs(w);
     int n_out = (int)w->n, nc = (int)(w->k / 64), items = w->glu ? 2 * nc : nc;
-    int warps = BITNET__MIN(16, BITNET__MAX(1, (items + 4) / 5));
-    unsigned groups = (unsigned)((n_out + 31) / 32), smem = (unsigned)w->k + (unsigned)(warps * (w->glu ? 2 : 1) * 32 * 4);
-    void *args[8];
+    unsigned groups = (unsigned)((n_out + 31) / 32);
+    /* warps share a block's K chunks, 8 loads in flight per lane; over one wave of blocks
+       (about 100 registers a thread) a block gets at most 8 warps */
+    int warps = BITNET__MIN((int)groups > g->sm_count ? 8 : 16, BITNET__MAX(1, (items + 7) / 8));
+    unsigned smem = (unsigned)w->k + (unsigned)(warps * (w->glu ? 2 : 1) * 32 * 4);
+    void *args[10];
     args[0] = (void *)&w->data, args[1] = &n_out, args[2] = &nc, args[3] = &segs, args[4] = &in, args[5] = &norm_w,
-    args[6] = &eps, args[7] = &out;
+    args[6] = &eps, args[7] = &out, args[8] = &pre.p, args[9] = &pre.bytes;
     return bitnet__gpu_launch(q->gpu, k, groups, 1, 32, (unsigned)warps, smem, args);
 }
 
 /* 4-6. rope + kv_store + attention for one token (layer l): q and k rotated at the position in
    io[1], k and v appended to the cache, att = softmax(q K^T / sqrt(hd)) V over the positions so far */
-static bitnet_result bitnet__gpu_attention(bitnet_session *s, int l) {
+static bitnet_result bitnet__gpu_attention(bitnet_session *s, int l, bitnet__gpre pre) {
     const bitnet_model *m = s->m;
     const bitnet__gmodel *g = (const bitnet__gmodel *)m->gpu;
     bitnet__gsession *q = (bitnet__gsession *)s->gpu;
-    int hd = m->info.head_dim, nh = m->info.n_heads, nkv = m->info.n_kv_heads, G = nh / nkv, cmin = BITNET__GPU_ATT_CMIN;
+    int hd = m->info.head_dim, nh = m->info.n_heads, nkv = m->info.n_kv_heads, G = nh / nkv;
     size_t layer = (size_t)l * (size_t)m->kv_dim * (size_t)s->n_ctx * 2;
     bitnet_devptr kc = q->kc + layer, vc = q->vc + layer, pos = q->io + 4;
-    unsigned smem = (unsigned)(G * hd + G * BITNET__MAX(64, 128) + 64 * hd / 2) * 4;
-    void *args[15];
+    unsigned smem = (unsigned)(G * hd + G * BITNET__MAX(64, 128)) * 4 + 2 * 64 * (unsigned)hd * 2; /* BF_ATT_T = 64 */
+    void *args[17];
     args[0] = &q->qkv, args[1] = &q->rope, args[2] = &pos, args[3] = &kc, args[4] = &vc, args[5] = &s->n_ctx, args[6] = &nh,
-    args[7] = &nkv, args[8] = &hd, args[9] = &q->smax, args[10] = &cmin, args[11] = &q->part_o, args[12] = &q->part_ml,
-    args[13] = &q->ctr, args[14] = &q->att;
+    args[7] = &nkv, args[8] = &hd, args[9] = &q->smax, args[10] = &q->cmin, args[11] = &q->part_o, args[12] = &q->part_ml,
+    args[13] = &q->ctr, args[14] = &q->att, args[15] = &pre.p, args[16] = &pre.bytes;
     return bitnet__gpu_launch(q->gpu, g->attn, (unsigned)nkv, (unsigned)q->smax, 128, 1, smem, args);
 }
 
@@ -5064,24 +5078,30 @@ static bitnet_result bitnet__gpu_head(bitnet_session *s, bitnet_devptr x_row) {
     return bitnet__gpu_launch(q->gpu, g->head_k, (unsigned)q->head_blocks, 1, 256, 1, (unsigned)dim * 4, args);
 }
 
-/* One token's forward, as launched into the decode graph (token and position in io). */
+/* One token's forward, as launched into the decode graph (token and position in io). Each kernel
+   also pulls the next weights it does not use into L2 (bitnet__gpre), so DRAM keeps streaming
+   between kernels: embed -> QKV, QKV -> O, attention -> gate||up, O -> down, gate||up -> the next
+   layer's QKV (the last: the head's first 16 MB), down -> the next layer's gate||up. */
 static bitnet_result bitnet__gpu_step(bitnet_session *s) {
     const bitnet_model *m = s->m;
     const bitnet__gmodel *g = (const bitnet__gmodel *)m->gpu;
     bitnet__gsession *q = (bitnet__gsession *)s->gpu;
-    int l;
-    BITNET__TRY(bitnet__gpu_embed(s, q->io, 1));                                                    /* x [dim] */
-    for (l = 0; l < m->info.n_layers; l++) {
-        const bitnet__glayer *L = &g->layers[l];
+    int l, nl = m->info.n_layers;
+    bitnet__gpre head;
+    head.p = g->head;
+    head.bytes = BITNET__MIN((unsigned long long)16 << 20, (unsigned long long)m->info.n_vocab * (unsigned long long)m->info.dim * 2) & ~15ull;
+    BITNET__TRY(bitnet__gpu_embed(s, q->io, 1, bitnet__gpre_of(&g->layers[0].qkv)));                    /* x [dim] */
+    for (l = 0; l < nl; l++) {
+        const bitnet__glayer *L = &g->layers[l], *N = l + 1 < nl ? &g->layers[l + 1] : NULL;
         /* attention block */
-        BITNET__TRY(bitnet__gpu_linear(s, g->gemv_store, &L->qkv, q->x, L->attn_norm, q->qkv));      /* qkv [q+2kv] */
-        BITNET__TRY(bitnet__gpu_attention(s, l));                                                    /* att [q_dim] */
-        BITNET__TRY(bitnet__gpu_linear(s, g->gemv_res, &L->o, q->att, L->attn_sub_norm, q->x));     /* x += o */
+        BITNET__TRY(bitnet__gpu_linear(s, g->gemv_store, &L->qkv, q->x, L->attn_norm, q->qkv, bitnet__gpre_of(&L->o)));  /* qkv */
+        BITNET__TRY(bitnet__gpu_attention(s, l, bitnet__gpre_of(&L->gu)));                                 /* att [q_dim] */
+        BITNET__TRY(bitnet__gpu_linear(s, g->gemv_res, &L->o, q->att, L->attn_sub_norm, q->x, bitnet__gpre_of(&L->down)));
         /* feed-forward block */
-        BITNET__TRY(bitnet__gpu_linear(s, g->gemv_glu, &L->gu, q->x, L->ffn_norm, q->h));          /* h [ffn] */
-        BITNET__TRY(bitnet__gpu_linear(s, g->gemv_res, &L->down, q->h, L->ffn_sub_norm, q->x));    /* x += down */
+        BITNET__TRY(bitnet__gpu_linear(s, g->gemv_glu, &L->gu, q->x, L->ffn_norm, q->h, N ? bitnet__gpre_of(&N->qkv) : head));
+        BITNET__TRY(bitnet__gpu_linear(s, g->gemv_res, &L->down, q->h, L->ffn_sub_norm, q->x, bitnet__gpre_of(N ? &N->gu : NULL)));
     }
-    return bitnet__gpu_head(s, q->x);                                                               /* logits, next */
+    return bitnet__gpu_head(s, q->x);                                                                     /* logits, next */
 }
 
 /* One decode step of token at pos: the graph, captured on first use. */
@@ -5159,7 +5179,7 @@ static bitnet_result bitnet__gpu_prefill(bitnet_session *s, const int32_t *token
     io[0] = tokens[0], io[1] = s->pos;
     BITNET__TRY(bitnet_gpu_upload(q->gpu, q->io, io, sizeof io));
     BITNET__TRY(bitnet_gpu_upload(q->gpu, q->tok, tokens, (size_t)m * sizeof *tokens));
-    BITNET__TRY(bitnet__gpu_embed(s, q->tok, m));                                            /* x [m][dim] */
+    BITNET__TRY(bitnet__gpu_embed(s, q->tok, m, bitnet__gpre_of(NULL)));                   /* x [m][dim] */
     for (l = 0; l < md->info.n_layers; l++) {
         const bitnet__glayer *L = &g->layers[l];
         /* attention block */

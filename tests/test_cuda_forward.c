@@ -61,12 +61,13 @@ static void *keep(rmodel *r, size_t bytes) {
     if (p && r->nbufs < 512) r->bufs[r->nbufs++] = p;
     return p;
 }
+static float w_lo, w_hi; /* the range of the ternary tensors' scales */
 static const void *ternary(rmodel *r, int n, int k) {
     size_t bytes = bitnet_i2s_bytes((size_t)n, (size_t)k), i;
     int8_t *q = (int8_t *)malloc((size_t)n * k);
     void *dst = keep(r, bytes);
     for (i = 0; i < (size_t)n * k; i++) q[i] = (int8_t)test_rand_int(-1, 1);
-    bitnet_i2s_pack(q, (size_t)n, (size_t)k, test_rand_float(0.3f, 1.5f), dst, bytes);
+    bitnet_i2s_pack(q, (size_t)n, (size_t)k, test_rand_float(w_lo, w_hi), dst, bytes);
     free(q);
     return dst;
 }
@@ -212,10 +213,12 @@ static bitnet_result load_pair_weights(const bitnet_model_weights *w, bitnet_mod
     return bitnet_model_from_weights(w, &d, gpu);
 }
 
-static void random_model(int vocab, int dim, int layers, int heads, int kv, int ffn, unsigned long long seed) {
+static void random_model(int vocab, int dim, int layers, int heads, int kv, int ffn, float lo, float hi,
+                         unsigned long long seed) {
     rmodel r;
     bitnet_model *cpu = NULL, *gpu = NULL;
     bitnet_model_info info;
+    w_lo = lo, w_hi = hi;
     rmodel_build(&r, vocab, dim, layers, heads, kv, ffn, seed);
     TEST_CHECKF(load_pair_weights(&r.w, &cpu, &gpu) == BITNET_OK, "%s", bitnet_last_error());
     if (cpu && gpu) {
@@ -254,16 +257,24 @@ static void test_tiny_gguf(void) {
     bitnet_model_free(cpu);
 }
 
+/* Random weights can make a model so sensitive that two correct implementations part ways: the
+   attention's float sums differ in order, and where an activation sits on an int8 rounding
+   boundary the difference becomes a whole code, which the next layers amplify. The CPU's own
+   AVX-512 and scalar paths differ like that on some random models (on this file's first model
+   with ternary scales near 1 and two layers, 9 rows of 100 above 1e-2). The models below were
+   checked to be well conditioned that way (the CPU paths agree within 1e-6), so any larger
+   difference here is the GPU's. */
+
 /* 2B-4T's attention shape (head_dim 128, 4 query heads per kv head), scaled down; odd vocabulary. */
 static void test_random_hd128_gqa4(void) {
     NEED_GPU();
-    random_model(777, 512, 2, 4, 1, 640, 11);
+    random_model(777, 512, 1, 4, 1, 640, 0.05f, 0.15f, 11);
 }
 
 /* head_dim 64, 2 query heads per kv head, three layers. */
 static void test_random_hd64(void) {
     NEED_GPU();
-    random_model(1000, 256, 3, 4, 2, 384, 12);
+    random_model(1000, 256, 3, 4, 2, 384, 0.3f, 1.5f, 12);
 }
 
 /* Asking for CUDA without a usable one is an error, never a silent CPU run. */
@@ -272,6 +283,7 @@ static void test_backend_cuda_without_gpu(void) {
     bitnet_model *m = NULL;
     bitnet_model_desc d;
     if (bitnet_gpu_available()) TEST_SKIP("a GPU is usable here");
+    w_lo = 0.5f, w_hi = 1.0f;
     rmodel_build(&r, 300, 128, 1, 2, 1, 128, 3);
     memset(&d, 0, sizeof d);
     d.backend = BITNET_BACKEND_CUDA;

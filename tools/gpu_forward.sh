@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The GPU forward pass on the GPU machine, in one call: build, tests/test_cuda_forward (GPU vs CPU
-# logits and greedy tokens), the same under compute-sanitizer memcheck, then the 2B-4T benchmark
+# logits and greedy tokens), the 2B-4T benchmark
 # (tools/bench_cuda_forward.c: decode and prefill tokens/s, device memory at a 4096-token context,
 # CPU agreement at full scale) and `bitnet run --backend cuda` on a gen-model 2b4t GGUF when this
-# build can write one. Logs go to $OUT (default /tmp/gpu_forward); the JIT cache to
+# build can write one, and last the test under compute-sanitizer memcheck. Logs go to $OUT (default /tmp/gpu_forward); the JIT cache to
 # $BITNET_CACHE_DIR (default .jitcache here), which is also tarred into $OUT.
 #   usage: tools/gpu_forward.sh [test|bench|all]   (default all)
 set -u
@@ -30,12 +30,8 @@ step build-bench cc -O2 -std=c11 -Wall -Wextra -o build/bench_cuda_forward tools
 
 if [ "$what" != bench ]; then
   BITNET_REQUIRE_GPU=1 step test build/tests/test_cuda_forward
-  if command -v compute-sanitizer >/dev/null; then
-    BITNET_REQUIRE_GPU=1 step memcheck compute-sanitizer --tool memcheck --leak-check full --error-exitcode 9 \
-      build/tests/test_cuda_forward
-  else
-    echo "compute-sanitizer: not found"
-  fi
+  step run-tiny-cuda build/bitnet run -m tests/data/tiny.gguf -p "Hello there" -n 48 --temp 0 --backend cuda
+  step run-tiny-cpu build/bitnet run -m tests/data/tiny.gguf -p "Hello there" -n 48 --temp 0 --backend cpu
 fi
 
 if [ "$what" != test ]; then
@@ -51,6 +47,16 @@ if [ "$what" != test ]; then
   step bench build/bench_cuda_forward $model
   if [ -n "$model" ]; then
     step run build/bitnet run -m "$model" -p "The capital of France is a city that" -n 128 --backend cuda
+  fi
+fi
+if [ "$what" != bench ]; then
+  if command -v compute-sanitizer >/dev/null; then
+    BITNET_REQUIRE_GPU=1 step memcheck timeout 300 compute-sanitizer --tool memcheck --leak-check full --error-exitcode 9 \
+      build/tests/test_cuda_forward
+    BITNET_REQUIRE_GPU=1 step racecheck timeout 300 compute-sanitizer --tool racecheck --error-exitcode 9 \
+      build/tests/test_cuda_forward
+  else
+    echo "compute-sanitizer: not found"
   fi
 fi
 tar -C "$BITNET_CACHE_DIR" -czf "$OUT/jitcache.tgz" . 2>/dev/null
