@@ -4787,7 +4787,7 @@ typedef struct bitnet__gsession {
     bitnet_devptr logits;             /* fp32 [n_vocab] */
     bitnet_devptr part_o, part_ml;    /* decode attention splits: [n_heads][smax][hd], [n_heads][smax][2] */
     bitnet_devptr hv, hi;             /* head: each block's best value and index */
-    bitnet_devptr ctr;                /* int [2]: attention and head counters (their last blocks reset them) */
+    bitnet_devptr ctr;                /* int [n_kv + 1]: attention (per kv head) and head counters (their last blocks reset them) */
     bitnet_devptr io;                 /* int [2]: the decode token and the position of a step */
     bitnet_devptr tok;                /* int [B]: prefill tokens */
     bitnet_devptr next;               /* int: the head's argmax */
@@ -4973,7 +4973,7 @@ static void bitnet__gsession_layout(bitnet__gsession *q, const bitnet_session *s
     q->hv = bitnet__gtake(c, (size_t)q->head_blocks * 2, 4); /* room for twice the blocks (tuning) */
     q->hi = bitnet__gtake(c, (size_t)q->head_blocks * 2, 4);
     q->tok = bitnet__gtake(c, B, 4);
-    q->ctr = bitnet__gtake(c, 2, 4);
+    q->ctr = bitnet__gtake(c, (size_t)in->n_kv_heads + 1, 4);
     q->io = bitnet__gtake(c, 2, 4);
     q->next = bitnet__gtake(c, 1, 4);
 }
@@ -5002,7 +5002,7 @@ static bitnet_result bitnet__gpu_session_init(bitnet_session *s) {
     bitnet__gsession_layout(q, s, &c);
     /* poison: a read of anything no kernel wrote shows up as NaN (0xffff is an fp16 NaN too) */
     BITNET__TRY(bitnet_gpu_memset(q->gpu, q->mem, 0xff, q->bytes));
-    BITNET__TRY(bitnet_gpu_memset(q->gpu, q->ctr, 0, 8));
+    BITNET__TRY(bitnet_gpu_memset(q->gpu, q->ctr, 0, ((size_t)s->m->info.n_kv_heads + 1) * 4));
     return bitnet_gpu_upload(q->gpu, q->rope, s->rope, (size_t)s->n_ctx * (size_t)s->m->info.head_dim * 4);
 }
 
@@ -5071,7 +5071,7 @@ static bitnet_result bitnet__gpu_head(bitnet_session *s, bitnet_devptr x_row) {
     bitnet__gsession *q = (bitnet__gsession *)s->gpu;
     int nv = m->info.n_vocab, dim = m->info.dim;
     float eps = m->info.norm_eps;
-    bitnet_devptr ctr = q->ctr + 4;
+    bitnet_devptr ctr = q->ctr + 4 * (bitnet_devptr)m->info.n_kv_heads;
     void *args[11];
     args[0] = (void *)&g->head, args[1] = &nv, args[2] = &dim, args[3] = &x_row, args[4] = (void *)&g->out_norm, args[5] = &eps,
     args[6] = &q->logits, args[7] = &q->hv, args[8] = &q->hi, args[9] = &ctr, args[10] = &q->next;

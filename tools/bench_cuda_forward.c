@@ -332,8 +332,9 @@ int main(int argc, char **argv) {
     double t0, t1, tt[5], worst = 0, tps;
     int i, j, same;
     size_t nv;
-    static const char *builds[] = {"-DBF_PREFETCH=1", "-DBF_GEMV_U=4", "-DBF_GEMV_U=10", "-DBF_GEMV_U=10 -DBF_PREFETCH=1",
-                                   "-DBF_HEAD_U=5"};
+    /* other builds of the forward module worth comparing (measured before, all slower on the H100:
+       -DBF_PREFETCH=1, -DBF_GEMV_U=4 or 10, -DBF_HEAD_U=5); add options here to compare more */
+    static const char *builds[] = {"-DBF_GEMV_U=10"};
 
     memset(&s, 0, sizeof s);
     if (!path) {
@@ -415,26 +416,18 @@ int main(int argc, char **argv) {
     }
     use_build("");
     for (j = 32; j <= 256; j *= 2) {
+        char what[64];
         if (j == BITNET__GPU_ATT_CMIN) continue;
         gs->cmin = j;
         bitnet_gpu_graph_free(gs->graph);
         gs->graph = NULL;
-        printf("  attention: at least %d positions a split:\n", j);
-        measure("", gen_dev);
+        snprintf(what, sizeof what, "attention: at least %d positions a split", j);
+        measure(what, gen_dev);
+        if (j == 256) { printf("  per kernel, %d positions a split:\n", j); kernel_times(); }
     }
     gs->cmin = BITNET__GPU_ATT_CMIN;
-    gs->head_blocks *= 2;
     bitnet_gpu_graph_free(gs->graph);
     gs->graph = NULL;
-    measure("head: 4 blocks an SM", gen_dev);
-    gs->head_blocks /= 2;
-    bitnet_gpu_graph_free(gs->graph);
-    gs->graph = NULL;
-    use_build("-DBF_PREFETCH=1");
-    printf("  per kernel with -DBF_PREFETCH=1:\n");
-    step_us();
-    kernel_times();
-    use_build("");
     step_us();
 
     /* 5. the CPU on the same weights, and the CPU's own paths against each other */
