@@ -16,7 +16,7 @@ HEADERS  := bitnet.h bitnet_cuda_kernels.h
 EXAMPLES := $(patsubst examples/%.c,$(BUILD)/%,$(wildcard examples/*.c))
 TESTS    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(filter-out tests/impl.c tests/fuzz_%.c,$(wildcard tests/*.c)))
 
-.PHONY: all test test-gpu cxx-check clean
+.PHONY: all test test-gpu cxx-check fuzz clean
 all: $(EXAMPLES)
 
 $(BUILD)/%: examples/%.c $(HEADERS)
@@ -43,6 +43,24 @@ cxx-check:
 	@mkdir -p $(BUILD)
 	$(CXX) -x c++ -std=c++11 -Wall -Wextra -Werror -c -o $(BUILD)/impl_cxx.o tests/impl.c
 	$(CC) -std=c11 -Wall -Wextra -Werror -c -o $(BUILD)/impl_c11.o tests/impl.c
+
+# libFuzzer: every tests/fuzz_NAME.c, built with clang and run FUZZ_SECONDS each, seeded from
+# tests/corpus/NAME/ (read-only); new inputs go to $(BUILD)/fuzz/corpus-NAME, crashes to $(BUILD)/fuzz/.
+FUZZ_CC      ?= clang
+FUZZ_SECONDS ?= 60
+FUZZ_FLAGS   ?= -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+FUZZERS      := $(patsubst tests/fuzz_%.c,$(BUILD)/fuzz/fuzz_%,$(wildcard tests/fuzz_*.c))
+
+$(BUILD)/fuzz/fuzz_%: tests/fuzz_%.c tests/impl.c $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_FLAGS) -std=c11 $(WARN) -o $@ $< tests/impl.c -lm -ldl -lpthread
+
+fuzz: $(FUZZERS)
+	@set -e; for f in $(FUZZERS); do n=$${f##*/fuzz_}; mkdir -p $(BUILD)/fuzz/corpus-$$n; \
+	  echo "== fuzz $$n for $(FUZZ_SECONDS) s"; \
+	  seeds=tests/corpus/$$n; [ -d $$seeds ] || seeds=; \
+	  $$f -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+	      -artifact_prefix=$(BUILD)/fuzz/$$n- $(BUILD)/fuzz/corpus-$$n $$seeds; done
 
 clean:
 	rm -rf build build-*

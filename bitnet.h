@@ -38,6 +38,7 @@
      BITNET_NO_CUDA       impl    compile the GPU runtime out; GPU calls return BITNET_ERR_UNSUPPORTED
      BITNET_NO_SIMD       impl    scalar kernels only
      BITNET_NO_THREADS    impl    no thread pool
+     BITNET_NO_MMAP       impl    read GGUF files into memory instead of mapping them
      BITNET_MALLOC/BITNET_FREE impl  default allocator (both or neither); bitnet_set_allocator overrides
 
    OPTIONS (environment, read at first use)
@@ -172,7 +173,9 @@ typedef enum bitnet_isa {
 BITNET_API const char *bitnet_isa_name(bitnet_isa isa);
 BITNET_API int bitnet_cpu_has_isa(bitnet_isa isa);              /* 1 when this CPU and build can run it */
 BITNET_API bitnet_isa bitnet_cpu_isa(void);                     /* the active path */
-BITNET_API bitnet_result bitnet_cpu_set_isa(bitnet_isa isa);    /* AUTO = best available */
+BITNET_API bitnet_result bitnet_cpu_set_isa(bitnet_isa isa);    /* AUTO = BITNET_CPU, else the best */
+/* Threads of the kernel pool (the caller counts as one). Set it before running kernels; 1 stops
+   the workers. Default: BITNET_NUM_THREADS, else the online cores. */
 BITNET_API int bitnet_num_threads(void);
 BITNET_API bitnet_result bitnet_set_num_threads(int n);        /* 0 = online cores */
 
@@ -210,10 +213,16 @@ BITNET_API bitnet_result bitnet_i2s_from_hf(const uint8_t *packed, size_t n, siz
                                             void *dst, size_t dst_bytes);
 
 /* Ternary x int8: out[i*n + j] = (sum_c w[j][c] * a[i*k + c]) / a_scale[i] * w_scale, for m rows
-   of activations (m = 1 is the GEMV). a_sum is bitnet_quantize_act's sum. */
+   of activations (m = 1 is the GEMV). a_sum is bitnet_quantize_act's sum; k <= 2^22. Runs on
+   the active ISA path and the thread pool; every path gives the scalar reference's bits. */
 BITNET_API bitnet_result bitnet_gemm_i2s(const void *w, size_t w_bytes, size_t n, size_t k,
                                          const int8_t *a, const float *a_scale, const int32_t *a_sum,
                                          size_t m, float *out);
+/* int8 weights (the LM head): out[i*n + j] = (sum_c w[j*k + c] * a[i*k + c]) / a_scale[i] * w_scale[j].
+   a_sum must be the exact row sums of a (the VNNI path needs them); k <= 65536. */
+BITNET_API bitnet_result bitnet_gemm_q8(const int8_t *w, const float *w_scale, size_t n, size_t k,
+                                        const int8_t *a, const float *a_scale, const int32_t *a_sum,
+                                        size_t m, float *out);
 /* fp32 reference GEMM: out[m][n] = a[m][k] . w[n][k] (weights row-major, like a linear layer). */
 BITNET_API bitnet_result bitnet_gemm_f32(const float *w, size_t n, size_t k, const float *a, size_t m, float *out);
 /* out = x / sqrt(mean(x^2) + eps) * weight, per row of k (out may alias x). */
@@ -398,14 +407,141 @@ BITNET_API void *bitnet_gpu_raw_stream(bitnet_gpu *gpu);
 BITNET_API void *bitnet_gpu_raw_module(bitnet_gpu_module *mod);
 BITNET_API void *bitnet_gpu_raw_function(bitnet_gpu_kernel *k);
 
+/* ---- >>api-gpu-kernels: ternary and dense matmul on the GPU, precisions, GPU quantization ---- */
+
+/* Number formats of GPU tensors and of dense compute. AUTO means bitnet_detect_best_precision. */
+typedef enum bitnet_precision {
+    BITNET_PRECISION_AUTO = 0, BITNET_PRECISION_FP32 = 1, BITNET_PRECISION_FP16 = 2, BITNET_PRECISION_BF16 = 3
+} bitnet_precision;
+BITNET_API const char *bitnet_precision_name(bitnet_precision p); /* "auto", "fp32", "fp16", "bf16", "unknown" */
+/* BF16 from compute capability 8.0, FP16 from 6.0, else FP32 (also when the device cannot be
+   queried; bitnet_last_error then says why). */
+BITNET_API bitnet_precision bitnet_detect_best_precision(int device);
+
+/* Ternary weights in the GPU's T32 layout (documented in bitnet_cuda_kernels.h), repacked once on
+   the device from I2_S tensors. Parts stack row-wise into one fused matrix (QKV as 2560/640/640
+   rows), each keeping its own scale. glu = 1 takes exactly two parts of equal shape, gate then up,
+   and the matmul then returns relu(gate)^2 * up (n = the gate's rows). k: a multiple of 128 (I2_S
+   blocks), at most 262144 (int32 accumulators). */
+#define BITNET_GPU_MAX_PARTS 8
+typedef struct bitnet_gpu_i2s_part {
+    const void *data;                 /* an I2_S tensor (host memory) of n rows of k weights */
+    size_t bytes;                     /* at least bitnet_i2s_bytes(n, k); its tail holds the scale */
+    size_t n;
+} bitnet_gpu_i2s_part;
+typedef struct bitnet_gpu_ternary {
+    bitnet_devptr data;               /* the T32 image, n_pad * k / 4 bytes */
+    size_t n, k;                      /* outputs of the matmul, and K */
+    size_t n_rows, n_pad;             /* rows of all parts, and rows in the image (a multiple of 128) */
+    int glu, n_parts;
+    uint32_t part_end[BITNET_GPU_MAX_PARTS]; /* the row where each part ends */
+    float part_scale[BITNET_GPU_MAX_PARTS];
+} bitnet_gpu_ternary;
+BITNET_API bitnet_result bitnet_gpu_ternary_upload(bitnet_gpu *gpu, const bitnet_gpu_i2s_part *parts, int n_parts,
+                                                   size_t k, int glu, bitnet_gpu_ternary *out);
+BITNET_API void bitnet_gpu_ternary_free(bitnet_gpu *gpu, bitnet_gpu_ternary *w);
+
+/* Per-token int8 activations on the device: m rows of k values, with a scale and a sum per row. */
+typedef struct bitnet_gpu_act {
+    bitnet_devptr q, scale, sum;
+    size_t m, k, cap;                 /* rows in use, row length, rows allocated */
+} bitnet_gpu_act;
+BITNET_API bitnet_result bitnet_gpu_act_alloc(bitnet_gpu *gpu, size_t cap, size_t k, bitnet_gpu_act *out);
+BITNET_API void bitnet_gpu_act_free(bitnet_gpu *gpu, bitnet_gpu_act *a);
+/* x: m x k fp32 on the device (m <= a->cap, k == a->k). norm_weight: k fp32 RMSNorm weights to
+   apply first, or 0. Bit-identical to bitnet_rmsnorm (eps) + bitnet_quantize_act. */
+BITNET_API bitnet_result bitnet_gpu_quantize_act(bitnet_gpu *gpu, bitnet_devptr x, size_t m, size_t k,
+                                                 bitnet_devptr norm_weight, float eps, bitnet_gpu_act *a);
+/* out (a->m x w->n, row-major, out_type; AUTO = FP32) = residual (same shape and type, or 0) + the
+   W2A8 product bitnet_gemm_i2s computes, bit for bit in fp32 (fp16 / bf16: that value rounded).
+   m <= 8 runs the streaming GEMV, larger m int8 tensor cores from sm_80. residual may be out. */
+BITNET_API bitnet_result bitnet_gpu_ternary_matmul(bitnet_gpu *gpu, const bitnet_gpu_ternary *w, const bitnet_gpu_act *a,
+                                                   bitnet_devptr out, bitnet_precision out_type, bitnet_devptr residual);
+/* A list of such problems, issued in order with one barrier at the end; all are checked first. */
+typedef struct bitnet_gpu_matmul_op {
+    const bitnet_gpu_ternary *w;
+    const bitnet_gpu_act *a;
+    bitnet_devptr out;
+    bitnet_precision out_type;
+    bitnet_devptr residual;
+} bitnet_gpu_matmul_op;
+BITNET_API bitnet_result bitnet_gpu_ternary_matmul_batch(bitnet_gpu *gpu, const bitnet_gpu_matmul_op *ops, size_t n_ops);
+
+/* Dense: out (m x n, out_type) = x (m x k) . w (n x k)^T with w and x in prec and fp32
+   accumulation. m <= 8: a streaming GEMV (the fp16 LM head); larger m: tensor cores for fp16 and
+   bf16 from sm_80, else the CUDA cores. k * element size must be a multiple of 16 bytes. */
+BITNET_API bitnet_result bitnet_gpu_matmul(bitnet_gpu *gpu, bitnet_precision prec, bitnet_devptr w, bitnet_devptr x,
+                                           size_t m, size_t n, size_t k, bitnet_devptr out, bitnet_precision out_type);
+/* Element conversion between fp32, fp16 and bf16 (round to nearest even; NaN stays NaN). */
+BITNET_API bitnet_result bitnet_gpu_convert(bitnet_gpu *gpu, bitnet_devptr src, bitnet_precision src_type,
+                                            bitnet_devptr dst, bitnet_precision dst_type, size_t n);
+/* Per precision, for the whole process: dense matmuls and conversions issued (conversions count
+   under their destination type), their operations (2mnk, or n), bytes read plus written, and the
+   device time of the matmul launches that were timed (bitnet_gpu_set_timing; else 0). */
+typedef struct bitnet_gpu_precision_metrics {
+    uint64_t calls, ops, bytes;
+    double ms;
+} bitnet_gpu_precision_metrics;
+BITNET_API bitnet_result bitnet_gpu_precision_metrics_get(bitnet_precision p, bitnet_gpu_precision_metrics *out);
+BITNET_API void bitnet_gpu_precision_metrics_reset(void);
+
+/* GPU quantization with the CPU's results: absmean ternary codes of n device floats (q: n int8,
+   scale: one float, both on the device) as bitnet_quantize_ternary, and I2_S packing of n x k
+   device codes with the device scale (dst: bitnet_i2s_bytes(n, k) device bytes) as
+   bitnet_i2s_pack. The absmean sum runs in double in a fixed tree order; the CPU sums in order,
+   so the two scales could differ only where that double sum sits within a few double ulps of an
+   fp32 rounding boundary (odds about 2^-29 per tensor). */
+BITNET_API bitnet_result bitnet_gpu_quantize_ternary(bitnet_gpu *gpu, bitnet_devptr w, size_t n, bitnet_devptr q,
+                                                     bitnet_devptr scale);
+BITNET_API bitnet_result bitnet_gpu_i2s_pack(bitnet_gpu *gpu, bitnet_devptr q, size_t n, size_t k, bitnet_devptr scale,
+                                             bitnet_devptr dst);
+
+/* A device-aware quantizer: host arrays in and out; each operation runs on the GPU when there is
+   one and the GPU call succeeds, else on the CPU (counted as a fallback), with the same results.
+   One thread at a time per quantizer. */
+typedef struct bitnet_quantizer bitnet_quantizer;
+typedef enum bitnet_quant_kind {
+    BITNET_QUANT_TERNARY = 0, BITNET_QUANT_ACT, BITNET_QUANT_I2S, BITNET_QUANT_KINDS
+} bitnet_quant_kind;
+typedef struct bitnet_quant_stats {
+    uint64_t gpu_ops, cpu_ops, fallbacks;           /* cpu_ops include the fallbacks */
+    double gpu_ms[BITNET_QUANT_KINDS], cpu_ms[BITNET_QUANT_KINDS]; /* wall time per kind of operation */
+    char last_gpu_error[256], last_cpu_error[256];  /* "" when none */
+    uint64_t host_bytes, host_bytes_total;          /* host memory the quantizer holds now, and ever took */
+} bitnet_quant_stats;
+BITNET_API bitnet_result bitnet_quantizer_create(bitnet_gpu *gpu, bitnet_quantizer **out); /* gpu: NULL = CPU only; not owned */
+BITNET_API void bitnet_quantizer_free(bitnet_quantizer *qz);
+BITNET_API bitnet_result bitnet_quantizer_ternary(bitnet_quantizer *qz, const float *w, size_t n, int8_t *q, float *scale);
+BITNET_API bitnet_result bitnet_quantizer_act(bitnet_quantizer *qz, const float *x, size_t m, size_t k, int8_t *q,
+                                              float *scale, int32_t *sum);
+/* Absmean-quantizes n x k floats and packs them as I2_S into dst. */
+BITNET_API bitnet_result bitnet_quantizer_i2s(bitnet_quantizer *qz, const float *w, size_t n, size_t k, void *dst,
+                                              size_t dst_bytes);
+BITNET_API bitnet_result bitnet_quantizer_stats(const bitnet_quantizer *qz, bitnet_quant_stats *out);
+/* One line, e.g. "quantizer: gpu 12 ops (3.1 ms), cpu 2 ops (9.8 ms), 1 fallback (last gpu error: ...), host 1.2 MB (5.0 MB total)". */
+BITNET_API bitnet_result bitnet_quantizer_summary(const bitnet_quantizer *qz, char *buf, size_t cap);
+
 /* ---- >>api-gguf ------------------------------------------------------------------------------ */
 
-/* GGUF v2/v3 reader over mmap (or memory), bounds-checked everywhere. */
+/* GGUF v2/v3 reader over mmap (or memory), bounds-checked everywhere.
+   Every count, length, offset and shape in the file is checked against the bytes that remain
+   before anything is allocated or touched: a hostile file gives an error, never a crash.
+   Codes: BAD_MAGIC, BAD_VERSION (v1, v0, >3, big-endian files), TRUNCATED (a field, string,
+   array or tensor runs past the end), CORRUPT (a count or length larger than the whole file,
+   unknown value types, empty or NUL-containing names), UNSUPPORTED (nested arrays: no model uses
+   them and ggml rejects them too), UNSUPPORTED_TYPE, BAD_SHAPE (n_dims not 1..4, a zero
+   dimension, a row not a multiple of the type's block), OVERFLOW (element counts, byte sizes or
+   offsets that overflow 64 bits), ALIGNMENT (a tensor offset not a multiple of the alignment),
+   DUPLICATE_TENSOR, BAD_METADATA (duplicate keys, general.alignment not a power-of-two uint32).
+   Metadata keys and tensor names are copied (NUL-terminated); string values point into the
+   image; numeric arrays are copied so that arr_data is aligned for its element type. Little-
+   endian hosts only. A bitnet_gguf is read-only after open: any thread may read it. */
 typedef struct bitnet_gguf bitnet_gguf;
 typedef enum bitnet_gguf_type { /* metadata value types, as in the GGUF spec */
     BITNET_GGUF_UINT8 = 0, BITNET_GGUF_INT8, BITNET_GGUF_UINT16, BITNET_GGUF_INT16, BITNET_GGUF_UINT32,
     BITNET_GGUF_INT32, BITNET_GGUF_FLOAT32, BITNET_GGUF_BOOL, BITNET_GGUF_STRING, BITNET_GGUF_ARRAY,
-    BITNET_GGUF_UINT64, BITNET_GGUF_INT64, BITNET_GGUF_FLOAT64
+    BITNET_GGUF_UINT64, BITNET_GGUF_INT64, BITNET_GGUF_FLOAT64,
+    BITNET_GGUF_TYPE_COUNT /* not a type: returned by bitnet_gguf_key_type for a bad index */
 } bitnet_gguf_type;
 typedef enum bitnet_tensor_type { /* ggml ids; I2_S is bitnet.cpp's 36 */
     BITNET_TENSOR_F32 = 0, BITNET_TENSOR_F16 = 1, BITNET_TENSOR_Q8_0 = 8, BITNET_TENSOR_BF16 = 30,
@@ -415,38 +551,105 @@ typedef struct bitnet_tensor_info {
     const char *name;
     bitnet_tensor_type type;
     int n_dims;
-    uint64_t ne[4];          /* ne[0] is the contiguous dimension (K for a weight matrix) */
+    uint64_t ne[4];          /* ne[0] is the contiguous dimension (K for a weight matrix); unused dims are 1 */
     uint64_t offset;         /* from the start of the data section */
     uint64_t bytes;          /* I2_S: ne0*ne1/4 + 32 */
     const void *data;        /* inside the mapping */
 } bitnet_tensor_info;
 typedef struct bitnet_gguf_str { const char *ptr; uint64_t len; } bitnet_gguf_str; /* not NUL-terminated */
 
+#define BITNET_GGUF_NO_MMAP 1u /* bitnet_gguf_open_ex flag: read the file into memory */
 BITNET_API bitnet_result bitnet_gguf_open(const char *path, bitnet_gguf **out);
+BITNET_API bitnet_result bitnet_gguf_open_ex(const char *path, unsigned flags, bitnet_gguf **out);
 BITNET_API bitnet_result bitnet_gguf_open_memory(const void *data, size_t size, bitnet_gguf **out); /* data must outlive it */
 BITNET_API void bitnet_gguf_close(bitnet_gguf *g);
 BITNET_API uint32_t bitnet_gguf_version(const bitnet_gguf *g);
 BITNET_API uint64_t bitnet_gguf_kv_count(const bitnet_gguf *g);
 BITNET_API uint64_t bitnet_gguf_tensor_count(const bitnet_gguf *g);
+BITNET_API uint32_t bitnet_gguf_alignment(const bitnet_gguf *g);     /* general.alignment, default 32 */
+BITNET_API uint64_t bitnet_gguf_data_offset(const bitnet_gguf *g);   /* file offset of the data section */
+BITNET_API uint64_t bitnet_gguf_size(const bitnet_gguf *g);          /* bytes in the image */
+BITNET_API int bitnet_gguf_is_mapped(const bitnet_gguf *g);          /* 1 when the file is mmap'd */
 BITNET_API int64_t bitnet_gguf_find_key(const bitnet_gguf *g, const char *key);          /* -1 if absent */
-BITNET_API const char *bitnet_gguf_key_name(const bitnet_gguf *g, uint64_t i);
-BITNET_API bitnet_gguf_type bitnet_gguf_key_type(const bitnet_gguf *g, uint64_t i);
+BITNET_API const char *bitnet_gguf_key_name(const bitnet_gguf *g, uint64_t i);           /* NULL if i is out of range */
+BITNET_API bitnet_gguf_type bitnet_gguf_key_type(const bitnet_gguf *g, uint64_t i);      /* TYPE_COUNT if out of range */
+BITNET_API const char *bitnet_gguf_type_name(bitnet_gguf_type t);
+BITNET_API const char *bitnet_tensor_type_name(bitnet_tensor_type t); /* "?" for ids this library does not read */
+/* Bytes of a tensor of this type and shape (ne[0..3], unused dims 1): BAD_SHAPE when a row is
+   not a whole number of blocks (Q8_0: 32, I2_S: 128), OVERFLOW, UNSUPPORTED_TYPE. */
+BITNET_API bitnet_result bitnet_tensor_nbytes(bitnet_tensor_type type, const uint64_t ne[4], uint64_t *out);
 /* Typed getters: an error (BITNET_ERR_BAD_METADATA) when the key is absent or of another type;
-   integers convert between widths when the value fits. */
+   integers convert between widths and signedness when the value fits; f32/f64 accept both
+   float types. */
 BITNET_API bitnet_result bitnet_gguf_get_u32(const bitnet_gguf *g, const char *key, uint32_t *out);
+BITNET_API bitnet_result bitnet_gguf_get_u64(const bitnet_gguf *g, const char *key, uint64_t *out);
+BITNET_API bitnet_result bitnet_gguf_get_i64(const bitnet_gguf *g, const char *key, int64_t *out);
 BITNET_API bitnet_result bitnet_gguf_get_f32(const bitnet_gguf *g, const char *key, float *out);
+BITNET_API bitnet_result bitnet_gguf_get_f64(const bitnet_gguf *g, const char *key, double *out);
+BITNET_API bitnet_result bitnet_gguf_get_bool(const bitnet_gguf *g, const char *key, int *out);
 BITNET_API bitnet_result bitnet_gguf_get_str(const bitnet_gguf *g, const char *key, bitnet_gguf_str *out);
 /* Arrays: element type, count, and element access. */
 BITNET_API bitnet_result bitnet_gguf_get_arr(const bitnet_gguf *g, const char *key, bitnet_gguf_type *elem_type, uint64_t *count);
 BITNET_API bitnet_result bitnet_gguf_arr_str(const bitnet_gguf *g, const char *key, uint64_t i, bitnet_gguf_str *out);
-BITNET_API const void *bitnet_gguf_arr_data(const bitnet_gguf *g, const char *key); /* numeric arrays, packed little-endian */
+/* Numeric and bool arrays: count elements, packed little-endian, aligned for the element type
+   (bool: one byte each). NULL, with the error set, when absent or not such an array. */
+BITNET_API const void *bitnet_gguf_arr_data(const bitnet_gguf *g, const char *key);
 BITNET_API bitnet_result bitnet_gguf_tensor(const bitnet_gguf *g, uint64_t i, bitnet_tensor_info *out);
 BITNET_API bitnet_result bitnet_gguf_find_tensor(const bitnet_gguf *g, const char *name, bitnet_tensor_info *out);
+
+/* Validates a GGUF against the BitNet b1.58 architecture and fills *info (all of it is
+   overwritten; the backend fields are left zero). Architectures "bitnet-b1.58", "bitnet-25" and
+   "bitnet", keys under that prefix: embedding_length, block_count, attention.head_count,
+   feed_forward_length, context_length, attention.layer_norm_rms_epsilon (required);
+   attention.head_count_kv (default head_count), rope.freq_base (default 10000), vocab_size and
+   rope.dimension_count (checked when present). Tensors (ggml ne order, ne0 = in-features), as
+   bitnet.cpp writes them: token_embd.weight F16 [dim, vocab]; output_norm.weight F32 [dim];
+   optional output.weight F16 [dim, vocab]; per layer blk.N.attn_norm, attn_sub_norm, ffn_norm F32
+   [dim], ffn_sub_norm F32 [ffn], attn_q and attn_output I2_S [dim, dim], attn_k and attn_v I2_S
+   [dim, n_kv*head_dim], ffn_gate and ffn_up I2_S [dim, ffn], ffn_down I2_S [ffn, dim]. Float
+   tensors may be any of F32, F16, BF16, and the ternary ones also float (unquantized latent
+   weights, as a converter writes them before quantizing). The vocabulary size comes from
+   tokenizer.ggml.tokens (else vocab_size, else token_embd) and every tokenizer.ggml.*_token_id
+   must lie inside it. eot is tokenizer.ggml.eot_token_id, else the token "<|eot_id|>", else -1.
+   Reads only the 4-byte scale of each I2_S tensor (not finite or negative: CORRUPT), so it is cheap.
+   Errors: BAD_METADATA (missing or inconsistent keys, zero or non-dividing head counts, special
+   ids outside the vocabulary), UNSUPPORTED (another architecture, partial RoPE),
+   MISSING_TENSOR, UNSUPPORTED_TYPE (a tensor of the wrong type), BAD_SHAPE. */
+struct bitnet_model_info;
+BITNET_API bitnet_result bitnet_gguf_check_bitnet(const bitnet_gguf *g, struct bitnet_model_info *info);
+
+/* GGUF writer, in bitnet.cpp's layout (v3, alignment 32 unless general.alignment is set, data
+   padded with zeros). Declare all metadata and tensors, then begin() writes the header and
+   write() streams the tensor bytes in declaration order (any chunking); finish() closes the
+   file. Values are copied. bitnet_gguf_writer_free on an unfinished writer removes the file. */
+typedef struct bitnet_gguf_writer bitnet_gguf_writer;
+BITNET_API bitnet_result bitnet_gguf_writer_create(bitnet_gguf_writer **out);
+BITNET_API void bitnet_gguf_writer_free(bitnet_gguf_writer *w);
+/* value points to the value (bool: one uint8_t, 0 or 1; STRING: a bitnet_gguf_str). Setting
+   general.alignment (UINT32, a power of two) also sets the alignment used. */
+BITNET_API bitnet_result bitnet_gguf_writer_set(bitnet_gguf_writer *w, const char *key, bitnet_gguf_type type, const void *value);
+BITNET_API bitnet_result bitnet_gguf_writer_set_u32(bitnet_gguf_writer *w, const char *key, uint32_t v);
+BITNET_API bitnet_result bitnet_gguf_writer_set_f32(bitnet_gguf_writer *w, const char *key, float v);
+BITNET_API bitnet_result bitnet_gguf_writer_set_str(bitnet_gguf_writer *w, const char *key, const char *v);
+/* n packed elements (STRING: n bitnet_gguf_str). */
+BITNET_API bitnet_result bitnet_gguf_writer_set_arr(bitnet_gguf_writer *w, const char *key, bitnet_gguf_type elem_type,
+                                                    const void *values, uint64_t n);
+BITNET_API bitnet_result bitnet_gguf_writer_add_tensor(bitnet_gguf_writer *w, const char *name, bitnet_tensor_type type,
+                                                       int n_dims, const uint64_t *ne);
+BITNET_API bitnet_result bitnet_gguf_writer_begin(bitnet_gguf_writer *w, const char *path);
+BITNET_API bitnet_result bitnet_gguf_writer_write(bitnet_gguf_writer *w, const void *data, size_t n);
+BITNET_API bitnet_result bitnet_gguf_writer_finish(bitnet_gguf_writer *w);
 
 /* ---- >>api-tokenizer ------------------------------------------------------------------------- */
 
 /* Byte-level BPE (GPT-2 style tokens: bytes mapped to printable code points) with the LLaMA 3
-   pre-tokenizer, implemented without a regex library. */
+   pre-tokenizer, implemented without a regex library. Encoding equals tiktoken's with the LLaMA 3
+   pattern and ranks: pieces that are whole tokens are taken as they are, and merges apply lowest
+   rank first (a token's rank is that of its first merge), leftmost first on ties. The character
+   classes are Unicode 16.0 (the version of tiktoken's regex tables). Text that is not valid UTF-8 is
+   still encoded: each invalid byte counts as one punctuation-like character (neither letter,
+   number nor white space), so decode(encode(bytes)) gives the bytes back for any input.
+   A tokenizer is immutable after creation: share it between threads freely. */
 typedef struct bitnet_tokenizer bitnet_tokenizer;
 typedef struct bitnet_tokenizer_desc {
     const bitnet_gguf_str *tokens; uint64_t n_tokens;      /* the vocabulary, in id order */
@@ -454,21 +657,37 @@ typedef struct bitnet_tokenizer_desc {
     const int32_t *token_types;                            /* optional: 3 = control (special) */
     int32_t bos, eos, eot;                                 /* -1 when absent */
 } bitnet_tokenizer_desc;
+/* Special tokens are those of type 3 (control) or 4 (user-defined); without token_types, those
+   spelled "<|...|>". Their text is kept verbatim; every other token must be a byte-level string,
+   the 256 single bytes must all be tokens, and each merge must join two tokens into a third
+   (else BITNET_ERR_BAD_METADATA, naming the entry). */
 BITNET_API bitnet_result bitnet_tokenizer_create(const bitnet_tokenizer_desc *desc, bitnet_tokenizer **out);
+/* From tokenizer.ggml.* metadata (model "gpt2"); eot falls back to the token "<|eot_id|>". */
 BITNET_API bitnet_result bitnet_tokenizer_from_gguf(const bitnet_gguf *g, bitnet_tokenizer **out);
 BITNET_API void bitnet_tokenizer_free(bitnet_tokenizer *t);
 /* Encodes text (parse_special: recognise "<|...|>" special tokens in the text). *n_out gets the
-   count; BITNET_ERR_BAD_SIZE (with *n_out set to the need) when cap is too small. */
+   count; BITNET_ERR_BAD_SIZE (with *n_out set to the need) when cap is too small. ids may be NULL
+   when cap is 0 (a size query); text may be NULL when len is 0. */
 BITNET_API bitnet_result bitnet_tokenize(const bitnet_tokenizer *t, const char *text, size_t len, int add_bos,
                                          int parse_special, int32_t *ids, size_t cap, size_t *n_out);
-/* The bytes of one token (special tokens as their text). */
+/* The bytes of one token (special tokens as their text). Not NUL-terminated. */
 BITNET_API bitnet_result bitnet_token_piece(const bitnet_tokenizer *t, int32_t id, const char **bytes, size_t *len);
+/* The concatenated pieces, NUL-terminated. *len_out gets the length without the NUL;
+   BITNET_ERR_BAD_SIZE when cap < *len_out + 1; BITNET_ERR_BAD_TOKEN for an id outside the vocabulary. */
 BITNET_API bitnet_result bitnet_detokenize(const bitnet_tokenizer *t, const int32_t *ids, size_t n, char *buf,
                                            size_t cap, size_t *len_out);
 BITNET_API int32_t bitnet_tokenizer_vocab_size(const bitnet_tokenizer *t);
+/* The ids of BOS, EOS and <|eot_id|> (-1 when absent). Any pointer may be NULL. */
+BITNET_API void bitnet_tokenizer_special_ids(const bitnet_tokenizer *t, int32_t *bos, int32_t *eos, int32_t *eot);
+/* The LLaMA 3 pre-tokenizer alone: ends[i] gets the end offset of the i-th piece of text (BPE then
+   encodes each piece on its own). Same cap / BITNET_ERR_BAD_SIZE rule as bitnet_tokenize. */
+BITNET_API bitnet_result bitnet_pretokenize(const char *text, size_t len, size_t *ends, size_t cap, size_t *n_out);
 /* A GPT-2-style vocabulary (byte-level token strings, "a b" merges by rank, token types) built
-   from a tiktoken rank file plus n_special special tokens after it (LLaMA 3 names for 256).
-   gen-model writes it into GGUF metadata. Free with bitnet_vocab_free. */
+   from a tiktoken rank file plus n_special special tokens after it (LLaMA 3.1 names for 256).
+   The merges are every split of a token into two tokens, ordered by the token's rank (then by the
+   ranks of the halves), as Hugging Face's tiktoken conversion writes them; with them the encoder
+   above reproduces tiktoken exactly. gen-model writes it into GGUF metadata. Free with
+   bitnet_vocab_free. */
 typedef struct bitnet_vocab {
     bitnet_gguf_str *tokens; uint64_t n_tokens;
     bitnet_gguf_str *merges; uint64_t n_merges;
@@ -477,6 +696,14 @@ typedef struct bitnet_vocab {
 } bitnet_vocab;
 BITNET_API bitnet_result bitnet_vocab_from_tiktoken(const char *path, int n_special, bitnet_vocab *out);
 BITNET_API void bitnet_vocab_free(bitnet_vocab *v);
+/* The BitNet b1.58 2B-4T chat prompt: "<|begin_of_text|>", then per message "System: ", "User: " or
+   "Assistant: " (role "system", "user" or "assistant"), the content without leading and trailing
+   white space, and "<|eot_id|>"; add_generation_prompt appends "Assistant: ". Tokenize the result
+   with add_bos = 0 and parse_special = 1. buf gets a NUL-terminated string and *len_out its length;
+   BITNET_ERR_BAD_SIZE (with *len_out set) when cap < *len_out + 1; buf may be NULL when cap is 0. */
+typedef struct bitnet_chat_message { const char *role; const char *content; } bitnet_chat_message;
+BITNET_API bitnet_result bitnet_chat_format(const bitnet_chat_message *msgs, size_t n, int add_generation_prompt,
+                                            char *buf, size_t cap, size_t *len_out);
 
 /* ---- >>api-model: model, session, generation, sampling --------------------------------------- */
 
@@ -1472,10 +1699,267 @@ BITNET_API bitnet_result bitnet_i2s_from_hf(const uint8_t *packed, size_t n, siz
 
 /* >>threads =================================================================================== */
 
-/* fn(arg, ith, nth) runs once for each ith in [0, nth) across the pool; returns when all are done.
-   (Placeholder: runs inline until the pool lands.) */
+/* bitnet__parallel(fn, arg) runs fn(arg, ith, nth) once for each ith in [0, nth) and returns when
+   all are done; the caller runs ith = 0. Workers are persistent pthreads created at first use.
+   Dispatch is an atomic generation counter: workers spin on it for a short while (decoding calls
+   the pool ~250 times per token, so wake-up latency matters), then sleep on a condition variable;
+   the condvar is only touched when somebody sleeps. The pool belongs to one caller at a time: a
+   concurrent or nested call (from inside a task) runs inline with nth = 1, so kernels are safe to
+   call from any thread. bitnet_set_num_threads(1) (or bitnet__tpool_shutdown) stops and joins the
+   workers; a failing pthread_create leaves fewer threads, with a warning in the log. */
 typedef void (*bitnet__task_fn)(void *arg, int ith, int nth);
+#define BITNET__MAX_THREADS 256
+
+#if !defined(BITNET_NO_THREADS) && !defined(_WIN32) && (defined(__GNUC__) || defined(__clang__))
+#define BITNET__POOL 1
+#include <sched.h>
+#endif
+
+static int bitnet__threads_want; /* 0 = not resolved yet */
+
+BITNET__UNUSED static int bitnet__online_cores(void) {
+#if defined(_SC_NPROCESSORS_ONLN)
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : (n > BITNET__MAX_THREADS ? BITNET__MAX_THREADS : (int)n);
+#else
+    return 1;
+#endif
+}
+
+/* The configured count: bitnet_set_num_threads, else BITNET_NUM_THREADS, else the online cores. */
+BITNET__UNUSED static int bitnet__threads_config(void) {
+    if (bitnet__threads_want == 0) {
+        const char *env = bitnet__getenv("BITNET_NUM_THREADS");
+        int n = 0;
+        if (env) {
+            char *end;
+            long v = strtol(env, &end, 10);
+            if (*end || v < 0 || v > BITNET__MAX_THREADS)
+                bitnet__log(BITNET_LOG_WARN, "BITNET_NUM_THREADS=%s is not a count in [0, %d]; using the online cores",
+                            env, BITNET__MAX_THREADS);
+            else n = (int)v;
+        }
+        bitnet__threads_want = n ? n : bitnet__online_cores();
+    }
+    return bitnet__threads_want;
+}
+
+#if defined(BITNET__POOL)
+#define BITNET__LOAD(p) __atomic_load_n((p), __ATOMIC_SEQ_CST)
+#define BITNET__STORE(p, v) __atomic_store_n((p), (v), __ATOMIC_SEQ_CST)
+#define BITNET__FETCH_ADD(p, v) __atomic_fetch_add((p), (v), __ATOMIC_SEQ_CST)
+
+static void bitnet__cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+typedef struct bitnet__tpool bitnet__tpool;
+typedef struct bitnet__worker { bitnet__tpool *pool; int ith; } bitnet__worker;
+struct bitnet__tpool {
+    int nth;                        /* threads including the caller */
+    pthread_t *threads;             /* nth - 1 workers */
+    bitnet__worker *workers;
+    bitnet__task_fn fn;             /* the current task, published by gen */
+    void *arg;
+    unsigned gen;                   /* atomic: bumped once per task (and at shutdown) */
+    int pending;                    /* atomic: workers still running the current task */
+    int stop;                       /* atomic */
+    int sleepers;                   /* atomic: workers blocked in cv */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+};
+static bitnet__tpool *bitnet__the_tpool;
+static int bitnet__tpool_busy;      /* atomic: 1 while a caller owns the pool */
+static int bitnet__tpool_failed;    /* creation failed: run inline until the count changes */
+
+#define BITNET__SPIN_SECONDS 2e-4  /* spin this long before sleeping (covers gaps between kernels) */
+
+/* Waits until gen differs from seen; returns the new value. */
+static unsigned bitnet__tpool_wait(bitnet__tpool *p, unsigned seen) {
+    unsigned g;
+    double t0 = 0;
+    int i;
+    for (i = 1;; i++) {
+        if ((g = __atomic_load_n(&p->gen, __ATOMIC_ACQUIRE)) != seen) return g;
+        bitnet__cpu_relax();
+        if ((i & 127) == 0) { /* every few microseconds: let a descheduled thread in, check the clock */
+            double t = bitnet__now();
+            if (t0 == 0) t0 = t;
+            else if (t - t0 > BITNET__SPIN_SECONDS) break;
+            sched_yield();
+        }
+    }
+    /* Sleep. sleepers++ then re-reading gen pairs with the dispatcher's gen++ then reading
+       sleepers (both seq_cst): at least one side sees the other, so no wake-up is lost. */
+    pthread_mutex_lock(&p->mu);
+    BITNET__FETCH_ADD(&p->sleepers, 1);
+    while ((g = BITNET__LOAD(&p->gen)) == seen) pthread_cond_wait(&p->cv, &p->mu);
+    BITNET__FETCH_ADD(&p->sleepers, -1);
+    pthread_mutex_unlock(&p->mu);
+    return g;
+}
+
+static void bitnet__tpool_publish(bitnet__tpool *p) {
+    BITNET__FETCH_ADD(&p->gen, 1u);
+    if (BITNET__LOAD(&p->sleepers) > 0) {
+        pthread_mutex_lock(&p->mu);
+        pthread_cond_broadcast(&p->cv);
+        pthread_mutex_unlock(&p->mu);
+    }
+}
+
+static void *bitnet__worker_main(void *arg) {
+    bitnet__worker *wk = (bitnet__worker *)arg;
+    bitnet__tpool *p = wk->pool;
+    unsigned seen = 0;
+    for (;;) {
+        seen = bitnet__tpool_wait(p, seen);
+        if (BITNET__LOAD(&p->stop)) break;
+        p->fn(p->arg, wk->ith, p->nth);
+        __atomic_fetch_sub(&p->pending, 1, __ATOMIC_RELEASE);
+    }
+    return NULL;
+}
+
+/* Stops and joins the workers of a pool (the caller owns bitnet__tpool_busy). */
+static void bitnet__tpool_destroy(bitnet__tpool *p) {
+    int i;
+    if (!p) return;
+    BITNET__STORE(&p->stop, 1);
+    pthread_mutex_lock(&p->mu);
+    BITNET__FETCH_ADD(&p->gen, 1u);
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    for (i = 0; i < p->nth - 1; i++) pthread_join(p->threads[i], NULL);
+    pthread_cond_destroy(&p->cv);
+    pthread_mutex_destroy(&p->mu);
+    bitnet__free(p->threads);
+    bitnet__free(p->workers);
+    bitnet__free(p);
+}
+
+/* Starts nth - 1 workers; on failure keeps those that started (NULL when none could). */
+static bitnet__tpool *bitnet__tpool_create(int nth) {
+    bitnet__tpool *p = (bitnet__tpool *)bitnet__calloc(1, sizeof *p);
+    int i, rc = 0;
+    if (!p) return NULL;
+    p->threads = (pthread_t *)bitnet__calloc((size_t)nth, sizeof(pthread_t));
+    p->workers = (bitnet__worker *)bitnet__calloc((size_t)nth, sizeof(bitnet__worker));
+    if (!p->threads || !p->workers || pthread_mutex_init(&p->mu, NULL) != 0) {
+        bitnet__free(p->threads);
+        bitnet__free(p->workers);
+        bitnet__free(p);
+        return NULL;
+    }
+    if (pthread_cond_init(&p->cv, NULL) != 0) {
+        pthread_mutex_destroy(&p->mu);
+        bitnet__free(p->threads);
+        bitnet__free(p->workers);
+        bitnet__free(p);
+        return NULL;
+    }
+    p->nth = 1;
+    for (i = 0; i < nth - 1; i++) {
+        p->workers[i].pool = p;
+        p->workers[i].ith = i + 1;
+        if ((rc = pthread_create(&p->threads[i], NULL, bitnet__worker_main, &p->workers[i])) != 0) break;
+        p->nth++;
+    }
+    if (p->nth < nth)
+        bitnet__log(BITNET_LOG_WARN, "thread pool: pthread_create failed (%s); running with %d of %d threads",
+                    strerror(rc), p->nth, nth);
+    if (p->nth == 1) {
+        bitnet__tpool_destroy(p);
+        return NULL;
+    }
+    return p;
+}
+
+static void bitnet__tpool_lock(void) {
+    int expected = 0, spins = 0;
+    while (!__atomic_compare_exchange_n(&bitnet__tpool_busy, &expected, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
+        expected = 0;
+        if (++spins > 64) sched_yield();
+        else bitnet__cpu_relax();
+    }
+}
+static void bitnet__tpool_unlock(void) { __atomic_store_n(&bitnet__tpool_busy, 0, __ATOMIC_RELEASE); }
+
+/* Stops the workers and frees the pool (tests, leak checkers). The next parallel call restarts it. */
+BITNET__UNUSED static void bitnet__tpool_shutdown(void) {
+    bitnet__tpool_lock();
+    bitnet__tpool_destroy(bitnet__the_tpool);
+    __atomic_store_n(&bitnet__the_tpool, (bitnet__tpool *)NULL, __ATOMIC_RELEASE);
+    bitnet__tpool_failed = 0;
+    bitnet__tpool_unlock();
+}
+
+BITNET__UNUSED static void bitnet__parallel(bitnet__task_fn fn, void *arg) {
+    bitnet__tpool *p;
+    int expected = 0, i;
+    if (!__atomic_compare_exchange_n(&bitnet__tpool_busy, &expected, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
+        fn(arg, 0, 1); /* nested, or another thread owns the pool */
+        return;
+    }
+    p = bitnet__the_tpool;
+    if (!p && !bitnet__tpool_failed && bitnet__threads_config() > 1) {
+        p = bitnet__tpool_create(bitnet__threads_config());
+        __atomic_store_n(&bitnet__the_tpool, p, __ATOMIC_RELEASE);
+        if (!p) {
+            bitnet__tpool_failed = 1;
+            bitnet__log(BITNET_LOG_WARN, "thread pool: could not start workers; running single-threaded");
+        }
+    }
+    if (!p) {
+        bitnet__tpool_unlock();
+        fn(arg, 0, 1);
+        return;
+    }
+    p->fn = fn;
+    p->arg = arg;
+    BITNET__STORE(&p->pending, p->nth - 1);
+    bitnet__tpool_publish(p);
+    fn(arg, 0, p->nth);
+    for (i = 1; __atomic_load_n(&p->pending, __ATOMIC_ACQUIRE) != 0; i++) {
+        bitnet__cpu_relax();
+        if ((i & 127) == 0) sched_yield(); /* a worker may be descheduled: give it the core */
+    }
+    bitnet__tpool_unlock();
+}
+
+/* The running pool's size, else the configured count (1 after a failed start). */
+BITNET_API int bitnet_num_threads(void) {
+    bitnet__tpool *p = __atomic_load_n(&bitnet__the_tpool, __ATOMIC_ACQUIRE);
+    return p ? p->nth : (bitnet__tpool_failed ? 1 : bitnet__threads_config());
+}
+
+BITNET_API bitnet_result bitnet_set_num_threads(int n) {
+    if (n < 0 || n > BITNET__MAX_THREADS)
+        return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_set_num_threads: %d is not in [0, %d]", n, BITNET__MAX_THREADS);
+    bitnet__tpool_lock();
+    bitnet__threads_want = n ? n : bitnet__online_cores();
+    if (bitnet__the_tpool && bitnet__the_tpool->nth != bitnet__threads_want) {
+        bitnet__tpool_destroy(bitnet__the_tpool);
+        __atomic_store_n(&bitnet__the_tpool, (bitnet__tpool *)NULL, __ATOMIC_RELEASE);
+    }
+    bitnet__tpool_failed = 0;
+    bitnet__tpool_unlock();
+    return BITNET_OK;
+}
+#else /* no pool: everything runs on the calling thread */
 BITNET__UNUSED static void bitnet__parallel(bitnet__task_fn fn, void *arg) { fn(arg, 0, 1); }
+BITNET__UNUSED static void bitnet__tpool_shutdown(void) {}
+BITNET_API int bitnet_num_threads(void) { return 1; }
+BITNET_API bitnet_result bitnet_set_num_threads(int n) {
+    if (n < 0 || n > BITNET__MAX_THREADS)
+        return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_set_num_threads: %d is not in [0, %d]", n, BITNET__MAX_THREADS);
+    return BITNET_OK;
+}
+#endif
 
 /* >>cpu-math ================================================================================== */
 
@@ -2217,7 +2701,7 @@ BITNET_API bitnet_result bitnet_cpu_set_isa(bitnet_isa isa) {
     if ((unsigned)isa >= BITNET_ISA_COUNT) return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_cpu_set_isa: bad value %d", (int)isa);
     if (!bitnet_cpu_has_isa(isa))
         return bitnet__err(BITNET_ERR_UNSUPPORTED_ISA, "the %s path is not available on this CPU or build", bitnet_isa_name(isa));
-    bitnet__active_isa = isa == BITNET_ISA_AUTO ? bitnet__best_isa() : isa;
+    bitnet__active_isa = isa; /* AUTO: resolved again (BITNET_CPU, else the best) at next use */
     return BITNET_OK;
 }
 
@@ -2243,6 +2727,17 @@ BITNET_API bitnet_isa bitnet_cpu_isa(void) {
 
 /* ---- scalar reference kernels: the oracle every SIMD and GPU path is tested against --------- */
 
+/* Dot products stay exact in int32: |code * a| <= 256 per I2_S weight, |w * a| <= 16384 per q8 one. */
+#define BITNET__I2S_MAX_K ((size_t)1 << 22)
+#define BITNET__Q8_MAX_K ((size_t)1 << 16)
+
+/* The one epilogue: (float)(acc - corr) / a_scale * w_scale, the subtraction wrapping in 32 bits
+   (exact for valid inputs). The SIMD paths do the same IEEE operations 4 lanes at a time, so every
+   path gives the same bits. corr is a_sum for I2_S (codes are w + 1) and 0 for int8 weights. */
+static float bitnet__epilogue(int32_t acc, int32_t corr, float a_scale, float w_scale) {
+    return (float)(int32_t)((uint32_t)acc - (uint32_t)corr) / a_scale * w_scale;
+}
+
 static bitnet_result bitnet__gemm_i2s_check(const void *w, size_t w_bytes, size_t n, size_t k, const int8_t *a,
                                             const float *a_scale, const int32_t *a_sum, size_t m, float *out) {
     size_t mk, mn;
@@ -2250,48 +2745,3009 @@ static bitnet_result bitnet__gemm_i2s_check(const void *w, size_t w_bytes, size_
         return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_gemm_i2s: a, a_scale, a_sum and out must not be NULL");
     BITNET__TRY(bitnet__i2s_check("bitnet_gemm_i2s", w, w_bytes, n, k));
     if (m == 0) return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_gemm_i2s: m is 0");
+    if (k > BITNET__I2S_MAX_K)
+        return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_gemm_i2s: k=%zu is above %zu (int32 accumulation)", k, BITNET__I2S_MAX_K);
     if (!bitnet__mul_size(m, k, &mk) || !bitnet__mul_size(m, n, &mn))
         return bitnet__err(BITNET_ERR_OVERFLOW, "bitnet_gemm_i2s: m=%zu n=%zu k=%zu overflows", m, n, k);
     return BITNET_OK;
 }
 
 /* Rows [n0, n1) of the output for all m activation rows. The I2_S identity:
-   sum(w*a) = sum((w+1)*a) - sum(a), so the packed codes are used as unsigned bytes directly. */
+   sum(w*a) = sum((w+1)*a) - sum(a), so the packed codes are used as unsigned bytes directly.
+   Each 128-weight block is unpacked once and used for up to 8 activation rows. */
 static void bitnet__gemm_i2s_scalar(const uint8_t *w, size_t n0, size_t n1, size_t k, const int8_t *a,
                                     const float *a_scale, const int32_t *a_sum, size_t m, float w_scale,
                                     float *out, size_t n) {
-    size_t r, i, c;
+    uint8_t code[BITNET_I2S_BLOCK];
+    int32_t acc[8];
+    size_t r, i0, i, c, j;
     for (r = n0; r < n1; r++) {
         const uint8_t *wr = w + r * (k / 4);
-        for (i = 0; i < m; i++) {
-            const int8_t *ai = a + i * k;
-            int32_t acc = 0;
+        for (i0 = 0; i0 < m; i0 += 8) {
+            const size_t ni = BITNET__MIN((size_t)8, m - i0);
+            memset(acc, 0, sizeof acc);
             for (c = 0; c < k; c += BITNET_I2S_BLOCK) {
-                const uint8_t *blk = wr + c / 4;
-                int j;
                 for (j = 0; j < 32; j++) {
-                    int b = blk[j];
-                    acc += (b >> 6) * ai[c + j] + ((b >> 4) & 3) * ai[c + 32 + j] + ((b >> 2) & 3) * ai[c + 64 + j] +
-                           (b & 3) * ai[c + 96 + j];
+                    const uint8_t b = wr[c / 4 + j];
+                    code[j] = (uint8_t)(b >> 6);
+                    code[j + 32] = (uint8_t)((b >> 4) & 3);
+                    code[j + 64] = (uint8_t)((b >> 2) & 3);
+                    code[j + 96] = (uint8_t)(b & 3);
+                }
+                for (i = 0; i < ni; i++) {
+                    const int8_t *ai = a + (i0 + i) * k + c;
+                    int32_t s = 0;
+                    for (j = 0; j < BITNET_I2S_BLOCK; j++) s += code[j] * ai[j];
+                    acc[i] += s;
                 }
             }
-            out[i * n + r] = (float)(acc - a_sum[i]) / a_scale[i] * w_scale;
+            for (i = 0; i < ni; i++)
+                out[(i0 + i) * n + r] = bitnet__epilogue(acc[i], a_sum[i0 + i], a_scale[i0 + i], w_scale);
         }
     }
 }
 
+static void bitnet__gemm_q8_scalar(const int8_t *w, size_t n0, size_t n1, size_t k, const int8_t *a,
+                                   const float *a_scale, size_t m, const float *w_scale, float *out, size_t n) {
+    size_t r, i, c;
+    for (r = n0; r < n1; r++)
+        for (i = 0; i < m; i++) {
+            int32_t acc = 0;
+            for (c = 0; c < k; c++) acc += w[r * k + c] * a[i * k + c];
+            out[i * n + r] = bitnet__epilogue(acc, 0, a_scale[i], w_scale[r]);
+        }
+}
+
+/* ---- SIMD tiles: 4 weight rows x nt activation rows, epilogue included -------------------------
+   res[t*4 + r] = epilogue(sum over c < k of weight(r, c) * a[t*k + c]), where weight is the I2_S
+   code (w + 1) or the int8 weight. Tail rows repeat a row pointer; the driver keeps what it needs. */
+typedef struct bitnet__epi {
+    const float *a_scale;   /* per activation row of the tile */
+    const int32_t *a_sum;
+    float w_scale[4];       /* per weight row of the tile */
+} bitnet__epi;
+typedef void (*bitnet__tile_fn)(const uint8_t *const *w, size_t k, const int8_t *a, const bitnet__epi *e, int nt,
+                                float *res);
+#define BITNET__TILE_T_MAX 8
+
+#if defined(__GNUC__) || defined(__clang__)
+#define BITNET__AINLINE static inline __attribute__((always_inline))
+#else
+#define BITNET__AINLINE static inline
+#endif
+#define BITNET__REP4(X, t) X(0, t) X(1, t) X(2, t) X(3, t)
+
+#if defined(BITNET__X86_SIMD)
+#define BITNET__KERN_AVX2 __attribute__((target("avx2,fma")))
+#define BITNET__KERN_AVX512 __attribute__((target("avx2,fma,avx512f,avx512bw,avx512vl,avx512vnni")))
+
+/* acc += u8 x s8 dot products. GCC (12) copies the accumulator around every
+   _mm512_dpbusd_epi32, which makes the loops front-end bound; the asm form accumulates in place. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define BITNET__DPBUSD(acc, u, s) __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(u), "v"(s))
+#else
+#define BITNET__DPBUSD(acc, u, s) ((acc) = _mm512_dpbusd_epi32((acc), (u), (s)))
+#endif
+
+/* {sum a, sum b, sum c, sum d} */
+BITNET__KERN_AVX2 BITNET__AINLINE __m128i bitnet__hsum4_avx2(__m256i a, __m256i b, __m256i c, __m256i d) {
+    __m256i s = _mm256_hadd_epi32(_mm256_hadd_epi32(a, b), _mm256_hadd_epi32(c, d));
+    return _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+}
+BITNET__KERN_AVX512 BITNET__AINLINE __m256i bitnet__fold_avx512(__m512i a) {
+    return _mm256_add_epi32(_mm512_castsi512_si256(a), _mm512_extracti64x4_epi64(a, 1));
+}
+BITNET__KERN_AVX512 BITNET__AINLINE __m128i bitnet__hsum4_avx512(__m512i a, __m512i b, __m512i c, __m512i d) {
+    return bitnet__hsum4_avx2(bitnet__fold_avx512(a), bitnet__fold_avx512(b), bitnet__fold_avx512(c), bitnet__fold_avx512(d));
+}
+/* Lane i of the result is the sum of the 16 lanes of v_i (a transpose-and-add tree). */
+BITNET__KERN_AVX512 BITNET__AINLINE __m512i bitnet__pair512(__m512i a, __m512i b) {
+    return _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b));
+}
+BITNET__KERN_AVX512 BITNET__AINLINE __m512i bitnet__quad512(__m512i a, __m512i b, __m512i c, __m512i d) {
+    const __m512i ab = bitnet__pair512(a, b), cd = bitnet__pair512(c, d);
+    return _mm512_add_epi32(_mm512_unpacklo_epi64(ab, cd), _mm512_unpackhi_epi64(ab, cd));
+}
+BITNET__KERN_AVX512 BITNET__AINLINE __m512i bitnet__lanes512(__m512i x, __m512i y) {
+    return _mm512_add_epi32(_mm512_shuffle_i32x4(x, y, 0x88), _mm512_shuffle_i32x4(x, y, 0xdd));
+}
+/* bitnet__epilogue on 16 sums at once, lane t*4 + r (q8: corr = 128 * a_sum, else a_sum). */
+BITNET__KERN_AVX512 BITNET__AINLINE void bitnet__epi16_avx512(__m512i acc, int q8, const bitnet__epi *e, int nt, float *res) {
+    const __mmask8 mt = (__mmask8)((1u << nt) - 1);
+    const __m512i spread = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+    __m512i corr = _mm512_permutexvar_epi32(spread, _mm512_castsi128_si512(_mm_maskz_loadu_epi32(mt, e->a_sum)));
+    const __m512 as = _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(_mm_mask_loadu_ps(_mm_set1_ps(1.0f), mt, e->a_scale)));
+    __m512 f;
+    if (q8) corr = _mm512_slli_epi32(corr, 7);
+    f = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc, corr));
+    _mm512_storeu_ps(res, _mm512_mul_ps(_mm512_div_ps(f, as), _mm512_broadcast_f32x4(_mm_loadu_ps(e->w_scale))));
+}
+/* bitnet__epilogue on 4 weight rows of activation row t. */
+BITNET__KERN_AVX2 BITNET__AINLINE void bitnet__epi4_x86(__m128i acc, int32_t corr, const bitnet__epi *e, int t, float *res) {
+    const __m128 f = _mm_cvtepi32_ps(_mm_sub_epi32(acc, _mm_set1_epi32(corr)));
+    _mm_storeu_ps(res + 4 * t, _mm_mul_ps(_mm_div_ps(f, _mm_set1_ps(e->a_scale[t])), _mm_loadu_ps(e->w_scale)));
+}
+
+/* Weight rows are streamed once from DRAM; the hardware prefetcher alone leaves about a third
+   of the bandwidth unused, so each tile prefetches the lines BITNET__PF_DIST bytes ahead of its
+   4 rows (rows of a work item are contiguous: that is the next tiles' weights). */
+#ifndef BITNET__PF_DIST
+#define BITNET__PF_DIST 4096
+#endif
+#define BITNET__PREFETCH4(o) { \
+    _mm_prefetch((const char *)(w0 + (o) + BITNET__PF_DIST), _MM_HINT_T0); \
+    _mm_prefetch((const char *)(w1 + (o) + BITNET__PF_DIST), _MM_HINT_T0); \
+    _mm_prefetch((const char *)(w2 + (o) + BITNET__PF_DIST), _MM_HINT_T0); \
+    _mm_prefetch((const char *)(w3 + (o) + BITNET__PF_DIST), _MM_HINT_T0); }
+/* AVX-512 VNNI, I2_S: the 32-byte block is broadcast to both halves of a zmm; per-half dword
+   shifts (6 | 4, then 2 | 0) and & 3 give the codes of 64 contiguous weights (bits shifted in
+   from the next byte are masked off), which vpdpbusd multiplies (u8) with 64 contiguous
+   activations (s8). Each decoded register serves T activation rows. */
+#define BITNET__ZERO512(r, t) __m512i acc##r##t = _mm512_setzero_si512();
+#define BITNET__DP512(r, t) BITNET__DPBUSD(acc##r##t, x##r, av);
+#define BITNET__TOK512(t, off) \
+    if (T > t) { const __m512i av = _mm512_loadu_si512((const void *)(a + (t) * k + c + (off))); BITNET__REP4(BITNET__DP512, t) }
+#define BITNET__TOKS512(off) \
+    BITNET__TOK512(0, off) BITNET__TOK512(1, off) BITNET__TOK512(2, off) BITNET__TOK512(3, off) \
+    BITNET__TOK512(4, off) BITNET__TOK512(5, off)
+#define BITNET__ALLT(X) BITNET__REP4(X, 0) BITNET__REP4(X, 1) BITNET__REP4(X, 2) BITNET__REP4(X, 3) \
+    BITNET__REP4(X, 4) BITNET__REP4(X, 5)
+#define BITNET__DEC512(r, b, sh) const __m512i x##r = _mm512_and_si512(_mm512_srlv_epi32(b, sh), m3);
+#define BITNET__OUT16(q8) \
+    bitnet__epi16_avx512(bitnet__lanes512(bitnet__lanes512(bitnet__quad512(acc00, acc10, acc20, acc30), \
+                                                           bitnet__quad512(acc01, acc11, acc21, acc31)), \
+                                          bitnet__lanes512(bitnet__quad512(acc02, acc12, acc22, acc32), \
+                                                           bitnet__quad512(acc03, acc13, acc23, acc33))), \
+                         q8, e, T, res);
+#define BITNET__OUT512(t, corr) \
+    if (T > t) bitnet__epi4_x86(bitnet__hsum4_avx512(acc0##t, acc1##t, acc2##t, acc3##t), corr, e, t, res);
+
+BITNET__KERN_AVX512 BITNET__AINLINE void bitnet__i2s_tile_avx512_t(const uint8_t *const *w, size_t k, const int8_t *a,
+                                                                   const bitnet__epi *e, float *res, const int T) {
+    const __m512i sh_lo = _mm512_set_epi32(4, 4, 4, 4, 4, 4, 4, 4, 6, 6, 6, 6, 6, 6, 6, 6);
+    const __m512i sh_hi = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2);
+    const __m512i m3 = _mm512_set1_epi8(3);
+    const uint8_t *w0 = w[0], *w1 = w[1], *w2 = w[2], *w3 = w[3];
+    size_t c;
+    BITNET__ALLT(BITNET__ZERO512)
+    for (c = 0; c < k; c += 128) {
+        const size_t o = c / 4;
+        if ((o & 63) == 0) BITNET__PREFETCH4(o)
+        const __m512i b0 = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(const void *)(w0 + o)));
+        const __m512i b1 = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(const void *)(w1 + o)));
+        const __m512i b2 = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(const void *)(w2 + o)));
+        const __m512i b3 = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(const void *)(w3 + o)));
+        {
+            BITNET__DEC512(0, b0, sh_lo) BITNET__DEC512(1, b1, sh_lo) BITNET__DEC512(2, b2, sh_lo) BITNET__DEC512(3, b3, sh_lo)
+            BITNET__TOKS512(0)
+        }
+        {
+            BITNET__DEC512(0, b0, sh_hi) BITNET__DEC512(1, b1, sh_hi) BITNET__DEC512(2, b2, sh_hi) BITNET__DEC512(3, b3, sh_hi)
+            BITNET__TOKS512(64)
+        }
+    }
+    if (T >= 2 && T <= 4) {
+        BITNET__OUT16(0)
+    } else {
+        BITNET__OUT512(0, e->a_sum[0]) BITNET__OUT512(1, e->a_sum[1]) BITNET__OUT512(2, e->a_sum[2])
+        BITNET__OUT512(3, e->a_sum[3]) BITNET__OUT512(4, e->a_sum[4]) BITNET__OUT512(5, e->a_sum[5])
+    }
+}
+
+/* AVX-512 VNNI, I2_S, one activation row (the GEMV, memory-bound): masks only, no shifts.
+   b & 0xC0 in the low half and b & 0x30 in the high half are the codes of weights c..c+63 times
+   64 and 16; b & 0x0C | b & 0x03 those of c+64..c+127 times 4 and 1. Rescaled to a common 64,
+   the lanes add up (mod 2^32) to 64 * dot, exact while |64 * dot| < 2^31: k <= 65536 (3 * 128 *
+   65536 * 64 = 1.5 * 2^30), which the driver checks. */
+#define BITNET__GEMV_MAX_K ((size_t)1 << 16)
+#define BITNET__ROW1(r) \
+    { \
+        const __m512i b = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(const void *)(w##r + o))); \
+        BITNET__DPBUSD(accA##r, _mm512_and_si512(b, mA), a0); \
+        BITNET__DPBUSD(accB##r, _mm512_and_si512(b, mB), a1); \
+    }
+#define BITNET__RESCALE(r) _mm512_add_epi32(_mm512_sllv_epi32(accA##r, shA), _mm512_sllv_epi32(accB##r, shB))
+BITNET__KERN_AVX512 static void bitnet__i2s_gemv_avx512(const uint8_t *const *w, size_t k, const int8_t *a,
+                                                        const bitnet__epi *e, float *res) {
+    const __m512i mA = _mm512_set_epi32(0x30303030, 0x30303030, 0x30303030, 0x30303030, 0x30303030, 0x30303030,
+                                        0x30303030, 0x30303030, (int)0xC0C0C0C0, (int)0xC0C0C0C0, (int)0xC0C0C0C0,
+                                        (int)0xC0C0C0C0, (int)0xC0C0C0C0, (int)0xC0C0C0C0, (int)0xC0C0C0C0, (int)0xC0C0C0C0);
+    const __m512i mB = _mm512_set_epi32(0x03030303, 0x03030303, 0x03030303, 0x03030303, 0x03030303, 0x03030303,
+                                         0x03030303, 0x03030303, 0x0C0C0C0C, 0x0C0C0C0C, 0x0C0C0C0C, 0x0C0C0C0C,
+                                         0x0C0C0C0C, 0x0C0C0C0C, 0x0C0C0C0C, 0x0C0C0C0C);
+    const __m512i shA = _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0);
+    const __m512i shB = _mm512_set_epi32(6, 6, 6, 6, 6, 6, 6, 6, 4, 4, 4, 4, 4, 4, 4, 4);
+    const uint8_t *w0 = w[0], *w1 = w[1], *w2 = w[2], *w3 = w[3];
+    __m512i accA0 = _mm512_setzero_si512(), accA1 = accA0, accA2 = accA0, accA3 = accA0;
+    __m512i accB0 = accA0, accB1 = accA0, accB2 = accA0, accB3 = accA0;
+    size_t c;
+    for (c = 0; c < k; c += 128) {
+        const size_t o = c / 4;
+        const __m512i a0 = _mm512_loadu_si512((const void *)(a + c)), a1 = _mm512_loadu_si512((const void *)(a + c + 64));
+        if ((o & 63) == 0) BITNET__PREFETCH4(o)
+        BITNET__ROW1(0) BITNET__ROW1(1) BITNET__ROW1(2) BITNET__ROW1(3)
+    }
+    bitnet__epi4_x86(_mm_srai_epi32(bitnet__hsum4_avx512(BITNET__RESCALE(0), BITNET__RESCALE(1), BITNET__RESCALE(2),
+                                                         BITNET__RESCALE(3)), 6),
+                     e->a_sum[0], e, 0, res);
+}
+#undef BITNET__RESCALE
+#undef BITNET__ROW1
+
+/* AVX-512 VNNI, int8 weights: vpdpbusd needs one unsigned operand, so the weights are offset by
+   128 (w ^ 0x80 = w + 128 as u8): sum((w + 128) * a) - 128 * sum(a) = sum(w * a), exact in
+   wrapping int32 arithmetic. The k tail uses masked loads (zero weights and activations). */
+BITNET__KERN_AVX512 BITNET__AINLINE void bitnet__q8_tile_avx512_t(const uint8_t *const *w, size_t k, const int8_t *a,
+                                                                  const bitnet__epi *e, float *res, const int T) {
+    const __m512i m80 = _mm512_set1_epi8((char)0x80);
+    const uint8_t *w0 = w[0], *w1 = w[1], *w2 = w[2], *w3 = w[3];
+    size_t c;
+    BITNET__ALLT(BITNET__ZERO512)
+    for (c = 0; c + 64 <= k; c += 64) {
+        BITNET__PREFETCH4(c)
+        const __m512i x0 = _mm512_xor_si512(_mm512_loadu_si512((const void *)(w0 + c)), m80);
+        const __m512i x1 = _mm512_xor_si512(_mm512_loadu_si512((const void *)(w1 + c)), m80);
+        const __m512i x2 = _mm512_xor_si512(_mm512_loadu_si512((const void *)(w2 + c)), m80);
+        const __m512i x3 = _mm512_xor_si512(_mm512_loadu_si512((const void *)(w3 + c)), m80);
+        BITNET__TOKS512(0)
+    }
+    if (c < k) {
+        const __mmask64 mk = ((__mmask64)1 << (k - c)) - 1;
+        const __m512i x0 = _mm512_xor_si512(_mm512_maskz_loadu_epi8(mk, w0 + c), m80);
+        const __m512i x1 = _mm512_xor_si512(_mm512_maskz_loadu_epi8(mk, w1 + c), m80);
+        const __m512i x2 = _mm512_xor_si512(_mm512_maskz_loadu_epi8(mk, w2 + c), m80);
+        const __m512i x3 = _mm512_xor_si512(_mm512_maskz_loadu_epi8(mk, w3 + c), m80);
+#define BITNET__TOKQ(t) \
+    if (T > t) { const __m512i av = _mm512_maskz_loadu_epi8(mk, a + (t) * k + c); BITNET__REP4(BITNET__DP512, t) }
+        BITNET__TOKQ(0) BITNET__TOKQ(1) BITNET__TOKQ(2) BITNET__TOKQ(3) BITNET__TOKQ(4) BITNET__TOKQ(5)
+#undef BITNET__TOKQ
+    }
+#define BITNET__C8(t) (int32_t)(128u * (uint32_t)e->a_sum[t])
+    if (T >= 2 && T <= 4) {
+        BITNET__OUT16(1)
+    } else {
+        BITNET__OUT512(0, BITNET__C8(0)) BITNET__OUT512(1, BITNET__C8(1)) BITNET__OUT512(2, BITNET__C8(2))
+        BITNET__OUT512(3, BITNET__C8(3)) BITNET__OUT512(4, BITNET__C8(4)) BITNET__OUT512(5, BITNET__C8(5))
+    }
+#undef BITNET__C8
+}
+#undef BITNET__TOKS512
+#undef BITNET__TOK512
+#undef BITNET__DP512
+#undef BITNET__DEC512
+#undef BITNET__ZERO512
+#undef BITNET__OUT512
+#undef BITNET__OUT16
+#undef BITNET__ALLT
+
+/* Activation rows per AVX-512 tile (at most 6): 4 keeps GCC's register allocation spill-free. */
+#ifndef BITNET__AVX512_TILE_T
+#define BITNET__AVX512_TILE_T 4
+#endif
+BITNET__KERN_AVX512 static void bitnet__i2s_tile_avx512(const uint8_t *const *w, size_t k, const int8_t *a,
+                                                        const bitnet__epi *e, int nt, float *res) {
+    switch (nt) {
+    case 1:
+        if (k <= BITNET__GEMV_MAX_K) bitnet__i2s_gemv_avx512(w, k, a, e, res);
+        else bitnet__i2s_tile_avx512_t(w, k, a, e, res, 1);
+        break;
+    case 2: bitnet__i2s_tile_avx512_t(w, k, a, e, res, 2); break;
+    case 3: bitnet__i2s_tile_avx512_t(w, k, a, e, res, 3); break;
+#if BITNET__AVX512_TILE_T > 4
+    case 4: bitnet__i2s_tile_avx512_t(w, k, a, e, res, 4); break;
+    case 5: bitnet__i2s_tile_avx512_t(w, k, a, e, res, 5); break;
+#endif
+    default: bitnet__i2s_tile_avx512_t(w, k, a, e, res, BITNET__AVX512_TILE_T); break;
+    }
+}
+BITNET__KERN_AVX512 static void bitnet__q8_tile_avx512(const uint8_t *const *w, size_t k, const int8_t *a,
+                                                       const bitnet__epi *e, int nt, float *res) {
+    switch (nt) {
+    case 1: bitnet__q8_tile_avx512_t(w, k, a, e, res, 1); break;
+    case 2: bitnet__q8_tile_avx512_t(w, k, a, e, res, 2); break;
+    case 3: bitnet__q8_tile_avx512_t(w, k, a, e, res, 3); break;
+#if BITNET__AVX512_TILE_T > 4
+    case 4: bitnet__q8_tile_avx512_t(w, k, a, e, res, 4); break;
+    case 5: bitnet__q8_tile_avx512_t(w, k, a, e, res, 5); break;
+#endif
+    default: bitnet__q8_tile_avx512_t(w, k, a, e, res, BITNET__AVX512_TILE_T); break;
+    }
+}
+
+/* AVX2, I2_S: (byte >> s) & 3 for s = 6, 4, 2, 0 gives the codes of 4 runs of 32 contiguous
+   weights; vpmaddubsw (u8 codes x s8 activations) pairs stay within int16 (4 * 2 * 2 * 128). */
+#define BITNET__ZERO256(r, t) __m256i acc##r##t = _mm256_setzero_si256();
+#define BITNET__MADD256(x, p) _mm256_maddubs_epi16(x, _mm256_loadu_si256((const __m256i *)(const void *)(p)))
+#define BITNET__TOKI2(r, t) \
+    if (T > t) { \
+        const int8_t *at = a + (t) * k + c; \
+        const __m256i p = _mm256_add_epi16(_mm256_add_epi16(BITNET__MADD256(x0, at), BITNET__MADD256(x1, at + 32)), \
+                                           _mm256_add_epi16(BITNET__MADD256(x2, at + 64), BITNET__MADD256(x3, at + 96))); \
+        acc##r##t = _mm256_add_epi32(acc##r##t, _mm256_madd_epi16(p, ones)); \
+    }
+#define BITNET__ROWI2(r) \
+    { \
+        const __m256i b = _mm256_loadu_si256((const __m256i *)(const void *)(w##r + c / 4)); \
+        const __m256i x0 = _mm256_and_si256(_mm256_srli_epi16(b, 6), m3); \
+        const __m256i x1 = _mm256_and_si256(_mm256_srli_epi16(b, 4), m3); \
+        const __m256i x2 = _mm256_and_si256(_mm256_srli_epi16(b, 2), m3); \
+        const __m256i x3 = _mm256_and_si256(b, m3); \
+        BITNET__TOKI2(r, 0) BITNET__TOKI2(r, 1) \
+    }
+BITNET__KERN_AVX2 BITNET__AINLINE void bitnet__i2s_tile_avx2_t(const uint8_t *const *w, size_t k, const int8_t *a,
+                                                               const bitnet__epi *e, float *res, const int T) {
+    const __m256i m3 = _mm256_set1_epi8(3), ones = _mm256_set1_epi16(1);
+    const uint8_t *w0 = w[0], *w1 = w[1], *w2 = w[2], *w3 = w[3];
+    size_t c;
+    BITNET__REP4(BITNET__ZERO256, 0) BITNET__REP4(BITNET__ZERO256, 1)
+    for (c = 0; c < k; c += 128) {
+        if ((c & 255) == 0) BITNET__PREFETCH4(c / 4)
+        BITNET__ROWI2(0) BITNET__ROWI2(1) BITNET__ROWI2(2) BITNET__ROWI2(3)
+    }
+    bitnet__epi4_x86(bitnet__hsum4_avx2(acc00, acc10, acc20, acc30), e->a_sum[0], e, 0, res);
+    if (T > 1) bitnet__epi4_x86(bitnet__hsum4_avx2(acc01, acc11, acc21, acc31), e->a_sum[1], e, 1, res);
+}
+#undef BITNET__ROWI2
+#undef BITNET__TOKI2
+#undef BITNET__MADD256
+
+/* AVX2, int8 weights: sign-extend to int16 and vpmaddwd (exact; vpmaddubsw could saturate). */
+#define BITNET__CVT16(p) _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(p)))
+#define BITNET__ROWQ8(r) \
+    { \
+        const __m256i v0 = BITNET__CVT16(w##r + c), v1 = BITNET__CVT16(w##r + c + 16); \
+        acc##r##0 = _mm256_add_epi32(acc##r##0, _mm256_add_epi32(_mm256_madd_epi16(v0, a00), _mm256_madd_epi16(v1, a01))); \
+        if (T > 1) acc##r##1 = _mm256_add_epi32(acc##r##1, _mm256_add_epi32(_mm256_madd_epi16(v0, a10), _mm256_madd_epi16(v1, a11))); \
+    }
+BITNET__KERN_AVX2 BITNET__AINLINE void bitnet__q8_tile_avx2_t(const uint8_t *const *w, size_t k, const int8_t *a,
+                                                              const bitnet__epi *e, float *res, const int T) {
+    const uint8_t *w0 = w[0], *w1 = w[1], *w2 = w[2], *w3 = w[3];
+    int32_t tail[8];
+    size_t c;
+    int t, r;
+    BITNET__REP4(BITNET__ZERO256, 0) BITNET__REP4(BITNET__ZERO256, 1)
+    for (c = 0; c + 32 <= k; c += 32) {
+        const __m256i a00 = BITNET__CVT16(a + c), a01 = BITNET__CVT16(a + c + 16);
+        if ((c & 63) == 0) BITNET__PREFETCH4(c)
+        const __m256i a10 = T > 1 ? BITNET__CVT16(a + k + c) : a00, a11 = T > 1 ? BITNET__CVT16(a + k + c + 16) : a01;
+        BITNET__ROWQ8(0) BITNET__ROWQ8(1) BITNET__ROWQ8(2) BITNET__ROWQ8(3)
+    }
+    for (t = 0; t < T; t++)
+        for (r = 0; r < 4; r++) {
+            const int8_t *wr = (const int8_t *)w[r], *at = a + (size_t)t * k;
+            size_t i;
+            int32_t s = 0;
+            for (i = c; i < k; i++) s += wr[i] * at[i];
+            tail[4 * t + r] = s;
+        }
+    bitnet__epi4_x86(_mm_add_epi32(bitnet__hsum4_avx2(acc00, acc10, acc20, acc30), _mm_loadu_si128((const __m128i *)(void *)tail)),
+                     0, e, 0, res);
+    if (T > 1)
+        bitnet__epi4_x86(_mm_add_epi32(bitnet__hsum4_avx2(acc01, acc11, acc21, acc31), _mm_loadu_si128((const __m128i *)(void *)(tail + 4))),
+                         0, e, 1, res);
+}
+#undef BITNET__ROWQ8
+#undef BITNET__CVT16
+#undef BITNET__ZERO256
+#undef BITNET__PREFETCH4
+
+BITNET__KERN_AVX2 static void bitnet__i2s_tile_avx2(const uint8_t *const *w, size_t k, const int8_t *a,
+                                                    const bitnet__epi *e, int nt, float *res) {
+    if (nt == 1) bitnet__i2s_tile_avx2_t(w, k, a, e, res, 1);
+    else bitnet__i2s_tile_avx2_t(w, k, a, e, res, 2);
+}
+BITNET__KERN_AVX2 static void bitnet__q8_tile_avx2(const uint8_t *const *w, size_t k, const int8_t *a,
+                                                   const bitnet__epi *e, int nt, float *res) {
+    if (nt == 1) bitnet__q8_tile_avx2_t(w, k, a, e, res, 1);
+    else bitnet__q8_tile_avx2_t(w, k, a, e, res, 2);
+}
+#endif /* BITNET__X86_SIMD */
+
+#if defined(BITNET__NEON)
+/* bitnet__epilogue on 4 weight rows of activation row t (vcvtq rounds to nearest even). */
+BITNET__AINLINE void bitnet__epi4_neon(int32x4_t acc, int32_t corr, const bitnet__epi *e, int t, float *res) {
+    const float32x4_t f = vcvtq_f32_s32(vsubq_s32(acc, vdupq_n_s32(corr)));
+    vst1q_f32(res + 4 * t, vmulq_f32(vdivq_f32(f, vdupq_n_f32(e->a_scale[t])), vld1q_f32(e->w_scale)));
+}
+BITNET__AINLINE int32x4_t bitnet__hsum4_neon(int32x4_t a, int32x4_t b, int32x4_t c, int32x4_t d) {
+    return vpaddq_s32(vpaddq_s32(a, b), vpaddq_s32(c, d));
+}
+
+/* NEON, I2_S: codes by shift and mask, vmull/vmlal into int16 (8 products of <= 256 per lane),
+   then pairwise-accumulated into int32. */
+#define BITNET__ZERON(r, t) int32x4_t acc##r##t = vdupq_n_s32(0);
+#define BITNET__MLAL(p, x, v) p = vmlal_s8(p, vget_low_s8(x), vget_low_s8(v)); p = vmlal_high_s8(p, x, v);
+#define BITNET__TOKN(r, t) \
+    if (T > t) { \
+        const int8_t *at = a + (t) * k + c + h; \
+        const int8x16_t v0 = vld1q_s8(at), v1 = vld1q_s8(at + 32), v2 = vld1q_s8(at + 64), v3 = vld1q_s8(at + 96); \
+        int16x8_t p = vmull_s8(vget_low_s8(x0), vget_low_s8(v0)); \
+        p = vmlal_high_s8(p, x0, v0); \
+        BITNET__MLAL(p, x1, v1) BITNET__MLAL(p, x2, v2) BITNET__MLAL(p, x3, v3) \
+        acc##r##t = vpadalq_s16(acc##r##t, p); \
+    }
+#define BITNET__ROWN(r) \
+    { \
+        const uint8x16_t b = vld1q_u8(w##r + c / 4 + h); \
+        const int8x16_t x0 = vreinterpretq_s8_u8(vshrq_n_u8(b, 6)); \
+        const int8x16_t x1 = vreinterpretq_s8_u8(vandq_u8(vshrq_n_u8(b, 4), m3)); \
+        const int8x16_t x2 = vreinterpretq_s8_u8(vandq_u8(vshrq_n_u8(b, 2), m3)); \
+        const int8x16_t x3 = vreinterpretq_s8_u8(vandq_u8(b, m3)); \
+        BITNET__TOKN(r, 0) BITNET__TOKN(r, 1) \
+    }
+BITNET__AINLINE void bitnet__i2s_tile_neon_t(const uint8_t *const *w, size_t k, const int8_t *a, const bitnet__epi *e,
+                                             float *res, const int T) {
+    const uint8x16_t m3 = vdupq_n_u8(3);
+    const uint8_t *w0 = w[0], *w1 = w[1], *w2 = w[2], *w3 = w[3];
+    size_t c, h;
+    BITNET__REP4(BITNET__ZERON, 0) BITNET__REP4(BITNET__ZERON, 1)
+    for (c = 0; c < k; c += 128)
+        for (h = 0; h < 32; h += 16) {
+            BITNET__ROWN(0) BITNET__ROWN(1) BITNET__ROWN(2) BITNET__ROWN(3)
+        }
+    bitnet__epi4_neon(bitnet__hsum4_neon(acc00, acc10, acc20, acc30), e->a_sum[0], e, 0, res);
+    if (T > 1) bitnet__epi4_neon(bitnet__hsum4_neon(acc01, acc11, acc21, acc31), e->a_sum[1], e, 1, res);
+}
+#undef BITNET__ROWN
+#undef BITNET__TOKN
+#undef BITNET__MLAL
+
+/* NEON, int8 weights: one product per int16 lane (128 * 128 does not fit twice), then vpadal. */
+#define BITNET__ROWNQ(r) \
+    { \
+        const int8x16_t x = vld1q_s8((const int8_t *)w##r + c); \
+        acc##r##0 = vpadalq_s16(vpadalq_s16(acc##r##0, vmull_s8(vget_low_s8(x), vget_low_s8(v0))), vmull_high_s8(x, v0)); \
+        if (T > 1) acc##r##1 = vpadalq_s16(vpadalq_s16(acc##r##1, vmull_s8(vget_low_s8(x), vget_low_s8(v1))), vmull_high_s8(x, v1)); \
+    }
+BITNET__AINLINE void bitnet__q8_tile_neon_t(const uint8_t *const *w, size_t k, const int8_t *a, const bitnet__epi *e,
+                                            float *res, const int T) {
+    const uint8_t *w0 = w[0], *w1 = w[1], *w2 = w[2], *w3 = w[3];
+    int32_t tail[8];
+    size_t c;
+    int t, r;
+    BITNET__REP4(BITNET__ZERON, 0) BITNET__REP4(BITNET__ZERON, 1)
+    for (c = 0; c + 16 <= k; c += 16) {
+        const int8x16_t v0 = vld1q_s8(a + c), v1 = T > 1 ? vld1q_s8(a + k + c) : v0;
+        BITNET__ROWNQ(0) BITNET__ROWNQ(1) BITNET__ROWNQ(2) BITNET__ROWNQ(3)
+    }
+    for (t = 0; t < T; t++)
+        for (r = 0; r < 4; r++) {
+            const int8_t *wr = (const int8_t *)w[r], *at = a + (size_t)t * k;
+            size_t i;
+            int32_t s = 0;
+            for (i = c; i < k; i++) s += wr[i] * at[i];
+            tail[4 * t + r] = s;
+        }
+    bitnet__epi4_neon(vaddq_s32(bitnet__hsum4_neon(acc00, acc10, acc20, acc30), vld1q_s32(tail)), 0, e, 0, res);
+    if (T > 1) bitnet__epi4_neon(vaddq_s32(bitnet__hsum4_neon(acc01, acc11, acc21, acc31), vld1q_s32(tail + 4)), 0, e, 1, res);
+}
+#undef BITNET__ROWNQ
+#undef BITNET__ZERON
+
+static void bitnet__i2s_tile_neon(const uint8_t *const *w, size_t k, const int8_t *a, const bitnet__epi *e, int nt,
+                                  float *res) {
+    if (nt == 1) bitnet__i2s_tile_neon_t(w, k, a, e, res, 1);
+    else bitnet__i2s_tile_neon_t(w, k, a, e, res, 2);
+}
+static void bitnet__q8_tile_neon(const uint8_t *const *w, size_t k, const int8_t *a, const bitnet__epi *e, int nt,
+                                 float *res) {
+    if (nt == 1) bitnet__q8_tile_neon_t(w, k, a, e, res, 1);
+    else bitnet__q8_tile_neon_t(w, k, a, e, res, 2);
+}
+#endif /* BITNET__NEON */
+
+/* ---- the GEMM driver: work items of (row block x token block), claimed dynamically ---------- */
+typedef struct bitnet__gemm_job {
+    int q8;                          /* 0: I2_S weights, 1: int8 weights */
+    bitnet__tile_fn tile;            /* NULL: the scalar reference */
+    int tile_t;                      /* activation rows per tile */
+    const uint8_t *w;
+    size_t row_bytes;
+    size_t n, k, m;
+    const int8_t *a;
+    const float *a_scale;
+    const int32_t *a_sum;
+    float w_scale;                   /* I2_S: per tensor */
+    const float *w_scales;           /* q8: per row */
+    float *out;
+    size_t rows_per_item, toks_per_item, tok_items, items;
+    size_t next;                     /* atomic: the next unclaimed item */
+} bitnet__gemm_job;
+
+static void bitnet__gemm_block(const bitnet__gemm_job *j, size_t r0, size_t r1, size_t t0, size_t t1) {
+    float res[4 * BITNET__TILE_T_MAX];
+    size_t t, r;
+    if (!j->tile) {
+        if (j->q8)
+            bitnet__gemm_q8_scalar((const int8_t *)j->w, r0, r1, j->k, j->a + t0 * j->k, j->a_scale + t0, t1 - t0,
+                                   j->w_scales, j->out + t0 * j->n, j->n);
+        else
+            bitnet__gemm_i2s_scalar(j->w, r0, r1, j->k, j->a + t0 * j->k, j->a_scale + t0, j->a_sum + t0, t1 - t0,
+                                    j->w_scale, j->out + t0 * j->n, j->n);
+        return;
+    }
+    for (t = t0; t < t1; t += (size_t)j->tile_t) {
+        const int nt = (int)BITNET__MIN((size_t)j->tile_t, t1 - t);
+        bitnet__epi e;
+        e.a_scale = j->a_scale + t;
+        e.a_sum = j->a_sum + t;
+        for (r = r0; r < r1; r += 4) {
+            const uint8_t *wr[4];
+            const int nr = (int)BITNET__MIN((size_t)4, r1 - r);
+            int i, q;
+            for (i = 0; i < 4; i++) {
+                const size_t ri = r + (size_t)(i < nr ? i : nr - 1);
+                wr[i] = j->w + ri * j->row_bytes;
+                e.w_scale[i] = j->q8 ? j->w_scales[ri] : j->w_scale;
+            }
+            j->tile(wr, j->k, j->a + t * j->k, &e, nt, res);
+            for (q = 0; q < nt; q++) memcpy(j->out + (t + (size_t)q) * j->n + r, res + 4 * q, (size_t)nr * sizeof(float));
+        }
+    }
+}
+
+static void bitnet__gemm_task(void *arg, int ith, int nth) {
+    bitnet__gemm_job *j = (bitnet__gemm_job *)arg;
+    size_t it;
+    (void)ith;
+    (void)nth;
+    for (;;) {
+#if defined(BITNET__POOL)
+        it = __atomic_fetch_add(&j->next, 1, __ATOMIC_RELAXED);
+#else
+        it = j->next++;
+#endif
+        if (it >= j->items) break;
+        {
+            const size_t ri = it / j->tok_items, ti = it % j->tok_items;
+            const size_t r0 = ri * j->rows_per_item, t0 = ti * j->toks_per_item;
+            bitnet__gemm_block(j, r0, BITNET__MIN(j->n, r0 + j->rows_per_item), t0, BITNET__MIN(j->m, t0 + j->toks_per_item));
+        }
+    }
+}
+
+/* Picks the tile for the active ISA, cuts the work and runs it on the pool. Row blocks hold
+   about 128 KB of weights (they stay in L2 while every token block passes over them) and there
+   are about 8 per thread for balance; token blocks are only cut when row blocks are too few. */
+static void bitnet__gemm_run(bitnet__gemm_job *j) {
+    const size_t nth = (size_t)bitnet_num_threads();
+    size_t rows, row_items, tok_tiles, cap;
+    const double macs = (double)j->n * (double)j->k * (double)j->m;
+    j->tile = NULL;
+    j->tile_t = 8; /* the scalar reference's activation block */
+    switch (bitnet_cpu_isa()) {
+#if defined(BITNET__X86_SIMD)
+    case BITNET_ISA_AVX512:
+        j->tile = j->q8 ? bitnet__q8_tile_avx512 : bitnet__i2s_tile_avx512;
+        j->tile_t = BITNET__AVX512_TILE_T;
+        break;
+    case BITNET_ISA_AVX2:
+        j->tile = j->q8 ? bitnet__q8_tile_avx2 : bitnet__i2s_tile_avx2;
+        j->tile_t = 2;
+        break;
+#endif
+#if defined(BITNET__NEON)
+    case BITNET_ISA_NEON:
+        j->tile = j->q8 ? bitnet__q8_tile_neon : bitnet__i2s_tile_neon;
+        j->tile_t = 2;
+        break;
+#endif
+    default: break;
+    }
+    cap = BITNET__MAX((size_t)4, ((size_t)131072 / j->row_bytes) & ~(size_t)3);
+    rows = (j->n / (8 * nth) + 3) & ~(size_t)3;
+    rows = BITNET__MIN(BITNET__MAX(rows, (size_t)4), cap);
+    row_items = (j->n + rows - 1) / rows;
+    tok_tiles = (j->m + (size_t)j->tile_t - 1) / (size_t)j->tile_t;
+    j->tok_items = 1;
+    if (row_items < 4 * nth) j->tok_items = BITNET__MIN(tok_tiles, (4 * nth + row_items - 1) / row_items);
+    j->toks_per_item = (tok_tiles + j->tok_items - 1) / j->tok_items * (size_t)j->tile_t;
+    j->tok_items = (j->m + j->toks_per_item - 1) / j->toks_per_item;
+    j->rows_per_item = rows;
+    j->items = row_items * j->tok_items;
+    j->next = 0;
+    if (nth > 1 && macs >= 65536.0) bitnet__parallel(bitnet__gemm_task, j);
+    else bitnet__gemm_task(j, 0, 1);
+}
+
 BITNET_API bitnet_result bitnet_gemm_i2s(const void *w, size_t w_bytes, size_t n, size_t k, const int8_t *a,
                                          const float *a_scale, const int32_t *a_sum, size_t m, float *out) {
-    float w_scale;
+    bitnet__gemm_job j;
     BITNET__TRY(bitnet__gemm_i2s_check(w, w_bytes, n, k, a, a_scale, a_sum, m, out));
-    memcpy(&w_scale, (const uint8_t *)w + n * k / 4, 4);
-    bitnet__gemm_i2s_scalar((const uint8_t *)w, 0, n, k, a, a_scale, a_sum, m, w_scale, out, n);
+    memset(&j, 0, sizeof j);
+    j.w = (const uint8_t *)w;
+    j.row_bytes = k / 4;
+    j.n = n;
+    j.k = k;
+    j.m = m;
+    j.a = a;
+    j.a_scale = a_scale;
+    j.a_sum = a_sum;
+    memcpy(&j.w_scale, (const uint8_t *)w + n * k / 4, 4);
+    j.out = out;
+    bitnet__gemm_run(&j);
+    return BITNET_OK;
+}
+
+BITNET_API bitnet_result bitnet_gemm_q8(const int8_t *w, const float *w_scale, size_t n, size_t k, const int8_t *a,
+                                        const float *a_scale, const int32_t *a_sum, size_t m, float *out) {
+    bitnet__gemm_job j;
+    size_t t;
+    if (!w || !w_scale || !a || !a_scale || !a_sum || !out)
+        return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_gemm_q8: w, w_scale, a, a_scale, a_sum and out must not be NULL");
+    if (n == 0 || k == 0 || m == 0) return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_gemm_q8: m=%zu n=%zu k=%zu", m, n, k);
+    if (k > BITNET__Q8_MAX_K)
+        return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_gemm_q8: k=%zu is above %zu (int32 accumulation)", k, BITNET__Q8_MAX_K);
+    if (!bitnet__mul_size(n, k, &t) || !bitnet__mul_size(m, k, &t) || !bitnet__mul_size(m, n, &t))
+        return bitnet__err(BITNET_ERR_OVERFLOW, "bitnet_gemm_q8: m=%zu n=%zu k=%zu overflows", m, n, k);
+    memset(&j, 0, sizeof j);
+    j.q8 = 1;
+    j.w = (const uint8_t *)w;
+    j.row_bytes = k;
+    j.n = n;
+    j.k = k;
+    j.m = m;
+    j.a = a;
+    j.a_scale = a_scale;
+    j.a_sum = a_sum;
+    j.w_scales = w_scale;
+    j.out = out;
+    bitnet__gemm_run(&j);
     return BITNET_OK;
 }
 
 /* >>gguf ====================================================================================== */
 
+/* File layout (little-endian): "GGUF", u32 version, u64 n_tensors, u64 n_kv; n_kv x (string key,
+   u32 type, value); n_tensors x (string name, u32 n_dims, u64 ne[n_dims], u32 type, u64 offset);
+   zero padding to general.alignment; the data section. A string is a u64 length and its bytes. */
+
+#define BITNET__GGUF_MAGIC "GGUF"
+#define BITNET__GGUF_DEFAULT_ALIGN 32u
+#define BITNET__GGUF_MAX_KV (1u << 20)       /* far beyond any real file; bounds the tables */
+#define BITNET__GGUF_MAX_TENSORS (1u << 20)
+#define BITNET__GGUF_MIN_KV_BYTES 13u        /* key length 8 + type 4 + a 1-byte value */
+#define BITNET__GGUF_MIN_TENSOR_BYTES 32u    /* name length 8 + n_dims 4 + ne 8 + type 4 + offset 8 */
+
+typedef struct bitnet__gguf_kv {
+    const char *key;         /* NUL-terminated copy */
+    bitnet_gguf_type type;
+    bitnet_gguf_type elem;   /* arrays: element type */
+    uint64_t count;          /* arrays: element count */
+    const uint8_t *raw;      /* scalars: the value bytes in the image (unaligned); strings: the bytes */
+    uint64_t len;            /* strings: length */
+    void *arr;               /* arrays: an aligned copy of numeric elements, or a bitnet_gguf_str table */
+} bitnet__gguf_kv;
+
+/* Everything a bitnet_gguf owns besides the image lives in one arena, freed at once. */
+typedef struct bitnet__arena { unsigned char *blk; size_t used, cap; } bitnet__arena;
+#define BITNET__ARENA_HDR 64
+
+static void *bitnet__arena_alloc(bitnet__arena *a, size_t n) {
+    unsigned char *b;
+    size_t cap;
+    if (n > SIZE_MAX - 2 * BITNET__ARENA_HDR - 15) {
+        bitnet__err(BITNET_ERR_OVERFLOW, "arena allocation of %zu bytes overflows", n);
+        return NULL;
+    }
+    n = (n + 15) & ~(size_t)15;
+    if (a->blk && a->cap - a->used >= n) {
+        b = a->blk + a->used;
+        a->used += n;
+        return b;
+    }
+    cap = BITNET__ARENA_HDR + BITNET__MAX(n, (size_t)65536);
+    b = (unsigned char *)bitnet__malloc(cap);
+    if (!b) return NULL;
+    memcpy(b, &a->blk, sizeof a->blk); /* link the previous block */
+    a->blk = b;
+    a->used = BITNET__ARENA_HDR + n;
+    a->cap = cap;
+    return b + BITNET__ARENA_HDR;
+}
+static void bitnet__arena_free(bitnet__arena *a) {
+    while (a->blk) {
+        unsigned char *next;
+        memcpy(&next, a->blk, sizeof next);
+        bitnet__free(a->blk);
+        a->blk = next;
+    }
+}
+
+struct bitnet_gguf {
+    const uint8_t *base;
+    size_t size;
+    void *map;               /* mmap'd image (munmap on close), or */
+    void *owned;             /* an image read into memory */
+    uint32_t version, alignment;
+    uint64_t n_kv, n_tensors, data_offset;
+    bitnet__gguf_kv *kv;
+    bitnet_tensor_info *tensors;
+    uint32_t *kv_hash, *t_hash; /* open addressing: index + 1, 0 = empty */
+    size_t kv_cap, t_cap;       /* powers of two */
+    bitnet__arena arena;
+};
+
+static int bitnet__host_le(void) {
+    const uint16_t one = 1;
+    uint8_t b;
+    memcpy(&b, &one, 1);
+    return b == 1;
+}
+static uint32_t bitnet__le32(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+static uint64_t bitnet__le64(const uint8_t *p) { return (uint64_t)bitnet__le32(p) | (uint64_t)bitnet__le32(p + 4) << 32; }
+
+static uint64_t bitnet__fnv1a(const char *s, size_t n) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    size_t i;
+    for (i = 0; i < n; i++) h = (h ^ (uint8_t)s[i]) * 0x100000001b3ull;
+    return h;
+}
+/* Slot for name in a table whose entries name(i) are the NUL-terminated names: either the slot
+   holding it or the empty slot where it would go. */
+static size_t bitnet__gguf_slot(const uint32_t *tab, size_t cap, const char *name, size_t len,
+                                const bitnet__gguf_kv *kv, const bitnet_tensor_info *ti) {
+    size_t i = (size_t)bitnet__fnv1a(name, len) & (cap - 1);
+    for (;; i = (i + 1) & (cap - 1)) {
+        const char *other;
+        if (!tab[i]) return i;
+        other = kv ? kv[tab[i] - 1].key : ti[tab[i] - 1].name;
+        if (strncmp(other, name, len) == 0 && other[len] == 0) return i;
+    }
+}
+static size_t bitnet__hash_cap(uint64_t n) {
+    size_t cap = 16;
+    while (cap < 2 * n) cap *= 2; /* n <= 2^20, so this stays small */
+    return cap;
+}
+
+BITNET_API const char *bitnet_gguf_type_name(bitnet_gguf_type t) {
+    static const char *const names[] = {"UINT8", "INT8",   "UINT16", "INT16", "UINT32", "INT32", "FLOAT32",
+                                        "BOOL",  "STRING", "ARRAY",  "UINT64", "INT64", "FLOAT64"};
+    return ((unsigned)t < BITNET_GGUF_TYPE_COUNT) ? names[t] : "?";
+}
+BITNET_API const char *bitnet_tensor_type_name(bitnet_tensor_type t) {
+    switch (t) {
+    case BITNET_TENSOR_F32: return "F32";
+    case BITNET_TENSOR_F16: return "F16";
+    case BITNET_TENSOR_Q8_0: return "Q8_0";
+    case BITNET_TENSOR_BF16: return "BF16";
+    case BITNET_TENSOR_I2_S: return "I2_S";
+    default: return "?";
+    }
+}
+/* ggml's names for the type ids this library does not read, for error messages. */
+static const char *bitnet__ggml_type_name(uint32_t t) {
+    static const char *const names[] = {"F32", "F16", "Q4_0", "Q4_1", "?", "?", "Q5_0", "Q5_1", "Q8_0", "Q8_1",
+                                        "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q8_K", "IQ2_XXS", "IQ2_XS",
+                                        "IQ3_XXS", "IQ1_S", "IQ4_NL", "IQ3_S", "IQ2_S", "IQ4_XS", "I8", "I16", "I32",
+                                        "I64", "F64", "IQ1_M", "BF16", "?", "?", "?", "TQ1_0", "TQ2_0", "I2_S",
+                                        "I8_S", "TL1", "TL2"};
+    return t < sizeof names / sizeof names[0] ? names[t] : "?";
+}
+
+static size_t bitnet__gguf_scalar_size(uint32_t t) {
+    switch (t) {
+    case BITNET_GGUF_UINT8: case BITNET_GGUF_INT8: case BITNET_GGUF_BOOL: return 1;
+    case BITNET_GGUF_UINT16: case BITNET_GGUF_INT16: return 2;
+    case BITNET_GGUF_UINT32: case BITNET_GGUF_INT32: case BITNET_GGUF_FLOAT32: return 4;
+    case BITNET_GGUF_UINT64: case BITNET_GGUF_INT64: case BITNET_GGUF_FLOAT64: return 8;
+    default: return 0; /* STRING, ARRAY, unknown */
+    }
+}
+
+BITNET_API bitnet_result bitnet_tensor_nbytes(bitnet_tensor_type type, const uint64_t ne[4], uint64_t *out) {
+    uint64_t n = 1;
+    int d;
+    BITNET__CHECK_PTR(ne);
+    BITNET__CHECK_PTR(out);
+    for (d = 0; d < 4; d++) {
+        if (ne[d] == 0) return bitnet__err(BITNET_ERR_BAD_SHAPE, "dimension %d is 0", d);
+        if (ne[d] > (uint64_t)INT64_MAX || n > (uint64_t)INT64_MAX / ne[d])
+            return bitnet__err(BITNET_ERR_OVERFLOW, "element count [%llu, %llu, %llu, %llu] overflows",
+                               (unsigned long long)ne[0], (unsigned long long)ne[1], (unsigned long long)ne[2],
+                               (unsigned long long)ne[3]);
+        n *= ne[d];
+    }
+    switch (type) {
+    case BITNET_TENSOR_F32:
+        if (n > UINT64_MAX / 4) return bitnet__err(BITNET_ERR_OVERFLOW, "F32 byte size overflows");
+        *out = n * 4;
+        return BITNET_OK;
+    case BITNET_TENSOR_F16:
+    case BITNET_TENSOR_BF16: *out = n * 2; return BITNET_OK;
+    case BITNET_TENSOR_Q8_0:
+        if (ne[0] % 32) return bitnet__err(BITNET_ERR_BAD_SHAPE, "Q8_0 row of %llu is not a multiple of 32", (unsigned long long)ne[0]);
+        *out = n / 32 * 34;
+        return BITNET_OK;
+    case BITNET_TENSOR_I2_S: /* bitnet.cpp: elements/4 packed, then a 32-byte tail holding the scale */
+        if (ne[0] % BITNET_I2S_BLOCK)
+            return bitnet__err(BITNET_ERR_BAD_SHAPE, "I2_S row of %llu is not a multiple of %d", (unsigned long long)ne[0],
+                               BITNET_I2S_BLOCK);
+        *out = n / 4 + 32;
+        return BITNET_OK;
+    default: return bitnet__err(BITNET_ERR_UNSUPPORTED_TYPE, "tensor type %d is not one of F32, F16, BF16, Q8_0, I2_S", (int)type);
+    }
+}
+
+/* ---- the bounds-checked cursor ---------------------------------------------------------------- */
+typedef struct bitnet__rd { const uint8_t *base; size_t size, pos; } bitnet__rd;
+
+static bitnet_result bitnet__rd_need(bitnet__rd *r, uint64_t n, const char *what) {
+    if (n > r->size - r->pos)
+        return bitnet__err(BITNET_ERR_TRUNCATED, "GGUF truncated: %s at offset %zu needs %llu bytes, only %zu remain", what,
+                           r->pos, (unsigned long long)n, r->size - r->pos);
+    return BITNET_OK;
+}
+static bitnet_result bitnet__rd_u32(bitnet__rd *r, uint32_t *v, const char *what) {
+    BITNET__TRY(bitnet__rd_need(r, 4, what));
+    *v = bitnet__le32(r->base + r->pos);
+    r->pos += 4;
+    return BITNET_OK;
+}
+static bitnet_result bitnet__rd_u64(bitnet__rd *r, uint64_t *v, const char *what) {
+    BITNET__TRY(bitnet__rd_need(r, 8, what));
+    *v = bitnet__le64(r->base + r->pos);
+    r->pos += 8;
+    return BITNET_OK;
+}
+/* n items of at least min_bytes each: more than the whole file can hold is corruption (never a
+   truncation), more than what remains is a truncation. Makes n safe to allocate from. */
+static bitnet_result bitnet__rd_count(bitnet__rd *r, uint64_t n, uint64_t min_bytes, const char *what) {
+    if (n > r->size / min_bytes)
+        return bitnet__err(BITNET_ERR_CORRUPT, "GGUF corrupt or truncated: %s = %llu at offset %zu cannot fit in a %zu-byte file", what,
+                           (unsigned long long)n, r->pos, r->size);
+    return bitnet__rd_need(r, n * min_bytes, what);
+}
+static bitnet_result bitnet__rd_str(bitnet__rd *r, bitnet_gguf_str *s, const char *what) {
+    uint64_t len;
+    BITNET__TRY(bitnet__rd_u64(r, &len, what));
+    BITNET__TRY(bitnet__rd_count(r, len, 1, what));
+    s->ptr = (const char *)(r->base + r->pos);
+    s->len = len;
+    r->pos += (size_t)len;
+    return BITNET_OK;
+}
+/* Names (keys, tensor names) become NUL-terminated copies, so they must not be empty or hold NULs. */
+static bitnet_result bitnet__gguf_name(bitnet_gguf *g, bitnet__rd *r, const char **out, const char *what) {
+    bitnet_gguf_str s;
+    char *p;
+    BITNET__TRY(bitnet__rd_str(r, &s, what));
+    if (s.len == 0) return bitnet__err(BITNET_ERR_CORRUPT, "GGUF corrupt: %s at offset %zu is empty", what, r->pos - 8);
+    if (memchr(s.ptr, 0, (size_t)s.len))
+        return bitnet__err(BITNET_ERR_CORRUPT, "GGUF corrupt: %s at offset %zu contains a NUL byte", what,
+                           r->pos - (size_t)s.len);
+    p = (char *)bitnet__arena_alloc(&g->arena, (size_t)s.len + 1);
+    if (!p) return BITNET_ERR_OUT_OF_MEMORY;
+    memcpy(p, s.ptr, (size_t)s.len);
+    p[s.len] = 0;
+    *out = p;
+    return BITNET_OK;
+}
+
+static bitnet_result bitnet__gguf_read_value(bitnet_gguf *g, bitnet__rd *r, bitnet__gguf_kv *kv) {
+    char what[96];
+    uint32_t t;
+    size_t esz;
+    snprintf(what, sizeof what, "value type of key '%.48s'", kv->key);
+    BITNET__TRY(bitnet__rd_u32(r, &t, what));
+    if (t >= BITNET_GGUF_TYPE_COUNT)
+        return bitnet__err(BITNET_ERR_CORRUPT, "GGUF corrupt: key '%s' has unknown value type %u", kv->key, t);
+    kv->type = (bitnet_gguf_type)t;
+    snprintf(what, sizeof what, "value of key '%.48s'", kv->key);
+    if (t == BITNET_GGUF_STRING) {
+        bitnet_gguf_str s;
+        BITNET__TRY(bitnet__rd_str(r, &s, what));
+        kv->raw = (const uint8_t *)s.ptr;
+        kv->len = s.len;
+        return BITNET_OK;
+    }
+    if (t != BITNET_GGUF_ARRAY) {
+        esz = bitnet__gguf_scalar_size(t);
+        BITNET__TRY(bitnet__rd_need(r, esz, what));
+        kv->raw = r->base + r->pos;
+        r->pos += esz;
+        return BITNET_OK;
+    }
+    snprintf(what, sizeof what, "element type of array '%.48s'", kv->key);
+    BITNET__TRY(bitnet__rd_u32(r, &t, what));
+    if (t == BITNET_GGUF_ARRAY)
+        return bitnet__err(BITNET_ERR_UNSUPPORTED, "GGUF: key '%s' is an array of arrays (nested arrays are not supported)", kv->key);
+    if (t >= BITNET_GGUF_TYPE_COUNT)
+        return bitnet__err(BITNET_ERR_CORRUPT, "GGUF corrupt: array '%s' has unknown element type %u", kv->key, t);
+    kv->elem = (bitnet_gguf_type)t;
+    snprintf(what, sizeof what, "length of array '%.48s'", kv->key);
+    BITNET__TRY(bitnet__rd_u64(r, &kv->count, what));
+    snprintf(what, sizeof what, "array '%.48s'", kv->key);
+    if (t == BITNET_GGUF_STRING) {
+        bitnet_gguf_str *tab;
+        uint64_t i;
+        size_t tab_bytes;
+        BITNET__TRY(bitnet__rd_count(r, kv->count, 8, what));
+        if (!bitnet__mul_size((size_t)(kv->count ? kv->count : 1), sizeof *tab, &tab_bytes)) /* 32-bit hosts */
+            return bitnet__err(BITNET_ERR_OVERFLOW, "GGUF: array '%s' of %llu strings is too large", kv->key,
+                               (unsigned long long)kv->count);
+        tab = (bitnet_gguf_str *)bitnet__arena_alloc(&g->arena, tab_bytes);
+        if (!tab) return BITNET_ERR_OUT_OF_MEMORY;
+        for (i = 0; i < kv->count; i++) { /* the context is formatted only on failure: arrays are long */
+            bitnet_result e = bitnet__rd_str(r, &tab[i], "a string");
+            if (e != BITNET_OK) {
+                char why[256];
+                memcpy(why, bitnet__errbuf, sizeof why - 1);
+                why[sizeof why - 1] = 0;
+                return bitnet__err(e, "%s (element %llu of array '%s')", why, (unsigned long long)i, kv->key);
+            }
+        }
+        kv->arr = tab;
+        return BITNET_OK;
+    }
+    esz = bitnet__gguf_scalar_size(t);
+    BITNET__TRY(bitnet__rd_count(r, kv->count, esz, what));
+    kv->arr = bitnet__arena_alloc(&g->arena, kv->count ? (size_t)kv->count * esz : 1);
+    if (!kv->arr) return BITNET_ERR_OUT_OF_MEMORY;
+    memcpy(kv->arr, r->base + r->pos, (size_t)kv->count * esz);
+    r->pos += (size_t)kv->count * esz;
+    return BITNET_OK;
+}
+
+static bitnet_result bitnet__gguf_parse(bitnet_gguf *g) {
+    bitnet__rd r;
+    char what[96];
+    uint64_t i;
+    int64_t ai;
+    r.base = g->base;
+    r.size = g->size;
+    r.pos = 0;
+    BITNET__TRY(bitnet__rd_need(&r, 4, "magic"));
+    if (memcmp(g->base, BITNET__GGUF_MAGIC, 4) != 0)
+        return bitnet__err(BITNET_ERR_BAD_MAGIC, "not a GGUF file: starts with bytes %02x %02x %02x %02x, not \"GGUF\"",
+                           g->base[0], g->base[1], g->base[2], g->base[3]);
+    r.pos = 4;
+    BITNET__TRY(bitnet__rd_u32(&r, &g->version, "version"));
+    if (g->version != 2 && g->version != 3) {
+        if (g->version == 1) return bitnet__err(BITNET_ERR_BAD_VERSION, "GGUF version 1 is not supported (only 2 and 3)");
+        if ((g->version & 0xffff) == 0 && (g->version >> 24) >= 1 && (g->version >> 24) <= 3)
+            return bitnet__err(BITNET_ERR_BAD_VERSION, "big-endian GGUF files are not supported");
+        return bitnet__err(BITNET_ERR_BAD_VERSION, "GGUF version %u is not supported (only 2 and 3)", g->version);
+    }
+    BITNET__TRY(bitnet__rd_u64(&r, &g->n_tensors, "tensor count"));
+    BITNET__TRY(bitnet__rd_u64(&r, &g->n_kv, "metadata count"));
+    if (g->n_kv > BITNET__GGUF_MAX_KV || g->n_kv > r.size / BITNET__GGUF_MIN_KV_BYTES)
+        return bitnet__err(BITNET_ERR_CORRUPT, "GGUF corrupt or truncated: %llu metadata entries cannot fit in a %zu-byte file",
+                           (unsigned long long)g->n_kv, r.size);
+    if (g->n_tensors > BITNET__GGUF_MAX_TENSORS || g->n_tensors > r.size / BITNET__GGUF_MIN_TENSOR_BYTES)
+        return bitnet__err(BITNET_ERR_CORRUPT, "GGUF corrupt or truncated: %llu tensors cannot fit in a %zu-byte file",
+                           (unsigned long long)g->n_tensors, r.size);
+    g->kv_cap = bitnet__hash_cap(g->n_kv);
+    g->t_cap = bitnet__hash_cap(g->n_tensors);
+    g->kv = (bitnet__gguf_kv *)bitnet__arena_alloc(&g->arena, (size_t)(g->n_kv ? g->n_kv : 1) * sizeof *g->kv);
+    g->tensors = (bitnet_tensor_info *)bitnet__arena_alloc(&g->arena, (size_t)(g->n_tensors ? g->n_tensors : 1) * sizeof *g->tensors);
+    g->kv_hash = (uint32_t *)bitnet__arena_alloc(&g->arena, g->kv_cap * sizeof(uint32_t));
+    g->t_hash = (uint32_t *)bitnet__arena_alloc(&g->arena, g->t_cap * sizeof(uint32_t));
+    if (!g->kv || !g->tensors || !g->kv_hash || !g->t_hash) return BITNET_ERR_OUT_OF_MEMORY;
+    memset(g->kv, 0, (size_t)g->n_kv * sizeof *g->kv);
+    memset(g->tensors, 0, (size_t)g->n_tensors * sizeof *g->tensors);
+    memset(g->kv_hash, 0, g->kv_cap * sizeof(uint32_t));
+    memset(g->t_hash, 0, g->t_cap * sizeof(uint32_t));
+
+    for (i = 0; i < g->n_kv; i++) {
+        bitnet__gguf_kv *kv = &g->kv[i];
+        size_t slot;
+        snprintf(what, sizeof what, "name of metadata key %llu", (unsigned long long)i);
+        BITNET__TRY(bitnet__gguf_name(g, &r, &kv->key, what));
+        slot = bitnet__gguf_slot(g->kv_hash, g->kv_cap, kv->key, strlen(kv->key), g->kv, NULL);
+        if (g->kv_hash[slot]) return bitnet__err(BITNET_ERR_BAD_METADATA, "GGUF: duplicate metadata key '%s'", kv->key);
+        BITNET__TRY(bitnet__gguf_read_value(g, &r, kv));
+        g->kv_hash[slot] = (uint32_t)(i + 1);
+    }
+
+    g->alignment = BITNET__GGUF_DEFAULT_ALIGN;
+    ai = bitnet_gguf_find_key(g, "general.alignment");
+    if (ai >= 0) {
+        uint32_t a;
+        if (g->kv[ai].type != BITNET_GGUF_UINT32)
+            return bitnet__err(BITNET_ERR_BAD_METADATA, "GGUF: general.alignment is %s, not UINT32",
+                               bitnet_gguf_type_name(g->kv[ai].type));
+        a = bitnet__le32(g->kv[ai].raw);
+        if (a == 0 || (a & (a - 1)))
+            return bitnet__err(BITNET_ERR_BAD_METADATA, "GGUF: general.alignment = %u is not a power of two", a);
+        g->alignment = a;
+    }
+
+    for (i = 0; i < g->n_tensors; i++) {
+        bitnet_tensor_info *ti = &g->tensors[i];
+        uint32_t nd, type;
+        size_t slot;
+        int d;
+        bitnet_result res;
+        snprintf(what, sizeof what, "name of tensor %llu", (unsigned long long)i);
+        BITNET__TRY(bitnet__gguf_name(g, &r, &ti->name, what));
+        slot = bitnet__gguf_slot(g->t_hash, g->t_cap, ti->name, strlen(ti->name), NULL, g->tensors);
+        if (g->t_hash[slot]) return bitnet__err(BITNET_ERR_DUPLICATE_TENSOR, "GGUF: tensor '%s' appears twice", ti->name);
+        g->t_hash[slot] = (uint32_t)(i + 1);
+        snprintf(what, sizeof what, "dimension count of tensor '%.48s'", ti->name);
+        BITNET__TRY(bitnet__rd_u32(&r, &nd, what));
+        if (nd < 1 || nd > 4)
+            return bitnet__err(BITNET_ERR_BAD_SHAPE, "GGUF: tensor '%s' has %u dimensions (1 to 4 allowed)", ti->name, nd);
+        ti->n_dims = (int)nd;
+        snprintf(what, sizeof what, "shape of tensor '%.48s'", ti->name);
+        for (d = 0; d < 4; d++) {
+            ti->ne[d] = 1;
+            if (d < (int)nd) BITNET__TRY(bitnet__rd_u64(&r, &ti->ne[d], what));
+        }
+        snprintf(what, sizeof what, "type of tensor '%.48s'", ti->name);
+        BITNET__TRY(bitnet__rd_u32(&r, &type, what));
+        snprintf(what, sizeof what, "offset of tensor '%.48s'", ti->name);
+        BITNET__TRY(bitnet__rd_u64(&r, &ti->offset, what));
+        if (type != BITNET_TENSOR_F32 && type != BITNET_TENSOR_F16 && type != BITNET_TENSOR_Q8_0 &&
+            type != BITNET_TENSOR_BF16 && type != BITNET_TENSOR_I2_S)
+            return bitnet__err(BITNET_ERR_UNSUPPORTED_TYPE,
+                               "GGUF: tensor '%s' has type %u (%s), not one of F32 (0), F16 (1), Q8_0 (8), BF16 (30), I2_S (36)",
+                               ti->name, type, bitnet__ggml_type_name(type));
+        ti->type = (bitnet_tensor_type)type;
+        res = bitnet_tensor_nbytes(ti->type, ti->ne, &ti->bytes);
+        if (res != BITNET_OK) {
+            char why[160];
+            memcpy(why, bitnet__errbuf, sizeof why - 1); /* the detail, before errbuf is rewritten */
+            why[sizeof why - 1] = 0;
+            return bitnet__err(res, "GGUF: tensor '%s' (%s [%llu, %llu, %llu, %llu]): %s", ti->name,
+                               bitnet_tensor_type_name(ti->type), (unsigned long long)ti->ne[0],
+                               (unsigned long long)ti->ne[1], (unsigned long long)ti->ne[2],
+                               (unsigned long long)ti->ne[3], why);
+        }
+        if (ti->offset % g->alignment)
+            return bitnet__err(BITNET_ERR_ALIGNMENT, "GGUF: tensor '%s' offset %llu is not a multiple of the alignment %u",
+                               ti->name, (unsigned long long)ti->offset, g->alignment);
+    }
+
+    /* The data section starts at the next multiple of the alignment. */
+    g->data_offset = ((uint64_t)r.pos + g->alignment - 1) / g->alignment * g->alignment;
+    for (i = 0; i < g->n_tensors; i++) {
+        bitnet_tensor_info *ti = &g->tensors[i];
+        uint64_t start = g->data_offset + ti->offset, end = start + ti->bytes;
+        if (ti->offset > UINT64_MAX - g->data_offset || ti->bytes > UINT64_MAX - start)
+            return bitnet__err(BITNET_ERR_OVERFLOW, "GGUF: tensor '%s' offset %llu + %llu bytes overflows", ti->name,
+                               (unsigned long long)ti->offset, (unsigned long long)ti->bytes);
+        if (end > g->size)
+            return bitnet__err(BITNET_ERR_TRUNCATED,
+                               "GGUF truncated: tensor '%s' occupies bytes %llu to %llu, but the file has %zu", ti->name,
+                               (unsigned long long)start, (unsigned long long)end, g->size);
+        ti->data = g->base + start;
+    }
+    return BITNET_OK;
+}
+
+static bitnet_result bitnet__gguf_new(const uint8_t *base, size_t size, bitnet_gguf **out) {
+    bitnet_gguf *g;
+    if (!bitnet__host_le()) return bitnet__err(BITNET_ERR_UNSUPPORTED, "GGUF: only little-endian hosts are supported");
+    g = (bitnet_gguf *)bitnet__calloc(1, sizeof *g);
+    if (!g) return BITNET_ERR_OUT_OF_MEMORY;
+    g->base = base;
+    g->size = size;
+    *out = g;
+    return BITNET_OK;
+}
+
+BITNET_API bitnet_result bitnet_gguf_open_memory(const void *data, size_t size, bitnet_gguf **out) {
+    bitnet_gguf *g;
+    bitnet_result r;
+    BITNET__CHECK_PTR(out);
+    *out = NULL;
+    if (!data && size) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_gguf_open_memory: data is NULL");
+    BITNET__TRY(bitnet__gguf_new((const uint8_t *)(data ? data : ""), size, &g));
+    r = bitnet__gguf_parse(g);
+    if (r != BITNET_OK) {
+        bitnet_gguf_close(g);
+        return r;
+    }
+    *out = g;
+    return BITNET_OK;
+}
+
+static int bitnet__file_size(FILE *f, uint64_t *size) {
+#if defined(_WIN32)
+    __int64 n;
+    if (_fseeki64(f, 0, SEEK_END) != 0 || (n = _ftelli64(f)) < 0 || _fseeki64(f, 0, SEEK_SET) != 0) return -1;
+    *size = (uint64_t)n;
+#else
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) return -1;
+    *size = (uint64_t)st.st_size;
+#endif
+    return 0;
+}
+
+BITNET_API bitnet_result bitnet_gguf_open(const char *path, bitnet_gguf **out) { return bitnet_gguf_open_ex(path, 0, out); }
+
+BITNET_API bitnet_result bitnet_gguf_open_ex(const char *path, unsigned flags, bitnet_gguf **out) {
+    FILE *f;
+    uint64_t fsize;
+    size_t size, got = 0;
+    void *map = NULL, *owned = NULL;
+    bitnet_gguf *g = NULL;
+    bitnet_result r;
+    BITNET__CHECK_PTR(path);
+    BITNET__CHECK_PTR(out);
+    *out = NULL;
+    if (flags & ~BITNET_GGUF_NO_MMAP) return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_gguf_open_ex: unknown flags 0x%x", flags);
+    f = fopen(path, "rb");
+    if (!f) return bitnet__err(BITNET_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+    if (bitnet__file_size(f, &fsize) != 0) {
+        fclose(f);
+        return bitnet__err(BITNET_ERR_IO, "cannot get the size of '%s' (not a regular file?)", path);
+    }
+    if (fsize > (uint64_t)SIZE_MAX) {
+        fclose(f);
+        return bitnet__err(BITNET_ERR_OVERFLOW, "'%s' (%llu bytes) does not fit in the address space", path, (unsigned long long)fsize);
+    }
+    size = (size_t)fsize;
+#if !defined(_WIN32) && !defined(BITNET_NO_MMAP)
+    if (!(flags & BITNET_GGUF_NO_MMAP) && size > 0) {
+        map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fileno(f), 0);
+        if (map == MAP_FAILED) {
+            bitnet__log(BITNET_LOG_INFO, "mmap of '%s' failed (%s); reading it into memory", path, strerror(errno));
+            map = NULL;
+        }
+    }
+#endif
+    if (!map) {
+        owned = bitnet__malloc(size ? size : 1);
+        if (!owned) {
+            fclose(f);
+            return bitnet__err(BITNET_ERR_OUT_OF_MEMORY, "cannot allocate %zu bytes to read '%s'", size, path);
+        }
+        while (got < size) {
+            size_t n = fread((char *)owned + got, 1, size - got, f);
+            if (n == 0) break;
+            got += n;
+        }
+        if (got != size) {
+            int e = ferror(f) ? errno : 0;
+            fclose(f);
+            bitnet__free(owned);
+            return bitnet__err(BITNET_ERR_IO, "reading '%s' stopped after %zu of %zu bytes%s%s", path, got, size,
+                               e ? ": " : "", e ? strerror(e) : "");
+        }
+    }
+    fclose(f);
+    r = bitnet__gguf_new((const uint8_t *)(map ? map : owned), size, &g);
+    if (r == BITNET_OK) {
+        g->map = map;
+        g->owned = owned;
+        r = bitnet__gguf_parse(g);
+        if (r != BITNET_OK) {
+            char msg[sizeof bitnet__errbuf];
+            snprintf(msg, sizeof msg, "%s", bitnet__errbuf);
+            bitnet_gguf_close(g);
+            return bitnet__err(r, "%s: %s", path, msg);
+        }
+        *out = g;
+        return BITNET_OK;
+    }
+#if !defined(_WIN32) && !defined(BITNET_NO_MMAP)
+    if (map) munmap(map, size);
+#endif
+    bitnet__free(owned);
+    return r;
+}
+
+BITNET_API void bitnet_gguf_close(bitnet_gguf *g) {
+    if (!g) return;
+#if !defined(_WIN32) && !defined(BITNET_NO_MMAP)
+    if (g->map) munmap(g->map, g->size);
+#endif
+    bitnet__free(g->owned);
+    bitnet__arena_free(&g->arena);
+    bitnet__free(g);
+}
+
+BITNET_API uint32_t bitnet_gguf_version(const bitnet_gguf *g) { return g ? g->version : 0; }
+BITNET_API uint64_t bitnet_gguf_kv_count(const bitnet_gguf *g) { return g ? g->n_kv : 0; }
+BITNET_API uint64_t bitnet_gguf_tensor_count(const bitnet_gguf *g) { return g ? g->n_tensors : 0; }
+BITNET_API uint32_t bitnet_gguf_alignment(const bitnet_gguf *g) { return g ? g->alignment : 0; }
+BITNET_API uint64_t bitnet_gguf_data_offset(const bitnet_gguf *g) { return g ? g->data_offset : 0; }
+BITNET_API uint64_t bitnet_gguf_size(const bitnet_gguf *g) { return g ? (uint64_t)g->size : 0; }
+BITNET_API int bitnet_gguf_is_mapped(const bitnet_gguf *g) { return g && g->map != NULL; }
+
+BITNET_API int64_t bitnet_gguf_find_key(const bitnet_gguf *g, const char *key) {
+    size_t slot;
+    if (!g || !key) return -1;
+    slot = bitnet__gguf_slot(g->kv_hash, g->kv_cap, key, strlen(key), g->kv, NULL);
+    return g->kv_hash[slot] ? (int64_t)g->kv_hash[slot] - 1 : -1;
+}
+BITNET_API const char *bitnet_gguf_key_name(const bitnet_gguf *g, uint64_t i) { return (g && i < g->n_kv) ? g->kv[i].key : NULL; }
+BITNET_API bitnet_gguf_type bitnet_gguf_key_type(const bitnet_gguf *g, uint64_t i) {
+    return (g && i < g->n_kv) ? g->kv[i].type : BITNET_GGUF_TYPE_COUNT;
+}
+
+static bitnet_result bitnet__gguf_lookup(const bitnet_gguf *g, const char *key, const char *fn, const bitnet__gguf_kv **kv) {
+    int64_t i;
+    if (!g || !key) return bitnet__err(BITNET_ERR_NULL_POINTER, "%s: g and key must not be NULL", fn);
+    i = bitnet_gguf_find_key(g, key);
+    if (i < 0) return bitnet__err(BITNET_ERR_BAD_METADATA, "GGUF: key '%s' is missing", key);
+    *kv = &g->kv[i];
+    return BITNET_OK;
+}
+static bitnet_result bitnet__gguf_wrong_type(const bitnet__gguf_kv *kv, const char *want) {
+    return bitnet__err(BITNET_ERR_BAD_METADATA, "GGUF: key '%s' is %s, expected %s", kv->key,
+                       kv->type == BITNET_GGUF_ARRAY ? "an array" : bitnet_gguf_type_name(kv->type), want);
+}
+/* An integer scalar as (negative, magnitude bits): *is_neg and *v. */
+static bitnet_result bitnet__gguf_int(const bitnet__gguf_kv *kv, const char *want, int *is_neg, uint64_t *u, int64_t *s) {
+    const uint8_t *p = kv->raw;
+    int64_t sv = 0;
+    uint64_t uv = 0;
+    int sgn = 0;
+    switch (kv->type) {
+    case BITNET_GGUF_UINT8: uv = p[0]; break;
+    case BITNET_GGUF_UINT16: uv = (uint64_t)p[0] | (uint64_t)p[1] << 8; break;
+    case BITNET_GGUF_UINT32: uv = bitnet__le32(p); break;
+    case BITNET_GGUF_UINT64: uv = bitnet__le64(p); break;
+    case BITNET_GGUF_INT8: sv = (int8_t)p[0]; sgn = 1; break;
+    case BITNET_GGUF_INT16: sv = (int16_t)(uint16_t)((unsigned)p[0] | (unsigned)p[1] << 8); sgn = 1; break;
+    case BITNET_GGUF_INT32: sv = (int32_t)bitnet__le32(p); sgn = 1; break;
+    case BITNET_GGUF_INT64: sv = (int64_t)bitnet__le64(p); sgn = 1; break;
+    default: return bitnet__gguf_wrong_type(kv, want);
+    }
+    if (sgn) {
+        *is_neg = sv < 0;
+        *s = sv;
+        *u = sv < 0 ? 0 : (uint64_t)sv;
+    } else {
+        *is_neg = 0;
+        *u = uv;
+        *s = uv > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)uv;
+    }
+    return BITNET_OK;
+}
+
+BITNET_API bitnet_result bitnet_gguf_get_u64(const bitnet_gguf *g, const char *key, uint64_t *out) {
+    const bitnet__gguf_kv *kv = NULL;
+    int neg = 0;
+    uint64_t u = 0;
+    int64_t s = 0;
+    BITNET__CHECK_PTR(out);
+    BITNET__TRY(bitnet__gguf_lookup(g, key, __func__, &kv));
+    BITNET__TRY(bitnet__gguf_int(kv, "an unsigned integer", &neg, &u, &s));
+    if (neg) return bitnet__err(BITNET_ERR_BAD_METADATA, "GGUF: key '%s' is %lld, expected a non-negative value", key, (long long)s);
+    *out = u;
+    return BITNET_OK;
+}
+BITNET_API bitnet_result bitnet_gguf_get_u32(const bitnet_gguf *g, const char *key, uint32_t *out) {
+    uint64_t v = 0;
+    BITNET__CHECK_PTR(out);
+    BITNET__TRY(bitnet_gguf_get_u64(g, key, &v));
+    if (v > UINT32_MAX) return bitnet__err(BITNET_ERR_BAD_METADATA, "GGUF: key '%s' = %llu does not fit 32 bits", key, (unsigned long long)v);
+    *out = (uint32_t)v;
+    return BITNET_OK;
+}
+BITNET_API bitnet_result bitnet_gguf_get_i64(const bitnet_gguf *g, const char *key, int64_t *out) {
+    const bitnet__gguf_kv *kv = NULL;
+    int neg = 0;
+    uint64_t u = 0;
+    int64_t s = 0;
+    BITNET__CHECK_PTR(out);
+    BITNET__TRY(bitnet__gguf_lookup(g, key, __func__, &kv));
+    BITNET__TRY(bitnet__gguf_int(kv, "an integer", &neg, &u, &s));
+    if (!neg && u > (uint64_t)INT64_MAX)
+        return bitnet__err(BITNET_ERR_BAD_METADATA, "GGUF: key '%s' = %llu does not fit int64", key, (unsigned long long)u);
+    *out = s;
+    return BITNET_OK;
+}
+BITNET_API bitnet_result bitnet_gguf_get_f64(const bitnet_gguf *g, const char *key, double *out) {
+    const bitnet__gguf_kv *kv = NULL;
+    BITNET__CHECK_PTR(out);
+    BITNET__TRY(bitnet__gguf_lookup(g, key, __func__, &kv));
+    if (kv->type == BITNET_GGUF_FLOAT32) {
+        float f;
+        uint32_t b = bitnet__le32(kv->raw);
+        memcpy(&f, &b, 4);
+        *out = f;
+    } else if (kv->type == BITNET_GGUF_FLOAT64) {
+        uint64_t b = bitnet__le64(kv->raw);
+        memcpy(out, &b, 8);
+    } else {
+        return bitnet__gguf_wrong_type(kv, "FLOAT32 or FLOAT64");
+    }
+    return BITNET_OK;
+}
+BITNET_API bitnet_result bitnet_gguf_get_f32(const bitnet_gguf *g, const char *key, float *out) {
+    double d = 0;
+    BITNET__CHECK_PTR(out);
+    BITNET__TRY(bitnet_gguf_get_f64(g, key, &d));
+    *out = (float)d;
+    return BITNET_OK;
+}
+BITNET_API bitnet_result bitnet_gguf_get_bool(const bitnet_gguf *g, const char *key, int *out) {
+    const bitnet__gguf_kv *kv = NULL;
+    BITNET__CHECK_PTR(out);
+    BITNET__TRY(bitnet__gguf_lookup(g, key, __func__, &kv));
+    if (kv->type != BITNET_GGUF_BOOL) return bitnet__gguf_wrong_type(kv, "BOOL");
+    *out = kv->raw[0] != 0;
+    return BITNET_OK;
+}
+BITNET_API bitnet_result bitnet_gguf_get_str(const bitnet_gguf *g, const char *key, bitnet_gguf_str *out) {
+    const bitnet__gguf_kv *kv = NULL;
+    BITNET__CHECK_PTR(out);
+    BITNET__TRY(bitnet__gguf_lookup(g, key, __func__, &kv));
+    if (kv->type != BITNET_GGUF_STRING) return bitnet__gguf_wrong_type(kv, "STRING");
+    out->ptr = (const char *)kv->raw;
+    out->len = kv->len;
+    return BITNET_OK;
+}
+BITNET_API bitnet_result bitnet_gguf_get_arr(const bitnet_gguf *g, const char *key, bitnet_gguf_type *elem_type, uint64_t *count) {
+    const bitnet__gguf_kv *kv = NULL;
+    BITNET__TRY(bitnet__gguf_lookup(g, key, __func__, &kv));
+    if (kv->type != BITNET_GGUF_ARRAY) return bitnet__gguf_wrong_type(kv, "an array");
+    if (elem_type) *elem_type = kv->elem;
+    if (count) *count = kv->count;
+    return BITNET_OK;
+}
+BITNET_API bitnet_result bitnet_gguf_arr_str(const bitnet_gguf *g, const char *key, uint64_t i, bitnet_gguf_str *out) {
+    const bitnet__gguf_kv *kv = NULL;
+    BITNET__CHECK_PTR(out);
+    BITNET__TRY(bitnet__gguf_lookup(g, key, __func__, &kv));
+    if (kv->type != BITNET_GGUF_ARRAY || kv->elem != BITNET_GGUF_STRING) return bitnet__gguf_wrong_type(kv, "an array of STRING");
+    if (i >= kv->count)
+        return bitnet__err(BITNET_ERR_INVALID_ARG, "GGUF: index %llu is past the %llu strings of '%s'", (unsigned long long)i,
+                           (unsigned long long)kv->count, key);
+    *out = ((const bitnet_gguf_str *)kv->arr)[i];
+    return BITNET_OK;
+}
+BITNET_API const void *bitnet_gguf_arr_data(const bitnet_gguf *g, const char *key) {
+    const bitnet__gguf_kv *kv = NULL;
+    if (bitnet__gguf_lookup(g, key, __func__, &kv) != BITNET_OK) return NULL;
+    if (kv->type != BITNET_GGUF_ARRAY || kv->elem == BITNET_GGUF_STRING) {
+        bitnet__gguf_wrong_type(kv, "a numeric array");
+        return NULL;
+    }
+    return kv->arr;
+}
+BITNET_API bitnet_result bitnet_gguf_tensor(const bitnet_gguf *g, uint64_t i, bitnet_tensor_info *out) {
+    BITNET__CHECK_PTR(g);
+    BITNET__CHECK_PTR(out);
+    if (i >= g->n_tensors)
+        return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_gguf_tensor: index %llu, the file has %llu tensors",
+                           (unsigned long long)i, (unsigned long long)g->n_tensors);
+    *out = g->tensors[i];
+    return BITNET_OK;
+}
+BITNET_API bitnet_result bitnet_gguf_find_tensor(const bitnet_gguf *g, const char *name, bitnet_tensor_info *out) {
+    size_t slot;
+    BITNET__CHECK_PTR(g);
+    BITNET__CHECK_PTR(name);
+    BITNET__CHECK_PTR(out);
+    slot = bitnet__gguf_slot(g->t_hash, g->t_cap, name, strlen(name), NULL, g->tensors);
+    if (!g->t_hash[slot]) return bitnet__err(BITNET_ERR_MISSING_TENSOR, "GGUF: tensor '%s' is missing", name);
+    *out = g->tensors[g->t_hash[slot] - 1];
+    return BITNET_OK;
+}
+
+/* ---- the BitNet architecture check ------------------------------------------------------------ */
+
+/* <arch>.<suffix> as an int32 in [1, INT32_MAX]; *v keeps its value when optional and absent. */
+static bitnet_result bitnet__gguf_hparam(const bitnet_gguf *g, const char *arch, const char *suffix, int required, int32_t *v) {
+    char key[128];
+    uint64_t u;
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    if (bitnet_gguf_find_key(g, key) < 0) {
+        if (required) return bitnet__err(BITNET_ERR_BAD_METADATA, "GGUF: required key '%s' is missing", key);
+        return BITNET_OK;
+    }
+    BITNET__TRY(bitnet_gguf_get_u64(g, key, &u));
+    if (u == 0 || u > INT32_MAX)
+        return bitnet__err(BITNET_ERR_BAD_METADATA, "GGUF: %s = %llu (must be 1 to %d)", key, (unsigned long long)u, INT32_MAX);
+    *v = (int32_t)u;
+    return BITNET_OK;
+}
+static bitnet_result bitnet__gguf_hparam_f(const bitnet_gguf *g, const char *arch, const char *suffix, int required, float *v) {
+    char key[128];
+    float f;
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    if (bitnet_gguf_find_key(g, key) < 0) {
+        if (required) return bitnet__err(BITNET_ERR_BAD_METADATA, "GGUF: required key '%s' is missing", key);
+        return BITNET_OK;
+    }
+    BITNET__TRY(bitnet_gguf_get_f32(g, key, &f));
+    if (!(f > 0) || f > FLT_MAX) return bitnet__err(BITNET_ERR_BAD_METADATA, "GGUF: %s = %g (must be finite and > 0)", key, (double)f);
+    *v = f;
+    return BITNET_OK;
+}
+/* The types each role accepts: ternary matrices come as I2_S, or as float latent weights that the
+   loader quantizes; the rest are float. */
+#define BITNET__GGUF_TERNARY 0
+#define BITNET__GGUF_FLOAT 1
+static int bitnet__gguf_role_ok(int role, bitnet_tensor_type t) {
+    return t == BITNET_TENSOR_F32 || t == BITNET_TENSOR_F16 || t == BITNET_TENSOR_BF16 ||
+           (role == BITNET__GGUF_TERNARY && t == BITNET_TENSOR_I2_S);
+}
+/* A tensor of this role and shape [ne0, ne1] (ne1 = 1 for vectors); optional ones may be absent. */
+static bitnet_result bitnet__gguf_want(const bitnet_gguf *g, const char *name, int role, uint64_t ne0, uint64_t ne1,
+                                       int optional) {
+    bitnet_tensor_info t;
+    if (bitnet_gguf_find_tensor(g, name, &t) != BITNET_OK) {
+        if (optional) return BITNET_OK;
+        return bitnet__err(BITNET_ERR_MISSING_TENSOR, "GGUF: tensor '%s' is missing", name);
+    }
+    if (!bitnet__gguf_role_ok(role, t.type))
+        return bitnet__err(BITNET_ERR_UNSUPPORTED_TYPE, "GGUF: tensor '%s' is %s, a BitNet model needs %s here", name,
+                           bitnet_tensor_type_name(t.type), role == BITNET__GGUF_TERNARY ? "I2_S, F32, F16 or BF16" : "F32, F16 or BF16");
+    if (t.ne[0] != ne0 || t.ne[1] != ne1 || t.ne[2] != 1 || t.ne[3] != 1)
+        return bitnet__err(BITNET_ERR_BAD_SHAPE, "GGUF: tensor '%s' has shape [%llu, %llu, %llu, %llu], the hyperparameters say [%llu, %llu]",
+                           name, (unsigned long long)t.ne[0], (unsigned long long)t.ne[1], (unsigned long long)t.ne[2],
+                           (unsigned long long)t.ne[3], (unsigned long long)ne0, (unsigned long long)ne1);
+    if (t.type == BITNET_TENSOR_I2_S) { /* the per-tensor scale after the packed weights */
+        float scale;
+        memcpy(&scale, (const uint8_t *)t.data + t.bytes - 32, 4);
+        if (!(scale >= 0 && scale <= FLT_MAX))
+            return bitnet__err(BITNET_ERR_CORRUPT, "GGUF: tensor '%s' has the scale %g (must be finite and >= 0)", name, (double)scale);
+    }
+    return BITNET_OK;
+}
+
+/* Validates g as a BitNet b1.58 model and fills info; see bitnet_gguf_check_bitnet. */
+static bitnet_result bitnet__gguf_check_bitnet(const bitnet_gguf *g, bitnet_model_info *info) {
+    static const char *const archs[] = {"bitnet-b1.58", "bitnet-25", "bitnet"};
+    bitnet_gguf_str s = {NULL, 0};
+    bitnet_tensor_info emb;
+    char arch[32], name[96];
+    int32_t rope_dims = 0, vocab_key = 0;
+    uint64_t dim, ffn, kv_dim, n_vocab = 0, i;
+    int a, l;
+    memset(info, 0, sizeof *info);
+    info->bos = info->eos = info->eot = -1;
+
+    BITNET__TRY(bitnet_gguf_get_str(g, "general.architecture", &s));
+    for (a = 0; a < 3; a++)
+        if (s.len == strlen(archs[a]) && memcmp(s.ptr, archs[a], (size_t)s.len) == 0) break;
+    if (a == 3)
+        return bitnet__err(BITNET_ERR_UNSUPPORTED, "GGUF: architecture '%.*s' is not a BitNet one (bitnet-b1.58, bitnet-25, bitnet)",
+                           (int)BITNET__MIN(s.len, 64), s.ptr);
+    snprintf(arch, sizeof arch, "%s", archs[a]);
+    snprintf(info->arch, sizeof info->arch, "%s", arch);
+
+    BITNET__TRY(bitnet__gguf_hparam(g, arch, "embedding_length", 1, &info->dim));
+    BITNET__TRY(bitnet__gguf_hparam(g, arch, "block_count", 1, &info->n_layers));
+    BITNET__TRY(bitnet__gguf_hparam(g, arch, "attention.head_count", 1, &info->n_heads));
+    info->n_kv_heads = info->n_heads;
+    BITNET__TRY(bitnet__gguf_hparam(g, arch, "attention.head_count_kv", 0, &info->n_kv_heads));
+    BITNET__TRY(bitnet__gguf_hparam(g, arch, "feed_forward_length", 1, &info->ffn_dim));
+    BITNET__TRY(bitnet__gguf_hparam(g, arch, "context_length", 1, &info->n_ctx_train));
+    BITNET__TRY(bitnet__gguf_hparam(g, arch, "vocab_size", 0, &vocab_key));
+    BITNET__TRY(bitnet__gguf_hparam(g, arch, "rope.dimension_count", 0, &rope_dims));
+    info->rope_theta = 10000.0f;
+    BITNET__TRY(bitnet__gguf_hparam_f(g, arch, "rope.freq_base", 0, &info->rope_theta));
+    BITNET__TRY(bitnet__gguf_hparam_f(g, arch, "attention.layer_norm_rms_epsilon", 1, &info->norm_eps));
+
+    if (info->dim % info->n_heads)
+        return bitnet__err(BITNET_ERR_BAD_METADATA, "GGUF: %s.embedding_length %d is not divisible by head_count %d", arch,
+                           info->dim, info->n_heads);
+    if (info->n_heads % info->n_kv_heads)
+        return bitnet__err(BITNET_ERR_BAD_METADATA, "GGUF: %s.attention.head_count %d is not divisible by head_count_kv %d", arch,
+                           info->n_heads, info->n_kv_heads);
+    info->head_dim = info->dim / info->n_heads;
+    if (info->head_dim % 2)
+        return bitnet__err(BITNET_ERR_BAD_METADATA, "GGUF: head dimension %d is odd (RoPE rotates pairs)", info->head_dim);
+    if (rope_dims && rope_dims != info->head_dim)
+        return bitnet__err(BITNET_ERR_UNSUPPORTED, "GGUF: %s.rope.dimension_count %d differs from the head dimension %d (partial RoPE)",
+                           arch, rope_dims, info->head_dim);
+    if (info->dim % BITNET_I2S_BLOCK || info->ffn_dim % BITNET_I2S_BLOCK)
+        return bitnet__err(BITNET_ERR_BAD_SHAPE, "GGUF: embedding_length %d and feed_forward_length %d must be multiples of %d (I2_S rows)",
+                           info->dim, info->ffn_dim, BITNET_I2S_BLOCK);
+
+    /* The vocabulary: the token list, else vocab_size, else the embedding. */
+    if (bitnet_gguf_find_key(g, "tokenizer.ggml.tokens") >= 0) {
+        bitnet_gguf_type et;
+        BITNET__TRY(bitnet_gguf_get_arr(g, "tokenizer.ggml.tokens", &et, &n_vocab));
+        if (et != BITNET_GGUF_STRING) return bitnet__err(BITNET_ERR_BAD_METADATA, "GGUF: tokenizer.ggml.tokens is not an array of strings");
+        if (vocab_key && (uint64_t)vocab_key != n_vocab)
+            return bitnet__err(BITNET_ERR_BAD_METADATA, "GGUF: %s.vocab_size %d differs from the %llu tokens", arch, vocab_key,
+                               (unsigned long long)n_vocab);
+    } else if (vocab_key) {
+        n_vocab = (uint64_t)vocab_key;
+    }
+    BITNET__TRY(bitnet_gguf_find_tensor(g, "token_embd.weight", &emb));
+    if (!n_vocab) n_vocab = emb.ne[1];
+    if (n_vocab == 0 || n_vocab > INT32_MAX) return bitnet__err(BITNET_ERR_BAD_METADATA, "GGUF: vocabulary of %llu tokens", (unsigned long long)n_vocab);
+    info->n_vocab = (int32_t)n_vocab;
+    if (bitnet_gguf_find_key(g, "tokenizer.ggml.token_type") >= 0) {
+        bitnet_gguf_type et;
+        uint64_t n;
+        BITNET__TRY(bitnet_gguf_get_arr(g, "tokenizer.ggml.token_type", &et, &n));
+        if (et != BITNET_GGUF_INT32 || n != n_vocab)
+            return bitnet__err(BITNET_ERR_BAD_METADATA, "GGUF: tokenizer.ggml.token_type is %llu x %s, expected %llu x INT32",
+                               (unsigned long long)n, bitnet_gguf_type_name(et), (unsigned long long)n_vocab);
+    }
+    if (bitnet_gguf_find_key(g, "tokenizer.ggml.merges") >= 0) {
+        bitnet_gguf_type et;
+        BITNET__TRY(bitnet_gguf_get_arr(g, "tokenizer.ggml.merges", &et, NULL));
+        if (et != BITNET_GGUF_STRING) return bitnet__err(BITNET_ERR_BAD_METADATA, "GGUF: tokenizer.ggml.merges is not an array of strings");
+    }
+    /* Every special token id (tokenizer.ggml.*_token_id) must name a token. */
+    for (i = 0; i < g->n_kv; i++) {
+        const char *k = g->kv[i].key;
+        size_t kl = strlen(k);
+        uint64_t id;
+        if (strncmp(k, "tokenizer.ggml.", 15) != 0 || kl < 24 || strcmp(k + kl - 9, "_token_id") != 0) continue;
+        BITNET__TRY(bitnet_gguf_get_u64(g, k, &id));
+        if (id >= n_vocab)
+            return bitnet__err(BITNET_ERR_BAD_METADATA, "GGUF: %s = %llu is outside the vocabulary of %llu tokens", k,
+                               (unsigned long long)id, (unsigned long long)n_vocab);
+        if (strcmp(k, "tokenizer.ggml.bos_token_id") == 0) info->bos = (int32_t)id;
+        if (strcmp(k, "tokenizer.ggml.eos_token_id") == 0) info->eos = (int32_t)id;
+        if (strcmp(k, "tokenizer.ggml.eot_token_id") == 0) info->eot = (int32_t)id;
+    }
+    if (info->eot < 0 && bitnet_gguf_find_key(g, "tokenizer.ggml.tokens") >= 0) {
+        for (i = 0; i < n_vocab; i++) {
+            BITNET__TRY(bitnet_gguf_arr_str(g, "tokenizer.ggml.tokens", i, &s));
+            if (s.len == 10 && memcmp(s.ptr, "<|eot_id|>", 10) == 0) {
+                info->eot = (int32_t)i;
+                break;
+            }
+        }
+    }
+
+    dim = (uint64_t)info->dim;
+    ffn = (uint64_t)info->ffn_dim;
+    kv_dim = (uint64_t)info->n_kv_heads * (uint64_t)info->head_dim;
+    BITNET__TRY(bitnet__gguf_want(g, "token_embd.weight", BITNET__GGUF_FLOAT, dim, n_vocab, 0));
+    BITNET__TRY(bitnet__gguf_want(g, "output_norm.weight", BITNET__GGUF_FLOAT, dim, 1, 0));
+    BITNET__TRY(bitnet__gguf_want(g, "output.weight", BITNET__GGUF_FLOAT, dim, n_vocab, 1));
+    for (l = 0; l < info->n_layers; l++) {
+        enum { T = BITNET__GGUF_TERNARY, F = BITNET__GGUF_FLOAT };
+        static const struct { const char *name; int role; int ne0, ne1; } parts[] = {
+            /* ne codes: 1 = dim, 2 = kv_dim, 3 = ffn, 0 = vector */
+            {"attn_norm", F, 1, 0}, {"attn_q", T, 1, 1},      {"attn_k", T, 1, 2},        {"attn_v", T, 1, 2},
+            {"attn_output", T, 1, 1}, {"attn_sub_norm", F, 1, 0}, {"ffn_norm", F, 1, 0}, {"ffn_gate", T, 1, 3},
+            {"ffn_up", T, 1, 3},    {"ffn_down", T, 3, 1},    {"ffn_sub_norm", F, 3, 0}};
+        size_t p;
+        for (p = 0; p < sizeof parts / sizeof parts[0]; p++) {
+            const uint64_t sz[4] = {1, dim, kv_dim, ffn};
+            snprintf(name, sizeof name, "blk.%d.%s.weight", l, parts[p].name);
+            BITNET__TRY(bitnet__gguf_want(g, name, parts[p].role, sz[parts[p].ne0], sz[parts[p].ne1], 0));
+        }
+    }
+    return BITNET_OK;
+}
+
+BITNET_API bitnet_result bitnet_gguf_check_bitnet(const bitnet_gguf *g, struct bitnet_model_info *info) {
+    BITNET__CHECK_PTR(g);
+    BITNET__CHECK_PTR(info);
+    return bitnet__gguf_check_bitnet(g, info);
+}
+
+/* ---- the writer ------------------------------------------------------------------------------- */
+
+typedef struct bitnet__gw_tensor {
+    char *name;
+    bitnet_tensor_type type;
+    int n_dims;
+    uint64_t ne[4], bytes, offset;
+} bitnet__gw_tensor;
+
+struct bitnet_gguf_writer {
+    uint8_t *kv;                 /* the serialised key-value section */
+    size_t kv_len, kv_cap;
+    uint64_t n_kv;
+    char **keys;                 /* copies, for the duplicate check */
+    size_t keys_cap;
+    bitnet__gw_tensor *t;
+    size_t n_t, t_cap;
+    uint32_t alignment;
+    int state;                   /* 0 declaring, 1 writing data, 2 finished, 3 failed */
+    FILE *f;
+    char *path;
+    size_t cur;                  /* tensor being written */
+    uint64_t cur_done;           /* its bytes written so far */
+};
+
+/* Grows *p (elements of size esz, capacity *cap) to hold need elements. */
+static bitnet_result bitnet__grow(void **p, size_t *cap, size_t need, size_t esz) {
+    size_t ncap = *cap ? *cap : 16, bytes;
+    void *np;
+    if (need <= *cap) return BITNET_OK;
+    while (ncap < need) {
+        if (ncap > SIZE_MAX / 2) return bitnet__err(BITNET_ERR_OVERFLOW, "buffer growth overflows");
+        ncap *= 2;
+    }
+    if (!bitnet__mul_size(ncap, esz, &bytes)) return bitnet__err(BITNET_ERR_OVERFLOW, "buffer growth overflows");
+    np = bitnet__malloc(bytes);
+    if (!np) return BITNET_ERR_OUT_OF_MEMORY;
+    if (*p) memcpy(np, *p, *cap * esz);
+    bitnet__free(*p);
+    *p = np;
+    *cap = ncap;
+    return BITNET_OK;
+}
+static bitnet_result bitnet__gw_put(bitnet_gguf_writer *w, const void *data, size_t n) {
+    void *p = w->kv;
+    size_t need;
+    if (!bitnet__add_size(w->kv_len, n, &need)) return bitnet__err(BITNET_ERR_OVERFLOW, "GGUF writer: metadata too large");
+    BITNET__TRY(bitnet__grow(&p, &w->kv_cap, need, 1));
+    w->kv = (uint8_t *)p;
+    if (n) memcpy(w->kv + w->kv_len, data, n);
+    w->kv_len += n;
+    return BITNET_OK;
+}
+static void bitnet__put_le32(uint8_t *b, uint32_t v) {
+    b[0] = (uint8_t)v; b[1] = (uint8_t)(v >> 8); b[2] = (uint8_t)(v >> 16); b[3] = (uint8_t)(v >> 24);
+}
+static void bitnet__put_le64(uint8_t *b, uint64_t v) {
+    bitnet__put_le32(b, (uint32_t)v);
+    bitnet__put_le32(b + 4, (uint32_t)(v >> 32));
+}
+static bitnet_result bitnet__gw_u32(bitnet_gguf_writer *w, uint32_t v) {
+    uint8_t b[4];
+    bitnet__put_le32(b, v);
+    return bitnet__gw_put(w, b, 4);
+}
+static bitnet_result bitnet__gw_str(bitnet_gguf_writer *w, const char *s, uint64_t len) {
+    uint8_t b[8];
+    if (len && !s) return bitnet__err(BITNET_ERR_NULL_POINTER, "GGUF writer: a string of %llu bytes has a NULL pointer", (unsigned long long)len);
+    if (len > SIZE_MAX) return bitnet__err(BITNET_ERR_OVERFLOW, "GGUF writer: string too long");
+    bitnet__put_le64(b, len);
+    BITNET__TRY(bitnet__gw_put(w, b, 8));
+    return bitnet__gw_put(w, s, (size_t)len);
+}
+static char *bitnet__strdup(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *p = (char *)bitnet__malloc(n);
+    if (p) memcpy(p, s, n);
+    return p;
+}
+
+BITNET_API bitnet_result bitnet_gguf_writer_create(bitnet_gguf_writer **out) {
+    bitnet_gguf_writer *w;
+    BITNET__CHECK_PTR(out);
+    *out = NULL;
+    if (!bitnet__host_le()) return bitnet__err(BITNET_ERR_UNSUPPORTED, "GGUF: only little-endian hosts are supported");
+    w = (bitnet_gguf_writer *)bitnet__calloc(1, sizeof *w);
+    if (!w) return BITNET_ERR_OUT_OF_MEMORY;
+    w->alignment = BITNET__GGUF_DEFAULT_ALIGN;
+    *out = w;
+    return BITNET_OK;
+}
+
+BITNET_API void bitnet_gguf_writer_free(bitnet_gguf_writer *w) {
+    size_t i;
+    if (!w) return;
+    if (w->f) {
+        fclose(w->f);
+        if (w->path) remove(w->path); /* unfinished: leave no half-written model behind */
+    }
+    for (i = 0; i < w->n_kv; i++) bitnet__free(w->keys[i]);
+    for (i = 0; i < w->n_t; i++) bitnet__free(w->t[i].name);
+    bitnet__free(w->keys);
+    bitnet__free(w->t);
+    bitnet__free(w->kv);
+    bitnet__free(w->path);
+    bitnet__free(w);
+}
+
+/* Key, type and duplicate checks shared by the setters; appends the key and records it. */
+static bitnet_result bitnet__gw_key(bitnet_gguf_writer *w, const char *key, const char *fn) {
+    size_t i;
+    void *p;
+    BITNET__CHECK_PTR(w);
+    if (!key || !*key) return bitnet__err(BITNET_ERR_INVALID_ARG, "%s: key is NULL or empty", fn);
+    if (w->state != 0) return bitnet__err(BITNET_ERR_INVALID_STATE, "%s: metadata must be set before begin()", fn);
+    for (i = 0; i < w->n_kv; i++)
+        if (strcmp(w->keys[i], key) == 0) return bitnet__err(BITNET_ERR_INVALID_ARG, "%s: key '%s' is already set", fn, key);
+    p = w->keys;
+    BITNET__TRY(bitnet__grow(&p, &w->keys_cap, w->n_kv + 1, sizeof(char *)));
+    w->keys = (char **)p;
+    if (!(w->keys[w->n_kv] = bitnet__strdup(key))) return BITNET_ERR_OUT_OF_MEMORY;
+    w->n_kv++;
+    return bitnet__gw_str(w, key, strlen(key));
+}
+
+BITNET_API bitnet_result bitnet_gguf_writer_set(bitnet_gguf_writer *w, const char *key, bitnet_gguf_type type, const void *value) {
+    size_t esz;
+    bitnet_result r;
+    BITNET__CHECK_PTR(w);
+    BITNET__CHECK_PTR(value);
+    if ((unsigned)type >= BITNET_GGUF_TYPE_COUNT || type == BITNET_GGUF_ARRAY)
+        return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_gguf_writer_set: type %d is not a scalar type", (int)type);
+    if (key && strcmp(key, "general.alignment") == 0) {
+        uint32_t a;
+        if (type != BITNET_GGUF_UINT32) return bitnet__err(BITNET_ERR_INVALID_ARG, "general.alignment must be UINT32");
+        memcpy(&a, value, 4);
+        if (a == 0 || (a & (a - 1))) return bitnet__err(BITNET_ERR_INVALID_ARG, "general.alignment %u is not a power of two", a);
+        if (w->state == 0) w->alignment = a;
+    }
+    if (type == BITNET_GGUF_BOOL && *(const uint8_t *)value > 1)
+        return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_gguf_writer_set: bool value %u", *(const uint8_t *)value);
+    if (type == BITNET_GGUF_STRING && ((const bitnet_gguf_str *)value)->len && !((const bitnet_gguf_str *)value)->ptr)
+        return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_gguf_writer_set: string value has a NULL pointer");
+    BITNET__TRY(bitnet__gw_key(w, key, "bitnet_gguf_writer_set"));
+    r = bitnet__gw_u32(w, (uint32_t)type);
+    if (r == BITNET_OK && type == BITNET_GGUF_STRING) {
+        const bitnet_gguf_str *s = (const bitnet_gguf_str *)value;
+        r = bitnet__gw_str(w, s->ptr, s->len);
+    } else if (r == BITNET_OK) {
+        esz = bitnet__gguf_scalar_size((uint32_t)type);
+        r = bitnet__gw_put(w, value, esz);
+    }
+    if (r != BITNET_OK) w->state = 3; /* the key is in, its value is not: unusable */
+    return r;
+}
+BITNET_API bitnet_result bitnet_gguf_writer_set_u32(bitnet_gguf_writer *w, const char *key, uint32_t v) {
+    return bitnet_gguf_writer_set(w, key, BITNET_GGUF_UINT32, &v);
+}
+BITNET_API bitnet_result bitnet_gguf_writer_set_f32(bitnet_gguf_writer *w, const char *key, float v) {
+    return bitnet_gguf_writer_set(w, key, BITNET_GGUF_FLOAT32, &v);
+}
+BITNET_API bitnet_result bitnet_gguf_writer_set_str(bitnet_gguf_writer *w, const char *key, const char *v) {
+    bitnet_gguf_str s;
+    BITNET__CHECK_PTR(v);
+    s.ptr = v;
+    s.len = strlen(v);
+    return bitnet_gguf_writer_set(w, key, BITNET_GGUF_STRING, &s);
+}
+BITNET_API bitnet_result bitnet_gguf_writer_set_arr(bitnet_gguf_writer *w, const char *key, bitnet_gguf_type elem_type,
+                                                    const void *values, uint64_t n) {
+    uint8_t b[8];
+    size_t esz, bytes;
+    uint64_t i;
+    bitnet_result r;
+    BITNET__CHECK_PTR(w);
+    if (n && !values) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_gguf_writer_set_arr: values is NULL");
+    if ((unsigned)elem_type >= BITNET_GGUF_TYPE_COUNT || elem_type == BITNET_GGUF_ARRAY)
+        return bitnet__err(BITNET_ERR_UNSUPPORTED, "bitnet_gguf_writer_set_arr: element type %d (nested arrays are not supported)",
+                           (int)elem_type);
+    esz = bitnet__gguf_scalar_size((uint32_t)elem_type);
+    bytes = 0;
+    if (elem_type != BITNET_GGUF_STRING && (n > SIZE_MAX || !bitnet__mul_size((size_t)n, esz, &bytes)))
+        return bitnet__err(BITNET_ERR_OVERFLOW, "bitnet_gguf_writer_set_arr: %llu elements overflow", (unsigned long long)n);
+    for (i = 0; elem_type == BITNET_GGUF_STRING && i < n; i++)
+        if (((const bitnet_gguf_str *)values)[i].len && !((const bitnet_gguf_str *)values)[i].ptr)
+            return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_gguf_writer_set_arr: string %llu has a NULL pointer",
+                               (unsigned long long)i);
+    BITNET__TRY(bitnet__gw_key(w, key, "bitnet_gguf_writer_set_arr"));
+    r = bitnet__gw_u32(w, BITNET_GGUF_ARRAY);
+    if (r == BITNET_OK) r = bitnet__gw_u32(w, (uint32_t)elem_type);
+    bitnet__put_le64(b, n);
+    if (r == BITNET_OK) r = bitnet__gw_put(w, b, 8);
+    if (r == BITNET_OK && elem_type != BITNET_GGUF_STRING) r = bitnet__gw_put(w, values, bytes);
+    for (i = 0; r == BITNET_OK && elem_type == BITNET_GGUF_STRING && i < n; i++) {
+        const bitnet_gguf_str *s = (const bitnet_gguf_str *)values + i;
+        r = bitnet__gw_str(w, s->ptr, s->len);
+    }
+    if (r != BITNET_OK) w->state = 3; /* the key is in, its value is not: unusable */
+    return r;
+}
+
+BITNET_API bitnet_result bitnet_gguf_writer_add_tensor(bitnet_gguf_writer *w, const char *name, bitnet_tensor_type type,
+                                                       int n_dims, const uint64_t *ne) {
+    bitnet__gw_tensor t;
+    size_t i;
+    int d;
+    void *p;
+    BITNET__CHECK_PTR(w);
+    BITNET__CHECK_PTR(name);
+    BITNET__CHECK_PTR(ne);
+    if (w->state != 0) return bitnet__err(BITNET_ERR_INVALID_STATE, "bitnet_gguf_writer_add_tensor: tensors must be added before begin()");
+    if (!*name) return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_gguf_writer_add_tensor: empty name");
+    if (n_dims < 1 || n_dims > 4) return bitnet__err(BITNET_ERR_BAD_SHAPE, "bitnet_gguf_writer_add_tensor: '%s' has %d dimensions", name, n_dims);
+    memset(&t, 0, sizeof t);
+    t.type = type;
+    t.n_dims = n_dims;
+    for (d = 0; d < 4; d++) t.ne[d] = d < n_dims ? ne[d] : 1;
+    BITNET__TRY(bitnet_tensor_nbytes(type, t.ne, &t.bytes));
+    for (i = 0; i < w->n_t; i++)
+        if (strcmp(w->t[i].name, name) == 0) return bitnet__err(BITNET_ERR_DUPLICATE_TENSOR, "bitnet_gguf_writer_add_tensor: '%s' already added", name);
+    p = w->t;
+    BITNET__TRY(bitnet__grow(&p, &w->t_cap, w->n_t + 1, sizeof t));
+    w->t = (bitnet__gw_tensor *)p;
+    if (!(t.name = bitnet__strdup(name))) return BITNET_ERR_OUT_OF_MEMORY;
+    w->t[w->n_t++] = t;
+    return BITNET_OK;
+}
+
+static bitnet_result bitnet__gw_fwrite(bitnet_gguf_writer *w, const void *data, size_t n) {
+    if (n && fwrite(data, 1, n, w->f) != n) {
+        w->state = 3;
+        return bitnet__err(BITNET_ERR_IO, "writing '%s' failed: %s", w->path, strerror(errno));
+    }
+    return BITNET_OK;
+}
+static bitnet_result bitnet__gw_pad(bitnet_gguf_writer *w, uint64_t pos) {
+    static const uint8_t zeros[64] = {0};
+    uint64_t pad = (w->alignment - pos % w->alignment) % w->alignment;
+    while (pad) {
+        size_t n = (size_t)BITNET__MIN(pad, (uint64_t)sizeof zeros);
+        BITNET__TRY(bitnet__gw_fwrite(w, zeros, n));
+        pad -= n;
+    }
+    return BITNET_OK;
+}
+/* Moves past finished tensors, padding each (the last one too, as ggml does) to the alignment. */
+static bitnet_result bitnet__gw_advance(bitnet_gguf_writer *w) {
+    while (w->cur < w->n_t && w->cur_done == w->t[w->cur].bytes) {
+        BITNET__TRY(bitnet__gw_pad(w, w->t[w->cur].bytes));
+        w->cur++;
+        w->cur_done = 0;
+    }
+    return BITNET_OK;
+}
+
+BITNET_API bitnet_result bitnet_gguf_writer_begin(bitnet_gguf_writer *w, const char *path) {
+    uint8_t hdr[24], b[8];
+    uint64_t off = 0, pos;
+    size_t i;
+    int d;
+    BITNET__CHECK_PTR(w);
+    BITNET__CHECK_PTR(path);
+    if (w->state != 0)
+        return bitnet__err(BITNET_ERR_INVALID_STATE, "bitnet_gguf_writer_begin: %s",
+                           w->state == 3 ? "an earlier call failed" : "called twice");
+    for (i = 0; i < w->n_t; i++) { /* offsets: each tensor starts aligned */
+        w->t[i].offset = off;
+        if (w->t[i].bytes > UINT64_MAX - off - w->alignment) return bitnet__err(BITNET_ERR_OVERFLOW, "GGUF writer: data section overflows");
+        off = (off + w->t[i].bytes + w->alignment - 1) / w->alignment * w->alignment;
+    }
+    if (!(w->path = bitnet__strdup(path))) return BITNET_ERR_OUT_OF_MEMORY;
+    w->f = fopen(path, "wb");
+    if (!w->f) {
+        w->state = 3;
+        return bitnet__err(BITNET_ERR_IO, "cannot create '%s': %s", path, strerror(errno));
+    }
+    setvbuf(w->f, NULL, _IOFBF, 1 << 20);
+    w->state = 1;
+    memcpy(hdr, BITNET__GGUF_MAGIC, 4);
+    bitnet__put_le32(hdr + 4, 3);
+    bitnet__put_le64(hdr + 8, (uint64_t)w->n_t);
+    bitnet__put_le64(hdr + 16, w->n_kv);
+    BITNET__TRY(bitnet__gw_fwrite(w, hdr, sizeof hdr));
+    BITNET__TRY(bitnet__gw_fwrite(w, w->kv, w->kv_len));
+    pos = sizeof hdr + w->kv_len;
+    for (i = 0; i < w->n_t; i++) {
+        const bitnet__gw_tensor *t = &w->t[i];
+        size_t nl = strlen(t->name);
+        bitnet__put_le64(b, nl);
+        BITNET__TRY(bitnet__gw_fwrite(w, b, 8));
+        BITNET__TRY(bitnet__gw_fwrite(w, t->name, nl));
+        bitnet__put_le32(b, (uint32_t)t->n_dims);
+        BITNET__TRY(bitnet__gw_fwrite(w, b, 4));
+        for (d = 0; d < t->n_dims; d++) {
+            bitnet__put_le64(b, t->ne[d]);
+            BITNET__TRY(bitnet__gw_fwrite(w, b, 8));
+        }
+        bitnet__put_le32(b, (uint32_t)t->type);
+        BITNET__TRY(bitnet__gw_fwrite(w, b, 4));
+        bitnet__put_le64(b, t->offset);
+        BITNET__TRY(bitnet__gw_fwrite(w, b, 8));
+        pos += 8 + nl + 4 + 8 * (uint64_t)t->n_dims + 4 + 8;
+    }
+    BITNET__TRY(bitnet__gw_pad(w, pos));
+    w->cur = 0;
+    w->cur_done = 0;
+    return bitnet__gw_advance(w);
+}
+
+BITNET_API bitnet_result bitnet_gguf_writer_write(bitnet_gguf_writer *w, const void *data, size_t n) {
+    const uint8_t *p = (const uint8_t *)data;
+    BITNET__CHECK_PTR(w);
+    if (n && !data) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_gguf_writer_write: data is NULL");
+    if (w->state != 1) return bitnet__err(BITNET_ERR_INVALID_STATE, "bitnet_gguf_writer_write: not between begin() and finish()");
+    while (n) {
+        uint64_t left;
+        size_t k;
+        if (w->cur >= w->n_t) {
+            w->state = 3;
+            return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_gguf_writer_write: %zu bytes more than the declared tensors hold", n);
+        }
+        left = w->t[w->cur].bytes - w->cur_done;
+        k = (size_t)BITNET__MIN((uint64_t)n, left);
+        BITNET__TRY(bitnet__gw_fwrite(w, p, k));
+        w->cur_done += k;
+        p += k;
+        n -= k;
+        BITNET__TRY(bitnet__gw_advance(w));
+    }
+    return BITNET_OK;
+}
+
+BITNET_API bitnet_result bitnet_gguf_writer_finish(bitnet_gguf_writer *w) {
+    FILE *f;
+    BITNET__CHECK_PTR(w);
+    if (w->state != 1) return bitnet__err(BITNET_ERR_INVALID_STATE, "bitnet_gguf_writer_finish: not between begin() and finish()");
+    if (w->cur < w->n_t)
+        return bitnet__err(BITNET_ERR_INVALID_STATE, "bitnet_gguf_writer_finish: tensor '%s' has %llu of its %llu bytes",
+                           w->t[w->cur].name, (unsigned long long)w->cur_done, (unsigned long long)w->t[w->cur].bytes);
+    f = w->f;
+    w->f = NULL;
+    if (fflush(f) != 0 || ferror(f)) {
+        int e = errno;
+        fclose(f);
+        remove(w->path);
+        w->state = 3;
+        return bitnet__err(BITNET_ERR_IO, "writing '%s' failed: %s", w->path, strerror(e));
+    }
+    if (fclose(f) != 0) {
+        remove(w->path);
+        w->state = 3;
+        return bitnet__err(BITNET_ERR_IO, "closing '%s' failed: %s", w->path, strerror(errno));
+    }
+    w->state = 2;
+    return BITNET_OK;
+}
+
 /* >>tokenizer ================================================================================= */
+
+/* Byte-level BPE, equal to tiktoken with the LLaMA 3 pattern:
+     (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|
+     \s*[\r\n]+|\s+(?!\S)|\s+
+   The pattern is matched by hand (bitnet__pretok_end), each piece is BPE-encoded on its own with
+   a min-heap of candidate merges (n log n even for hostile megabyte pieces). */
+
+/* Character classes by code point: runs of (first code point << 2 | class). */
+#define BITNET__CL_OTHER 0
+#define BITNET__CL_LETTER 1
+#define BITNET__CL_NUMBER 2
+#define BITNET__CL_SPACE 3
+/* unicode-table begin: generated by tools/gen_unicode_tables.mjs (Unicode 16.0), do not edit */
+static const uint32_t bitnet__uni_runs[1610] = {
+    0x0, 0x27, 0x38, 0x83, 0x84, 0xc2, 0xe8, 0x105, 0x16c, 0x185, 0x1ec, 0x217, 0x218, 0x283, 0x284, 0x2a9, 0x2ac,
+    0x2ca, 0x2d0, 0x2d5, 0x2d8, 0x2e6, 0x2e9, 0x2ec, 0x2f2, 0x2fc, 0x301, 0x35c, 0x361, 0x3dc, 0x3e1, 0xb08, 0xb19,
+    0xb48, 0xb81, 0xb94, 0xbb1, 0xbb4, 0xbb9, 0xbbc, 0xdc1, 0xdd4, 0xdd9, 0xde0, 0xde9, 0xdf8, 0xdfd, 0xe00, 0xe19,
+    0xe1c, 0xe21, 0xe2c, 0xe31, 0xe34, 0xe39, 0xe88, 0xe8d, 0xfd8, 0xfdd, 0x1208, 0x1229, 0x14c0, 0x14c5, 0x155c,
+    0x1565, 0x1568, 0x1581, 0x1624, 0x1741, 0x17ac, 0x17bd, 0x17cc, 0x1881, 0x192c, 0x1982, 0x19a8, 0x19b9, 0x19c0,
+    0x19c5, 0x1b50, 0x1b55, 0x1b58, 0x1b95, 0x1b9c, 0x1bb9, 0x1bc2, 0x1be9, 0x1bf4, 0x1bfd, 0x1c00, 0x1c41, 0x1c44,
+    0x1c49, 0x1cc0, 0x1d35, 0x1e98, 0x1ec5, 0x1ec8, 0x1f02, 0x1f29, 0x1fac, 0x1fd1, 0x1fd8, 0x1fe9, 0x1fec, 0x2001,
+    0x2058, 0x2069, 0x206c, 0x2091, 0x2094, 0x20a1, 0x20a4, 0x2101, 0x2164, 0x2181, 0x21ac, 0x21c1, 0x2220, 0x2225,
+    0x223c, 0x2281, 0x2328, 0x2411, 0x24e8, 0x24f5, 0x24f8, 0x2541, 0x2544, 0x2561, 0x2588, 0x259a, 0x25c0, 0x25c5,
+    0x2604, 0x2615, 0x2634, 0x263d, 0x2644, 0x264d, 0x26a4, 0x26a9, 0x26c4, 0x26c9, 0x26cc, 0x26d9, 0x26e8, 0x26f5,
+    0x26f8, 0x2739, 0x273c, 0x2771, 0x2778, 0x277d, 0x2788, 0x279a, 0x27c1, 0x27c8, 0x27d2, 0x27e8, 0x27f1, 0x27f4,
+    0x2815, 0x282c, 0x283d, 0x2844, 0x284d, 0x28a4, 0x28a9, 0x28c4, 0x28c9, 0x28d0, 0x28d5, 0x28dc, 0x28e1, 0x28e8,
+    0x2965, 0x2974, 0x2979, 0x297c, 0x299a, 0x29c0, 0x29c9, 0x29d4, 0x2a15, 0x2a38, 0x2a3d, 0x2a48, 0x2a4d, 0x2aa4,
+    0x2aa9, 0x2ac4, 0x2ac9, 0x2ad0, 0x2ad5, 0x2ae8, 0x2af5, 0x2af8, 0x2b41, 0x2b44, 0x2b81, 0x2b88, 0x2b9a, 0x2bc0,
+    0x2be5, 0x2be8, 0x2c15, 0x2c34, 0x2c3d, 0x2c44, 0x2c4d, 0x2ca4, 0x2ca9, 0x2cc4, 0x2cc9, 0x2cd0, 0x2cd5, 0x2ce8,
+    0x2cf5, 0x2cf8, 0x2d71, 0x2d78, 0x2d7d, 0x2d88, 0x2d9a, 0x2dc0, 0x2dc5, 0x2dca, 0x2de0, 0x2e0d, 0x2e10, 0x2e15,
+    0x2e2c, 0x2e39, 0x2e44, 0x2e49, 0x2e58, 0x2e65, 0x2e6c, 0x2e71, 0x2e74, 0x2e79, 0x2e80, 0x2e8d, 0x2e94, 0x2ea1,
+    0x2eac, 0x2eb9, 0x2ee8, 0x2f41, 0x2f44, 0x2f9a, 0x2fcc, 0x3015, 0x3034, 0x3039, 0x3044, 0x3049, 0x30a4, 0x30a9,
+    0x30e8, 0x30f5, 0x30f8, 0x3161, 0x316c, 0x3175, 0x3178, 0x3181, 0x3188, 0x319a, 0x31c0, 0x31e2, 0x31fc, 0x3201,
+    0x3204, 0x3215, 0x3234, 0x3239, 0x3244, 0x3249, 0x32a4, 0x32a9, 0x32d0, 0x32d5, 0x32e8, 0x32f5, 0x32f8, 0x3375,
+    0x337c, 0x3381, 0x3388, 0x339a, 0x33c0, 0x33c5, 0x33cc, 0x3411, 0x3434, 0x3439, 0x3444, 0x3449, 0x34ec, 0x34f5,
+    0x34f8, 0x3539, 0x353c, 0x3551, 0x355c, 0x3562, 0x357d, 0x3588, 0x359a, 0x35e4, 0x35e9, 0x3600, 0x3615, 0x365c,
+    0x3669, 0x36c8, 0x36cd, 0x36f0, 0x36f5, 0x36f8, 0x3701, 0x371c, 0x379a, 0x37c0, 0x3805, 0x38c4, 0x38c9, 0x38d0,
+    0x3901, 0x391c, 0x3942, 0x3968, 0x3a05, 0x3a0c, 0x3a11, 0x3a14, 0x3a19, 0x3a2c, 0x3a31, 0x3a90, 0x3a95, 0x3a98,
+    0x3a9d, 0x3ac4, 0x3ac9, 0x3ad0, 0x3af5, 0x3af8, 0x3b01, 0x3b14, 0x3b19, 0x3b1c, 0x3b42, 0x3b68, 0x3b71, 0x3b80,
+    0x3c01, 0x3c04, 0x3c82, 0x3cd0, 0x3d01, 0x3d20, 0x3d25, 0x3db4, 0x3e21, 0x3e34, 0x4001, 0x40ac, 0x40fd, 0x4102,
+    0x4128, 0x4141, 0x4158, 0x4169, 0x4178, 0x4185, 0x4188, 0x4195, 0x419c, 0x41b9, 0x41c4, 0x41d5, 0x4208, 0x4239,
+    0x423c, 0x4242, 0x4268, 0x4281, 0x4318, 0x431d, 0x4320, 0x4335, 0x4338, 0x4341, 0x43ec, 0x43f1, 0x4924, 0x4929,
+    0x4938, 0x4941, 0x495c, 0x4961, 0x4964, 0x4969, 0x4978, 0x4981, 0x4a24, 0x4a29, 0x4a38, 0x4a41, 0x4ac4, 0x4ac9,
+    0x4ad8, 0x4ae1, 0x4afc, 0x4b01, 0x4b04, 0x4b09, 0x4b18, 0x4b21, 0x4b5c, 0x4b61, 0x4c44, 0x4c49, 0x4c58, 0x4c61,
+    0x4d6c, 0x4da6, 0x4df4, 0x4e01, 0x4e40, 0x4e81, 0x4fd8, 0x4fe1, 0x4ff8, 0x5005, 0x59b4, 0x59bd, 0x5a03, 0x5a05,
+    0x5a6c, 0x5a81, 0x5bac, 0x5bba, 0x5bc5, 0x5be4, 0x5c01, 0x5c48, 0x5c7d, 0x5cc8, 0x5d01, 0x5d48, 0x5d81, 0x5db4,
+    0x5db9, 0x5dc4, 0x5e01, 0x5ed0, 0x5f5d, 0x5f60, 0x5f71, 0x5f74, 0x5f82, 0x5fa8, 0x5fc2, 0x5fe8, 0x6042, 0x6068,
+    0x6081, 0x61e4, 0x6201, 0x6214, 0x621d, 0x62a4, 0x62a9, 0x62ac, 0x62c1, 0x63d8, 0x6401, 0x647c, 0x651a, 0x6541,
+    0x65b8, 0x65c1, 0x65d4, 0x6601, 0x66b0, 0x66c1, 0x6728, 0x6742, 0x676c, 0x6801, 0x685c, 0x6881, 0x6954, 0x6a02,
+    0x6a28, 0x6a42, 0x6a68, 0x6a9d, 0x6aa0, 0x6c15, 0x6cd0, 0x6d15, 0x6d34, 0x6d42, 0x6d68, 0x6e0d, 0x6e84, 0x6eb9,
+    0x6ec2, 0x6ee9, 0x6f98, 0x7001, 0x7090, 0x7102, 0x7128, 0x7135, 0x7142, 0x7169, 0x71f8, 0x7201, 0x722c, 0x7241,
+    0x72ec, 0x72f5, 0x7300, 0x73a5, 0x73b4, 0x73b9, 0x73d0, 0x73d5, 0x73dc, 0x73e9, 0x73ec, 0x7401, 0x7700, 0x7801,
+    0x7c58, 0x7c61, 0x7c78, 0x7c81, 0x7d18, 0x7d21, 0x7d38, 0x7d41, 0x7d60, 0x7d65, 0x7d68, 0x7d6d, 0x7d70, 0x7d75,
+    0x7d78, 0x7d7d, 0x7df8, 0x7e01, 0x7ed4, 0x7ed9, 0x7ef4, 0x7ef9, 0x7efc, 0x7f09, 0x7f14, 0x7f19, 0x7f34, 0x7f41,
+    0x7f50, 0x7f59, 0x7f70, 0x7f81, 0x7fb4, 0x7fc9, 0x7fd4, 0x7fd9, 0x7ff4, 0x8003, 0x802c, 0x80a3, 0x80a8, 0x80bf,
+    0x80c0, 0x817f, 0x8180, 0x81c2, 0x81c5, 0x81c8, 0x81d2, 0x81e8, 0x81fd, 0x8202, 0x8228, 0x8241, 0x8274, 0x8409,
+    0x840c, 0x841d, 0x8420, 0x8429, 0x8450, 0x8455, 0x8458, 0x8465, 0x8478, 0x8491, 0x8494, 0x8499, 0x849c, 0x84a1,
+    0x84a4, 0x84a9, 0x84b8, 0x84bd, 0x84e8, 0x84f1, 0x8500, 0x8515, 0x8528, 0x8539, 0x853c, 0x8542, 0x860d, 0x8616,
+    0x8628, 0x9182, 0x9270, 0x93aa, 0x9400, 0x9dda, 0x9e50, 0xb001, 0xb394, 0xb3ad, 0xb3bc, 0xb3c9, 0xb3d0, 0xb3f6,
+    0xb3f8, 0xb401, 0xb498, 0xb49d, 0xb4a0, 0xb4b5, 0xb4b8, 0xb4c1, 0xb5a0, 0xb5bd, 0xb5c0, 0xb601, 0xb65c, 0xb681,
+    0xb69c, 0xb6a1, 0xb6bc, 0xb6c1, 0xb6dc, 0xb6e1, 0xb6fc, 0xb701, 0xb71c, 0xb721, 0xb73c, 0xb741, 0xb75c, 0xb761,
+    0xb77c, 0xb8bd, 0xb8c0, 0xc003, 0xc004, 0xc015, 0xc01e, 0xc020, 0xc086, 0xc0a8, 0xc0c5, 0xc0d8, 0xc0e2, 0xc0ed,
+    0xc0f4, 0xc105, 0xc25c, 0xc275, 0xc280, 0xc285, 0xc3ec, 0xc3f1, 0xc400, 0xc415, 0xc4c0, 0xc4c5, 0xc63c, 0xc64a,
+    0xc658, 0xc681, 0xc700, 0xc7c1, 0xc800, 0xc882, 0xc8a8, 0xc922, 0xc940, 0xc946, 0xc980, 0xca02, 0xca28, 0xcac6,
+    0xcb00, 0xd001, 0x13700, 0x13801, 0x29234, 0x29341, 0x293f8, 0x29401, 0x29834, 0x29841, 0x29882, 0x298a9,
+    0x298b0, 0x29901, 0x299bc, 0x299fd, 0x29a78, 0x29a81, 0x29b9a, 0x29bc0, 0x29c5d, 0x29c80, 0x29c89, 0x29e24,
+    0x29e2d, 0x29f38, 0x29f41, 0x29f48, 0x29f4d, 0x29f50, 0x29f55, 0x29f74, 0x29fc9, 0x2a008, 0x2a00d, 0x2a018,
+    0x2a01d, 0x2a02c, 0x2a031, 0x2a08c, 0x2a0c2, 0x2a0d8, 0x2a101, 0x2a1d0, 0x2a209, 0x2a2d0, 0x2a342, 0x2a368,
+    0x2a3c9, 0x2a3e0, 0x2a3ed, 0x2a3f0, 0x2a3f5, 0x2a3fc, 0x2a402, 0x2a429, 0x2a498, 0x2a4c1, 0x2a51c, 0x2a581,
+    0x2a5f4, 0x2a611, 0x2a6cc, 0x2a73d, 0x2a742, 0x2a768, 0x2a781, 0x2a794, 0x2a799, 0x2a7c2, 0x2a7e9, 0x2a7fc,
+    0x2a801, 0x2a8a4, 0x2a901, 0x2a90c, 0x2a911, 0x2a930, 0x2a942, 0x2a968, 0x2a981, 0x2a9dc, 0x2a9e9, 0x2a9ec,
+    0x2a9f9, 0x2aac0, 0x2aac5, 0x2aac8, 0x2aad5, 0x2aadc, 0x2aae5, 0x2aaf8, 0x2ab01, 0x2ab04, 0x2ab09, 0x2ab0c,
+    0x2ab6d, 0x2ab78, 0x2ab81, 0x2abac, 0x2abc9, 0x2abd4, 0x2ac05, 0x2ac1c, 0x2ac25, 0x2ac3c, 0x2ac45, 0x2ac5c,
+    0x2ac81, 0x2ac9c, 0x2aca1, 0x2acbc, 0x2acc1, 0x2ad6c, 0x2ad71, 0x2ada8, 0x2adc1, 0x2af8c, 0x2afc2, 0x2afe8,
+    0x2b001, 0x35e90, 0x35ec1, 0x35f1c, 0x35f2d, 0x35ff0, 0x3e401, 0x3e9b8, 0x3e9c1, 0x3eb68, 0x3ec01, 0x3ec1c,
+    0x3ec4d, 0x3ec60, 0x3ec75, 0x3ec78, 0x3ec7d, 0x3eca4, 0x3eca9, 0x3ecdc, 0x3ece1, 0x3ecf4, 0x3ecf9, 0x3ecfc,
+    0x3ed01, 0x3ed08, 0x3ed0d, 0x3ed14, 0x3ed19, 0x3eec8, 0x3ef4d, 0x3f4f8, 0x3f541, 0x3f640, 0x3f649, 0x3f720,
+    0x3f7c1, 0x3f7f0, 0x3f9c1, 0x3f9d4, 0x3f9d9, 0x3fbf4, 0x3fc42, 0x3fc68, 0x3fc85, 0x3fcec, 0x3fd05, 0x3fd6c,
+    0x3fd99, 0x3fefc, 0x3ff09, 0x3ff20, 0x3ff29, 0x3ff40, 0x3ff49, 0x3ff60, 0x3ff69, 0x3ff74, 0x40001, 0x40030,
+    0x40035, 0x4009c, 0x400a1, 0x400ec, 0x400f1, 0x400f8, 0x400fd, 0x40138, 0x40141, 0x40178, 0x40201, 0x403ec,
+    0x4041e, 0x404d0, 0x40502, 0x405e4, 0x4062a, 0x40630, 0x40a01, 0x40a74, 0x40a81, 0x40b44, 0x40b86, 0x40bf0,
+    0x40c01, 0x40c82, 0x40c90, 0x40cb5, 0x40d06, 0x40d09, 0x40d2a, 0x40d2c, 0x40d41, 0x40dd8, 0x40e01, 0x40e78,
+    0x40e81, 0x40f10, 0x40f21, 0x40f40, 0x40f46, 0x40f58, 0x41001, 0x41278, 0x41282, 0x412a8, 0x412c1, 0x41350,
+    0x41361, 0x413f0, 0x41401, 0x414a0, 0x414c1, 0x41590, 0x415c1, 0x415ec, 0x415f1, 0x4162c, 0x41631, 0x4164c,
+    0x41651, 0x41658, 0x4165d, 0x41688, 0x4168d, 0x416c8, 0x416cd, 0x416e8, 0x416ed, 0x416f4, 0x41701, 0x417d0,
+    0x41801, 0x41cdc, 0x41d01, 0x41d58, 0x41d81, 0x41da0, 0x41e01, 0x41e18, 0x41e1d, 0x41ec4, 0x41ec9, 0x41eec,
+    0x42001, 0x42018, 0x42021, 0x42024, 0x42029, 0x420d8, 0x420dd, 0x420e4, 0x420f1, 0x420f4, 0x420fd, 0x42158,
+    0x42162, 0x42181, 0x421dc, 0x421e6, 0x42201, 0x4227c, 0x4229e, 0x422c0, 0x42381, 0x423cc, 0x423d1, 0x423d8,
+    0x423ee, 0x42401, 0x4245a, 0x42470, 0x42481, 0x424e8, 0x42601, 0x426e0, 0x426f2, 0x426f9, 0x42702, 0x42740,
+    0x4274a, 0x42801, 0x42804, 0x42841, 0x42850, 0x42855, 0x42860, 0x42865, 0x428d8, 0x42902, 0x42924, 0x42981,
+    0x429f6, 0x429fc, 0x42a01, 0x42a76, 0x42a80, 0x42b01, 0x42b20, 0x42b25, 0x42b94, 0x42bae, 0x42bc0, 0x42c01,
+    0x42cd8, 0x42d01, 0x42d58, 0x42d62, 0x42d81, 0x42dcc, 0x42de2, 0x42e01, 0x42e48, 0x42ea6, 0x42ec0, 0x43001,
+    0x43124, 0x43201, 0x432cc, 0x43301, 0x433cc, 0x433ea, 0x43401, 0x43490, 0x434c2, 0x434e8, 0x43502, 0x43529,
+    0x43598, 0x435bd, 0x43618, 0x43982, 0x439fc, 0x43a01, 0x43aa8, 0x43ac1, 0x43ac8, 0x43b09, 0x43b14, 0x43c01,
+    0x43c76, 0x43c9d, 0x43ca0, 0x43cc1, 0x43d18, 0x43d46, 0x43d54, 0x43dc1, 0x43e08, 0x43ec1, 0x43f16, 0x43f30,
+    0x43f81, 0x43fdc, 0x4400d, 0x440e0, 0x4414a, 0x441c0, 0x441c5, 0x441cc, 0x441d5, 0x441d8, 0x4420d, 0x442c0,
+    0x44341, 0x443a4, 0x443c2, 0x443e8, 0x4440d, 0x4449c, 0x444da, 0x44500, 0x44511, 0x44514, 0x4451d, 0x44520,
+    0x44541, 0x445cc, 0x445d9, 0x445dc, 0x4460d, 0x446cc, 0x44705, 0x44714, 0x44742, 0x44769, 0x4476c, 0x44771,
+    0x44774, 0x44786, 0x447d4, 0x44801, 0x44848, 0x4484d, 0x448b0, 0x448fd, 0x44904, 0x44a01, 0x44a1c, 0x44a21,
+    0x44a24, 0x44a29, 0x44a38, 0x44a3d, 0x44a78, 0x44a7d, 0x44aa4, 0x44ac1, 0x44b7c, 0x44bc2, 0x44be8, 0x44c15,
+    0x44c34, 0x44c3d, 0x44c44, 0x44c4d, 0x44ca4, 0x44ca9, 0x44cc4, 0x44cc9, 0x44cd0, 0x44cd5, 0x44ce8, 0x44cf5,
+    0x44cf8, 0x44d41, 0x44d44, 0x44d75, 0x44d88, 0x44e01, 0x44e28, 0x44e2d, 0x44e30, 0x44e39, 0x44e3c, 0x44e41,
+    0x44ed8, 0x44edd, 0x44ee0, 0x44f45, 0x44f48, 0x44f4d, 0x44f50, 0x45001, 0x450d4, 0x4511d, 0x4512c, 0x45142,
+    0x45168, 0x4517d, 0x45188, 0x45201, 0x452c0, 0x45311, 0x45318, 0x4531d, 0x45320, 0x45342, 0x45368, 0x45601,
+    0x456bc, 0x45761, 0x45770, 0x45801, 0x458c0, 0x45911, 0x45914, 0x45942, 0x45968, 0x45a01, 0x45aac, 0x45ae1,
+    0x45ae4, 0x45b02, 0x45b28, 0x45b42, 0x45b90, 0x45c01, 0x45c6c, 0x45cc2, 0x45cf0, 0x45d01, 0x45d1c, 0x46001,
+    0x460b0, 0x46281, 0x46382, 0x463cc, 0x463fd, 0x4641c, 0x46425, 0x46428, 0x46431, 0x46450, 0x46455, 0x4645c,
+    0x46461, 0x464c0, 0x464fd, 0x46500, 0x46505, 0x46508, 0x46542, 0x46568, 0x46681, 0x466a0, 0x466a9, 0x46744,
+    0x46785, 0x46788, 0x4678d, 0x46790, 0x46801, 0x46804, 0x4682d, 0x468cc, 0x468e9, 0x468ec, 0x46941, 0x46944,
+    0x46971, 0x46a28, 0x46a75, 0x46a78, 0x46ac1, 0x46be4, 0x46f01, 0x46f84, 0x46fc2, 0x46fe8, 0x47001, 0x47024,
+    0x47029, 0x470bc, 0x47101, 0x47104, 0x47142, 0x471b4, 0x471c9, 0x47240, 0x47401, 0x4741c, 0x47421, 0x47428,
+    0x4742d, 0x474c4, 0x47519, 0x4751c, 0x47542, 0x47568, 0x47581, 0x47598, 0x4759d, 0x475a4, 0x475a9, 0x47628,
+    0x47661, 0x47664, 0x47682, 0x476a8, 0x47b81, 0x47bcc, 0x47c09, 0x47c0c, 0x47c11, 0x47c44, 0x47c49, 0x47cd0,
+    0x47d42, 0x47d68, 0x47ec1, 0x47ec4, 0x47f02, 0x47f54, 0x48001, 0x48e68, 0x49002, 0x491bc, 0x49201, 0x49510,
+    0x4be41, 0x4bfc4, 0x4c001, 0x4d0c0, 0x4d105, 0x4d11c, 0x4d181, 0x50fec, 0x51001, 0x5191c, 0x58401, 0x58478,
+    0x584c2, 0x584e8, 0x5a001, 0x5a8e4, 0x5a901, 0x5a97c, 0x5a982, 0x5a9a8, 0x5a9c1, 0x5aafc, 0x5ab02, 0x5ab28,
+    0x5ab41, 0x5abb8, 0x5ac01, 0x5acc0, 0x5ad01, 0x5ad10, 0x5ad42, 0x5ad68, 0x5ad6e, 0x5ad88, 0x5ad8d, 0x5ade0,
+    0x5adf5, 0x5ae40, 0x5b501, 0x5b5b4, 0x5b5c2, 0x5b5e8, 0x5b901, 0x5ba02, 0x5ba5c, 0x5bc01, 0x5bd2c, 0x5bd41,
+    0x5bd44, 0x5be4d, 0x5be80, 0x5bf81, 0x5bf88, 0x5bf8d, 0x5bf90, 0x5c001, 0x61fe0, 0x62001, 0x63358, 0x633fd,
+    0x63424, 0x6bfc1, 0x6bfd0, 0x6bfd5, 0x6bff0, 0x6bff5, 0x6bffc, 0x6c001, 0x6c48c, 0x6c4c9, 0x6c4cc, 0x6c541,
+    0x6c54c, 0x6c555, 0x6c558, 0x6c591, 0x6c5a0, 0x6c5c1, 0x6cbf0, 0x6f001, 0x6f1ac, 0x6f1c1, 0x6f1f4, 0x6f201,
+    0x6f224, 0x6f241, 0x6f268, 0x733c2, 0x733e8, 0x74b02, 0x74b50, 0x74b82, 0x74bd0, 0x74d82, 0x74de4, 0x75001,
+    0x75154, 0x75159, 0x75274, 0x75279, 0x75280, 0x75289, 0x7528c, 0x75295, 0x7529c, 0x752a5, 0x752b4, 0x752b9,
+    0x752e8, 0x752ed, 0x752f0, 0x752f5, 0x75310, 0x75315, 0x75418, 0x7541d, 0x7542c, 0x75435, 0x75454, 0x75459,
+    0x75474, 0x75479, 0x754e8, 0x754ed, 0x754fc, 0x75501, 0x75514, 0x75519, 0x7551c, 0x75529, 0x75544, 0x75549,
+    0x75a98, 0x75aa1, 0x75b04, 0x75b09, 0x75b6c, 0x75b71, 0x75bec, 0x75bf1, 0x75c54, 0x75c59, 0x75cd4, 0x75cd9,
+    0x75d3c, 0x75d41, 0x75dbc, 0x75dc1, 0x75e24, 0x75e29, 0x75ea4, 0x75ea9, 0x75f0c, 0x75f11, 0x75f30, 0x75f3a,
+    0x76000, 0x77c01, 0x77c7c, 0x77c95, 0x77cac, 0x780c1, 0x781b8, 0x78401, 0x784b4, 0x784dd, 0x784f8, 0x78502,
+    0x78528, 0x78539, 0x7853c, 0x78a41, 0x78ab8, 0x78b01, 0x78bb0, 0x78bc2, 0x78be8, 0x79341, 0x793b0, 0x793c2,
+    0x793e8, 0x79741, 0x797b8, 0x797c1, 0x797c6, 0x797ec, 0x79f81, 0x79f9c, 0x79fa1, 0x79fb0, 0x79fb5, 0x79fbc,
+    0x79fc1, 0x79ffc, 0x7a001, 0x7a314, 0x7a31e, 0x7a340, 0x7a401, 0x7a510, 0x7a52d, 0x7a530, 0x7a542, 0x7a568,
+    0x7b1c6, 0x7b2b0, 0x7b2b6, 0x7b2c0, 0x7b2c6, 0x7b2d4, 0x7b406, 0x7b4b8, 0x7b4be, 0x7b4f8, 0x7b801, 0x7b810,
+    0x7b815, 0x7b880, 0x7b885, 0x7b88c, 0x7b891, 0x7b894, 0x7b89d, 0x7b8a0, 0x7b8a5, 0x7b8cc, 0x7b8d1, 0x7b8e0,
+    0x7b8e5, 0x7b8e8, 0x7b8ed, 0x7b8f0, 0x7b909, 0x7b90c, 0x7b91d, 0x7b920, 0x7b925, 0x7b928, 0x7b92d, 0x7b930,
+    0x7b935, 0x7b940, 0x7b945, 0x7b94c, 0x7b951, 0x7b954, 0x7b95d, 0x7b960, 0x7b965, 0x7b968, 0x7b96d, 0x7b970,
+    0x7b975, 0x7b978, 0x7b97d, 0x7b980, 0x7b985, 0x7b98c, 0x7b991, 0x7b994, 0x7b99d, 0x7b9ac, 0x7b9b1, 0x7b9cc,
+    0x7b9d1, 0x7b9e0, 0x7b9e5, 0x7b9f4, 0x7b9f9, 0x7b9fc, 0x7ba01, 0x7ba28, 0x7ba2d, 0x7ba70, 0x7ba85, 0x7ba90,
+    0x7ba95, 0x7baa8, 0x7baad, 0x7baf0, 0x7c402, 0x7c434, 0x7efc2, 0x7efe8, 0x80001, 0xa9b80, 0xa9c01, 0xadce8,
+    0xadd01, 0xae078, 0xae081, 0xb3a88, 0xb3ac1, 0xbaf84, 0xbafc1, 0xbb978, 0xbe001, 0xbe878, 0xc0001, 0xc4d2c,
+    0xc4d41, 0xc8ec0,
+};
+/* unicode-table end */
+
+#define BITNET__CP_INVALID 0xFFFFFFFFu /* one byte that is not valid UTF-8: class "other" */
+
+static int bitnet__uni_class(uint32_t cp) {
+    size_t lo = 0, hi = sizeof bitnet__uni_runs / sizeof bitnet__uni_runs[0];
+    if (cp < 128) { /* ASCII without the search */
+        if ((cp | 32) - 'a' < 26) return BITNET__CL_LETTER;
+        if (cp - '0' < 10) return BITNET__CL_NUMBER;
+        return (cp == ' ' || (cp >= 9 && cp <= 13)) ? BITNET__CL_SPACE : BITNET__CL_OTHER;
+    }
+    if (cp > 0x10FFFF) return BITNET__CL_OTHER;
+    while (hi - lo > 1) { /* the last run starting at or before cp */
+        size_t mid = lo + (hi - lo) / 2;
+        if ((bitnet__uni_runs[mid] >> 2) <= cp) lo = mid;
+        else hi = mid;
+    }
+    return (int)(bitnet__uni_runs[lo] & 3);
+}
+
+/* Strict UTF-8 (no overlongs, surrogates or values past U+10FFFF). An invalid or truncated
+   sequence yields BITNET__CP_INVALID for its first byte alone. */
+static uint32_t bitnet__utf8_next(const unsigned char *s, size_t n, size_t *adv) {
+    uint32_t c = s[0], cp;
+    size_t need, i;
+    *adv = 1;
+    if (c < 0x80) return c;
+    if (c >= 0xC2 && c <= 0xDF) { need = 1; cp = c & 0x1F; }
+    else if (c >= 0xE0 && c <= 0xEF) { need = 2; cp = c & 0x0F; }
+    else if (c >= 0xF0 && c <= 0xF4) { need = 3; cp = c & 0x07; }
+    else return BITNET__CP_INVALID;
+    if (n < need + 1) return BITNET__CP_INVALID;
+    for (i = 1; i <= need; i++) {
+        if ((s[i] & 0xC0) != 0x80) return BITNET__CP_INVALID;
+        cp = (cp << 6) | (s[i] & 0x3F);
+    }
+    if ((need == 2 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) || (need == 3 && (cp < 0x10000 || cp > 0x10FFFF)))
+        return BITNET__CP_INVALID;
+    *adv = need + 1;
+    return cp;
+}
+
+typedef struct bitnet__ch { uint32_t cp; int cls; size_t len; } bitnet__ch;
+static bitnet__ch bitnet__ch_at(const unsigned char *s, size_t n, size_t i) { /* i < n */
+    bitnet__ch c;
+    c.cp = bitnet__utf8_next(s + i, n - i, &c.len);
+    c.cls = c.cp == BITNET__CP_INVALID ? BITNET__CL_OTHER : bitnet__uni_class(c.cp);
+    return c;
+}
+/* Simple case folding, as (?i) applies it to the contraction letters: only U+017F joins them. */
+static uint32_t bitnet__fold(uint32_t cp) { return cp == 0x17F ? 's' : (cp >= 'A' && cp <= 'Z') ? cp + 32 : cp; }
+static size_t bitnet__class_run(const unsigned char *s, size_t n, size_t i, int cls) {
+    while (i < n) {
+        bitnet__ch c = bitnet__ch_at(s, n, i);
+        if (c.cls != cls) break;
+        i += c.len;
+    }
+    return i;
+}
+
+/* The end of the piece that starts at p (p < n): the alternatives in the pattern's order. */
+static size_t bitnet__pretok_end(const unsigned char *s, size_t n, size_t p) {
+    bitnet__ch c0 = bitnet__ch_at(s, n, p), c;
+    size_t q = p + c0.len, last = p, nl_end = 0, count = 0;
+    if (c0.cp == '\'' && q < n) { /* 's 't 're 've 'm 'll 'd, any case */
+        bitnet__ch c1 = bitnet__ch_at(s, n, q);
+        uint32_t f1 = bitnet__fold(c1.cp), f2;
+        if (f1 == 's' || f1 == 't' || f1 == 'm' || f1 == 'd') return q + c1.len;
+        if ((f1 == 'r' || f1 == 'v' || f1 == 'l') && q + c1.len < n) {
+            f2 = bitnet__fold(bitnet__ch_at(s, n, q + c1.len).cp);
+            if (f2 == (f1 == 'l' ? 'l' : 'e')) return q + c1.len + 1;
+        }
+    }
+    if (c0.cls == BITNET__CL_LETTER) return bitnet__class_run(s, n, q, BITNET__CL_LETTER);
+    if (c0.cls != BITNET__CL_NUMBER && c0.cp != '\r' && c0.cp != '\n' && q < n &&
+        bitnet__ch_at(s, n, q).cls == BITNET__CL_LETTER) /* one non-letter, non-number prefix */
+        return bitnet__class_run(s, n, q, BITNET__CL_LETTER);
+    if (c0.cls == BITNET__CL_NUMBER) { /* at most three */
+        while (++count < 3 && q < n && (c = bitnet__ch_at(s, n, q)).cls == BITNET__CL_NUMBER) q += c.len;
+        return q;
+    }
+    q = (c0.cp == ' ' && p + 1 < n && bitnet__ch_at(s, n, p + 1).cls == BITNET__CL_OTHER) ? p + 1 : p;
+    if (q > p || c0.cls == BITNET__CL_OTHER) { /* punctuation run, then newlines */
+        q = bitnet__class_run(s, n, q, BITNET__CL_OTHER);
+        while (q < n && (s[q] == '\r' || s[q] == '\n')) q++;
+        return q;
+    }
+    /* White space: up to its last newline if it has one; else all of it at the end of the text
+       or when it is one character; else all but its last character, which joins the next piece. */
+    for (q = p; q < n && (c = bitnet__ch_at(s, n, q)).cls == BITNET__CL_SPACE; q += c.len, count++) {
+        last = q;
+        if (c.cp == '\r' || c.cp == '\n') nl_end = q + 1;
+    }
+    if (nl_end) return nl_end;
+    return (q == n || count == 1) ? q : last;
+}
+
+BITNET_API bitnet_result bitnet_pretokenize(const char *text, size_t len, size_t *ends, size_t cap, size_t *n_out) {
+    size_t p = 0, count = 0;
+    BITNET__CHECK_PTR(n_out);
+    if (!text && len) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_pretokenize: 'text' is NULL");
+    if (!ends && cap) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_pretokenize: 'ends' is NULL");
+    while (p < len) {
+        p = bitnet__pretok_end((const unsigned char *)text, len, p);
+        if (count < cap) ends[count] = p;
+        count++;
+    }
+    *n_out = count;
+    if (count > cap)
+        return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_pretokenize: %zu pieces, room for %zu", count, cap);
+    return BITNET_OK;
+}
+
+/* GPT-2's byte-level alphabet: printable Latin-1 bytes stand for themselves, the other 68 bytes
+   become U+0100.. in byte order. c2b inverts it for code points below 324 (-1: not in it). */
+static void bitnet__gpt2_tables(uint16_t b2c[256], int16_t c2b[324]) {
+    int b, k = 0;
+    for (b = 0; b < 324; b++) c2b[b] = -1;
+    for (b = 0; b < 256; b++) {
+        int self = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174;
+        b2c[b] = (uint16_t)(self ? b : 256 + k++);
+        c2b[b2c[b]] = (int16_t)b;
+    }
+}
+/* Byte-level string -> bytes (out needs len bytes); returns the byte count or -1. */
+static long bitnet__gpt2_decode(const int16_t c2b[324], const unsigned char *s, size_t len, unsigned char *out) {
+    size_t i = 0, adv;
+    long k = 0;
+    while (i < len) {
+        uint32_t cp = bitnet__utf8_next(s + i, len - i, &adv);
+        if (cp >= 324 || c2b[cp] < 0) return -1;
+        out[k++] = (unsigned char)c2b[cp];
+        i += adv;
+    }
+    return k;
+}
+/* Bytes -> byte-level string (out needs 2 * len bytes); returns its length. */
+static size_t bitnet__gpt2_encode(const uint16_t b2c[256], const unsigned char *s, size_t len, char *out) {
+    size_t i, k = 0;
+    for (i = 0; i < len; i++) {
+        uint16_t c = b2c[s[i]];
+        if (c < 0x80) out[k++] = (char)c;
+        else { out[k++] = (char)(0xC0 | (c >> 6)); out[k++] = (char)(0x80 | (c & 0x3F)); }
+    }
+    return k;
+}
+
+static uint32_t bitnet__hash_bytes(const unsigned char *s, size_t n) { /* FNV-1a, folded */
+    uint64_t h = 0xcbf29ce484222325ull;
+    size_t i;
+    for (i = 0; i < n; i++) h = (h ^ s[i]) * 0x100000001b3ull;
+    return (uint32_t)(h ^ (h >> 32));
+}
+static uint32_t bitnet__hash_pair(uint32_t a, uint32_t b) {
+    return (uint32_t)(((((uint64_t)a << 32) | b) * 0x9E3779B97F4A7C15ull) >> 32);
+}
+static uint32_t bitnet__table_size(uint64_t n) { /* a power of two at least 4/3 n, 16 or more */
+    uint32_t c = 16;
+    while ((uint64_t)c * 3 < n * 4) c *= 2;
+    return c;
+}
+
+typedef struct bitnet__pair { uint32_t left, right; int32_t prio, merged; } bitnet__pair; /* left = UINT32_MAX: empty */
+
+struct bitnet_tokenizer {
+    int32_t n_vocab, bos, eos, eot;
+    uint32_t *off;             /* token i is bytes[off[i] .. off[i + 1]) */
+    unsigned char *bytes;      /* the tokens' bytes; special tokens verbatim */
+    unsigned char *special;    /* per token: 1 for special tokens */
+    int32_t byte_id[256];
+    int32_t *tok_map;          /* regular tokens by their bytes, open addressing, -1 empty */
+    uint32_t tok_mask;
+    bitnet__pair *pairs;       /* merges by (left, right) */
+    uint32_t pair_mask;
+    int32_t *specials, n_specials; /* special tokens with text, for parse_special */
+    unsigned char special_first[256];
+};
+
+static int32_t bitnet__tok_find(const bitnet_tokenizer *t, const unsigned char *s, size_t n) {
+    uint32_t h = bitnet__hash_bytes(s, n) & t->tok_mask;
+    for (;; h = (h + 1) & t->tok_mask) {
+        int32_t id = t->tok_map[h];
+        if (id < 0) return -1;
+        if (t->off[id + 1] - t->off[id] == n && memcmp(t->bytes + t->off[id], s, n) == 0) return id;
+    }
+}
+static const bitnet__pair *bitnet__pair_find(const bitnet_tokenizer *t, uint32_t a, uint32_t b) {
+    uint32_t h = bitnet__hash_pair(a, b) & t->pair_mask;
+    for (;; h = (h + 1) & t->pair_mask) {
+        const bitnet__pair *e = &t->pairs[h];
+        if (e->left == UINT32_MAX) return NULL;
+        if (e->left == a && e->right == b) return e;
+    }
+}
+
+BITNET_API void bitnet_tokenizer_free(bitnet_tokenizer *t) {
+    if (!t) return;
+    bitnet__free(t->off);
+    bitnet__free(t->bytes);
+    bitnet__free(t->special);
+    bitnet__free(t->tok_map);
+    bitnet__free(t->pairs);
+    bitnet__free(t->specials);
+    bitnet__free(t);
+}
+
+static int bitnet__is_special_name(const unsigned char *s, size_t n) {
+    return n >= 5 && s[0] == '<' && s[1] == '|' && s[n - 2] == '|' && s[n - 1] == '>';
+}
+
+BITNET_API bitnet_result bitnet_tokenizer_create(const bitnet_tokenizer_desc *desc, bitnet_tokenizer **out) {
+    bitnet_tokenizer *t;
+    bitnet_result r = BITNET_OK;
+    uint16_t b2c[256];
+    int16_t c2b[324];
+    uint64_t i, total = 0;
+    int32_t *first_rank = NULL;
+    unsigned char *scratch = NULL;
+    size_t max_merge = 0;
+    int32_t n;
+    BITNET__CHECK_PTR(out);
+    *out = NULL;
+    BITNET__CHECK_PTR(desc);
+    BITNET__CHECK_PTR(desc->tokens);
+    if (desc->n_tokens == 0 || desc->n_tokens > (uint64_t)INT32_MAX - 1)
+        return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_tokenizer_create: %llu tokens", (unsigned long long)desc->n_tokens);
+    if (!desc->merges && desc->n_merges) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_tokenizer_create: 'merges' is NULL");
+    if (desc->n_merges > (uint64_t)INT32_MAX)
+        return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_tokenizer_create: %llu merges", (unsigned long long)desc->n_merges);
+    n = (int32_t)desc->n_tokens;
+    if (desc->bos < -1 || desc->bos >= n || desc->eos < -1 || desc->eos >= n || desc->eot < -1 || desc->eot >= n)
+        return bitnet__err(BITNET_ERR_BAD_METADATA,
+                           "bitnet_tokenizer_create: special ids bos %d eos %d eot %d outside the %d tokens",
+                           (int)desc->bos, (int)desc->eos, (int)desc->eot, (int)n);
+    for (i = 0; i < desc->n_tokens; i++) {
+        if (!desc->tokens[i].ptr && desc->tokens[i].len)
+            return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_tokenizer_create: token %llu has no text", (unsigned long long)i);
+        total += desc->tokens[i].len;
+        if (total >= UINT32_MAX) return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_tokenizer_create: token text over 4 GiB");
+    }
+    bitnet__gpt2_tables(b2c, c2b);
+    t = (bitnet_tokenizer *)bitnet__calloc(1, sizeof *t);
+    if (!t) return BITNET_ERR_OUT_OF_MEMORY;
+    t->n_vocab = n;
+    t->bos = desc->bos;
+    t->eos = desc->eos;
+    t->eot = desc->eot;
+    t->tok_mask = bitnet__table_size((uint64_t)n) - 1;
+    t->pair_mask = bitnet__table_size(desc->n_merges) - 1;
+    t->off = (uint32_t *)bitnet__malloc(((size_t)n + 1) * sizeof(uint32_t));
+    t->bytes = (unsigned char *)bitnet__malloc((size_t)total + 1);
+    t->special = (unsigned char *)bitnet__calloc((size_t)n, 1);
+    t->tok_map = (int32_t *)bitnet__malloc(((size_t)t->tok_mask + 1) * sizeof(int32_t));
+    t->pairs = (bitnet__pair *)bitnet__malloc(((size_t)t->pair_mask + 1) * sizeof(bitnet__pair));
+    t->specials = (int32_t *)bitnet__malloc((size_t)n * sizeof(int32_t));
+    first_rank = (int32_t *)bitnet__malloc((size_t)n * sizeof(int32_t));
+    if (!t->off || !t->bytes || !t->special || !t->tok_map || !t->pairs || !t->specials || !first_rank) {
+        r = BITNET_ERR_OUT_OF_MEMORY;
+        goto done;
+    }
+    memset(t->tok_map, 0xFF, ((size_t)t->tok_mask + 1) * sizeof(int32_t));
+    memset(t->pairs, 0xFF, ((size_t)t->pair_mask + 1) * sizeof(bitnet__pair));
+    for (i = 0; i < 256; i++) t->byte_id[i] = -1;
+    /* Tokens: decode byte-level strings, keep special ones verbatim, index the regular ones. */
+    t->off[0] = 0;
+    for (i = 0; i < desc->n_tokens; i++) {
+        const unsigned char *s = (const unsigned char *)desc->tokens[i].ptr;
+        size_t len = (size_t)desc->tokens[i].len;
+        unsigned char *dst = t->bytes + t->off[i];
+        int type = desc->token_types ? desc->token_types[i] : 1;
+        int special = desc->token_types ? (type == 3 || type == 4) : bitnet__is_special_name(s, len);
+        long k;
+        first_rank[i] = INT32_MAX;
+        if (special) {
+            if (len) memcpy(dst, s, len);
+            t->off[i + 1] = t->off[i] + (uint32_t)len;
+            t->special[i] = 1;
+            if (len) {
+                t->specials[t->n_specials++] = (int32_t)i;
+                t->special_first[s[0]] = 1;
+            }
+            continue;
+        }
+        k = bitnet__gpt2_decode(c2b, s, len, dst);
+        if (k < 0) {
+            r = bitnet__err(BITNET_ERR_BAD_METADATA, "bitnet_tokenizer_create: token %llu '%.*s' is not a byte-level string",
+                            (unsigned long long)i, (int)BITNET__MIN(len, 64), (const char *)s);
+            goto done;
+        }
+        t->off[i + 1] = t->off[i] + (uint32_t)k;
+        if (k == 0) continue; /* an empty token can never be produced */
+        if (bitnet__tok_find(t, dst, (size_t)k) < 0) {
+            uint32_t h = bitnet__hash_bytes(dst, (size_t)k) & t->tok_mask;
+            while (t->tok_map[h] >= 0) h = (h + 1) & t->tok_mask;
+            t->tok_map[h] = (int32_t)i;
+            if (k == 1) t->byte_id[dst[0]] = (int32_t)i;
+        }
+    }
+    for (i = 0; i < 256; i++)
+        if (t->byte_id[i] < 0) {
+            r = bitnet__err(BITNET_ERR_BAD_METADATA,
+                            "bitnet_tokenizer_create: no token for byte 0x%02x (not a byte-level vocabulary)", (unsigned)i);
+            goto done;
+        }
+    /* Merges: "a b" -> (id a, id b) -> (priority, id of ab). A token's priority is the rank of its
+       first merge, so a list holding every split of a token behaves like tiktoken's ranks. */
+    for (i = 0; i < desc->n_merges; i++) max_merge = BITNET__MAX(max_merge, (size_t)desc->merges[i].len);
+    scratch = (unsigned char *)bitnet__malloc(max_merge + 1);
+    if (!scratch) { r = BITNET_ERR_OUT_OF_MEMORY; goto done; }
+    for (i = 0; i < desc->n_merges; i++) {
+        const unsigned char *s = (const unsigned char *)desc->merges[i].ptr, *sp;
+        size_t len = (size_t)desc->merges[i].len;
+        long ka, kb;
+        int32_t a, b, m;
+        uint32_t h;
+        sp = (s && len) ? (const unsigned char *)memchr(s, ' ', len) : NULL;
+        ka = sp ? bitnet__gpt2_decode(c2b, s, (size_t)(sp - s), scratch) : -1;
+        kb = ka > 0 ? bitnet__gpt2_decode(c2b, sp + 1, len - (size_t)(sp - s) - 1, scratch + ka) : -1;
+        a = ka > 0 ? bitnet__tok_find(t, scratch, (size_t)ka) : -1;
+        b = kb > 0 ? bitnet__tok_find(t, scratch + ka, (size_t)kb) : -1;
+        m = (a >= 0 && b >= 0) ? bitnet__tok_find(t, scratch, (size_t)(ka + kb)) : -1;
+        if (m < 0) {
+            r = bitnet__err(BITNET_ERR_BAD_METADATA,
+                            "bitnet_tokenizer_create: merge %llu '%.*s' does not join two tokens into a token",
+                            (unsigned long long)i, (int)BITNET__MIN(len, 64), s ? (const char *)s : "");
+            goto done;
+        }
+        if (first_rank[m] == INT32_MAX) first_rank[m] = (int32_t)i;
+        h = bitnet__hash_pair((uint32_t)a, (uint32_t)b) & t->pair_mask;
+        for (; t->pairs[h].left != UINT32_MAX; h = (h + 1) & t->pair_mask)
+            if (t->pairs[h].left == (uint32_t)a && t->pairs[h].right == (uint32_t)b) break;
+        if (t->pairs[h].left == UINT32_MAX) { /* the first of duplicate merges wins */
+            t->pairs[h].left = (uint32_t)a;
+            t->pairs[h].right = (uint32_t)b;
+            t->pairs[h].prio = first_rank[m];
+            t->pairs[h].merged = m;
+        }
+    }
+    if (t->eot < 0) { /* LLaMA 3's end of turn, when the metadata does not name it */
+        int32_t k;
+        for (k = 0; k < t->n_specials; k++) {
+            int32_t id = t->specials[k];
+            if (t->off[id + 1] - t->off[id] == 10 && memcmp(t->bytes + t->off[id], "<|eot_id|>", 10) == 0) t->eot = id;
+        }
+    }
+done:
+    bitnet__free(first_rank);
+    bitnet__free(scratch);
+    if (r != BITNET_OK) {
+        bitnet_tokenizer_free(t);
+        return r;
+    }
+    *out = t;
+    return BITNET_OK;
+}
+
+/* ---- encoding ----------------------------------------------------------------------------- */
+
+typedef struct bitnet__sym { int32_t id, prev, next; } bitnet__sym;
+typedef struct bitnet__cand { int32_t prio, left, right, lid, rid, merged; } bitnet__cand;
+typedef struct bitnet__enc {
+    const bitnet_tokenizer *t;
+    int32_t *ids;
+    size_t cap, count;
+    bitnet__sym *sym;      /* scratch for the longest piece so far */
+    bitnet__cand *heap;
+    size_t scratch_cap, nheap;
+} bitnet__enc;
+
+static void bitnet__emit(bitnet__enc *e, int32_t id) {
+    if (e->count < e->cap) e->ids[e->count] = id;
+    e->count++;
+}
+static int bitnet__cand_less(const bitnet__cand *a, const bitnet__cand *b) {
+    return a->prio < b->prio || (a->prio == b->prio && a->left < b->left); /* lowest rank, then leftmost */
+}
+static void bitnet__heap_push(bitnet__enc *e, int32_t left, int32_t right) {
+    const bitnet__pair *p = bitnet__pair_find(e->t, (uint32_t)e->sym[left].id, (uint32_t)e->sym[right].id);
+    bitnet__cand c;
+    size_t i;
+    if (!p) return;
+    c.prio = p->prio;
+    c.left = left;
+    c.right = right;
+    c.lid = e->sym[left].id;
+    c.rid = e->sym[right].id;
+    c.merged = p->merged;
+    for (i = e->nheap++; i > 0 && bitnet__cand_less(&c, &e->heap[(i - 1) / 2]); i = (i - 1) / 2)
+        e->heap[i] = e->heap[(i - 1) / 2];
+    e->heap[i] = c;
+}
+static bitnet__cand bitnet__heap_pop(bitnet__enc *e) {
+    bitnet__cand top = e->heap[0], last = e->heap[--e->nheap];
+    size_t i = 0, n = e->nheap;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= n) break;
+        if (c + 1 < n && bitnet__cand_less(&e->heap[c + 1], &e->heap[c])) c++;
+        if (!bitnet__cand_less(&e->heap[c], &last)) break;
+        e->heap[i] = e->heap[c];
+        i = c;
+    }
+    if (n) e->heap[i] = last;
+    return top;
+}
+
+static bitnet_result bitnet__bpe_piece(bitnet__enc *e, const unsigned char *s, size_t n) {
+    const bitnet_tokenizer *t = e->t;
+    int32_t id, i;
+    if (n == 1) { bitnet__emit(e, t->byte_id[s[0]]); return BITNET_OK; }
+    if ((id = bitnet__tok_find(t, s, n)) >= 0) { bitnet__emit(e, id); return BITNET_OK; } /* a whole token */
+    if (n > e->scratch_cap) {
+        size_t cap = BITNET__MAX(n, 2 * e->scratch_cap), hbytes;
+        if (cap > (size_t)INT32_MAX || !bitnet__mul_size(cap, 3 * sizeof(bitnet__cand), &hbytes))
+            return bitnet__err(BITNET_ERR_OVERFLOW, "bitnet_tokenize: a piece of %zu bytes is too long", n);
+        bitnet__free(e->sym);
+        bitnet__free(e->heap);
+        e->heap = NULL;
+        e->scratch_cap = 0;
+        e->sym = (bitnet__sym *)bitnet__malloc(cap * sizeof(bitnet__sym));
+        if (!e->sym) return BITNET_ERR_OUT_OF_MEMORY;
+        e->heap = (bitnet__cand *)bitnet__malloc(hbytes); /* n - 1 initial pairs, at most 2 per merge */
+        if (!e->heap) return BITNET_ERR_OUT_OF_MEMORY;
+        e->scratch_cap = cap;
+    }
+    for (i = 0; i < (int32_t)n; i++) {
+        e->sym[i].id = t->byte_id[s[i]];
+        e->sym[i].prev = i - 1;
+        e->sym[i].next = i + 1 < (int32_t)n ? i + 1 : -1;
+    }
+    e->nheap = 0;
+    for (i = 0; i + 1 < (int32_t)n; i++) bitnet__heap_push(e, i, i + 1);
+    while (e->nheap) {
+        bitnet__cand c = bitnet__heap_pop(e);
+        bitnet__sym *l = &e->sym[c.left], *r = &e->sym[c.right];
+        if (l->id != c.lid || l->next != c.right || r->id != c.rid) continue; /* stale */
+        l->id = c.merged;
+        l->next = r->next;
+        if (r->next >= 0) e->sym[r->next].prev = c.left;
+        r->id = -1;
+        if (l->prev >= 0) bitnet__heap_push(e, l->prev, c.left);
+        if (l->next >= 0) bitnet__heap_push(e, c.left, l->next);
+    }
+    for (i = 0; i >= 0; i = e->sym[i].next) bitnet__emit(e, e->sym[i].id);
+    return BITNET_OK;
+}
+
+static bitnet_result bitnet__encode_text(bitnet__enc *e, const unsigned char *s, size_t n) {
+    size_t p = 0;
+    while (p < n) {
+        size_t q = bitnet__pretok_end(s, n, p);
+        BITNET__TRY(bitnet__bpe_piece(e, s + p, q - p));
+        p = q;
+    }
+    return BITNET_OK;
+}
+
+BITNET_API bitnet_result bitnet_tokenize(const bitnet_tokenizer *t, const char *text, size_t len, int add_bos,
+                                         int parse_special, int32_t *ids, size_t cap, size_t *n_out) {
+    const unsigned char *s = (const unsigned char *)text;
+    bitnet__enc e;
+    bitnet_result r = BITNET_OK;
+    size_t p = 0, seg = 0;
+    BITNET__CHECK_PTR(t);
+    BITNET__CHECK_PTR(n_out);
+    *n_out = 0;
+    if (!text && len) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_tokenize: 'text' is NULL");
+    if (!ids && cap) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_tokenize: 'ids' is NULL");
+    if (add_bos && t->bos < 0)
+        return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_tokenize: add_bos, but the vocabulary has no BOS");
+    memset(&e, 0, sizeof e);
+    e.t = t;
+    e.ids = ids;
+    e.cap = cap;
+    if (add_bos) bitnet__emit(&e, t->bos);
+    while (r == BITNET_OK && seg < len) {
+        int32_t sid = -1, k;
+        size_t slen = 0, q;
+        p = len;
+        if (parse_special) /* the next special token's text; the longest one at a position */
+            for (q = seg; q < len && sid < 0; q++) {
+                if (!t->special_first[s[q]]) continue;
+                for (k = 0; k < t->n_specials; k++) {
+                    int32_t id = t->specials[k];
+                    size_t l = t->off[id + 1] - t->off[id];
+                    if (l <= len - q && l > slen && memcmp(s + q, t->bytes + t->off[id], l) == 0) { sid = id; slen = l; }
+                }
+                if (sid >= 0) p = q;
+            }
+        r = bitnet__encode_text(&e, s + seg, p - seg);
+        if (sid >= 0) bitnet__emit(&e, sid);
+        seg = p + slen;
+    }
+    bitnet__free(e.sym);
+    bitnet__free(e.heap);
+    if (r != BITNET_OK) return r;
+    *n_out = e.count;
+    if (e.count > cap) return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_tokenize: %zu tokens, room for %zu", e.count, cap);
+    return BITNET_OK;
+}
+
+BITNET_API bitnet_result bitnet_token_piece(const bitnet_tokenizer *t, int32_t id, const char **bytes, size_t *len) {
+    BITNET__CHECK_PTR(t);
+    BITNET__CHECK_PTR(bytes);
+    BITNET__CHECK_PTR(len);
+    if (id < 0 || id >= t->n_vocab)
+        return bitnet__err(BITNET_ERR_BAD_TOKEN, "bitnet_token_piece: id %d outside the vocabulary of %d", (int)id, (int)t->n_vocab);
+    *bytes = (const char *)t->bytes + t->off[id];
+    *len = t->off[id + 1] - t->off[id];
+    return BITNET_OK;
+}
+
+BITNET_API bitnet_result bitnet_detokenize(const bitnet_tokenizer *t, const int32_t *ids, size_t n, char *buf,
+                                           size_t cap, size_t *len_out) {
+    size_t i, total = 0;
+    BITNET__CHECK_PTR(t);
+    BITNET__CHECK_PTR(len_out);
+    *len_out = 0;
+    if (!ids && n) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_detokenize: 'ids' is NULL");
+    if (!buf && cap) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_detokenize: 'buf' is NULL");
+    for (i = 0; i < n; i++) {
+        if (ids[i] < 0 || ids[i] >= t->n_vocab)
+            return bitnet__err(BITNET_ERR_BAD_TOKEN, "bitnet_detokenize: ids[%zu] = %d outside the vocabulary of %d", i,
+                               (int)ids[i], (int)t->n_vocab);
+        if (!bitnet__add_size(total, t->off[ids[i] + 1] - t->off[ids[i]], &total))
+            return bitnet__err(BITNET_ERR_OVERFLOW, "bitnet_detokenize: text length overflows");
+    }
+    *len_out = total;
+    if (total >= cap) return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_detokenize: %zu bytes and a NUL, room for %zu", total, cap);
+    for (total = 0, i = 0; i < n; i++) {
+        size_t l = t->off[ids[i] + 1] - t->off[ids[i]];
+        memcpy(buf + total, t->bytes + t->off[ids[i]], l);
+        total += l;
+    }
+    buf[total] = 0;
+    return BITNET_OK;
+}
+
+BITNET_API int32_t bitnet_tokenizer_vocab_size(const bitnet_tokenizer *t) { return t ? t->n_vocab : 0; }
+
+BITNET_API void bitnet_tokenizer_special_ids(const bitnet_tokenizer *t, int32_t *bos, int32_t *eos, int32_t *eot) {
+    if (bos) *bos = t ? t->bos : -1;
+    if (eos) *eos = t ? t->eos : -1;
+    if (eot) *eot = t ? t->eot : -1;
+}
+
+/* ---- vocabulary from a tiktoken file --------------------------------------------------------- */
+
+static int bitnet__b64_value(int c) {
+    if (c >= 'A' && c <= 'Z') return c - 'A';
+    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+    if (c >= '0' && c <= '9') return c - '0' + 52;
+    return c == '+' ? 62 : c == '/' ? 63 : -1;
+}
+/* Standard base64 with padding; returns the byte count or -1. */
+static long bitnet__b64_decode(const char *s, size_t n, unsigned char *out) {
+    size_t i;
+    long k = 0;
+    if (n == 0 || n % 4) return -1;
+    for (i = 0; i < n; i += 4) {
+        int v[4], j, pad = 0;
+        for (j = 0; j < 4; j++) {
+            v[j] = bitnet__b64_value((unsigned char)s[i + j]);
+            if (s[i + j] == '=' && i + 4 == n && j >= 2) { v[j] = 0; pad++; }
+            else if (v[j] < 0 || pad) return -1;
+        }
+        out[k++] = (unsigned char)(v[0] << 2 | v[1] >> 4);
+        if (pad < 2) out[k++] = (unsigned char)((v[1] & 15) << 4 | v[2] >> 2);
+        if (pad < 1) out[k++] = (unsigned char)((v[2] & 3) << 6 | v[3]);
+    }
+    return k;
+}
+
+/* LLaMA 3.1's names for the special tokens after the base vocabulary. */
+static void bitnet__llama3_special_name(int i, char *buf, size_t cap) {
+    static const char *const fixed[11] = {"begin_of_text", "end_of_text", "reserved_special_token_0",
+        "reserved_special_token_1", "finetune_right_pad_id", "reserved_special_token_2", "start_header_id",
+        "end_header_id", "eom_id", "eot_id", "python_tag"};
+    if (i < 11) snprintf(buf, cap, "<|%s|>", fixed[i]);
+    else snprintf(buf, cap, "<|reserved_special_token_%d|>", i - 8);
+}
+
+BITNET_API void bitnet_vocab_free(bitnet_vocab *v) {
+    if (!v) return;
+    bitnet__free(v->tokens);
+    bitnet__free(v->merges);
+    bitnet__free(v->token_types);
+    bitnet__free(v->storage_);
+    memset(v, 0, sizeof *v);
+}
+
+typedef struct bitnet__split { int32_t left, right; } bitnet__split;
+
+BITNET_API bitnet_result bitnet_vocab_from_tiktoken(const char *path, int n_special, bitnet_vocab *out) {
+    FILE *f = NULL;
+    char *file = NULL, *p, *end, *sp;
+    long fsize;
+    bitnet_result r = BITNET_OK;
+    size_t n_lines = 0, n_base = 0, raw_bytes = 0, store_bytes = 0, pos, i, n_merges = 0;
+    unsigned char *raw = NULL;           /* the tokens' bytes, in rank order */
+    size_t *raw_off = NULL;              /* n_base + 1 offsets into raw */
+    int32_t *map = NULL;                 /* bytes -> rank, open addressing */
+    uint32_t mask = 0;
+    bitnet__split *splits = NULL;
+    char *store = NULL;
+    uint16_t b2c[256];
+    int16_t c2b[324];
+    BITNET__CHECK_PTR(out);
+    memset(out, 0, sizeof *out);
+    BITNET__CHECK_PTR(path);
+    if (n_special < 0 || n_special > (1 << 20))
+        return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_vocab_from_tiktoken: n_special %d", n_special);
+    bitnet__gpt2_tables(b2c, c2b);
+    /* Read the file whole. */
+    f = fopen(path, "rb");
+    if (!f) return bitnet__err(BITNET_ERR_IO, "bitnet_vocab_from_tiktoken: cannot open '%s': %s", path, strerror(errno));
+    if (fseek(f, 0, SEEK_END) != 0 || (fsize = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
+        r = bitnet__err(BITNET_ERR_IO, "bitnet_vocab_from_tiktoken: cannot size '%s'", path);
+        goto done;
+    }
+    file = (char *)bitnet__malloc((size_t)fsize + 1);
+    if (!file) { r = BITNET_ERR_OUT_OF_MEMORY; goto done; }
+    if (fread(file, 1, (size_t)fsize, f) != (size_t)fsize) {
+        r = bitnet__err(BITNET_ERR_IO, "bitnet_vocab_from_tiktoken: cannot read '%s'", path);
+        goto done;
+    }
+    file[fsize] = 0;
+    /* Pass 1: count lines and bytes. Each line is "base64 rank"; the ranks must be 0 .. n-1. */
+    for (p = file; p < file + fsize; p = end + 1) {
+        end = (char *)memchr(p, '\n', (size_t)(file + fsize - p));
+        if (!end) end = file + fsize;
+        if (end > p) { n_lines++; raw_bytes += (size_t)(end - p); }
+    }
+    if (n_lines == 0 || n_lines > (size_t)INT32_MAX - (size_t)n_special) {
+        r = bitnet__err(BITNET_ERR_CORRUPT, "bitnet_vocab_from_tiktoken: '%s' has %zu lines", path, n_lines);
+        goto done;
+    }
+    n_base = n_lines;
+    raw = (unsigned char *)bitnet__malloc(raw_bytes + 1);
+    raw_off = (size_t *)bitnet__calloc(n_base + 1, sizeof(size_t));
+    mask = bitnet__table_size(n_base) - 1;
+    map = (int32_t *)bitnet__malloc(((size_t)mask + 1) * sizeof(int32_t));
+    if (!raw || !raw_off || !map) { r = BITNET_ERR_OUT_OF_MEMORY; goto done; }
+    memset(map, 0xFF, ((size_t)mask + 1) * sizeof(int32_t));
+    /* Pass 2: decode into rank order (lengths first, in raw_off[rank + 1], then bytes). */
+    {
+        size_t line = 0;
+        unsigned char *tmp = raw; /* decoded bytes never exceed the base64 text */
+        size_t *len_of = raw_off + 1;
+        size_t *src_of = NULL;
+        src_of = (size_t *)bitnet__malloc(n_base * sizeof(size_t));
+        if (!src_of) { r = BITNET_ERR_OUT_OF_MEMORY; goto done; }
+        for (i = 0; i < n_base; i++) src_of[i] = SIZE_MAX;
+        pos = 0;
+        for (p = file; p < file + fsize; p = end + 1) {
+            long k;
+            char *num_end;
+            unsigned long rank;
+            end = (char *)memchr(p, '\n', (size_t)(file + fsize - p));
+            if (!end) end = file + fsize;
+            if (end == p) continue;
+            line++;
+            sp = (char *)memchr(p, ' ', (size_t)(end - p));
+            k = sp ? bitnet__b64_decode(p, (size_t)(sp - p), tmp + pos) : -1;
+            rank = sp ? strtoul(sp + 1, &num_end, 10) : 0;
+            if (k <= 0 || !sp || sp[1] < '0' || sp[1] > '9' || (num_end != end && !(num_end + 1 == end && *num_end == '\r')) ||
+                rank >= n_base || src_of[rank] != SIZE_MAX) {
+                r = bitnet__err(BITNET_ERR_CORRUPT,
+                                "bitnet_vocab_from_tiktoken: '%s' line %zu is not \"base64 rank\" with a new rank below %zu",
+                                path, line, n_base);
+                bitnet__free(src_of);
+                goto done;
+            }
+            src_of[rank] = pos;
+            len_of[rank] = (size_t)k;
+            pos += (size_t)k;
+        }
+        /* Into rank order: raw_off[i + 1] holds token i's length until the loop turns it into starts. */
+        {
+            unsigned char *ordered = (unsigned char *)bitnet__malloc(pos + 1);
+            size_t o = 0;
+            if (!ordered) { bitnet__free(src_of); r = BITNET_ERR_OUT_OF_MEMORY; goto done; }
+            for (i = 0; i < n_base; i++) {
+                size_t l = raw_off[i + 1];
+                memcpy(ordered + o, raw + src_of[i], l);
+                raw_off[i] = o;
+                o += l;
+            }
+            raw_off[n_base] = o;
+            bitnet__free(raw);
+            raw = ordered;
+            raw_bytes = o;
+        }
+        bitnet__free(src_of);
+    }
+    /* Index the tokens by bytes (the first of duplicates wins). */
+    for (i = 0; i < n_base; i++) {
+        const unsigned char *s = raw + raw_off[i];
+        size_t l = raw_off[i + 1] - raw_off[i];
+        uint32_t h = bitnet__hash_bytes(s, l) & mask;
+        for (;; h = (h + 1) & mask) {
+            int32_t id = map[h];
+            if (id < 0) { map[h] = (int32_t)i; break; }
+            if (raw_off[id + 1] - raw_off[id] == l && memcmp(raw + raw_off[id], s, l) == 0) break;
+        }
+    }
+#define BITNET__VFIND(s, l, res) \
+    do { uint32_t h_ = bitnet__hash_bytes((s), (l)) & mask; (res) = -1; \
+        for (;; h_ = (h_ + 1) & mask) { int32_t id_ = map[h_]; if (id_ < 0) break; \
+            if (raw_off[id_ + 1] - raw_off[id_] == (l) && memcmp(raw + raw_off[id_], (s), (l)) == 0) { \
+                (res) = id_; break; } } \
+    } while (0)
+    /* Merges: every split of a token into two tokens, in rank order of the token, then of the halves.
+       Count them (and their text) first. */
+    {
+        size_t max_len = 0, cap_splits;
+        for (i = 0; i < n_base; i++) max_len = BITNET__MAX(max_len, raw_off[i + 1] - raw_off[i]);
+        cap_splits = max_len ? max_len : 1;
+        splits = (bitnet__split *)bitnet__malloc(cap_splits * sizeof(bitnet__split));
+        if (!splits) { r = BITNET_ERR_OUT_OF_MEMORY; goto done; }
+        for (i = 0; i < n_base; i++) {
+            size_t l = raw_off[i + 1] - raw_off[i], k;
+            store_bytes += 2 * l;
+            for (k = 1; k < l; k++) {
+                int32_t a, b;
+                BITNET__VFIND(raw + raw_off[i], k, a);
+                if (a < 0) continue;
+                BITNET__VFIND(raw + raw_off[i] + k, l - k, b);
+                if (b < 0) continue;
+                n_merges++;
+                store_bytes += 2 * l + 1;
+            }
+        }
+    }
+    store_bytes += (size_t)n_special * 40;
+    out->n_tokens = (uint64_t)(n_base + (size_t)n_special);
+    out->n_merges = (uint64_t)n_merges;
+    out->tokens = (bitnet_gguf_str *)bitnet__calloc((size_t)out->n_tokens, sizeof(bitnet_gguf_str));
+    out->merges = (bitnet_gguf_str *)bitnet__calloc(n_merges ? n_merges : 1, sizeof(bitnet_gguf_str));
+    out->token_types = (int32_t *)bitnet__calloc((size_t)out->n_tokens, sizeof(int32_t));
+    store = (char *)bitnet__malloc(store_bytes + 1);
+    out->storage_ = store;
+    if (!out->tokens || !out->merges || !out->token_types || !store) { r = BITNET_ERR_OUT_OF_MEMORY; goto done; }
+    pos = 0;
+    for (i = 0; i < n_base; i++) {
+        size_t l = raw_off[i + 1] - raw_off[i];
+        out->tokens[i].ptr = store + pos;
+        out->tokens[i].len = bitnet__gpt2_encode(b2c, raw + raw_off[i], l, store + pos);
+        pos += (size_t)out->tokens[i].len;
+        out->token_types[i] = 1; /* normal */
+    }
+    for (i = 0; i < (size_t)n_special; i++) {
+        bitnet__llama3_special_name((int)i, store + pos, 40);
+        out->tokens[n_base + i].ptr = store + pos;
+        out->tokens[n_base + i].len = strlen(store + pos);
+        pos += (size_t)out->tokens[n_base + i].len;
+        out->token_types[n_base + i] = 3; /* control */
+    }
+    n_merges = 0;
+    for (i = 0; i < n_base; i++) {
+        size_t l = raw_off[i + 1] - raw_off[i], k, ns = 0, x, y;
+        for (k = 1; k < l; k++) {
+            int32_t a, b;
+            BITNET__VFIND(raw + raw_off[i], k, a);
+            if (a < 0) continue;
+            BITNET__VFIND(raw + raw_off[i] + k, l - k, b);
+            if (b < 0) continue;
+            splits[ns].left = a;
+            splits[ns].right = b;
+            ns++;
+        }
+        for (x = 1; x < ns; x++) { /* insertion sort by (left rank, right rank); ns is small */
+            bitnet__split v = splits[x];
+            for (y = x; y > 0; y--) {
+                bitnet__split u = splits[y - 1];
+                if (u.left < v.left || (u.left == v.left && u.right <= v.right)) break;
+                splits[y] = u;
+            }
+            splits[y] = v;
+        }
+        for (x = 0; x < ns; x++) {
+            bitnet_gguf_str a = out->tokens[splits[x].left], b = out->tokens[splits[x].right];
+            char *m = store + pos;
+            memcpy(m, a.ptr, (size_t)a.len);
+            m[a.len] = ' ';
+            memcpy(m + a.len + 1, b.ptr, (size_t)b.len);
+            out->merges[n_merges].ptr = m;
+            out->merges[n_merges].len = a.len + 1 + b.len;
+            pos += (size_t)out->merges[n_merges].len;
+            n_merges++;
+        }
+    }
+#undef BITNET__VFIND
+done:
+    if (f) fclose(f);
+    bitnet__free(file);
+    bitnet__free(raw);
+    bitnet__free(raw_off);
+    bitnet__free(map);
+    bitnet__free(splits);
+    if (r != BITNET_OK) bitnet_vocab_free(out);
+    return r;
+}
+
+/* ---- from GGUF metadata -------------------------------------------------------------------- */
+
+static bitnet_result bitnet__gguf_token_id(const bitnet_gguf *g, const char *key, int32_t *out) {
+    uint32_t v = 0;
+    *out = -1;
+    if (bitnet_gguf_find_key(g, key) < 0) return BITNET_OK;
+    BITNET__TRY(bitnet_gguf_get_u32(g, key, &v));
+    if (v > (uint32_t)INT32_MAX) return bitnet__err(BITNET_ERR_BAD_METADATA, "%s = %u is not a token id", key, v);
+    *out = (int32_t)v;
+    return BITNET_OK;
+}
+
+BITNET_API bitnet_result bitnet_tokenizer_from_gguf(const bitnet_gguf *g, bitnet_tokenizer **out) {
+    bitnet_tokenizer_desc d;
+    bitnet_gguf_str model, pre, *strs = NULL;
+    bitnet_gguf_type et;
+    uint64_t n_tok = 0, n_mer = 0, n_types = 0, i;
+    int32_t *types = NULL;
+    bitnet_result r;
+    BITNET__CHECK_PTR(out);
+    *out = NULL;
+    BITNET__CHECK_PTR(g);
+    memset(&d, 0, sizeof d);
+    r = bitnet_gguf_get_str(g, "tokenizer.ggml.model", &model);
+    if (r != BITNET_OK) return r;
+    if (model.len != 4 || memcmp(model.ptr, "gpt2", 4) != 0)
+        return bitnet__err(BITNET_ERR_UNSUPPORTED, "tokenizer.ggml.model is '%.*s'; only byte-level BPE ('gpt2') is supported",
+                           (int)BITNET__MIN(model.len, 64), model.ptr);
+    if (bitnet_gguf_find_key(g, "tokenizer.ggml.pre") >= 0 && bitnet_gguf_get_str(g, "tokenizer.ggml.pre", &pre) == BITNET_OK &&
+        !(pre.len == 9 && memcmp(pre.ptr, "llama-bpe", 9) == 0))
+        bitnet__log(BITNET_LOG_WARN, "tokenizer.ggml.pre is '%.*s'; using the LLaMA 3 pre-tokenizer",
+                    (int)BITNET__MIN(pre.len, 64), pre.ptr);
+    BITNET__TRY(bitnet_gguf_get_arr(g, "tokenizer.ggml.tokens", &et, &n_tok));
+    if (et != BITNET_GGUF_STRING) return bitnet__err(BITNET_ERR_BAD_METADATA, "tokenizer.ggml.tokens is not an array of strings");
+    if (bitnet_gguf_find_key(g, "tokenizer.ggml.merges") >= 0) {
+        BITNET__TRY(bitnet_gguf_get_arr(g, "tokenizer.ggml.merges", &et, &n_mer));
+        if (et != BITNET_GGUF_STRING) return bitnet__err(BITNET_ERR_BAD_METADATA, "tokenizer.ggml.merges is not an array of strings");
+    }
+    if (n_tok == 0 || n_tok > (uint64_t)INT32_MAX - 1 || n_mer > (uint64_t)INT32_MAX)
+        return bitnet__err(BITNET_ERR_BAD_METADATA, "%llu tokens and %llu merges", (unsigned long long)n_tok,
+                           (unsigned long long)n_mer);
+    if (bitnet_gguf_find_key(g, "tokenizer.ggml.token_type") >= 0) {
+        const unsigned char *raw;
+        BITNET__TRY(bitnet_gguf_get_arr(g, "tokenizer.ggml.token_type", &et, &n_types));
+        if (et != BITNET_GGUF_INT32 || n_types != n_tok)
+            return bitnet__err(BITNET_ERR_BAD_METADATA, "tokenizer.ggml.token_type is not %llu int32 values",
+                               (unsigned long long)n_tok);
+        raw = (const unsigned char *)bitnet_gguf_arr_data(g, "tokenizer.ggml.token_type");
+        if (!raw) return bitnet__err(BITNET_ERR_BAD_METADATA, "tokenizer.ggml.token_type has no data");
+        types = (int32_t *)bitnet__malloc((size_t)n_tok * sizeof(int32_t));
+        if (!types) return BITNET_ERR_OUT_OF_MEMORY;
+        for (i = 0; i < n_tok; i++) /* little-endian, maybe unaligned */
+            types[i] = (int32_t)((uint32_t)raw[4 * i] | (uint32_t)raw[4 * i + 1] << 8 | (uint32_t)raw[4 * i + 2] << 16 |
+                                 (uint32_t)raw[4 * i + 3] << 24);
+    }
+    strs = (bitnet_gguf_str *)bitnet__calloc((size_t)(n_tok + n_mer), sizeof(bitnet_gguf_str));
+    if (!strs) { bitnet__free(types); return BITNET_ERR_OUT_OF_MEMORY; }
+    r = BITNET_OK;
+    for (i = 0; i < n_tok && r == BITNET_OK; i++) r = bitnet_gguf_arr_str(g, "tokenizer.ggml.tokens", i, &strs[i]);
+    for (i = 0; i < n_mer && r == BITNET_OK; i++) r = bitnet_gguf_arr_str(g, "tokenizer.ggml.merges", i, &strs[n_tok + i]);
+    if (r == BITNET_OK) r = bitnet__gguf_token_id(g, "tokenizer.ggml.bos_token_id", &d.bos);
+    if (r == BITNET_OK) r = bitnet__gguf_token_id(g, "tokenizer.ggml.eos_token_id", &d.eos);
+    if (r == BITNET_OK) r = bitnet__gguf_token_id(g, "tokenizer.ggml.eot_token_id", &d.eot);
+    if (r == BITNET_OK) {
+        d.tokens = strs;
+        d.n_tokens = n_tok;
+        d.merges = strs + n_tok;
+        d.n_merges = n_mer;
+        d.token_types = types;
+        r = bitnet_tokenizer_create(&d, out);
+    }
+    bitnet__free(strs);
+    bitnet__free(types);
+    return r;
+}
+
+/* ---- chat format ----------------------------------------------------------------------------- */
+
+BITNET_API bitnet_result bitnet_chat_format(const bitnet_chat_message *msgs, size_t n, int add_generation_prompt,
+                                            char *buf, size_t cap, size_t *len_out) {
+    static const char *const bos = "<|begin_of_text|>", *const eot = "<|eot_id|>";
+    size_t pass, i, len = 0;
+    BITNET__CHECK_PTR(len_out);
+    *len_out = 0;
+    if (!msgs && n) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_chat_format: 'msgs' is NULL");
+    if (!buf && cap) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_chat_format: 'buf' is NULL");
+    for (pass = 0; pass < 2; pass++) { /* measure, then write */
+        len = 0;
+#define BITNET__PUT(s, l) do { if (pass) memcpy(buf + len, (s), (l)); len += (l); } while (0)
+        BITNET__PUT(bos, strlen(bos));
+        for (i = 0; i < n; i++) {
+            const char *role = msgs[i].role, *c = msgs[i].content, *prefix;
+            size_t a = 0, b, adv;
+            if (!role || !c) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_chat_format: message %zu has a NULL role or content", i);
+            if (strcmp(role, "system") == 0) prefix = "System: ";
+            else if (strcmp(role, "user") == 0) prefix = "User: ";
+            else if (strcmp(role, "assistant") == 0) prefix = "Assistant: ";
+            else return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_chat_format: message %zu has role '%s' (system, user or assistant)",
+                                    i, role);
+            b = strlen(c);
+            while (a < b) { /* trim white space (Unicode White_Space) at both ends */
+                uint32_t cp = bitnet__utf8_next((const unsigned char *)c + a, b - a, &adv);
+                if (cp == BITNET__CP_INVALID || bitnet__uni_class(cp) != BITNET__CL_SPACE) break;
+                a += adv;
+            }
+            while (b > a) {
+                size_t s = b - 1;
+                uint32_t cp;
+                while (s > a && ((unsigned char)c[s] & 0xC0) == 0x80 && b - s < 4) s--;
+                cp = bitnet__utf8_next((const unsigned char *)c + s, b - s, &adv);
+                if (s + adv != b || cp == BITNET__CP_INVALID || bitnet__uni_class(cp) != BITNET__CL_SPACE) break;
+                b = s;
+            }
+            BITNET__PUT(prefix, strlen(prefix));
+            BITNET__PUT(c + a, b - a);
+            BITNET__PUT(eot, strlen(eot));
+        }
+        if (add_generation_prompt) BITNET__PUT("Assistant: ", 11);
+#undef BITNET__PUT
+        if (!pass) {
+            *len_out = len;
+            if (len >= cap) return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_chat_format: %zu bytes and a NUL, room for %zu", len, cap);
+        }
+    }
+    buf[len] = 0;
+    return BITNET_OK;
+}
 
 /* >>sampler =================================================================================== */
 
@@ -4728,6 +8184,606 @@ static void bitnet__pool_destroy(bitnet_gpu *gpu) {
 }
 
 /* >>cuda-kernels ============================================================================== */
+
+/* Host side of the ternary, dense and quantization modules. Kernels come from the runtime's
+   built-in modules by name and go through bitnet_gpu_launch; every argument list below mirrors
+   the kernel's parameter list in bitnet_cuda_kernels.h. */
+
+typedef struct bitnet__k_segs { int32_t n; int32_t end[8]; float scale[8]; } bitnet__k_segs; /* = bitnet_k_segs */
+#define BITNET__DGEMV_ROWS 2   /* BITNET_DGEMV_ROWS in the dense module: rows per warp */
+#define BITNET__TGEMV_MAX_K 262144
+
+static bitnet_result bitnet__gk_launch(bitnet_gpu *gpu, const char *name, unsigned gx, unsigned gy, unsigned gz,
+                                       unsigned bx, unsigned by, void **args) {
+    bitnet_gpu_kernel *k;
+    unsigned grid[3], block[3];
+    BITNET__TRY(bitnet_gpu_builtin_kernel(gpu, name, &k));
+    grid[0] = gx, grid[1] = gy, grid[2] = gz;
+    block[0] = bx, block[1] = by, block[2] = 1;
+    return bitnet_gpu_launch(gpu, k, grid, block, 0, args);
+}
+
+/* Blocks for a grid-stride kernel over n items. */
+static unsigned bitnet__gk_blocks(size_t n, unsigned per_block) {
+    size_t b = (n + per_block - 1) / per_block;
+    return (unsigned)(b < 1 ? 1 : (b > 8192 ? 8192 : b));
+}
+
+static int bitnet__prec_ok(bitnet_precision p) {
+    return p == BITNET_PRECISION_FP32 || p == BITNET_PRECISION_FP16 || p == BITNET_PRECISION_BF16;
+}
+static size_t bitnet__prec_size(bitnet_precision p) { return p == BITNET_PRECISION_FP32 ? 4 : 2; }
+
+BITNET_API const char *bitnet_precision_name(bitnet_precision p) {
+    switch (p) {
+    case BITNET_PRECISION_AUTO: return "auto";
+    case BITNET_PRECISION_FP32: return "fp32";
+    case BITNET_PRECISION_FP16: return "fp16";
+    case BITNET_PRECISION_BF16: return "bf16";
+    default: return "unknown";
+    }
+}
+
+BITNET_API bitnet_precision bitnet_detect_best_precision(int device) {
+    bitnet_gpu_device_info info;
+    if (bitnet_gpu_device_info_get(device, &info) != BITNET_OK) return BITNET_PRECISION_FP32;
+    if (info.cc_major >= 8) return BITNET_PRECISION_BF16;
+    if (info.cc_major >= 6) return BITNET_PRECISION_FP16;
+    return BITNET_PRECISION_FP32;
+}
+
+/* Multiprocessor count per device, read once (it sizes the GEMV grid). */
+static int bitnet__gk_sms[BITNET__MAX_DEVICES];
+static bitnet__mutex bitnet__gk_lock = BITNET__MUTEX_INIT;
+static int bitnet__gk_sm_count(bitnet_gpu *gpu) {
+    int ord = bitnet_gpu_ordinal(gpu), n;
+    if (ord < 0 || ord >= BITNET__MAX_DEVICES) return 32;
+    bitnet__mutex_lock(&bitnet__gk_lock);
+    n = bitnet__gk_sms[ord];
+    bitnet__mutex_unlock(&bitnet__gk_lock);
+    if (!n) {
+        bitnet_gpu_device_info info;
+        n = bitnet_gpu_device_info_get(ord, &info) == BITNET_OK && info.sm_count > 0 ? info.sm_count : 32;
+        bitnet__mutex_lock(&bitnet__gk_lock);
+        bitnet__gk_sms[ord] = n;
+        bitnet__mutex_unlock(&bitnet__gk_lock);
+    }
+    return n;
+}
+
+/* ---- ternary weights: upload (I2_S -> T32 on the device) --------------------------------------- */
+
+BITNET_API void bitnet_gpu_ternary_free(bitnet_gpu *gpu, bitnet_gpu_ternary *w) {
+    if (!w) return;
+    if (gpu && w->data) bitnet_gpu_free(gpu, w->data);
+    memset(w, 0, sizeof *w);
+}
+
+BITNET_API bitnet_result bitnet_gpu_ternary_upload(bitnet_gpu *gpu, const bitnet_gpu_i2s_part *parts, int n_parts,
+                                                   size_t k, int glu, bitnet_gpu_ternary *out) {
+    bitnet_gpu_ternary w;
+    bitnet_devptr stage = 0, bad = 0;
+    size_t rows = 0, max_part = 0, img, groups;
+    int i, bad_h = 0;
+    bitnet_result res = BITNET_OK;
+    BITNET__CHECK_PTR(gpu);
+    BITNET__CHECK_PTR(parts);
+    BITNET__CHECK_PTR(out);
+    memset(out, 0, sizeof *out);
+    if (n_parts < 1 || n_parts > BITNET_GPU_MAX_PARTS)
+        return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_gpu_ternary_upload: %d parts (1 to %d)", n_parts, BITNET_GPU_MAX_PARTS);
+    if (k == 0 || k % BITNET_I2S_BLOCK || k > BITNET__TGEMV_MAX_K)
+        return bitnet__err(BITNET_ERR_BAD_SHAPE, "bitnet_gpu_ternary_upload: k=%zu must be a positive multiple of %d, at most %d",
+                           k, BITNET_I2S_BLOCK, BITNET__TGEMV_MAX_K);
+    if (glu && (n_parts != 2 || parts[0].n != parts[1].n))
+        return bitnet__err(BITNET_ERR_BAD_SHAPE, "bitnet_gpu_ternary_upload: glu needs two parts of equal rows (gate, up)");
+    for (i = 0; i < n_parts; i++) {
+        BITNET__TRY(bitnet__i2s_check("bitnet_gpu_ternary_upload", parts[i].data, parts[i].bytes, parts[i].n, k));
+        if (parts[i].n > ((size_t)1 << 28) || rows + parts[i].n > ((size_t)1 << 28))
+            return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_gpu_ternary_upload: more than 2^28 rows");
+        rows += parts[i].n;
+        max_part = BITNET__MAX(max_part, parts[i].n * k / 4);
+    }
+    memset(&w, 0, sizeof w);
+    w.k = k;
+    w.glu = glu != 0;
+    w.n_parts = n_parts;
+    w.n_rows = rows;
+    w.n = glu ? parts[0].n : rows;
+    groups = glu ? 2 * ((parts[0].n + 31) / 32) : (rows + 31) / 32; /* glu: gate and up groups interleave */
+    w.n_pad = (groups * 32 + 127) / 128 * 128;
+    img = w.n_pad * (k / 4);
+    BITNET__TRY(bitnet_gpu_alloc(gpu, img, &w.data));
+    /* code 1 (weight 0) everywhere first, so padding rows add nothing */
+    res = bitnet_gpu_memset(gpu, w.data, 0x55, img);
+    if (res == BITNET_OK) res = bitnet_gpu_alloc(gpu, max_part, &stage);
+    if (res == BITNET_OK) res = bitnet_gpu_alloc(gpu, 4, &bad);
+    if (res == BITNET_OK) res = bitnet_gpu_memset(gpu, bad, 0, 4);
+    rows = 0;
+    for (i = 0; i < n_parts && res == BITNET_OK; i++) {
+        int n = (int)parts[i].n, kk = (int)k, off = (int)rows, gp = glu ? i : -1;
+        size_t chunks = parts[i].n * (k / 64);
+        void *args[7];
+        memcpy(&w.part_scale[i], (const uint8_t *)parts[i].data + parts[i].n * k / 4, 4);
+        rows += parts[i].n;
+        w.part_end[i] = (uint32_t)rows;
+        args[0] = &stage, args[1] = &n, args[2] = &kk, args[3] = &w.data, args[4] = &off, args[5] = &gp, args[6] = &bad;
+        res = bitnet_gpu_upload(gpu, stage, parts[i].data, parts[i].n * k / 4);
+        if (res == BITNET_OK)
+            res = bitnet__gk_launch(gpu, "bitnet_k_t32_repack", (unsigned)((chunks + 255) / 256), 1, 1, 256, 1, args);
+    }
+    if (res == BITNET_OK) res = bitnet_gpu_download(gpu, &bad_h, bad, 4); /* ordered after the repacks */
+    if (stage) bitnet_gpu_free(gpu, stage);
+    if (bad) bitnet_gpu_free(gpu, bad);
+    if (res == BITNET_OK && bad_h)
+        res = bitnet__err(BITNET_ERR_CORRUPT, "bitnet_gpu_ternary_upload: a weight has the unused I2_S code 3");
+    if (res != BITNET_OK) {
+        bitnet_gpu_free(gpu, w.data);
+        return res;
+    }
+    *out = w;
+    return BITNET_OK;
+}
+
+/* ---- activations ------------------------------------------------------------------------------ */
+
+BITNET_API void bitnet_gpu_act_free(bitnet_gpu *gpu, bitnet_gpu_act *a) {
+    if (!a) return;
+    if (gpu) {
+        if (a->q) bitnet_gpu_free(gpu, a->q);
+        if (a->scale) bitnet_gpu_free(gpu, a->scale);
+        if (a->sum) bitnet_gpu_free(gpu, a->sum);
+    }
+    memset(a, 0, sizeof *a);
+}
+
+BITNET_API bitnet_result bitnet_gpu_act_alloc(bitnet_gpu *gpu, size_t cap, size_t k, bitnet_gpu_act *out) {
+    size_t qb, sb;
+    bitnet_result res;
+    BITNET__CHECK_PTR(gpu);
+    BITNET__CHECK_PTR(out);
+    memset(out, 0, sizeof *out);
+    if (!cap || !k || k > (size_t)INT_MAX || cap > (size_t)INT_MAX)
+        return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_gpu_act_alloc: cap=%zu k=%zu", cap, k);
+    if (!bitnet__mul_size(cap, k, &qb) || !bitnet__mul_size(cap, 4, &sb))
+        return bitnet__err(BITNET_ERR_OVERFLOW, "bitnet_gpu_act_alloc: %zu x %zu overflows", cap, k);
+    res = bitnet_gpu_alloc(gpu, qb, &out->q);
+    if (res == BITNET_OK) res = bitnet_gpu_alloc(gpu, sb, &out->scale);
+    if (res == BITNET_OK) res = bitnet_gpu_alloc(gpu, sb, &out->sum);
+    if (res != BITNET_OK) {
+        bitnet_gpu_act_free(gpu, out);
+        return res;
+    }
+    out->k = k;
+    out->cap = cap;
+    return BITNET_OK;
+}
+
+BITNET_API bitnet_result bitnet_gpu_quantize_act(bitnet_gpu *gpu, bitnet_devptr x, size_t m, size_t k,
+                                                 bitnet_devptr norm_weight, float eps, bitnet_gpu_act *a) {
+    long long ld;
+    int kk;
+    void *args[9];
+    BITNET__CHECK_PTR(gpu);
+    BITNET__CHECK_PTR(a);
+    if (!x) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_gpu_quantize_act: x is 0");
+    if (!a->q || !a->scale || !a->sum) return bitnet__err(BITNET_ERR_INVALID_STATE, "bitnet_gpu_quantize_act: activations not allocated");
+    if (!m || m > a->cap || k != a->k)
+        return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_gpu_quantize_act: m=%zu k=%zu for a buffer of %zu x %zu", m, k, a->cap, a->k);
+    if (norm_weight && !(eps >= 0.0f)) return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_gpu_quantize_act: eps %g", (double)eps);
+    ld = (long long)k;
+    kk = (int)k;
+    args[0] = &x, args[1] = &ld, args[2] = &kk, args[3] = &norm_weight, args[4] = &eps;
+    args[5] = &a->q, args[6] = &ld, args[7] = &a->scale, args[8] = &a->sum;
+    BITNET__TRY(bitnet__gk_launch(gpu, "bitnet_k_quant_act", (unsigned)m, 1, 1, 256, 1, args));
+    a->m = m;
+    return BITNET_OK;
+}
+
+/* ---- W2A8 matmul ------------------------------------------------------------------------------ */
+
+static bitnet_result bitnet__tmm_check(const char *fn, const bitnet_gpu_ternary *w, const bitnet_gpu_act *a,
+                                       bitnet_devptr out, bitnet_precision out_type) {
+    if (!w || !a) return bitnet__err(BITNET_ERR_NULL_POINTER, "%s: weights or activations are NULL", fn);
+    if (!w->data || !w->n || w->k % 128 || w->n_pad % 128 || w->n_pad < w->n || w->n_parts < 1 ||
+        w->n_parts > BITNET_GPU_MAX_PARTS)
+        return bitnet__err(BITNET_ERR_INVALID_STATE, "%s: weights not uploaded (bitnet_gpu_ternary_upload)", fn);
+    if (!a->q || !a->m || a->m > a->cap) return bitnet__err(BITNET_ERR_INVALID_STATE, "%s: activations not quantized", fn);
+    if (a->k != w->k) return bitnet__err(BITNET_ERR_BAD_SHAPE, "%s: activations have k=%zu, weights k=%zu", fn, a->k, w->k);
+    if (!out) return bitnet__err(BITNET_ERR_NULL_POINTER, "%s: out is 0", fn);
+    if (out_type != BITNET_PRECISION_AUTO && !bitnet__prec_ok(out_type))
+        return bitnet__err(BITNET_ERR_INVALID_ARG, "%s: output type %d", fn, (int)out_type);
+    return BITNET_OK;
+}
+
+static bitnet_result bitnet__tmm_issue(bitnet_gpu *gpu, const bitnet_gpu_ternary *w, const bitnet_gpu_act *a,
+                                       bitnet_devptr out, bitnet_precision out_type, bitnet_devptr residual) {
+    bitnet__k_segs segs;
+    int i, n_out = (int)w->n, nc = (int)(w->k / 64), glu = w->glu, ot;
+    long long lda = (long long)w->k, ldo = (long long)w->n;
+    size_t m0, m = a->m;
+    memset(&segs, 0, sizeof segs);
+    segs.n = w->n_parts;
+    for (i = 0; i < w->n_parts; i++) segs.end[i] = (int32_t)w->part_end[i], segs.scale[i] = w->part_scale[i];
+    ot = out_type == BITNET_PRECISION_AUTO ? (int)BITNET_PRECISION_FP32 : (int)out_type;
+    if (m > 8 && gpu->dev->cc >= 80) {
+        int mm = (int)m;
+        void *args[15];
+        args[0] = (void *)&w->data, args[1] = &n_out, args[2] = &nc, args[3] = &segs, args[4] = &glu;
+        args[5] = (void *)&a->q, args[6] = &lda, args[7] = (void *)&a->scale, args[8] = (void *)&a->sum, args[9] = &mm;
+        args[10] = &out, args[11] = &ldo, args[12] = &ot, args[13] = &residual, args[14] = &ldo;
+        return bitnet__gk_launch(gpu, "bitnet_k_tgemm", (unsigned)(w->n_pad / 128), (unsigned)((m + 127) / 128), 1, 128, 1, args);
+    }
+    /* GEMV, 8 tokens at a time (before sm_80 this covers every m) */
+    for (m0 = 0; m0 < m; m0 += 8) {
+        int mm = (int)BITNET__MIN(m - m0, (size_t)8), mt = mm == 1 ? 1 : mm == 2 ? 2 : mm <= 4 ? 4 : 8;
+        int rg = glu ? 2 : 1, groups = (n_out + 31) / 32, sms = bitnet__gk_sm_count(gpu), wpg = 8, cap;
+        size_t es = ot == BITNET_PRECISION_FP32 ? 4 : 2;
+        bitnet_devptr q = a->q + m0 * w->k, sc = a->scale + m0 * 4, su = a->sum + m0 * 4;
+        bitnet_devptr o = out + m0 * w->n * es, r = residual ? residual + m0 * w->n * es : 0;
+        char name[32];
+        void *args[15];
+        /* warps per 32-row group: enough warps in flight on the whole GPU (measured on H100: small
+           matrices want 32, large ones 8 to 16) */
+        while (wpg < 32 && (size_t)groups * wpg < (size_t)sms * 24) wpg *= 2;
+        cap = BITNET__MIN(32, 128 / mt) / rg;
+        wpg = BITNET__MIN(BITNET__MIN(wpg, cap), nc);
+        snprintf(name, sizeof name, "bitnet_k_tgemv_m%d", mt);
+        args[0] = (void *)&w->data, args[1] = &n_out, args[2] = &nc, args[3] = &segs, args[4] = &glu;
+        args[5] = &q, args[6] = &lda, args[7] = &sc, args[8] = &su, args[9] = &mm;
+        args[10] = &o, args[11] = &ldo, args[12] = &ot, args[13] = &r, args[14] = &ldo;
+        BITNET__TRY(bitnet__gk_launch(gpu, name, (unsigned)groups, 1, 1, 32, (unsigned)(wpg * rg), args));
+    }
+    return BITNET_OK;
+}
+
+BITNET_API bitnet_result bitnet_gpu_ternary_matmul(bitnet_gpu *gpu, const bitnet_gpu_ternary *w, const bitnet_gpu_act *a,
+                                                   bitnet_devptr out, bitnet_precision out_type, bitnet_devptr residual) {
+    BITNET__CHECK_PTR(gpu);
+    BITNET__TRY(bitnet__tmm_check("bitnet_gpu_ternary_matmul", w, a, out, out_type));
+    return bitnet__tmm_issue(gpu, w, a, out, out_type, residual);
+}
+
+BITNET_API bitnet_result bitnet_gpu_ternary_matmul_batch(bitnet_gpu *gpu, const bitnet_gpu_matmul_op *ops, size_t n_ops) {
+    size_t i;
+    BITNET__CHECK_PTR(gpu);
+    BITNET__CHECK_PTR(ops);
+    if (!n_ops) return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_gpu_ternary_matmul_batch: no problems");
+    for (i = 0; i < n_ops; i++) BITNET__TRY(bitnet__tmm_check("bitnet_gpu_ternary_matmul_batch", ops[i].w, ops[i].a, ops[i].out,
+                                                               ops[i].out_type));
+    for (i = 0; i < n_ops; i++) BITNET__TRY(bitnet__tmm_issue(gpu, ops[i].w, ops[i].a, ops[i].out, ops[i].out_type, ops[i].residual));
+    return bitnet_gpu_sync(gpu);
+}
+
+/* ---- dense matmul, conversions, per-precision metrics ------------------------------------------ */
+
+static bitnet_gpu_precision_metrics bitnet__pm[4];
+static double bitnet__pm_ms0[4]; /* the timed milliseconds at the last reset */
+
+static void bitnet__pm_add(bitnet_precision p, uint64_t ops, uint64_t bytes) {
+    bitnet__mutex_lock(&bitnet__gk_lock);
+    bitnet__pm[p].calls++;
+    bitnet__pm[p].ops += ops;
+    bitnet__pm[p].bytes += bytes;
+    bitnet__mutex_unlock(&bitnet__gk_lock);
+}
+
+/* Device time of the dense kernels of one precision, from the runtime's per-kernel timing. */
+static double bitnet__pm_timed(bitnet_precision p) {
+    static const char *const sfx[4] = {"", "_f32", "_f16", "_bf16"};
+    bitnet_gpu_stats *st = (bitnet_gpu_stats *)bitnet__malloc(sizeof *st);
+    double ms = 0;
+    int i;
+    if (!st) return 0;
+    if (bitnet_gpu_stats_get(NULL, st) == BITNET_OK)
+        for (i = 0; i < st->n_kernels; i++) {
+            const char *nm = st->kernels[i].name, *s;
+            if (strncmp(nm, "bitnet_k_dgemv", 14) && strncmp(nm, "bitnet_k_sgemm", 14) && strncmp(nm, "bitnet_k_hgemm", 14)) continue;
+            s = strstr(nm + 14, sfx[p]);
+            if (s && (s[strlen(sfx[p])] == 0 || s[strlen(sfx[p])] == '_')) ms += st->kernels[i].ms;
+        }
+    bitnet__free(st);
+    return ms;
+}
+
+BITNET_API bitnet_result bitnet_gpu_precision_metrics_get(bitnet_precision p, bitnet_gpu_precision_metrics *out) {
+    BITNET__CHECK_PTR(out);
+    if (!bitnet__prec_ok(p)) return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_gpu_precision_metrics_get: precision %d", (int)p);
+    bitnet__mutex_lock(&bitnet__gk_lock);
+    *out = bitnet__pm[p];
+    out->ms = bitnet__pm_timed(p) - bitnet__pm_ms0[p];
+    bitnet__mutex_unlock(&bitnet__gk_lock);
+    return BITNET_OK;
+}
+
+BITNET_API void bitnet_gpu_precision_metrics_reset(void) {
+    int p;
+    bitnet__mutex_lock(&bitnet__gk_lock);
+    memset(bitnet__pm, 0, sizeof bitnet__pm);
+    for (p = 1; p < 4; p++) bitnet__pm_ms0[p] = bitnet__pm_timed((bitnet_precision)p);
+    bitnet__mutex_unlock(&bitnet__gk_lock);
+}
+
+BITNET_API bitnet_result bitnet_gpu_matmul(bitnet_gpu *gpu, bitnet_precision prec, bitnet_devptr w, bitnet_devptr x,
+                                           size_t m, size_t n, size_t k, bitnet_devptr out, bitnet_precision out_type) {
+    static const char *const ty[4] = {"", "f32", "f16", "bf16"};
+    size_t es, t;
+    int nn, kk, mm, ot;
+    long long ld, ldo;
+    char name[40];
+    void *args[10];
+    BITNET__CHECK_PTR(gpu);
+    if (!w || !x || !out) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_gpu_matmul: w, x and out must be set");
+    if (prec == BITNET_PRECISION_AUTO) prec = bitnet_detect_best_precision(bitnet_gpu_ordinal(gpu));
+    if (out_type == BITNET_PRECISION_AUTO) out_type = BITNET_PRECISION_FP32;
+    if (!bitnet__prec_ok(prec) || !bitnet__prec_ok(out_type))
+        return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_gpu_matmul: precision %d, output %d", (int)prec, (int)out_type);
+    es = bitnet__prec_size(prec);
+    if (!m || !n || !k || m > (size_t)INT_MAX || n > (size_t)INT_MAX || k > (size_t)INT_MAX)
+        return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_gpu_matmul: m=%zu n=%zu k=%zu", m, n, k);
+    if ((k * es) % 16)
+        return bitnet__err(BITNET_ERR_BAD_SHAPE, "bitnet_gpu_matmul: k=%zu %s values are not whole 16-byte rows", k, ty[prec]);
+    if ((w | x) % 16) return bitnet__err(BITNET_ERR_ALIGNMENT, "bitnet_gpu_matmul: w and x must be 16-byte aligned");
+    if (!bitnet__mul_size(n, k, &t) || !bitnet__mul_size(m, k, &t) || !bitnet__mul_size(m, n, &t))
+        return bitnet__err(BITNET_ERR_OVERFLOW, "bitnet_gpu_matmul: sizes overflow");
+    nn = (int)n, kk = (int)k, mm = (int)m, ot = (int)out_type, ld = (long long)k, ldo = (long long)n;
+    args[0] = &w, args[1] = &x, args[2] = &nn, args[3] = &kk, args[4] = &ld, args[5] = &ld, args[6] = &mm;
+    args[7] = &out, args[8] = &ldo, args[9] = &ot;
+    if (m <= 8) {
+        snprintf(name, sizeof name, "bitnet_k_dgemv_%s_m%d", ty[prec], m == 1 ? 1 : 8);
+        BITNET__TRY(bitnet__gk_launch(gpu, name, (unsigned)((n + 8 * BITNET__DGEMV_ROWS - 1) / (8 * BITNET__DGEMV_ROWS)), 1, 1,
+                                      32, 8, args));
+    } else if (prec != BITNET_PRECISION_FP32 && gpu->dev->cc >= 80) {
+        snprintf(name, sizeof name, "bitnet_k_hgemm_%s", ty[prec]);
+        BITNET__TRY(bitnet__gk_launch(gpu, name, (unsigned)((n + 127) / 128), (unsigned)((m + 127) / 128), 1, 128, 1, args));
+    } else {
+        snprintf(name, sizeof name, "bitnet_k_sgemm_%s", ty[prec]);
+        BITNET__TRY(bitnet__gk_launch(gpu, name, (unsigned)((n + 63) / 64), (unsigned)((m + 63) / 64), 1, 256, 1, args));
+    }
+    bitnet__pm_add(prec, 2ull * m * n * k, (uint64_t)((n * k + m * k) * es + m * n * bitnet__prec_size(out_type)));
+    return BITNET_OK;
+}
+
+BITNET_API bitnet_result bitnet_gpu_convert(bitnet_gpu *gpu, bitnet_devptr src, bitnet_precision src_type,
+                                            bitnet_devptr dst, bitnet_precision dst_type, size_t n) {
+    int st = (int)src_type, dt = (int)dst_type;
+    unsigned long long nn = n;
+    void *args[5];
+    BITNET__CHECK_PTR(gpu);
+    if (!src || !dst) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_gpu_convert: src and dst must be set");
+    if (!bitnet__prec_ok(src_type) || !bitnet__prec_ok(dst_type))
+        return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_gpu_convert: types %d -> %d", st, dt);
+    if (!n) return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_gpu_convert: n is 0");
+    args[0] = &src, args[1] = &st, args[2] = &dst, args[3] = &dt, args[4] = &nn;
+    BITNET__TRY(bitnet__gk_launch(gpu, "bitnet_k_convert", bitnet__gk_blocks(n, 256), 1, 1, 256, 1, args));
+    bitnet__pm_add(dst_type, n, (uint64_t)n * (bitnet__prec_size(src_type) + bitnet__prec_size(dst_type)));
+    return BITNET_OK;
+}
+
+/* ---- GPU quantization -------------------------------------------------------------------------- */
+
+#define BITNET__ABSMEAN_BLOCKS 256 /* fixed: the partial sums' order must not depend on the device */
+
+BITNET_API bitnet_result bitnet_gpu_quantize_ternary(bitnet_gpu *gpu, bitnet_devptr w, size_t n, bitnet_devptr q,
+                                                     bitnet_devptr scale) {
+    bitnet_devptr part = 0;
+    unsigned long long nn = n;
+    int np = BITNET__ABSMEAN_BLOCKS;
+    bitnet_result res;
+    void *args[4];
+    BITNET__CHECK_PTR(gpu);
+    if (!w || !q || !scale) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_gpu_quantize_ternary: w, q and scale must be set");
+    if (!n) return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_gpu_quantize_ternary: n is 0");
+    BITNET__TRY(bitnet_gpu_alloc(gpu, BITNET__ABSMEAN_BLOCKS * sizeof(double), &part));
+    args[0] = &w, args[1] = &nn, args[2] = &part;
+    res = bitnet__gk_launch(gpu, "bitnet_k_absmean_partial", BITNET__ABSMEAN_BLOCKS, 1, 1, 256, 1, args);
+    args[0] = &part, args[1] = &np, args[2] = &nn, args[3] = &scale;
+    if (res == BITNET_OK) res = bitnet__gk_launch(gpu, "bitnet_k_absmean_final", 1, 1, 1, 256, 1, args);
+    args[0] = &w, args[1] = &nn, args[2] = &scale, args[3] = &q;
+    if (res == BITNET_OK) res = bitnet__gk_launch(gpu, "bitnet_k_ternary_codes", bitnet__gk_blocks(n, 256), 1, 1, 256, 1, args);
+    bitnet_gpu_free(gpu, part); /* the pool reuses it only after this stream's work */
+    return res;
+}
+
+BITNET_API bitnet_result bitnet_gpu_i2s_pack(bitnet_gpu *gpu, bitnet_devptr q, size_t n, size_t k, bitnet_devptr scale,
+                                             bitnet_devptr dst) {
+    bitnet_devptr bad = 0;
+    unsigned long long nk;
+    int bad_h = 0;
+    bitnet_result res;
+    void *args[5];
+    BITNET__CHECK_PTR(gpu);
+    if (!q || !scale || !dst) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_gpu_i2s_pack: q, scale and dst must be set");
+    if (!n || !k || k % BITNET_I2S_BLOCK || !bitnet_i2s_bytes(n, k))
+        return bitnet__err(BITNET_ERR_BAD_SHAPE, "bitnet_gpu_i2s_pack: n=%zu k=%zu (k a multiple of %d)", n, k, BITNET_I2S_BLOCK);
+    nk = (unsigned long long)n * k;
+    BITNET__TRY(bitnet_gpu_alloc(gpu, 4, &bad));
+    res = bitnet_gpu_memset(gpu, bad, 0, 4);
+    args[0] = &q, args[1] = &nk, args[2] = &scale, args[3] = &dst, args[4] = &bad;
+    if (res == BITNET_OK) res = bitnet__gk_launch(gpu, "bitnet_k_i2s_pack", bitnet__gk_blocks((size_t)(nk / 4), 256), 1, 1, 256, 1, args);
+    if (res == BITNET_OK) res = bitnet_gpu_download(gpu, &bad_h, bad, 4);
+    bitnet_gpu_free(gpu, bad);
+    if (res == BITNET_OK && bad_h) res = bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_gpu_i2s_pack: a code is not -1, 0 or 1");
+    return res;
+}
+
+/* ---- the device-aware quantizer ---------------------------------------------------------------- */
+
+struct bitnet_quantizer {
+    bitnet_gpu *gpu;
+    bitnet_quant_stats st;
+};
+
+static void *bitnet__qz_alloc(bitnet_quantizer *qz, size_t bytes) {
+    void *p = bitnet__malloc(bytes);
+    if (p) qz->st.host_bytes += bytes, qz->st.host_bytes_total += bytes;
+    return p;
+}
+static void bitnet__qz_release(bitnet_quantizer *qz, void *p, size_t bytes) {
+    if (!p) return;
+    bitnet__free(p);
+    qz->st.host_bytes -= bytes;
+}
+
+BITNET_API bitnet_result bitnet_quantizer_create(bitnet_gpu *gpu, bitnet_quantizer **out) {
+    bitnet_quantizer *qz;
+    BITNET__CHECK_PTR(out);
+    *out = NULL;
+    qz = (bitnet_quantizer *)bitnet__calloc(1, sizeof *qz);
+    if (!qz) return BITNET_ERR_OUT_OF_MEMORY;
+    qz->gpu = gpu;
+    qz->st.host_bytes = qz->st.host_bytes_total = sizeof *qz;
+    *out = qz;
+    return BITNET_OK;
+}
+
+BITNET_API void bitnet_quantizer_free(bitnet_quantizer *qz) { bitnet__free(qz); }
+
+/* After a GPU attempt: counts it, or keeps its error for the fallback that follows. */
+static int bitnet__qz_gpu_done(bitnet_quantizer *qz, bitnet_result r, bitnet_quant_kind kind, double t0) {
+    if (r == BITNET_OK) {
+        qz->st.gpu_ops++;
+        qz->st.gpu_ms[kind] += (bitnet__now() - t0) * 1e3;
+        return 1;
+    }
+    qz->st.fallbacks++;
+    snprintf(qz->st.last_gpu_error, sizeof qz->st.last_gpu_error, "%s: %.200s", bitnet_result_string(r), bitnet_last_error());
+    bitnet__log(BITNET_LOG_WARN, "quantizer: GPU failed (%s), using the CPU", qz->st.last_gpu_error);
+    return 0;
+}
+static bitnet_result bitnet__qz_cpu_done(bitnet_quantizer *qz, bitnet_result r, bitnet_quant_kind kind, double t0) {
+    qz->st.cpu_ops++;
+    qz->st.cpu_ms[kind] += (bitnet__now() - t0) * 1e3;
+    if (r != BITNET_OK)
+        snprintf(qz->st.last_cpu_error, sizeof qz->st.last_cpu_error, "%s: %.200s", bitnet_result_string(r), bitnet_last_error());
+    return r;
+}
+
+/* Device buffers of one GPU attempt (freed in any case). */
+typedef struct bitnet__qz_bufs { bitnet_devptr p[4]; } bitnet__qz_bufs;
+static void bitnet__qz_bufs_free(bitnet_gpu *gpu, bitnet__qz_bufs *b) {
+    int i;
+    for (i = 0; i < 4; i++)
+        if (b->p[i]) bitnet_gpu_free(gpu, b->p[i]);
+}
+
+BITNET_API bitnet_result bitnet_quantizer_ternary(bitnet_quantizer *qz, const float *w, size_t n, int8_t *q, float *scale) {
+    double t0 = bitnet__now();
+    size_t wb;
+    BITNET__CHECK_PTR(qz);
+    BITNET__CHECK_PTR(w);
+    BITNET__CHECK_PTR(q);
+    BITNET__CHECK_PTR(scale);
+    if (!n) return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_quantizer_ternary: n is 0");
+    if (!bitnet__mul_size(n, 4, &wb)) return bitnet__err(BITNET_ERR_OVERFLOW, "bitnet_quantizer_ternary: n=%zu overflows", n);
+    if (qz->gpu) {
+        bitnet__qz_bufs b;
+        bitnet_result r;
+        memset(&b, 0, sizeof b);
+        r = bitnet_gpu_alloc(qz->gpu, wb, &b.p[0]);
+        if (r == BITNET_OK) r = bitnet_gpu_alloc(qz->gpu, n, &b.p[1]);
+        if (r == BITNET_OK) r = bitnet_gpu_alloc(qz->gpu, 4, &b.p[2]);
+        if (r == BITNET_OK) r = bitnet_gpu_upload(qz->gpu, b.p[0], w, wb);
+        if (r == BITNET_OK) r = bitnet_gpu_quantize_ternary(qz->gpu, b.p[0], n, b.p[1], b.p[2]);
+        if (r == BITNET_OK) r = bitnet_gpu_download(qz->gpu, q, b.p[1], n);
+        if (r == BITNET_OK) r = bitnet_gpu_download(qz->gpu, scale, b.p[2], 4);
+        bitnet__qz_bufs_free(qz->gpu, &b);
+        if (bitnet__qz_gpu_done(qz, r, BITNET_QUANT_TERNARY, t0)) return BITNET_OK;
+        t0 = bitnet__now();
+    }
+    return bitnet__qz_cpu_done(qz, bitnet_quantize_ternary(w, n, q, scale), BITNET_QUANT_TERNARY, t0);
+}
+
+BITNET_API bitnet_result bitnet_quantizer_act(bitnet_quantizer *qz, const float *x, size_t m, size_t k, int8_t *q,
+                                              float *scale, int32_t *sum) {
+    double t0 = bitnet__now();
+    size_t mk, xb;
+    BITNET__CHECK_PTR(qz);
+    BITNET__CHECK_PTR(x);
+    BITNET__CHECK_PTR(q);
+    BITNET__CHECK_PTR(scale);
+    if (!m || !k) return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_quantizer_act: m=%zu k=%zu", m, k);
+    if (!bitnet__mul_size(m, k, &mk) || !bitnet__mul_size(mk, 4, &xb))
+        return bitnet__err(BITNET_ERR_OVERFLOW, "bitnet_quantizer_act: m*k overflows");
+    if (qz->gpu && m <= (size_t)INT_MAX && k <= (size_t)INT_MAX) {
+        bitnet__qz_bufs b;
+        bitnet_gpu_act a;
+        bitnet_result r;
+        memset(&b, 0, sizeof b);
+        memset(&a, 0, sizeof a);
+        r = bitnet_gpu_alloc(qz->gpu, xb, &b.p[0]);
+        if (r == BITNET_OK) r = bitnet_gpu_act_alloc(qz->gpu, m, k, &a);
+        if (r == BITNET_OK) r = bitnet_gpu_upload(qz->gpu, b.p[0], x, xb);
+        if (r == BITNET_OK) r = bitnet_gpu_quantize_act(qz->gpu, b.p[0], m, k, 0, 0.0f, &a);
+        if (r == BITNET_OK) r = bitnet_gpu_download(qz->gpu, q, a.q, mk);
+        if (r == BITNET_OK) r = bitnet_gpu_download(qz->gpu, scale, a.scale, m * 4);
+        if (r == BITNET_OK && sum) r = bitnet_gpu_download(qz->gpu, sum, a.sum, m * 4);
+        bitnet_gpu_act_free(qz->gpu, &a);
+        bitnet__qz_bufs_free(qz->gpu, &b);
+        if (bitnet__qz_gpu_done(qz, r, BITNET_QUANT_ACT, t0)) return BITNET_OK;
+        t0 = bitnet__now();
+    }
+    return bitnet__qz_cpu_done(qz, bitnet_quantize_act(x, m, k, q, scale, sum), BITNET_QUANT_ACT, t0);
+}
+
+BITNET_API bitnet_result bitnet_quantizer_i2s(bitnet_quantizer *qz, const float *w, size_t n, size_t k, void *dst,
+                                              size_t dst_bytes) {
+    double t0 = bitnet__now();
+    size_t nk, wb, ib;
+    int8_t *codes;
+    float scale;
+    bitnet_result r;
+    BITNET__CHECK_PTR(qz);
+    BITNET__CHECK_PTR(w);
+    BITNET__TRY(bitnet__i2s_check("bitnet_quantizer_i2s", dst, dst_bytes, n, k));
+    nk = n * k; /* bitnet__i2s_check proved it fits */
+    if (!bitnet__mul_size(nk, 4, &wb)) return bitnet__err(BITNET_ERR_OVERFLOW, "bitnet_quantizer_i2s: n*k*4 overflows");
+    ib = bitnet_i2s_bytes(n, k);
+    if (qz->gpu) {
+        bitnet__qz_bufs b;
+        memset(&b, 0, sizeof b);
+        r = bitnet_gpu_alloc(qz->gpu, wb, &b.p[0]);
+        if (r == BITNET_OK) r = bitnet_gpu_alloc(qz->gpu, nk, &b.p[1]);
+        if (r == BITNET_OK) r = bitnet_gpu_alloc(qz->gpu, 4, &b.p[2]);
+        if (r == BITNET_OK) r = bitnet_gpu_alloc(qz->gpu, ib, &b.p[3]);
+        if (r == BITNET_OK) r = bitnet_gpu_upload(qz->gpu, b.p[0], w, wb);
+        if (r == BITNET_OK) r = bitnet_gpu_quantize_ternary(qz->gpu, b.p[0], nk, b.p[1], b.p[2]);
+        if (r == BITNET_OK) r = bitnet_gpu_i2s_pack(qz->gpu, b.p[1], n, k, b.p[2], b.p[3]);
+        if (r == BITNET_OK) r = bitnet_gpu_download(qz->gpu, dst, b.p[3], ib);
+        bitnet__qz_bufs_free(qz->gpu, &b);
+        if (bitnet__qz_gpu_done(qz, r, BITNET_QUANT_I2S, t0)) return BITNET_OK;
+        t0 = bitnet__now();
+    }
+    codes = (int8_t *)bitnet__qz_alloc(qz, nk);
+    if (!codes) return bitnet__qz_cpu_done(qz, BITNET_ERR_OUT_OF_MEMORY, BITNET_QUANT_I2S, t0);
+    r = bitnet_quantize_ternary(w, nk, codes, &scale);
+    if (r == BITNET_OK) r = bitnet_i2s_pack(codes, n, k, scale, dst, dst_bytes);
+    bitnet__qz_release(qz, codes, nk);
+    return bitnet__qz_cpu_done(qz, r, BITNET_QUANT_I2S, t0);
+}
+
+BITNET_API bitnet_result bitnet_quantizer_stats(const bitnet_quantizer *qz, bitnet_quant_stats *out) {
+    BITNET__CHECK_PTR(qz);
+    BITNET__CHECK_PTR(out);
+    *out = qz->st;
+    return BITNET_OK;
+}
+
+BITNET_API bitnet_result bitnet_quantizer_summary(const bitnet_quantizer *qz, char *buf, size_t cap) {
+    const bitnet_quant_stats *s;
+    double g = 0, c = 0;
+    int i;
+    BITNET__CHECK_PTR(qz);
+    BITNET__CHECK_PTR(buf);
+    if (!cap) return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_quantizer_summary: cap is 0");
+    s = &qz->st;
+    for (i = 0; i < BITNET_QUANT_KINDS; i++) g += s->gpu_ms[i], c += s->cpu_ms[i];
+    snprintf(buf, cap, "quantizer: gpu %llu ops (%.1f ms), cpu %llu ops (%.1f ms), %llu fallback%s%s%s%s, host %.1f MB (%.1f MB total)",
+             (unsigned long long)s->gpu_ops, g, (unsigned long long)s->cpu_ops, c, (unsigned long long)s->fallbacks,
+             s->fallbacks == 1 ? "" : "s", s->last_gpu_error[0] ? " (last gpu error: " : "", s->last_gpu_error,
+             s->last_gpu_error[0] ? ")" : "", (double)s->host_bytes / 1e6, (double)s->host_bytes_total / 1e6);
+    return BITNET_OK;
+}
 
 /* >>cuda-forward ============================================================================== */
 

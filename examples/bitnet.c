@@ -2,7 +2,13 @@
 #define BITNET_IMPLEMENTATION
 #include "../bitnet.h"
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <stdlib.h>
+#include <ctype.h>
+#include <math.h>
+#include <time.h>
+#include <pthread.h>
 
 typedef int (*cmd_fn)(int argc, char **argv);
 typedef struct { const char *name; cmd_fn fn; const char *usage; } command;
@@ -16,6 +22,968 @@ static int cmd_version(int argc, char **argv) {
 }
 
 /* >>cli-commands: one function per subcommand, listed in the table below. */
+
+/* tokenize: prints the ids of -p TEXT (comma-separated, as `eval --tokens` takes them), or one line
+   of ids per line of --hex-lines FILE (each line the hex of one text: texts may hold newlines). */
+static int tok_hex_value(int c) {
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+static int tok_print(const bitnet_tokenizer *t, const char *text, size_t len, int bos, int special) {
+    size_t n = len + 1, i; /* every token holds at least one byte, plus BOS */
+    int32_t *ids = (int32_t *)malloc(n * sizeof(int32_t));
+    if (!ids || bitnet_tokenize(t, text, len, bos, special, ids, n, &n) != BITNET_OK) { free(ids); return -1; }
+    for (i = 0; i < n; i++) printf(i ? ",%d" : "%d", (int)ids[i]);
+    printf("\n");
+    free(ids);
+    return 0;
+}
+static int cmd_tokenize(int argc, char **argv) {
+    const char *model = NULL, *tiktoken = NULL, *prompt = NULL, *hex_lines = NULL;
+    int bos = 1, special = 1, i, rc = 0;
+    bitnet_tokenizer *t = NULL;
+    bitnet_result r = BITNET_OK;
+    bitnet_set_logger(bitnet_log_stderr, NULL);
+    for (i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--no-bos") == 0) bos = 0;
+        else if (strcmp(a, "--no-special") == 0) special = 0;
+        else if (v && strcmp(a, "-m") == 0) model = v, i++;
+        else if (v && strcmp(a, "--tiktoken") == 0) tiktoken = v, i++;
+        else if (v && strcmp(a, "-p") == 0) prompt = v, i++;
+        else if (v && strcmp(a, "--hex-lines") == 0) hex_lines = v, i++;
+        else { fprintf(stderr, "tokenize: unknown or incomplete option '%s'\n", a); return 2; }
+    }
+    if (!model == !tiktoken || !prompt == !hex_lines) {
+        fprintf(stderr, "usage: bitnet tokenize (-m FILE.gguf | --tiktoken FILE) (-p TEXT | --hex-lines FILE) [--no-bos] [--no-special]\n");
+        return 2;
+    }
+    if (model) {
+        bitnet_gguf *g = NULL;
+        r = bitnet_gguf_open(model, &g);
+        if (r == BITNET_OK) r = bitnet_tokenizer_from_gguf(g, &t);
+        bitnet_gguf_close(g);
+    } else {
+        bitnet_vocab v;
+        r = bitnet_vocab_from_tiktoken(tiktoken, 256, &v);
+        if (r == BITNET_OK) {
+            bitnet_tokenizer_desc d;
+            memset(&d, 0, sizeof d);
+            d.tokens = v.tokens;
+            d.n_tokens = v.n_tokens;
+            d.merges = v.merges;
+            d.n_merges = v.n_merges;
+            d.token_types = v.token_types;
+            d.bos = (int32_t)v.n_tokens - 256;      /* <|begin_of_text|> */
+            d.eos = d.bos + 1;                      /* <|end_of_text|> */
+            d.eot = d.bos + 9;                      /* <|eot_id|> */
+            r = bitnet_tokenizer_create(&d, &t);
+            bitnet_vocab_free(&v);
+        }
+    }
+    if (r != BITNET_OK) return 1; /* the logger has said why */
+    if (prompt) rc = tok_print(t, prompt, strlen(prompt), bos, special) ? 1 : 0;
+    else {
+        FILE *f = fopen(hex_lines, "rb");
+        char *line = NULL, *text = NULL;
+        size_t cap = 0;
+        if (!f) { fprintf(stderr, "tokenize: cannot open '%s'\n", hex_lines); bitnet_tokenizer_free(t); return 1; }
+        for (;;) {
+            size_t len = 0, k;
+            int c;
+            while ((c = fgetc(f)) != EOF && c != '\n') {
+                if (len + 1 >= cap) {
+                    char *nl = (char *)realloc(line, cap = cap ? 2 * cap : 4096);
+                    if (!nl) { rc = 1; break; }
+                    line = nl;
+                }
+                line[len++] = (char)c;
+            }
+            if (rc || (c == EOF && len == 0)) break;
+            if (len % 2) { fprintf(stderr, "tokenize: odd hex line\n"); rc = 1; break; }
+            free(text);
+            text = (char *)malloc(len / 2 + 1);
+            if (!text) { rc = 1; break; }
+            for (k = 0; k < len / 2; k++) {
+                int hi = tok_hex_value(line[2 * k]), lo = tok_hex_value(line[2 * k + 1]);
+                if (hi < 0 || lo < 0) { fprintf(stderr, "tokenize: bad hex\n"); rc = 1; break; }
+                text[k] = (char)(hi * 16 + lo);
+            }
+            if (rc || tok_print(t, text, len / 2, bos, special)) { rc = 1; break; }
+            if (c == EOF) break;
+        }
+        free(line);
+        free(text);
+        fclose(f);
+    }
+    bitnet_tokenizer_free(t);
+    return rc;
+}
+
+static int bench_kernels_cuda(int argc, char **argv);
+
+/* ---- bench-kernels: ternary GEMV/GEMM speed against the machine's memory-read bandwidth ----- */
+#if defined(__linux__) || defined(__APPLE__)
+#include <sys/mman.h>
+#endif
+
+typedef struct { const uint8_t *p; size_t n; uint64_t part[256]; } bench_mem;
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+__attribute__((target("avx512f"))) static uint64_t bench_sum_avx512(const uint8_t *p, size_t n) {
+    __m512i s0 = _mm512_setzero_si512(), s1 = s0, s2 = s0, s3 = s0;
+    size_t i;
+    for (i = 0; i + 256 <= n; i += 256) {
+        s0 = _mm512_add_epi64(s0, _mm512_load_si512((const void *)(p + i)));
+        s1 = _mm512_add_epi64(s1, _mm512_load_si512((const void *)(p + i + 64)));
+        s2 = _mm512_add_epi64(s2, _mm512_load_si512((const void *)(p + i + 128)));
+        s3 = _mm512_add_epi64(s3, _mm512_load_si512((const void *)(p + i + 192)));
+    }
+    return (uint64_t)_mm512_reduce_add_epi64(_mm512_add_epi64(_mm512_add_epi64(s0, s1), _mm512_add_epi64(s2, s3)));
+}
+__attribute__((target("avx2"))) static uint64_t bench_sum_avx2(const uint8_t *p, size_t n) {
+    __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0;
+    uint64_t o[4];
+    size_t i;
+    for (i = 0; i + 128 <= n; i += 128) {
+        s0 = _mm256_add_epi64(s0, _mm256_load_si256((const __m256i *)(const void *)(p + i)));
+        s1 = _mm256_add_epi64(s1, _mm256_load_si256((const __m256i *)(const void *)(p + i + 32)));
+        s2 = _mm256_add_epi64(s2, _mm256_load_si256((const __m256i *)(const void *)(p + i + 64)));
+        s3 = _mm256_add_epi64(s3, _mm256_load_si256((const __m256i *)(const void *)(p + i + 96)));
+    }
+    _mm256_storeu_si256((__m256i *)(void *)o, _mm256_add_epi64(_mm256_add_epi64(s0, s1), _mm256_add_epi64(s2, s3)));
+    return o[0] + o[1] + o[2] + o[3];
+}
+#endif
+
+static uint64_t bench_sum_scalar(const uint8_t *p, size_t n) {
+    const uint64_t *q = (const uint64_t *)(const void *)p;
+    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    size_t i;
+    for (i = 0; i + 4 <= n / 8; i += 4) { s0 += q[i]; s1 += q[i + 1]; s2 += q[i + 2]; s3 += q[i + 3]; }
+    return s0 + s1 + s2 + s3;
+}
+
+/* Each thread sums its own 4 KB-aligned slice with the widest loads the CPU has. */
+static void bench_mem_task(void *arg, int ith, int nth) {
+    bench_mem *b = (bench_mem *)arg;
+    size_t per = (b->n / (size_t)nth) & ~(size_t)4095;
+    const uint8_t *p = b->p + per * (size_t)ith;
+    size_t len = ith == nth - 1 ? b->n - per * (size_t)ith : per;
+    uint64_t s;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    if (bitnet_cpu_has_isa(BITNET_ISA_AVX512)) s = bench_sum_avx512(p, len);
+    else if (bitnet_cpu_has_isa(BITNET_ISA_AVX2)) s = bench_sum_avx2(p, len);
+    else
+#endif
+        s = bench_sum_scalar(p, len);
+    b->part[ith] = s;
+}
+
+/* Best of `passes` passes over the buffer, GB/s. */
+static double bench_mem_bw(const uint8_t *p, size_t n, int passes) {
+    bench_mem b;
+    double best = 0;
+    int rep;
+    memset(&b, 0, sizeof b);
+    b.p = p;
+    b.n = n;
+    for (rep = 0; rep < passes; rep++) {
+        double t = bitnet__now();
+        bitnet__parallel(bench_mem_task, &b);
+        t = bitnet__now() - t;
+        if ((double)n / t / 1e9 > best) best = (double)n / t / 1e9;
+    }
+    return best;
+}
+
+static void bench_nop(void *arg, int ith, int nth) { (void)arg; (void)ith; (void)nth; }
+
+typedef struct { size_t n, k; } bench_shape;
+typedef struct { char shape[32]; size_t m; bitnet_isa isa; int threads; double us, gbps, gops, ratio; } bench_row;
+
+/* Best mean time of one call, in seconds: a warm-up call (which alone is the measure when a call
+   is slow, as the scalar GEMM is), then ~50 ms batches for `budget` seconds. Every call takes the
+   next of the `copies` weight copies, so the weights come from DRAM. */
+static double bench_time(const uint8_t *arena, size_t stride, size_t copies, size_t n, size_t k, const int8_t *a,
+                         const float *as, const int32_t *asum, size_t m, float *out, double budget) {
+    const size_t wb = n * k / 4 + 32;
+    double best = 1e30, spent = 0, t = bitnet__now();
+    size_t idx = 0;
+    bitnet_gemm_i2s(arena, wb, n, k, a, as, asum, m, out);
+    t = bitnet__now() - t;
+    if (t > 0.1) return t;
+    while (spent < budget) {
+        int calls = 0;
+        double t0 = bitnet__now(), dt;
+        do {
+            idx = (idx + 1) % copies;
+            bitnet_gemm_i2s(arena + idx * stride, wb, n, k, a, as, asum, m, out);
+            calls++;
+        } while ((dt = bitnet__now() - t0) < 0.05);
+        spent += dt;
+        if (dt / calls < best) best = dt / calls;
+    }
+    return best;
+}
+
+static int cmd_bench_kernels(int argc, char **argv) {
+    static const bench_shape shapes[] = {{2560, 2560}, {3840, 2560}, {13824, 2560}, {2560, 6912}, {20480, 3200}};
+    enum { N_SHAPES = sizeof shapes / sizeof shapes[0], N_PASSES = 3 };
+    static const size_t ms[] = {1, 64};
+    const size_t rotate = (size_t)512 << 20, arena_bytes = rotate + ((size_t)32 << 20);
+    const char *backend = "cpu", *json = NULL;
+    bench_row rows[128];
+    int n_rows = 0, i, th, pass;
+    size_t si, mi, c;
+    uint8_t *arena;
+    double mem_bw, mem_bw1, t_start = bitnet__now();
+    for (i = 1; i + 1 < argc; i++) /* the CUDA side has flags of its own (--bitnetcpp, --device) */
+        if (strcmp(argv[i], "--backend") == 0 && strcmp(argv[i + 1], "cuda") == 0) return bench_kernels_cuda(argc, argv);
+    for (i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--backend") == 0 && i + 1 < argc) backend = argv[++i];
+        else if (strcmp(argv[i], "--json") == 0 && i + 1 < argc) json = argv[++i];
+        else {
+            fprintf(stderr, "usage: bitnet bench-kernels [--backend cpu|cuda] [--json FILE]\n");
+            return 2;
+        }
+    }
+    if (strcmp(backend, "cpu") != 0) {
+        fprintf(stderr, "bench-kernels: unknown backend '%s' (cpu or cuda)\n", backend);
+        return 2;
+    }
+
+    /* One arena: memory bandwidth is measured over it, and each shape's weights are laid out in
+       it as distinct copies (>= 512 MB in all) that the calls rotate through, so every call reads
+       its weights from DRAM, not from the caches. Random valid codes (no 3s). */
+#if defined(__linux__) || defined(__APPLE__)
+    arena = (uint8_t *)mmap(NULL, arena_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (arena == (uint8_t *)MAP_FAILED) arena = NULL;
+#if defined(MADV_HUGEPAGE)
+    if (arena) madvise(arena, arena_bytes, MADV_HUGEPAGE);
+#endif
+#else
+    arena = (uint8_t *)malloc(arena_bytes);
+#endif
+    if (!arena) {
+        fprintf(stderr, "bench-kernels: cannot allocate %zu MB\n", arena_bytes >> 20);
+        return 1;
+    }
+    {
+        uint64_t x = 0x9E3779B97F4A7C15ull, *q = (uint64_t *)(void *)arena;
+        for (c = 0; c < arena_bytes / 8; c++) {
+            uint64_t v;
+            x ^= x >> 12; x ^= x << 25; x ^= x >> 27;
+            v = x * 2685821657736338717ull;
+            q[c] = v & ~(((v >> 1) & v & 0x5555555555555555ull) << 1); /* code 3 -> 1 */
+        }
+    }
+
+    /* The bandwidth is measured again before each (shape, m) group of rows and the best value of
+       the run is the reference, so a busy moment during one measurement cannot flatter the ratios. */
+    bitnet_set_num_threads(2);
+    mem_bw = bench_mem_bw(arena, arena_bytes, 3);
+    {
+        double t = bitnet__now();
+        for (i = 0; i < 10000; i++) bitnet__parallel(bench_nop, NULL);
+        t = (bitnet__now() - t) / 10000;
+        bitnet_set_num_threads(1);
+        mem_bw1 = bench_mem_bw(arena, arena_bytes, 3);
+        printf("memory read bandwidth: %.2f GB/s with 2 threads (%.2f with 1); pool dispatch %.2f us\n", mem_bw, mem_bw1,
+               t * 1e6);
+    }
+    printf("%-12s %4s %-7s %3s %12s %10s %9s %7s\n", "shape", "m", "isa", "thr", "us", "weight_GB/s", "GOPS", "ratio");
+
+    /* Passes 0 and 1 measure the SIMD rows twice (each keeps its best time, so one busy moment on
+       this shared machine does not decide a row); pass 2 measures the scalar rows once (slow, and
+       only a reference). The rows stay in table order: shape, m, isa, threads. */
+    for (pass = 0; pass < N_PASSES; pass++) {
+        int row = 0;
+        for (si = 0; si < N_SHAPES; si++) {
+            const size_t n = shapes[si].n, k = shapes[si].k, wb = n * k / 4 + 32;
+            const size_t stride = (wb + 4095) & ~(size_t)4095;
+            size_t copies = rotate / stride + 1;
+            float one = 1.0f, *out = (float *)malloc(64 * n * sizeof(float));
+            if (copies * stride > arena_bytes) copies = arena_bytes / stride;
+            for (c = 0; c < copies; c++) memcpy(arena + c * stride + n * k / 4, &one, 4);
+            for (mi = 0; mi < sizeof ms / sizeof ms[0]; mi++) {
+                const size_t m = ms[mi];
+                int8_t *a = (int8_t *)malloc(m * k);
+                float *as = (float *)malloc(m * sizeof(float));
+                int32_t *asum = (int32_t *)malloc(m * sizeof(int32_t));
+                int isa;
+                if (pass < 2 && pass + si + mi > 0) {
+                    double bw;
+                    bitnet_set_num_threads(2);
+                    bw = bench_mem_bw(arena, (size_t)256 << 20, 2); /* far beyond the caches */
+                    if (bw > mem_bw) mem_bw = bw;
+                }
+                for (c = 0; c < m; c++) {
+                    size_t j;
+                    asum[c] = 0;
+                    as[c] = 1.0f;
+                    for (j = 0; j < k; j++) asum[c] += a[c * k + j] = (int8_t)((j * 7 + c * 13) % 255 - 127);
+                }
+                for (isa = BITNET_ISA_SCALAR; isa < BITNET_ISA_COUNT; isa++) {
+                    if (!bitnet_cpu_has_isa((bitnet_isa)isa)) continue;
+                    bitnet_cpu_set_isa((bitnet_isa)isa);
+                    for (th = 1; th <= 2; th++) {
+                        bench_row *r = &rows[row++];
+                        double t;
+                        if (pass == 0) {
+                            snprintf(r->shape, sizeof r->shape, "%zux%zu", n, k);
+                            r->m = m;
+                            r->isa = (bitnet_isa)isa;
+                            r->threads = th;
+                            r->us = 1e30;
+                            n_rows = row;
+                        }
+                        if ((isa == BITNET_ISA_SCALAR) != (pass == 2)) continue;
+                        if (pass == 1 && bitnet__now() - t_start > 32) continue; /* leaves time for the scalar rows */
+                        bitnet_set_num_threads(th);
+                        t = bench_time(arena, stride, copies, n, k, a, as, asum, m, out, 0.1) * 1e6;
+                        if (t < r->us) r->us = t;
+                        r->gbps = (double)(n * k / 4) / r->us / 1e3;
+                        r->gops = 2.0 * (double)m * (double)n * (double)k / r->us / 1e3;
+                        printf("%-12s %4zu %-7s %3d %12.1f %10.2f %9.1f %7.3f%s\n", r->shape, m, bitnet_isa_name(r->isa), th,
+                               t, (double)(n * k / 4) / t / 1e3, 2.0 * (double)m * (double)n * (double)k / t / 1e3,
+                               (double)(n * k / 4) / t / 1e3 / mem_bw, pass == 1 ? "  (again)" : "");
+                        fflush(stdout);
+                    }
+                }
+                free(a);
+                free(as);
+                free(asum);
+            }
+            free(out);
+        }
+    }
+    bitnet_cpu_set_isa(BITNET_ISA_AUTO);
+    bitnet_set_num_threads(0);
+#if defined(__linux__) || defined(__APPLE__)
+    munmap(arena, arena_bytes);
+#else
+    free(arena);
+#endif
+    /* The final table (markdown): best time per row, ratios against the best bandwidth of the run. */
+    printf("\nmemory read bandwidth (2 threads, best of the run): %.2f GB/s\n\n", mem_bw);
+    printf("| shape | m | isa | threads | us | weight GB/s | GOPS | ratio to mem bw |\n|---|---|---|---|---|---|---|---|\n");
+    for (i = 0; i < n_rows; i++) {
+        rows[i].ratio = rows[i].gbps / mem_bw;
+        printf("| %s | %zu | %s | %d | %.1f | %.2f | %.1f | %.3f |\n", rows[i].shape, rows[i].m, bitnet_isa_name(rows[i].isa),
+               rows[i].threads, rows[i].us, rows[i].gbps, rows[i].gops, rows[i].ratio);
+    }
+    printf("\ntotal %.1f s\n", bitnet__now() - t_start);
+    if (json) {
+        FILE *f = fopen(json, "w");
+        if (!f) {
+            fprintf(stderr, "bench-kernels: cannot write %s\n", json);
+            return 1;
+        }
+        fprintf(f, "{\"mem_bw_gbps\": %.3f, \"rows\": [", mem_bw);
+        for (i = 0; i < n_rows; i++)
+            fprintf(f, "%s\n  {\"shape\": \"%s\", \"m\": %zu, \"isa\": \"%s\", \"threads\": %d, \"us\": %.2f, "
+                       "\"weight_gbps\": %.3f, \"gops\": %.2f, \"ratio_to_mem_bw\": %.4f}",
+                    i ? "," : "", rows[i].shape, rows[i].m, bitnet_isa_name(rows[i].isa), rows[i].threads, rows[i].us,
+                    rows[i].gbps, rows[i].gops, rows[i].ratio);
+        fprintf(f, "\n]}\n");
+        fclose(f);
+    }
+    return 0;
+}
+
+/* ---- info: metadata and the tensor table of a GGUF file ------------------------------------- */
+
+/* Prints at most max bytes of s, escaping control bytes and quotes. */
+static void print_escaped(const char *s, uint64_t len, size_t max) {
+    uint64_t i;
+    putchar('"');
+    for (i = 0; i < len && i < max; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"' || c == '\\') printf("\\%c", c);
+        else if (c == '\n') printf("\\n");
+        else if (c < 0x20 || c == 0x7f) printf("\\x%02x", c);
+        else putchar(c);
+    }
+    putchar('"');
+    if (len > max) printf("... (%llu bytes)", (unsigned long long)len);
+}
+
+/* One element of a numeric array or scalar, stored little-endian at p. */
+static void print_number(bitnet_gguf_type t, const unsigned char *p) {
+    uint64_t u = 0;
+    int i, n = t == BITNET_GGUF_UINT8 || t == BITNET_GGUF_INT8 || t == BITNET_GGUF_BOOL ? 1
+             : t == BITNET_GGUF_UINT16 || t == BITNET_GGUF_INT16 ? 2
+             : t == BITNET_GGUF_UINT32 || t == BITNET_GGUF_INT32 || t == BITNET_GGUF_FLOAT32 ? 4 : 8;
+    for (i = 0; i < n; i++) u |= (uint64_t)p[i] << (8 * i);
+    switch (t) {
+    case BITNET_GGUF_INT8: printf("%d", (int)(int8_t)u); break;
+    case BITNET_GGUF_INT16: printf("%d", (int)(int16_t)u); break;
+    case BITNET_GGUF_INT32: printf("%d", (int)(int32_t)u); break;
+    case BITNET_GGUF_INT64: printf("%lld", (long long)(int64_t)u); break;
+    case BITNET_GGUF_BOOL: printf("%s", u ? "true" : "false"); break;
+    case BITNET_GGUF_FLOAT32: { uint32_t b = (uint32_t)u; float f; memcpy(&f, &b, 4); printf("%g", (double)f); break; }
+    case BITNET_GGUF_FLOAT64: { double d; memcpy(&d, &u, 8); printf("%g", d); break; }
+    default: printf("%llu", (unsigned long long)u); break;
+    }
+}
+
+static int cmd_info(int argc, char **argv) {
+    bitnet_gguf *g = NULL;
+    bitnet_model_info mi;
+    bitnet_result r;
+    uint64_t i, n;
+    if (argc != 2 || argv[1][0] == '-') {
+        fprintf(stderr, "usage: bitnet info FILE.gguf\n");
+        return 2;
+    }
+    if ((r = bitnet_gguf_open(argv[1], &g)) != BITNET_OK) {
+        fprintf(stderr, "bitnet info: %s: %s\n", bitnet_result_string(r), bitnet_last_error());
+        return 1;
+    }
+    printf("%s: GGUF v%u, %llu bytes (%s), alignment %u, data section at offset %llu\n", argv[1], bitnet_gguf_version(g),
+           (unsigned long long)bitnet_gguf_size(g), bitnet_gguf_is_mapped(g) ? "mapped" : "read", bitnet_gguf_alignment(g),
+           (unsigned long long)bitnet_gguf_data_offset(g));
+    n = bitnet_gguf_kv_count(g);
+    printf("\nmetadata: %llu keys\n", (unsigned long long)n);
+    for (i = 0; i < n; i++) {
+        const char *key = bitnet_gguf_key_name(g, i);
+        bitnet_gguf_type t = bitnet_gguf_key_type(g, i);
+        if (!key) continue;
+        printf("  %-44s %-8s ", key, bitnet_gguf_type_name(t));
+        if (t == BITNET_GGUF_STRING) {
+            bitnet_gguf_str s;
+            bitnet_gguf_get_str(g, key, &s);
+            print_escaped(s.ptr, s.len, 72);
+        } else if (t == BITNET_GGUF_ARRAY) {
+            bitnet_gguf_type et;
+            uint64_t cnt, j;
+            bitnet_gguf_get_arr(g, key, &et, &cnt);
+            printf("%s x %llu: [", bitnet_gguf_type_name(et), (unsigned long long)cnt);
+            for (j = 0; j < cnt && j < 6; j++) {
+                if (j) printf(", ");
+                if (et == BITNET_GGUF_STRING) {
+                    bitnet_gguf_str s;
+                    bitnet_gguf_arr_str(g, key, j, &s);
+                    print_escaped(s.ptr, s.len, 24);
+                } else {
+                    const unsigned char *d = (const unsigned char *)bitnet_gguf_arr_data(g, key);
+                    size_t esz = et == BITNET_GGUF_UINT8 || et == BITNET_GGUF_INT8 || et == BITNET_GGUF_BOOL ? 1
+                               : et == BITNET_GGUF_UINT16 || et == BITNET_GGUF_INT16 ? 2
+                               : et == BITNET_GGUF_UINT32 || et == BITNET_GGUF_INT32 || et == BITNET_GGUF_FLOAT32 ? 4 : 8;
+                    print_number(et, d + j * esz);
+                }
+            }
+            printf("%s]", cnt > 6 ? ", ..." : "");
+        } else {
+            /* scalars: through the widest getter of their kind */
+            if (t == BITNET_GGUF_FLOAT32 || t == BITNET_GGUF_FLOAT64) {
+                double d = 0;
+                bitnet_gguf_get_f64(g, key, &d);
+                printf("%g", d);
+            } else if (t == BITNET_GGUF_BOOL) {
+                int b = 0;
+                bitnet_gguf_get_bool(g, key, &b);
+                printf("%s", b ? "true" : "false");
+            } else if (t == BITNET_GGUF_INT8 || t == BITNET_GGUF_INT16 || t == BITNET_GGUF_INT32 || t == BITNET_GGUF_INT64) {
+                int64_t v = 0;
+                bitnet_gguf_get_i64(g, key, &v);
+                printf("%lld", (long long)v);
+            } else {
+                uint64_t v = 0;
+                bitnet_gguf_get_u64(g, key, &v);
+                printf("%llu", (unsigned long long)v);
+            }
+        }
+        putchar('\n');
+    }
+    n = bitnet_gguf_tensor_count(g);
+    printf("\ntensors: %llu\n  %-32s %-5s %-24s %12s %12s\n", (unsigned long long)n, "name", "type", "shape (ne0 first)",
+           "offset", "bytes");
+    for (i = 0; i < n; i++) {
+        bitnet_tensor_info t;
+        char shape[96];
+        int d, len = 0;
+        bitnet_gguf_tensor(g, i, &t);
+        for (d = 0; d < t.n_dims; d++)
+            len += snprintf(shape + len, sizeof shape - (size_t)len, "%s%llu", d ? ", " : "[", (unsigned long long)t.ne[d]);
+        snprintf(shape + len, sizeof shape - (size_t)len, "]");
+        printf("  %-32s %-5s %-24s %12llu %12llu\n", t.name, bitnet_tensor_type_name(t.type), shape,
+               (unsigned long long)(bitnet_gguf_data_offset(g) + t.offset), (unsigned long long)t.bytes);
+    }
+    r = bitnet_gguf_check_bitnet(g, &mi);
+    if (r == BITNET_OK)
+        printf("\nBitNet check: ok (%s: dim %d, %d layers, %d heads, %d kv heads, ffn %d, vocab %d, context %d, "
+               "rope theta %g, eps %g, bos %d, eos %d, eot %d)\n",
+               mi.arch, mi.dim, mi.n_layers, mi.n_heads, mi.n_kv_heads, mi.ffn_dim, mi.n_vocab, mi.n_ctx_train,
+               (double)mi.rope_theta, (double)mi.norm_eps, mi.bos, mi.eos, mi.eot);
+    else
+        printf("\nBitNet check: %s: %s\n", bitnet_result_string(r), bitnet_last_error());
+    bitnet_gguf_close(g);
+    return 0;
+}
+
+/* ---- gen-model: a GGUF with random weights in bitnet.cpp's layout ----------------------------- */
+
+typedef struct gm_preset {
+    const char *name;
+    int dim, n_layers, n_heads, n_kv_heads, ffn, ctx;
+} gm_preset;
+static const gm_preset gm_presets[] = {
+    {"tiny", 128, 2, 4, 2, 384, 512},      /* byte-level BPE; committed as tests/data/tiny.gguf */
+    {"small", 512, 4, 8, 2, 1536, 2048},   /* byte-level BPE; quick speed checks */
+    {"2b4t", 2560, 30, 20, 5, 6912, 4096}, /* BitNet b1.58 2B-4T's exact shape, LLaMA 3 vocabulary */
+};
+
+/* splitmix64: fast, and every tensor gets its own stream so the output does not depend on chunking. */
+static uint64_t gm_next(uint64_t *s) {
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+/* N(0, 1) quantised to 65536 levels: table[i] = the inverse normal CDF at (i + 0.5) / 65536, by
+   Newton steps on erfc. One random 64-bit word then gives four samples (gigabytes of weights in
+   seconds). */
+static float gm_table[65536];
+static void gm_table_init(void) {
+    int i, it;
+    double x = -5;
+    for (i = 0; i < 65536; i++) {
+        double p = (i + 0.5) / 65536.0;
+        for (it = 0; it < 50; it++) { /* x from the previous entry is a good start */
+            double cdf = 0.5 * erfc(-x / sqrt(2.0)), pdf = exp(-0.5 * x * x) / sqrt(2.0 * 3.141592653589793);
+            double step = (cdf - p) / pdf;
+            x -= step;
+            if (fabs(step) < 1e-12) break;
+        }
+        gm_table[i] = (float)x;
+    }
+}
+/* n samples of N(0, sd^2) into out. */
+static void gm_normals(uint64_t *s, float *out, size_t n, float sd) {
+    size_t i;
+    for (i = 0; i + 4 <= n; i += 4) {
+        uint64_t r = gm_next(s);
+        out[i] = gm_table[r & 0xffff] * sd;
+        out[i + 1] = gm_table[(r >> 16) & 0xffff] * sd;
+        out[i + 2] = gm_table[(r >> 32) & 0xffff] * sd;
+        out[i + 3] = gm_table[r >> 48] * sd;
+    }
+    for (; i < n; i++) out[i] = gm_table[gm_next(s) & 0xffff] * sd;
+}
+
+/* English text the tiny tokenizer learns its merges from (written for this project). */
+static const char gm_text[] =
+    "The small model in this file was made by a program, not trained on anything. Its weights are random numbers, "
+    "squeezed to minus one, zero and one, the way a ternary network stores them. It cannot answer questions and it "
+    "does not know any facts. What it can do is run: the same shapes, the same metadata and the same tensor layout "
+    "as a real model, so that every part of the library that reads, checks, tokenizes and generates can be tested "
+    "quickly on a laptop or in a build machine, without a download.\n"
+    "A ternary weight takes one of three values. Each matrix keeps a single scale, the mean of the absolute values "
+    "of the weights before they were rounded. When the network runs, the activations of every token are rounded to "
+    "eight bit integers with a scale of their own, and the products are added up as integers before both scales are "
+    "applied again. This is why such models are fast on a processor: most of the work is adding and subtracting "
+    "small numbers, and the weights take about two bits each in memory.\n"
+    "The tokenizer in this file works on bytes. Every byte has a token, so any text can be written down, and the "
+    "merges join the pairs of tokens that were seen most often in this paragraph and the ones around it. Words such "
+    "as the, and, of, to, in, is, that, it, with, for, on, as, are, was and this become single tokens quickly, and "
+    "longer words follow: model, weights, tokens, numbers, network, integers, memory, processor, generation.\n"
+    "There are also three special tokens. One begins the text, one ends it, and one ends a turn in a conversation, "
+    "like this: User: What is two plus two?<|eot_id|>Assistant: Four.<|eot_id|> The model will not say four, of "
+    "course; it will say whatever its random weights prefer, again and again, which is still enough to measure how "
+    "many tokens per second the program can produce and to check that two programs produce the same ones.\n"
+    "Numbers such as 1, 2, 3, 10, 42, 100, 128, 256, 512, 1024, 2048 and 4096 appear here too, and so do a few "
+    "signs: commas, full stops, colons; quotes \"like these\", brackets (like these) and the odd exclamation mark!\n"
+    "Because the weights are random, the generated text is a stream of tokens that follows no meaning. That is fine "
+    "for a test. A test asks whether the numbers that come out of the program are the numbers that should come "
+    "out, whether two ways of computing the same thing agree, and whether the program stays within its time and "
+    "memory. It does not ask whether the story is any good. For a story, download a real model, one that was "
+    "trained on a great deal of text, and point the program at that file instead of this one.\n"
+    "Here is a short list of things to try. Generate a model with a different seed and compare the files. Print "
+    "the metadata with the info command and read the shapes of the tensors. Run the model on the processor and "
+    "then on the graphics card, and check that the tokens are the same. Change one byte in the file and see the "
+    "reader refuse it with a message that says what is wrong and where.\n";
+
+/* GPT-2's byte-to-unicode map: printable bytes stand for themselves, the rest move to U+0100 on. */
+static int gm_byte_cp(int b) {
+    int n = 0, c;
+    if ((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255)) return b;
+    for (c = 0; c < b; c++)
+        if (!((c >= 33 && c <= 126) || (c >= 161 && c <= 172) || (c >= 174 && c <= 255))) n++;
+    return 256 + n;
+}
+/* Appends the GPT-2 form of bytes[0..n) to out (UTF-8); returns the new length. */
+static size_t gm_token_str(const unsigned char *bytes, size_t n, char *out, size_t len) {
+    size_t i;
+    for (i = 0; i < n; i++) {
+        int cp = gm_byte_cp(bytes[i]);
+        if (cp < 0x80) out[len++] = (char)cp;
+        else {
+            out[len++] = (char)(0xc0 | (cp >> 6));
+            out[len++] = (char)(0x80 | (cp & 0x3f));
+        }
+    }
+    return len;
+}
+
+typedef struct gm_vocab {
+    bitnet_gguf_str *tokens, *merges;
+    int32_t *types;
+    int n_tokens, n_merges;
+    char *storage;
+    bitnet_vocab llama3; /* 2b4t: the library's tiktoken conversion owns the arrays */
+} gm_vocab;
+
+/* Byte-level BPE learnt from gm_text: 256 byte tokens, up to max_merges merges, then the specials.
+   Words (an optional space then letters, digits, or other symbols) are merged within themselves
+   only, as the LLaMA 3 pre-tokenizer splits text. */
+static int gm_byte_vocab(int max_merges, gm_vocab *v) {
+    static const char *const specials[3] = {"<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>"};
+    enum { MAXW = 1024, MAXL = 64 };
+    int words[MAXW][MAXL], wlen[MAXW], wcount[MAXW], nw = 0, i, j, m;
+    unsigned char tok_bytes[256 + 512][32];
+    int tok_len[256 + 512];
+    size_t pos = 0, tl = sizeof gm_text - 1, store = 0;
+    /* split into words and count the distinct ones */
+    while (pos < tl) {
+        size_t s = pos, e;
+        int w[MAXL], n = 0, k;
+        unsigned char c;
+        if (gm_text[s] == ' ' && s + 1 < tl && gm_text[s + 1] != ' ') pos++;
+        c = (unsigned char)gm_text[pos];
+        e = pos + 1;
+        if (isalpha(c)) while (e < tl && isalpha((unsigned char)gm_text[e])) e++;
+        else if (isdigit(c)) while (e < tl && e - pos < 3 && isdigit((unsigned char)gm_text[e])) e++;
+        else if (!isspace(c)) while (e < tl && !isalnum((unsigned char)gm_text[e]) && !isspace((unsigned char)gm_text[e])) e++;
+        for (k = (int)s; k < (int)e && n < MAXL; k++) w[n++] = (unsigned char)gm_text[k];
+        pos = e;
+        for (k = 0; k < nw; k++)
+            if (wlen[k] == n && memcmp(words[k], w, (size_t)n * sizeof(int)) == 0) break;
+        if (k < nw) wcount[k]++;
+        else if (nw < MAXW) {
+            memcpy(words[nw], w, (size_t)n * sizeof(int));
+            wlen[nw] = n;
+            wcount[nw++] = 1;
+        }
+    }
+    for (i = 0; i < 256; i++) tok_bytes[i][0] = (unsigned char)i, tok_len[i] = 1;
+    if (max_merges > 512) max_merges = 512;
+    v->merges = (bitnet_gguf_str *)calloc((size_t)max_merges + 1, sizeof *v->merges);
+    v->tokens = (bitnet_gguf_str *)calloc(256 + (size_t)max_merges + 3, sizeof *v->tokens);
+    v->types = (int32_t *)calloc(256 + (size_t)max_merges + 3, sizeof *v->types);
+    v->storage = (char *)malloc((256 + (size_t)max_merges + 3) * 200);
+    if (!v->merges || !v->tokens || !v->types || !v->storage) return 0;
+    /* merge the most frequent adjacent pair (ties: the lowest ids) until pairs repeat no more */
+    for (m = 0; m < max_merges; m++) {
+        static int counts[768][768];
+        int best = 0, ba = -1, bb = -1, id = 256 + m, k;
+        memset(counts, 0, sizeof counts);
+        for (i = 0; i < nw; i++)
+            for (j = 0; j + 1 < wlen[i]; j++) counts[words[i][j]][words[i][j + 1]] += wcount[i];
+        for (i = 0; i < id; i++)
+            for (j = 0; j < id; j++)
+                if (counts[i][j] > best && tok_len[i] + tok_len[j] <= 32) best = counts[i][j], ba = i, bb = j;
+        if (best < 2) break;
+        memcpy(tok_bytes[id], tok_bytes[ba], (size_t)tok_len[ba]);
+        memcpy(tok_bytes[id] + tok_len[ba], tok_bytes[bb], (size_t)tok_len[bb]);
+        tok_len[id] = tok_len[ba] + tok_len[bb];
+        for (i = 0; i < nw; i++) { /* rewrite each word in place */
+            for (j = 0, k = 0; j < wlen[i]; j++, k++) {
+                if (j + 1 < wlen[i] && words[i][j] == ba && words[i][j + 1] == bb) words[i][k] = id, j++;
+                else words[i][k] = words[i][j];
+            }
+            wlen[i] = k;
+        }
+        /* the merge string "A B" */
+        v->merges[m].ptr = v->storage + store;
+        store = gm_token_str(tok_bytes[ba], (size_t)tok_len[ba], v->storage, store);
+        v->storage[store++] = ' ';
+        store = gm_token_str(tok_bytes[bb], (size_t)tok_len[bb], v->storage, store);
+        v->merges[m].len = (uint64_t)(v->storage + store - v->merges[m].ptr);
+    }
+    v->n_merges = m;
+    v->n_tokens = 256 + m + 3;
+    for (i = 0; i < 256 + m; i++) {
+        v->tokens[i].ptr = v->storage + store;
+        store = gm_token_str(tok_bytes[i], (size_t)tok_len[i], v->storage, store);
+        v->tokens[i].len = (uint64_t)(v->storage + store - v->tokens[i].ptr);
+        v->types[i] = 1; /* normal */
+    }
+    for (i = 0; i < 3; i++) {
+        v->tokens[256 + m + i].ptr = specials[i];
+        v->tokens[256 + m + i].len = strlen(specials[i]);
+        v->types[256 + m + i] = 3; /* control */
+    }
+    return 1;
+}
+static void gm_vocab_free(gm_vocab *v) {
+    if (v->llama3.tokens) {
+        bitnet_vocab_free(&v->llama3);
+        return;
+    }
+    free(v->tokens);
+    free(v->merges);
+    free(v->types);
+    free(v->storage);
+}
+/* The id of a token given by its text, or -1. */
+static int gm_find_token(const gm_vocab *v, const char *text) {
+    int i;
+    size_t n = strlen(text);
+    for (i = v->n_tokens - 1; i >= 0; i--)
+        if (v->tokens[i].len == n && memcmp(v->tokens[i].ptr, text, n) == 0) return i;
+    return -1;
+}
+
+/* Each tensor has its own random stream, so the file does not depend on the order of the work. */
+static uint64_t gm_stream(uint64_t seed, uint64_t index) { return seed * 0x9E3779B97F4A7C15ull ^ (index + 1) * 0xD1B54A32D192ED03ull; }
+
+/* F16 embedding ~ N(0, 1/dim), streamed in chunks through f (cap floats) and h: the logits of a
+   unit-RMS state then come out ~N(0, 1). */
+static bitnet_result gm_write_embedding(bitnet_gguf_writer *w, float *f, uint16_t *h, size_t cap, uint64_t dim,
+                                        uint64_t vocab, uint64_t seed) {
+    uint64_t s = gm_stream(seed, 0), n = dim * vocab, done;
+    bitnet_result r = BITNET_OK;
+    for (done = 0; done < n && r == BITNET_OK;) {
+        size_t m = (size_t)(n - done < cap ? n - done : cap);
+        gm_normals(&s, f, m, 1.0f / sqrtf((float)dim));
+        r = bitnet_convert_fp32_to_fp16(f, h, m);
+        if (r == BITNET_OK) r = bitnet_gguf_writer_write(w, h, m * 2);
+        done += m;
+    }
+    return r;
+}
+/* A norm: 1 with a little noise. */
+static bitnet_result gm_write_norm(bitnet_gguf_writer *w, float *f, uint64_t n, uint64_t seed, uint64_t index) {
+    uint64_t s = gm_stream(seed, index), i;
+    gm_normals(&s, f, (size_t)n, 0.05f);
+    for (i = 0; i < n; i++) f[i] += 1.0f;
+    return bitnet_gguf_writer_write(w, f, (size_t)n * 4);
+}
+
+/* The ternary matrices of a layer, quantized by two threads that take jobs in turn (largest first). */
+typedef struct gm_job { uint64_t ne0, ne1, index; unsigned char *out; } gm_job;
+typedef struct gm_pool {
+    pthread_mutex_t mu;
+    gm_job job[7];
+    int next, n;
+    uint64_t seed;
+    bitnet_result r;
+} gm_pool;
+typedef struct gm_worker { gm_pool *pool; float *f; int8_t *q; } gm_worker;
+
+static void *gm_work(void *arg) {
+    gm_worker *wk = (gm_worker *)arg;
+    gm_pool *p = wk->pool;
+    for (;;) {
+        int j;
+        gm_job *jb;
+        uint64_t s;
+        float scale;
+        bitnet_result r;
+        pthread_mutex_lock(&p->mu);
+        j = p->next++;
+        pthread_mutex_unlock(&p->mu);
+        if (j >= p->n) break;
+        jb = &p->job[j];
+        /* N(0, 1/K) weights, absmean-quantized per tensor: outputs of unit-RMS inputs stay O(1) */
+        s = gm_stream(p->seed, jb->index);
+        gm_normals(&s, wk->f, (size_t)(jb->ne0 * jb->ne1), 1.0f / sqrtf((float)jb->ne0));
+        r = bitnet_quantize_ternary(wk->f, (size_t)(jb->ne0 * jb->ne1), wk->q, &scale);
+        if (r == BITNET_OK)
+            r = bitnet_i2s_pack(wk->q, (size_t)jb->ne1, (size_t)jb->ne0, scale, jb->out,
+                                bitnet_i2s_bytes((size_t)jb->ne1, (size_t)jb->ne0));
+        if (r != BITNET_OK) {
+            pthread_mutex_lock(&p->mu);
+            p->r = r;
+            pthread_mutex_unlock(&p->mu);
+        }
+    }
+    return NULL;
+}
+
+static int cmd_gen_model(int argc, char **argv) {
+    static const char *const parts[11] = {"attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "attn_sub_norm",
+                                          "ffn_norm", "ffn_gate", "ffn_up", "ffn_down", "ffn_sub_norm"};
+    const char *preset = NULL, *out = NULL, *tiktoken = "../shared/data/llama3-tokenizer.tiktoken";
+    const gm_preset *p = NULL;
+    unsigned long long seed = 1;
+    gm_vocab v;
+    bitnet_gguf_writer *w = NULL;
+    bitnet_result r = BITNET_OK;
+    char key[128], name[64];
+    const char *arch = "bitnet-b1.58";
+    int i, l, k, bos, eos, eot;
+    uint8_t yes = 1;
+    double t0 = 0;
+    struct timespec ts;
+    memset(&v, 0, sizeof v);
+    for (i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--preset") == 0 && i + 1 < argc) preset = argv[++i];
+        else if (strcmp(argv[i], "--seed") == 0 && i + 1 < argc) seed = strtoull(argv[++i], NULL, 10);
+        else if (strcmp(argv[i], "-o") == 0 && i + 1 < argc) out = argv[++i];
+        else if (strcmp(argv[i], "--tiktoken") == 0 && i + 1 < argc) tiktoken = argv[++i];
+        else break;
+    }
+    for (k = 0; preset && k < (int)(sizeof gm_presets / sizeof gm_presets[0]); k++)
+        if (strcmp(preset, gm_presets[k].name) == 0) p = &gm_presets[k];
+    if (i < argc || !p || !out) {
+        fprintf(stderr, "usage: bitnet gen-model --preset tiny|small|2b4t [--seed S] [--tiktoken FILE] -o FILE.gguf\n"
+                        "  random weights (the model says nothing useful) in bitnet.cpp's GGUF layout; tiny and small\n"
+                        "  get a small byte-level tokenizer, 2b4t the LLaMA 3 vocabulary from --tiktoken FILE\n"
+                        "  (default ../shared/data/llama3-tokenizer.tiktoken)\n");
+        return 2;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    t0 = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    gm_table_init();
+    if (strcmp(p->name, "2b4t") == 0) { /* LLaMA 3: 128000 tiktoken ranks + 256 specials */
+        if ((r = bitnet_vocab_from_tiktoken(tiktoken, 256, &v.llama3)) != BITNET_OK) {
+            fprintf(stderr, "bitnet gen-model: %s: %s\n", bitnet_result_string(r), bitnet_last_error());
+            return 1;
+        }
+        v.tokens = v.llama3.tokens;
+        v.merges = v.llama3.merges;
+        v.types = v.llama3.token_types;
+        v.n_tokens = (int)v.llama3.n_tokens;
+        v.n_merges = (int)v.llama3.n_merges;
+    } else if (!gm_byte_vocab(400, &v)) {
+        fprintf(stderr, "bitnet gen-model: out of memory\n");
+        gm_vocab_free(&v);
+        return 1;
+    }
+    bos = gm_find_token(&v, "<|begin_of_text|>");
+    eos = gm_find_token(&v, "<|end_of_text|>");
+    eot = gm_find_token(&v, "<|eot_id|>");
+    if (bos < 0 || eos < 0 || eot < 0) {
+        fprintf(stderr, "bitnet gen-model: the vocabulary lacks <|begin_of_text|>, <|end_of_text|> or <|eot_id|>\n");
+        gm_vocab_free(&v);
+        return 1;
+    }
+
+#define GM(expr) do { if (r == BITNET_OK) r = (expr); } while (0)
+#define GM_HP(suffix, val) do { snprintf(key, sizeof key, "%s.%s", arch, suffix); GM(bitnet_gguf_writer_set_u32(w, key, (uint32_t)(val))); } while (0)
+    GM(bitnet_gguf_writer_create(&w));
+    GM(bitnet_gguf_writer_set_str(w, "general.architecture", arch));
+    snprintf(name, sizeof name, "bitnet %s (random weights, seed %llu)", p->name, seed);
+    GM(bitnet_gguf_writer_set_str(w, "general.name", name));
+    GM(bitnet_gguf_writer_set_u32(w, "general.file_type", 40)); /* LLAMA_FTYPE_MOSTLY_I2_S */
+    GM(bitnet_gguf_writer_set_u32(w, "general.quantization_version", 2));
+    GM_HP("vocab_size", v.n_tokens);
+    GM_HP("context_length", p->ctx);
+    GM_HP("embedding_length", p->dim);
+    GM_HP("feed_forward_length", p->ffn);
+    GM_HP("block_count", p->n_layers);
+    GM_HP("attention.head_count", p->n_heads);
+    GM_HP("attention.head_count_kv", p->n_kv_heads);
+    GM_HP("rope.dimension_count", p->dim / p->n_heads);
+    snprintf(key, sizeof key, "%s.rope.freq_base", arch);
+    GM(bitnet_gguf_writer_set_f32(w, key, 500000.0f));
+    snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", arch);
+    GM(bitnet_gguf_writer_set_f32(w, key, 1e-5f));
+    GM(bitnet_gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2"));
+    GM(bitnet_gguf_writer_set_str(w, "tokenizer.ggml.pre", "llama-bpe"));
+    GM(bitnet_gguf_writer_set_arr(w, "tokenizer.ggml.tokens", BITNET_GGUF_STRING, v.tokens, (uint64_t)v.n_tokens));
+    GM(bitnet_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", BITNET_GGUF_INT32, v.types, (uint64_t)v.n_tokens));
+    GM(bitnet_gguf_writer_set_arr(w, "tokenizer.ggml.merges", BITNET_GGUF_STRING, v.merges, (uint64_t)v.n_merges));
+    GM(bitnet_gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)bos));
+    GM(bitnet_gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)eos));
+    GM(bitnet_gguf_writer_set_u32(w, "tokenizer.ggml.eot_token_id", (uint32_t)eot));
+    GM(bitnet_gguf_writer_set(w, "tokenizer.ggml.add_bos_token", BITNET_GGUF_BOOL, &yes));
+    GM(bitnet_gguf_writer_set_str(w, "tokenizer.chat_template",
+                                  "{{ bos_token }}{% for m in messages %}{{ m['role'] | capitalize }}: "
+                                  "{{ m['content'] | trim }}<|eot_id|>{% endfor %}"
+                                  "{% if add_generation_prompt %}Assistant: {% endif %}"));
+    /* tensors, in the order they are written */
+    {
+        uint64_t dim = (uint64_t)p->dim, ffn = (uint64_t)p->ffn, kvd = (uint64_t)(p->dim / p->n_heads * p->n_kv_heads);
+        uint64_t ne[2];
+        ne[0] = dim; ne[1] = (uint64_t)v.n_tokens;
+        GM(bitnet_gguf_writer_add_tensor(w, "token_embd.weight", BITNET_TENSOR_F16, 2, ne));
+        for (l = 0; l < p->n_layers; l++)
+            for (k = 0; k < 11; k++) {
+                int vec = strstr(parts[k], "norm") != NULL;
+                ne[0] = (k == 9 || k == 10) ? ffn : dim;
+                ne[1] = (k == 2 || k == 3) ? kvd : (k == 7 || k == 8) ? ffn : dim;
+                snprintf(name, sizeof name, "blk.%d.%s.weight", l, parts[k]);
+                GM(bitnet_gguf_writer_add_tensor(w, name, vec ? BITNET_TENSOR_F32 : BITNET_TENSOR_I2_S, vec ? 1 : 2, ne));
+            }
+        ne[0] = dim;
+        GM(bitnet_gguf_writer_add_tensor(w, "output_norm.weight", BITNET_TENSOR_F32, 1, ne));
+        GM(bitnet_gguf_writer_begin(w, out));
+        /* scratch for two workers, sized for the largest matrix; one output buffer per matrix of a layer */
+        {
+            size_t cap = (size_t)(ffn * dim > (uint64_t)1 << 20 ? ffn * dim : (uint64_t)1 << 20);
+            static const int order[7] = {7, 8, 9, 1, 4, 2, 3}; /* the matrices, largest first */
+            gm_worker wk[2];
+            gm_pool pool;
+            pthread_t th;
+            int j;
+            memset(&pool, 0, sizeof pool);
+            pthread_mutex_init(&pool.mu, NULL);
+            pool.seed = seed;
+            for (j = 0; j < 2; j++) {
+                wk[j].pool = &pool;
+                wk[j].f = (float *)malloc(cap * sizeof(float));
+                wk[j].q = (int8_t *)malloc(cap);
+                if (r == BITNET_OK && (!wk[j].f || !wk[j].q)) r = BITNET_ERR_OUT_OF_MEMORY;
+            }
+            for (j = 0; j < 7; j++) {
+                k = order[j];
+                pool.job[j].ne0 = (k == 9) ? ffn : dim;
+                pool.job[j].ne1 = (k == 2 || k == 3) ? kvd : (k == 7 || k == 8) ? ffn : dim;
+                pool.job[j].out = (unsigned char *)malloc(bitnet_i2s_bytes((size_t)pool.job[j].ne1, (size_t)pool.job[j].ne0));
+                if (r == BITNET_OK && !pool.job[j].out) r = BITNET_ERR_OUT_OF_MEMORY;
+            }
+            GM(gm_write_embedding(w, wk[0].f, (uint16_t *)wk[0].q, cap / 2, dim, (uint64_t)v.n_tokens, seed));
+            for (l = 0; l < p->n_layers && r == BITNET_OK; l++) {
+                int threaded;
+                for (j = 0; j < 7; j++) pool.job[j].index = 1 + (uint64_t)l * 11 + (uint64_t)order[j];
+                pool.next = 0;
+                pool.n = 7;
+                threaded = pthread_create(&th, NULL, gm_work, &wk[1]) == 0; /* else this thread does it all */
+                gm_work(&wk[0]);
+                if (threaded) pthread_join(th, NULL);
+                GM(pool.r);
+                for (k = 0; k < 11 && r == BITNET_OK; k++) { /* write the layer in file order */
+                    uint64_t index = 1 + (uint64_t)l * 11 + (uint64_t)k;
+                    if (strstr(parts[k], "norm")) {
+                        r = gm_write_norm(w, wk[0].f, k == 10 ? ffn : dim, seed, index);
+                        continue;
+                    }
+                    for (j = 0; j < 7 && order[j] != k; j++) {}
+                    r = bitnet_gguf_writer_write(w, pool.job[j].out,
+                                                 bitnet_i2s_bytes((size_t)pool.job[j].ne1, (size_t)pool.job[j].ne0));
+                }
+            }
+            if (r == BITNET_OK) r = gm_write_norm(w, wk[0].f, dim, seed, 1 + (uint64_t)p->n_layers * 11);
+            for (j = 0; j < 2; j++) {
+                free(wk[j].f);
+                free(wk[j].q);
+            }
+            for (j = 0; j < 7; j++) free(pool.job[j].out);
+            pthread_mutex_destroy(&pool.mu);
+        }
+        GM(bitnet_gguf_writer_finish(w));
+    }
+#undef GM
+#undef GM_HP
+    bitnet_gguf_writer_free(w);
+    gm_vocab_free(&v);
+    if (r != BITNET_OK) {
+        fprintf(stderr, "bitnet gen-model: %s: %s\n", bitnet_result_string(r), bitnet_last_error());
+        return 1;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    {
+        FILE *f = fopen(out, "rb");
+        long size = 0;
+        if (f) { fseek(f, 0, SEEK_END); size = ftell(f); fclose(f); }
+        fprintf(stderr, "wrote %s: preset %s, seed %llu, %ld bytes in %.2f s (random weights: the text it generates means nothing)\n",
+                out, p->name, seed, size, (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9 - t0);
+    }
+    return 0;
+}
 
 /* ---- devices, kernels (GPU runtime) ---- */
 static void json_str(const char *s) {
@@ -159,8 +1127,385 @@ static int cmd_kernels(int argc, char **argv) {
     return failed ? 1 : 0;
 }
 
+/* ---- bench-kernels --backend cuda: W2A8 GEMV/GEMM and the fp16 LM head against the device's copy
+   bandwidth, cuBLAS bf16 and (with --bitnetcpp LIB) bitnet.cpp's W2A8 kernel, side by side ----
+   Protocol: every kernel is captured into a CUDA graph over R copies of its weights (R * bytes >= 1
+   GiB, so each replay reads DRAM, not L2), and timed with device events around graph replays
+   (median of 5). The copy bandwidth (bytes read + written, the better of a device memcpy and a
+   16-byte copy kernel) is measured in the same run. cuBLAS is dlopen'd (BITNET_CUBLAS, else
+   libcublas.so.13 / .12 / .so) and skipped when absent; its calls go on the runtime's stream, so the
+   graph captures them. bitnet.cpp's library (built from a microsoft/BitNet checkout: gpu/
+   bitnet_kernels) is called the same way, through its bitlinear_int8xint2 entry. */
+#if !defined(_WIN32)
+typedef int (*bk_gemm_ex_fn)(void *, int, int, int, int, int, const void *, const void *, int, int, const void *, int, int,
+                             const void *, void *, int, int, int, int);
+typedef struct bk_cublas {
+    void *lib, *handle;
+    bitnet_devptr workspace;
+    int (*create)(void **);
+    int (*destroy)(void *);
+    int (*set_stream)(void *, void *);
+    int (*set_workspace)(void *, void *, size_t);
+    bk_gemm_ex_fn gemm_ex;
+} bk_cublas;
+typedef void (*bk_bitnetcpp_fn)(void *, void *, void *, void *, void *, int, int, int, void *);
+
+typedef struct bk_ctx {
+    bitnet_gpu *gpu;
+    int kind;                        /* 0 ours W2A8, 1 cuBLAS, 2 bitnet.cpp, 3 ours fp16 dense, 4 memcpy, 5 copy kernel, 6 nop */
+    bitnet_gpu_ternary w;            /* ours: w.data is replaced per copy */
+    bitnet_devptr base;              /* copy r lives at base + r * stride */
+    size_t stride, m, n, k;
+    bitnet_gpu_act *a;
+    bitnet_devptr x, out, aux, aux2; /* activations (cuBLAS / bitnet.cpp / dense), output, scales */
+    int dtype;                       /* cuBLAS: 14 bf16, 2 fp16 */
+    bk_cublas *cb;
+    bk_bitnetcpp_fn bnc;
+    bitnet_gpu_kernel *kern;
+} bk_ctx;
+
+static void *bk_ptr(bitnet_devptr p) { return (void *)(uintptr_t)p; }
+
+static bitnet_result bk_issue(bk_ctx *c, int r) {
+    bitnet_devptr wr = c->base + (bitnet_devptr)r * c->stride;
+    switch (c->kind) {
+    case 0: {
+        bitnet_gpu_ternary w = c->w;
+        w.data = wr;
+        return bitnet_gpu_ternary_matmul(c->gpu, &w, c->a, c->out, BITNET_PRECISION_FP32, 0);
+    }
+    case 1: {
+        float one = 1.0f, zero = 0.0f;
+        /* out (m x n row-major) = x (m x k) . W^T: column-major C (n x m) = W^T(n x k) . x^T(k x m) */
+        int st = c->cb->gemm_ex(c->cb->handle, 1, 0, (int)c->n, (int)c->m, (int)c->k, &one, bk_ptr(wr), c->dtype, (int)c->k,
+                                bk_ptr(c->x), c->dtype, (int)c->k, &zero, bk_ptr(c->out), c->dtype == 2 ? 0 : c->dtype, (int)c->n,
+                                68 /* CUBLAS_COMPUTE_32F */, -1 /* CUBLAS_GEMM_DEFAULT */);
+        return st ? bitnet__err(BITNET_ERR_CUDA, "cublasGemmEx: status %d", st) : BITNET_OK;
+    }
+    case 2:
+        c->bnc(bk_ptr(c->x), bk_ptr(wr), bk_ptr(c->out), bk_ptr(c->aux), bk_ptr(c->aux2), 1, (int)c->n, (int)c->k,
+               bitnet_gpu_raw_stream(c->gpu));
+        return BITNET_OK;
+    case 3:
+        return bitnet_gpu_matmul(c->gpu, BITNET_PRECISION_FP16, wr, c->x, c->m, c->n, c->k, c->out, BITNET_PRECISION_FP32);
+    case 4:
+        return bitnet_gpu_copy(c->gpu, c->out, c->base, c->stride);
+    case 5: {
+        unsigned long long n16 = c->stride / 16;
+        unsigned grid[3] = {0, 1, 1}, block[3] = {512, 1, 1};
+        void *args[3];
+        args[0] = &c->base, args[1] = &c->out, args[2] = &n16;
+        grid[0] = (unsigned)(4 * c->m); /* m holds the multiprocessor count here */
+        return bitnet_gpu_launch(c->gpu, c->kern, grid, block, 0, args);
+    }
+    default: {
+        int z = 0;
+        unsigned grid[3] = {1, 1, 1}, block[3] = {32, 1, 1};
+        void *args[1];
+        args[0] = &z;
+        return bitnet_gpu_launch(c->gpu, c->kern, grid, block, 0, args);
+    }
+    }
+}
+
+/* Median microseconds per launch over graph replays of reps launches (copies 0..reps-1). */
+static double bk_time(bk_ctx *c, int reps) {
+    bitnet_gpu_graph *g = NULL;
+    double ms = 0, t[5], tmp;
+    int i, j, iters;
+    for (i = 0; i < 2 && i < reps; i++)
+        if (bk_issue(c, i) != BITNET_OK) return -1; /* warm-up: JIT, library init */
+    if (bitnet_gpu_sync(c->gpu) != BITNET_OK || bitnet_gpu_graph_begin(c->gpu) != BITNET_OK) return -1;
+    for (i = 0; i < reps; i++)
+        if (bk_issue(c, i) != BITNET_OK) break;
+    if (bitnet_gpu_graph_end(c->gpu, &g) != BITNET_OK || i < reps) {
+        bitnet_gpu_graph_free(g);
+        return -1;
+    }
+    if (bitnet_gpu_timer_begin(c->gpu) != BITNET_OK || bitnet_gpu_graph_launch(c->gpu, g) != BITNET_OK ||
+        bitnet_gpu_timer_end(c->gpu, &ms) != BITNET_OK) {
+        bitnet_gpu_graph_free(g);
+        return -1;
+    }
+    iters = ms > 0 ? (int)(10.0 / ms) : 10;
+    iters = iters < 2 ? 2 : (iters > 200 ? 200 : iters);
+    for (j = 0; j < 5; j++) {
+        if (bitnet_gpu_timer_begin(c->gpu) != BITNET_OK) break;
+        for (i = 0; i < iters; i++) bitnet_gpu_graph_launch(c->gpu, g);
+        if (bitnet_gpu_timer_end(c->gpu, &ms) != BITNET_OK) break;
+        t[j] = ms * 1e3 / ((double)iters * reps);
+    }
+    bitnet_gpu_graph_free(g);
+    if (j < 5) return -1;
+    for (i = 0; i < 5; i++) /* median */
+        for (j = i + 1; j < 5; j++)
+            if (t[j] < t[i]) tmp = t[i], t[i] = t[j], t[j] = tmp;
+    return t[2];
+}
+
+static int bk_reps(size_t bytes) {
+    size_t r = ((size_t)1 << 30) / bytes + 1;
+    return (int)(r < 2 ? 2 : (r > 2048 ? 2048 : r));
+}
+
+/* Fills the device buffer with copies of one random host block: 16-bit values (bf16 / fp16 in
+   [-1, 1]) when dtype is set, else random bytes. */
+static bitnet_result bk_fill(bitnet_gpu *gpu, bitnet_devptr base, size_t bytes, int reps, int dtype, uint64_t *rng) {
+    unsigned char *h = (unsigned char *)malloc(bytes);
+    size_t i;
+    int r;
+    bitnet_result res;
+    if (!h) return BITNET_ERR_OUT_OF_MEMORY;
+    for (i = 0; i + 1 < bytes; i += 2) {
+        uint16_t v;
+        *rng ^= *rng << 13, *rng ^= *rng >> 7, *rng ^= *rng << 17;
+        if (dtype) {
+            float f = (float)((*rng >> 40) & 0xFFFF) / 32768.0f - 1.0f;
+            v = dtype == 14 ? bitnet_fp32_to_bf16(f) : bitnet_fp32_to_fp16(f);
+        } else {
+            v = (uint16_t)(*rng >> 24);
+        }
+        memcpy(h + i, &v, 2);
+    }
+    res = bitnet_gpu_upload(gpu, base, h, bytes);
+    for (r = 1; r < reps && res == BITNET_OK; r++) res = bitnet_gpu_copy(gpu, base + (bitnet_devptr)r * bytes, base, bytes);
+    free(h);
+    return res;
+}
+
+typedef struct bk_row { char shape[32]; int m; const char *impl; double us, gbps, ratio; } bk_row;
+
+static int bench_kernels_cuda(int argc, char **argv) {
+    static const size_t shapes[][2] = {{2560, 2560}, {3840, 2560}, {13824, 2560}, {2560, 6912}, {20480, 3200}, {55296, 5120}};
+    const char *json = NULL, *bnc_path = NULL, *cb_env = getenv("BITNET_CUBLAS");
+    static const char *const cb_names[] = {"libcublas.so.13", "libcublas.so.12", "libcublas.so"};
+    bitnet_gpu *gpu = NULL;
+    bitnet_gpu_device_info info;
+    bk_cublas cb;
+    bk_bitnetcpp_fn bnc = NULL;
+    bk_ctx c;
+    bk_row rows[64];
+    int nrows = 0, device = 0, i, s, mi;
+    uint64_t rng = 0x9E3779B97F4A7C15ull;
+    double copy_memcpy, copy_kernel, copy_bw, nop_us;
+    bitnet_devptr big = 0;
+    FILE *jf;
+    for (i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--backend") == 0 && i + 1 < argc) i++;
+        else if (strcmp(argv[i], "--json") == 0 && i + 1 < argc) json = argv[++i];
+        else if (strcmp(argv[i], "--bitnetcpp") == 0 && i + 1 < argc) bnc_path = argv[++i];
+        else if (strcmp(argv[i], "--device") == 0 && i + 1 < argc) device = atoi(argv[++i]);
+        else {
+            fprintf(stderr, "usage: bitnet bench-kernels --backend cuda [--json FILE] [--bitnetcpp LIB] [--device N]\n");
+            return 2;
+        }
+    }
+    bitnet_set_logger(bitnet_log_stderr, NULL);
+    if (bitnet_gpu_open(device, &gpu) != BITNET_OK || bitnet_gpu_device_info_get(device, &info) != BITNET_OK) {
+        fprintf(stderr, "bench-kernels: no CUDA device: %s\n", bitnet_last_error());
+        return 1;
+    }
+    printf("bench-kernels --backend cuda: %s (sm_%d%d, %d SMs, %.0f GB/s theoretical), bitnet.h %s\n", info.name, info.cc_major,
+           info.cc_minor, info.sm_count, info.mem_bandwidth_gbs, BITNET_VERSION_STRING);
+    /* cuBLAS: bound to the runtime's context and stream, so graph capture records its kernels */
+    memset(&cb, 0, sizeof cb);
+    {
+        void *cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+        int (*set_ctx)(void *) = cuda ? (int (*)(void *))dlsym(cuda, "cuCtxSetCurrent") : NULL;
+        if (set_ctx) set_ctx(bitnet_gpu_raw_context(gpu));
+        for (i = cb_env ? -1 : 0; i < 3 && !cb.lib; i++) cb.lib = dlopen(i < 0 ? cb_env : cb_names[i], RTLD_NOW | RTLD_LOCAL);
+        if (cb.lib) {
+            cb.create = (int (*)(void **))dlsym(cb.lib, "cublasCreate_v2");
+            cb.destroy = (int (*)(void *))dlsym(cb.lib, "cublasDestroy_v2");
+            cb.set_stream = (int (*)(void *, void *))dlsym(cb.lib, "cublasSetStream_v2");
+            cb.set_workspace = (int (*)(void *, void *, size_t))dlsym(cb.lib, "cublasSetWorkspace_v2");
+            cb.gemm_ex = (bk_gemm_ex_fn)dlsym(cb.lib, "cublasGemmEx");
+            if (!cb.create || !cb.destroy || !cb.set_stream || !cb.set_workspace || !cb.gemm_ex || cb.create(&cb.handle) ||
+                cb.set_stream(cb.handle, bitnet_gpu_raw_stream(gpu)) ||
+                bitnet_gpu_alloc(gpu, 64u << 20, &cb.workspace) != BITNET_OK ||
+                cb.set_workspace(cb.handle, bk_ptr(cb.workspace), 64u << 20)) {
+                printf("cuBLAS: found but unusable; skipped\n");
+                cb.handle = NULL;
+            }
+        }
+        if (!cb.handle) printf("cuBLAS: not found (BITNET_CUBLAS, libcublas.so.13/.12); skipped\n");
+    }
+    if (bnc_path) {
+        void *lib = dlopen(bnc_path, RTLD_NOW | RTLD_LOCAL);
+        if (lib) bnc = (bk_bitnetcpp_fn)dlsym(lib, "bitlinear_int8xint2");
+        if (!bnc) printf("bitnet.cpp: cannot use %s (%s); skipped\n", bnc_path, lib ? "no bitlinear_int8xint2" : dlerror());
+    }
+
+    /* the yardsticks: copy bandwidth (read + write) and an empty kernel */
+    memset(&c, 0, sizeof c);
+    c.gpu = gpu;
+    c.stride = (size_t)1 << 30;
+    if (bitnet_gpu_alloc(gpu, c.stride, &c.base) != BITNET_OK || bitnet_gpu_alloc(gpu, c.stride, &c.out) != BITNET_OK ||
+        bitnet_gpu_memset(gpu, c.base, 1, c.stride) != BITNET_OK) {
+        fprintf(stderr, "bench-kernels: %s\n", bitnet_last_error());
+        return 1;
+    }
+    c.kind = 4;
+    copy_memcpy = 2.0 * (double)c.stride / (bk_time(&c, 1) * 1e3);
+    c.kind = 5;
+    c.m = (size_t)info.sm_count;
+    copy_kernel = bitnet_gpu_builtin_kernel(gpu, "bitnet_k_copy16", &c.kern) == BITNET_OK
+                      ? 2.0 * (double)c.stride / (bk_time(&c, 1) * 1e3) : 0;
+    c.kind = 6;
+    nop_us = bitnet_gpu_builtin_kernel(gpu, "bitnet_k_nop", &c.kern) == BITNET_OK ? bk_time(&c, 200) : -1;
+    copy_bw = copy_memcpy > copy_kernel ? copy_memcpy : copy_kernel;
+    printf("copy bandwidth: %.0f GB/s (memcpy %.0f, copy kernel %.0f; bytes read + written); empty kernel %.2f us\n", copy_bw,
+           copy_memcpy, copy_kernel, nop_us);
+    bitnet_gpu_free(gpu, c.base), bitnet_gpu_free(gpu, c.out);
+    printf("%-14s %4s  %-22s %10s %12s %8s\n", "shape (NxK)", "M", "kernel", "us", "weight GB/s", "x copy");
+
+#define BK_ROW(SHAPE, M, IMPL, US, WBYTES) \
+    do { \
+        bk_row *r_ = &rows[nrows++]; \
+        snprintf(r_->shape, sizeof r_->shape, "%s", SHAPE); \
+        r_->m = (M), r_->impl = (IMPL), r_->us = (US); \
+        r_->gbps = r_->us > 0 ? (double)(WBYTES) / (r_->us * 1e3) : 0; \
+        r_->ratio = r_->gbps / copy_bw; \
+        if (r_->us > 0) printf("%-14s %4d  %-22s %10.2f %12.0f %8.3f\n", r_->shape, r_->m, r_->impl, r_->us, r_->gbps, r_->ratio); \
+        else printf("%-14s %4d  %-22s %10s\n", r_->shape, r_->m, r_->impl, "failed"); \
+        fflush(stdout); \
+    } while (0)
+
+    for (s = 0; s < (int)(sizeof shapes / sizeof shapes[0]); s++) {
+        size_t n = shapes[s][0], k = shapes[s][1], wb = n * k / 4, nrep;
+        char shape[32];
+        int8_t *codes = (int8_t *)malloc(n * k);
+        uint8_t *i2s = (uint8_t *)malloc(wb + 32);
+        float *xh = (float *)malloc(512 * k * 4);
+        bitnet_gpu_i2s_part part;
+        bitnet_gpu_act a;
+        bitnet_devptr dx = 0;
+        snprintf(shape, sizeof shape, "%zux%zu", n, k);
+        if (!codes || !i2s || !xh) return fprintf(stderr, "bench-kernels: out of host memory\n"), 1;
+        for (i = 0; i < (int)(n * k); i++) rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17, codes[i] = (int8_t)(rng % 3) - 1;
+        for (i = 0; i < (int)(512 * k); i++) rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17,
+                                              xh[i] = (float)((rng >> 40) & 0xFFFF) / 16384.0f - 2.0f;
+        memset(&c, 0, sizeof c);
+        c.gpu = gpu;
+        c.n = n, c.k = k;
+        part.data = i2s, part.bytes = wb + 32, part.n = n;
+        if (bitnet_i2s_pack(codes, n, k, 0.5f, i2s, wb + 32) != BITNET_OK ||
+            bitnet_gpu_ternary_upload(gpu, &part, 1, k, 0, &c.w) != BITNET_OK || bitnet_gpu_act_alloc(gpu, 512, k, &a) != BITNET_OK ||
+            bitnet_gpu_alloc(gpu, 512 * k * 4, &dx) != BITNET_OK || bitnet_gpu_upload(gpu, dx, xh, 512 * k * 4) != BITNET_OK ||
+            bitnet_gpu_quantize_act(gpu, dx, 512, k, 0, 0, &a) != BITNET_OK ||
+            bitnet_gpu_alloc(gpu, 512 * n * 4, &c.out) != BITNET_OK) {
+            fprintf(stderr, "bench-kernels %s: %s\n", shape, bitnet_last_error());
+            return 1;
+        }
+        /* ours: the uploaded T32 image copied reps times */
+        c.stride = c.w.n_pad * k / 4;
+        nrep = (size_t)bk_reps(c.stride);
+        if (bitnet_gpu_alloc(gpu, nrep * c.stride, &c.base) != BITNET_OK) return fprintf(stderr, "%s\n", bitnet_last_error()), 1;
+        for (i = 0; i < (int)nrep; i++) bitnet_gpu_copy(gpu, c.base + (bitnet_devptr)i * c.stride, c.w.data, c.stride);
+        c.a = &a;
+        c.kind = 0;
+        for (mi = 0; mi < 2; mi++) {
+            a.m = mi ? 512 : 1;
+            BK_ROW(shape, (int)a.m, "bitnet.h W2A8", bk_time(&c, (int)BITNET__MIN(nrep, mi ? (size_t)64 : nrep)), wb);
+        }
+        bitnet_gpu_free(gpu, c.base);
+        /* bitnet.cpp, M = 1: int8 activations, its own packed layout (random bytes), bf16 scales */
+        if (bnc) {
+            uint16_t s1[1] = {0x42FE}, ws4[4] = {0x3F00, 0x3F00, 0x3F00, 0x3F00};
+            c.kind = 2, c.bnc = bnc, c.stride = wb, c.x = a.q;
+            nrep = (size_t)bk_reps(wb);
+            if (bitnet_gpu_alloc(gpu, nrep * wb, &c.base) == BITNET_OK && bk_fill(gpu, c.base, wb, (int)nrep, 0, &rng) == BITNET_OK &&
+                bitnet_gpu_alloc(gpu, 2, &c.aux) == BITNET_OK && bitnet_gpu_alloc(gpu, 8, &c.aux2) == BITNET_OK &&
+                bitnet_gpu_upload(gpu, c.aux, s1, 2) == BITNET_OK && bitnet_gpu_upload(gpu, c.aux2, ws4, 8) == BITNET_OK)
+                BK_ROW(shape, 1, "bitnet.cpp W2A8", bk_time(&c, (int)nrep), wb);
+            bitnet_gpu_free(gpu, c.base), bitnet_gpu_free(gpu, c.aux), bitnet_gpu_free(gpu, c.aux2);
+            c.base = c.aux = c.aux2 = 0;
+        }
+        /* cuBLAS bf16, M = 1 and 512 */
+        if (cb.handle) {
+            size_t bb = n * k * 2;
+            c.kind = 1, c.cb = &cb, c.dtype = 14, c.stride = bb;
+            nrep = (size_t)bk_reps(bb);
+            if (bitnet_gpu_alloc(gpu, nrep * bb, &c.base) == BITNET_OK && bk_fill(gpu, c.base, bb, (int)nrep, 14, &rng) == BITNET_OK &&
+                bitnet_gpu_alloc(gpu, 512 * k * 2, &c.x) == BITNET_OK &&
+                bk_fill(gpu, c.x, 512 * k * 2, 1, 14, &rng) == BITNET_OK)
+                for (mi = 0; mi < 2; mi++) {
+                    c.m = mi ? 512 : 1;
+                    BK_ROW(shape, (int)c.m, "cuBLAS bf16", bk_time(&c, (int)nrep), bb);
+                }
+            bitnet_gpu_free(gpu, c.base), bitnet_gpu_free(gpu, c.x);
+            c.base = c.x = 0;
+        }
+        bitnet_gpu_free(gpu, c.out), bitnet_gpu_free(gpu, dx);
+        bitnet_gpu_act_free(gpu, &a);
+        bitnet_gpu_ternary_free(gpu, &c.w);
+        free(codes), free(i2s), free(xh);
+    }
+    /* the fp16 LM head (tied embedding), M = 1 */
+    {
+        size_t n = 128256, k = 2560, bb = n * k * 2, nrep = (size_t)bk_reps(bb);
+        memset(&c, 0, sizeof c);
+        c.gpu = gpu, c.n = n, c.k = k, c.m = 1, c.stride = bb;
+        if (bitnet_gpu_alloc(gpu, nrep * bb, &big) == BITNET_OK && bk_fill(gpu, big, bb, (int)nrep, 2, &rng) == BITNET_OK &&
+            bitnet_gpu_alloc(gpu, k * 2, &c.x) == BITNET_OK && bk_fill(gpu, c.x, k * 2, 1, 2, &rng) == BITNET_OK &&
+            bitnet_gpu_alloc(gpu, n * 4, &c.out) == BITNET_OK) {
+            c.base = big;
+            c.kind = 3;
+            BK_ROW("128256x2560", 1, "bitnet.h fp16 head", bk_time(&c, (int)nrep), bb);
+            if (cb.handle) {
+                c.kind = 1, c.cb = &cb, c.dtype = 2;
+                BK_ROW("128256x2560", 1, "cuBLAS fp16 head", bk_time(&c, (int)nrep), bb);
+            }
+        } else {
+            printf("lm head: %s\n", bitnet_last_error());
+        }
+        bitnet_gpu_free(gpu, big), bitnet_gpu_free(gpu, c.x), bitnet_gpu_free(gpu, c.out);
+    }
+#undef BK_ROW
+    /* side by side: ours against each reference on the same shape and M */
+    printf("\nspeedup of bitnet.h (same run):\n");
+    for (i = 0; i < nrows; i++) {
+        int j;
+        if (strncmp(rows[i].impl, "bitnet.h", 8) || rows[i].us <= 0) continue;
+        for (j = 0; j < nrows; j++)
+            if (j != i && rows[j].m == rows[i].m && strcmp(rows[j].shape, rows[i].shape) == 0 && strncmp(rows[j].impl, "bitnet.h", 8) &&
+                rows[j].us > 0)
+                printf("  %-14s M=%-4d vs %-18s %6.2fx\n", rows[i].shape, rows[i].m, rows[j].impl, rows[j].us / rows[i].us);
+    }
+    if (json) {
+        jf = fopen(json, "w");
+        if (!jf) return fprintf(stderr, "bench-kernels: cannot write %s\n", json), 1;
+        fprintf(jf, "{\"device\": \"%s\", \"cc\": \"%d.%d\", \"copy_gbps\": %.1f, \"copy_memcpy_gbps\": %.1f, "
+                    "\"copy_kernel_gbps\": %.1f, \"empty_kernel_us\": %.3f, \"protocol\": \"CUDA graph replay, weights rotated "
+                    "through >= 1 GiB, CUDA events, median of 5\", \"rows\": [",
+                info.name, info.cc_major, info.cc_minor, copy_bw, copy_memcpy, copy_kernel, nop_us);
+        for (i = 0; i < nrows; i++)
+            fprintf(jf, "%s\n  {\"shape\": \"%s\", \"m\": %d, \"kernel\": \"%s\", \"us\": %.3f, \"weight_gbps\": %.1f, "
+                        "\"ratio_to_copy_bw\": %.4f}", i ? "," : "", rows[i].shape, rows[i].m, rows[i].impl, rows[i].us, rows[i].gbps,
+                    rows[i].ratio);
+        fprintf(jf, "\n]}\n");
+        fclose(jf);
+        printf("wrote %s\n", json);
+    }
+    if (cb.handle) cb.destroy(cb.handle);
+    if (cb.workspace) bitnet_gpu_free(gpu, cb.workspace);
+    bitnet_gpu_close(gpu);
+    return 0;
+}
+#else
+static int bench_kernels_cuda(int argc, char **argv) {
+    (void)argc, (void)argv;
+    fprintf(stderr, "bench-kernels --backend cuda: not built for Windows\n");
+    return 1;
+}
+#endif
+
 static const command commands[] = {
     {"version", cmd_version, "version                      print the version"},
+    {"tokenize", cmd_tokenize, "tokenize -m FILE -p TEXT     print token ids (--tiktoken FILE, --hex-lines FILE, --no-bos, --no-special)"},
+    {"bench-kernels", cmd_bench_kernels, "bench-kernels [--backend cpu|cuda] [--json FILE]  kernel speed vs memory or copy bandwidth"},
+    {"info", cmd_info, "info FILE                    print a GGUF file's metadata and tensors, and check it"},
+    {"gen-model", cmd_gen_model, "gen-model --preset tiny|small|2b4t [--seed S] -o FILE   write a random-weight model"},
     {"devices", cmd_devices, "devices [--json]             GPU backends and every CUDA device"},
     {"kernels", cmd_kernels, "kernels [--arch sm_XX] [--json] [--cache]  compile every built-in CUDA module (no GPU needed)"},
     {"help", cmd_help, "help                         this list"},
