@@ -8791,7 +8791,7 @@ BITNET_API bitnet_result bitnet_quantizer_summary(const bitnet_quantizer *qz, ch
    step a bitnet__gpu_<step> function. Weights (ternary in the T32 layout of the ternary module,
    the fp16 embedding and head), the fp16 KV cache and every activation stay on the device.
    - Decode (one token): one CUDA graph per session, captured at its first single-token step and
-     replayed after; the token and its position are read from device memory, so the host does
+     replayed after (H100, 2B-4T shapes: 1.39 ms a step, see BENCHMARKS.md); the token and its position are read from device memory, so the host does
      one 8-byte upload, one graph launch and no synchronisation inside the token. Five kernels a
      layer (the forward module in bitnet_cuda_kernels.h): RMSNorm + int8 quantization run in the
      prologue of each ternary GEMV, RoPE and the KV append in the attention kernel, residual adds
@@ -8806,8 +8806,8 @@ BITNET_API bitnet_result bitnet_quantizer_summary(const bitnet_quantizer *qz, ch
    Hooks for >>model: bitnet__gpu_model_init/free, bitnet__gpu_session_init/free,
    bitnet__gpu_forward (bitnet__cpu_forward's contract) and bitnet__gpu_last_argmax (greedy
    decoding without a logits download). */
-/* TEMPORARY: the section compiles once the CPU forward (>>cpu-forward, BITNET__MAX_BATCH) and the
-   GPU kernels' host API (>>api-gpu-kernels, BITNET_GPU_MAX_PARTS) are on main. */
+/* TEMPORARY: the section compiles once the CPU forward (>>cpu-forward, BITNET__MAX_BATCH) is on
+   main; it also needs the GPU kernels' host API (>>api-gpu-kernels, BITNET_GPU_MAX_PARTS). */
 #if !defined(BITNET_NO_CUDA) && defined(BITNET__MAX_BATCH) && defined(BITNET_GPU_MAX_PARTS)
 #define BITNET__GPU_FORWARD 1
 
