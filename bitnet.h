@@ -9506,6 +9506,506 @@ BITNET_API bitnet_result bitnet_quantizer_summary(const bitnet_quantizer *qz, ch
 
 /* >>cuda-forward ============================================================================== */
 
+/* The forward pass on the GPU, the same steps in the same order as bitnet__cpu_forward, each
+   step a bitnet__gpu_<step> function. Weights (ternary in the T32 layout of the ternary module,
+   the fp16 embedding and head), the fp16 KV cache and every activation stay on the device.
+   - Decode (one token): one CUDA graph per session, captured at its first single-token step and
+     replayed after (H100, 2B-4T shapes: 1.39 ms a step, see BENCHMARKS.md); the token and its position are read from device memory, so the host does
+     one 8-byte upload, one graph launch and no synchronisation inside the token. Five kernels a
+     layer (the forward module in bitnet_cuda_kernels.h): RMSNorm + int8 quantization run in the
+     prologue of each ternary GEMV, RoPE and the KV append in the attention kernel, residual adds
+     and relu(gate)^2 * up in GEMV epilogues; the head kernel also leaves the argmax on the device.
+   - Prefill (m >= 2 tokens, sm_80+): batches of up to n_batch tokens through
+     bitnet_gpu_quantize_act and bitnet_gpu_ternary_matmul (int8 tensor cores), and this module's
+     rope_kv and causal attention. Below sm_80 prompts run through the decode graph token by token.
+   Ternary weights are uploaded with bitnet_gpu_ternary_upload (T32 layout; QKV fused with its
+   three scales, gate||up interleaved), which both paths read.
+   The model holds one bitnet_gpu handle for its weights; each session opens its own handle (its
+   own stream and pool), so sessions on different threads never share a stream.
+   Hooks for >>model: bitnet__gpu_model_init/free, bitnet__gpu_session_init/free,
+   bitnet__gpu_forward (bitnet__cpu_forward's contract) and bitnet__gpu_last_argmax (greedy
+   decoding without a logits download). */
+/* TEMPORARY: the section compiles once the CPU forward (>>cpu-forward, BITNET__MAX_BATCH) is on
+   main; it also needs the GPU kernels' host API (>>api-gpu-kernels, BITNET_GPU_MAX_PARTS). */
+#if !defined(BITNET_NO_CUDA) && defined(BITNET__MAX_BATCH) && defined(BITNET_GPU_MAX_PARTS)
+#define BITNET__GPU_FORWARD 1
+
+#define BITNET__GPU_ATT_CMIN 64       /* decode attention: positions per split, at least */
+#define BITNET__GPU_ATT_SMAX 32       /* decode attention: splits per kv head, at most */
+#define BITNET__GPU_PREFILL_MIN 2     /* tokens per call from which prefill takes the GEMM path */
+
+typedef struct bitnet__gseg { int n; int end[8]; float scale[8]; } bitnet__gseg; /* the kernels' segments */
+
+typedef struct bitnet__glayer {
+    bitnet_gpu_ternary qkv, o, gu, down; /* wq||wk||wv, wo, w_gate||w_up (glu), w_down */
+    bitnet_devptr attn_norm, attn_sub_norm, ffn_norm, ffn_sub_norm;
+} bitnet__glayer;
+
+typedef struct bitnet__gmodel {
+    bitnet_gpu *gpu;                  /* owns the weights */
+    bitnet_devptr mem;                /* embedding, head, norms */
+    size_t bytes, ternary_bytes;
+    bitnet_devptr emb, head, out_norm;
+    bitnet__glayer *layers;
+    int device, sm_count, cc;
+    bitnet_gpu_kernel *embed, *gemv_store, *gemv_res, *gemv_glu, *attn, *head_k, *rope_kv, *attn_prefill;
+} bitnet__gmodel;
+
+typedef struct bitnet__gsession {
+    bitnet_gpu *gpu;                  /* this session's stream and pool */
+    bitnet_devptr mem;
+    size_t bytes;
+    bitnet_devptr kc, vc;             /* fp16 [n_layers][n_kv][n_ctx][head_dim] */
+    bitnet_devptr rope;               /* the session's cos/sin table, [n_ctx][head_dim] */
+    bitnet_devptr x, qkv, att, h;     /* fp32 [B][dim], [B][q+2kv], [B][q_dim], [B][ffn_dim] */
+    bitnet_gpu_act a_dim, a_q, a_ff;  /* prefill: int8 activations of k = dim, q_dim, ffn_dim (one buffer) */
+    bitnet_devptr logits;             /* fp32 [n_vocab] */
+    bitnet_devptr part_o, part_ml;    /* decode attention splits: [n_heads][smax][hd], [n_heads][smax][2] */
+    bitnet_devptr hv, hi;             /* head: each block's best value and index */
+    bitnet_devptr ctr;                /* int [n_kv + 1]: attention (per kv head) and head counters (their last blocks reset them) */
+    bitnet_devptr io;                 /* int [2]: the decode token and the position of a step */
+    bitnet_devptr tok;                /* int [B]: prefill tokens */
+    bitnet_devptr next;               /* int: the head's argmax */
+    int B, smax, cmin, head_blocks, have_next;
+    bitnet_gpu_graph *graph;          /* the decode step */
+} bitnet__gsession;
+
+/* ---- helpers ---------------------------------------------------------------------------------- */
+
+static bitnet_result bitnet__gpu_launch(bitnet_gpu *g, bitnet_gpu_kernel *k, unsigned gx, unsigned gy, unsigned bx,
+                                        unsigned by, unsigned smem, void **args) {
+    unsigned grid[3], block[3];
+    grid[0] = gx, grid[1] = gy, grid[2] = 1;
+    block[0] = bx, block[1] = by, block[2] = 1;
+    return bitnet_gpu_launch(g, k, grid, block, smem, args);
+}
+
+/* Carves one allocation into 256-byte aligned pieces; a first pass with base 0 sizes it. */
+typedef struct bitnet__gcarve { bitnet_devptr base; size_t off; int overflow; } bitnet__gcarve;
+static bitnet_devptr bitnet__gtake(bitnet__gcarve *c, size_t n1, size_t n2) {
+    bitnet_devptr p = c->base + c->off;
+    size_t n;
+    if (!bitnet__mul_size(n1, n2, &n) || !bitnet__add_size(n, 255, &n) || !bitnet__add_size(c->off, n & ~(size_t)255, &c->off))
+        c->overflow = 1;
+    return p;
+}
+
+static bitnet__gseg bitnet__gsegs(const bitnet_gpu_ternary *w) {
+    bitnet__gseg g;
+    int i;
+    memset(&g, 0, sizeof g);
+    g.n = w->n_parts;
+    for (i = 0; i < w->n_parts && i < 8; i++) g.end[i] = (int)w->part_end[i], g.scale[i] = w->part_scale[i];
+    return g;
+}
+
+/* ---- model: weights to the device --------------------------------------------------------------- */
+
+static void bitnet__gpu_model_free(bitnet_model *m) {
+    bitnet__gmodel *g = (bitnet__gmodel *)m->gpu;
+    if (!g) return;
+    if (g->gpu) {
+        int l;
+        for (l = 0; g->layers && l < m->info.n_layers; l++) {
+            bitnet_gpu_ternary_free(g->gpu, &g->layers[l].qkv);
+            bitnet_gpu_ternary_free(g->gpu, &g->layers[l].o);
+            bitnet_gpu_ternary_free(g->gpu, &g->layers[l].gu);
+            bitnet_gpu_ternary_free(g->gpu, &g->layers[l].down);
+        }
+        if (g->mem) bitnet_gpu_free(g->gpu, g->mem);
+        bitnet_gpu_close(g->gpu);
+    }
+    bitnet__free(g->layers);
+    bitnet__free(g);
+    m->gpu = NULL;
+}
+
+/* Lays out the dense weights (base 0: only the size). */
+static void bitnet__gmodel_layout(bitnet__gmodel *g, const bitnet_model *m, bitnet__gcarve *c) {
+    const bitnet_model_info *in = &m->info;
+    int l;
+    g->emb = bitnet__gtake(c, (size_t)in->n_vocab * (size_t)in->dim, 2);
+    g->head = m->head_f16 == m->tok_embd ? g->emb : bitnet__gtake(c, (size_t)in->n_vocab * (size_t)in->dim, 2);
+    g->out_norm = bitnet__gtake(c, (size_t)in->dim, 4);
+    for (l = 0; l < in->n_layers; l++) {
+        bitnet__glayer *L = &g->layers[l];
+        L->attn_norm = bitnet__gtake(c, (size_t)in->dim, 4);
+        L->attn_sub_norm = bitnet__gtake(c, (size_t)m->q_dim, 4);
+        L->ffn_norm = bitnet__gtake(c, (size_t)in->dim, 4);
+        L->ffn_sub_norm = bitnet__gtake(c, (size_t)in->ffn_dim, 4);
+    }
+}
+
+/* One fused ternary matrix from n_parts I2_S tensors of n[i] rows of k. */
+static bitnet_result bitnet__gpu_ternary(bitnet__gmodel *g, const void *const *w, const int *n, int n_parts, int k, int glu,
+                                         bitnet_gpu_ternary *out) {
+    bitnet_gpu_i2s_part p[3];
+    int i;
+    for (i = 0; i < n_parts; i++) {
+        p[i].data = w[i];
+        p[i].n = (size_t)n[i];
+        p[i].bytes = bitnet_i2s_bytes((size_t)n[i], (size_t)k);
+    }
+    BITNET__TRY(bitnet_gpu_ternary_upload(g->gpu, p, n_parts, (size_t)k, glu, out));
+    g->ternary_bytes += (size_t)out->n_pad * (size_t)k / 4;
+    return BITNET_OK;
+}
+
+static bitnet_result bitnet__gpu_model_init(bitnet_model *m, int device) {
+    const bitnet_model_info *in = &m->info;
+    int hd = in->head_dim, G = in->n_kv_heads > 0 ? in->n_heads / in->n_kv_heads : 0, l;
+    bitnet_gpu_device_info di;
+    bitnet__gmodel *g;
+    bitnet__gcarve c;
+    if (hd % 32 || hd > 128 || G < 1 || G > 8)
+        return bitnet__err(BITNET_ERR_UNSUPPORTED, "CUDA forward: head_dim %d must be a multiple of 32 up to 128, and "
+                           "n_heads / n_kv_heads = %d at most 8", (int)hd, (int)G);
+    g = (bitnet__gmodel *)bitnet__calloc(1, sizeof *g);
+    if (!g) return BITNET_ERR_OUT_OF_MEMORY;
+    m->gpu = g;
+    g->device = device;
+    g->layers = (bitnet__glayer *)bitnet__calloc((size_t)in->n_layers, sizeof *g->layers);
+    if (!g->layers) return BITNET_ERR_OUT_OF_MEMORY;
+    BITNET__TRY(bitnet_gpu_device_info_get(device, &di));
+    g->sm_count = di.sm_count > 0 ? di.sm_count : 1;
+    g->cc = di.cc_major * 10 + di.cc_minor;
+    BITNET__TRY(bitnet_gpu_open(device, &g->gpu));
+    BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_fwd_embed", &g->embed));
+    BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_fwd_gemv_store", &g->gemv_store));
+    BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_fwd_gemv_res", &g->gemv_res));
+    BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_fwd_gemv_glu", &g->gemv_glu));
+    BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_fwd_attn_decode", &g->attn));
+    BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_fwd_head", &g->head_k));
+    BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_fwd_rope_kv", &g->rope_kv));
+    BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_fwd_attn_prefill", &g->attn_prefill));
+    memset(&c, 0, sizeof c);
+    bitnet__gmodel_layout(g, m, &c);
+    if (c.overflow) return bitnet__err(BITNET_ERR_OVERFLOW, "CUDA forward: the model's device layout overflows");
+    g->bytes = c.off;
+    BITNET__TRY(bitnet_gpu_alloc(g->gpu, g->bytes, &g->mem));
+    c.base = g->mem, c.off = 0;
+    bitnet__gmodel_layout(g, m, &c);
+    BITNET__TRY(bitnet_gpu_upload(g->gpu, g->emb, m->tok_embd, (size_t)in->n_vocab * (size_t)in->dim * 2));
+    if (g->head != g->emb) BITNET__TRY(bitnet_gpu_upload(g->gpu, g->head, m->head_f16, (size_t)in->n_vocab * (size_t)in->dim * 2));
+    BITNET__TRY(bitnet_gpu_upload(g->gpu, g->out_norm, m->output_norm, (size_t)in->dim * 4));
+    for (l = 0; l < in->n_layers; l++) {
+        const bitnet__layer *W = &m->layers[l];
+        bitnet__glayer *L = &g->layers[l];
+        const void *w[3];
+        int n[3];
+        BITNET__TRY(bitnet_gpu_upload(g->gpu, L->attn_norm, W->attn_norm, (size_t)in->dim * 4));
+        BITNET__TRY(bitnet_gpu_upload(g->gpu, L->attn_sub_norm, W->attn_sub_norm, (size_t)m->q_dim * 4));
+        BITNET__TRY(bitnet_gpu_upload(g->gpu, L->ffn_norm, W->ffn_norm, (size_t)in->dim * 4));
+        BITNET__TRY(bitnet_gpu_upload(g->gpu, L->ffn_sub_norm, W->ffn_sub_norm, (size_t)in->ffn_dim * 4));
+        w[0] = W->wq, w[1] = W->wk, w[2] = W->wv, n[0] = m->q_dim, n[1] = m->kv_dim, n[2] = m->kv_dim;
+        BITNET__TRY(bitnet__gpu_ternary(g, w, n, 3, in->dim, 0, &L->qkv));
+        w[0] = W->wo, n[0] = in->dim;
+        BITNET__TRY(bitnet__gpu_ternary(g, w, n, 1, m->q_dim, 0, &L->o));
+        w[0] = W->w_gate, w[1] = W->w_up, n[0] = n[1] = in->ffn_dim;
+        BITNET__TRY(bitnet__gpu_ternary(g, w, n, 2, in->dim, 1, &L->gu));
+        w[0] = W->w_down, n[0] = in->dim;
+        BITNET__TRY(bitnet__gpu_ternary(g, w, n, 1, in->ffn_dim, 0, &L->down));
+    }
+    BITNET__TRY(bitnet_gpu_sync(g->gpu));
+    return bitnet_gpu_pool_trim(g->gpu); /* the upload's staging buffers */
+}
+
+/* ---- session: KV cache and buffers --------------------------------------------------------------- */
+
+static void bitnet__gpu_session_free(bitnet_session *s) {
+    bitnet__gsession *q = (bitnet__gsession *)s->gpu;
+    if (!q) return;
+    bitnet_gpu_graph_free(q->graph);
+    if (q->gpu) {
+        if (q->mem) bitnet_gpu_free(q->gpu, q->mem);
+        bitnet_gpu_close(q->gpu);
+    }
+    bitnet__free(q);
+    s->gpu = NULL;
+}
+
+static void bitnet__gsession_layout(bitnet__gsession *q, const bitnet_session *s, bitnet__gcarve *c) {
+    const bitnet_model *m = s->m;
+    const bitnet_model_info *in = &m->info;
+    size_t B = (size_t)q->B, kv = (size_t)in->n_layers * (size_t)m->kv_dim;
+    size_t wide = BITNET__MAX(BITNET__MAX((size_t)in->dim, (size_t)m->q_dim), (size_t)in->ffn_dim);
+    q->kc = bitnet__gtake(c, kv * (size_t)s->n_ctx, 2);
+    q->vc = bitnet__gtake(c, kv * (size_t)s->n_ctx, 2);
+    q->rope = bitnet__gtake(c, (size_t)s->n_ctx * (size_t)in->head_dim, 4);
+    q->x = bitnet__gtake(c, B * (size_t)in->dim, 4);
+    q->qkv = bitnet__gtake(c, B * (size_t)(m->q_dim + 2 * m->kv_dim), 4);
+    q->att = bitnet__gtake(c, B * (size_t)m->q_dim, 4);
+    q->h = bitnet__gtake(c, B * (size_t)in->ffn_dim, 4);
+    q->a_dim.q = bitnet__gtake(c, B * wide, 1);
+    q->a_dim.scale = bitnet__gtake(c, B, 4);
+    q->a_dim.sum = bitnet__gtake(c, B, 4);
+    q->a_dim.cap = B, q->a_dim.k = (size_t)in->dim;
+    q->a_q = q->a_dim, q->a_q.k = (size_t)m->q_dim;
+    q->a_ff = q->a_dim, q->a_ff.k = (size_t)in->ffn_dim;
+    q->logits = bitnet__gtake(c, (size_t)in->n_vocab, 4);
+    q->part_o = bitnet__gtake(c, (size_t)in->n_heads * (size_t)q->smax * (size_t)in->head_dim, 4);
+    q->part_ml = bitnet__gtake(c, (size_t)in->n_heads * (size_t)q->smax * 2, 4);
+    q->hv = bitnet__gtake(c, (size_t)q->head_blocks * 2, 4); /* room for twice the blocks (tuning) */
+    q->hi = bitnet__gtake(c, (size_t)q->head_blocks * 2, 4);
+    q->tok = bitnet__gtake(c, B, 4);
+    q->ctr = bitnet__gtake(c, (size_t)in->n_kv_heads + 1, 4);
+    q->io = bitnet__gtake(c, 2, 4);
+    q->next = bitnet__gtake(c, 1, 4);
+}
+
+static bitnet_result bitnet__gpu_session_init(bitnet_session *s) {
+    const bitnet__gmodel *g = (const bitnet__gmodel *)s->m->gpu;
+    bitnet__gsession *q;
+    bitnet__gcarve c;
+    int split;
+    if (!g) return bitnet__err(BITNET_ERR_INVALID_STATE, "CUDA session: the model has no GPU weights");
+    q = (bitnet__gsession *)bitnet__calloc(1, sizeof *q);
+    if (!q) return BITNET_ERR_OUT_OF_MEMORY;
+    s->gpu = q;
+    q->B = g->cc >= 80 ? s->n_batch : 1; /* below sm_80 prompts go through the decode step */
+    split = (s->n_ctx + BITNET__GPU_ATT_CMIN - 1) / BITNET__GPU_ATT_CMIN;
+    q->smax = BITNET__MIN(split, BITNET__GPU_ATT_SMAX);
+    q->cmin = BITNET__GPU_ATT_CMIN;
+    q->head_blocks = 2 * g->sm_count; /* persistent: two 256-thread blocks per SM, one wave */
+    BITNET__TRY(bitnet_gpu_open(g->device, &q->gpu));
+    memset(&c, 0, sizeof c);
+    bitnet__gsession_layout(q, s, &c);
+    if (c.overflow) return bitnet__err(BITNET_ERR_OVERFLOW, "CUDA session: %d positions overflow the device layout", (int)s->n_ctx);
+    q->bytes = c.off;
+    BITNET__TRY(bitnet_gpu_alloc(q->gpu, q->bytes, &q->mem));
+    c.base = q->mem, c.off = 0;
+    bitnet__gsession_layout(q, s, &c);
+    /* poison: a read of anything no kernel wrote shows up as NaN (0xffff is an fp16 NaN too) */
+    BITNET__TRY(bitnet_gpu_memset(q->gpu, q->mem, 0xff, q->bytes));
+    BITNET__TRY(bitnet_gpu_memset(q->gpu, q->ctr, 0, ((size_t)s->m->info.n_kv_heads + 1) * 4));
+    return bitnet_gpu_upload(q->gpu, q->rope, s->rope, (size_t)s->n_ctx * (size_t)s->m->info.head_dim * 4);
+}
+
+/* ---- the steps ------------------------------------------------------------------------------------ */
+
+/* What a decode kernel pulls into L2 for the kernel after it (the next weights in reading order). */
+typedef struct bitnet__gpre { bitnet_devptr p; unsigned long long bytes; } bitnet__gpre;
+static bitnet__gpre bitnet__gpre_of(const bitnet_gpu_ternary *w) {
+    bitnet__gpre r;
+    r.p = w ? w->data : 0;
+    r.bytes = w ? (unsigned long long)w->n_pad * (unsigned long long)w->k / 4 : 0;
+    return r;
+}
+
+/* 1. embed: x[t] = tok_embd[tokens[t]] as fp32, for the m tokens at tok */
+static bitnet_result bitnet__gpu_embed(bitnet_session *s, bitnet_devptr tok, int m, bitnet__gpre pre) {
+    const bitnet__gmodel *g = (const bitnet__gmodel *)s->m->gpu;
+    bitnet__gsession *q = (bitnet__gsession *)s->gpu;
+    int dim = s->m->info.dim;
+    void *args[6];
+    args[0] = (void *)&g->emb, args[1] = &dim, args[2] = &tok, args[3] = &q->x, args[4] = &pre.p, args[5] = &pre.bytes;
+    return bitnet__gpu_launch(q->gpu, g->embed, (unsigned)m, 1, 256, 1, 0, args);
+}
+
+/* 2+3. norm_quant + linear for one token: out = W . int8(rmsnorm(in) * norm_w) with the matrix's
+   epilogue (kernel: store, res (out += y), glu (relu(gate)^2 * up)) */
+static bitnet_result bitnet__gpu_linear(bitnet_session *s, bitnet_gpu_kernel *k, const bitnet_gpu_ternary *w,
+                                        bitnet_devptr in, bitnet_devptr norm_w, bitnet_devptr out, bitnet__gpre pre) {
+    const bitnet__gmodel *g = (const bitnet__gmodel *)s->m->gpu;
+    bitnet__gsession *q = (bitnet__gsession *)s->gpu;
+    float eps = s->m->info.norm_eps;
+    bitnet__gseg segs = bitnet__gsegs(w);
+    int n_out = (int)w->n, nc = (int)(w->k / 64), items = w->glu ? 2 * nc : nc;
+    unsigned groups = (unsigned)((n_out + 31) / 32);
+    /* warps share a block's K chunks, 8 loads in flight per lane; over one wave of blocks
+       (about 100 registers a thread) a block gets at most 8 warps */
+    int warps = BITNET__MIN((int)groups > g->sm_count ? 8 : 16, BITNET__MAX(1, (items + 7) / 8));
+    unsigned smem = (unsigned)w->k + (unsigned)(warps * (w->glu ? 2 : 1) * 32 * 4);
+    void *args[10];
+    args[0] = (void *)&w->data, args[1] = &n_out, args[2] = &nc, args[3] = &segs, args[4] = &in, args[5] = &norm_w,
+    args[6] = &eps, args[7] = &out, args[8] = &pre.p, args[9] = &pre.bytes;
+    return bitnet__gpu_launch(q->gpu, k, groups, 1, 32, (unsigned)warps, smem, args);
+}
+
+/* 4-6. rope + kv_store + attention for one token (layer l): q and k rotated at the position in
+   io[1], k and v appended to the cache, att = softmax(q K^T / sqrt(hd)) V over the positions so far */
+static bitnet_result bitnet__gpu_attention(bitnet_session *s, int l, bitnet__gpre pre) {
+    const bitnet_model *m = s->m;
+    const bitnet__gmodel *g = (const bitnet__gmodel *)m->gpu;
+    bitnet__gsession *q = (bitnet__gsession *)s->gpu;
+    int hd = m->info.head_dim, nh = m->info.n_heads, nkv = m->info.n_kv_heads, G = nh / nkv;
+    size_t layer = (size_t)l * (size_t)m->kv_dim * (size_t)s->n_ctx * 2;
+    bitnet_devptr kc = q->kc + layer, vc = q->vc + layer, pos = q->io + 4;
+    unsigned smem = (unsigned)(G * hd + G * BITNET__MAX(64, 128)) * 4 + 2 * 64 * (unsigned)hd * 2; /* BF_ATT_T = 64 */
+    void *args[17];
+    args[0] = &q->qkv, args[1] = &q->rope, args[2] = &pos, args[3] = &kc, args[4] = &vc, args[5] = &s->n_ctx, args[6] = &nh,
+    args[7] = &nkv, args[8] = &hd, args[9] = &q->smax, args[10] = &q->cmin, args[11] = &q->part_o, args[12] = &q->part_ml,
+    args[13] = &q->ctr, args[14] = &q->att, args[15] = &pre.p, args[16] = &pre.bytes;
+    return bitnet__gpu_launch(q->gpu, g->attn, (unsigned)nkv, (unsigned)q->smax, 128, 1, smem, args);
+}
+
+/* 9. head: logits = head . rmsnorm(x_row) * output_norm, and its argmax into next */
+static bitnet_result bitnet__gpu_head(bitnet_session *s, bitnet_devptr x_row) {
+    const bitnet_model *m = s->m;
+    const bitnet__gmodel *g = (const bitnet__gmodel *)m->gpu;
+    bitnet__gsession *q = (bitnet__gsession *)s->gpu;
+    int nv = m->info.n_vocab, dim = m->info.dim;
+    float eps = m->info.norm_eps;
+    bitnet_devptr ctr = q->ctr + 4 * (bitnet_devptr)m->info.n_kv_heads;
+    void *args[11];
+    args[0] = (void *)&g->head, args[1] = &nv, args[2] = &dim, args[3] = &x_row, args[4] = (void *)&g->out_norm, args[5] = &eps,
+    args[6] = &q->logits, args[7] = &q->hv, args[8] = &q->hi, args[9] = &ctr, args[10] = &q->next;
+    return bitnet__gpu_launch(q->gpu, g->head_k, (unsigned)q->head_blocks, 1, 256, 1, (unsigned)dim * 4, args);
+}
+
+/* One token's forward, as launched into the decode graph (token and position in io). Each kernel
+   also pulls the next weights it does not use into L2 (bitnet__gpre), so DRAM keeps streaming
+   between kernels: embed -> QKV, QKV -> O, attention -> gate||up, O -> down, gate||up -> the next
+   layer's QKV (the last: the head's first 16 MB), down -> the next layer's gate||up. */
+static bitnet_result bitnet__gpu_step(bitnet_session *s) {
+    const bitnet_model *m = s->m;
+    const bitnet__gmodel *g = (const bitnet__gmodel *)m->gpu;
+    bitnet__gsession *q = (bitnet__gsession *)s->gpu;
+    int l, nl = m->info.n_layers;
+    bitnet__gpre head;
+    head.p = g->head;
+    head.bytes = BITNET__MIN((unsigned long long)16 << 20, (unsigned long long)m->info.n_vocab * (unsigned long long)m->info.dim * 2) & ~15ull;
+    BITNET__TRY(bitnet__gpu_embed(s, q->io, 1, bitnet__gpre_of(&g->layers[0].qkv)));                    /* x [dim] */
+    for (l = 0; l < nl; l++) {
+        const bitnet__glayer *L = &g->layers[l], *N = l + 1 < nl ? &g->layers[l + 1] : NULL;
+        /* attention block */
+        BITNET__TRY(bitnet__gpu_linear(s, g->gemv_store, &L->qkv, q->x, L->attn_norm, q->qkv, bitnet__gpre_of(&L->o)));  /* qkv */
+        BITNET__TRY(bitnet__gpu_attention(s, l, bitnet__gpre_of(&L->gu)));                                 /* att [q_dim] */
+        BITNET__TRY(bitnet__gpu_linear(s, g->gemv_res, &L->o, q->att, L->attn_sub_norm, q->x, bitnet__gpre_of(&L->down)));
+        /* feed-forward block */
+        BITNET__TRY(bitnet__gpu_linear(s, g->gemv_glu, &L->gu, q->x, L->ffn_norm, q->h, N ? bitnet__gpre_of(&N->qkv) : head));
+        BITNET__TRY(bitnet__gpu_linear(s, g->gemv_res, &L->down, q->h, L->ffn_sub_norm, q->x, bitnet__gpre_of(N ? &N->gu : NULL)));
+    }
+    return bitnet__gpu_head(s, q->x);                                                                     /* logits, next */
+}
+
+/* One decode step of token at pos: the graph, captured on first use. */
+static bitnet_result bitnet__gpu_decode(bitnet_session *s, int32_t token, int32_t pos) {
+    bitnet__gsession *q = (bitnet__gsession *)s->gpu;
+    int32_t io[2];
+    io[0] = token, io[1] = pos;
+    BITNET__TRY(bitnet_gpu_upload(q->gpu, q->io, io, sizeof io));
+    if (!q->graph) {
+        bitnet_result r, r2;
+        BITNET__TRY(bitnet_gpu_graph_begin(q->gpu));
+        r = bitnet__gpu_step(s);
+        r2 = bitnet_gpu_graph_end(q->gpu, &q->graph);
+        BITNET__TRY(r);
+        BITNET__TRY(r2);
+    }
+    q->have_next = 1;
+    return bitnet_gpu_graph_launch(q->gpu, q->graph);
+}
+
+/* ---- prefill steps (m tokens, the rows of the batch buffers) --------------------------------------- */
+
+/* 2. norm_quant: a = int8(rmsnorm(in[t]) * w) with scales and sums, for m rows of a->k */
+static bitnet_result bitnet__gpu_norm_quant(bitnet_session *s, bitnet_devptr in, bitnet_devptr w, int m, bitnet_gpu_act *a) {
+    bitnet__gsession *q = (bitnet__gsession *)s->gpu;
+    return bitnet_gpu_quantize_act(q->gpu, in, (size_t)m, a->k, w, s->m->info.norm_eps, a);
+}
+
+/* 3. linear for m tokens: out[m][n] (+= res when res is out) = W . a (int8 tensor cores) */
+static bitnet_result bitnet__gpu_linear_m(bitnet_session *s, const bitnet_gpu_ternary *w, const bitnet_gpu_act *a,
+                                          bitnet_devptr out, bitnet_devptr res) {
+    bitnet__gsession *q = (bitnet__gsession *)s->gpu;
+    return bitnet_gpu_ternary_matmul(q->gpu, w, a, out, BITNET_PRECISION_FP32, res);
+}
+
+/* 4+5. rope + kv_store for m tokens from position io[1] */
+static bitnet_result bitnet__gpu_rope_kv(bitnet_session *s, int l, int m) {
+    const bitnet_model *md = s->m;
+    const bitnet__gmodel *g = (const bitnet__gmodel *)md->gpu;
+    bitnet__gsession *q = (bitnet__gsession *)s->gpu;
+    int hd = md->info.head_dim, nh = md->info.n_heads, nkv = md->info.n_kv_heads;
+    long long ldq = md->q_dim + 2 * md->kv_dim;
+    size_t layer = (size_t)l * (size_t)md->kv_dim * (size_t)s->n_ctx * 2;
+    bitnet_devptr kc = q->kc + layer, vc = q->vc + layer, pos = q->io + 4;
+    void *args[10];
+    args[0] = &q->qkv, args[1] = &ldq, args[2] = &q->rope, args[3] = &pos, args[4] = &kc, args[5] = &vc, args[6] = &s->n_ctx,
+    args[7] = &nh, args[8] = &nkv, args[9] = &hd;
+    return bitnet__gpu_launch(q->gpu, g->rope_kv, (unsigned)m, 1, 128, 1, 0, args);
+}
+
+/* 6. attention for m tokens, causal */
+static bitnet_result bitnet__gpu_attention_m(bitnet_session *s, int l, int m) {
+    const bitnet_model *md = s->m;
+    const bitnet__gmodel *g = (const bitnet__gmodel *)md->gpu;
+    bitnet__gsession *q = (bitnet__gsession *)s->gpu;
+    int hd = md->info.head_dim, nh = md->info.n_heads, nkv = md->info.n_kv_heads;
+    long long ldq = md->q_dim + 2 * md->kv_dim, ldo = md->q_dim;
+    size_t layer = (size_t)l * (size_t)md->kv_dim * (size_t)s->n_ctx * 2;
+    bitnet_devptr kc = q->kc + layer, vc = q->vc + layer, pos = q->io + 4;
+    unsigned smem = (unsigned)((32 * hd + 32 * 65) * 4 + 64 * (hd + 2) * 2);
+    void *args[12];
+    args[0] = &q->qkv, args[1] = &ldq, args[2] = &kc, args[3] = &vc, args[4] = &pos, args[5] = &m, args[6] = &s->n_ctx,
+    args[7] = &nh, args[8] = &nkv, args[9] = &hd, args[10] = &q->att, args[11] = &ldo;
+    return bitnet__gpu_launch(q->gpu, g->attn_prefill, (unsigned)((m + 31) / 32), (unsigned)nh, 128, 1, smem, args);
+}
+
+/* Prefill of m tokens at s->pos: the GEMM path, in the CPU's step order. */
+static bitnet_result bitnet__gpu_prefill(bitnet_session *s, const int32_t *tokens, int m, float *logits, int all) {
+    const bitnet_model *md = s->m;
+    bitnet__gmodel *g = (bitnet__gmodel *)md->gpu;
+    bitnet__gsession *q = (bitnet__gsession *)s->gpu;
+    int l, t, dim = md->info.dim;
+    size_t nv = (size_t)md->info.n_vocab;
+    int32_t io[2];
+    io[0] = tokens[0], io[1] = s->pos;
+    BITNET__TRY(bitnet_gpu_upload(q->gpu, q->io, io, sizeof io));
+    BITNET__TRY(bitnet_gpu_upload(q->gpu, q->tok, tokens, (size_t)m * sizeof *tokens));
+    BITNET__TRY(bitnet__gpu_embed(s, q->tok, m, bitnet__gpre_of(NULL)));                   /* x [m][dim] */
+    for (l = 0; l < md->info.n_layers; l++) {
+        const bitnet__glayer *L = &g->layers[l];
+        /* attention block */
+        BITNET__TRY(bitnet__gpu_norm_quant(s, q->x, L->attn_norm, m, &q->a_dim));            /* aq [m][dim] */
+        BITNET__TRY(bitnet__gpu_linear_m(s, &L->qkv, &q->a_dim, q->qkv, 0));                 /* qkv [m][q+2kv] */
+        BITNET__TRY(bitnet__gpu_rope_kv(s, l, m));
+        BITNET__TRY(bitnet__gpu_attention_m(s, l, m));                                       /* att [m][q_dim] */
+        BITNET__TRY(bitnet__gpu_norm_quant(s, q->att, L->attn_sub_norm, m, &q->a_q));        /* aq [m][q_dim] */
+        BITNET__TRY(bitnet__gpu_linear_m(s, &L->o, &q->a_q, q->x, q->x));                    /* x += o */
+        /* feed-forward block */
+        BITNET__TRY(bitnet__gpu_norm_quant(s, q->x, L->ffn_norm, m, &q->a_dim));             /* aq [m][dim] */
+        BITNET__TRY(bitnet__gpu_linear_m(s, &L->gu, &q->a_dim, q->h, 0));                    /* h [m][ffn] */
+        BITNET__TRY(bitnet__gpu_norm_quant(s, q->h, L->ffn_sub_norm, m, &q->a_ff));          /* aq [m][ffn] */
+        BITNET__TRY(bitnet__gpu_linear_m(s, &L->down, &q->a_ff, q->x, q->x));                /* x += down */
+    }
+    q->have_next = 0;
+    if (!logits) return BITNET_OK;
+    for (t = all ? 0 : m - 1; t < m; t++) {
+        BITNET__TRY(bitnet__gpu_head(s, q->x + (bitnet_devptr)((size_t)t * (size_t)dim * 4)));
+        BITNET__TRY(bitnet_gpu_download(q->gpu, logits + (all ? (size_t)t * nv : 0), q->logits, nv * 4));
+    }
+    q->have_next = 1;
+    return BITNET_OK;
+}
+
+/* The forward pass of m tokens at s->pos .. s->pos+m-1: bitnet__cpu_forward's contract. */
+static bitnet_result bitnet__gpu_forward(bitnet_session *s, const int32_t *tokens, int m, float *logits, int all) {
+    const bitnet__gmodel *g = (const bitnet__gmodel *)s->m->gpu;
+    bitnet__gsession *q = (bitnet__gsession *)s->gpu;
+    size_t nv = (size_t)s->m->info.n_vocab;
+    int t;
+    if (!g || !q) return bitnet__err(BITNET_ERR_INVALID_STATE, "CUDA forward: the model or session has no GPU state");
+    if (m >= BITNET__GPU_PREFILL_MIN && g->cc >= 80 && m <= q->B) return bitnet__gpu_prefill(s, tokens, m, logits, all);
+    for (t = 0; t < m; t++) {
+        BITNET__TRY(bitnet__gpu_decode(s, tokens[t], s->pos + t));
+        if (logits && (all || t == m - 1))
+            BITNET__TRY(bitnet_gpu_download(q->gpu, logits + (all ? (size_t)t * nv : 0), q->logits, nv * 4));
+    }
+    return BITNET_OK;
+}
+
+/* Greedy decoding without moving logits: the argmax (lowest index among equals) of the last row
+   whose logits the GPU computed. */
+static BITNET__UNUSED bitnet_result bitnet__gpu_last_argmax(bitnet_session *s, int32_t *token) {
+    bitnet__gsession *q = (bitnet__gsession *)s->gpu;
+    if (!q || !q->have_next) return bitnet__err(BITNET_ERR_INVALID_STATE, "CUDA forward: no logits were computed on the device");
+    return bitnet_gpu_download(q->gpu, token, q->next, 4);
+}
+
+#endif /* BITNET__GPU_FORWARD */
+
 /* >>model ===================================================================================== */
 
 /* A GPU forward plugs in here: >>cuda-forward defines BITNET__GPU_FORWARD and
