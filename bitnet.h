@@ -407,6 +407,120 @@ BITNET_API void *bitnet_gpu_raw_stream(bitnet_gpu *gpu);
 BITNET_API void *bitnet_gpu_raw_module(bitnet_gpu_module *mod);
 BITNET_API void *bitnet_gpu_raw_function(bitnet_gpu_kernel *k);
 
+/* ---- >>api-gpu-kernels: ternary and dense matmul on the GPU, precisions, GPU quantization ---- */
+
+/* Number formats of GPU tensors and of dense compute. AUTO means bitnet_detect_best_precision. */
+typedef enum bitnet_precision {
+    BITNET_PRECISION_AUTO = 0, BITNET_PRECISION_FP32 = 1, BITNET_PRECISION_FP16 = 2, BITNET_PRECISION_BF16 = 3
+} bitnet_precision;
+BITNET_API const char *bitnet_precision_name(bitnet_precision p); /* "auto", "fp32", "fp16", "bf16", "unknown" */
+/* BF16 from compute capability 8.0, FP16 from 6.0, else FP32 (also when the device cannot be
+   queried; bitnet_last_error then says why). */
+BITNET_API bitnet_precision bitnet_detect_best_precision(int device);
+
+/* Ternary weights in the GPU's T32 layout (documented in bitnet_cuda_kernels.h), repacked once on
+   the device from I2_S tensors. Parts stack row-wise into one fused matrix (QKV as 2560/640/640
+   rows), each keeping its own scale. glu = 1 takes exactly two parts of equal shape, gate then up,
+   and the matmul then returns relu(gate)^2 * up (n = the gate's rows). k: a multiple of 128 (I2_S
+   blocks), at most 262144 (int32 accumulators). */
+#define BITNET_GPU_MAX_PARTS 8
+typedef struct bitnet_gpu_i2s_part {
+    const void *data;                 /* an I2_S tensor (host memory) of n rows of k weights */
+    size_t bytes;                     /* at least bitnet_i2s_bytes(n, k); its tail holds the scale */
+    size_t n;
+} bitnet_gpu_i2s_part;
+typedef struct bitnet_gpu_ternary {
+    bitnet_devptr data;               /* the T32 image, n_pad * k / 4 bytes */
+    size_t n, k;                      /* outputs of the matmul, and K */
+    size_t n_rows, n_pad;             /* rows of all parts, and rows in the image (a multiple of 128) */
+    int glu, n_parts;
+    uint32_t part_end[BITNET_GPU_MAX_PARTS]; /* the row where each part ends */
+    float part_scale[BITNET_GPU_MAX_PARTS];
+} bitnet_gpu_ternary;
+BITNET_API bitnet_result bitnet_gpu_ternary_upload(bitnet_gpu *gpu, const bitnet_gpu_i2s_part *parts, int n_parts,
+                                                   size_t k, int glu, bitnet_gpu_ternary *out);
+BITNET_API void bitnet_gpu_ternary_free(bitnet_gpu *gpu, bitnet_gpu_ternary *w);
+
+/* Per-token int8 activations on the device: m rows of k values, with a scale and a sum per row. */
+typedef struct bitnet_gpu_act {
+    bitnet_devptr q, scale, sum;
+    size_t m, k, cap;                 /* rows in use, row length, rows allocated */
+} bitnet_gpu_act;
+BITNET_API bitnet_result bitnet_gpu_act_alloc(bitnet_gpu *gpu, size_t cap, size_t k, bitnet_gpu_act *out);
+BITNET_API void bitnet_gpu_act_free(bitnet_gpu *gpu, bitnet_gpu_act *a);
+/* x: m x k fp32 on the device (m <= a->cap, k == a->k). norm_weight: k fp32 RMSNorm weights to
+   apply first, or 0. Bit-identical to bitnet_rmsnorm (eps) + bitnet_quantize_act. */
+BITNET_API bitnet_result bitnet_gpu_quantize_act(bitnet_gpu *gpu, bitnet_devptr x, size_t m, size_t k,
+                                                 bitnet_devptr norm_weight, float eps, bitnet_gpu_act *a);
+/* out (a->m x w->n, row-major, out_type; AUTO = FP32) = residual (same shape and type, or 0) + the
+   W2A8 product bitnet_gemm_i2s computes, bit for bit in fp32 (fp16 / bf16: that value rounded).
+   m <= 8 runs the streaming GEMV, larger m int8 tensor cores from sm_80. residual may be out. */
+BITNET_API bitnet_result bitnet_gpu_ternary_matmul(bitnet_gpu *gpu, const bitnet_gpu_ternary *w, const bitnet_gpu_act *a,
+                                                   bitnet_devptr out, bitnet_precision out_type, bitnet_devptr residual);
+/* A list of such problems, issued in order with one barrier at the end; all are checked first. */
+typedef struct bitnet_gpu_matmul_op {
+    const bitnet_gpu_ternary *w;
+    const bitnet_gpu_act *a;
+    bitnet_devptr out;
+    bitnet_precision out_type;
+    bitnet_devptr residual;
+} bitnet_gpu_matmul_op;
+BITNET_API bitnet_result bitnet_gpu_ternary_matmul_batch(bitnet_gpu *gpu, const bitnet_gpu_matmul_op *ops, size_t n_ops);
+
+/* Dense: out (m x n, out_type) = x (m x k) . w (n x k)^T with w and x in prec and fp32
+   accumulation. m <= 8: a streaming GEMV (the fp16 LM head); larger m: tensor cores for fp16 and
+   bf16 from sm_80, else the CUDA cores. k * element size must be a multiple of 16 bytes. */
+BITNET_API bitnet_result bitnet_gpu_matmul(bitnet_gpu *gpu, bitnet_precision prec, bitnet_devptr w, bitnet_devptr x,
+                                           size_t m, size_t n, size_t k, bitnet_devptr out, bitnet_precision out_type);
+/* Element conversion between fp32, fp16 and bf16 (round to nearest even; NaN stays NaN). */
+BITNET_API bitnet_result bitnet_gpu_convert(bitnet_gpu *gpu, bitnet_devptr src, bitnet_precision src_type,
+                                            bitnet_devptr dst, bitnet_precision dst_type, size_t n);
+/* Per precision, for the whole process: dense matmuls and conversions issued (conversions count
+   under their destination type), their operations (2mnk, or n), bytes read plus written, and the
+   device time of the matmul launches that were timed (bitnet_gpu_set_timing; else 0). */
+typedef struct bitnet_gpu_precision_metrics {
+    uint64_t calls, ops, bytes;
+    double ms;
+} bitnet_gpu_precision_metrics;
+BITNET_API bitnet_result bitnet_gpu_precision_metrics_get(bitnet_precision p, bitnet_gpu_precision_metrics *out);
+BITNET_API void bitnet_gpu_precision_metrics_reset(void);
+
+/* GPU quantization with the CPU's results: absmean ternary codes of n device floats (q: n int8,
+   scale: one float, both on the device) as bitnet_quantize_ternary, and I2_S packing of n x k
+   device codes with the device scale (dst: bitnet_i2s_bytes(n, k) device bytes) as
+   bitnet_i2s_pack. The absmean sum runs in double in a fixed tree order; the CPU sums in order,
+   so the two scales could differ only where that double sum sits within a few double ulps of an
+   fp32 rounding boundary (odds about 2^-29 per tensor). */
+BITNET_API bitnet_result bitnet_gpu_quantize_ternary(bitnet_gpu *gpu, bitnet_devptr w, size_t n, bitnet_devptr q,
+                                                     bitnet_devptr scale);
+BITNET_API bitnet_result bitnet_gpu_i2s_pack(bitnet_gpu *gpu, bitnet_devptr q, size_t n, size_t k, bitnet_devptr scale,
+                                             bitnet_devptr dst);
+
+/* A device-aware quantizer: host arrays in and out; each operation runs on the GPU when there is
+   one and the GPU call succeeds, else on the CPU (counted as a fallback), with the same results.
+   One thread at a time per quantizer. */
+typedef struct bitnet_quantizer bitnet_quantizer;
+typedef enum bitnet_quant_kind {
+    BITNET_QUANT_TERNARY = 0, BITNET_QUANT_ACT, BITNET_QUANT_I2S, BITNET_QUANT_KINDS
+} bitnet_quant_kind;
+typedef struct bitnet_quant_stats {
+    uint64_t gpu_ops, cpu_ops, fallbacks;           /* cpu_ops include the fallbacks */
+    double gpu_ms[BITNET_QUANT_KINDS], cpu_ms[BITNET_QUANT_KINDS]; /* wall time per kind of operation */
+    char last_gpu_error[256], last_cpu_error[256];  /* "" when none */
+    uint64_t host_bytes, host_bytes_total;          /* host memory the quantizer holds now, and ever took */
+} bitnet_quant_stats;
+BITNET_API bitnet_result bitnet_quantizer_create(bitnet_gpu *gpu, bitnet_quantizer **out); /* gpu: NULL = CPU only; not owned */
+BITNET_API void bitnet_quantizer_free(bitnet_quantizer *qz);
+BITNET_API bitnet_result bitnet_quantizer_ternary(bitnet_quantizer *qz, const float *w, size_t n, int8_t *q, float *scale);
+BITNET_API bitnet_result bitnet_quantizer_act(bitnet_quantizer *qz, const float *x, size_t m, size_t k, int8_t *q,
+                                              float *scale, int32_t *sum);
+/* Absmean-quantizes n x k floats and packs them as I2_S into dst. */
+BITNET_API bitnet_result bitnet_quantizer_i2s(bitnet_quantizer *qz, const float *w, size_t n, size_t k, void *dst,
+                                              size_t dst_bytes);
+BITNET_API bitnet_result bitnet_quantizer_stats(const bitnet_quantizer *qz, bitnet_quant_stats *out);
+/* One line, e.g. "quantizer: gpu 12 ops (3.1 ms), cpu 2 ops (9.8 ms), 1 fallback (last gpu error: ...), host 1.2 MB (5.0 MB total)". */
+BITNET_API bitnet_result bitnet_quantizer_summary(const bitnet_quantizer *qz, char *buf, size_t cap);
+
 /* ---- >>api-gguf ------------------------------------------------------------------------------ */
 
 /* GGUF v2/v3 reader over mmap (or memory), bounds-checked everywhere.
@@ -529,7 +643,13 @@ BITNET_API bitnet_result bitnet_gguf_writer_finish(bitnet_gguf_writer *w);
 /* ---- >>api-tokenizer ------------------------------------------------------------------------- */
 
 /* Byte-level BPE (GPT-2 style tokens: bytes mapped to printable code points) with the LLaMA 3
-   pre-tokenizer, implemented without a regex library. */
+   pre-tokenizer, implemented without a regex library. Encoding equals tiktoken's with the LLaMA 3
+   pattern and ranks: pieces that are whole tokens are taken as they are, and merges apply lowest
+   rank first (a token's rank is that of its first merge), leftmost first on ties. The character
+   classes are Unicode 16.0 (the version of tiktoken's regex tables). Text that is not valid UTF-8 is
+   still encoded: each invalid byte counts as one punctuation-like character (neither letter,
+   number nor white space), so decode(encode(bytes)) gives the bytes back for any input.
+   A tokenizer is immutable after creation: share it between threads freely. */
 typedef struct bitnet_tokenizer bitnet_tokenizer;
 typedef struct bitnet_tokenizer_desc {
     const bitnet_gguf_str *tokens; uint64_t n_tokens;      /* the vocabulary, in id order */
@@ -537,21 +657,37 @@ typedef struct bitnet_tokenizer_desc {
     const int32_t *token_types;                            /* optional: 3 = control (special) */
     int32_t bos, eos, eot;                                 /* -1 when absent */
 } bitnet_tokenizer_desc;
+/* Special tokens are those of type 3 (control) or 4 (user-defined); without token_types, those
+   spelled "<|...|>". Their text is kept verbatim; every other token must be a byte-level string,
+   the 256 single bytes must all be tokens, and each merge must join two tokens into a third
+   (else BITNET_ERR_BAD_METADATA, naming the entry). */
 BITNET_API bitnet_result bitnet_tokenizer_create(const bitnet_tokenizer_desc *desc, bitnet_tokenizer **out);
+/* From tokenizer.ggml.* metadata (model "gpt2"); eot falls back to the token "<|eot_id|>". */
 BITNET_API bitnet_result bitnet_tokenizer_from_gguf(const bitnet_gguf *g, bitnet_tokenizer **out);
 BITNET_API void bitnet_tokenizer_free(bitnet_tokenizer *t);
 /* Encodes text (parse_special: recognise "<|...|>" special tokens in the text). *n_out gets the
-   count; BITNET_ERR_BAD_SIZE (with *n_out set to the need) when cap is too small. */
+   count; BITNET_ERR_BAD_SIZE (with *n_out set to the need) when cap is too small. ids may be NULL
+   when cap is 0 (a size query); text may be NULL when len is 0. */
 BITNET_API bitnet_result bitnet_tokenize(const bitnet_tokenizer *t, const char *text, size_t len, int add_bos,
                                          int parse_special, int32_t *ids, size_t cap, size_t *n_out);
-/* The bytes of one token (special tokens as their text). */
+/* The bytes of one token (special tokens as their text). Not NUL-terminated. */
 BITNET_API bitnet_result bitnet_token_piece(const bitnet_tokenizer *t, int32_t id, const char **bytes, size_t *len);
+/* The concatenated pieces, NUL-terminated. *len_out gets the length without the NUL;
+   BITNET_ERR_BAD_SIZE when cap < *len_out + 1; BITNET_ERR_BAD_TOKEN for an id outside the vocabulary. */
 BITNET_API bitnet_result bitnet_detokenize(const bitnet_tokenizer *t, const int32_t *ids, size_t n, char *buf,
                                            size_t cap, size_t *len_out);
 BITNET_API int32_t bitnet_tokenizer_vocab_size(const bitnet_tokenizer *t);
+/* The ids of BOS, EOS and <|eot_id|> (-1 when absent). Any pointer may be NULL. */
+BITNET_API void bitnet_tokenizer_special_ids(const bitnet_tokenizer *t, int32_t *bos, int32_t *eos, int32_t *eot);
+/* The LLaMA 3 pre-tokenizer alone: ends[i] gets the end offset of the i-th piece of text (BPE then
+   encodes each piece on its own). Same cap / BITNET_ERR_BAD_SIZE rule as bitnet_tokenize. */
+BITNET_API bitnet_result bitnet_pretokenize(const char *text, size_t len, size_t *ends, size_t cap, size_t *n_out);
 /* A GPT-2-style vocabulary (byte-level token strings, "a b" merges by rank, token types) built
-   from a tiktoken rank file plus n_special special tokens after it (LLaMA 3 names for 256).
-   gen-model writes it into GGUF metadata. Free with bitnet_vocab_free. */
+   from a tiktoken rank file plus n_special special tokens after it (LLaMA 3.1 names for 256).
+   The merges are every split of a token into two tokens, ordered by the token's rank (then by the
+   ranks of the halves), as Hugging Face's tiktoken conversion writes them; with them the encoder
+   above reproduces tiktoken exactly. gen-model writes it into GGUF metadata. Free with
+   bitnet_vocab_free. */
 typedef struct bitnet_vocab {
     bitnet_gguf_str *tokens; uint64_t n_tokens;
     bitnet_gguf_str *merges; uint64_t n_merges;
@@ -560,6 +696,14 @@ typedef struct bitnet_vocab {
 } bitnet_vocab;
 BITNET_API bitnet_result bitnet_vocab_from_tiktoken(const char *path, int n_special, bitnet_vocab *out);
 BITNET_API void bitnet_vocab_free(bitnet_vocab *v);
+/* The BitNet b1.58 2B-4T chat prompt: "<|begin_of_text|>", then per message "System: ", "User: " or
+   "Assistant: " (role "system", "user" or "assistant"), the content without leading and trailing
+   white space, and "<|eot_id|>"; add_generation_prompt appends "Assistant: ". Tokenize the result
+   with add_bos = 0 and parse_special = 1. buf gets a NUL-terminated string and *len_out its length;
+   BITNET_ERR_BAD_SIZE (with *len_out set) when cap < *len_out + 1; buf may be NULL when cap is 0. */
+typedef struct bitnet_chat_message { const char *role; const char *content; } bitnet_chat_message;
+BITNET_API bitnet_result bitnet_chat_format(const bitnet_chat_message *msgs, size_t n, int add_generation_prompt,
+                                            char *buf, size_t cap, size_t *len_out);
 
 /* ---- >>api-model: model, session, generation, sampling --------------------------------------- */
 
@@ -4533,6 +4677,1078 @@ BITNET_API bitnet_result bitnet_gguf_writer_finish(bitnet_gguf_writer *w) {
 
 /* >>tokenizer ================================================================================= */
 
+/* Byte-level BPE, equal to tiktoken with the LLaMA 3 pattern:
+     (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|
+     \s*[\r\n]+|\s+(?!\S)|\s+
+   The pattern is matched by hand (bitnet__pretok_end), each piece is BPE-encoded on its own with
+   a min-heap of candidate merges (n log n even for hostile megabyte pieces). */
+
+/* Character classes by code point: runs of (first code point << 2 | class). */
+#define BITNET__CL_OTHER 0
+#define BITNET__CL_LETTER 1
+#define BITNET__CL_NUMBER 2
+#define BITNET__CL_SPACE 3
+/* unicode-table begin: generated by tools/gen_unicode_tables.mjs (Unicode 16.0), do not edit */
+static const uint32_t bitnet__uni_runs[1610] = {
+    0x0, 0x27, 0x38, 0x83, 0x84, 0xc2, 0xe8, 0x105, 0x16c, 0x185, 0x1ec, 0x217, 0x218, 0x283, 0x284, 0x2a9, 0x2ac,
+    0x2ca, 0x2d0, 0x2d5, 0x2d8, 0x2e6, 0x2e9, 0x2ec, 0x2f2, 0x2fc, 0x301, 0x35c, 0x361, 0x3dc, 0x3e1, 0xb08, 0xb19,
+    0xb48, 0xb81, 0xb94, 0xbb1, 0xbb4, 0xbb9, 0xbbc, 0xdc1, 0xdd4, 0xdd9, 0xde0, 0xde9, 0xdf8, 0xdfd, 0xe00, 0xe19,
+    0xe1c, 0xe21, 0xe2c, 0xe31, 0xe34, 0xe39, 0xe88, 0xe8d, 0xfd8, 0xfdd, 0x1208, 0x1229, 0x14c0, 0x14c5, 0x155c,
+    0x1565, 0x1568, 0x1581, 0x1624, 0x1741, 0x17ac, 0x17bd, 0x17cc, 0x1881, 0x192c, 0x1982, 0x19a8, 0x19b9, 0x19c0,
+    0x19c5, 0x1b50, 0x1b55, 0x1b58, 0x1b95, 0x1b9c, 0x1bb9, 0x1bc2, 0x1be9, 0x1bf4, 0x1bfd, 0x1c00, 0x1c41, 0x1c44,
+    0x1c49, 0x1cc0, 0x1d35, 0x1e98, 0x1ec5, 0x1ec8, 0x1f02, 0x1f29, 0x1fac, 0x1fd1, 0x1fd8, 0x1fe9, 0x1fec, 0x2001,
+    0x2058, 0x2069, 0x206c, 0x2091, 0x2094, 0x20a1, 0x20a4, 0x2101, 0x2164, 0x2181, 0x21ac, 0x21c1, 0x2220, 0x2225,
+    0x223c, 0x2281, 0x2328, 0x2411, 0x24e8, 0x24f5, 0x24f8, 0x2541, 0x2544, 0x2561, 0x2588, 0x259a, 0x25c0, 0x25c5,
+    0x2604, 0x2615, 0x2634, 0x263d, 0x2644, 0x264d, 0x26a4, 0x26a9, 0x26c4, 0x26c9, 0x26cc, 0x26d9, 0x26e8, 0x26f5,
+    0x26f8, 0x2739, 0x273c, 0x2771, 0x2778, 0x277d, 0x2788, 0x279a, 0x27c1, 0x27c8, 0x27d2, 0x27e8, 0x27f1, 0x27f4,
+    0x2815, 0x282c, 0x283d, 0x2844, 0x284d, 0x28a4, 0x28a9, 0x28c4, 0x28c9, 0x28d0, 0x28d5, 0x28dc, 0x28e1, 0x28e8,
+    0x2965, 0x2974, 0x2979, 0x297c, 0x299a, 0x29c0, 0x29c9, 0x29d4, 0x2a15, 0x2a38, 0x2a3d, 0x2a48, 0x2a4d, 0x2aa4,
+    0x2aa9, 0x2ac4, 0x2ac9, 0x2ad0, 0x2ad5, 0x2ae8, 0x2af5, 0x2af8, 0x2b41, 0x2b44, 0x2b81, 0x2b88, 0x2b9a, 0x2bc0,
+    0x2be5, 0x2be8, 0x2c15, 0x2c34, 0x2c3d, 0x2c44, 0x2c4d, 0x2ca4, 0x2ca9, 0x2cc4, 0x2cc9, 0x2cd0, 0x2cd5, 0x2ce8,
+    0x2cf5, 0x2cf8, 0x2d71, 0x2d78, 0x2d7d, 0x2d88, 0x2d9a, 0x2dc0, 0x2dc5, 0x2dca, 0x2de0, 0x2e0d, 0x2e10, 0x2e15,
+    0x2e2c, 0x2e39, 0x2e44, 0x2e49, 0x2e58, 0x2e65, 0x2e6c, 0x2e71, 0x2e74, 0x2e79, 0x2e80, 0x2e8d, 0x2e94, 0x2ea1,
+    0x2eac, 0x2eb9, 0x2ee8, 0x2f41, 0x2f44, 0x2f9a, 0x2fcc, 0x3015, 0x3034, 0x3039, 0x3044, 0x3049, 0x30a4, 0x30a9,
+    0x30e8, 0x30f5, 0x30f8, 0x3161, 0x316c, 0x3175, 0x3178, 0x3181, 0x3188, 0x319a, 0x31c0, 0x31e2, 0x31fc, 0x3201,
+    0x3204, 0x3215, 0x3234, 0x3239, 0x3244, 0x3249, 0x32a4, 0x32a9, 0x32d0, 0x32d5, 0x32e8, 0x32f5, 0x32f8, 0x3375,
+    0x337c, 0x3381, 0x3388, 0x339a, 0x33c0, 0x33c5, 0x33cc, 0x3411, 0x3434, 0x3439, 0x3444, 0x3449, 0x34ec, 0x34f5,
+    0x34f8, 0x3539, 0x353c, 0x3551, 0x355c, 0x3562, 0x357d, 0x3588, 0x359a, 0x35e4, 0x35e9, 0x3600, 0x3615, 0x365c,
+    0x3669, 0x36c8, 0x36cd, 0x36f0, 0x36f5, 0x36f8, 0x3701, 0x371c, 0x379a, 0x37c0, 0x3805, 0x38c4, 0x38c9, 0x38d0,
+    0x3901, 0x391c, 0x3942, 0x3968, 0x3a05, 0x3a0c, 0x3a11, 0x3a14, 0x3a19, 0x3a2c, 0x3a31, 0x3a90, 0x3a95, 0x3a98,
+    0x3a9d, 0x3ac4, 0x3ac9, 0x3ad0, 0x3af5, 0x3af8, 0x3b01, 0x3b14, 0x3b19, 0x3b1c, 0x3b42, 0x3b68, 0x3b71, 0x3b80,
+    0x3c01, 0x3c04, 0x3c82, 0x3cd0, 0x3d01, 0x3d20, 0x3d25, 0x3db4, 0x3e21, 0x3e34, 0x4001, 0x40ac, 0x40fd, 0x4102,
+    0x4128, 0x4141, 0x4158, 0x4169, 0x4178, 0x4185, 0x4188, 0x4195, 0x419c, 0x41b9, 0x41c4, 0x41d5, 0x4208, 0x4239,
+    0x423c, 0x4242, 0x4268, 0x4281, 0x4318, 0x431d, 0x4320, 0x4335, 0x4338, 0x4341, 0x43ec, 0x43f1, 0x4924, 0x4929,
+    0x4938, 0x4941, 0x495c, 0x4961, 0x4964, 0x4969, 0x4978, 0x4981, 0x4a24, 0x4a29, 0x4a38, 0x4a41, 0x4ac4, 0x4ac9,
+    0x4ad8, 0x4ae1, 0x4afc, 0x4b01, 0x4b04, 0x4b09, 0x4b18, 0x4b21, 0x4b5c, 0x4b61, 0x4c44, 0x4c49, 0x4c58, 0x4c61,
+    0x4d6c, 0x4da6, 0x4df4, 0x4e01, 0x4e40, 0x4e81, 0x4fd8, 0x4fe1, 0x4ff8, 0x5005, 0x59b4, 0x59bd, 0x5a03, 0x5a05,
+    0x5a6c, 0x5a81, 0x5bac, 0x5bba, 0x5bc5, 0x5be4, 0x5c01, 0x5c48, 0x5c7d, 0x5cc8, 0x5d01, 0x5d48, 0x5d81, 0x5db4,
+    0x5db9, 0x5dc4, 0x5e01, 0x5ed0, 0x5f5d, 0x5f60, 0x5f71, 0x5f74, 0x5f82, 0x5fa8, 0x5fc2, 0x5fe8, 0x6042, 0x6068,
+    0x6081, 0x61e4, 0x6201, 0x6214, 0x621d, 0x62a4, 0x62a9, 0x62ac, 0x62c1, 0x63d8, 0x6401, 0x647c, 0x651a, 0x6541,
+    0x65b8, 0x65c1, 0x65d4, 0x6601, 0x66b0, 0x66c1, 0x6728, 0x6742, 0x676c, 0x6801, 0x685c, 0x6881, 0x6954, 0x6a02,
+    0x6a28, 0x6a42, 0x6a68, 0x6a9d, 0x6aa0, 0x6c15, 0x6cd0, 0x6d15, 0x6d34, 0x6d42, 0x6d68, 0x6e0d, 0x6e84, 0x6eb9,
+    0x6ec2, 0x6ee9, 0x6f98, 0x7001, 0x7090, 0x7102, 0x7128, 0x7135, 0x7142, 0x7169, 0x71f8, 0x7201, 0x722c, 0x7241,
+    0x72ec, 0x72f5, 0x7300, 0x73a5, 0x73b4, 0x73b9, 0x73d0, 0x73d5, 0x73dc, 0x73e9, 0x73ec, 0x7401, 0x7700, 0x7801,
+    0x7c58, 0x7c61, 0x7c78, 0x7c81, 0x7d18, 0x7d21, 0x7d38, 0x7d41, 0x7d60, 0x7d65, 0x7d68, 0x7d6d, 0x7d70, 0x7d75,
+    0x7d78, 0x7d7d, 0x7df8, 0x7e01, 0x7ed4, 0x7ed9, 0x7ef4, 0x7ef9, 0x7efc, 0x7f09, 0x7f14, 0x7f19, 0x7f34, 0x7f41,
+    0x7f50, 0x7f59, 0x7f70, 0x7f81, 0x7fb4, 0x7fc9, 0x7fd4, 0x7fd9, 0x7ff4, 0x8003, 0x802c, 0x80a3, 0x80a8, 0x80bf,
+    0x80c0, 0x817f, 0x8180, 0x81c2, 0x81c5, 0x81c8, 0x81d2, 0x81e8, 0x81fd, 0x8202, 0x8228, 0x8241, 0x8274, 0x8409,
+    0x840c, 0x841d, 0x8420, 0x8429, 0x8450, 0x8455, 0x8458, 0x8465, 0x8478, 0x8491, 0x8494, 0x8499, 0x849c, 0x84a1,
+    0x84a4, 0x84a9, 0x84b8, 0x84bd, 0x84e8, 0x84f1, 0x8500, 0x8515, 0x8528, 0x8539, 0x853c, 0x8542, 0x860d, 0x8616,
+    0x8628, 0x9182, 0x9270, 0x93aa, 0x9400, 0x9dda, 0x9e50, 0xb001, 0xb394, 0xb3ad, 0xb3bc, 0xb3c9, 0xb3d0, 0xb3f6,
+    0xb3f8, 0xb401, 0xb498, 0xb49d, 0xb4a0, 0xb4b5, 0xb4b8, 0xb4c1, 0xb5a0, 0xb5bd, 0xb5c0, 0xb601, 0xb65c, 0xb681,
+    0xb69c, 0xb6a1, 0xb6bc, 0xb6c1, 0xb6dc, 0xb6e1, 0xb6fc, 0xb701, 0xb71c, 0xb721, 0xb73c, 0xb741, 0xb75c, 0xb761,
+    0xb77c, 0xb8bd, 0xb8c0, 0xc003, 0xc004, 0xc015, 0xc01e, 0xc020, 0xc086, 0xc0a8, 0xc0c5, 0xc0d8, 0xc0e2, 0xc0ed,
+    0xc0f4, 0xc105, 0xc25c, 0xc275, 0xc280, 0xc285, 0xc3ec, 0xc3f1, 0xc400, 0xc415, 0xc4c0, 0xc4c5, 0xc63c, 0xc64a,
+    0xc658, 0xc681, 0xc700, 0xc7c1, 0xc800, 0xc882, 0xc8a8, 0xc922, 0xc940, 0xc946, 0xc980, 0xca02, 0xca28, 0xcac6,
+    0xcb00, 0xd001, 0x13700, 0x13801, 0x29234, 0x29341, 0x293f8, 0x29401, 0x29834, 0x29841, 0x29882, 0x298a9,
+    0x298b0, 0x29901, 0x299bc, 0x299fd, 0x29a78, 0x29a81, 0x29b9a, 0x29bc0, 0x29c5d, 0x29c80, 0x29c89, 0x29e24,
+    0x29e2d, 0x29f38, 0x29f41, 0x29f48, 0x29f4d, 0x29f50, 0x29f55, 0x29f74, 0x29fc9, 0x2a008, 0x2a00d, 0x2a018,
+    0x2a01d, 0x2a02c, 0x2a031, 0x2a08c, 0x2a0c2, 0x2a0d8, 0x2a101, 0x2a1d0, 0x2a209, 0x2a2d0, 0x2a342, 0x2a368,
+    0x2a3c9, 0x2a3e0, 0x2a3ed, 0x2a3f0, 0x2a3f5, 0x2a3fc, 0x2a402, 0x2a429, 0x2a498, 0x2a4c1, 0x2a51c, 0x2a581,
+    0x2a5f4, 0x2a611, 0x2a6cc, 0x2a73d, 0x2a742, 0x2a768, 0x2a781, 0x2a794, 0x2a799, 0x2a7c2, 0x2a7e9, 0x2a7fc,
+    0x2a801, 0x2a8a4, 0x2a901, 0x2a90c, 0x2a911, 0x2a930, 0x2a942, 0x2a968, 0x2a981, 0x2a9dc, 0x2a9e9, 0x2a9ec,
+    0x2a9f9, 0x2aac0, 0x2aac5, 0x2aac8, 0x2aad5, 0x2aadc, 0x2aae5, 0x2aaf8, 0x2ab01, 0x2ab04, 0x2ab09, 0x2ab0c,
+    0x2ab6d, 0x2ab78, 0x2ab81, 0x2abac, 0x2abc9, 0x2abd4, 0x2ac05, 0x2ac1c, 0x2ac25, 0x2ac3c, 0x2ac45, 0x2ac5c,
+    0x2ac81, 0x2ac9c, 0x2aca1, 0x2acbc, 0x2acc1, 0x2ad6c, 0x2ad71, 0x2ada8, 0x2adc1, 0x2af8c, 0x2afc2, 0x2afe8,
+    0x2b001, 0x35e90, 0x35ec1, 0x35f1c, 0x35f2d, 0x35ff0, 0x3e401, 0x3e9b8, 0x3e9c1, 0x3eb68, 0x3ec01, 0x3ec1c,
+    0x3ec4d, 0x3ec60, 0x3ec75, 0x3ec78, 0x3ec7d, 0x3eca4, 0x3eca9, 0x3ecdc, 0x3ece1, 0x3ecf4, 0x3ecf9, 0x3ecfc,
+    0x3ed01, 0x3ed08, 0x3ed0d, 0x3ed14, 0x3ed19, 0x3eec8, 0x3ef4d, 0x3f4f8, 0x3f541, 0x3f640, 0x3f649, 0x3f720,
+    0x3f7c1, 0x3f7f0, 0x3f9c1, 0x3f9d4, 0x3f9d9, 0x3fbf4, 0x3fc42, 0x3fc68, 0x3fc85, 0x3fcec, 0x3fd05, 0x3fd6c,
+    0x3fd99, 0x3fefc, 0x3ff09, 0x3ff20, 0x3ff29, 0x3ff40, 0x3ff49, 0x3ff60, 0x3ff69, 0x3ff74, 0x40001, 0x40030,
+    0x40035, 0x4009c, 0x400a1, 0x400ec, 0x400f1, 0x400f8, 0x400fd, 0x40138, 0x40141, 0x40178, 0x40201, 0x403ec,
+    0x4041e, 0x404d0, 0x40502, 0x405e4, 0x4062a, 0x40630, 0x40a01, 0x40a74, 0x40a81, 0x40b44, 0x40b86, 0x40bf0,
+    0x40c01, 0x40c82, 0x40c90, 0x40cb5, 0x40d06, 0x40d09, 0x40d2a, 0x40d2c, 0x40d41, 0x40dd8, 0x40e01, 0x40e78,
+    0x40e81, 0x40f10, 0x40f21, 0x40f40, 0x40f46, 0x40f58, 0x41001, 0x41278, 0x41282, 0x412a8, 0x412c1, 0x41350,
+    0x41361, 0x413f0, 0x41401, 0x414a0, 0x414c1, 0x41590, 0x415c1, 0x415ec, 0x415f1, 0x4162c, 0x41631, 0x4164c,
+    0x41651, 0x41658, 0x4165d, 0x41688, 0x4168d, 0x416c8, 0x416cd, 0x416e8, 0x416ed, 0x416f4, 0x41701, 0x417d0,
+    0x41801, 0x41cdc, 0x41d01, 0x41d58, 0x41d81, 0x41da0, 0x41e01, 0x41e18, 0x41e1d, 0x41ec4, 0x41ec9, 0x41eec,
+    0x42001, 0x42018, 0x42021, 0x42024, 0x42029, 0x420d8, 0x420dd, 0x420e4, 0x420f1, 0x420f4, 0x420fd, 0x42158,
+    0x42162, 0x42181, 0x421dc, 0x421e6, 0x42201, 0x4227c, 0x4229e, 0x422c0, 0x42381, 0x423cc, 0x423d1, 0x423d8,
+    0x423ee, 0x42401, 0x4245a, 0x42470, 0x42481, 0x424e8, 0x42601, 0x426e0, 0x426f2, 0x426f9, 0x42702, 0x42740,
+    0x4274a, 0x42801, 0x42804, 0x42841, 0x42850, 0x42855, 0x42860, 0x42865, 0x428d8, 0x42902, 0x42924, 0x42981,
+    0x429f6, 0x429fc, 0x42a01, 0x42a76, 0x42a80, 0x42b01, 0x42b20, 0x42b25, 0x42b94, 0x42bae, 0x42bc0, 0x42c01,
+    0x42cd8, 0x42d01, 0x42d58, 0x42d62, 0x42d81, 0x42dcc, 0x42de2, 0x42e01, 0x42e48, 0x42ea6, 0x42ec0, 0x43001,
+    0x43124, 0x43201, 0x432cc, 0x43301, 0x433cc, 0x433ea, 0x43401, 0x43490, 0x434c2, 0x434e8, 0x43502, 0x43529,
+    0x43598, 0x435bd, 0x43618, 0x43982, 0x439fc, 0x43a01, 0x43aa8, 0x43ac1, 0x43ac8, 0x43b09, 0x43b14, 0x43c01,
+    0x43c76, 0x43c9d, 0x43ca0, 0x43cc1, 0x43d18, 0x43d46, 0x43d54, 0x43dc1, 0x43e08, 0x43ec1, 0x43f16, 0x43f30,
+    0x43f81, 0x43fdc, 0x4400d, 0x440e0, 0x4414a, 0x441c0, 0x441c5, 0x441cc, 0x441d5, 0x441d8, 0x4420d, 0x442c0,
+    0x44341, 0x443a4, 0x443c2, 0x443e8, 0x4440d, 0x4449c, 0x444da, 0x44500, 0x44511, 0x44514, 0x4451d, 0x44520,
+    0x44541, 0x445cc, 0x445d9, 0x445dc, 0x4460d, 0x446cc, 0x44705, 0x44714, 0x44742, 0x44769, 0x4476c, 0x44771,
+    0x44774, 0x44786, 0x447d4, 0x44801, 0x44848, 0x4484d, 0x448b0, 0x448fd, 0x44904, 0x44a01, 0x44a1c, 0x44a21,
+    0x44a24, 0x44a29, 0x44a38, 0x44a3d, 0x44a78, 0x44a7d, 0x44aa4, 0x44ac1, 0x44b7c, 0x44bc2, 0x44be8, 0x44c15,
+    0x44c34, 0x44c3d, 0x44c44, 0x44c4d, 0x44ca4, 0x44ca9, 0x44cc4, 0x44cc9, 0x44cd0, 0x44cd5, 0x44ce8, 0x44cf5,
+    0x44cf8, 0x44d41, 0x44d44, 0x44d75, 0x44d88, 0x44e01, 0x44e28, 0x44e2d, 0x44e30, 0x44e39, 0x44e3c, 0x44e41,
+    0x44ed8, 0x44edd, 0x44ee0, 0x44f45, 0x44f48, 0x44f4d, 0x44f50, 0x45001, 0x450d4, 0x4511d, 0x4512c, 0x45142,
+    0x45168, 0x4517d, 0x45188, 0x45201, 0x452c0, 0x45311, 0x45318, 0x4531d, 0x45320, 0x45342, 0x45368, 0x45601,
+    0x456bc, 0x45761, 0x45770, 0x45801, 0x458c0, 0x45911, 0x45914, 0x45942, 0x45968, 0x45a01, 0x45aac, 0x45ae1,
+    0x45ae4, 0x45b02, 0x45b28, 0x45b42, 0x45b90, 0x45c01, 0x45c6c, 0x45cc2, 0x45cf0, 0x45d01, 0x45d1c, 0x46001,
+    0x460b0, 0x46281, 0x46382, 0x463cc, 0x463fd, 0x4641c, 0x46425, 0x46428, 0x46431, 0x46450, 0x46455, 0x4645c,
+    0x46461, 0x464c0, 0x464fd, 0x46500, 0x46505, 0x46508, 0x46542, 0x46568, 0x46681, 0x466a0, 0x466a9, 0x46744,
+    0x46785, 0x46788, 0x4678d, 0x46790, 0x46801, 0x46804, 0x4682d, 0x468cc, 0x468e9, 0x468ec, 0x46941, 0x46944,
+    0x46971, 0x46a28, 0x46a75, 0x46a78, 0x46ac1, 0x46be4, 0x46f01, 0x46f84, 0x46fc2, 0x46fe8, 0x47001, 0x47024,
+    0x47029, 0x470bc, 0x47101, 0x47104, 0x47142, 0x471b4, 0x471c9, 0x47240, 0x47401, 0x4741c, 0x47421, 0x47428,
+    0x4742d, 0x474c4, 0x47519, 0x4751c, 0x47542, 0x47568, 0x47581, 0x47598, 0x4759d, 0x475a4, 0x475a9, 0x47628,
+    0x47661, 0x47664, 0x47682, 0x476a8, 0x47b81, 0x47bcc, 0x47c09, 0x47c0c, 0x47c11, 0x47c44, 0x47c49, 0x47cd0,
+    0x47d42, 0x47d68, 0x47ec1, 0x47ec4, 0x47f02, 0x47f54, 0x48001, 0x48e68, 0x49002, 0x491bc, 0x49201, 0x49510,
+    0x4be41, 0x4bfc4, 0x4c001, 0x4d0c0, 0x4d105, 0x4d11c, 0x4d181, 0x50fec, 0x51001, 0x5191c, 0x58401, 0x58478,
+    0x584c2, 0x584e8, 0x5a001, 0x5a8e4, 0x5a901, 0x5a97c, 0x5a982, 0x5a9a8, 0x5a9c1, 0x5aafc, 0x5ab02, 0x5ab28,
+    0x5ab41, 0x5abb8, 0x5ac01, 0x5acc0, 0x5ad01, 0x5ad10, 0x5ad42, 0x5ad68, 0x5ad6e, 0x5ad88, 0x5ad8d, 0x5ade0,
+    0x5adf5, 0x5ae40, 0x5b501, 0x5b5b4, 0x5b5c2, 0x5b5e8, 0x5b901, 0x5ba02, 0x5ba5c, 0x5bc01, 0x5bd2c, 0x5bd41,
+    0x5bd44, 0x5be4d, 0x5be80, 0x5bf81, 0x5bf88, 0x5bf8d, 0x5bf90, 0x5c001, 0x61fe0, 0x62001, 0x63358, 0x633fd,
+    0x63424, 0x6bfc1, 0x6bfd0, 0x6bfd5, 0x6bff0, 0x6bff5, 0x6bffc, 0x6c001, 0x6c48c, 0x6c4c9, 0x6c4cc, 0x6c541,
+    0x6c54c, 0x6c555, 0x6c558, 0x6c591, 0x6c5a0, 0x6c5c1, 0x6cbf0, 0x6f001, 0x6f1ac, 0x6f1c1, 0x6f1f4, 0x6f201,
+    0x6f224, 0x6f241, 0x6f268, 0x733c2, 0x733e8, 0x74b02, 0x74b50, 0x74b82, 0x74bd0, 0x74d82, 0x74de4, 0x75001,
+    0x75154, 0x75159, 0x75274, 0x75279, 0x75280, 0x75289, 0x7528c, 0x75295, 0x7529c, 0x752a5, 0x752b4, 0x752b9,
+    0x752e8, 0x752ed, 0x752f0, 0x752f5, 0x75310, 0x75315, 0x75418, 0x7541d, 0x7542c, 0x75435, 0x75454, 0x75459,
+    0x75474, 0x75479, 0x754e8, 0x754ed, 0x754fc, 0x75501, 0x75514, 0x75519, 0x7551c, 0x75529, 0x75544, 0x75549,
+    0x75a98, 0x75aa1, 0x75b04, 0x75b09, 0x75b6c, 0x75b71, 0x75bec, 0x75bf1, 0x75c54, 0x75c59, 0x75cd4, 0x75cd9,
+    0x75d3c, 0x75d41, 0x75dbc, 0x75dc1, 0x75e24, 0x75e29, 0x75ea4, 0x75ea9, 0x75f0c, 0x75f11, 0x75f30, 0x75f3a,
+    0x76000, 0x77c01, 0x77c7c, 0x77c95, 0x77cac, 0x780c1, 0x781b8, 0x78401, 0x784b4, 0x784dd, 0x784f8, 0x78502,
+    0x78528, 0x78539, 0x7853c, 0x78a41, 0x78ab8, 0x78b01, 0x78bb0, 0x78bc2, 0x78be8, 0x79341, 0x793b0, 0x793c2,
+    0x793e8, 0x79741, 0x797b8, 0x797c1, 0x797c6, 0x797ec, 0x79f81, 0x79f9c, 0x79fa1, 0x79fb0, 0x79fb5, 0x79fbc,
+    0x79fc1, 0x79ffc, 0x7a001, 0x7a314, 0x7a31e, 0x7a340, 0x7a401, 0x7a510, 0x7a52d, 0x7a530, 0x7a542, 0x7a568,
+    0x7b1c6, 0x7b2b0, 0x7b2b6, 0x7b2c0, 0x7b2c6, 0x7b2d4, 0x7b406, 0x7b4b8, 0x7b4be, 0x7b4f8, 0x7b801, 0x7b810,
+    0x7b815, 0x7b880, 0x7b885, 0x7b88c, 0x7b891, 0x7b894, 0x7b89d, 0x7b8a0, 0x7b8a5, 0x7b8cc, 0x7b8d1, 0x7b8e0,
+    0x7b8e5, 0x7b8e8, 0x7b8ed, 0x7b8f0, 0x7b909, 0x7b90c, 0x7b91d, 0x7b920, 0x7b925, 0x7b928, 0x7b92d, 0x7b930,
+    0x7b935, 0x7b940, 0x7b945, 0x7b94c, 0x7b951, 0x7b954, 0x7b95d, 0x7b960, 0x7b965, 0x7b968, 0x7b96d, 0x7b970,
+    0x7b975, 0x7b978, 0x7b97d, 0x7b980, 0x7b985, 0x7b98c, 0x7b991, 0x7b994, 0x7b99d, 0x7b9ac, 0x7b9b1, 0x7b9cc,
+    0x7b9d1, 0x7b9e0, 0x7b9e5, 0x7b9f4, 0x7b9f9, 0x7b9fc, 0x7ba01, 0x7ba28, 0x7ba2d, 0x7ba70, 0x7ba85, 0x7ba90,
+    0x7ba95, 0x7baa8, 0x7baad, 0x7baf0, 0x7c402, 0x7c434, 0x7efc2, 0x7efe8, 0x80001, 0xa9b80, 0xa9c01, 0xadce8,
+    0xadd01, 0xae078, 0xae081, 0xb3a88, 0xb3ac1, 0xbaf84, 0xbafc1, 0xbb978, 0xbe001, 0xbe878, 0xc0001, 0xc4d2c,
+    0xc4d41, 0xc8ec0,
+};
+/* unicode-table end */
+
+#define BITNET__CP_INVALID 0xFFFFFFFFu /* one byte that is not valid UTF-8: class "other" */
+
+static int bitnet__uni_class(uint32_t cp) {
+    size_t lo = 0, hi = sizeof bitnet__uni_runs / sizeof bitnet__uni_runs[0];
+    if (cp < 128) { /* ASCII without the search */
+        if ((cp | 32) - 'a' < 26) return BITNET__CL_LETTER;
+        if (cp - '0' < 10) return BITNET__CL_NUMBER;
+        return (cp == ' ' || (cp >= 9 && cp <= 13)) ? BITNET__CL_SPACE : BITNET__CL_OTHER;
+    }
+    if (cp > 0x10FFFF) return BITNET__CL_OTHER;
+    while (hi - lo > 1) { /* the last run starting at or before cp */
+        size_t mid = lo + (hi - lo) / 2;
+        if ((bitnet__uni_runs[mid] >> 2) <= cp) lo = mid;
+        else hi = mid;
+    }
+    return (int)(bitnet__uni_runs[lo] & 3);
+}
+
+/* Strict UTF-8 (no overlongs, surrogates or values past U+10FFFF). An invalid or truncated
+   sequence yields BITNET__CP_INVALID for its first byte alone. */
+static uint32_t bitnet__utf8_next(const unsigned char *s, size_t n, size_t *adv) {
+    uint32_t c = s[0], cp;
+    size_t need, i;
+    *adv = 1;
+    if (c < 0x80) return c;
+    if (c >= 0xC2 && c <= 0xDF) { need = 1; cp = c & 0x1F; }
+    else if (c >= 0xE0 && c <= 0xEF) { need = 2; cp = c & 0x0F; }
+    else if (c >= 0xF0 && c <= 0xF4) { need = 3; cp = c & 0x07; }
+    else return BITNET__CP_INVALID;
+    if (n < need + 1) return BITNET__CP_INVALID;
+    for (i = 1; i <= need; i++) {
+        if ((s[i] & 0xC0) != 0x80) return BITNET__CP_INVALID;
+        cp = (cp << 6) | (s[i] & 0x3F);
+    }
+    if ((need == 2 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) || (need == 3 && (cp < 0x10000 || cp > 0x10FFFF)))
+        return BITNET__CP_INVALID;
+    *adv = need + 1;
+    return cp;
+}
+
+typedef struct bitnet__ch { uint32_t cp; int cls; size_t len; } bitnet__ch;
+static bitnet__ch bitnet__ch_at(const unsigned char *s, size_t n, size_t i) { /* i < n */
+    bitnet__ch c;
+    c.cp = bitnet__utf8_next(s + i, n - i, &c.len);
+    c.cls = c.cp == BITNET__CP_INVALID ? BITNET__CL_OTHER : bitnet__uni_class(c.cp);
+    return c;
+}
+/* Simple case folding, as (?i) applies it to the contraction letters: only U+017F joins them. */
+static uint32_t bitnet__fold(uint32_t cp) { return cp == 0x17F ? 's' : (cp >= 'A' && cp <= 'Z') ? cp + 32 : cp; }
+static size_t bitnet__class_run(const unsigned char *s, size_t n, size_t i, int cls) {
+    while (i < n) {
+        bitnet__ch c = bitnet__ch_at(s, n, i);
+        if (c.cls != cls) break;
+        i += c.len;
+    }
+    return i;
+}
+
+/* The end of the piece that starts at p (p < n): the alternatives in the pattern's order. */
+static size_t bitnet__pretok_end(const unsigned char *s, size_t n, size_t p) {
+    bitnet__ch c0 = bitnet__ch_at(s, n, p), c;
+    size_t q = p + c0.len, last = p, nl_end = 0, count = 0;
+    if (c0.cp == '\'' && q < n) { /* 's 't 're 've 'm 'll 'd, any case */
+        bitnet__ch c1 = bitnet__ch_at(s, n, q);
+        uint32_t f1 = bitnet__fold(c1.cp), f2;
+        if (f1 == 's' || f1 == 't' || f1 == 'm' || f1 == 'd') return q + c1.len;
+        if ((f1 == 'r' || f1 == 'v' || f1 == 'l') && q + c1.len < n) {
+            f2 = bitnet__fold(bitnet__ch_at(s, n, q + c1.len).cp);
+            if (f2 == (f1 == 'l' ? 'l' : 'e')) return q + c1.len + 1;
+        }
+    }
+    if (c0.cls == BITNET__CL_LETTER) return bitnet__class_run(s, n, q, BITNET__CL_LETTER);
+    if (c0.cls != BITNET__CL_NUMBER && c0.cp != '\r' && c0.cp != '\n' && q < n &&
+        bitnet__ch_at(s, n, q).cls == BITNET__CL_LETTER) /* one non-letter, non-number prefix */
+        return bitnet__class_run(s, n, q, BITNET__CL_LETTER);
+    if (c0.cls == BITNET__CL_NUMBER) { /* at most three */
+        while (++count < 3 && q < n && (c = bitnet__ch_at(s, n, q)).cls == BITNET__CL_NUMBER) q += c.len;
+        return q;
+    }
+    q = (c0.cp == ' ' && p + 1 < n && bitnet__ch_at(s, n, p + 1).cls == BITNET__CL_OTHER) ? p + 1 : p;
+    if (q > p || c0.cls == BITNET__CL_OTHER) { /* punctuation run, then newlines */
+        q = bitnet__class_run(s, n, q, BITNET__CL_OTHER);
+        while (q < n && (s[q] == '\r' || s[q] == '\n')) q++;
+        return q;
+    }
+    /* White space: up to its last newline if it has one; else all of it at the end of the text
+       or when it is one character; else all but its last character, which joins the next piece. */
+    for (q = p; q < n && (c = bitnet__ch_at(s, n, q)).cls == BITNET__CL_SPACE; q += c.len, count++) {
+        last = q;
+        if (c.cp == '\r' || c.cp == '\n') nl_end = q + 1;
+    }
+    if (nl_end) return nl_end;
+    return (q == n || count == 1) ? q : last;
+}
+
+BITNET_API bitnet_result bitnet_pretokenize(const char *text, size_t len, size_t *ends, size_t cap, size_t *n_out) {
+    size_t p = 0, count = 0;
+    BITNET__CHECK_PTR(n_out);
+    if (!text && len) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_pretokenize: 'text' is NULL");
+    if (!ends && cap) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_pretokenize: 'ends' is NULL");
+    while (p < len) {
+        p = bitnet__pretok_end((const unsigned char *)text, len, p);
+        if (count < cap) ends[count] = p;
+        count++;
+    }
+    *n_out = count;
+    if (count > cap)
+        return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_pretokenize: %zu pieces, room for %zu", count, cap);
+    return BITNET_OK;
+}
+
+/* GPT-2's byte-level alphabet: printable Latin-1 bytes stand for themselves, the other 68 bytes
+   become U+0100.. in byte order. c2b inverts it for code points below 324 (-1: not in it). */
+static void bitnet__gpt2_tables(uint16_t b2c[256], int16_t c2b[324]) {
+    int b, k = 0;
+    for (b = 0; b < 324; b++) c2b[b] = -1;
+    for (b = 0; b < 256; b++) {
+        int self = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174;
+        b2c[b] = (uint16_t)(self ? b : 256 + k++);
+        c2b[b2c[b]] = (int16_t)b;
+    }
+}
+/* Byte-level string -> bytes (out needs len bytes); returns the byte count or -1. */
+static long bitnet__gpt2_decode(const int16_t c2b[324], const unsigned char *s, size_t len, unsigned char *out) {
+    size_t i = 0, adv;
+    long k = 0;
+    while (i < len) {
+        uint32_t cp = bitnet__utf8_next(s + i, len - i, &adv);
+        if (cp >= 324 || c2b[cp] < 0) return -1;
+        out[k++] = (unsigned char)c2b[cp];
+        i += adv;
+    }
+    return k;
+}
+/* Bytes -> byte-level string (out needs 2 * len bytes); returns its length. */
+static size_t bitnet__gpt2_encode(const uint16_t b2c[256], const unsigned char *s, size_t len, char *out) {
+    size_t i, k = 0;
+    for (i = 0; i < len; i++) {
+        uint16_t c = b2c[s[i]];
+        if (c < 0x80) out[k++] = (char)c;
+        else { out[k++] = (char)(0xC0 | (c >> 6)); out[k++] = (char)(0x80 | (c & 0x3F)); }
+    }
+    return k;
+}
+
+static uint32_t bitnet__hash_bytes(const unsigned char *s, size_t n) { /* FNV-1a, folded */
+    uint64_t h = 0xcbf29ce484222325ull;
+    size_t i;
+    for (i = 0; i < n; i++) h = (h ^ s[i]) * 0x100000001b3ull;
+    return (uint32_t)(h ^ (h >> 32));
+}
+static uint32_t bitnet__hash_pair(uint32_t a, uint32_t b) {
+    return (uint32_t)(((((uint64_t)a << 32) | b) * 0x9E3779B97F4A7C15ull) >> 32);
+}
+static uint32_t bitnet__table_size(uint64_t n) { /* a power of two at least 4/3 n, 16 or more */
+    uint32_t c = 16;
+    while ((uint64_t)c * 3 < n * 4) c *= 2;
+    return c;
+}
+
+typedef struct bitnet__pair { uint32_t left, right; int32_t prio, merged; } bitnet__pair; /* left = UINT32_MAX: empty */
+
+struct bitnet_tokenizer {
+    int32_t n_vocab, bos, eos, eot;
+    uint32_t *off;             /* token i is bytes[off[i] .. off[i + 1]) */
+    unsigned char *bytes;      /* the tokens' bytes; special tokens verbatim */
+    unsigned char *special;    /* per token: 1 for special tokens */
+    int32_t byte_id[256];
+    int32_t *tok_map;          /* regular tokens by their bytes, open addressing, -1 empty */
+    uint32_t tok_mask;
+    bitnet__pair *pairs;       /* merges by (left, right) */
+    uint32_t pair_mask;
+    int32_t *specials, n_specials; /* special tokens with text, for parse_special */
+    unsigned char special_first[256];
+};
+
+static int32_t bitnet__tok_find(const bitnet_tokenizer *t, const unsigned char *s, size_t n) {
+    uint32_t h = bitnet__hash_bytes(s, n) & t->tok_mask;
+    for (;; h = (h + 1) & t->tok_mask) {
+        int32_t id = t->tok_map[h];
+        if (id < 0) return -1;
+        if (t->off[id + 1] - t->off[id] == n && memcmp(t->bytes + t->off[id], s, n) == 0) return id;
+    }
+}
+static const bitnet__pair *bitnet__pair_find(const bitnet_tokenizer *t, uint32_t a, uint32_t b) {
+    uint32_t h = bitnet__hash_pair(a, b) & t->pair_mask;
+    for (;; h = (h + 1) & t->pair_mask) {
+        const bitnet__pair *e = &t->pairs[h];
+        if (e->left == UINT32_MAX) return NULL;
+        if (e->left == a && e->right == b) return e;
+    }
+}
+
+BITNET_API void bitnet_tokenizer_free(bitnet_tokenizer *t) {
+    if (!t) return;
+    bitnet__free(t->off);
+    bitnet__free(t->bytes);
+    bitnet__free(t->special);
+    bitnet__free(t->tok_map);
+    bitnet__free(t->pairs);
+    bitnet__free(t->specials);
+    bitnet__free(t);
+}
+
+static int bitnet__is_special_name(const unsigned char *s, size_t n) {
+    return n >= 5 && s[0] == '<' && s[1] == '|' && s[n - 2] == '|' && s[n - 1] == '>';
+}
+
+BITNET_API bitnet_result bitnet_tokenizer_create(const bitnet_tokenizer_desc *desc, bitnet_tokenizer **out) {
+    bitnet_tokenizer *t;
+    bitnet_result r = BITNET_OK;
+    uint16_t b2c[256];
+    int16_t c2b[324];
+    uint64_t i, total = 0;
+    int32_t *first_rank = NULL;
+    unsigned char *scratch = NULL;
+    size_t max_merge = 0;
+    int32_t n;
+    BITNET__CHECK_PTR(out);
+    *out = NULL;
+    BITNET__CHECK_PTR(desc);
+    BITNET__CHECK_PTR(desc->tokens);
+    if (desc->n_tokens == 0 || desc->n_tokens > (uint64_t)INT32_MAX - 1)
+        return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_tokenizer_create: %llu tokens", (unsigned long long)desc->n_tokens);
+    if (!desc->merges && desc->n_merges) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_tokenizer_create: 'merges' is NULL");
+    if (desc->n_merges > (uint64_t)INT32_MAX)
+        return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_tokenizer_create: %llu merges", (unsigned long long)desc->n_merges);
+    n = (int32_t)desc->n_tokens;
+    if (desc->bos < -1 || desc->bos >= n || desc->eos < -1 || desc->eos >= n || desc->eot < -1 || desc->eot >= n)
+        return bitnet__err(BITNET_ERR_BAD_METADATA,
+                           "bitnet_tokenizer_create: special ids bos %d eos %d eot %d outside the %d tokens",
+                           (int)desc->bos, (int)desc->eos, (int)desc->eot, (int)n);
+    for (i = 0; i < desc->n_tokens; i++) {
+        if (!desc->tokens[i].ptr && desc->tokens[i].len)
+            return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_tokenizer_create: token %llu has no text", (unsigned long long)i);
+        total += desc->tokens[i].len;
+        if (total >= UINT32_MAX) return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_tokenizer_create: token text over 4 GiB");
+    }
+    bitnet__gpt2_tables(b2c, c2b);
+    t = (bitnet_tokenizer *)bitnet__calloc(1, sizeof *t);
+    if (!t) return BITNET_ERR_OUT_OF_MEMORY;
+    t->n_vocab = n;
+    t->bos = desc->bos;
+    t->eos = desc->eos;
+    t->eot = desc->eot;
+    t->tok_mask = bitnet__table_size((uint64_t)n) - 1;
+    t->pair_mask = bitnet__table_size(desc->n_merges) - 1;
+    t->off = (uint32_t *)bitnet__malloc(((size_t)n + 1) * sizeof(uint32_t));
+    t->bytes = (unsigned char *)bitnet__malloc((size_t)total + 1);
+    t->special = (unsigned char *)bitnet__calloc((size_t)n, 1);
+    t->tok_map = (int32_t *)bitnet__malloc(((size_t)t->tok_mask + 1) * sizeof(int32_t));
+    t->pairs = (bitnet__pair *)bitnet__malloc(((size_t)t->pair_mask + 1) * sizeof(bitnet__pair));
+    t->specials = (int32_t *)bitnet__malloc((size_t)n * sizeof(int32_t));
+    first_rank = (int32_t *)bitnet__malloc((size_t)n * sizeof(int32_t));
+    if (!t->off || !t->bytes || !t->special || !t->tok_map || !t->pairs || !t->specials || !first_rank) {
+        r = BITNET_ERR_OUT_OF_MEMORY;
+        goto done;
+    }
+    memset(t->tok_map, 0xFF, ((size_t)t->tok_mask + 1) * sizeof(int32_t));
+    memset(t->pairs, 0xFF, ((size_t)t->pair_mask + 1) * sizeof(bitnet__pair));
+    for (i = 0; i < 256; i++) t->byte_id[i] = -1;
+    /* Tokens: decode byte-level strings, keep special ones verbatim, index the regular ones. */
+    t->off[0] = 0;
+    for (i = 0; i < desc->n_tokens; i++) {
+        const unsigned char *s = (const unsigned char *)desc->tokens[i].ptr;
+        size_t len = (size_t)desc->tokens[i].len;
+        unsigned char *dst = t->bytes + t->off[i];
+        int type = desc->token_types ? desc->token_types[i] : 1;
+        int special = desc->token_types ? (type == 3 || type == 4) : bitnet__is_special_name(s, len);
+        long k;
+        first_rank[i] = INT32_MAX;
+        if (special) {
+            if (len) memcpy(dst, s, len);
+            t->off[i + 1] = t->off[i] + (uint32_t)len;
+            t->special[i] = 1;
+            if (len) {
+                t->specials[t->n_specials++] = (int32_t)i;
+                t->special_first[s[0]] = 1;
+            }
+            continue;
+        }
+        k = bitnet__gpt2_decode(c2b, s, len, dst);
+        if (k < 0) {
+            r = bitnet__err(BITNET_ERR_BAD_METADATA, "bitnet_tokenizer_create: token %llu '%.*s' is not a byte-level string",
+                            (unsigned long long)i, (int)BITNET__MIN(len, 64), (const char *)s);
+            goto done;
+        }
+        t->off[i + 1] = t->off[i] + (uint32_t)k;
+        if (k == 0) continue; /* an empty token can never be produced */
+        if (bitnet__tok_find(t, dst, (size_t)k) < 0) {
+            uint32_t h = bitnet__hash_bytes(dst, (size_t)k) & t->tok_mask;
+            while (t->tok_map[h] >= 0) h = (h + 1) & t->tok_mask;
+            t->tok_map[h] = (int32_t)i;
+            if (k == 1) t->byte_id[dst[0]] = (int32_t)i;
+        }
+    }
+    for (i = 0; i < 256; i++)
+        if (t->byte_id[i] < 0) {
+            r = bitnet__err(BITNET_ERR_BAD_METADATA,
+                            "bitnet_tokenizer_create: no token for byte 0x%02x (not a byte-level vocabulary)", (unsigned)i);
+            goto done;
+        }
+    /* Merges: "a b" -> (id a, id b) -> (priority, id of ab). A token's priority is the rank of its
+       first merge, so a list holding every split of a token behaves like tiktoken's ranks. */
+    for (i = 0; i < desc->n_merges; i++) max_merge = BITNET__MAX(max_merge, (size_t)desc->merges[i].len);
+    scratch = (unsigned char *)bitnet__malloc(max_merge + 1);
+    if (!scratch) { r = BITNET_ERR_OUT_OF_MEMORY; goto done; }
+    for (i = 0; i < desc->n_merges; i++) {
+        const unsigned char *s = (const unsigned char *)desc->merges[i].ptr, *sp;
+        size_t len = (size_t)desc->merges[i].len;
+        long ka, kb;
+        int32_t a, b, m;
+        uint32_t h;
+        sp = (s && len) ? (const unsigned char *)memchr(s, ' ', len) : NULL;
+        ka = sp ? bitnet__gpt2_decode(c2b, s, (size_t)(sp - s), scratch) : -1;
+        kb = ka > 0 ? bitnet__gpt2_decode(c2b, sp + 1, len - (size_t)(sp - s) - 1, scratch + ka) : -1;
+        a = ka > 0 ? bitnet__tok_find(t, scratch, (size_t)ka) : -1;
+        b = kb > 0 ? bitnet__tok_find(t, scratch + ka, (size_t)kb) : -1;
+        m = (a >= 0 && b >= 0) ? bitnet__tok_find(t, scratch, (size_t)(ka + kb)) : -1;
+        if (m < 0) {
+            r = bitnet__err(BITNET_ERR_BAD_METADATA,
+                            "bitnet_tokenizer_create: merge %llu '%.*s' does not join two tokens into a token",
+                            (unsigned long long)i, (int)BITNET__MIN(len, 64), s ? (const char *)s : "");
+            goto done;
+        }
+        if (first_rank[m] == INT32_MAX) first_rank[m] = (int32_t)i;
+        h = bitnet__hash_pair((uint32_t)a, (uint32_t)b) & t->pair_mask;
+        for (; t->pairs[h].left != UINT32_MAX; h = (h + 1) & t->pair_mask)
+            if (t->pairs[h].left == (uint32_t)a && t->pairs[h].right == (uint32_t)b) break;
+        if (t->pairs[h].left == UINT32_MAX) { /* the first of duplicate merges wins */
+            t->pairs[h].left = (uint32_t)a;
+            t->pairs[h].right = (uint32_t)b;
+            t->pairs[h].prio = first_rank[m];
+            t->pairs[h].merged = m;
+        }
+    }
+    if (t->eot < 0) { /* LLaMA 3's end of turn, when the metadata does not name it */
+        int32_t k;
+        for (k = 0; k < t->n_specials; k++) {
+            int32_t id = t->specials[k];
+            if (t->off[id + 1] - t->off[id] == 10 && memcmp(t->bytes + t->off[id], "<|eot_id|>", 10) == 0) t->eot = id;
+        }
+    }
+done:
+    bitnet__free(first_rank);
+    bitnet__free(scratch);
+    if (r != BITNET_OK) {
+        bitnet_tokenizer_free(t);
+        return r;
+    }
+    *out = t;
+    return BITNET_OK;
+}
+
+/* ---- encoding ----------------------------------------------------------------------------- */
+
+typedef struct bitnet__sym { int32_t id, prev, next; } bitnet__sym;
+typedef struct bitnet__cand { int32_t prio, left, right, lid, rid, merged; } bitnet__cand;
+typedef struct bitnet__enc {
+    const bitnet_tokenizer *t;
+    int32_t *ids;
+    size_t cap, count;
+    bitnet__sym *sym;      /* scratch for the longest piece so far */
+    bitnet__cand *heap;
+    size_t scratch_cap, nheap;
+} bitnet__enc;
+
+static void bitnet__emit(bitnet__enc *e, int32_t id) {
+    if (e->count < e->cap) e->ids[e->count] = id;
+    e->count++;
+}
+static int bitnet__cand_less(const bitnet__cand *a, const bitnet__cand *b) {
+    return a->prio < b->prio || (a->prio == b->prio && a->left < b->left); /* lowest rank, then leftmost */
+}
+static void bitnet__heap_push(bitnet__enc *e, int32_t left, int32_t right) {
+    const bitnet__pair *p = bitnet__pair_find(e->t, (uint32_t)e->sym[left].id, (uint32_t)e->sym[right].id);
+    bitnet__cand c;
+    size_t i;
+    if (!p) return;
+    c.prio = p->prio;
+    c.left = left;
+    c.right = right;
+    c.lid = e->sym[left].id;
+    c.rid = e->sym[right].id;
+    c.merged = p->merged;
+    for (i = e->nheap++; i > 0 && bitnet__cand_less(&c, &e->heap[(i - 1) / 2]); i = (i - 1) / 2)
+        e->heap[i] = e->heap[(i - 1) / 2];
+    e->heap[i] = c;
+}
+static bitnet__cand bitnet__heap_pop(bitnet__enc *e) {
+    bitnet__cand top = e->heap[0], last = e->heap[--e->nheap];
+    size_t i = 0, n = e->nheap;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= n) break;
+        if (c + 1 < n && bitnet__cand_less(&e->heap[c + 1], &e->heap[c])) c++;
+        if (!bitnet__cand_less(&e->heap[c], &last)) break;
+        e->heap[i] = e->heap[c];
+        i = c;
+    }
+    if (n) e->heap[i] = last;
+    return top;
+}
+
+static bitnet_result bitnet__bpe_piece(bitnet__enc *e, const unsigned char *s, size_t n) {
+    const bitnet_tokenizer *t = e->t;
+    int32_t id, i;
+    if (n == 1) { bitnet__emit(e, t->byte_id[s[0]]); return BITNET_OK; }
+    if ((id = bitnet__tok_find(t, s, n)) >= 0) { bitnet__emit(e, id); return BITNET_OK; } /* a whole token */
+    if (n > e->scratch_cap) {
+        size_t cap = BITNET__MAX(n, 2 * e->scratch_cap), hbytes;
+        if (cap > (size_t)INT32_MAX || !bitnet__mul_size(cap, 3 * sizeof(bitnet__cand), &hbytes))
+            return bitnet__err(BITNET_ERR_OVERFLOW, "bitnet_tokenize: a piece of %zu bytes is too long", n);
+        bitnet__free(e->sym);
+        bitnet__free(e->heap);
+        e->heap = NULL;
+        e->scratch_cap = 0;
+        e->sym = (bitnet__sym *)bitnet__malloc(cap * sizeof(bitnet__sym));
+        if (!e->sym) return BITNET_ERR_OUT_OF_MEMORY;
+        e->heap = (bitnet__cand *)bitnet__malloc(hbytes); /* n - 1 initial pairs, at most 2 per merge */
+        if (!e->heap) return BITNET_ERR_OUT_OF_MEMORY;
+        e->scratch_cap = cap;
+    }
+    for (i = 0; i < (int32_t)n; i++) {
+        e->sym[i].id = t->byte_id[s[i]];
+        e->sym[i].prev = i - 1;
+        e->sym[i].next = i + 1 < (int32_t)n ? i + 1 : -1;
+    }
+    e->nheap = 0;
+    for (i = 0; i + 1 < (int32_t)n; i++) bitnet__heap_push(e, i, i + 1);
+    while (e->nheap) {
+        bitnet__cand c = bitnet__heap_pop(e);
+        bitnet__sym *l = &e->sym[c.left], *r = &e->sym[c.right];
+        if (l->id != c.lid || l->next != c.right || r->id != c.rid) continue; /* stale */
+        l->id = c.merged;
+        l->next = r->next;
+        if (r->next >= 0) e->sym[r->next].prev = c.left;
+        r->id = -1;
+        if (l->prev >= 0) bitnet__heap_push(e, l->prev, c.left);
+        if (l->next >= 0) bitnet__heap_push(e, c.left, l->next);
+    }
+    for (i = 0; i >= 0; i = e->sym[i].next) bitnet__emit(e, e->sym[i].id);
+    return BITNET_OK;
+}
+
+static bitnet_result bitnet__encode_text(bitnet__enc *e, const unsigned char *s, size_t n) {
+    size_t p = 0;
+    while (p < n) {
+        size_t q = bitnet__pretok_end(s, n, p);
+        BITNET__TRY(bitnet__bpe_piece(e, s + p, q - p));
+        p = q;
+    }
+    return BITNET_OK;
+}
+
+BITNET_API bitnet_result bitnet_tokenize(const bitnet_tokenizer *t, const char *text, size_t len, int add_bos,
+                                         int parse_special, int32_t *ids, size_t cap, size_t *n_out) {
+    const unsigned char *s = (const unsigned char *)text;
+    bitnet__enc e;
+    bitnet_result r = BITNET_OK;
+    size_t p = 0, seg = 0;
+    BITNET__CHECK_PTR(t);
+    BITNET__CHECK_PTR(n_out);
+    *n_out = 0;
+    if (!text && len) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_tokenize: 'text' is NULL");
+    if (!ids && cap) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_tokenize: 'ids' is NULL");
+    if (add_bos && t->bos < 0)
+        return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_tokenize: add_bos, but the vocabulary has no BOS");
+    memset(&e, 0, sizeof e);
+    e.t = t;
+    e.ids = ids;
+    e.cap = cap;
+    if (add_bos) bitnet__emit(&e, t->bos);
+    while (r == BITNET_OK && seg < len) {
+        int32_t sid = -1, k;
+        size_t slen = 0, q;
+        p = len;
+        if (parse_special) /* the next special token's text; the longest one at a position */
+            for (q = seg; q < len && sid < 0; q++) {
+                if (!t->special_first[s[q]]) continue;
+                for (k = 0; k < t->n_specials; k++) {
+                    int32_t id = t->specials[k];
+                    size_t l = t->off[id + 1] - t->off[id];
+                    if (l <= len - q && l > slen && memcmp(s + q, t->bytes + t->off[id], l) == 0) { sid = id; slen = l; }
+                }
+                if (sid >= 0) p = q;
+            }
+        r = bitnet__encode_text(&e, s + seg, p - seg);
+        if (sid >= 0) bitnet__emit(&e, sid);
+        seg = p + slen;
+    }
+    bitnet__free(e.sym);
+    bitnet__free(e.heap);
+    if (r != BITNET_OK) return r;
+    *n_out = e.count;
+    if (e.count > cap) return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_tokenize: %zu tokens, room for %zu", e.count, cap);
+    return BITNET_OK;
+}
+
+BITNET_API bitnet_result bitnet_token_piece(const bitnet_tokenizer *t, int32_t id, const char **bytes, size_t *len) {
+    BITNET__CHECK_PTR(t);
+    BITNET__CHECK_PTR(bytes);
+    BITNET__CHECK_PTR(len);
+    if (id < 0 || id >= t->n_vocab)
+        return bitnet__err(BITNET_ERR_BAD_TOKEN, "bitnet_token_piece: id %d outside the vocabulary of %d", (int)id, (int)t->n_vocab);
+    *bytes = (const char *)t->bytes + t->off[id];
+    *len = t->off[id + 1] - t->off[id];
+    return BITNET_OK;
+}
+
+BITNET_API bitnet_result bitnet_detokenize(const bitnet_tokenizer *t, const int32_t *ids, size_t n, char *buf,
+                                           size_t cap, size_t *len_out) {
+    size_t i, total = 0;
+    BITNET__CHECK_PTR(t);
+    BITNET__CHECK_PTR(len_out);
+    *len_out = 0;
+    if (!ids && n) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_detokenize: 'ids' is NULL");
+    if (!buf && cap) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_detokenize: 'buf' is NULL");
+    for (i = 0; i < n; i++) {
+        if (ids[i] < 0 || ids[i] >= t->n_vocab)
+            return bitnet__err(BITNET_ERR_BAD_TOKEN, "bitnet_detokenize: ids[%zu] = %d outside the vocabulary of %d", i,
+                               (int)ids[i], (int)t->n_vocab);
+        if (!bitnet__add_size(total, t->off[ids[i] + 1] - t->off[ids[i]], &total))
+            return bitnet__err(BITNET_ERR_OVERFLOW, "bitnet_detokenize: text length overflows");
+    }
+    *len_out = total;
+    if (total >= cap) return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_detokenize: %zu bytes and a NUL, room for %zu", total, cap);
+    for (total = 0, i = 0; i < n; i++) {
+        size_t l = t->off[ids[i] + 1] - t->off[ids[i]];
+        memcpy(buf + total, t->bytes + t->off[ids[i]], l);
+        total += l;
+    }
+    buf[total] = 0;
+    return BITNET_OK;
+}
+
+BITNET_API int32_t bitnet_tokenizer_vocab_size(const bitnet_tokenizer *t) { return t ? t->n_vocab : 0; }
+
+BITNET_API void bitnet_tokenizer_special_ids(const bitnet_tokenizer *t, int32_t *bos, int32_t *eos, int32_t *eot) {
+    if (bos) *bos = t ? t->bos : -1;
+    if (eos) *eos = t ? t->eos : -1;
+    if (eot) *eot = t ? t->eot : -1;
+}
+
+/* ---- vocabulary from a tiktoken file --------------------------------------------------------- */
+
+static int bitnet__b64_value(int c) {
+    if (c >= 'A' && c <= 'Z') return c - 'A';
+    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+    if (c >= '0' && c <= '9') return c - '0' + 52;
+    return c == '+' ? 62 : c == '/' ? 63 : -1;
+}
+/* Standard base64 with padding; returns the byte count or -1. */
+static long bitnet__b64_decode(const char *s, size_t n, unsigned char *out) {
+    size_t i;
+    long k = 0;
+    if (n == 0 || n % 4) return -1;
+    for (i = 0; i < n; i += 4) {
+        int v[4], j, pad = 0;
+        for (j = 0; j < 4; j++) {
+            v[j] = bitnet__b64_value((unsigned char)s[i + j]);
+            if (s[i + j] == '=' && i + 4 == n && j >= 2) { v[j] = 0; pad++; }
+            else if (v[j] < 0 || pad) return -1;
+        }
+        out[k++] = (unsigned char)(v[0] << 2 | v[1] >> 4);
+        if (pad < 2) out[k++] = (unsigned char)((v[1] & 15) << 4 | v[2] >> 2);
+        if (pad < 1) out[k++] = (unsigned char)((v[2] & 3) << 6 | v[3]);
+    }
+    return k;
+}
+
+/* LLaMA 3.1's names for the special tokens after the base vocabulary. */
+static void bitnet__llama3_special_name(int i, char *buf, size_t cap) {
+    static const char *const fixed[11] = {"begin_of_text", "end_of_text", "reserved_special_token_0",
+        "reserved_special_token_1", "finetune_right_pad_id", "reserved_special_token_2", "start_header_id",
+        "end_header_id", "eom_id", "eot_id", "python_tag"};
+    if (i < 11) snprintf(buf, cap, "<|%s|>", fixed[i]);
+    else snprintf(buf, cap, "<|reserved_special_token_%d|>", i - 8);
+}
+
+BITNET_API void bitnet_vocab_free(bitnet_vocab *v) {
+    if (!v) return;
+    bitnet__free(v->tokens);
+    bitnet__free(v->merges);
+    bitnet__free(v->token_types);
+    bitnet__free(v->storage_);
+    memset(v, 0, sizeof *v);
+}
+
+typedef struct bitnet__split { int32_t left, right; } bitnet__split;
+
+BITNET_API bitnet_result bitnet_vocab_from_tiktoken(const char *path, int n_special, bitnet_vocab *out) {
+    FILE *f = NULL;
+    char *file = NULL, *p, *end, *sp;
+    long fsize;
+    bitnet_result r = BITNET_OK;
+    size_t n_lines = 0, n_base = 0, raw_bytes = 0, store_bytes = 0, pos, i, n_merges = 0;
+    unsigned char *raw = NULL;           /* the tokens' bytes, in rank order */
+    size_t *raw_off = NULL;              /* n_base + 1 offsets into raw */
+    int32_t *map = NULL;                 /* bytes -> rank, open addressing */
+    uint32_t mask = 0;
+    bitnet__split *splits = NULL;
+    char *store = NULL;
+    uint16_t b2c[256];
+    int16_t c2b[324];
+    BITNET__CHECK_PTR(out);
+    memset(out, 0, sizeof *out);
+    BITNET__CHECK_PTR(path);
+    if (n_special < 0 || n_special > (1 << 20))
+        return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_vocab_from_tiktoken: n_special %d", n_special);
+    bitnet__gpt2_tables(b2c, c2b);
+    /* Read the file whole. */
+    f = fopen(path, "rb");
+    if (!f) return bitnet__err(BITNET_ERR_IO, "bitnet_vocab_from_tiktoken: cannot open '%s': %s", path, strerror(errno));
+    if (fseek(f, 0, SEEK_END) != 0 || (fsize = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
+        r = bitnet__err(BITNET_ERR_IO, "bitnet_vocab_from_tiktoken: cannot size '%s'", path);
+        goto done;
+    }
+    file = (char *)bitnet__malloc((size_t)fsize + 1);
+    if (!file) { r = BITNET_ERR_OUT_OF_MEMORY; goto done; }
+    if (fread(file, 1, (size_t)fsize, f) != (size_t)fsize) {
+        r = bitnet__err(BITNET_ERR_IO, "bitnet_vocab_from_tiktoken: cannot read '%s'", path);
+        goto done;
+    }
+    file[fsize] = 0;
+    /* Pass 1: count lines and bytes. Each line is "base64 rank"; the ranks must be 0 .. n-1. */
+    for (p = file; p < file + fsize; p = end + 1) {
+        end = (char *)memchr(p, '\n', (size_t)(file + fsize - p));
+        if (!end) end = file + fsize;
+        if (end > p) { n_lines++; raw_bytes += (size_t)(end - p); }
+    }
+    if (n_lines == 0 || n_lines > (size_t)INT32_MAX - (size_t)n_special) {
+        r = bitnet__err(BITNET_ERR_CORRUPT, "bitnet_vocab_from_tiktoken: '%s' has %zu lines", path, n_lines);
+        goto done;
+    }
+    n_base = n_lines;
+    raw = (unsigned char *)bitnet__malloc(raw_bytes + 1);
+    raw_off = (size_t *)bitnet__calloc(n_base + 1, sizeof(size_t));
+    mask = bitnet__table_size(n_base) - 1;
+    map = (int32_t *)bitnet__malloc(((size_t)mask + 1) * sizeof(int32_t));
+    if (!raw || !raw_off || !map) { r = BITNET_ERR_OUT_OF_MEMORY; goto done; }
+    memset(map, 0xFF, ((size_t)mask + 1) * sizeof(int32_t));
+    /* Pass 2: decode into rank order (lengths first, in raw_off[rank + 1], then bytes). */
+    {
+        size_t line = 0;
+        unsigned char *tmp = raw; /* decoded bytes never exceed the base64 text */
+        size_t *len_of = raw_off + 1;
+        size_t *src_of = NULL;
+        src_of = (size_t *)bitnet__malloc(n_base * sizeof(size_t));
+        if (!src_of) { r = BITNET_ERR_OUT_OF_MEMORY; goto done; }
+        for (i = 0; i < n_base; i++) src_of[i] = SIZE_MAX;
+        pos = 0;
+        for (p = file; p < file + fsize; p = end + 1) {
+            long k;
+            char *num_end;
+            unsigned long rank;
+            end = (char *)memchr(p, '\n', (size_t)(file + fsize - p));
+            if (!end) end = file + fsize;
+            if (end == p) continue;
+            line++;
+            sp = (char *)memchr(p, ' ', (size_t)(end - p));
+            k = sp ? bitnet__b64_decode(p, (size_t)(sp - p), tmp + pos) : -1;
+            rank = sp ? strtoul(sp + 1, &num_end, 10) : 0;
+            if (k <= 0 || !sp || sp[1] < '0' || sp[1] > '9' || (num_end != end && !(num_end + 1 == end && *num_end == '\r')) ||
+                rank >= n_base || src_of[rank] != SIZE_MAX) {
+                r = bitnet__err(BITNET_ERR_CORRUPT,
+                                "bitnet_vocab_from_tiktoken: '%s' line %zu is not \"base64 rank\" with a new rank below %zu",
+                                path, line, n_base);
+                bitnet__free(src_of);
+                goto done;
+            }
+            src_of[rank] = pos;
+            len_of[rank] = (size_t)k;
+            pos += (size_t)k;
+        }
+        /* Into rank order: raw_off[i + 1] holds token i's length until the loop turns it into starts. */
+        {
+            unsigned char *ordered = (unsigned char *)bitnet__malloc(pos + 1);
+            size_t o = 0;
+            if (!ordered) { bitnet__free(src_of); r = BITNET_ERR_OUT_OF_MEMORY; goto done; }
+            for (i = 0; i < n_base; i++) {
+                size_t l = raw_off[i + 1];
+                memcpy(ordered + o, raw + src_of[i], l);
+                raw_off[i] = o;
+                o += l;
+            }
+            raw_off[n_base] = o;
+            bitnet__free(raw);
+            raw = ordered;
+            raw_bytes = o;
+        }
+        bitnet__free(src_of);
+    }
+    /* Index the tokens by bytes (the first of duplicates wins). */
+    for (i = 0; i < n_base; i++) {
+        const unsigned char *s = raw + raw_off[i];
+        size_t l = raw_off[i + 1] - raw_off[i];
+        uint32_t h = bitnet__hash_bytes(s, l) & mask;
+        for (;; h = (h + 1) & mask) {
+            int32_t id = map[h];
+            if (id < 0) { map[h] = (int32_t)i; break; }
+            if (raw_off[id + 1] - raw_off[id] == l && memcmp(raw + raw_off[id], s, l) == 0) break;
+        }
+    }
+#define BITNET__VFIND(s, l, res) \
+    do { uint32_t h_ = bitnet__hash_bytes((s), (l)) & mask; (res) = -1; \
+        for (;; h_ = (h_ + 1) & mask) { int32_t id_ = map[h_]; if (id_ < 0) break; \
+            if (raw_off[id_ + 1] - raw_off[id_] == (l) && memcmp(raw + raw_off[id_], (s), (l)) == 0) { \
+                (res) = id_; break; } } \
+    } while (0)
+    /* Merges: every split of a token into two tokens, in rank order of the token, then of the halves.
+       Count them (and their text) first. */
+    {
+        size_t max_len = 0, cap_splits;
+        for (i = 0; i < n_base; i++) max_len = BITNET__MAX(max_len, raw_off[i + 1] - raw_off[i]);
+        cap_splits = max_len ? max_len : 1;
+        splits = (bitnet__split *)bitnet__malloc(cap_splits * sizeof(bitnet__split));
+        if (!splits) { r = BITNET_ERR_OUT_OF_MEMORY; goto done; }
+        for (i = 0; i < n_base; i++) {
+            size_t l = raw_off[i + 1] - raw_off[i], k;
+            store_bytes += 2 * l;
+            for (k = 1; k < l; k++) {
+                int32_t a, b;
+                BITNET__VFIND(raw + raw_off[i], k, a);
+                if (a < 0) continue;
+                BITNET__VFIND(raw + raw_off[i] + k, l - k, b);
+                if (b < 0) continue;
+                n_merges++;
+                store_bytes += 2 * l + 1;
+            }
+        }
+    }
+    store_bytes += (size_t)n_special * 40;
+    out->n_tokens = (uint64_t)(n_base + (size_t)n_special);
+    out->n_merges = (uint64_t)n_merges;
+    out->tokens = (bitnet_gguf_str *)bitnet__calloc((size_t)out->n_tokens, sizeof(bitnet_gguf_str));
+    out->merges = (bitnet_gguf_str *)bitnet__calloc(n_merges ? n_merges : 1, sizeof(bitnet_gguf_str));
+    out->token_types = (int32_t *)bitnet__calloc((size_t)out->n_tokens, sizeof(int32_t));
+    store = (char *)bitnet__malloc(store_bytes + 1);
+    out->storage_ = store;
+    if (!out->tokens || !out->merges || !out->token_types || !store) { r = BITNET_ERR_OUT_OF_MEMORY; goto done; }
+    pos = 0;
+    for (i = 0; i < n_base; i++) {
+        size_t l = raw_off[i + 1] - raw_off[i];
+        out->tokens[i].ptr = store + pos;
+        out->tokens[i].len = bitnet__gpt2_encode(b2c, raw + raw_off[i], l, store + pos);
+        pos += (size_t)out->tokens[i].len;
+        out->token_types[i] = 1; /* normal */
+    }
+    for (i = 0; i < (size_t)n_special; i++) {
+        bitnet__llama3_special_name((int)i, store + pos, 40);
+        out->tokens[n_base + i].ptr = store + pos;
+        out->tokens[n_base + i].len = strlen(store + pos);
+        pos += (size_t)out->tokens[n_base + i].len;
+        out->token_types[n_base + i] = 3; /* control */
+    }
+    n_merges = 0;
+    for (i = 0; i < n_base; i++) {
+        size_t l = raw_off[i + 1] - raw_off[i], k, ns = 0, x, y;
+        for (k = 1; k < l; k++) {
+            int32_t a, b;
+            BITNET__VFIND(raw + raw_off[i], k, a);
+            if (a < 0) continue;
+            BITNET__VFIND(raw + raw_off[i] + k, l - k, b);
+            if (b < 0) continue;
+            splits[ns].left = a;
+            splits[ns].right = b;
+            ns++;
+        }
+        for (x = 1; x < ns; x++) { /* insertion sort by (left rank, right rank); ns is small */
+            bitnet__split v = splits[x];
+            for (y = x; y > 0; y--) {
+                bitnet__split u = splits[y - 1];
+                if (u.left < v.left || (u.left == v.left && u.right <= v.right)) break;
+                splits[y] = u;
+            }
+            splits[y] = v;
+        }
+        for (x = 0; x < ns; x++) {
+            bitnet_gguf_str a = out->tokens[splits[x].left], b = out->tokens[splits[x].right];
+            char *m = store + pos;
+            memcpy(m, a.ptr, (size_t)a.len);
+            m[a.len] = ' ';
+            memcpy(m + a.len + 1, b.ptr, (size_t)b.len);
+            out->merges[n_merges].ptr = m;
+            out->merges[n_merges].len = a.len + 1 + b.len;
+            pos += (size_t)out->merges[n_merges].len;
+            n_merges++;
+        }
+    }
+#undef BITNET__VFIND
+done:
+    if (f) fclose(f);
+    bitnet__free(file);
+    bitnet__free(raw);
+    bitnet__free(raw_off);
+    bitnet__free(map);
+    bitnet__free(splits);
+    if (r != BITNET_OK) bitnet_vocab_free(out);
+    return r;
+}
+
+/* ---- from GGUF metadata -------------------------------------------------------------------- */
+
+static bitnet_result bitnet__gguf_token_id(const bitnet_gguf *g, const char *key, int32_t *out) {
+    uint32_t v = 0;
+    *out = -1;
+    if (bitnet_gguf_find_key(g, key) < 0) return BITNET_OK;
+    BITNET__TRY(bitnet_gguf_get_u32(g, key, &v));
+    if (v > (uint32_t)INT32_MAX) return bitnet__err(BITNET_ERR_BAD_METADATA, "%s = %u is not a token id", key, v);
+    *out = (int32_t)v;
+    return BITNET_OK;
+}
+
+BITNET_API bitnet_result bitnet_tokenizer_from_gguf(const bitnet_gguf *g, bitnet_tokenizer **out) {
+    bitnet_tokenizer_desc d;
+    bitnet_gguf_str model, pre, *strs = NULL;
+    bitnet_gguf_type et;
+    uint64_t n_tok = 0, n_mer = 0, n_types = 0, i;
+    int32_t *types = NULL;
+    bitnet_result r;
+    BITNET__CHECK_PTR(out);
+    *out = NULL;
+    BITNET__CHECK_PTR(g);
+    memset(&d, 0, sizeof d);
+    r = bitnet_gguf_get_str(g, "tokenizer.ggml.model", &model);
+    if (r != BITNET_OK) return r;
+    if (model.len != 4 || memcmp(model.ptr, "gpt2", 4) != 0)
+        return bitnet__err(BITNET_ERR_UNSUPPORTED, "tokenizer.ggml.model is '%.*s'; only byte-level BPE ('gpt2') is supported",
+                           (int)BITNET__MIN(model.len, 64), model.ptr);
+    if (bitnet_gguf_find_key(g, "tokenizer.ggml.pre") >= 0 && bitnet_gguf_get_str(g, "tokenizer.ggml.pre", &pre) == BITNET_OK &&
+        !(pre.len == 9 && memcmp(pre.ptr, "llama-bpe", 9) == 0))
+        bitnet__log(BITNET_LOG_WARN, "tokenizer.ggml.pre is '%.*s'; using the LLaMA 3 pre-tokenizer",
+                    (int)BITNET__MIN(pre.len, 64), pre.ptr);
+    BITNET__TRY(bitnet_gguf_get_arr(g, "tokenizer.ggml.tokens", &et, &n_tok));
+    if (et != BITNET_GGUF_STRING) return bitnet__err(BITNET_ERR_BAD_METADATA, "tokenizer.ggml.tokens is not an array of strings");
+    if (bitnet_gguf_find_key(g, "tokenizer.ggml.merges") >= 0) {
+        BITNET__TRY(bitnet_gguf_get_arr(g, "tokenizer.ggml.merges", &et, &n_mer));
+        if (et != BITNET_GGUF_STRING) return bitnet__err(BITNET_ERR_BAD_METADATA, "tokenizer.ggml.merges is not an array of strings");
+    }
+    if (n_tok == 0 || n_tok > (uint64_t)INT32_MAX - 1 || n_mer > (uint64_t)INT32_MAX)
+        return bitnet__err(BITNET_ERR_BAD_METADATA, "%llu tokens and %llu merges", (unsigned long long)n_tok,
+                           (unsigned long long)n_mer);
+    if (bitnet_gguf_find_key(g, "tokenizer.ggml.token_type") >= 0) {
+        const unsigned char *raw;
+        BITNET__TRY(bitnet_gguf_get_arr(g, "tokenizer.ggml.token_type", &et, &n_types));
+        if (et != BITNET_GGUF_INT32 || n_types != n_tok)
+            return bitnet__err(BITNET_ERR_BAD_METADATA, "tokenizer.ggml.token_type is not %llu int32 values",
+                               (unsigned long long)n_tok);
+        raw = (const unsigned char *)bitnet_gguf_arr_data(g, "tokenizer.ggml.token_type");
+        if (!raw) return bitnet__err(BITNET_ERR_BAD_METADATA, "tokenizer.ggml.token_type has no data");
+        types = (int32_t *)bitnet__malloc((size_t)n_tok * sizeof(int32_t));
+        if (!types) return BITNET_ERR_OUT_OF_MEMORY;
+        for (i = 0; i < n_tok; i++) /* little-endian, maybe unaligned */
+            types[i] = (int32_t)((uint32_t)raw[4 * i] | (uint32_t)raw[4 * i + 1] << 8 | (uint32_t)raw[4 * i + 2] << 16 |
+                                 (uint32_t)raw[4 * i + 3] << 24);
+    }
+    strs = (bitnet_gguf_str *)bitnet__calloc((size_t)(n_tok + n_mer), sizeof(bitnet_gguf_str));
+    if (!strs) { bitnet__free(types); return BITNET_ERR_OUT_OF_MEMORY; }
+    r = BITNET_OK;
+    for (i = 0; i < n_tok && r == BITNET_OK; i++) r = bitnet_gguf_arr_str(g, "tokenizer.ggml.tokens", i, &strs[i]);
+    for (i = 0; i < n_mer && r == BITNET_OK; i++) r = bitnet_gguf_arr_str(g, "tokenizer.ggml.merges", i, &strs[n_tok + i]);
+    if (r == BITNET_OK) r = bitnet__gguf_token_id(g, "tokenizer.ggml.bos_token_id", &d.bos);
+    if (r == BITNET_OK) r = bitnet__gguf_token_id(g, "tokenizer.ggml.eos_token_id", &d.eos);
+    if (r == BITNET_OK) r = bitnet__gguf_token_id(g, "tokenizer.ggml.eot_token_id", &d.eot);
+    if (r == BITNET_OK) {
+        d.tokens = strs;
+        d.n_tokens = n_tok;
+        d.merges = strs + n_tok;
+        d.n_merges = n_mer;
+        d.token_types = types;
+        r = bitnet_tokenizer_create(&d, out);
+    }
+    bitnet__free(strs);
+    bitnet__free(types);
+    return r;
+}
+
+/* ---- chat format ----------------------------------------------------------------------------- */
+
+BITNET_API bitnet_result bitnet_chat_format(const bitnet_chat_message *msgs, size_t n, int add_generation_prompt,
+                                            char *buf, size_t cap, size_t *len_out) {
+    static const char *const bos = "<|begin_of_text|>", *const eot = "<|eot_id|>";
+    size_t pass, i, len = 0;
+    BITNET__CHECK_PTR(len_out);
+    *len_out = 0;
+    if (!msgs && n) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_chat_format: 'msgs' is NULL");
+    if (!buf && cap) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_chat_format: 'buf' is NULL");
+    for (pass = 0; pass < 2; pass++) { /* measure, then write */
+        len = 0;
+#define BITNET__PUT(s, l) do { if (pass) memcpy(buf + len, (s), (l)); len += (l); } while (0)
+        BITNET__PUT(bos, strlen(bos));
+        for (i = 0; i < n; i++) {
+            const char *role = msgs[i].role, *c = msgs[i].content, *prefix;
+            size_t a = 0, b, adv;
+            if (!role || !c) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_chat_format: message %zu has a NULL role or content", i);
+            if (strcmp(role, "system") == 0) prefix = "System: ";
+            else if (strcmp(role, "user") == 0) prefix = "User: ";
+            else if (strcmp(role, "assistant") == 0) prefix = "Assistant: ";
+            else return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_chat_format: message %zu has role '%s' (system, user or assistant)",
+                                    i, role);
+            b = strlen(c);
+            while (a < b) { /* trim white space (Unicode White_Space) at both ends */
+                uint32_t cp = bitnet__utf8_next((const unsigned char *)c + a, b - a, &adv);
+                if (cp == BITNET__CP_INVALID || bitnet__uni_class(cp) != BITNET__CL_SPACE) break;
+                a += adv;
+            }
+            while (b > a) {
+                size_t s = b - 1;
+                uint32_t cp;
+                while (s > a && ((unsigned char)c[s] & 0xC0) == 0x80 && b - s < 4) s--;
+                cp = bitnet__utf8_next((const unsigned char *)c + s, b - s, &adv);
+                if (s + adv != b || cp == BITNET__CP_INVALID || bitnet__uni_class(cp) != BITNET__CL_SPACE) break;
+                b = s;
+            }
+            BITNET__PUT(prefix, strlen(prefix));
+            BITNET__PUT(c + a, b - a);
+            BITNET__PUT(eot, strlen(eot));
+        }
+        if (add_generation_prompt) BITNET__PUT("Assistant: ", 11);
+#undef BITNET__PUT
+        if (!pass) {
+            *len_out = len;
+            if (len >= cap) return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_chat_format: %zu bytes and a NUL, room for %zu", len, cap);
+        }
+    }
+    buf[len] = 0;
+    return BITNET_OK;
+}
+
 /* >>sampler =================================================================================== */
 
 /* >>cpu-forward =============================================================================== */
@@ -6968,6 +8184,606 @@ static void bitnet__pool_destroy(bitnet_gpu *gpu) {
 }
 
 /* >>cuda-kernels ============================================================================== */
+
+/* Host side of the ternary, dense and quantization modules. Kernels come from the runtime's
+   built-in modules by name and go through bitnet_gpu_launch; every argument list below mirrors
+   the kernel's parameter list in bitnet_cuda_kernels.h. */
+
+typedef struct bitnet__k_segs { int32_t n; int32_t end[8]; float scale[8]; } bitnet__k_segs; /* = bitnet_k_segs */
+#define BITNET__DGEMV_ROWS 2   /* BITNET_DGEMV_ROWS in the dense module: rows per warp */
+#define BITNET__TGEMV_MAX_K 262144
+
+static bitnet_result bitnet__gk_launch(bitnet_gpu *gpu, const char *name, unsigned gx, unsigned gy, unsigned gz,
+                                       unsigned bx, unsigned by, void **args) {
+    bitnet_gpu_kernel *k;
+    unsigned grid[3], block[3];
+    BITNET__TRY(bitnet_gpu_builtin_kernel(gpu, name, &k));
+    grid[0] = gx, grid[1] = gy, grid[2] = gz;
+    block[0] = bx, block[1] = by, block[2] = 1;
+    return bitnet_gpu_launch(gpu, k, grid, block, 0, args);
+}
+
+/* Blocks for a grid-stride kernel over n items. */
+static unsigned bitnet__gk_blocks(size_t n, unsigned per_block) {
+    size_t b = (n + per_block - 1) / per_block;
+    return (unsigned)(b < 1 ? 1 : (b > 8192 ? 8192 : b));
+}
+
+static int bitnet__prec_ok(bitnet_precision p) {
+    return p == BITNET_PRECISION_FP32 || p == BITNET_PRECISION_FP16 || p == BITNET_PRECISION_BF16;
+}
+static size_t bitnet__prec_size(bitnet_precision p) { return p == BITNET_PRECISION_FP32 ? 4 : 2; }
+
+BITNET_API const char *bitnet_precision_name(bitnet_precision p) {
+    switch (p) {
+    case BITNET_PRECISION_AUTO: return "auto";
+    case BITNET_PRECISION_FP32: return "fp32";
+    case BITNET_PRECISION_FP16: return "fp16";
+    case BITNET_PRECISION_BF16: return "bf16";
+    default: return "unknown";
+    }
+}
+
+BITNET_API bitnet_precision bitnet_detect_best_precision(int device) {
+    bitnet_gpu_device_info info;
+    if (bitnet_gpu_device_info_get(device, &info) != BITNET_OK) return BITNET_PRECISION_FP32;
+    if (info.cc_major >= 8) return BITNET_PRECISION_BF16;
+    if (info.cc_major >= 6) return BITNET_PRECISION_FP16;
+    return BITNET_PRECISION_FP32;
+}
+
+/* Multiprocessor count per device, read once (it sizes the GEMV grid). */
+static int bitnet__gk_sms[BITNET__MAX_DEVICES];
+static bitnet__mutex bitnet__gk_lock = BITNET__MUTEX_INIT;
+static int bitnet__gk_sm_count(bitnet_gpu *gpu) {
+    int ord = bitnet_gpu_ordinal(gpu), n;
+    if (ord < 0 || ord >= BITNET__MAX_DEVICES) return 32;
+    bitnet__mutex_lock(&bitnet__gk_lock);
+    n = bitnet__gk_sms[ord];
+    bitnet__mutex_unlock(&bitnet__gk_lock);
+    if (!n) {
+        bitnet_gpu_device_info info;
+        n = bitnet_gpu_device_info_get(ord, &info) == BITNET_OK && info.sm_count > 0 ? info.sm_count : 32;
+        bitnet__mutex_lock(&bitnet__gk_lock);
+        bitnet__gk_sms[ord] = n;
+        bitnet__mutex_unlock(&bitnet__gk_lock);
+    }
+    return n;
+}
+
+/* ---- ternary weights: upload (I2_S -> T32 on the device) --------------------------------------- */
+
+BITNET_API void bitnet_gpu_ternary_free(bitnet_gpu *gpu, bitnet_gpu_ternary *w) {
+    if (!w) return;
+    if (gpu && w->data) bitnet_gpu_free(gpu, w->data);
+    memset(w, 0, sizeof *w);
+}
+
+BITNET_API bitnet_result bitnet_gpu_ternary_upload(bitnet_gpu *gpu, const bitnet_gpu_i2s_part *parts, int n_parts,
+                                                   size_t k, int glu, bitnet_gpu_ternary *out) {
+    bitnet_gpu_ternary w;
+    bitnet_devptr stage = 0, bad = 0;
+    size_t rows = 0, max_part = 0, img, groups;
+    int i, bad_h = 0;
+    bitnet_result res = BITNET_OK;
+    BITNET__CHECK_PTR(gpu);
+    BITNET__CHECK_PTR(parts);
+    BITNET__CHECK_PTR(out);
+    memset(out, 0, sizeof *out);
+    if (n_parts < 1 || n_parts > BITNET_GPU_MAX_PARTS)
+        return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_gpu_ternary_upload: %d parts (1 to %d)", n_parts, BITNET_GPU_MAX_PARTS);
+    if (k == 0 || k % BITNET_I2S_BLOCK || k > BITNET__TGEMV_MAX_K)
+        return bitnet__err(BITNET_ERR_BAD_SHAPE, "bitnet_gpu_ternary_upload: k=%zu must be a positive multiple of %d, at most %d",
+                           k, BITNET_I2S_BLOCK, BITNET__TGEMV_MAX_K);
+    if (glu && (n_parts != 2 || parts[0].n != parts[1].n))
+        return bitnet__err(BITNET_ERR_BAD_SHAPE, "bitnet_gpu_ternary_upload: glu needs two parts of equal rows (gate, up)");
+    for (i = 0; i < n_parts; i++) {
+        BITNET__TRY(bitnet__i2s_check("bitnet_gpu_ternary_upload", parts[i].data, parts[i].bytes, parts[i].n, k));
+        if (parts[i].n > ((size_t)1 << 28) || rows + parts[i].n > ((size_t)1 << 28))
+            return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_gpu_ternary_upload: more than 2^28 rows");
+        rows += parts[i].n;
+        max_part = BITNET__MAX(max_part, parts[i].n * k / 4);
+    }
+    memset(&w, 0, sizeof w);
+    w.k = k;
+    w.glu = glu != 0;
+    w.n_parts = n_parts;
+    w.n_rows = rows;
+    w.n = glu ? parts[0].n : rows;
+    groups = glu ? 2 * ((parts[0].n + 31) / 32) : (rows + 31) / 32; /* glu: gate and up groups interleave */
+    w.n_pad = (groups * 32 + 127) / 128 * 128;
+    img = w.n_pad * (k / 4);
+    BITNET__TRY(bitnet_gpu_alloc(gpu, img, &w.data));
+    /* code 1 (weight 0) everywhere first, so padding rows add nothing */
+    res = bitnet_gpu_memset(gpu, w.data, 0x55, img);
+    if (res == BITNET_OK) res = bitnet_gpu_alloc(gpu, max_part, &stage);
+    if (res == BITNET_OK) res = bitnet_gpu_alloc(gpu, 4, &bad);
+    if (res == BITNET_OK) res = bitnet_gpu_memset(gpu, bad, 0, 4);
+    rows = 0;
+    for (i = 0; i < n_parts && res == BITNET_OK; i++) {
+        int n = (int)parts[i].n, kk = (int)k, off = (int)rows, gp = glu ? i : -1;
+        size_t chunks = parts[i].n * (k / 64);
+        void *args[7];
+        memcpy(&w.part_scale[i], (const uint8_t *)parts[i].data + parts[i].n * k / 4, 4);
+        rows += parts[i].n;
+        w.part_end[i] = (uint32_t)rows;
+        args[0] = &stage, args[1] = &n, args[2] = &kk, args[3] = &w.data, args[4] = &off, args[5] = &gp, args[6] = &bad;
+        res = bitnet_gpu_upload(gpu, stage, parts[i].data, parts[i].n * k / 4);
+        if (res == BITNET_OK)
+            res = bitnet__gk_launch(gpu, "bitnet_k_t32_repack", (unsigned)((chunks + 255) / 256), 1, 1, 256, 1, args);
+    }
+    if (res == BITNET_OK) res = bitnet_gpu_download(gpu, &bad_h, bad, 4); /* ordered after the repacks */
+    if (stage) bitnet_gpu_free(gpu, stage);
+    if (bad) bitnet_gpu_free(gpu, bad);
+    if (res == BITNET_OK && bad_h)
+        res = bitnet__err(BITNET_ERR_CORRUPT, "bitnet_gpu_ternary_upload: a weight has the unused I2_S code 3");
+    if (res != BITNET_OK) {
+        bitnet_gpu_free(gpu, w.data);
+        return res;
+    }
+    *out = w;
+    return BITNET_OK;
+}
+
+/* ---- activations ------------------------------------------------------------------------------ */
+
+BITNET_API void bitnet_gpu_act_free(bitnet_gpu *gpu, bitnet_gpu_act *a) {
+    if (!a) return;
+    if (gpu) {
+        if (a->q) bitnet_gpu_free(gpu, a->q);
+        if (a->scale) bitnet_gpu_free(gpu, a->scale);
+        if (a->sum) bitnet_gpu_free(gpu, a->sum);
+    }
+    memset(a, 0, sizeof *a);
+}
+
+BITNET_API bitnet_result bitnet_gpu_act_alloc(bitnet_gpu *gpu, size_t cap, size_t k, bitnet_gpu_act *out) {
+    size_t qb, sb;
+    bitnet_result res;
+    BITNET__CHECK_PTR(gpu);
+    BITNET__CHECK_PTR(out);
+    memset(out, 0, sizeof *out);
+    if (!cap || !k || k > (size_t)INT_MAX || cap > (size_t)INT_MAX)
+        return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_gpu_act_alloc: cap=%zu k=%zu", cap, k);
+    if (!bitnet__mul_size(cap, k, &qb) || !bitnet__mul_size(cap, 4, &sb))
+        return bitnet__err(BITNET_ERR_OVERFLOW, "bitnet_gpu_act_alloc: %zu x %zu overflows", cap, k);
+    res = bitnet_gpu_alloc(gpu, qb, &out->q);
+    if (res == BITNET_OK) res = bitnet_gpu_alloc(gpu, sb, &out->scale);
+    if (res == BITNET_OK) res = bitnet_gpu_alloc(gpu, sb, &out->sum);
+    if (res != BITNET_OK) {
+        bitnet_gpu_act_free(gpu, out);
+        return res;
+    }
+    out->k = k;
+    out->cap = cap;
+    return BITNET_OK;
+}
+
+BITNET_API bitnet_result bitnet_gpu_quantize_act(bitnet_gpu *gpu, bitnet_devptr x, size_t m, size_t k,
+                                                 bitnet_devptr norm_weight, float eps, bitnet_gpu_act *a) {
+    long long ld;
+    int kk;
+    void *args[9];
+    BITNET__CHECK_PTR(gpu);
+    BITNET__CHECK_PTR(a);
+    if (!x) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_gpu_quantize_act: x is 0");
+    if (!a->q || !a->scale || !a->sum) return bitnet__err(BITNET_ERR_INVALID_STATE, "bitnet_gpu_quantize_act: activations not allocated");
+    if (!m || m > a->cap || k != a->k)
+        return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_gpu_quantize_act: m=%zu k=%zu for a buffer of %zu x %zu", m, k, a->cap, a->k);
+    if (norm_weight && !(eps >= 0.0f)) return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_gpu_quantize_act: eps %g", (double)eps);
+    ld = (long long)k;
+    kk = (int)k;
+    args[0] = &x, args[1] = &ld, args[2] = &kk, args[3] = &norm_weight, args[4] = &eps;
+    args[5] = &a->q, args[6] = &ld, args[7] = &a->scale, args[8] = &a->sum;
+    BITNET__TRY(bitnet__gk_launch(gpu, "bitnet_k_quant_act", (unsigned)m, 1, 1, 256, 1, args));
+    a->m = m;
+    return BITNET_OK;
+}
+
+/* ---- W2A8 matmul ------------------------------------------------------------------------------ */
+
+static bitnet_result bitnet__tmm_check(const char *fn, const bitnet_gpu_ternary *w, const bitnet_gpu_act *a,
+                                       bitnet_devptr out, bitnet_precision out_type) {
+    if (!w || !a) return bitnet__err(BITNET_ERR_NULL_POINTER, "%s: weights or activations are NULL", fn);
+    if (!w->data || !w->n || w->k % 128 || w->n_pad % 128 || w->n_pad < w->n || w->n_parts < 1 ||
+        w->n_parts > BITNET_GPU_MAX_PARTS)
+        return bitnet__err(BITNET_ERR_INVALID_STATE, "%s: weights not uploaded (bitnet_gpu_ternary_upload)", fn);
+    if (!a->q || !a->m || a->m > a->cap) return bitnet__err(BITNET_ERR_INVALID_STATE, "%s: activations not quantized", fn);
+    if (a->k != w->k) return bitnet__err(BITNET_ERR_BAD_SHAPE, "%s: activations have k=%zu, weights k=%zu", fn, a->k, w->k);
+    if (!out) return bitnet__err(BITNET_ERR_NULL_POINTER, "%s: out is 0", fn);
+    if (out_type != BITNET_PRECISION_AUTO && !bitnet__prec_ok(out_type))
+        return bitnet__err(BITNET_ERR_INVALID_ARG, "%s: output type %d", fn, (int)out_type);
+    return BITNET_OK;
+}
+
+static bitnet_result bitnet__tmm_issue(bitnet_gpu *gpu, const bitnet_gpu_ternary *w, const bitnet_gpu_act *a,
+                                       bitnet_devptr out, bitnet_precision out_type, bitnet_devptr residual) {
+    bitnet__k_segs segs;
+    int i, n_out = (int)w->n, nc = (int)(w->k / 64), glu = w->glu, ot;
+    long long lda = (long long)w->k, ldo = (long long)w->n;
+    size_t m0, m = a->m;
+    memset(&segs, 0, sizeof segs);
+    segs.n = w->n_parts;
+    for (i = 0; i < w->n_parts; i++) segs.end[i] = (int32_t)w->part_end[i], segs.scale[i] = w->part_scale[i];
+    ot = out_type == BITNET_PRECISION_AUTO ? (int)BITNET_PRECISION_FP32 : (int)out_type;
+    if (m > 8 && gpu->dev->cc >= 80) {
+        int mm = (int)m;
+        void *args[15];
+        args[0] = (void *)&w->data, args[1] = &n_out, args[2] = &nc, args[3] = &segs, args[4] = &glu;
+        args[5] = (void *)&a->q, args[6] = &lda, args[7] = (void *)&a->scale, args[8] = (void *)&a->sum, args[9] = &mm;
+        args[10] = &out, args[11] = &ldo, args[12] = &ot, args[13] = &residual, args[14] = &ldo;
+        return bitnet__gk_launch(gpu, "bitnet_k_tgemm", (unsigned)(w->n_pad / 128), (unsigned)((m + 127) / 128), 1, 128, 1, args);
+    }
+    /* GEMV, 8 tokens at a time (before sm_80 this covers every m) */
+    for (m0 = 0; m0 < m; m0 += 8) {
+        int mm = (int)BITNET__MIN(m - m0, (size_t)8), mt = mm == 1 ? 1 : mm == 2 ? 2 : mm <= 4 ? 4 : 8;
+        int rg = glu ? 2 : 1, groups = (n_out + 31) / 32, sms = bitnet__gk_sm_count(gpu), wpg = 8, cap;
+        size_t es = ot == BITNET_PRECISION_FP32 ? 4 : 2;
+        bitnet_devptr q = a->q + m0 * w->k, sc = a->scale + m0 * 4, su = a->sum + m0 * 4;
+        bitnet_devptr o = out + m0 * w->n * es, r = residual ? residual + m0 * w->n * es : 0;
+        char name[32];
+        void *args[15];
+        /* warps per 32-row group: enough warps in flight on the whole GPU (measured on H100: small
+           matrices want 32, large ones 8 to 16) */
+        while (wpg < 32 && (size_t)groups * wpg < (size_t)sms * 24) wpg *= 2;
+        cap = BITNET__MIN(32, 128 / mt) / rg;
+        wpg = BITNET__MIN(BITNET__MIN(wpg, cap), nc);
+        snprintf(name, sizeof name, "bitnet_k_tgemv_m%d", mt);
+        args[0] = (void *)&w->data, args[1] = &n_out, args[2] = &nc, args[3] = &segs, args[4] = &glu;
+        args[5] = &q, args[6] = &lda, args[7] = &sc, args[8] = &su, args[9] = &mm;
+        args[10] = &o, args[11] = &ldo, args[12] = &ot, args[13] = &r, args[14] = &ldo;
+        BITNET__TRY(bitnet__gk_launch(gpu, name, (unsigned)groups, 1, 1, 32, (unsigned)(wpg * rg), args));
+    }
+    return BITNET_OK;
+}
+
+BITNET_API bitnet_result bitnet_gpu_ternary_matmul(bitnet_gpu *gpu, const bitnet_gpu_ternary *w, const bitnet_gpu_act *a,
+                                                   bitnet_devptr out, bitnet_precision out_type, bitnet_devptr residual) {
+    BITNET__CHECK_PTR(gpu);
+    BITNET__TRY(bitnet__tmm_check("bitnet_gpu_ternary_matmul", w, a, out, out_type));
+    return bitnet__tmm_issue(gpu, w, a, out, out_type, residual);
+}
+
+BITNET_API bitnet_result bitnet_gpu_ternary_matmul_batch(bitnet_gpu *gpu, const bitnet_gpu_matmul_op *ops, size_t n_ops) {
+    size_t i;
+    BITNET__CHECK_PTR(gpu);
+    BITNET__CHECK_PTR(ops);
+    if (!n_ops) return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_gpu_ternary_matmul_batch: no problems");
+    for (i = 0; i < n_ops; i++) BITNET__TRY(bitnet__tmm_check("bitnet_gpu_ternary_matmul_batch", ops[i].w, ops[i].a, ops[i].out,
+                                                               ops[i].out_type));
+    for (i = 0; i < n_ops; i++) BITNET__TRY(bitnet__tmm_issue(gpu, ops[i].w, ops[i].a, ops[i].out, ops[i].out_type, ops[i].residual));
+    return bitnet_gpu_sync(gpu);
+}
+
+/* ---- dense matmul, conversions, per-precision metrics ------------------------------------------ */
+
+static bitnet_gpu_precision_metrics bitnet__pm[4];
+static double bitnet__pm_ms0[4]; /* the timed milliseconds at the last reset */
+
+static void bitnet__pm_add(bitnet_precision p, uint64_t ops, uint64_t bytes) {
+    bitnet__mutex_lock(&bitnet__gk_lock);
+    bitnet__pm[p].calls++;
+    bitnet__pm[p].ops += ops;
+    bitnet__pm[p].bytes += bytes;
+    bitnet__mutex_unlock(&bitnet__gk_lock);
+}
+
+/* Device time of the dense kernels of one precision, from the runtime's per-kernel timing. */
+static double bitnet__pm_timed(bitnet_precision p) {
+    static const char *const sfx[4] = {"", "_f32", "_f16", "_bf16"};
+    bitnet_gpu_stats *st = (bitnet_gpu_stats *)bitnet__malloc(sizeof *st);
+    double ms = 0;
+    int i;
+    if (!st) return 0;
+    if (bitnet_gpu_stats_get(NULL, st) == BITNET_OK)
+        for (i = 0; i < st->n_kernels; i++) {
+            const char *nm = st->kernels[i].name, *s;
+            if (strncmp(nm, "bitnet_k_dgemv", 14) && strncmp(nm, "bitnet_k_sgemm", 14) && strncmp(nm, "bitnet_k_hgemm", 14)) continue;
+            s = strstr(nm + 14, sfx[p]);
+            if (s && (s[strlen(sfx[p])] == 0 || s[strlen(sfx[p])] == '_')) ms += st->kernels[i].ms;
+        }
+    bitnet__free(st);
+    return ms;
+}
+
+BITNET_API bitnet_result bitnet_gpu_precision_metrics_get(bitnet_precision p, bitnet_gpu_precision_metrics *out) {
+    BITNET__CHECK_PTR(out);
+    if (!bitnet__prec_ok(p)) return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_gpu_precision_metrics_get: precision %d", (int)p);
+    bitnet__mutex_lock(&bitnet__gk_lock);
+    *out = bitnet__pm[p];
+    out->ms = bitnet__pm_timed(p) - bitnet__pm_ms0[p];
+    bitnet__mutex_unlock(&bitnet__gk_lock);
+    return BITNET_OK;
+}
+
+BITNET_API void bitnet_gpu_precision_metrics_reset(void) {
+    int p;
+    bitnet__mutex_lock(&bitnet__gk_lock);
+    memset(bitnet__pm, 0, sizeof bitnet__pm);
+    for (p = 1; p < 4; p++) bitnet__pm_ms0[p] = bitnet__pm_timed((bitnet_precision)p);
+    bitnet__mutex_unlock(&bitnet__gk_lock);
+}
+
+BITNET_API bitnet_result bitnet_gpu_matmul(bitnet_gpu *gpu, bitnet_precision prec, bitnet_devptr w, bitnet_devptr x,
+                                           size_t m, size_t n, size_t k, bitnet_devptr out, bitnet_precision out_type) {
+    static const char *const ty[4] = {"", "f32", "f16", "bf16"};
+    size_t es, t;
+    int nn, kk, mm, ot;
+    long long ld, ldo;
+    char name[40];
+    void *args[10];
+    BITNET__CHECK_PTR(gpu);
+    if (!w || !x || !out) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_gpu_matmul: w, x and out must be set");
+    if (prec == BITNET_PRECISION_AUTO) prec = bitnet_detect_best_precision(bitnet_gpu_ordinal(gpu));
+    if (out_type == BITNET_PRECISION_AUTO) out_type = BITNET_PRECISION_FP32;
+    if (!bitnet__prec_ok(prec) || !bitnet__prec_ok(out_type))
+        return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_gpu_matmul: precision %d, output %d", (int)prec, (int)out_type);
+    es = bitnet__prec_size(prec);
+    if (!m || !n || !k || m > (size_t)INT_MAX || n > (size_t)INT_MAX || k > (size_t)INT_MAX)
+        return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_gpu_matmul: m=%zu n=%zu k=%zu", m, n, k);
+    if ((k * es) % 16)
+        return bitnet__err(BITNET_ERR_BAD_SHAPE, "bitnet_gpu_matmul: k=%zu %s values are not whole 16-byte rows", k, ty[prec]);
+    if ((w | x) % 16) return bitnet__err(BITNET_ERR_ALIGNMENT, "bitnet_gpu_matmul: w and x must be 16-byte aligned");
+    if (!bitnet__mul_size(n, k, &t) || !bitnet__mul_size(m, k, &t) || !bitnet__mul_size(m, n, &t))
+        return bitnet__err(BITNET_ERR_OVERFLOW, "bitnet_gpu_matmul: sizes overflow");
+    nn = (int)n, kk = (int)k, mm = (int)m, ot = (int)out_type, ld = (long long)k, ldo = (long long)n;
+    args[0] = &w, args[1] = &x, args[2] = &nn, args[3] = &kk, args[4] = &ld, args[5] = &ld, args[6] = &mm;
+    args[7] = &out, args[8] = &ldo, args[9] = &ot;
+    if (m <= 8) {
+        snprintf(name, sizeof name, "bitnet_k_dgemv_%s_m%d", ty[prec], m == 1 ? 1 : 8);
+        BITNET__TRY(bitnet__gk_launch(gpu, name, (unsigned)((n + 8 * BITNET__DGEMV_ROWS - 1) / (8 * BITNET__DGEMV_ROWS)), 1, 1,
+                                      32, 8, args));
+    } else if (prec != BITNET_PRECISION_FP32 && gpu->dev->cc >= 80) {
+        snprintf(name, sizeof name, "bitnet_k_hgemm_%s", ty[prec]);
+        BITNET__TRY(bitnet__gk_launch(gpu, name, (unsigned)((n + 127) / 128), (unsigned)((m + 127) / 128), 1, 128, 1, args));
+    } else {
+        snprintf(name, sizeof name, "bitnet_k_sgemm_%s", ty[prec]);
+        BITNET__TRY(bitnet__gk_launch(gpu, name, (unsigned)((n + 63) / 64), (unsigned)((m + 63) / 64), 1, 256, 1, args));
+    }
+    bitnet__pm_add(prec, 2ull * m * n * k, (uint64_t)((n * k + m * k) * es + m * n * bitnet__prec_size(out_type)));
+    return BITNET_OK;
+}
+
+BITNET_API bitnet_result bitnet_gpu_convert(bitnet_gpu *gpu, bitnet_devptr src, bitnet_precision src_type,
+                                            bitnet_devptr dst, bitnet_precision dst_type, size_t n) {
+    int st = (int)src_type, dt = (int)dst_type;
+    unsigned long long nn = n;
+    void *args[5];
+    BITNET__CHECK_PTR(gpu);
+    if (!src || !dst) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_gpu_convert: src and dst must be set");
+    if (!bitnet__prec_ok(src_type) || !bitnet__prec_ok(dst_type))
+        return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_gpu_convert: types %d -> %d", st, dt);
+    if (!n) return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_gpu_convert: n is 0");
+    args[0] = &src, args[1] = &st, args[2] = &dst, args[3] = &dt, args[4] = &nn;
+    BITNET__TRY(bitnet__gk_launch(gpu, "bitnet_k_convert", bitnet__gk_blocks(n, 256), 1, 1, 256, 1, args));
+    bitnet__pm_add(dst_type, n, (uint64_t)n * (bitnet__prec_size(src_type) + bitnet__prec_size(dst_type)));
+    return BITNET_OK;
+}
+
+/* ---- GPU quantization -------------------------------------------------------------------------- */
+
+#define BITNET__ABSMEAN_BLOCKS 256 /* fixed: the partial sums' order must not depend on the device */
+
+BITNET_API bitnet_result bitnet_gpu_quantize_ternary(bitnet_gpu *gpu, bitnet_devptr w, size_t n, bitnet_devptr q,
+                                                     bitnet_devptr scale) {
+    bitnet_devptr part = 0;
+    unsigned long long nn = n;
+    int np = BITNET__ABSMEAN_BLOCKS;
+    bitnet_result res;
+    void *args[4];
+    BITNET__CHECK_PTR(gpu);
+    if (!w || !q || !scale) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_gpu_quantize_ternary: w, q and scale must be set");
+    if (!n) return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_gpu_quantize_ternary: n is 0");
+    BITNET__TRY(bitnet_gpu_alloc(gpu, BITNET__ABSMEAN_BLOCKS * sizeof(double), &part));
+    args[0] = &w, args[1] = &nn, args[2] = &part;
+    res = bitnet__gk_launch(gpu, "bitnet_k_absmean_partial", BITNET__ABSMEAN_BLOCKS, 1, 1, 256, 1, args);
+    args[0] = &part, args[1] = &np, args[2] = &nn, args[3] = &scale;
+    if (res == BITNET_OK) res = bitnet__gk_launch(gpu, "bitnet_k_absmean_final", 1, 1, 1, 256, 1, args);
+    args[0] = &w, args[1] = &nn, args[2] = &scale, args[3] = &q;
+    if (res == BITNET_OK) res = bitnet__gk_launch(gpu, "bitnet_k_ternary_codes", bitnet__gk_blocks(n, 256), 1, 1, 256, 1, args);
+    bitnet_gpu_free(gpu, part); /* the pool reuses it only after this stream's work */
+    return res;
+}
+
+BITNET_API bitnet_result bitnet_gpu_i2s_pack(bitnet_gpu *gpu, bitnet_devptr q, size_t n, size_t k, bitnet_devptr scale,
+                                             bitnet_devptr dst) {
+    bitnet_devptr bad = 0;
+    unsigned long long nk;
+    int bad_h = 0;
+    bitnet_result res;
+    void *args[5];
+    BITNET__CHECK_PTR(gpu);
+    if (!q || !scale || !dst) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_gpu_i2s_pack: q, scale and dst must be set");
+    if (!n || !k || k % BITNET_I2S_BLOCK || !bitnet_i2s_bytes(n, k))
+        return bitnet__err(BITNET_ERR_BAD_SHAPE, "bitnet_gpu_i2s_pack: n=%zu k=%zu (k a multiple of %d)", n, k, BITNET_I2S_BLOCK);
+    nk = (unsigned long long)n * k;
+    BITNET__TRY(bitnet_gpu_alloc(gpu, 4, &bad));
+    res = bitnet_gpu_memset(gpu, bad, 0, 4);
+    args[0] = &q, args[1] = &nk, args[2] = &scale, args[3] = &dst, args[4] = &bad;
+    if (res == BITNET_OK) res = bitnet__gk_launch(gpu, "bitnet_k_i2s_pack", bitnet__gk_blocks((size_t)(nk / 4), 256), 1, 1, 256, 1, args);
+    if (res == BITNET_OK) res = bitnet_gpu_download(gpu, &bad_h, bad, 4);
+    bitnet_gpu_free(gpu, bad);
+    if (res == BITNET_OK && bad_h) res = bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_gpu_i2s_pack: a code is not -1, 0 or 1");
+    return res;
+}
+
+/* ---- the device-aware quantizer ---------------------------------------------------------------- */
+
+struct bitnet_quantizer {
+    bitnet_gpu *gpu;
+    bitnet_quant_stats st;
+};
+
+static void *bitnet__qz_alloc(bitnet_quantizer *qz, size_t bytes) {
+    void *p = bitnet__malloc(bytes);
+    if (p) qz->st.host_bytes += bytes, qz->st.host_bytes_total += bytes;
+    return p;
+}
+static void bitnet__qz_release(bitnet_quantizer *qz, void *p, size_t bytes) {
+    if (!p) return;
+    bitnet__free(p);
+    qz->st.host_bytes -= bytes;
+}
+
+BITNET_API bitnet_result bitnet_quantizer_create(bitnet_gpu *gpu, bitnet_quantizer **out) {
+    bitnet_quantizer *qz;
+    BITNET__CHECK_PTR(out);
+    *out = NULL;
+    qz = (bitnet_quantizer *)bitnet__calloc(1, sizeof *qz);
+    if (!qz) return BITNET_ERR_OUT_OF_MEMORY;
+    qz->gpu = gpu;
+    qz->st.host_bytes = qz->st.host_bytes_total = sizeof *qz;
+    *out = qz;
+    return BITNET_OK;
+}
+
+BITNET_API void bitnet_quantizer_free(bitnet_quantizer *qz) { bitnet__free(qz); }
+
+/* After a GPU attempt: counts it, or keeps its error for the fallback that follows. */
+static int bitnet__qz_gpu_done(bitnet_quantizer *qz, bitnet_result r, bitnet_quant_kind kind, double t0) {
+    if (r == BITNET_OK) {
+        qz->st.gpu_ops++;
+        qz->st.gpu_ms[kind] += (bitnet__now() - t0) * 1e3;
+        return 1;
+    }
+    qz->st.fallbacks++;
+    snprintf(qz->st.last_gpu_error, sizeof qz->st.last_gpu_error, "%s: %.200s", bitnet_result_string(r), bitnet_last_error());
+    bitnet__log(BITNET_LOG_WARN, "quantizer: GPU failed (%s), using the CPU", qz->st.last_gpu_error);
+    return 0;
+}
+static bitnet_result bitnet__qz_cpu_done(bitnet_quantizer *qz, bitnet_result r, bitnet_quant_kind kind, double t0) {
+    qz->st.cpu_ops++;
+    qz->st.cpu_ms[kind] += (bitnet__now() - t0) * 1e3;
+    if (r != BITNET_OK)
+        snprintf(qz->st.last_cpu_error, sizeof qz->st.last_cpu_error, "%s: %.200s", bitnet_result_string(r), bitnet_last_error());
+    return r;
+}
+
+/* Device buffers of one GPU attempt (freed in any case). */
+typedef struct bitnet__qz_bufs { bitnet_devptr p[4]; } bitnet__qz_bufs;
+static void bitnet__qz_bufs_free(bitnet_gpu *gpu, bitnet__qz_bufs *b) {
+    int i;
+    for (i = 0; i < 4; i++)
+        if (b->p[i]) bitnet_gpu_free(gpu, b->p[i]);
+}
+
+BITNET_API bitnet_result bitnet_quantizer_ternary(bitnet_quantizer *qz, const float *w, size_t n, int8_t *q, float *scale) {
+    double t0 = bitnet__now();
+    size_t wb;
+    BITNET__CHECK_PTR(qz);
+    BITNET__CHECK_PTR(w);
+    BITNET__CHECK_PTR(q);
+    BITNET__CHECK_PTR(scale);
+    if (!n) return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_quantizer_ternary: n is 0");
+    if (!bitnet__mul_size(n, 4, &wb)) return bitnet__err(BITNET_ERR_OVERFLOW, "bitnet_quantizer_ternary: n=%zu overflows", n);
+    if (qz->gpu) {
+        bitnet__qz_bufs b;
+        bitnet_result r;
+        memset(&b, 0, sizeof b);
+        r = bitnet_gpu_alloc(qz->gpu, wb, &b.p[0]);
+        if (r == BITNET_OK) r = bitnet_gpu_alloc(qz->gpu, n, &b.p[1]);
+        if (r == BITNET_OK) r = bitnet_gpu_alloc(qz->gpu, 4, &b.p[2]);
+        if (r == BITNET_OK) r = bitnet_gpu_upload(qz->gpu, b.p[0], w, wb);
+        if (r == BITNET_OK) r = bitnet_gpu_quantize_ternary(qz->gpu, b.p[0], n, b.p[1], b.p[2]);
+        if (r == BITNET_OK) r = bitnet_gpu_download(qz->gpu, q, b.p[1], n);
+        if (r == BITNET_OK) r = bitnet_gpu_download(qz->gpu, scale, b.p[2], 4);
+        bitnet__qz_bufs_free(qz->gpu, &b);
+        if (bitnet__qz_gpu_done(qz, r, BITNET_QUANT_TERNARY, t0)) return BITNET_OK;
+        t0 = bitnet__now();
+    }
+    return bitnet__qz_cpu_done(qz, bitnet_quantize_ternary(w, n, q, scale), BITNET_QUANT_TERNARY, t0);
+}
+
+BITNET_API bitnet_result bitnet_quantizer_act(bitnet_quantizer *qz, const float *x, size_t m, size_t k, int8_t *q,
+                                              float *scale, int32_t *sum) {
+    double t0 = bitnet__now();
+    size_t mk, xb;
+    BITNET__CHECK_PTR(qz);
+    BITNET__CHECK_PTR(x);
+    BITNET__CHECK_PTR(q);
+    BITNET__CHECK_PTR(scale);
+    if (!m || !k) return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_quantizer_act: m=%zu k=%zu", m, k);
+    if (!bitnet__mul_size(m, k, &mk) || !bitnet__mul_size(mk, 4, &xb))
+        return bitnet__err(BITNET_ERR_OVERFLOW, "bitnet_quantizer_act: m*k overflows");
+    if (qz->gpu && m <= (size_t)INT_MAX && k <= (size_t)INT_MAX) {
+        bitnet__qz_bufs b;
+        bitnet_gpu_act a;
+        bitnet_result r;
+        memset(&b, 0, sizeof b);
+        memset(&a, 0, sizeof a);
+        r = bitnet_gpu_alloc(qz->gpu, xb, &b.p[0]);
+        if (r == BITNET_OK) r = bitnet_gpu_act_alloc(qz->gpu, m, k, &a);
+        if (r == BITNET_OK) r = bitnet_gpu_upload(qz->gpu, b.p[0], x, xb);
+        if (r == BITNET_OK) r = bitnet_gpu_quantize_act(qz->gpu, b.p[0], m, k, 0, 0.0f, &a);
+        if (r == BITNET_OK) r = bitnet_gpu_download(qz->gpu, q, a.q, mk);
+        if (r == BITNET_OK) r = bitnet_gpu_download(qz->gpu, scale, a.scale, m * 4);
+        if (r == BITNET_OK && sum) r = bitnet_gpu_download(qz->gpu, sum, a.sum, m * 4);
+        bitnet_gpu_act_free(qz->gpu, &a);
+        bitnet__qz_bufs_free(qz->gpu, &b);
+        if (bitnet__qz_gpu_done(qz, r, BITNET_QUANT_ACT, t0)) return BITNET_OK;
+        t0 = bitnet__now();
+    }
+    return bitnet__qz_cpu_done(qz, bitnet_quantize_act(x, m, k, q, scale, sum), BITNET_QUANT_ACT, t0);
+}
+
+BITNET_API bitnet_result bitnet_quantizer_i2s(bitnet_quantizer *qz, const float *w, size_t n, size_t k, void *dst,
+                                              size_t dst_bytes) {
+    double t0 = bitnet__now();
+    size_t nk, wb, ib;
+    int8_t *codes;
+    float scale;
+    bitnet_result r;
+    BITNET__CHECK_PTR(qz);
+    BITNET__CHECK_PTR(w);
+    BITNET__TRY(bitnet__i2s_check("bitnet_quantizer_i2s", dst, dst_bytes, n, k));
+    nk = n * k; /* bitnet__i2s_check proved it fits */
+    if (!bitnet__mul_size(nk, 4, &wb)) return bitnet__err(BITNET_ERR_OVERFLOW, "bitnet_quantizer_i2s: n*k*4 overflows");
+    ib = bitnet_i2s_bytes(n, k);
+    if (qz->gpu) {
+        bitnet__qz_bufs b;
+        memset(&b, 0, sizeof b);
+        r = bitnet_gpu_alloc(qz->gpu, wb, &b.p[0]);
+        if (r == BITNET_OK) r = bitnet_gpu_alloc(qz->gpu, nk, &b.p[1]);
+        if (r == BITNET_OK) r = bitnet_gpu_alloc(qz->gpu, 4, &b.p[2]);
+        if (r == BITNET_OK) r = bitnet_gpu_alloc(qz->gpu, ib, &b.p[3]);
+        if (r == BITNET_OK) r = bitnet_gpu_upload(qz->gpu, b.p[0], w, wb);
+        if (r == BITNET_OK) r = bitnet_gpu_quantize_ternary(qz->gpu, b.p[0], nk, b.p[1], b.p[2]);
+        if (r == BITNET_OK) r = bitnet_gpu_i2s_pack(qz->gpu, b.p[1], n, k, b.p[2], b.p[3]);
+        if (r == BITNET_OK) r = bitnet_gpu_download(qz->gpu, dst, b.p[3], ib);
+        bitnet__qz_bufs_free(qz->gpu, &b);
+        if (bitnet__qz_gpu_done(qz, r, BITNET_QUANT_I2S, t0)) return BITNET_OK;
+        t0 = bitnet__now();
+    }
+    codes = (int8_t *)bitnet__qz_alloc(qz, nk);
+    if (!codes) return bitnet__qz_cpu_done(qz, BITNET_ERR_OUT_OF_MEMORY, BITNET_QUANT_I2S, t0);
+    r = bitnet_quantize_ternary(w, nk, codes, &scale);
+    if (r == BITNET_OK) r = bitnet_i2s_pack(codes, n, k, scale, dst, dst_bytes);
+    bitnet__qz_release(qz, codes, nk);
+    return bitnet__qz_cpu_done(qz, r, BITNET_QUANT_I2S, t0);
+}
+
+BITNET_API bitnet_result bitnet_quantizer_stats(const bitnet_quantizer *qz, bitnet_quant_stats *out) {
+    BITNET__CHECK_PTR(qz);
+    BITNET__CHECK_PTR(out);
+    *out = qz->st;
+    return BITNET_OK;
+}
+
+BITNET_API bitnet_result bitnet_quantizer_summary(const bitnet_quantizer *qz, char *buf, size_t cap) {
+    const bitnet_quant_stats *s;
+    double g = 0, c = 0;
+    int i;
+    BITNET__CHECK_PTR(qz);
+    BITNET__CHECK_PTR(buf);
+    if (!cap) return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_quantizer_summary: cap is 0");
+    s = &qz->st;
+    for (i = 0; i < BITNET_QUANT_KINDS; i++) g += s->gpu_ms[i], c += s->cpu_ms[i];
+    snprintf(buf, cap, "quantizer: gpu %llu ops (%.1f ms), cpu %llu ops (%.1f ms), %llu fallback%s%s%s%s, host %.1f MB (%.1f MB total)",
+             (unsigned long long)s->gpu_ops, g, (unsigned long long)s->cpu_ops, c, (unsigned long long)s->fallbacks,
+             s->fallbacks == 1 ? "" : "s", s->last_gpu_error[0] ? " (last gpu error: " : "", s->last_gpu_error,
+             s->last_gpu_error[0] ? ")" : "", (double)s->host_bytes / 1e6, (double)s->host_bytes_total / 1e6);
+    return BITNET_OK;
+}
 
 /* >>cuda-forward ============================================================================== */
 

@@ -34,15 +34,20 @@ static int test_summary(void) {
     return test__failed ? 1 : 0;
 }
 
-/* xorshift64* for reproducible random inputs. */
+/* xorshift64* for reproducible random inputs (not every test uses every helper). */
+#if defined(__GNUC__) || defined(__clang__)
+#define TEST__UNUSED __attribute__((unused))
+#else
+#define TEST__UNUSED
+#endif
 static unsigned long long test__rng = 0x9E3779B97F4A7C15ull;
-static void test_seed(unsigned long long s) { test__rng = s ? s : 1; }
-static unsigned long long test_rand_u64(void) {
+TEST__UNUSED static void test_seed(unsigned long long s) { test__rng = s ? s : 1; }
+TEST__UNUSED static unsigned long long test_rand_u64(void) {
     test__rng ^= test__rng >> 12; test__rng ^= test__rng << 25; test__rng ^= test__rng >> 27;
     return test__rng * 2685821657736338717ull;
 }
-static float test_rand_float(float lo, float hi) {
+TEST__UNUSED static float test_rand_float(float lo, float hi) {
     return lo + (hi - lo) * (float)((test_rand_u64() >> 40) * (1.0 / 16777216.0));
 }
-static int test_rand_int(int lo, int hi) { return lo + (int)(test_rand_u64() % (unsigned long long)(hi - lo + 1)); }
+TEST__UNUSED static int test_rand_int(int lo, int hi) { return lo + (int)(test_rand_u64() % (unsigned long long)(hi - lo + 1)); }
 #endif

@@ -962,6 +962,11 @@ static void test_cli_gen_model_and_info(void) {
     TEST_CHECK(system(cmd) != 0);
     snprintf(cmd, sizeof cmd, "%s gen-model --preset huge -o %s > /dev/null 2>&1", bin, a);
     TEST_CHECK(system(cmd) != 0);
+    remove(c);
+    snprintf(cmd, sizeof cmd, "%s gen-model --preset 2b4t --tiktoken /nonexistent.tiktoken -o %s > /dev/null 2>&1", bin, c);
+    TEST_CHECK(system(cmd) != 0);
+    TEST_CHECK((f = fopen(c, "rb")) == NULL); /* nothing left behind */
+    if (f) fclose(f);
     free(ia); free(ib); free(ic); free(tiny);
     remove(a); remove(b); remove(c);
 }

@@ -1,0 +1,570 @@
+/* GPU kernels (issue 5). Without a GPU: argument checks, precision names, the CPU-only quantizer,
+   and NVRTC builds of the kernel modules. With a GPU (skipped without one; failures under
+   BITNET_REQUIRE_GPU=1): every kernel against the CPU scalar reference on random inputs with odd
+   shapes. Integer paths and their fp32 epilogues must match bit for bit (fp16 / bf16 outputs:
+   the CPU value rounded the same way); dense fp16 / bf16 products within 1e-5 of a double
+   reference on the same rounded inputs. Every output is poisoned (0xFF bytes: NaN) first. */
+#define _GNU_SOURCE
+#include "../bitnet.h"
+#include "harness.h"
+#include <math.h>
+#include <stdlib.h>
+
+static int gpu_ok;
+static char gpu_reason[2048];
+static bitnet_gpu *G;
+
+/* BITNET_TEST_SMALL=1 (the compute-sanitizer runs): the same paths on smaller shapes only. */
+static int small_only(void) {
+    const char *e = getenv("BITNET_TEST_SMALL");
+    return e && strcmp(e, "1") == 0;
+}
+static int require_gpu(void) {
+    const char *e = getenv("BITNET_REQUIRE_GPU");
+    return e && strcmp(e, "1") == 0;
+}
+#define NEED_GPU() \
+    do { \
+        if (!gpu_ok) { \
+            if (require_gpu()) { TEST_CHECKF(0, "BITNET_REQUIRE_GPU=1 but no usable GPU: %s", gpu_reason); return; } \
+            TEST_SKIP("no CUDA GPU: %s", gpu_reason); \
+        } \
+    } while (0)
+
+static void *xmalloc(size_t n) {
+    void *p = malloc(n ? n : 1);
+    if (!p) { fprintf(stderr, "out of memory\n"); exit(2); }
+    return p;
+}
+static void rand_codes(int8_t *q, size_t n) {
+    size_t i;
+    for (i = 0; i < n; i++) q[i] = (int8_t)test_rand_int(-1, 1);
+}
+static void rand_floats(float *x, size_t n, float scale) {
+    size_t i;
+    for (i = 0; i < n; i++) x[i] = test_rand_float(-scale, scale);
+}
+/* A device buffer filled with 0xFF bytes (NaN in fp32, fp16 and bf16). */
+static bitnet_devptr poisoned(size_t bytes) {
+    bitnet_devptr p = 0;
+    if (bitnet_gpu_alloc(G, bytes, &p) != BITNET_OK) return 0;
+    if (bitnet_gpu_memset(G, p, 0xFF, bytes) != BITNET_OK) return 0;
+    return p;
+}
+static bitnet_devptr upload(const void *src, size_t bytes) {
+    bitnet_devptr p = 0;
+    if (bitnet_gpu_alloc(G, bytes, &p) != BITNET_OK || bitnet_gpu_upload(G, p, src, bytes) != BITNET_OK) return 0;
+    return p;
+}
+static uint16_t to16(float v, bitnet_precision t) { return t == BITNET_PRECISION_FP16 ? bitnet_fp32_to_fp16(v) : bitnet_fp32_to_bf16(v); }
+static float from16(uint16_t v, bitnet_precision t) { return t == BITNET_PRECISION_FP16 ? bitnet_fp16_to_fp32(v) : bitnet_bf16_to_fp32(v); }
+
+/* ---- no GPU needed ------------------------------------------------------------------------- */
+
+static void test_names_and_validation(void) {
+    bitnet_gpu_ternary w;
+    bitnet_gpu_act a;
+    bitnet_gpu_i2s_part part;
+    uint8_t buf[64];
+    TEST_CHECK(strcmp(bitnet_precision_name(BITNET_PRECISION_BF16), "bf16") == 0);
+    TEST_CHECK(strcmp(bitnet_precision_name(BITNET_PRECISION_FP16), "fp16") == 0);
+    TEST_CHECK(strcmp(bitnet_precision_name((bitnet_precision)9), "unknown") == 0);
+    TEST_CHECK(bitnet_detect_best_precision(-1) == BITNET_PRECISION_FP32);
+    memset(&part, 0, sizeof part);
+    part.data = buf, part.bytes = sizeof buf, part.n = 1;
+    TEST_CHECK(bitnet_gpu_ternary_upload(NULL, &part, 1, 128, 0, &w) == BITNET_ERR_NULL_POINTER);
+    TEST_CHECK(bitnet_gpu_act_alloc(NULL, 1, 128, &a) == BITNET_ERR_NULL_POINTER);
+    TEST_CHECK(bitnet_gpu_ternary_matmul(NULL, &w, &a, 1, BITNET_PRECISION_FP32, 0) == BITNET_ERR_NULL_POINTER);
+    TEST_CHECK(bitnet_gpu_matmul(NULL, BITNET_PRECISION_FP16, 16, 16, 1, 1, 8, 16, BITNET_PRECISION_FP32) ==
+               BITNET_ERR_NULL_POINTER);
+    TEST_CHECK(bitnet_gpu_precision_metrics_get(BITNET_PRECISION_AUTO, NULL) == BITNET_ERR_NULL_POINTER);
+    {
+        bitnet_gpu_precision_metrics pm;
+        TEST_CHECK(bitnet_gpu_precision_metrics_get(BITNET_PRECISION_AUTO, &pm) == BITNET_ERR_INVALID_ARG);
+    }
+}
+
+/* The quantizer without a GPU runs the CPU functions and counts them. */
+static void test_quantizer_cpu_only(void) {
+    enum { N = 7, K = 256 };
+    float *w = (float *)xmalloc(N * K * 4), s1, s2, as1[N], as2[N];
+    int8_t *q1 = (int8_t *)xmalloc(N * K), *q2 = (int8_t *)xmalloc(N * K);
+    int32_t su1[N], su2[N];
+    uint8_t *i1 = (uint8_t *)xmalloc(N * K / 4 + 32), *i2 = (uint8_t *)xmalloc(N * K / 4 + 32);
+    bitnet_quantizer *qz = NULL;
+    bitnet_quant_stats st;
+    char line[512];
+    rand_floats(w, N * K, 0.05f);
+    TEST_CHECK(bitnet_quantizer_create(NULL, &qz) == BITNET_OK && qz);
+    TEST_CHECK(bitnet_quantizer_ternary(qz, w, N * K, q1, &s1) == BITNET_OK);
+    TEST_CHECK(bitnet_quantize_ternary(w, N * K, q2, &s2) == BITNET_OK);
+    TEST_CHECK(s1 == s2 && memcmp(q1, q2, N * K) == 0);
+    TEST_CHECK(bitnet_quantizer_act(qz, w, N, K, q1, as1, su1) == BITNET_OK);
+    TEST_CHECK(bitnet_quantize_act(w, N, K, q2, as2, su2) == BITNET_OK);
+    TEST_CHECK(memcmp(q1, q2, N * K) == 0 && memcmp(as1, as2, sizeof as1) == 0 && memcmp(su1, su2, sizeof su1) == 0);
+    TEST_CHECK(bitnet_quantizer_i2s(qz, w, N, K, i1, N * K / 4 + 32) == BITNET_OK);
+    TEST_CHECK(bitnet_quantize_ternary(w, N * K, q2, &s2) == BITNET_OK &&
+               bitnet_i2s_pack(q2, N, K, s2, i2, N * K / 4 + 32) == BITNET_OK);
+    TEST_CHECK(memcmp(i1, i2, N * K / 4 + 32) == 0);
+    TEST_CHECK(bitnet_quantizer_i2s(qz, w, N, 100, i1, N * K / 4 + 32) == BITNET_ERR_BAD_SHAPE);
+    TEST_CHECK(bitnet_quantizer_stats(qz, &st) == BITNET_OK);
+    TEST_CHECK(st.gpu_ops == 0 && st.cpu_ops == 3 && st.fallbacks == 0 && st.last_gpu_error[0] == 0);
+    TEST_CHECKF(st.host_bytes > 0 && st.host_bytes_total >= st.host_bytes + N * K, "%llu %llu",
+                (unsigned long long)st.host_bytes, (unsigned long long)st.host_bytes_total);
+    TEST_CHECK(bitnet_quantizer_summary(qz, line, sizeof line) == BITNET_OK);
+    TEST_CHECKF(strstr(line, "gpu 0 ops") && strstr(line, "cpu 3 ops") && strstr(line, "0 fallbacks"), "%s", line);
+    bitnet_quantizer_free(qz);
+    free(w), free(q1), free(q2), free(i1), free(i2);
+}
+
+/* NVRTC builds each kernel module for sm_80 (the runtime's tests build every module for sm_70,
+   80 and 90; this keeps a failure here pointing at the kernels). */
+static void test_nvrtc_modules(void) {
+    int v, lo, hi, i, mine = 0;
+    if (bitnet_gpu_nvrtc_info(&v, &lo, &hi) != BITNET_OK) TEST_SKIP("no NVRTC here: %.150s", bitnet_last_error());
+    if (hi < 80) TEST_SKIP("NVRTC builds up to sm_%d only", hi);
+    for (i = 0; i < bitnet_gpu_builtin_count(); i++) {
+        const char *nm = bitnet_gpu_builtin_name(i);
+        bitnet_gpu_jit_info info;
+        if (strcmp(nm, "ternary") && strcmp(nm, "tgemm") && strcmp(nm, "dense") && strcmp(nm, "dense_tc")) continue;
+        mine++;
+        TEST_CHECKF(bitnet_gpu_jit_builtin(i, "sm_80", 1, &info) == BITNET_OK, "%s: %s", nm, bitnet_last_error());
+        TEST_CHECK(info.bytes > 0);
+    }
+    TEST_CHECK(mine == 4);
+}
+
+/* ---- GPU: activation quantization ----------------------------------------------------------- */
+
+static void test_gpu_quantize_act(void) {
+    static const size_t shapes[][2] = {{1, 128}, {3, 2560}, {7, 1000}, {2, 6912}, {5, 33}};
+    size_t s;
+    NEED_GPU();
+    for (s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        size_t m = shapes[s][0], k = shapes[s][1], i;
+        float *x = (float *)xmalloc(m * k * 4), *y = (float *)xmalloc(m * k * 4), *nw = (float *)xmalloc(k * 4);
+        float *sc = (float *)xmalloc(m * 4), *gsc = (float *)xmalloc(m * 4);
+        int8_t *q = (int8_t *)xmalloc(m * k), *gq = (int8_t *)xmalloc(m * k);
+        int32_t *su = (int32_t *)xmalloc(m * 4), *gsu = (int32_t *)xmalloc(m * 4);
+        bitnet_gpu_act a;
+        bitnet_devptr dx, dnw;
+        int norm;
+        rand_floats(x, m * k, test_rand_float(0.1f, 20.0f));
+        x[0] = 0.5f / 63.5f; /* ties and zeros */
+        if (k > 3) x[1] = 0.0f;
+        for (i = 0; i < k; i++) nw[i] = test_rand_float(0.5f, 1.5f);
+        dx = upload(x, m * k * 4);
+        dnw = upload(nw, k * 4);
+        TEST_CHECK(dx && dnw && bitnet_gpu_act_alloc(G, m, k, &a) == BITNET_OK);
+        for (norm = 0; norm < 2; norm++) {
+            TEST_CHECK(bitnet_gpu_memset(G, a.q, 0x77, m * k) == BITNET_OK && bitnet_gpu_memset(G, a.scale, 0xFF, m * 4) == BITNET_OK &&
+                       bitnet_gpu_memset(G, a.sum, 0xFF, m * 4) == BITNET_OK);
+            TEST_CHECKF(bitnet_gpu_quantize_act(G, dx, m, k, norm ? dnw : 0, 1e-5f, &a) == BITNET_OK, "%s", bitnet_last_error());
+            TEST_CHECK(bitnet_gpu_download(G, gq, a.q, m * k) == BITNET_OK && bitnet_gpu_download(G, gsc, a.scale, m * 4) == BITNET_OK &&
+                       bitnet_gpu_download(G, gsu, a.sum, m * 4) == BITNET_OK);
+            if (norm) TEST_CHECK(bitnet_rmsnorm(x, nw, m, k, 1e-5f, y) == BITNET_OK);
+            TEST_CHECK(bitnet_quantize_act(norm ? y : x, m, k, q, sc, su) == BITNET_OK);
+            TEST_CHECKF(memcmp(q, gq, m * k) == 0 && memcmp(sc, gsc, m * 4) == 0 && memcmp(su, gsu, m * 4) == 0,
+                        "m=%zu k=%zu rmsnorm=%d", m, k, norm);
+        }
+        TEST_CHECK(bitnet_gpu_quantize_act(G, dx, m + 1 > a.cap ? a.cap + 1 : m, k, 0, 0, &a) == BITNET_ERR_BAD_SIZE);
+        bitnet_gpu_act_free(G, &a);
+        bitnet_gpu_free(G, dx), bitnet_gpu_free(G, dnw);
+        free(x), free(y), free(nw), free(sc), free(gsc), free(q), free(gq), free(su), free(gsu);
+    }
+}
+
+/* ---- GPU: W2A8 matmul ------------------------------------------------------------------------ */
+
+typedef struct tcase { int parts; size_t rows[3]; size_t k, m; int glu; } tcase;
+
+/* Random I2_S parts, the CPU reference (bitnet_gemm_i2s per part), and the GPU for every output
+   type with and without a residual. Returns the number of mismatching values. */
+static void check_ternary_case(const tcase *c) {
+    size_t k = c->k, m = c->m, nrows = 0, nout, i, j;
+    uint8_t *i2s[3];
+    bitnet_gpu_i2s_part parts[3];
+    float *x = (float *)xmalloc(m * k * 4), *sc = (float *)xmalloc(m * 4), *ref, *part_out[3];
+    int8_t *q = (int8_t *)xmalloc(m * k);
+    int32_t *su = (int32_t *)xmalloc(m * 4);
+    bitnet_gpu_ternary w;
+    bitnet_gpu_act a;
+    int p, ti;
+    for (p = 0; p < c->parts; p++) {
+        size_t n = c->rows[p], bytes = bitnet_i2s_bytes(n, k);
+        int8_t *codes = (int8_t *)xmalloc(n * k);
+        rand_codes(codes, n * k);
+        i2s[p] = (uint8_t *)xmalloc(bytes);
+        TEST_CHECK(bitnet_i2s_pack(codes, n, k, test_rand_float(0.2f, 2.0f), i2s[p], bytes) == BITNET_OK);
+        parts[p].data = i2s[p], parts[p].bytes = bytes, parts[p].n = n;
+        part_out[p] = (float *)xmalloc(m * n * 4);
+        nrows += n;
+        free(codes);
+    }
+    rand_floats(x, m * k, 3.0f);
+    TEST_CHECK(bitnet_quantize_act(x, m, k, q, sc, su) == BITNET_OK);
+    for (p = 0; p < c->parts; p++)
+        TEST_CHECK(bitnet_gemm_i2s(i2s[p], parts[p].bytes, c->rows[p], k, q, sc, su, m, part_out[p]) == BITNET_OK);
+    nout = c->glu ? c->rows[0] : nrows;
+    ref = (float *)xmalloc(m * nout * 4);
+    for (i = 0; i < m; i++) {
+        size_t col = 0;
+        if (c->glu) {
+            for (j = 0; j < nout; j++) {
+                float g = part_out[0][i * nout + j], u = part_out[1][i * nout + j];
+                g = g > 0.0f ? g : 0.0f;
+                ref[i * nout + j] = g * g * u;
+            }
+            continue;
+        }
+        for (p = 0; p < c->parts; p++)
+            for (j = 0; j < c->rows[p]; j++) ref[i * nout + col++] = part_out[p][i * c->rows[p] + j];
+    }
+    TEST_CHECKF(bitnet_gpu_ternary_upload(G, parts, c->parts, k, c->glu, &w) == BITNET_OK, "%s", bitnet_last_error());
+    TEST_CHECK(w.n == nout && w.n_rows == nrows && w.n_pad % 128 == 0);
+    TEST_CHECK(bitnet_gpu_act_alloc(G, m, k, &a) == BITNET_OK);
+    TEST_CHECK(bitnet_gpu_upload(G, a.q, q, m * k) == BITNET_OK && bitnet_gpu_upload(G, a.scale, sc, m * 4) == BITNET_OK &&
+               bitnet_gpu_upload(G, a.sum, su, m * 4) == BITNET_OK);
+    a.m = m;
+    for (ti = 0; ti < 3; ti++) {
+        bitnet_precision ot = ti == 0 ? BITNET_PRECISION_FP32 : ti == 1 ? BITNET_PRECISION_FP16 : BITNET_PRECISION_BF16;
+        size_t es = ti == 0 ? 4 : 2, nv = m * nout;
+        int res;
+        for (res = 0; res < 2; res++) {
+            void *host = xmalloc(nv * es), *rh = xmalloc(nv * es), *want = xmalloc(nv * es);
+            bitnet_devptr out = poisoned(nv * es), dr = 0;
+            size_t bad = 0;
+            for (i = 0; i < nv; i++) { /* the residual, and the expected output, in the output type */
+                float r = test_rand_float(-4.0f, 4.0f), y;
+                if (ti == 0) ((float *)rh)[i] = r;
+                else ((uint16_t *)rh)[i] = to16(r, ot), r = from16(((uint16_t *)rh)[i], ot);
+                y = res ? r + ref[i] : ref[i];
+                if (ti == 0) ((float *)want)[i] = y;
+                else ((uint16_t *)want)[i] = to16(y, ot);
+            }
+            if (res) dr = upload(rh, nv * es);
+            TEST_CHECKF(bitnet_gpu_ternary_matmul(G, &w, &a, out, ot, dr) == BITNET_OK, "%s", bitnet_last_error());
+            TEST_CHECK(bitnet_gpu_download(G, host, out, nv * es) == BITNET_OK);
+            for (i = 0; i < nv; i++)
+                bad += es == 4 ? memcmp((float *)host + i, (float *)want + i, 4) != 0 : ((uint16_t *)host)[i] != ((uint16_t *)want)[i];
+            TEST_CHECKF(bad == 0, "parts %d rows %zu/%zu/%zu k=%zu m=%zu glu=%d out=%s residual=%d: %zu of %zu differ", c->parts,
+                        c->rows[0], c->parts > 1 ? c->rows[1] : 0, c->parts > 2 ? c->rows[2] : 0, k, m, c->glu,
+                        bitnet_precision_name(ot), res, bad, nv);
+            if (res && ti == 0) { /* in place: out = out + product */
+                TEST_CHECK(bitnet_gpu_ternary_matmul(G, &w, &a, dr, ot, dr) == BITNET_OK);
+                TEST_CHECK(bitnet_gpu_download(G, host, dr, nv * es) == BITNET_OK);
+                TEST_CHECK(memcmp(host, want, nv * es) == 0);
+            }
+            bitnet_gpu_free(G, out);
+            if (dr) bitnet_gpu_free(G, dr);
+            free(host), free(rh), free(want);
+        }
+    }
+    bitnet_gpu_act_free(G, &a);
+    bitnet_gpu_ternary_free(G, &w);
+    for (p = 0; p < c->parts; p++) free(i2s[p]), free(part_out[p]);
+    free(x), free(sc), free(q), free(su), free(ref);
+}
+
+static void test_gpu_ternary_gemv(void) {
+    static const tcase cases[] = {
+        {1, {37, 0, 0}, 128, 1, 0},       {1, {300, 0, 0}, 384, 3, 0},   {3, {2560, 640, 640}, 2560, 1, 0},
+        {2, {96, 96, 0}, 256, 5, 1},      {1, {1000, 0, 0}, 6912, 8, 0}, {1, {33, 0, 0}, 128, 2, 0},
+        {2, {200, 77, 0}, 640, 4, 0},     {2, {70, 70, 0}, 384, 1, 1},
+    };
+    size_t i;
+    NEED_GPU();
+    for (i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        if (!small_only() || cases[i].rows[0] * cases[i].k <= 300 * 384) check_ternary_case(&cases[i]);
+}
+
+static void test_gpu_ternary_gemm(void) {
+    static const tcase cases[] = {
+        {2, {200, 77, 0}, 640, 13, 0}, {1, {300, 0, 0}, 2560, 130, 0}, {2, {160, 160, 0}, 384, 70, 1},
+        {3, {2560, 640, 640}, 2560, 37, 0}, {2, {64, 64, 0}, 512, 9, 1}, {1, {129, 0, 0}, 128, 257, 0},
+    };
+    size_t i;
+    NEED_GPU();
+    for (i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        if (!small_only() || cases[i].rows[0] * cases[i].k * cases[i].m <= 200 * 640 * 70) check_ternary_case(&cases[i]);
+}
+
+/* Three problems in one batch (one barrier), then the same one twice more: identical results. */
+static void test_gpu_ternary_batch_and_repeat_body(void) {
+    enum { K = 512, N1 = 100, N2 = 260, M = 3 };
+    int8_t *codes = (int8_t *)xmalloc(N2 * K), q[M * K];
+    uint8_t *i1 = (uint8_t *)xmalloc(N1 * K / 4 + 32), *i2 = (uint8_t *)xmalloc(N2 * K / 4 + 32);
+    float x[M * K], sc[M], r1[M * N1], r2[M * N2], g[M * N2];
+    int32_t su[M];
+    bitnet_gpu_i2s_part p1, p2;
+    bitnet_gpu_ternary w1, w2;
+    bitnet_gpu_act a;
+    bitnet_gpu_matmul_op ops[3];
+    bitnet_devptr o1, o2, o3;
+    int rep;
+    rand_codes(codes, N1 * K);
+    TEST_CHECK(bitnet_i2s_pack(codes, N1, K, 0.7f, i1, N1 * K / 4 + 32) == BITNET_OK);
+    rand_codes(codes, N2 * K);
+    TEST_CHECK(bitnet_i2s_pack(codes, N2, K, 1.3f, i2, N2 * K / 4 + 32) == BITNET_OK);
+    rand_floats(x, M * K, 1.0f);
+    TEST_CHECK(bitnet_quantize_act(x, M, K, q, sc, su) == BITNET_OK);
+    TEST_CHECK(bitnet_gemm_i2s(i1, N1 * K / 4 + 32, N1, K, q, sc, su, M, r1) == BITNET_OK);
+    TEST_CHECK(bitnet_gemm_i2s(i2, N2 * K / 4 + 32, N2, K, q, sc, su, M, r2) == BITNET_OK);
+    p1.data = i1, p1.bytes = N1 * K / 4 + 32, p1.n = N1;
+    p2.data = i2, p2.bytes = N2 * K / 4 + 32, p2.n = N2;
+    TEST_CHECK(bitnet_gpu_ternary_upload(G, &p1, 1, K, 0, &w1) == BITNET_OK);
+    TEST_CHECK(bitnet_gpu_ternary_upload(G, &p2, 1, K, 0, &w2) == BITNET_OK);
+    TEST_CHECK(bitnet_gpu_act_alloc(G, M, K, &a) == BITNET_OK);
+    TEST_CHECK(bitnet_gpu_upload(G, a.q, q, sizeof q) == BITNET_OK && bitnet_gpu_upload(G, a.scale, sc, sizeof sc) == BITNET_OK &&
+               bitnet_gpu_upload(G, a.sum, su, sizeof su) == BITNET_OK);
+    a.m = M;
+    o1 = poisoned(sizeof r1), o2 = poisoned(sizeof r2), o3 = poisoned(sizeof r2);
+    memset(ops, 0, sizeof ops);
+    ops[0].w = &w1, ops[0].a = &a, ops[0].out = o1, ops[0].out_type = BITNET_PRECISION_FP32;
+    ops[1].w = &w2, ops[1].a = &a, ops[1].out = o2, ops[1].out_type = BITNET_PRECISION_AUTO;
+    ops[2] = ops[1], ops[2].out = o3;
+    for (rep = 0; rep < 3; rep++) {
+        TEST_CHECKF(bitnet_gpu_ternary_matmul_batch(G, ops, 3) == BITNET_OK, "%s", bitnet_last_error());
+        TEST_CHECK(bitnet_gpu_download(G, g, o1, sizeof r1) == BITNET_OK && memcmp(g, r1, sizeof r1) == 0);
+        TEST_CHECK(bitnet_gpu_download(G, g, o2, sizeof r2) == BITNET_OK && memcmp(g, r2, sizeof r2) == 0);
+        TEST_CHECK(bitnet_gpu_download(G, g, o3, sizeof r2) == BITNET_OK && memcmp(g, r2, sizeof r2) == 0);
+    }
+    ops[1].a = NULL; /* checked before anything runs */
+    TEST_CHECK(bitnet_gpu_ternary_matmul_batch(G, ops, 3) == BITNET_ERR_NULL_POINTER);
+    bitnet_gpu_free(G, o1), bitnet_gpu_free(G, o2), bitnet_gpu_free(G, o3);
+    bitnet_gpu_act_free(G, &a);
+    bitnet_gpu_ternary_free(G, &w1), bitnet_gpu_ternary_free(G, &w2);
+    free(codes), free(i1), free(i2);
+}
+static void test_gpu_ternary_batch_and_repeat(void) { /* the GPU check first, so a skip allocates nothing */
+    NEED_GPU();
+    test_gpu_ternary_batch_and_repeat_body();
+}
+
+static void test_gpu_upload_errors(void) {
+    enum { N = 40, K = 256 };
+    int8_t codes[N * K];
+    uint8_t i2s[N * K / 4 + 32];
+    bitnet_gpu_i2s_part p[2];
+    bitnet_gpu_ternary w;
+    bitnet_gpu_act a;
+    NEED_GPU();
+    rand_codes(codes, N * K);
+    TEST_CHECK(bitnet_i2s_pack(codes, N, K, 1.0f, i2s, sizeof i2s) == BITNET_OK);
+    p[0].data = i2s, p[0].bytes = sizeof i2s, p[0].n = N;
+    p[1] = p[0];
+    TEST_CHECK(bitnet_gpu_ternary_upload(G, p, 1, 200, 0, &w) == BITNET_ERR_BAD_SHAPE);
+    TEST_CHECK(bitnet_gpu_ternary_upload(G, p, 0, K, 0, &w) == BITNET_ERR_INVALID_ARG);
+    TEST_CHECK(bitnet_gpu_ternary_upload(G, p, 1, K, 1, &w) == BITNET_ERR_BAD_SHAPE);
+    p[1].n = N - 1;
+    TEST_CHECK(bitnet_gpu_ternary_upload(G, p, 2, K, 1, &w) == BITNET_ERR_BAD_SHAPE);
+    p[0].bytes = 10;
+    TEST_CHECK(bitnet_gpu_ternary_upload(G, p, 1, K, 0, &w) == BITNET_ERR_BAD_SIZE);
+    p[0].bytes = sizeof i2s;
+    i2s[77] |= 0xC0; /* code 3 */
+    TEST_CHECK(bitnet_gpu_ternary_upload(G, p, 1, K, 0, &w) == BITNET_ERR_CORRUPT);
+    TEST_CHECK(strstr(bitnet_last_error(), "code 3") != NULL);
+    TEST_CHECK(w.data == 0);
+    i2s[77] &= 0x3F;
+    TEST_CHECK(bitnet_gpu_ternary_upload(G, p, 1, K, 0, &w) == BITNET_OK);
+    TEST_CHECK(bitnet_gpu_act_alloc(G, 2, 128, &a) == BITNET_OK);
+    a.m = 1;
+    TEST_CHECK(bitnet_gpu_ternary_matmul(G, &w, &a, 16, BITNET_PRECISION_FP32, 0) == BITNET_ERR_BAD_SHAPE);
+    bitnet_gpu_act_free(G, &a);
+    bitnet_gpu_ternary_free(G, &w);
+}
+
+/* ---- GPU: dense matmul, conversions, metrics ------------------------------------------------- */
+
+static void test_gpu_dense(void) {
+    static const size_t shapes[][3] = {{1, 37, 64}, {3, 300, 2560}, {8, 1000, 776}, {70, 129, 264}, {256, 300, 1024}};
+    size_t s;
+    int ti;
+    NEED_GPU();
+    for (s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (ti = 1; ti <= 3; ti++) {
+            if (small_only() && shapes[s][0] * shapes[s][1] * shapes[s][2] > 8 * 1000 * 776) continue;
+            bitnet_precision p = (bitnet_precision)ti;
+            size_t m = shapes[s][0], n = shapes[s][1], k = shapes[s][2], es = ti == 1 ? 4 : 2, i, j, c;
+            float *w = (float *)xmalloc(n * k * 4), *x = (float *)xmalloc(m * k * 4), *got = (float *)xmalloc(m * n * 4);
+            void *wd = xmalloc(n * k * es), *xd = xmalloc(m * k * es);
+            double num = 0, den = 0;
+            bitnet_devptr dw, dx, out;
+            int finite = 1;
+            rand_floats(w, n * k, 1.0f);
+            rand_floats(x, m * k, 1.0f);
+            for (i = 0; i < n * k; i++) {
+                if (ti == 1) ((float *)wd)[i] = w[i];
+                else ((uint16_t *)wd)[i] = to16(w[i], p), w[i] = from16(((uint16_t *)wd)[i], p);
+            }
+            for (i = 0; i < m * k; i++) {
+                if (ti == 1) ((float *)xd)[i] = x[i];
+                else ((uint16_t *)xd)[i] = to16(x[i], p), x[i] = from16(((uint16_t *)xd)[i], p);
+            }
+            dw = upload(wd, n * k * es), dx = upload(xd, m * k * es), out = poisoned(m * n * 4);
+            TEST_CHECKF(bitnet_gpu_matmul(G, p, dw, dx, m, n, k, out, BITNET_PRECISION_FP32) == BITNET_OK, "%s", bitnet_last_error());
+            TEST_CHECK(bitnet_gpu_download(G, got, out, m * n * 4) == BITNET_OK);
+            for (i = 0; i < m; i++)
+                for (j = 0; j < n; j++) {
+                    double r = 0, d;
+                    for (c = 0; c < k; c++) r += (double)x[i * k + c] * w[j * k + c];
+                    d = got[i * n + j] - r;
+                    finite &= isfinite(got[i * n + j]) != 0;
+                    num += d * d, den += r * r;
+                }
+            TEST_CHECKF(finite && sqrt(num / den) < 1e-5, "%s m=%zu n=%zu k=%zu: rel err %.3g", bitnet_precision_name(p), m, n, k,
+                        sqrt(num / den));
+            bitnet_gpu_free(G, dw), bitnet_gpu_free(G, dx), bitnet_gpu_free(G, out);
+            free(w), free(x), free(got), free(wd), free(xd);
+        }
+    TEST_CHECK(bitnet_gpu_matmul(G, BITNET_PRECISION_FP16, 256, 256, 1, 4, 12, 256, BITNET_PRECISION_FP32) == BITNET_ERR_BAD_SHAPE);
+    TEST_CHECK(bitnet_gpu_matmul(G, (bitnet_precision)7, 256, 256, 1, 4, 16, 256, BITNET_PRECISION_FP32) == BITNET_ERR_INVALID_ARG);
+}
+
+static void test_gpu_convert_and_metrics(void) {
+    enum { N = 1029 };
+    float x[N], back[N];
+    uint16_t h[N];
+    bitnet_devptr dx, d16, dback;
+    bitnet_gpu_precision_metrics pm;
+    int ti, i, bad;
+    NEED_GPU();
+    rand_floats(x, N, 1000.0f);
+    x[0] = INFINITY, x[1] = -INFINITY, x[2] = 0.0f, x[3] = -0.0f, x[4] = 6e-8f, x[5] = 1e-40f, x[6] = 65520.0f, x[7] = NAN;
+    dx = upload(x, sizeof x);
+    d16 = poisoned(sizeof h), dback = poisoned(sizeof back);
+    bitnet_gpu_precision_metrics_reset();
+    for (ti = 2; ti <= 3; ti++) {
+        bitnet_precision p = (bitnet_precision)ti;
+        TEST_CHECK(bitnet_gpu_convert(G, dx, BITNET_PRECISION_FP32, d16, p, N) == BITNET_OK);
+        TEST_CHECK(bitnet_gpu_convert(G, d16, p, dback, BITNET_PRECISION_FP32, N) == BITNET_OK);
+        TEST_CHECK(bitnet_gpu_download(G, h, d16, sizeof h) == BITNET_OK && bitnet_gpu_download(G, back, dback, sizeof back) == BITNET_OK);
+        for (i = 0, bad = 0; i < N; i++) {
+            if (x[i] != x[i]) bad += !isnan(from16(h[i], p)) || !isnan(back[i]);
+            else {
+                float f = from16(h[i], p);
+                bad += h[i] != to16(x[i], p) || memcmp(&back[i], &f, 4) != 0;
+            }
+        }
+        TEST_CHECKF(bad == 0, "%s: %d of %d differ", bitnet_precision_name(p), bad, N);
+    }
+    TEST_CHECK(bitnet_gpu_precision_metrics_get(BITNET_PRECISION_FP16, &pm) == BITNET_OK);
+    TEST_CHECK(pm.calls == 1 && pm.ops == N && pm.bytes == (uint64_t)N * 6);
+    TEST_CHECK(bitnet_gpu_precision_metrics_get(BITNET_PRECISION_FP32, &pm) == BITNET_OK);
+    TEST_CHECK(pm.calls == 2 && pm.ops == 2 * N);
+    /* a timed dense matmul shows up as operations, bytes and time of its precision */
+    TEST_CHECK(bitnet_gpu_set_timing(G, 1) == BITNET_OK);
+    TEST_CHECK(bitnet_gpu_matmul(G, BITNET_PRECISION_BF16, d16, d16, 1, 1, 1024, dback, BITNET_PRECISION_FP32) == BITNET_OK);
+    TEST_CHECK(bitnet_gpu_sync(G) == BITNET_OK && bitnet_gpu_set_timing(G, 0) == BITNET_OK);
+    TEST_CHECK(bitnet_gpu_precision_metrics_get(BITNET_PRECISION_BF16, &pm) == BITNET_OK);
+    TEST_CHECKF(pm.calls == 2 && pm.ops == N + 2 * 1024 && pm.ms > 0, "calls %llu ops %llu ms %g", (unsigned long long)pm.calls,
+                (unsigned long long)pm.ops, pm.ms);
+    TEST_CHECK(bitnet_gpu_convert(G, dx, BITNET_PRECISION_AUTO, d16, BITNET_PRECISION_FP16, N) == BITNET_ERR_INVALID_ARG);
+    bitnet_gpu_free(G, dx), bitnet_gpu_free(G, d16), bitnet_gpu_free(G, dback);
+}
+
+static void test_gpu_detect_precision(void) {
+    bitnet_gpu_device_info info;
+    bitnet_precision p;
+    NEED_GPU();
+    TEST_CHECK(bitnet_gpu_device_info_get(0, &info) == BITNET_OK);
+    p = bitnet_detect_best_precision(0);
+    TEST_CHECK(p == (info.cc_major >= 8 ? BITNET_PRECISION_BF16 : info.cc_major >= 6 ? BITNET_PRECISION_FP16 : BITNET_PRECISION_FP32));
+}
+
+/* ---- GPU: quantization ----------------------------------------------------------------------- */
+
+static void test_gpu_quantize_ternary_and_pack(void) {
+    static const size_t shapes[][2] = {{7, 128}, {300, 640}, {64, 6912}, {1, 128}};
+    size_t s;
+    NEED_GPU();
+    for (s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        size_t n = shapes[s][0], k = shapes[s][1], nk = n * k, ib = bitnet_i2s_bytes(n, k);
+        float *w = (float *)xmalloc(nk * 4), sc = 0, gsc = -1;
+        int8_t *q = (int8_t *)xmalloc(nk), *gq = (int8_t *)xmalloc(nk);
+        uint8_t *i2 = (uint8_t *)xmalloc(ib), *gi2 = (uint8_t *)xmalloc(ib);
+        bitnet_devptr dw, dq, ds, di;
+        rand_floats(w, nk, 0.03f);
+        if (s == 3) w[5] = NAN; /* the scale becomes 1e-5 and NaN weights give 0 */
+        dw = upload(w, nk * 4), dq = poisoned(nk), ds = poisoned(4), di = poisoned(ib);
+        TEST_CHECKF(bitnet_gpu_quantize_ternary(G, dw, nk, dq, ds) == BITNET_OK, "%s", bitnet_last_error());
+        TEST_CHECKF(bitnet_gpu_i2s_pack(G, dq, n, k, ds, di) == BITNET_OK, "%s", bitnet_last_error());
+        TEST_CHECK(bitnet_gpu_download(G, gq, dq, nk) == BITNET_OK && bitnet_gpu_download(G, &gsc, ds, 4) == BITNET_OK &&
+                   bitnet_gpu_download(G, gi2, di, ib) == BITNET_OK);
+        TEST_CHECK(bitnet_quantize_ternary(w, nk, q, &sc) == BITNET_OK && bitnet_i2s_pack(q, n, k, sc, i2, ib) == BITNET_OK);
+        TEST_CHECKF(sc == gsc, "n=%zu k=%zu scale %.9g vs %.9g", n, k, (double)gsc, (double)sc);
+        TEST_CHECKF(memcmp(q, gq, nk) == 0, "n=%zu k=%zu codes differ", n, k);
+        TEST_CHECKF(memcmp(i2, gi2, ib) == 0, "n=%zu k=%zu I2_S bytes differ", n, k);
+        if (s == 0) { /* a code outside -1..1 is an error */
+            gq[9] = 2;
+            TEST_CHECK(bitnet_gpu_upload(G, dq, gq, nk) == BITNET_OK);
+            TEST_CHECK(bitnet_gpu_i2s_pack(G, dq, n, k, ds, di) == BITNET_ERR_INVALID_ARG);
+        }
+        bitnet_gpu_free(G, dw), bitnet_gpu_free(G, dq), bitnet_gpu_free(G, ds), bitnet_gpu_free(G, di);
+        free(w), free(q), free(gq), free(i2), free(gi2);
+    }
+}
+
+/* The quantizer uses the GPU, and falls back to the CPU (same results, counted) when it fails. */
+static void test_gpu_quantizer_fallback_body(void) {
+    enum { N = 33, K = 384 };
+    float *w = (float *)xmalloc(N * K * 4), s1, s2, as1[N], as2[N];
+    int8_t *q1 = (int8_t *)xmalloc(N * K), *q2 = (int8_t *)xmalloc(N * K);
+    int32_t su1[N], su2[N];
+    uint8_t *i1 = (uint8_t *)xmalloc(N * K / 4 + 32), *i2 = (uint8_t *)xmalloc(N * K / 4 + 32);
+    bitnet_quantizer *qz = NULL;
+    bitnet_quant_stats st;
+    char line[1024];
+    rand_floats(w, N * K, 0.05f);
+    TEST_CHECK(bitnet_quantize_ternary(w, N * K, q2, &s2) == BITNET_OK && bitnet_i2s_pack(q2, N, K, s2, i2, N * K / 4 + 32) == BITNET_OK);
+    TEST_CHECK(bitnet_quantizer_create(G, &qz) == BITNET_OK);
+    TEST_CHECK(bitnet_quantizer_ternary(qz, w, N * K, q1, &s1) == BITNET_OK && s1 == s2 && memcmp(q1, q2, N * K) == 0);
+    TEST_CHECK(bitnet_quantizer_i2s(qz, w, N, K, i1, N * K / 4 + 32) == BITNET_OK && memcmp(i1, i2, N * K / 4 + 32) == 0);
+    TEST_CHECK(bitnet_quantizer_act(qz, w, N, K, q1, as1, su1) == BITNET_OK);
+    TEST_CHECK(bitnet_quantize_act(w, N, K, q2, as2, su2) == BITNET_OK);
+    TEST_CHECK(memcmp(q1, q2, N * K) == 0 && memcmp(as1, as2, sizeof as1) == 0 && memcmp(su1, su2, sizeof su1) == 0);
+    TEST_CHECK(bitnet_quantizer_stats(qz, &st) == BITNET_OK && st.gpu_ops == 3 && st.cpu_ops == 0 && st.fallbacks == 0);
+    /* the next device allocation fails: the CPU takes over */
+    TEST_CHECK(bitnet_set_fault("device_alloc:1") == BITNET_OK);
+    memset(i1, 0, N * K / 4 + 32);
+    TEST_CHECK(bitnet_quantizer_i2s(qz, w, N, K, i1, N * K / 4 + 32) == BITNET_OK);
+    TEST_CHECK(bitnet_set_fault("") == BITNET_OK);
+    TEST_CHECK(memcmp(i1, i2, N * K / 4 + 32) == 0);
+    TEST_CHECK(bitnet_quantizer_stats(qz, &st) == BITNET_OK);
+    TEST_CHECKF(st.gpu_ops == 3 && st.cpu_ops == 1 && st.fallbacks == 1 && st.last_gpu_error[0] && st.cpu_ms[BITNET_QUANT_I2S] > 0,
+                "gpu %llu cpu %llu fallbacks %llu", (unsigned long long)st.gpu_ops, (unsigned long long)st.cpu_ops,
+                (unsigned long long)st.fallbacks);
+    TEST_CHECK(st.host_bytes_total >= (uint64_t)N * K && st.gpu_ms[BITNET_QUANT_TERNARY] > 0);
+    TEST_CHECK(bitnet_quantizer_summary(qz, line, sizeof line) == BITNET_OK);
+    TEST_CHECKF(strstr(line, "gpu 3 ops") && strstr(line, "cpu 1 ops") && strstr(line, "1 fallback (last gpu error"), "%s", line);
+    bitnet_quantizer_free(qz);
+    free(w), free(q1), free(q2), free(i1), free(i2);
+}
+static void test_gpu_quantizer_fallback(void) { /* the GPU check first, so a skip allocates nothing */
+    NEED_GPU();
+    test_gpu_quantizer_fallback_body();
+}
+
+int main(void) {
+    (void)test_rand_u64;
+    test_seed(20261122);
+    /* Never the user's cache; a fixed folder, so the repeated suite runs of CI compile once. */
+    if (!getenv("BITNET_CACHE_DIR")) setenv("BITNET_CACHE_DIR", "/tmp/bitnet-test-gpu-kernels-cache", 1);
+    RUN_TEST(test_names_and_validation);
+    RUN_TEST(test_quantizer_cpu_only);
+    RUN_TEST(test_nvrtc_modules);
+    gpu_ok = bitnet_gpu_available() && bitnet_gpu_open(0, &G) == BITNET_OK;
+    if (!gpu_ok) bitnet_gpu_preflight(gpu_reason, sizeof gpu_reason);
+    RUN_TEST(test_gpu_quantize_act);
+    RUN_TEST(test_gpu_ternary_gemv);
+    RUN_TEST(test_gpu_ternary_gemm);
+    RUN_TEST(test_gpu_ternary_batch_and_repeat);
+    RUN_TEST(test_gpu_upload_errors);
+    RUN_TEST(test_gpu_dense);
+    RUN_TEST(test_gpu_convert_and_metrics);
+    RUN_TEST(test_gpu_detect_precision);
+    RUN_TEST(test_gpu_quantize_ternary_and_pack);
+    RUN_TEST(test_gpu_quantizer_fallback);
+    if (gpu_ok) bitnet_gpu_close(G);
+    return test_summary();
+}
