@@ -808,7 +808,7 @@ static double bench_time(const uint8_t *arena, size_t stride, size_t copies, siz
 
 static int cmd_bench_kernels(int argc, char **argv) {
     static const bench_shape shapes[] = {{2560, 2560}, {3840, 2560}, {13824, 2560}, {2560, 6912}, {20480, 3200}};
-    enum { N_SHAPES = sizeof shapes / sizeof shapes[0], N_PASSES = 3 };
+    enum { N_SHAPES = sizeof shapes / sizeof shapes[0], N_PASSES = 5, SCALAR_PASS = N_PASSES - 1 };
     static const size_t ms[] = {1, 64};
     const size_t rotate = (size_t)512 << 20, arena_bytes = rotate + ((size_t)32 << 20);
     const char *backend = "cpu", *json = NULL;
@@ -873,9 +873,10 @@ static int cmd_bench_kernels(int argc, char **argv) {
     }
     printf("%-12s %4s %-7s %3s %12s %10s %9s %7s\n", "shape", "m", "isa", "thr", "us", "weight_GB/s", "GOPS", "ratio");
 
-    /* Passes 0 and 1 measure the SIMD rows twice (each keeps its best time, so one busy moment on
-       this shared machine does not decide a row); pass 2 measures the scalar rows once (slow, and
-       only a reference). The rows stay in table order: shape, m, isa, threads. */
+    /* The SIMD rows are measured in several passes spread over the run (m = 1 in passes 0-3, m = 64
+       in passes 0-1) and keep their best time, as the bandwidth keeps its best value, so a busy
+       moment on a shared machine decides neither; the last pass measures the scalar rows once
+       (slow, and only a reference). The rows stay in table order: shape, m, isa, threads. */
     for (pass = 0; pass < N_PASSES; pass++) {
         int row = 0;
         for (si = 0; si < N_SHAPES; si++) {
@@ -891,7 +892,8 @@ static int cmd_bench_kernels(int argc, char **argv) {
                 float *as = (float *)malloc(m * sizeof(float));
                 int32_t *asum = (int32_t *)malloc(m * sizeof(int32_t));
                 int isa;
-                if (pass < 2 && pass + si + mi > 0) {
+                const int active = pass == SCALAR_PASS || (pass < (m == 1 ? 4 : 2) && (pass == 0 || bitnet__now() - t_start < 35));
+                if (active && pass != SCALAR_PASS && pass + si + mi > 0) {
                     double bw;
                     bitnet_set_num_threads(2);
                     bw = bench_mem_bw(arena, (size_t)256 << 20, 2); /* far beyond the caches */
@@ -917,8 +919,7 @@ static int cmd_bench_kernels(int argc, char **argv) {
                             r->us = 1e30;
                             n_rows = row;
                         }
-                        if ((isa == BITNET_ISA_SCALAR) != (pass == 2)) continue;
-                        if (pass == 1 && bitnet__now() - t_start > 32) continue; /* leaves time for the scalar rows */
+                        if (!active || (isa == BITNET_ISA_SCALAR) != (pass == SCALAR_PASS)) continue;
                         bitnet_set_num_threads(th);
                         t = bench_time(arena, stride, copies, n, k, a, as, asum, m, out, 0.1) * 1e6;
                         if (t < r->us) r->us = t;
@@ -926,7 +927,7 @@ static int cmd_bench_kernels(int argc, char **argv) {
                         r->gops = 2.0 * (double)m * (double)n * (double)k / r->us / 1e3;
                         printf("%-12s %4zu %-7s %3d %12.1f %10.2f %9.1f %7.3f%s\n", r->shape, m, bitnet_isa_name(r->isa), th,
                                t, (double)(n * k / 4) / t / 1e3, 2.0 * (double)m * (double)n * (double)k / t / 1e3,
-                               (double)(n * k / 4) / t / 1e3 / mem_bw, pass == 1 ? "  (again)" : "");
+                               (double)(n * k / 4) / t / 1e3 / mem_bw, pass && pass != SCALAR_PASS ? "  (again)" : "");
                         fflush(stdout);
                     }
                 }
