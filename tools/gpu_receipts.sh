@@ -14,9 +14,13 @@ cuda_gates=(--require-gpu-kernels --min-tps "${CUDA_MIN_TPS:-1500}" --max-p95-ms
 cpu_gates=(--min-tps "${CPU_MIN_TPS:-13.2}")
 
 make -j"$(nproc)" all >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
+if [ -n "${TEST_GPU:-}" ]; then # the GPU test suite first, in the same call
+  make test-gpu >"$out/test-gpu.log" 2>&1; echo "make test-gpu: $(tail -1 "$out/test-gpu.log")"
+  grep -E "^FAIL|  FAIL" "$out/test-gpu.log" | head -20
+fi
 build/bitnet devices | tee "$out/devices.txt"
 if [ ! -f "$model" ]; then
-  build/bitnet gen-model --preset 2b4t --seed 1 -o "$model" 2>&1 | tee "$out/gen-model.txt" || exit 1
+  build/bitnet gen-model --preset 2b4t --seed 1 ${TIKTOKEN:+--tiktoken "$TIKTOKEN"} -o "$model" 2>&1 | tee "$out/gen-model.txt" || exit 1
 fi
 build/bitnet bench -m "$model" --backend all --prompt-tokens 64,512 --gen-tokens 128 --runs 5 \
   --check-determinism --require-gpu --receipt "$out/$tag-2b4t.json" --csv "$out/$tag-2b4t.csv" 2>&1 | tee "$out/bench.txt"
