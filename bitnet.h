@@ -9548,6 +9548,7 @@ typedef struct bitnet__gmodel {
     bitnet_devptr emb, head, out_norm;
     bitnet__glayer *layers;
     int device, sm_count, cc;
+    size_t session_peak;              /* the largest session's device bytes, for receipts */
     bitnet_gpu_kernel *embed, *gemv_store, *gemv_res, *gemv_glu, *attn, *head_k, *rope_kv, *attn_prefill;
 } bitnet__gmodel;
 
@@ -9712,6 +9713,16 @@ static bitnet_result bitnet__gpu_model_init(bitnet_model *m, int device) {
 
 /* ---- session: KV cache and buffers --------------------------------------------------------------- */
 
+/* For receipts: the model's device, and the device bytes it held at most (weights plus the
+   largest session). 0 when the model is not on the GPU. */
+static int bitnet__gpu_model_usage(const bitnet_model *m, int *device, uint64_t *peak) {
+    const bitnet__gmodel *g = (const bitnet__gmodel *)m->gpu;
+    if (!g) return 0;
+    *device = g->device;
+    *peak = (uint64_t)g->bytes + (uint64_t)g->ternary_bytes + (uint64_t)g->session_peak;
+    return 1;
+}
+
 static void bitnet__gpu_session_free(bitnet_session *s) {
     bitnet__gsession *q = (bitnet__gsession *)s->gpu;
     if (!q) return;
@@ -9773,6 +9784,10 @@ static bitnet_result bitnet__gpu_session_init(bitnet_session *s) {
     if (c.overflow) return bitnet__err(BITNET_ERR_OVERFLOW, "CUDA session: %d positions overflow the device layout", (int)s->n_ctx);
     q->bytes = c.off;
     BITNET__TRY(bitnet_gpu_alloc(q->gpu, q->bytes, &q->mem));
+    {
+        bitnet__gmodel *g = (bitnet__gmodel *)s->m->gpu;
+        if (q->bytes > g->session_peak) g->session_peak = q->bytes;
+    }
     c.base = q->mem, c.off = 0;
     bitnet__gsession_layout(q, s, &c);
     /* poison: a read of anything no kernel wrote shows up as NaN (0xffff is an fp16 NaN too) */
@@ -11726,9 +11741,29 @@ static const char *bitnet__rc_backend_name(bitnet_backend b) {
    asks it. Until the runtime reports them, a receipt carries no device block, and a CUDA receipt
    fails --require-gpu-kernels, as it should when nothing vouches for the device. */
 static void bitnet__receipt_gpu(const bitnet_model *m, bitnet_receipt *r) {
-    (void)m;
     r->has_gpu = 0;
     r->peak_device_bytes = 0;
+#if defined(BITNET__GPU_FORWARD)
+    {
+        int dev = -1, ver = 0;
+        uint64_t peak = 0;
+        bitnet_gpu_device_info di;
+        bitnet_gpu_backends b;
+        if (!bitnet__gpu_model_usage(m, &dev, &peak) || bitnet_gpu_device_info_get(dev, &di) != BITNET_OK) return;
+        r->has_gpu = 1;
+        r->peak_device_bytes = peak;
+        snprintf(r->gpu_name, sizeof r->gpu_name, "%.127s", di.name);
+        r->gpu_cc_major = di.cc_major;
+        r->gpu_cc_minor = di.cc_minor;
+        snprintf(r->gpu_arch, sizeof r->gpu_arch, "%.15s", di.jit_target);
+        if (bitnet_gpu_backends_get(&b) == BITNET_OK) ver = b.cuda_driver_version;
+        snprintf(r->gpu_driver_version, sizeof r->gpu_driver_version, "%d.%d", ver / 1000, ver % 1000 / 10);
+        ver = b.nvrtc_version;
+        snprintf(r->nvrtc_version, sizeof r->nvrtc_version, "%d.%d", ver / 1000, ver % 1000 / 10);
+    }
+#else
+    (void)m;
+#endif
 }
 
 /* What the weights are stored as, read from the file ("I2_S"), for the precision field. */
