@@ -814,7 +814,113 @@ BITNET_API bitnet_result bitnet_generate(bitnet_session *s, const int32_t *promp
                                          const bitnet_generate_params *p, int32_t *out, size_t cap,
                                          bitnet_generate_stats *stats);
 
-/* ---- >>api-bench ----------------------------------------------------------------------------- */
+/* ---- >>api-bench: kernel statistics, SHA-256, benchmarks and receipts ------------------------ */
+
+/* Kernel launches, recorded by the launch path itself under the name of the path that ran: the
+   CPU kernel entry points' dispatch ("cpu_gemm_i2s_avx512") and the GPU runtime's one launch path
+   and graph replays ("bitnet_k_gemv_i2s"). Process-wide, thread-safe. seconds: host time around
+   a CPU kernel; for GPU kernels the device time of event-timed launches (bitnet_gpu_set_timing),
+   else 0. */
+#define BITNET_KERNEL_NAME_MAX 96
+typedef struct bitnet_kernel_stat {
+    char name[BITNET_KERNEL_NAME_MAX];
+    uint64_t launches;
+    double seconds;                           /* see above */
+} bitnet_kernel_stat;
+/* Copies every kernel with launches since the last reset, sorted by name. *n gets the count;
+   BITNET_ERR_BAD_SIZE (with *n set) when cap is too small. out may be NULL when cap is 0. */
+BITNET_API bitnet_result bitnet_kernel_stats(bitnet_kernel_stat *out, size_t cap, size_t *n);
+BITNET_API void bitnet_kernel_stats_reset(void);               /* also resets bitnet_gpu_stats_get(NULL, ...) */
+
+/* SHA-256 (FIPS 180-4). The file variant writes 64 lowercase hex digits and a NUL into hex. */
+BITNET_API bitnet_result bitnet_sha256(const void *data, size_t n, uint8_t digest[32]);
+BITNET_API bitnet_result bitnet_sha256_file(const char *path, char hex[65], uint64_t *bytes);
+
+/* A receipt records what one benchmark run of one backend measured and what actually ran. Its
+   JSON form (schema_version "1.0") is what bitnet_receipt_write produces and bitnet_receipt_parse
+   reads; `bitnet verify-receipt` checks it against gates. */
+#define BITNET_RECEIPT_SCHEMA "1.0"
+#define BITNET_RECEIPT_MAX_BYTES (1u << 20)   /* larger files are rejected */
+#define BITNET_BENCH_MAX_RESULTS 16
+#define BITNET_BENCH_MAX_KERNELS 128
+#define BITNET_GPU_KERNEL_PREFIX "bitnet_k_"  /* every CUDA kernel's name starts with it */
+
+typedef struct bitnet_bench_result {         /* one prompt length; times are means over the runs */
+    int32_t prompt_tokens, gen_tokens, runs;
+    double prompt_ms, gen_ms;                 /* as bitnet_generate_stats measures them */
+    double wall_ms;                           /* the whole bitnet_generate call */
+    double ttft_ms;                           /* call start to the first generated token */
+    double prompt_tps, gen_tps;               /* tokens over summed time of all runs */
+    double gen_tps_min, gen_tps_max;          /* the slowest and the fastest run */
+    double p50_ms, p95_ms, p99_ms;            /* per-token decode latency, all runs pooled */
+    char tokens_sha256[65];                   /* of the greedy tokens (int32 little-endian) */
+    int outputs_identical;                    /* every run gave the same tokens */
+} bitnet_bench_result;
+
+typedef struct bitnet_receipt {
+    char schema_version[16];
+    char created_utc[32];                     /* ISO 8601 */
+    char library_version[32];
+    char git_commit[48];                      /* baked in at build time, "unknown" without git */
+    char model_path[1024];
+    char model_sha256[65];
+    uint64_t model_bytes;
+    bitnet_model_info model;                  /* config, and the backend that actually ran */
+    char backend_requested[16];               /* "auto", "cpu" or "cuda" */
+    char backend[16];                         /* "cpu" or "cuda": what ran */
+    char precision[96];                       /* "W1.58A8 (ternary weights stored as I2_S, int8 activations)" */
+    char cpu_model[128];
+    char isa[16];                             /* the CPU kernel path */
+    int32_t threads;
+    int has_gpu;                              /* the gpu_* fields are set */
+    char gpu_name[128];
+    int32_t gpu_cc_major, gpu_cc_minor;
+    char gpu_arch[16];                        /* the arch the kernels were compiled for, "sm_90" */
+    char gpu_driver_version[16], nvrtc_version[16];
+    uint64_t peak_host_rss_bytes, peak_device_bytes;
+    int32_t warmup_runs;
+    int determinism_checked, seeded_runs_identical;
+    size_t n_results;
+    bitnet_bench_result results[BITNET_BENCH_MAX_RESULTS];
+    size_t n_kernels;
+    bitnet_kernel_stat kernels[BITNET_BENCH_MAX_KERNELS];
+} bitnet_receipt;
+
+typedef struct bitnet_bench_params {         /* zero-initialise; 0 / NULL means the default */
+    const char *model_path;                   /* the file the model came from (hashed); required */
+    bitnet_backend requested;                 /* what the caller asked for, for the receipt */
+    int32_t prompt_lens[BITNET_BENCH_MAX_RESULTS]; size_t n_prompt_lens; /* default: 64 */
+    int32_t gen_tokens;                       /* default 128 */
+    int32_t runs;                             /* measured runs per length, default 5 */
+    int32_t warmup;                           /* warm-up runs, default 1; negative = none */
+    int check_determinism;                    /* also two seeded sampling runs that must agree */
+    int32_t *tokens_out; size_t tokens_cap;   /* optional: each length's greedy tokens, in order */
+    bitnet_progress_fn progress; void *progress_user;
+} bitnet_bench_params;
+
+/* Benchmarks a loaded model: a fixed prompt (the ids of a fixed text, repeated and cut to each
+   length), warm-up, then `runs` greedy generations per length, and fills a complete receipt.
+   Resets the kernel statistics; other work in the process during the run would be counted. */
+BITNET_API bitnet_result bitnet_bench(bitnet_model *m, const bitnet_bench_params *p, bitnet_receipt *out);
+
+/* JSON text of a receipt, NUL-terminated. *len gets the length without the NUL; BITNET_ERR_BAD_SIZE
+   (with *len set) when cap is too small. */
+BITNET_API bitnet_result bitnet_receipt_write(const bitnet_receipt *r, char *buf, size_t cap, size_t *len);
+/* Parses and validates receipt JSON (strict RFC 8259, depth and size limited). Errors:
+   BITNET_ERR_CORRUPT for malformed JSON or inconsistent numbers, BITNET_ERR_BAD_VERSION for another
+   schema_version, BITNET_ERR_BAD_METADATA for a missing or mistyped field. */
+BITNET_API bitnet_result bitnet_receipt_parse(const char *json, size_t len, bitnet_receipt *out);
+
+typedef struct bitnet_receipt_gates {        /* zero-initialise; 0 = that gate is off */
+    int require_gpu_kernels;                  /* CUDA ran, with a consistent device block */
+    double min_tps;                           /* generation tokens/s, every prompt length */
+    double max_p95_ms;                        /* per-token latency p95, every prompt length */
+    double max_wall_ms;                       /* mean wall time of one run, every prompt length */
+} bitnet_receipt_gates;
+/* Checks a receipt against gates. *n_breaches gets the number of breaches; report (may be NULL)
+   gets one line per breach, naming it, truncated to cap. */
+BITNET_API bitnet_result bitnet_receipt_check(const bitnet_receipt *r, const bitnet_receipt_gates *g,
+                                              char *report, size_t cap, int *n_breaches);
 
 #ifdef __cplusplus
 }
@@ -984,6 +1090,21 @@ BITNET__UNUSED static double bitnet__now(void) { /* seconds, monotonic */
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 #endif
 }
+
+/* Kernel statistics and NVTX ranges (defined in >>receipt): every kernel dispatch point (the CPU
+   entry points, the GPU launch path) records the path that ran under a static name. A replayed
+   CUDA graph adds its kernels' launch counts with bitnet__kstat_add, once per distinct kernel. */
+static void bitnet__kstat_add(const char *name, uint64_t launches, double seconds);
+static void bitnet__kstat_record(const char *name, double seconds);
+#define BITNET__KSTAT(name, call) \
+    do { double bitnet__k0_ = bitnet__now(); call; bitnet__kstat_record((name), bitnet__now() - bitnet__k0_); } while (0)
+/* The same with the CPU path in the name: BITNET__KSTAT_ISA("cpu_gemm_i2s", isa, call) records
+   "cpu_gemm_i2s_avx512" etc. (base must be a string literal). */
+#define BITNET__KSTAT_ISA(base, isa, call) \
+    BITNET__KSTAT((isa) == BITNET_ISA_AVX512 ? base "_avx512" : (isa) == BITNET_ISA_AVX2 ? base "_avx2" : \
+                  (isa) == BITNET_ISA_NEON ? base "_neon" : base "_scalar", call)
+static void bitnet__nvtx_push(const char *name);
+static void bitnet__nvtx_pop(void);
 
 /* ---- fault injection: one counter per kind, consulted by the one allocation path ---------- */
 typedef struct bitnet__fault_state {
@@ -3402,7 +3523,7 @@ BITNET_API bitnet_result bitnet_gemm_i2s(const void *w, size_t w_bytes, size_t n
     j.a_sum = a_sum;
     memcpy(&j.w_scale, (const uint8_t *)w + n * k / 4, 4);
     j.out = out;
-    bitnet__gemm_run(&j);
+    BITNET__KSTAT_ISA("cpu_gemm_i2s", bitnet_cpu_isa(), bitnet__gemm_run(&j));
     return BITNET_OK;
 }
 
@@ -3429,7 +3550,7 @@ BITNET_API bitnet_result bitnet_gemm_q8(const int8_t *w, const float *w_scale, s
     j.a_sum = a_sum;
     j.w_scales = w_scale;
     j.out = out;
-    bitnet__gemm_run(&j);
+    BITNET__KSTAT_ISA("cpu_gemm_q8", bitnet_cpu_isa(), bitnet__gemm_run(&j));
     return BITNET_OK;
 }
 
@@ -9413,6 +9534,521 @@ BITNET_API bitnet_result bitnet_quantizer_summary(const bitnet_quantizer *qz, ch
 
 /* >>cuda-forward ============================================================================== */
 
+/* The forward pass on the GPU, the same steps in the same order as bitnet__cpu_forward, each
+   step a bitnet__gpu_<step> function. Weights (ternary in the T32 layout of the ternary module,
+   the fp16 embedding and head), the fp16 KV cache and every activation stay on the device.
+   - Decode (one token): one CUDA graph per session, captured at its first single-token step and
+     replayed after (H100, 2B-4T shapes: 1.39 ms a step, see BENCHMARKS.md); the token and its position are read from device memory, so the host does
+     one 8-byte upload, one graph launch and no synchronisation inside the token. Five kernels a
+     layer (the forward module in bitnet_cuda_kernels.h): RMSNorm + int8 quantization run in the
+     prologue of each ternary GEMV, RoPE and the KV append in the attention kernel, residual adds
+     and relu(gate)^2 * up in GEMV epilogues; the head kernel also leaves the argmax on the device.
+   - Prefill (m >= 2 tokens, sm_80+): batches of up to n_batch tokens through
+     bitnet_gpu_quantize_act and bitnet_gpu_ternary_matmul (int8 tensor cores), and this module's
+     rope_kv and causal attention. Below sm_80 prompts run through the decode graph token by token.
+   Ternary weights are uploaded with bitnet_gpu_ternary_upload (T32 layout; QKV fused with its
+   three scales, gate||up interleaved), which both paths read.
+   The model holds one bitnet_gpu handle for its weights; each session opens its own handle (its
+   own stream and pool), so sessions on different threads never share a stream.
+   Hooks for >>model: bitnet__gpu_model_init/free, bitnet__gpu_session_init/free,
+   bitnet__gpu_forward (bitnet__cpu_forward's contract) and bitnet__gpu_last_argmax (greedy
+   decoding without a logits download). */
+/* TEMPORARY: the section compiles once the CPU forward (>>cpu-forward, BITNET__MAX_BATCH) is on
+   main; it also needs the GPU kernels' host API (>>api-gpu-kernels, BITNET_GPU_MAX_PARTS). */
+#if !defined(BITNET_NO_CUDA) && defined(BITNET__MAX_BATCH) && defined(BITNET_GPU_MAX_PARTS)
+#define BITNET__GPU_FORWARD 1
+
+#define BITNET__GPU_ATT_CMIN 64       /* decode attention: positions per split, at least */
+#define BITNET__GPU_ATT_SMAX 32       /* decode attention: splits per kv head, at most */
+#define BITNET__GPU_PREFILL_MIN 2     /* tokens per call from which prefill takes the GEMM path */
+
+typedef struct bitnet__gseg { int n; int end[8]; float scale[8]; } bitnet__gseg; /* the kernels' segments */
+
+typedef struct bitnet__glayer {
+    bitnet_gpu_ternary qkv, o, gu, down; /* wq||wk||wv, wo, w_gate||w_up (glu), w_down */
+    bitnet_devptr attn_norm, attn_sub_norm, ffn_norm, ffn_sub_norm;
+} bitnet__glayer;
+
+typedef struct bitnet__gmodel {
+    bitnet_gpu *gpu;                  /* owns the weights */
+    bitnet_devptr mem;                /* embedding, head, norms */
+    size_t bytes, ternary_bytes;
+    bitnet_devptr emb, head, out_norm;
+    bitnet__glayer *layers;
+    int device, sm_count, cc;
+    size_t session_peak;              /* the largest session's device bytes, for receipts */
+    bitnet_gpu_kernel *embed, *gemv_store, *gemv_res, *gemv_glu, *attn, *head_k, *rope_kv, *attn_prefill;
+} bitnet__gmodel;
+
+typedef struct bitnet__gsession {
+    bitnet_gpu *gpu;                  /* this session's stream and pool */
+    bitnet_devptr mem;
+    size_t bytes;
+    bitnet_devptr kc, vc;             /* fp16 [n_layers][n_kv][n_ctx][head_dim] */
+    bitnet_devptr rope;               /* the session's cos/sin table, [n_ctx][head_dim] */
+    bitnet_devptr x, qkv, att, h;     /* fp32 [B][dim], [B][q+2kv], [B][q_dim], [B][ffn_dim] */
+    bitnet_gpu_act a_dim, a_q, a_ff;  /* prefill: int8 activations of k = dim, q_dim, ffn_dim (one buffer) */
+    bitnet_devptr logits;             /* fp32 [n_vocab] */
+    bitnet_devptr part_o, part_ml;    /* decode attention splits: [n_heads][smax][hd], [n_heads][smax][2] */
+    bitnet_devptr hv, hi;             /* head: each block's best value and index */
+    bitnet_devptr ctr;                /* int [n_kv + 1]: attention (per kv head) and head counters (their last blocks reset them) */
+    bitnet_devptr io;                 /* int [2]: the decode token and the position of a step */
+    bitnet_devptr tok;                /* int [B]: prefill tokens */
+    bitnet_devptr next;               /* int: the head's argmax */
+    int B, smax, cmin, head_blocks, have_next;
+    bitnet_gpu_graph *graph;          /* the decode step */
+} bitnet__gsession;
+
+/* ---- helpers ---------------------------------------------------------------------------------- */
+
+static bitnet_result bitnet__gpu_launch(bitnet_gpu *g, bitnet_gpu_kernel *k, unsigned gx, unsigned gy, unsigned bx,
+                                        unsigned by, unsigned smem, void **args) {
+    unsigned grid[3], block[3];
+    grid[0] = gx, grid[1] = gy, grid[2] = 1;
+    block[0] = bx, block[1] = by, block[2] = 1;
+    return bitnet_gpu_launch(g, k, grid, block, smem, args);
+}
+
+/* Carves one allocation into 256-byte aligned pieces; a first pass with base 0 sizes it. */
+typedef struct bitnet__gcarve { bitnet_devptr base; size_t off; int overflow; } bitnet__gcarve;
+static bitnet_devptr bitnet__gtake(bitnet__gcarve *c, size_t n1, size_t n2) {
+    bitnet_devptr p = c->base + c->off;
+    size_t n;
+    if (!bitnet__mul_size(n1, n2, &n) || !bitnet__add_size(n, 255, &n) || !bitnet__add_size(c->off, n & ~(size_t)255, &c->off))
+        c->overflow = 1;
+    return p;
+}
+
+static bitnet__gseg bitnet__gsegs(const bitnet_gpu_ternary *w) {
+    bitnet__gseg g;
+    int i;
+    memset(&g, 0, sizeof g);
+    g.n = w->n_parts;
+    for (i = 0; i < w->n_parts && i < 8; i++) g.end[i] = (int)w->part_end[i], g.scale[i] = w->part_scale[i];
+    return g;
+}
+
+/* ---- model: weights to the device --------------------------------------------------------------- */
+
+static void bitnet__gpu_model_free(bitnet_model *m) {
+    bitnet__gmodel *g = (bitnet__gmodel *)m->gpu;
+    if (!g) return;
+    if (g->gpu) {
+        int l;
+        for (l = 0; g->layers && l < m->info.n_layers; l++) {
+            bitnet_gpu_ternary_free(g->gpu, &g->layers[l].qkv);
+            bitnet_gpu_ternary_free(g->gpu, &g->layers[l].o);
+            bitnet_gpu_ternary_free(g->gpu, &g->layers[l].gu);
+            bitnet_gpu_ternary_free(g->gpu, &g->layers[l].down);
+        }
+        if (g->mem) bitnet_gpu_free(g->gpu, g->mem);
+        bitnet_gpu_close(g->gpu);
+    }
+    bitnet__free(g->layers);
+    bitnet__free(g);
+    m->gpu = NULL;
+}
+
+/* Lays out the dense weights (base 0: only the size). */
+static void bitnet__gmodel_layout(bitnet__gmodel *g, const bitnet_model *m, bitnet__gcarve *c) {
+    const bitnet_model_info *in = &m->info;
+    int l;
+    g->emb = bitnet__gtake(c, (size_t)in->n_vocab * (size_t)in->dim, 2);
+    g->head = m->head_f16 == m->tok_embd ? g->emb : bitnet__gtake(c, (size_t)in->n_vocab * (size_t)in->dim, 2);
+    g->out_norm = bitnet__gtake(c, (size_t)in->dim, 4);
+    for (l = 0; l < in->n_layers; l++) {
+        bitnet__glayer *L = &g->layers[l];
+        L->attn_norm = bitnet__gtake(c, (size_t)in->dim, 4);
+        L->attn_sub_norm = bitnet__gtake(c, (size_t)m->q_dim, 4);
+        L->ffn_norm = bitnet__gtake(c, (size_t)in->dim, 4);
+        L->ffn_sub_norm = bitnet__gtake(c, (size_t)in->ffn_dim, 4);
+    }
+}
+
+/* One fused ternary matrix from n_parts I2_S tensors of n[i] rows of k. */
+static bitnet_result bitnet__gpu_ternary(bitnet__gmodel *g, const void *const *w, const int *n, int n_parts, int k, int glu,
+                                         bitnet_gpu_ternary *out) {
+    bitnet_gpu_i2s_part p[3];
+    int i;
+    for (i = 0; i < n_parts; i++) {
+        p[i].data = w[i];
+        p[i].n = (size_t)n[i];
+        p[i].bytes = bitnet_i2s_bytes((size_t)n[i], (size_t)k);
+    }
+    BITNET__TRY(bitnet_gpu_ternary_upload(g->gpu, p, n_parts, (size_t)k, glu, out));
+    g->ternary_bytes += (size_t)out->n_pad * (size_t)k / 4;
+    return BITNET_OK;
+}
+
+static bitnet_result bitnet__gpu_model_init(bitnet_model *m, int device) {
+    const bitnet_model_info *in = &m->info;
+    int hd = in->head_dim, G = in->n_kv_heads > 0 ? in->n_heads / in->n_kv_heads : 0, l;
+    bitnet_gpu_device_info di;
+    bitnet__gmodel *g;
+    bitnet__gcarve c;
+    if (hd % 32 || hd > 128 || G < 1 || G > 8)
+        return bitnet__err(BITNET_ERR_UNSUPPORTED, "CUDA forward: head_dim %d must be a multiple of 32 up to 128, and "
+                           "n_heads / n_kv_heads = %d at most 8", (int)hd, (int)G);
+    g = (bitnet__gmodel *)bitnet__calloc(1, sizeof *g);
+    if (!g) return BITNET_ERR_OUT_OF_MEMORY;
+    m->gpu = g;
+    g->device = device;
+    g->layers = (bitnet__glayer *)bitnet__calloc((size_t)in->n_layers, sizeof *g->layers);
+    if (!g->layers) return BITNET_ERR_OUT_OF_MEMORY;
+    BITNET__TRY(bitnet_gpu_device_info_get(device, &di));
+    g->sm_count = di.sm_count > 0 ? di.sm_count : 1;
+    g->cc = di.cc_major * 10 + di.cc_minor;
+    BITNET__TRY(bitnet_gpu_open(device, &g->gpu));
+    BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_fwd_embed", &g->embed));
+    BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_fwd_gemv_store", &g->gemv_store));
+    BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_fwd_gemv_res", &g->gemv_res));
+    BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_fwd_gemv_glu", &g->gemv_glu));
+    BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_fwd_attn_decode", &g->attn));
+    BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_fwd_head", &g->head_k));
+    BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_fwd_rope_kv", &g->rope_kv));
+    BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_fwd_attn_prefill", &g->attn_prefill));
+    memset(&c, 0, sizeof c);
+    bitnet__gmodel_layout(g, m, &c);
+    if (c.overflow) return bitnet__err(BITNET_ERR_OVERFLOW, "CUDA forward: the model's device layout overflows");
+    g->bytes = c.off;
+    BITNET__TRY(bitnet_gpu_alloc(g->gpu, g->bytes, &g->mem));
+    c.base = g->mem, c.off = 0;
+    bitnet__gmodel_layout(g, m, &c);
+    BITNET__TRY(bitnet_gpu_upload(g->gpu, g->emb, m->tok_embd, (size_t)in->n_vocab * (size_t)in->dim * 2));
+    if (g->head != g->emb) BITNET__TRY(bitnet_gpu_upload(g->gpu, g->head, m->head_f16, (size_t)in->n_vocab * (size_t)in->dim * 2));
+    BITNET__TRY(bitnet_gpu_upload(g->gpu, g->out_norm, m->output_norm, (size_t)in->dim * 4));
+    for (l = 0; l < in->n_layers; l++) {
+        const bitnet__layer *W = &m->layers[l];
+        bitnet__glayer *L = &g->layers[l];
+        const void *w[3];
+        int n[3];
+        BITNET__TRY(bitnet_gpu_upload(g->gpu, L->attn_norm, W->attn_norm, (size_t)in->dim * 4));
+        BITNET__TRY(bitnet_gpu_upload(g->gpu, L->attn_sub_norm, W->attn_sub_norm, (size_t)m->q_dim * 4));
+        BITNET__TRY(bitnet_gpu_upload(g->gpu, L->ffn_norm, W->ffn_norm, (size_t)in->dim * 4));
+        BITNET__TRY(bitnet_gpu_upload(g->gpu, L->ffn_sub_norm, W->ffn_sub_norm, (size_t)in->ffn_dim * 4));
+        w[0] = W->wq, w[1] = W->wk, w[2] = W->wv, n[0] = m->q_dim, n[1] = m->kv_dim, n[2] = m->kv_dim;
+        BITNET__TRY(bitnet__gpu_ternary(g, w, n, 3, in->dim, 0, &L->qkv));
+        w[0] = W->wo, n[0] = in->dim;
+        BITNET__TRY(bitnet__gpu_ternary(g, w, n, 1, m->q_dim, 0, &L->o));
+        w[0] = W->w_gate, w[1] = W->w_up, n[0] = n[1] = in->ffn_dim;
+        BITNET__TRY(bitnet__gpu_ternary(g, w, n, 2, in->dim, 1, &L->gu));
+        w[0] = W->w_down, n[0] = in->dim;
+        BITNET__TRY(bitnet__gpu_ternary(g, w, n, 1, in->ffn_dim, 0, &L->down));
+    }
+    BITNET__TRY(bitnet_gpu_sync(g->gpu));
+    return bitnet_gpu_pool_trim(g->gpu); /* the upload's staging buffers */
+}
+
+/* ---- session: KV cache and buffers --------------------------------------------------------------- */
+
+/* For receipts: the model's device, and the device bytes it held at most (weights plus the
+   largest session). 0 when the model is not on the GPU. */
+static int bitnet__gpu_model_usage(const bitnet_model *m, int *device, uint64_t *peak) {
+    const bitnet__gmodel *g = (const bitnet__gmodel *)m->gpu;
+    if (!g) return 0;
+    *device = g->device;
+    *peak = (uint64_t)g->bytes + (uint64_t)g->ternary_bytes + (uint64_t)g->session_peak;
+    return 1;
+}
+
+static void bitnet__gpu_session_free(bitnet_session *s) {
+    bitnet__gsession *q = (bitnet__gsession *)s->gpu;
+    if (!q) return;
+    bitnet_gpu_graph_free(q->graph);
+    if (q->gpu) {
+        if (q->mem) bitnet_gpu_free(q->gpu, q->mem);
+        bitnet_gpu_close(q->gpu);
+    }
+    bitnet__free(q);
+    s->gpu = NULL;
+}
+
+static void bitnet__gsession_layout(bitnet__gsession *q, const bitnet_session *s, bitnet__gcarve *c) {
+    const bitnet_model *m = s->m;
+    const bitnet_model_info *in = &m->info;
+    size_t B = (size_t)q->B, kv = (size_t)in->n_layers * (size_t)m->kv_dim;
+    size_t wide = BITNET__MAX(BITNET__MAX((size_t)in->dim, (size_t)m->q_dim), (size_t)in->ffn_dim);
+    q->kc = bitnet__gtake(c, kv * (size_t)s->n_ctx, 2);
+    q->vc = bitnet__gtake(c, kv * (size_t)s->n_ctx, 2);
+    q->rope = bitnet__gtake(c, (size_t)s->n_ctx * (size_t)in->head_dim, 4);
+    q->x = bitnet__gtake(c, B * (size_t)in->dim, 4);
+    q->qkv = bitnet__gtake(c, B * (size_t)(m->q_dim + 2 * m->kv_dim), 4);
+    q->att = bitnet__gtake(c, B * (size_t)m->q_dim, 4);
+    q->h = bitnet__gtake(c, B * (size_t)in->ffn_dim, 4);
+    q->a_dim.q = bitnet__gtake(c, B * wide, 1);
+    q->a_dim.scale = bitnet__gtake(c, B, 4);
+    q->a_dim.sum = bitnet__gtake(c, B, 4);
+    q->a_dim.cap = B, q->a_dim.k = (size_t)in->dim;
+    q->a_q = q->a_dim, q->a_q.k = (size_t)m->q_dim;
+    q->a_ff = q->a_dim, q->a_ff.k = (size_t)in->ffn_dim;
+    q->logits = bitnet__gtake(c, (size_t)in->n_vocab, 4);
+    q->part_o = bitnet__gtake(c, (size_t)in->n_heads * (size_t)q->smax * (size_t)in->head_dim, 4);
+    q->part_ml = bitnet__gtake(c, (size_t)in->n_heads * (size_t)q->smax * 2, 4);
+    q->hv = bitnet__gtake(c, (size_t)q->head_blocks * 2, 4); /* room for twice the blocks (tuning) */
+    q->hi = bitnet__gtake(c, (size_t)q->head_blocks * 2, 4);
+    q->tok = bitnet__gtake(c, B, 4);
+    q->ctr = bitnet__gtake(c, (size_t)in->n_kv_heads + 1, 4);
+    q->io = bitnet__gtake(c, 2, 4);
+    q->next = bitnet__gtake(c, 1, 4);
+}
+
+static bitnet_result bitnet__gpu_session_init(bitnet_session *s) {
+    const bitnet__gmodel *g = (const bitnet__gmodel *)s->m->gpu;
+    bitnet__gsession *q;
+    bitnet__gcarve c;
+    int split;
+    if (!g) return bitnet__err(BITNET_ERR_INVALID_STATE, "CUDA session: the model has no GPU weights");
+    q = (bitnet__gsession *)bitnet__calloc(1, sizeof *q);
+    if (!q) return BITNET_ERR_OUT_OF_MEMORY;
+    s->gpu = q;
+    q->B = g->cc >= 80 ? s->n_batch : 1; /* below sm_80 prompts go through the decode step */
+    split = (s->n_ctx + BITNET__GPU_ATT_CMIN - 1) / BITNET__GPU_ATT_CMIN;
+    q->smax = BITNET__MIN(split, BITNET__GPU_ATT_SMAX);
+    q->cmin = BITNET__GPU_ATT_CMIN;
+    q->head_blocks = 2 * g->sm_count; /* persistent: two 256-thread blocks per SM, one wave */
+    BITNET__TRY(bitnet_gpu_open(g->device, &q->gpu));
+    memset(&c, 0, sizeof c);
+    bitnet__gsession_layout(q, s, &c);
+    if (c.overflow) return bitnet__err(BITNET_ERR_OVERFLOW, "CUDA session: %d positions overflow the device layout", (int)s->n_ctx);
+    q->bytes = c.off;
+    BITNET__TRY(bitnet_gpu_alloc(q->gpu, q->bytes, &q->mem));
+    {
+        bitnet__gmodel *g = (bitnet__gmodel *)s->m->gpu;
+        if (q->bytes > g->session_peak) g->session_peak = q->bytes;
+    }
+    c.base = q->mem, c.off = 0;
+    bitnet__gsession_layout(q, s, &c);
+    /* poison: a read of anything no kernel wrote shows up as NaN (0xffff is an fp16 NaN too) */
+    BITNET__TRY(bitnet_gpu_memset(q->gpu, q->mem, 0xff, q->bytes));
+    BITNET__TRY(bitnet_gpu_memset(q->gpu, q->ctr, 0, ((size_t)s->m->info.n_kv_heads + 1) * 4));
+    return bitnet_gpu_upload(q->gpu, q->rope, s->rope, (size_t)s->n_ctx * (size_t)s->m->info.head_dim * 4);
+}
+
+/* ---- the steps ------------------------------------------------------------------------------------ */
+
+/* What a decode kernel pulls into L2 for the kernel after it (the next weights in reading order). */
+typedef struct bitnet__gpre { bitnet_devptr p; unsigned long long bytes; } bitnet__gpre;
+static bitnet__gpre bitnet__gpre_of(const bitnet_gpu_ternary *w) {
+    bitnet__gpre r;
+    r.p = w ? w->data : 0;
+    r.bytes = w ? (unsigned long long)w->n_pad * (unsigned long long)w->k / 4 : 0;
+    return r;
+}
+
+/* 1. embed: x[t] = tok_embd[tokens[t]] as fp32, for the m tokens at tok */
+static bitnet_result bitnet__gpu_embed(bitnet_session *s, bitnet_devptr tok, int m, bitnet__gpre pre) {
+    const bitnet__gmodel *g = (const bitnet__gmodel *)s->m->gpu;
+    bitnet__gsession *q = (bitnet__gsession *)s->gpu;
+    int dim = s->m->info.dim;
+    void *args[6];
+    args[0] = (void *)&g->emb, args[1] = &dim, args[2] = &tok, args[3] = &q->x, args[4] = &pre.p, args[5] = &pre.bytes;
+    return bitnet__gpu_launch(q->gpu, g->embed, (unsigned)m, 1, 256, 1, 0, args);
+}
+
+/* 2+3. norm_quant + linear for one token: out = W . int8(rmsnorm(in) * norm_w) with the matrix's
+   epilogue (kernel: store, res (out += y), glu (relu(gate)^2 * up)) */
+static bitnet_result bitnet__gpu_linear(bitnet_session *s, bitnet_gpu_kernel *k, const bitnet_gpu_ternary *w,
+                                        bitnet_devptr in, bitnet_devptr norm_w, bitnet_devptr out, bitnet__gpre pre) {
+    const bitnet__gmodel *g = (const bitnet__gmodel *)s->m->gpu;
+    bitnet__gsession *q = (bitnet__gsession *)s->gpu;
+    float eps = s->m->info.norm_eps;
+    bitnet__gseg segs = bitnet__gsegs(w);
+    int n_out = (int)w->n, nc = (int)(w->k / 64), items = w->glu ? 2 * nc : nc;
+    unsigned groups = (unsigned)((n_out + 31) / 32);
+    /* warps share a block's K chunks, 8 loads in flight per lane; over one wave of blocks
+       (about 100 registers a thread) a block gets at most 8 warps */
+    int warps = BITNET__MIN((int)groups > g->sm_count ? 8 : 16, BITNET__MAX(1, (items + 7) / 8));
+    unsigned smem = (unsigned)w->k + (unsigned)(warps * (w->glu ? 2 : 1) * 32 * 4);
+    void *args[10];
+    args[0] = (void *)&w->data, args[1] = &n_out, args[2] = &nc, args[3] = &segs, args[4] = &in, args[5] = &norm_w,
+    args[6] = &eps, args[7] = &out, args[8] = &pre.p, args[9] = &pre.bytes;
+    return bitnet__gpu_launch(q->gpu, k, groups, 1, 32, (unsigned)warps, smem, args);
+}
+
+/* 4-6. rope + kv_store + attention for one token (layer l): q and k rotated at the position in
+   io[1], k and v appended to the cache, att = softmax(q K^T / sqrt(hd)) V over the positions so far */
+static bitnet_result bitnet__gpu_attention(bitnet_session *s, int l, bitnet__gpre pre) {
+    const bitnet_model *m = s->m;
+    const bitnet__gmodel *g = (const bitnet__gmodel *)m->gpu;
+    bitnet__gsession *q = (bitnet__gsession *)s->gpu;
+    int hd = m->info.head_dim, nh = m->info.n_heads, nkv = m->info.n_kv_heads, G = nh / nkv;
+    size_t layer = (size_t)l * (size_t)m->kv_dim * (size_t)s->n_ctx * 2;
+    bitnet_devptr kc = q->kc + layer, vc = q->vc + layer, pos = q->io + 4;
+    unsigned smem = (unsigned)(G * hd + G * BITNET__MAX(64, 128)) * 4 + 2 * 64 * (unsigned)hd * 2; /* BF_ATT_T = 64 */
+    void *args[17];
+    args[0] = &q->qkv, args[1] = &q->rope, args[2] = &pos, args[3] = &kc, args[4] = &vc, args[5] = &s->n_ctx, args[6] = &nh,
+    args[7] = &nkv, args[8] = &hd, args[9] = &q->smax, args[10] = &q->cmin, args[11] = &q->part_o, args[12] = &q->part_ml,
+    args[13] = &q->ctr, args[14] = &q->att, args[15] = &pre.p, args[16] = &pre.bytes;
+    return bitnet__gpu_launch(q->gpu, g->attn, (unsigned)nkv, (unsigned)q->smax, 128, 1, smem, args);
+}
+
+/* 9. head: logits = head . rmsnorm(x_row) * output_norm, and its argmax into next */
+static bitnet_result bitnet__gpu_head(bitnet_session *s, bitnet_devptr x_row) {
+    const bitnet_model *m = s->m;
+    const bitnet__gmodel *g = (const bitnet__gmodel *)m->gpu;
+    bitnet__gsession *q = (bitnet__gsession *)s->gpu;
+    int nv = m->info.n_vocab, dim = m->info.dim;
+    float eps = m->info.norm_eps;
+    bitnet_devptr ctr = q->ctr + 4 * (bitnet_devptr)m->info.n_kv_heads;
+    void *args[11];
+    args[0] = (void *)&g->head, args[1] = &nv, args[2] = &dim, args[3] = &x_row, args[4] = (void *)&g->out_norm, args[5] = &eps,
+    args[6] = &q->logits, args[7] = &q->hv, args[8] = &q->hi, args[9] = &ctr, args[10] = &q->next;
+    return bitnet__gpu_launch(q->gpu, g->head_k, (unsigned)q->head_blocks, 1, 256, 1, (unsigned)dim * 4, args);
+}
+
+/* One token's forward, as launched into the decode graph (token and position in io). Each kernel
+   also pulls the next weights it does not use into L2 (bitnet__gpre), so DRAM keeps streaming
+   between kernels: embed -> QKV, QKV -> O, attention -> gate||up, O -> down, gate||up -> the next
+   layer's QKV (the last: the head's first 16 MB), down -> the next layer's gate||up. */
+static bitnet_result bitnet__gpu_step(bitnet_session *s) {
+    const bitnet_model *m = s->m;
+    const bitnet__gmodel *g = (const bitnet__gmodel *)m->gpu;
+    bitnet__gsession *q = (bitnet__gsession *)s->gpu;
+    int l, nl = m->info.n_layers;
+    bitnet__gpre head;
+    head.p = g->head;
+    head.bytes = BITNET__MIN((unsigned long long)16 << 20, (unsigned long long)m->info.n_vocab * (unsigned long long)m->info.dim * 2) & ~15ull;
+    BITNET__TRY(bitnet__gpu_embed(s, q->io, 1, bitnet__gpre_of(&g->layers[0].qkv)));                    /* x [dim] */
+    for (l = 0; l < nl; l++) {
+        const bitnet__glayer *L = &g->layers[l], *N = l + 1 < nl ? &g->layers[l + 1] : NULL;
+        /* attention block */
+        BITNET__TRY(bitnet__gpu_linear(s, g->gemv_store, &L->qkv, q->x, L->attn_norm, q->qkv, bitnet__gpre_of(&L->o)));  /* qkv */
+        BITNET__TRY(bitnet__gpu_attention(s, l, bitnet__gpre_of(&L->gu)));                                 /* att [q_dim] */
+        BITNET__TRY(bitnet__gpu_linear(s, g->gemv_res, &L->o, q->att, L->attn_sub_norm, q->x, bitnet__gpre_of(&L->down)));
+        /* feed-forward block */
+        BITNET__TRY(bitnet__gpu_linear(s, g->gemv_glu, &L->gu, q->x, L->ffn_norm, q->h, N ? bitnet__gpre_of(&N->qkv) : head));
+        BITNET__TRY(bitnet__gpu_linear(s, g->gemv_res, &L->down, q->h, L->ffn_sub_norm, q->x, bitnet__gpre_of(N ? &N->gu : NULL)));
+    }
+    return bitnet__gpu_head(s, q->x);                                                                     /* logits, next */
+}
+
+/* One decode step of token at pos: the graph, captured on first use. */
+static bitnet_result bitnet__gpu_decode(bitnet_session *s, int32_t token, int32_t pos) {
+    bitnet__gsession *q = (bitnet__gsession *)s->gpu;
+    int32_t io[2];
+    io[0] = token, io[1] = pos;
+    BITNET__TRY(bitnet_gpu_upload(q->gpu, q->io, io, sizeof io));
+    if (!q->graph) {
+        bitnet_result r, r2;
+        BITNET__TRY(bitnet_gpu_graph_begin(q->gpu));
+        r = bitnet__gpu_step(s);
+        r2 = bitnet_gpu_graph_end(q->gpu, &q->graph);
+        BITNET__TRY(r);
+        BITNET__TRY(r2);
+    }
+    q->have_next = 1;
+    return bitnet_gpu_graph_launch(q->gpu, q->graph);
+}
+
+/* ---- prefill steps (m tokens, the rows of the batch buffers) --------------------------------------- */
+
+/* 2. norm_quant: a = int8(rmsnorm(in[t]) * w) with scales and sums, for m rows of a->k */
+static bitnet_result bitnet__gpu_norm_quant(bitnet_session *s, bitnet_devptr in, bitnet_devptr w, int m, bitnet_gpu_act *a) {
+    bitnet__gsession *q = (bitnet__gsession *)s->gpu;
+    return bitnet_gpu_quantize_act(q->gpu, in, (size_t)m, a->k, w, s->m->info.norm_eps, a);
+}
+
+/* 3. linear for m tokens: out[m][n] (+= res when res is out) = W . a (int8 tensor cores) */
+static bitnet_result bitnet__gpu_linear_m(bitnet_session *s, const bitnet_gpu_ternary *w, const bitnet_gpu_act *a,
+                                          bitnet_devptr out, bitnet_devptr res) {
+    bitnet__gsession *q = (bitnet__gsession *)s->gpu;
+    return bitnet_gpu_ternary_matmul(q->gpu, w, a, out, BITNET_PRECISION_FP32, res);
+}
+
+/* 4+5. rope + kv_store for m tokens from position io[1] */
+static bitnet_result bitnet__gpu_rope_kv(bitnet_session *s, int l, int m) {
+    const bitnet_model *md = s->m;
+    const bitnet__gmodel *g = (const bitnet__gmodel *)md->gpu;
+    bitnet__gsession *q = (bitnet__gsession *)s->gpu;
+    int hd = md->info.head_dim, nh = md->info.n_heads, nkv = md->info.n_kv_heads;
+    long long ldq = md->q_dim + 2 * md->kv_dim;
+    size_t layer = (size_t)l * (size_t)md->kv_dim * (size_t)s->n_ctx * 2;
+    bitnet_devptr kc = q->kc + layer, vc = q->vc + layer, pos = q->io + 4;
+    void *args[10];
+    args[0] = &q->qkv, args[1] = &ldq, args[2] = &q->rope, args[3] = &pos, args[4] = &kc, args[5] = &vc, args[6] = &s->n_ctx,
+    args[7] = &nh, args[8] = &nkv, args[9] = &hd;
+    return bitnet__gpu_launch(q->gpu, g->rope_kv, (unsigned)m, 1, 128, 1, 0, args);
+}
+
+/* 6. attention for m tokens, causal */
+static bitnet_result bitnet__gpu_attention_m(bitnet_session *s, int l, int m) {
+    const bitnet_model *md = s->m;
+    const bitnet__gmodel *g = (const bitnet__gmodel *)md->gpu;
+    bitnet__gsession *q = (bitnet__gsession *)s->gpu;
+    int hd = md->info.head_dim, nh = md->info.n_heads, nkv = md->info.n_kv_heads;
+    long long ldq = md->q_dim + 2 * md->kv_dim, ldo = md->q_dim;
+    size_t layer = (size_t)l * (size_t)md->kv_dim * (size_t)s->n_ctx * 2;
+    bitnet_devptr kc = q->kc + layer, vc = q->vc + layer, pos = q->io + 4;
+    unsigned smem = (unsigned)((32 * hd + 32 * 65) * 4 + 64 * (hd + 2) * 2);
+    void *args[12];
+    args[0] = &q->qkv, args[1] = &ldq, args[2] = &kc, args[3] = &vc, args[4] = &pos, args[5] = &m, args[6] = &s->n_ctx,
+    args[7] = &nh, args[8] = &nkv, args[9] = &hd, args[10] = &q->att, args[11] = &ldo;
+    return bitnet__gpu_launch(q->gpu, g->attn_prefill, (unsigned)((m + 31) / 32), (unsigned)nh, 128, 1, smem, args);
+}
+
+/* Prefill of m tokens at s->pos: the GEMM path, in the CPU's step order. */
+static bitnet_result bitnet__gpu_prefill(bitnet_session *s, const int32_t *tokens, int m, float *logits, int all) {
+    const bitnet_model *md = s->m;
+    bitnet__gmodel *g = (bitnet__gmodel *)md->gpu;
+    bitnet__gsession *q = (bitnet__gsession *)s->gpu;
+    int l, t, dim = md->info.dim;
+    size_t nv = (size_t)md->info.n_vocab;
+    int32_t io[2];
+    io[0] = tokens[0], io[1] = s->pos;
+    BITNET__TRY(bitnet_gpu_upload(q->gpu, q->io, io, sizeof io));
+    BITNET__TRY(bitnet_gpu_upload(q->gpu, q->tok, tokens, (size_t)m * sizeof *tokens));
+    BITNET__TRY(bitnet__gpu_embed(s, q->tok, m, bitnet__gpre_of(NULL)));                   /* x [m][dim] */
+    for (l = 0; l < md->info.n_layers; l++) {
+        const bitnet__glayer *L = &g->layers[l];
+        /* attention block */
+        BITNET__TRY(bitnet__gpu_norm_quant(s, q->x, L->attn_norm, m, &q->a_dim));            /* aq [m][dim] */
+        BITNET__TRY(bitnet__gpu_linear_m(s, &L->qkv, &q->a_dim, q->qkv, 0));                 /* qkv [m][q+2kv] */
+        BITNET__TRY(bitnet__gpu_rope_kv(s, l, m));
+        BITNET__TRY(bitnet__gpu_attention_m(s, l, m));                                       /* att [m][q_dim] */
+        BITNET__TRY(bitnet__gpu_norm_quant(s, q->att, L->attn_sub_norm, m, &q->a_q));        /* aq [m][q_dim] */
+        BITNET__TRY(bitnet__gpu_linear_m(s, &L->o, &q->a_q, q->x, q->x));                    /* x += o */
+        /* feed-forward block */
+        BITNET__TRY(bitnet__gpu_norm_quant(s, q->x, L->ffn_norm, m, &q->a_dim));             /* aq [m][dim] */
+        BITNET__TRY(bitnet__gpu_linear_m(s, &L->gu, &q->a_dim, q->h, 0));                    /* h [m][ffn] */
+        BITNET__TRY(bitnet__gpu_norm_quant(s, q->h, L->ffn_sub_norm, m, &q->a_ff));          /* aq [m][ffn] */
+        BITNET__TRY(bitnet__gpu_linear_m(s, &L->down, &q->a_ff, q->x, q->x));                /* x += down */
+    }
+    q->have_next = 0;
+    if (!logits) return BITNET_OK;
+    for (t = all ? 0 : m - 1; t < m; t++) {
+        BITNET__TRY(bitnet__gpu_head(s, q->x + (bitnet_devptr)((size_t)t * (size_t)dim * 4)));
+        BITNET__TRY(bitnet_gpu_download(q->gpu, logits + (all ? (size_t)t * nv : 0), q->logits, nv * 4));
+    }
+    q->have_next = 1;
+    return BITNET_OK;
+}
+
+/* The forward pass of m tokens at s->pos .. s->pos+m-1: bitnet__cpu_forward's contract. */
+static bitnet_result bitnet__gpu_forward(bitnet_session *s, const int32_t *tokens, int m, float *logits, int all) {
+    const bitnet__gmodel *g = (const bitnet__gmodel *)s->m->gpu;
+    bitnet__gsession *q = (bitnet__gsession *)s->gpu;
+    size_t nv = (size_t)s->m->info.n_vocab;
+    int t;
+    if (!g || !q) return bitnet__err(BITNET_ERR_INVALID_STATE, "CUDA forward: the model or session has no GPU state");
+    if (m >= BITNET__GPU_PREFILL_MIN && g->cc >= 80 && m <= q->B) return bitnet__gpu_prefill(s, tokens, m, logits, all);
+    for (t = 0; t < m; t++) {
+        BITNET__TRY(bitnet__gpu_decode(s, tokens[t], s->pos + t));
+        if (logits && (all || t == m - 1))
+            BITNET__TRY(bitnet_gpu_download(q->gpu, logits + (all ? (size_t)t * nv : 0), q->logits, nv * 4));
+    }
+    return BITNET_OK;
+}
+
+/* Greedy decoding without moving logits: the argmax (lowest index among equals) of the last row
+   whose logits the GPU computed. */
+static BITNET__UNUSED bitnet_result bitnet__gpu_last_argmax(bitnet_session *s, int32_t *token) {
+    bitnet__gsession *q = (bitnet__gsession *)s->gpu;
+    if (!q || !q->have_next) return bitnet__err(BITNET_ERR_INVALID_STATE, "CUDA forward: no logits were computed on the device");
+    return bitnet_gpu_download(q->gpu, token, q->next, 4);
+}
+
+#endif /* BITNET__GPU_FORWARD */
+
 /* >>model ===================================================================================== */
 
 /* A GPU forward plugs in here: >>cuda-forward defines BITNET__GPU_FORWARD and
@@ -10040,6 +10676,1505 @@ BITNET_API bitnet_result bitnet_generate(bitnet_session *s, const int32_t *promp
     }
     st.gen_seconds = bitnet__now() - t0;
     if (stats) *stats = st;
+    return BITNET_OK;
+}
+
+/* >>receipt =================================================================================== */
+
+/* What ran and how fast, in a form that cannot lie: kernel launches recorded by the launch path,
+   SHA-256 of the model file, a JSON writer and a strict parser, the receipt schema and its gates,
+   and the benchmark that fills it. */
+
+#if !defined(_WIN32)
+#include <sys/resource.h>
+#endif
+
+/* ---- kernel launch registry: a fixed table, one lock, names copied in ------------------------ */
+/* Slots are keyed by the caller's name pointer (fast path) and then by the text, because GPU
+   kernel names may live in freed memory later; the last slot collects whatever does not fit. */
+typedef struct bitnet__kstat_slot {
+    const char *key;
+    char name[BITNET_KERNEL_NAME_MAX];
+    uint64_t launches, nanos;
+} bitnet__kstat_slot;
+static bitnet__kstat_slot bitnet__kstats[BITNET_BENCH_MAX_KERNELS];
+static size_t bitnet__kstat_used;
+
+static bitnet__mutex bitnet__kstat_lock = BITNET__MUTEX_INIT;
+#define BITNET__KSTAT_LOCK() bitnet__mutex_lock(&bitnet__kstat_lock)
+#define BITNET__KSTAT_UNLOCK() bitnet__mutex_unlock(&bitnet__kstat_lock)
+
+/* Names longer than the slot compare as their truncation. */
+static int bitnet__kstat_same(const char *slot, const char *name) {
+    size_t l = 0;
+    while (l < BITNET_KERNEL_NAME_MAX - 1 && name[l]) l++;
+    return memcmp(slot, name, l) == 0 && slot[l] == 0;
+}
+
+BITNET__UNUSED static void bitnet__kstat_add(const char *name, uint64_t launches, double seconds) {
+    size_t i, hit = BITNET_BENCH_MAX_KERNELS;
+    uint64_t ns = (seconds > 0 && seconds < 1e9) ? (uint64_t)(seconds * 1e9 + 0.5) : 0;
+    if (!name || !*name) name = "(unnamed)";
+    BITNET__KSTAT_LOCK();
+    for (i = 0; i < bitnet__kstat_used; i++)
+        if (bitnet__kstats[i].key == name && bitnet__kstat_same(bitnet__kstats[i].name, name)) { hit = i; break; }
+    if (hit == BITNET_BENCH_MAX_KERNELS)
+        for (i = 0; i < bitnet__kstat_used; i++)
+            if (bitnet__kstat_same(bitnet__kstats[i].name, name)) { hit = i; break; }
+    if (hit == BITNET_BENCH_MAX_KERNELS) {
+        if (bitnet__kstat_used < BITNET_BENCH_MAX_KERNELS - 1) {
+            size_t l = 0;
+            hit = bitnet__kstat_used++;
+            while (l < BITNET_KERNEL_NAME_MAX - 1 && name[l]) l++;
+            memcpy(bitnet__kstats[hit].name, name, l);
+            bitnet__kstats[hit].name[l] = 0;
+        } else { /* table full: counted, not lost */
+            hit = BITNET_BENCH_MAX_KERNELS - 1;
+            strcpy(bitnet__kstats[hit].name, "(other kernels)");
+            if (bitnet__kstat_used < BITNET_BENCH_MAX_KERNELS) bitnet__kstat_used = BITNET_BENCH_MAX_KERNELS;
+        }
+    }
+    bitnet__kstats[hit].key = name;
+    bitnet__kstats[hit].launches += launches;
+    bitnet__kstats[hit].nanos += ns;
+    BITNET__KSTAT_UNLOCK();
+}
+
+BITNET__UNUSED static void bitnet__kstat_record(const char *name, double seconds) { bitnet__kstat_add(name, 1, seconds); }
+
+static int bitnet__kstat_cmp(const void *a, const void *b) {
+    return strcmp(((const bitnet_kernel_stat *)a)->name, ((const bitnet_kernel_stat *)b)->name);
+}
+
+/* CPU kernels from the registry above; GPU kernels from the runtime's own launch counters
+   (bitnet_gpu_launch and graph replays count themselves there). */
+BITNET_API bitnet_result bitnet_kernel_stats(bitnet_kernel_stat *out, size_t cap, size_t *n) {
+    bitnet_kernel_stat tmp[2 * BITNET_BENCH_MAX_KERNELS];
+    bitnet_gpu_stats *gs;
+    size_t i, k = 0;
+    BITNET__CHECK_PTR(n);
+    if (cap && !out) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_kernel_stats: out is NULL with cap %zu", cap);
+    if (!(gs = (bitnet_gpu_stats *)bitnet__malloc(sizeof *gs))) return BITNET_ERR_OUT_OF_MEMORY;
+    BITNET__KSTAT_LOCK();
+    for (i = 0; i < bitnet__kstat_used; i++) {
+        if (!bitnet__kstats[i].launches) continue;
+        memcpy(tmp[k].name, bitnet__kstats[i].name, BITNET_KERNEL_NAME_MAX);
+        tmp[k].launches = bitnet__kstats[i].launches;
+        tmp[k].seconds = (double)bitnet__kstats[i].nanos * 1e-9;
+        k++;
+    }
+    BITNET__KSTAT_UNLOCK();
+    if (bitnet_gpu_stats_get(NULL, gs) == BITNET_OK)
+        for (i = 0; i < (size_t)gs->n_kernels && i < BITNET_GPU_MAX_KERNEL_STATS; i++) {
+            if (!gs->kernels[i].launches) continue;
+            snprintf(tmp[k].name, sizeof tmp[k].name, "%s", gs->kernels[i].name);
+            tmp[k].launches = gs->kernels[i].launches;
+            tmp[k].seconds = gs->kernels[i].ms * 1e-3; /* device time of event-timed launches only */
+            k++;
+        }
+    bitnet__free(gs);
+    *n = k;
+    if (k > cap) return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_kernel_stats: %zu kernels, room for %zu", k, cap);
+    qsort(tmp, k, sizeof tmp[0], bitnet__kstat_cmp);
+    if (k) memcpy(out, tmp, k * sizeof tmp[0]);
+    return BITNET_OK;
+}
+
+BITNET_API void bitnet_kernel_stats_reset(void) {
+    size_t i;
+    BITNET__KSTAT_LOCK();
+    for (i = 0; i < bitnet__kstat_used; i++) bitnet__kstats[i].launches = bitnet__kstats[i].nanos = 0;
+    BITNET__KSTAT_UNLOCK();
+    bitnet_gpu_stats_reset(NULL);
+}
+
+/* ---- NVTX ranges, through the runtime's dlopen'd libnvToolsExt (nothing without it) --------- */
+BITNET__UNUSED static void bitnet__nvtx_push(const char *name) { bitnet_gpu_nvtx_push(name); }
+BITNET__UNUSED static void bitnet__nvtx_pop(void) { bitnet_gpu_nvtx_pop(); }
+
+/* ---- SHA-256 (FIPS 180-4) --------------------------------------------------------------------- */
+typedef struct bitnet__sha256 {
+    uint32_t h[8];
+    uint64_t bytes;
+    uint8_t buf[64];
+    size_t fill;
+} bitnet__sha256;
+
+static const uint32_t bitnet__sha256_k[64] = {
+    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
+    0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
+    0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
+    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
+    0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
+    0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
+    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
+
+#define BITNET__ROTR(x, n) (((x) >> (n)) | ((x) << (32 - (n))))
+
+static void bitnet__sha256_block(uint32_t h[8], const uint8_t *p) {
+    uint32_t w[64], a, b, c, d, e, f, g, hh, t1, t2;
+    int i;
+    for (i = 0; i < 16; i++)
+        w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 | (uint32_t)p[4 * i + 2] << 8 | p[4 * i + 3];
+    for (i = 16; i < 64; i++) {
+        uint32_t s0 = BITNET__ROTR(w[i - 15], 7) ^ BITNET__ROTR(w[i - 15], 18) ^ (w[i - 15] >> 3);
+        uint32_t s1 = BITNET__ROTR(w[i - 2], 17) ^ BITNET__ROTR(w[i - 2], 19) ^ (w[i - 2] >> 10);
+        w[i] = w[i - 16] + s0 + w[i - 7] + s1;
+    }
+    a = h[0]; b = h[1]; c = h[2]; d = h[3]; e = h[4]; f = h[5]; g = h[6]; hh = h[7];
+    for (i = 0; i < 64; i++) {
+        t1 = hh + (BITNET__ROTR(e, 6) ^ BITNET__ROTR(e, 11) ^ BITNET__ROTR(e, 25)) + ((e & f) ^ (~e & g)) +
+             bitnet__sha256_k[i] + w[i];
+        t2 = (BITNET__ROTR(a, 2) ^ BITNET__ROTR(a, 13) ^ BITNET__ROTR(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
+        hh = g; g = f; f = e; e = d + t1; d = c; c = b; b = a; a = t1 + t2;
+    }
+    h[0] += a; h[1] += b; h[2] += c; h[3] += d; h[4] += e; h[5] += f; h[6] += g; h[7] += hh;
+}
+
+static void bitnet__sha256_init(bitnet__sha256 *s) {
+    static const uint32_t iv[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
+                                   0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+    memcpy(s->h, iv, sizeof iv);
+    s->bytes = 0;
+    s->fill = 0;
+}
+
+static void bitnet__sha256_update(bitnet__sha256 *s, const void *data, size_t n) {
+    const uint8_t *p = (const uint8_t *)data;
+    s->bytes += n;
+    if (s->fill) {
+        size_t take = BITNET__MIN(n, 64 - s->fill);
+        memcpy(s->buf + s->fill, p, take);
+        s->fill += take; p += take; n -= take;
+        if (s->fill < 64) return;
+        bitnet__sha256_block(s->h, s->buf);
+        s->fill = 0;
+    }
+    for (; n >= 64; p += 64, n -= 64) bitnet__sha256_block(s->h, p);
+    if (n) memcpy(s->buf, p, n);
+    s->fill = n;
+}
+
+static void bitnet__sha256_final(bitnet__sha256 *s, uint8_t out[32]) {
+    uint64_t bits = s->bytes * 8;
+    int i;
+    s->buf[s->fill++] = 0x80;
+    if (s->fill > 56) {
+        memset(s->buf + s->fill, 0, 64 - s->fill);
+        bitnet__sha256_block(s->h, s->buf);
+        s->fill = 0;
+    }
+    memset(s->buf + s->fill, 0, 56 - s->fill);
+    for (i = 0; i < 8; i++) s->buf[56 + i] = (uint8_t)(bits >> (56 - 8 * i));
+    bitnet__sha256_block(s->h, s->buf);
+    for (i = 0; i < 8; i++) {
+        out[4 * i] = (uint8_t)(s->h[i] >> 24); out[4 * i + 1] = (uint8_t)(s->h[i] >> 16);
+        out[4 * i + 2] = (uint8_t)(s->h[i] >> 8); out[4 * i + 3] = (uint8_t)s->h[i];
+    }
+}
+
+static void bitnet__sha256_hex(const uint8_t *d, size_t n, char *out) {
+    static const char digits[] = "0123456789abcdef";
+    size_t i;
+    for (i = 0; i < n; i++) { out[2 * i] = digits[d[i] >> 4]; out[2 * i + 1] = digits[d[i] & 15]; }
+    out[2 * n] = 0;
+}
+
+BITNET_API bitnet_result bitnet_sha256(const void *data, size_t n, uint8_t digest[32]) {
+    bitnet__sha256 s;
+    BITNET__CHECK_PTR(digest);
+    if (n && !data) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_sha256: data is NULL with n=%zu", n);
+    bitnet__sha256_init(&s);
+    if (n) bitnet__sha256_update(&s, data, n);
+    bitnet__sha256_final(&s, digest);
+    return BITNET_OK;
+}
+
+BITNET_API bitnet_result bitnet_sha256_file(const char *path, char hex[65], uint64_t *bytes) {
+    enum { CHUNK = 1 << 20 };
+    bitnet__sha256 s;
+    uint8_t digest[32], *buf;
+    FILE *f;
+    size_t got;
+    int failed;
+    BITNET__CHECK_PTR(path);
+    BITNET__CHECK_PTR(hex);
+    buf = (uint8_t *)bitnet__malloc(CHUNK);
+    if (!buf) return BITNET_ERR_OUT_OF_MEMORY;
+    f = fopen(path, "rb");
+    if (!f) {
+        bitnet__free(buf);
+        return bitnet__err(BITNET_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+    }
+    bitnet__sha256_init(&s);
+    while ((got = fread(buf, 1, CHUNK, f)) > 0) bitnet__sha256_update(&s, buf, got);
+    failed = ferror(f);
+    fclose(f);
+    bitnet__free(buf);
+    if (failed) return bitnet__err(BITNET_ERR_IO, "error reading '%s'", path);
+    bitnet__sha256_final(&s, digest);
+    bitnet__sha256_hex(digest, 32, hex);
+    if (bytes) *bytes = s.bytes;
+    return BITNET_OK;
+}
+
+/* ---- JSON writer: counts like snprintf, so it needs no allocation; two-space indentation ----- */
+typedef struct bitnet__jw {
+    char *buf;
+    size_t cap, len;
+    int need_comma, after_key, depth;
+} bitnet__jw;
+
+static void bitnet__jw_putc(bitnet__jw *w, char c) {
+    if (w->len < w->cap) w->buf[w->len] = c;
+    w->len++;
+}
+static void bitnet__jw_raw(bitnet__jw *w, const char *s) { while (*s) bitnet__jw_putc(w, *s++); }
+static void bitnet__jw_nl(bitnet__jw *w) {
+    int i;
+    bitnet__jw_putc(w, '\n');
+    for (i = 0; i < w->depth; i++) bitnet__jw_raw(w, "  ");
+}
+/* Before every value: the comma and newline, unless it follows its key. */
+static void bitnet__jw_pre(bitnet__jw *w) {
+    if (w->after_key) { w->after_key = 0; return; }
+    if (w->need_comma) bitnet__jw_putc(w, ',');
+    if (w->depth) bitnet__jw_nl(w);
+    w->need_comma = 1;
+}
+
+/* Length of a valid UTF-8 sequence at p (at most n bytes), 0 when invalid (overlong forms,
+   surrogates and code points past U+10FFFF are invalid). */
+static size_t bitnet__json_utf8_len(const unsigned char *p, size_t n) {
+    unsigned c = p[0];
+    size_t len, i;
+    uint32_t cp;
+    if (c < 0x80) return 1;
+    if (c >= 0xc2 && c <= 0xdf) { len = 2; cp = c & 0x1f; }
+    else if (c >= 0xe0 && c <= 0xef) { len = 3; cp = c & 0x0f; }
+    else if (c >= 0xf0 && c <= 0xf4) { len = 4; cp = c & 0x07; }
+    else return 0;
+    if (n < len) return 0;
+    for (i = 1; i < len; i++) {
+        if ((p[i] & 0xc0) != 0x80) return 0;
+        cp = cp << 6 | (p[i] & 0x3f);
+    }
+    if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)) || (cp >= 0xd800 && cp <= 0xdfff))
+        return 0;
+    return len;
+}
+
+/* A string: escapes what JSON requires; invalid UTF-8 bytes become U+FFFD. */
+static void bitnet__jw_str(bitnet__jw *w, const char *s) {
+    const unsigned char *p = (const unsigned char *)s;
+    size_t n = strlen(s), i = 0;
+    bitnet__jw_pre(w);
+    bitnet__jw_putc(w, '"');
+    while (i < n) {
+        unsigned c = p[i];
+        size_t l;
+        if (c == '"' || c == '\\') { bitnet__jw_putc(w, '\\'); bitnet__jw_putc(w, (char)c); i++; continue; }
+        if (c < 0x20) {
+            char e[8];
+            snprintf(e, sizeof e, "\\u%04x", c);
+            bitnet__jw_raw(w, e);
+            i++;
+            continue;
+        }
+        if (!(l = bitnet__json_utf8_len(p + i, n - i))) { bitnet__jw_raw(w, "\\ufffd"); i++; continue; }
+        while (l--) bitnet__jw_putc(w, (char)p[i++]);
+    }
+    bitnet__jw_putc(w, '"');
+}
+
+/* Numbers with `digits` significant digits. The locale's decimal point (whatever bytes it is) becomes
+   '.'; non-finite values become null, which the parser rejects. */
+static void bitnet__jw_num(bitnet__jw *w, double v, int digits) {
+    char tmp[64];
+    int i, dot = 0;
+    bitnet__jw_pre(w);
+    if (v != v || v > DBL_MAX || v < -DBL_MAX) { bitnet__jw_raw(w, "null"); return; }
+    snprintf(tmp, sizeof tmp, "%.*g", digits, v);
+    for (i = 0; tmp[i]; i++) {
+        char c = tmp[i];
+        if ((c >= '0' && c <= '9') || c == 'e' || c == '-' || c == '+') { bitnet__jw_putc(w, c); dot = 0; }
+        else if (!dot) { bitnet__jw_putc(w, '.'); dot = 1; }
+    }
+}
+static void bitnet__jw_int(bitnet__jw *w, long long v) {
+    char tmp[24];
+    bitnet__jw_pre(w);
+    snprintf(tmp, sizeof tmp, "%lld", v);
+    bitnet__jw_raw(w, tmp);
+}
+static void bitnet__jw_u64(bitnet__jw *w, uint64_t v) {
+    char tmp[24];
+    bitnet__jw_pre(w);
+    snprintf(tmp, sizeof tmp, "%llu", (unsigned long long)v);
+    bitnet__jw_raw(w, tmp);
+}
+static void bitnet__jw_lit(bitnet__jw *w, const char *lit) { bitnet__jw_pre(w); bitnet__jw_raw(w, lit); }
+static void bitnet__jw_key(bitnet__jw *w, const char *k) {
+    bitnet__jw_str(w, k);
+    bitnet__jw_raw(w, ": ");
+    w->after_key = 1;
+}
+static void bitnet__jw_open(bitnet__jw *w, char c) {
+    bitnet__jw_pre(w);
+    bitnet__jw_putc(w, c);
+    w->depth++;
+    w->need_comma = 0;
+}
+static void bitnet__jw_close(bitnet__jw *w, char c) {
+    w->depth--;
+    if (w->need_comma) bitnet__jw_nl(w);
+    bitnet__jw_putc(w, c);
+    w->need_comma = 1;
+}
+
+/* ---- JSON parser: strict RFC 8259 into a flat node array ------------------------------------ */
+/* Bounds-checked byte by byte; nesting, object size and input size are limited, so hostile input
+   costs bounded time and memory. Strings are decoded (and UTF-8 validated) into one buffer no
+   larger than the input; \u0000 is refused because fields are C strings. */
+#define BITNET__JSON_MAX_DEPTH 32
+#define BITNET__JSON_MAX_MEMBERS 256
+enum { BITNET__J_NULL, BITNET__J_FALSE, BITNET__J_TRUE, BITNET__J_NUM, BITNET__J_STR, BITNET__J_ARR, BITNET__J_OBJ };
+
+typedef struct bitnet__jnode {
+    int type;
+    int is_int;            /* a number written without fraction or exponent */
+    int32_t first, next;   /* first child (arrays, objects) and next sibling; -1 = none */
+    int32_t count;         /* children */
+    const char *key;       /* member name when the parent is an object */
+    const char *str;       /* decoded string value */
+    double num;
+} bitnet__jnode;
+
+typedef struct bitnet__json {
+    const unsigned char *src;
+    size_t len, pos;
+    bitnet__jnode *nodes;
+    size_t n, cap;
+    char *strs;
+    size_t strs_len;
+    bitnet_result err;
+} bitnet__json;
+
+static BITNET__PRINTF(2, 3) int32_t bitnet__json_fail(bitnet__json *j, const char *fmt, ...) {
+    char msg[200];
+    va_list ap;
+    if (j->err != BITNET_OK) return -1;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    j->err = bitnet__err(BITNET_ERR_CORRUPT, "JSON: %s at byte %zu", msg, j->pos);
+    return -1;
+}
+
+static int32_t bitnet__json_node(bitnet__json *j, int type) {
+    bitnet__jnode *nd;
+    if (j->n == j->cap) {
+        size_t cap = j->cap ? j->cap * 2 : 64, bytes;
+        bitnet__jnode *grown;
+        if (cap > (size_t)INT32_MAX || !bitnet__mul_size(cap, sizeof *grown, &bytes))
+            return bitnet__json_fail(j, "too many values");
+        grown = (bitnet__jnode *)bitnet__malloc(bytes);
+        if (!grown) { j->err = BITNET_ERR_OUT_OF_MEMORY; return -1; }
+        if (j->n) memcpy(grown, j->nodes, j->n * sizeof *grown);
+        bitnet__free(j->nodes);
+        j->nodes = grown;
+        j->cap = cap;
+    }
+    nd = &j->nodes[j->n];
+    memset(nd, 0, sizeof *nd);
+    nd->type = type;
+    nd->first = nd->next = -1;
+    return (int32_t)j->n++;
+}
+
+static void bitnet__json_ws(bitnet__json *j) {
+    while (j->pos < j->len) {
+        unsigned char c = j->src[j->pos];
+        if (c != ' ' && c != '\t' && c != '\n' && c != '\r') break;
+        j->pos++;
+    }
+}
+
+static int bitnet__json_hex4(bitnet__json *j, uint32_t *out) {
+    uint32_t v = 0;
+    int i;
+    if (j->len - j->pos < 4) return 0;
+    for (i = 0; i < 4; i++) {
+        unsigned char c = j->src[j->pos + i];
+        v <<= 4;
+        if (c >= '0' && c <= '9') v |= (uint32_t)(c - '0');
+        else if (c >= 'a' && c <= 'f') v |= (uint32_t)(c - 'a' + 10);
+        else if (c >= 'A' && c <= 'F') v |= (uint32_t)(c - 'A' + 10);
+        else return 0;
+    }
+    j->pos += 4;
+    *out = v;
+    return 1;
+}
+
+/* At the opening quote; returns the decoded NUL-terminated string, or NULL after an error. */
+static const char *bitnet__json_string(bitnet__json *j) {
+    char *out = j->strs + j->strs_len, *o = out;
+    j->pos++; /* the quote */
+    for (;;) {
+        unsigned char c;
+        if (j->pos >= j->len) { bitnet__json_fail(j, "unterminated string"); return NULL; }
+        c = j->src[j->pos];
+        if (c == '"') { j->pos++; break; }
+        if (c < 0x20) { bitnet__json_fail(j, "control character 0x%02x in a string", c); return NULL; }
+        if (c == '\\') {
+            uint32_t cp;
+            if (j->pos + 1 >= j->len) { bitnet__json_fail(j, "unterminated escape"); return NULL; }
+            c = j->src[j->pos + 1];
+            j->pos += 2;
+            switch (c) {
+            case '"': *o++ = '"'; continue;
+            case '\\': *o++ = '\\'; continue;
+            case '/': *o++ = '/'; continue;
+            case 'b': *o++ = '\b'; continue;
+            case 'f': *o++ = '\f'; continue;
+            case 'n': *o++ = '\n'; continue;
+            case 'r': *o++ = '\r'; continue;
+            case 't': *o++ = '\t'; continue;
+            case 'u': break;
+            default: j->pos -= 2; bitnet__json_fail(j, "bad escape"); return NULL;
+            }
+            if (!bitnet__json_hex4(j, &cp)) { bitnet__json_fail(j, "bad \\u escape"); return NULL; }
+            if (cp >= 0xdc00 && cp <= 0xdfff) { bitnet__json_fail(j, "lone low surrogate"); return NULL; }
+            if (cp >= 0xd800 && cp <= 0xdbff) {
+                uint32_t lo;
+                if (j->len - j->pos < 2 || j->src[j->pos] != '\\' || j->src[j->pos + 1] != 'u') {
+                    bitnet__json_fail(j, "high surrogate without a low one"); return NULL;
+                }
+                j->pos += 2;
+                if (!bitnet__json_hex4(j, &lo) || lo < 0xdc00 || lo > 0xdfff) {
+                    bitnet__json_fail(j, "bad surrogate pair"); return NULL;
+                }
+                cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
+            }
+            if (cp == 0) { bitnet__json_fail(j, "\\u0000 in a string"); return NULL; }
+            if (cp < 0x80) *o++ = (char)cp;
+            else if (cp < 0x800) { *o++ = (char)(0xc0 | cp >> 6); *o++ = (char)(0x80 | (cp & 0x3f)); }
+            else if (cp < 0x10000) {
+                *o++ = (char)(0xe0 | cp >> 12); *o++ = (char)(0x80 | ((cp >> 6) & 0x3f)); *o++ = (char)(0x80 | (cp & 0x3f));
+            } else {
+                *o++ = (char)(0xf0 | cp >> 18); *o++ = (char)(0x80 | ((cp >> 12) & 0x3f));
+                *o++ = (char)(0x80 | ((cp >> 6) & 0x3f)); *o++ = (char)(0x80 | (cp & 0x3f));
+            }
+        } else {
+            size_t l = bitnet__json_utf8_len(j->src + j->pos, j->len - j->pos);
+            if (!l) { bitnet__json_fail(j, "invalid UTF-8"); return NULL; }
+            memcpy(o, j->src + j->pos, l);
+            o += l;
+            j->pos += l;
+        }
+    }
+    *o++ = 0;
+    j->strs_len = (size_t)(o - j->strs);
+    return out;
+}
+
+/* Grammar checked first; the value is computed from at most 19 significant digits by hand
+   (strtod would depend on the locale). */
+static int32_t bitnet__json_number(bitnet__json *j) {
+    const unsigned char *s = j->src;
+    size_t p = j->pos, start = j->pos;
+    int neg = 0, is_int = 1, digits = 0;
+    long long exp10 = 0, e = 0;
+    uint64_t mant = 0;
+    double v;
+    int32_t id;
+    if (p < j->len && s[p] == '-') { neg = 1; p++; }
+    if (p >= j->len || s[p] < '0' || s[p] > '9') { j->pos = p; return bitnet__json_fail(j, "unexpected character"); }
+    if (s[p] == '0') {
+        p++;
+        if (p < j->len && s[p] >= '0' && s[p] <= '9') { j->pos = p; return bitnet__json_fail(j, "leading zero"); }
+    } else {
+        for (; p < j->len && s[p] >= '0' && s[p] <= '9'; p++) {
+            if (digits < 19) { mant = mant * 10 + (uint64_t)(s[p] - '0'); digits++; }
+            else exp10++;
+        }
+    }
+    if (p < j->len && s[p] == '.') {
+        is_int = 0;
+        if (++p >= j->len || s[p] < '0' || s[p] > '9') { j->pos = p; return bitnet__json_fail(j, "bad fraction"); }
+        for (; p < j->len && s[p] >= '0' && s[p] <= '9'; p++)
+            if (digits < 19) {
+                mant = mant * 10 + (uint64_t)(s[p] - '0');
+                exp10--;
+                if (mant) digits++;
+            }
+    }
+    if (p < j->len && (s[p] == 'e' || s[p] == 'E')) {
+        int eneg = 0;
+        is_int = 0;
+        p++;
+        if (p < j->len && (s[p] == '+' || s[p] == '-')) eneg = s[p++] == '-';
+        if (p >= j->len || s[p] < '0' || s[p] > '9') { j->pos = p; return bitnet__json_fail(j, "bad exponent"); }
+        for (; p < j->len && s[p] >= '0' && s[p] <= '9'; p++)
+            if (e < 100000) e = e * 10 + (s[p] - '0');
+        exp10 += eneg ? -e : e;
+    }
+    if (!mant) v = 0.0;
+    else if (exp10 > 330) v = HUGE_VAL;
+    else if (exp10 < -400) v = 0.0;
+    else if (exp10 < 0 && exp10 >= -22) v = (double)mant / pow(10.0, (double)-exp10); /* 10^k exact: one rounding */
+    else v = (double)mant * pow(10.0, (double)exp10);
+    if (!(v <= DBL_MAX)) { j->pos = start; return bitnet__json_fail(j, "number out of range"); }
+    j->pos = p;
+    if ((id = bitnet__json_node(j, BITNET__J_NUM)) < 0) return -1;
+    j->nodes[id].num = neg ? -v : v;
+    j->nodes[id].is_int = is_int && digits <= 15; /* exact in a double */
+    return id;
+}
+
+static int32_t bitnet__json_value(bitnet__json *j, int depth);
+
+static int32_t bitnet__json_container(bitnet__json *j, int depth, int is_obj) {
+    char close = is_obj ? '}' : ']';
+    int32_t id = bitnet__json_node(j, is_obj ? BITNET__J_OBJ : BITNET__J_ARR), last = -1;
+    if (id < 0) return -1;
+    if (depth >= BITNET__JSON_MAX_DEPTH) return bitnet__json_fail(j, "nested deeper than %d", BITNET__JSON_MAX_DEPTH);
+    j->pos++;
+    bitnet__json_ws(j);
+    if (j->pos < j->len && j->src[j->pos] == (unsigned char)close) { j->pos++; return id; }
+    for (;;) {
+        const char *key = NULL;
+        int32_t child, i;
+        if (is_obj) {
+            if (j->pos >= j->len || j->src[j->pos] != '"') return bitnet__json_fail(j, "expected a member name");
+            if (!(key = bitnet__json_string(j))) return -1;
+            for (i = j->nodes[id].first; i >= 0; i = j->nodes[i].next)
+                if (strcmp(j->nodes[i].key, key) == 0) return bitnet__json_fail(j, "duplicate member \"%.60s\"", key);
+            bitnet__json_ws(j);
+            if (j->pos >= j->len || j->src[j->pos] != ':') return bitnet__json_fail(j, "expected ':'");
+            j->pos++;
+            if (j->nodes[id].count >= BITNET__JSON_MAX_MEMBERS)
+                return bitnet__json_fail(j, "more than %d members", BITNET__JSON_MAX_MEMBERS);
+        }
+        if ((child = bitnet__json_value(j, depth + 1)) < 0) return -1;
+        j->nodes[child].key = key;
+        if (last < 0) j->nodes[id].first = child;
+        else j->nodes[last].next = child;
+        last = child;
+        j->nodes[id].count++;
+        bitnet__json_ws(j);
+        if (j->pos >= j->len) return bitnet__json_fail(j, "unterminated %s", is_obj ? "object" : "array");
+        if (j->src[j->pos] == ',') { j->pos++; bitnet__json_ws(j); continue; }
+        if (j->src[j->pos] == (unsigned char)close) { j->pos++; return id; }
+        return bitnet__json_fail(j, "expected ',' or '%c'", close);
+    }
+}
+
+static int32_t bitnet__json_literal(bitnet__json *j, const char *word, int type) {
+    size_t l = strlen(word);
+    if (j->len - j->pos < l || memcmp(j->src + j->pos, word, l) != 0) return bitnet__json_fail(j, "unexpected character");
+    j->pos += l;
+    return bitnet__json_node(j, type);
+}
+
+static int32_t bitnet__json_value(bitnet__json *j, int depth) {
+    bitnet__json_ws(j);
+    if (j->pos >= j->len) return bitnet__json_fail(j, "unexpected end");
+    switch (j->src[j->pos]) {
+    case '{': return bitnet__json_container(j, depth, 1);
+    case '[': return bitnet__json_container(j, depth, 0);
+    case '"': {
+        const char *s = bitnet__json_string(j);
+        int32_t id;
+        if (!s) return -1;
+        if ((id = bitnet__json_node(j, BITNET__J_STR)) >= 0) j->nodes[id].str = s;
+        return id;
+    }
+    case 't': return bitnet__json_literal(j, "true", BITNET__J_TRUE);
+    case 'f': return bitnet__json_literal(j, "false", BITNET__J_FALSE);
+    case 'n': return bitnet__json_literal(j, "null", BITNET__J_NULL);
+    default: return bitnet__json_number(j);
+    }
+}
+
+static void bitnet__json_free(bitnet__json *j) {
+    bitnet__free(j->nodes);
+    bitnet__free(j->strs);
+    memset(j, 0, sizeof *j);
+}
+
+/* Parses the whole input as one value (node 0). */
+static bitnet_result bitnet__json_parse(bitnet__json *j, const char *src, size_t len) {
+    memset(j, 0, sizeof *j);
+    j->src = (const unsigned char *)src;
+    j->len = len;
+    if (!(j->strs = (char *)bitnet__malloc(len + 1))) return BITNET_ERR_OUT_OF_MEMORY;
+    if (bitnet__json_value(j, 0) >= 0) {
+        bitnet__json_ws(j);
+        if (j->pos != j->len) bitnet__json_fail(j, "trailing characters");
+    }
+    if (j->err == BITNET_OK && j->n == 0) j->err = bitnet__err(BITNET_ERR_CORRUPT, "JSON: empty");
+    if (j->err != BITNET_OK) {
+        bitnet_result r = j->err;
+        bitnet__json_free(j);
+        return r;
+    }
+    return BITNET_OK;
+}
+
+static int32_t bitnet__json_get(const bitnet__json *j, int32_t obj, const char *key) {
+    int32_t i;
+    if (obj < 0 || j->nodes[obj].type != BITNET__J_OBJ) return -1;
+    for (i = j->nodes[obj].first; i >= 0; i = j->nodes[i].next)
+        if (strcmp(j->nodes[i].key, key) == 0) return i;
+    return -1;
+}
+
+/* ---- receipt JSON ---------------------------------------------------------------------------- */
+static void bitnet__jw_kstr(bitnet__jw *w, const char *k, const char *v) { bitnet__jw_key(w, k); bitnet__jw_str(w, v); }
+static void bitnet__jw_knum(bitnet__jw *w, const char *k, double v) { bitnet__jw_key(w, k); bitnet__jw_num(w, v, 10); }
+static void bitnet__jw_kflt(bitnet__jw *w, const char *k, float v) { bitnet__jw_key(w, k); bitnet__jw_num(w, v, 7); }
+static void bitnet__jw_kint(bitnet__jw *w, const char *k, long long v) { bitnet__jw_key(w, k); bitnet__jw_int(w, v); }
+static void bitnet__jw_ku64(bitnet__jw *w, const char *k, uint64_t v) { bitnet__jw_key(w, k); bitnet__jw_u64(w, v); }
+static void bitnet__jw_kbool(bitnet__jw *w, const char *k, int v) { bitnet__jw_key(w, k); bitnet__jw_lit(w, v ? "true" : "false"); }
+static void bitnet__jw_kopen(bitnet__jw *w, const char *k, char c) { bitnet__jw_key(w, k); bitnet__jw_open(w, c); }
+
+BITNET_API bitnet_result bitnet_receipt_write(const bitnet_receipt *r, char *buf, size_t cap, size_t *len) {
+    bitnet__jw w;
+    size_t i;
+    char cc[32];
+    BITNET__CHECK_PTR(r);
+    BITNET__CHECK_PTR(len);
+    if (cap && !buf) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_receipt_write: buf is NULL with cap %zu", cap);
+    if (r->n_results > BITNET_BENCH_MAX_RESULTS || r->n_kernels > BITNET_BENCH_MAX_KERNELS)
+        return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_receipt_write: %zu results, %zu kernels (limits %d, %d)",
+                           r->n_results, r->n_kernels, BITNET_BENCH_MAX_RESULTS, BITNET_BENCH_MAX_KERNELS);
+    memset(&w, 0, sizeof w);
+    w.buf = buf;
+    w.cap = cap;
+    bitnet__jw_open(&w, '{');
+    bitnet__jw_kstr(&w, "schema_version", r->schema_version);
+    bitnet__jw_kstr(&w, "created_utc", r->created_utc);
+    bitnet__jw_kopen(&w, "library", '{');
+    bitnet__jw_kstr(&w, "version", r->library_version);
+    bitnet__jw_kstr(&w, "git_commit", r->git_commit);
+    bitnet__jw_close(&w, '}');
+    bitnet__jw_kopen(&w, "model", '{');
+    bitnet__jw_kstr(&w, "path", r->model_path);
+    bitnet__jw_kstr(&w, "sha256", r->model_sha256);
+    bitnet__jw_ku64(&w, "bytes", r->model_bytes);
+    bitnet__jw_kopen(&w, "config", '{');
+    bitnet__jw_kstr(&w, "arch", r->model.arch);
+    bitnet__jw_kint(&w, "n_vocab", r->model.n_vocab);
+    bitnet__jw_kint(&w, "dim", r->model.dim);
+    bitnet__jw_kint(&w, "n_layers", r->model.n_layers);
+    bitnet__jw_kint(&w, "n_heads", r->model.n_heads);
+    bitnet__jw_kint(&w, "n_kv_heads", r->model.n_kv_heads);
+    bitnet__jw_kint(&w, "head_dim", r->model.head_dim);
+    bitnet__jw_kint(&w, "ffn_dim", r->model.ffn_dim);
+    bitnet__jw_kint(&w, "n_ctx_train", r->model.n_ctx_train);
+    bitnet__jw_kflt(&w, "rope_theta", r->model.rope_theta);
+    bitnet__jw_kflt(&w, "norm_eps", r->model.norm_eps);
+    bitnet__jw_kint(&w, "bos", r->model.bos);
+    bitnet__jw_kint(&w, "eos", r->model.eos);
+    bitnet__jw_kint(&w, "eot", r->model.eot);
+    bitnet__jw_close(&w, '}');
+    bitnet__jw_close(&w, '}');
+    bitnet__jw_kopen(&w, "backend", '{');
+    bitnet__jw_kstr(&w, "requested", r->backend_requested);
+    bitnet__jw_kstr(&w, "used", r->backend);
+    bitnet__jw_kstr(&w, "reason", r->model.backend_reason);
+    bitnet__jw_close(&w, '}');
+    bitnet__jw_kstr(&w, "precision", r->precision);
+    bitnet__jw_kopen(&w, "host", '{');
+    bitnet__jw_kstr(&w, "cpu", r->cpu_model);
+    bitnet__jw_kstr(&w, "isa", r->isa);
+    bitnet__jw_kint(&w, "threads", r->threads);
+    bitnet__jw_close(&w, '}');
+    if (r->has_gpu) {
+        bitnet__jw_kopen(&w, "gpu", '{');
+        bitnet__jw_kstr(&w, "name", r->gpu_name);
+        snprintf(cc, sizeof cc, "%d.%d", (int)r->gpu_cc_major, (int)r->gpu_cc_minor);
+        bitnet__jw_kstr(&w, "compute_capability", cc);
+        bitnet__jw_kstr(&w, "arch", r->gpu_arch);
+        bitnet__jw_kstr(&w, "driver_version", r->gpu_driver_version);
+        bitnet__jw_kstr(&w, "nvrtc_version", r->nvrtc_version);
+        bitnet__jw_close(&w, '}');
+    } else {
+        bitnet__jw_key(&w, "gpu");
+        bitnet__jw_lit(&w, "null");
+    }
+    bitnet__jw_kopen(&w, "memory", '{');
+    bitnet__jw_ku64(&w, "peak_host_rss_bytes", r->peak_host_rss_bytes);
+    bitnet__jw_ku64(&w, "peak_device_bytes", r->peak_device_bytes);
+    bitnet__jw_close(&w, '}');
+    bitnet__jw_kint(&w, "warmup_runs", r->warmup_runs);
+    bitnet__jw_kopen(&w, "determinism", '{');
+    bitnet__jw_kbool(&w, "checked", r->determinism_checked);
+    bitnet__jw_kbool(&w, "seeded_runs_identical", r->seeded_runs_identical);
+    bitnet__jw_close(&w, '}');
+    bitnet__jw_kopen(&w, "results", '[');
+    for (i = 0; i < r->n_results; i++) {
+        const bitnet_bench_result *b = &r->results[i];
+        bitnet__jw_open(&w, '{');
+        bitnet__jw_kint(&w, "prompt_tokens", b->prompt_tokens);
+        bitnet__jw_kint(&w, "gen_tokens", b->gen_tokens);
+        bitnet__jw_kint(&w, "runs", b->runs);
+        bitnet__jw_knum(&w, "prompt_ms", b->prompt_ms);
+        bitnet__jw_knum(&w, "gen_ms", b->gen_ms);
+        bitnet__jw_knum(&w, "wall_ms", b->wall_ms);
+        bitnet__jw_knum(&w, "ttft_ms", b->ttft_ms);
+        bitnet__jw_knum(&w, "prompt_tps", b->prompt_tps);
+        bitnet__jw_knum(&w, "gen_tps", b->gen_tps);
+        bitnet__jw_knum(&w, "gen_tps_min", b->gen_tps_min);
+        bitnet__jw_knum(&w, "gen_tps_max", b->gen_tps_max);
+        bitnet__jw_kopen(&w, "latency_ms", '{');
+        bitnet__jw_knum(&w, "p50", b->p50_ms);
+        bitnet__jw_knum(&w, "p95", b->p95_ms);
+        bitnet__jw_knum(&w, "p99", b->p99_ms);
+        bitnet__jw_close(&w, '}');
+        bitnet__jw_kstr(&w, "tokens_sha256", b->tokens_sha256);
+        bitnet__jw_kbool(&w, "outputs_identical", b->outputs_identical);
+        bitnet__jw_close(&w, '}');
+    }
+    bitnet__jw_close(&w, ']');
+    bitnet__jw_kopen(&w, "kernels", '[');
+    for (i = 0; i < r->n_kernels; i++) {
+        bitnet__jw_open(&w, '{');
+        bitnet__jw_kstr(&w, "name", r->kernels[i].name);
+        bitnet__jw_ku64(&w, "launches", r->kernels[i].launches);
+        bitnet__jw_knum(&w, "ms", r->kernels[i].seconds * 1e3);
+        bitnet__jw_close(&w, '}');
+    }
+    bitnet__jw_close(&w, ']');
+    bitnet__jw_close(&w, '}');
+    bitnet__jw_putc(&w, '\n');
+    *len = w.len;
+    if (w.len >= cap)
+        return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_receipt_write: needs %zu bytes, room for %zu", w.len + 1, cap);
+    buf[w.len] = 0;
+    return BITNET_OK;
+}
+
+/* Typed access to the parsed tree; the first problem is kept (BAD_METADATA: missing or mistyped,
+   CORRUPT: a value out of its range) and later calls do nothing. */
+typedef struct bitnet__rc_rd {
+    const bitnet__json *j;
+    bitnet_result err;
+} bitnet__rc_rd;
+
+static BITNET__PRINTF(3, 4) void bitnet__rc_rd_fail(bitnet__rc_rd *p, bitnet_result code, const char *fmt, ...) {
+    char msg[256];
+    va_list ap;
+    if (p->err != BITNET_OK) return;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    p->err = bitnet__err(code, "receipt: %s", msg);
+}
+
+static int32_t bitnet__rc_rd_get(bitnet__rc_rd *p, int32_t obj, const char *path, const char *key, int type) {
+    static const char *names[] = {"null", "a boolean", "a boolean", "a number", "a string", "an array", "an object"};
+    int32_t id;
+    int t;
+    if (p->err != BITNET_OK) return -1;
+    id = bitnet__json_get(p->j, obj, key);
+    if (id < 0) { bitnet__rc_rd_fail(p, BITNET_ERR_BAD_METADATA, "field %s%s is missing", path, key); return -1; }
+    t = p->j->nodes[id].type;
+    if (t == BITNET__J_TRUE) t = BITNET__J_FALSE;
+    if (t != type) {
+        bitnet__rc_rd_fail(p, BITNET_ERR_BAD_METADATA, "field %s%s is not %s", path, key, names[type]);
+        return -1;
+    }
+    return id;
+}
+
+static void bitnet__rc_rd_str(bitnet__rc_rd *p, int32_t obj, const char *path, const char *key, char *dst, size_t cap) {
+    int32_t id = bitnet__rc_rd_get(p, obj, path, key, BITNET__J_STR);
+    size_t l;
+    if (id < 0) return;
+    l = strlen(p->j->nodes[id].str);
+    if (l >= cap) { bitnet__rc_rd_fail(p, BITNET_ERR_BAD_METADATA, "field %s%s is longer than %zu bytes", path, key, cap - 1); return; }
+    memcpy(dst, p->j->nodes[id].str, l + 1);
+}
+
+static double bitnet__rc_rd_num(bitnet__rc_rd *p, int32_t obj, const char *path, const char *key, double lo, double hi) {
+    int32_t id = bitnet__rc_rd_get(p, obj, path, key, BITNET__J_NUM);
+    double v;
+    if (id < 0) return 0;
+    v = p->j->nodes[id].num;
+    if (v < lo || v > hi) {
+        bitnet__rc_rd_fail(p, BITNET_ERR_CORRUPT, "field %s%s = %g is outside [%g, %g]", path, key, v, lo, hi);
+        return 0;
+    }
+    return v;
+}
+
+static long long bitnet__rc_rd_int(bitnet__rc_rd *p, int32_t obj, const char *path, const char *key, long long lo, long long hi) {
+    int32_t id = bitnet__rc_rd_get(p, obj, path, key, BITNET__J_NUM);
+    double v;
+    if (id < 0) return 0;
+    v = p->j->nodes[id].num;
+    if (!p->j->nodes[id].is_int) { bitnet__rc_rd_fail(p, BITNET_ERR_BAD_METADATA, "field %s%s is not an integer", path, key); return 0; }
+    if (v < (double)lo || v > (double)hi) {
+        bitnet__rc_rd_fail(p, BITNET_ERR_CORRUPT, "field %s%s = %.0f is outside [%lld, %lld]", path, key, v, lo, hi);
+        return 0;
+    }
+    return (long long)v;
+}
+
+static int bitnet__rc_rd_bool(bitnet__rc_rd *p, int32_t obj, const char *path, const char *key) {
+    int32_t id = bitnet__rc_rd_get(p, obj, path, key, BITNET__J_FALSE);
+    return id >= 0 && p->j->nodes[id].type == BITNET__J_TRUE;
+}
+
+static int bitnet__rc_is_sha256_hex(const char *s) {
+    int i;
+    for (i = 0; i < 64; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f'))) return 0;
+    return s[64] == 0;
+}
+
+/* a within relative tolerance tol of b (or both tiny). */
+static int bitnet__rc_close(double a, double b, double tol) { return fabs(a - b) <= tol * BITNET__MAX(fabs(a), fabs(b)) + 1e-9; }
+
+/* Numbers that must agree with each other, as bitnet_bench produces them. */
+static void bitnet__rc_consistency(bitnet__rc_rd *p, const bitnet_receipt *r) {
+    size_t i, k;
+    if (!bitnet__rc_is_sha256_hex(r->model_sha256)) bitnet__rc_rd_fail(p, BITNET_ERR_CORRUPT, "model.sha256 is not 64 lowercase hex digits");
+    if (strcmp(r->backend, "cpu") != 0 && strcmp(r->backend, "cuda") != 0)
+        bitnet__rc_rd_fail(p, BITNET_ERR_CORRUPT, "backend.used is '%s', not cpu or cuda", r->backend);
+    if (strcmp(r->backend_requested, "auto") != 0 && strcmp(r->backend_requested, r->backend) != 0)
+        bitnet__rc_rd_fail(p, BITNET_ERR_CORRUPT, "backend.requested is '%s' but '%s' ran", r->backend_requested, r->backend);
+    if (!r->git_commit[0] || !r->library_version[0] || !r->model_path[0])
+        bitnet__rc_rd_fail(p, BITNET_ERR_CORRUPT, "library.version, library.git_commit and model.path must not be empty");
+    for (i = 0; i < r->n_results; i++) {
+        const bitnet_bench_result *b = &r->results[i];
+        double runs = (double)b->runs;
+        if (!bitnet__rc_is_sha256_hex(b->tokens_sha256))
+            bitnet__rc_rd_fail(p, BITNET_ERR_CORRUPT, "results[%zu].tokens_sha256 is not 64 lowercase hex digits", i);
+        if (!bitnet__rc_close(b->prompt_tps, b->prompt_tokens * 1e3 / b->prompt_ms, 1e-3))
+            bitnet__rc_rd_fail(p, BITNET_ERR_CORRUPT, "results[%zu]: prompt_tps %g disagrees with %d tokens in %g ms", i,
+                            b->prompt_tps, (int)b->prompt_tokens, b->prompt_ms);
+        if (!bitnet__rc_close(b->gen_tps, b->gen_tokens * 1e3 / b->gen_ms, 1e-3))
+            bitnet__rc_rd_fail(p, BITNET_ERR_CORRUPT, "results[%zu]: gen_tps %g disagrees with %d tokens in %g ms", i,
+                            b->gen_tps, (int)b->gen_tokens, b->gen_ms);
+        if (b->gen_tps_min > b->gen_tps * (1 + 1e-6) + 1e-9 || b->gen_tps > b->gen_tps_max * (1 + 1e-6) + 1e-9)
+            bitnet__rc_rd_fail(p, BITNET_ERR_CORRUPT, "results[%zu]: gen_tps %g is not within [gen_tps_min %g, gen_tps_max %g]",
+                            i, b->gen_tps, b->gen_tps_min, b->gen_tps_max);
+        if (b->prompt_ms + b->gen_ms > b->wall_ms * (1 + 1e-3) + 1e-3)
+            bitnet__rc_rd_fail(p, BITNET_ERR_CORRUPT, "results[%zu]: prompt_ms + gen_ms = %g exceeds wall_ms %g", i,
+                            b->prompt_ms + b->gen_ms, b->wall_ms);
+        if (b->ttft_ms > b->wall_ms * (1 + 1e-6) + 1e-6)
+            bitnet__rc_rd_fail(p, BITNET_ERR_CORRUPT, "results[%zu]: ttft_ms %g exceeds wall_ms %g", i, b->ttft_ms, b->wall_ms);
+        if (b->p50_ms > b->p95_ms || b->p95_ms > b->p99_ms || b->p99_ms > b->wall_ms * runs * (1 + 1e-6) + 1e-6)
+            bitnet__rc_rd_fail(p, BITNET_ERR_CORRUPT, "results[%zu]: latency p50 %g <= p95 %g <= p99 %g <= all runs' wall time fails",
+                            i, b->p50_ms, b->p95_ms, b->p99_ms);
+    }
+    for (i = 0; i < r->n_kernels; i++) {
+        if (!r->kernels[i].name[0]) bitnet__rc_rd_fail(p, BITNET_ERR_CORRUPT, "kernels[%zu] has an empty name", i);
+        for (k = 0; k < i; k++)
+            if (strcmp(r->kernels[k].name, r->kernels[i].name) == 0)
+                bitnet__rc_rd_fail(p, BITNET_ERR_CORRUPT, "kernel '%s' is listed twice", r->kernels[i].name);
+    }
+}
+
+BITNET_API bitnet_result bitnet_receipt_parse(const char *json, size_t len, bitnet_receipt *out) {
+    bitnet__json j;
+    bitnet__rc_rd p;
+    int32_t top, o, arr, it;
+    char path[64];
+    size_t i;
+    BITNET__CHECK_PTR(json);
+    BITNET__CHECK_PTR(out);
+    memset(out, 0, sizeof *out);
+    if (len > BITNET_RECEIPT_MAX_BYTES)
+        return bitnet__err(BITNET_ERR_BAD_SIZE, "receipt: %zu bytes, more than the %u a receipt may have", len,
+                           (unsigned)BITNET_RECEIPT_MAX_BYTES);
+    BITNET__TRY(bitnet__json_parse(&j, json, len));
+    p.j = &j;
+    p.err = BITNET_OK;
+    top = 0;
+    if (j.nodes[0].type != BITNET__J_OBJ) bitnet__rc_rd_fail(&p, BITNET_ERR_BAD_METADATA, "the top level is not an object");
+    bitnet__rc_rd_str(&p, top, "", "schema_version", out->schema_version, sizeof out->schema_version);
+    if (p.err == BITNET_OK && strcmp(out->schema_version, BITNET_RECEIPT_SCHEMA) != 0)
+        bitnet__rc_rd_fail(&p, BITNET_ERR_BAD_VERSION, "schema_version '%s', this build reads '%s'", out->schema_version,
+                        BITNET_RECEIPT_SCHEMA);
+    bitnet__rc_rd_str(&p, top, "", "created_utc", out->created_utc, sizeof out->created_utc);
+    o = bitnet__rc_rd_get(&p, top, "", "library", BITNET__J_OBJ);
+    bitnet__rc_rd_str(&p, o, "library.", "version", out->library_version, sizeof out->library_version);
+    bitnet__rc_rd_str(&p, o, "library.", "git_commit", out->git_commit, sizeof out->git_commit);
+    o = bitnet__rc_rd_get(&p, top, "", "model", BITNET__J_OBJ);
+    bitnet__rc_rd_str(&p, o, "model.", "path", out->model_path, sizeof out->model_path);
+    bitnet__rc_rd_str(&p, o, "model.", "sha256", out->model_sha256, sizeof out->model_sha256);
+    out->model_bytes = (uint64_t)bitnet__rc_rd_int(&p, o, "model.", "bytes", 1, (1ll << 53));
+    o = bitnet__rc_rd_get(&p, o, "model.", "config", BITNET__J_OBJ);
+    bitnet__rc_rd_str(&p, o, "model.config.", "arch", out->model.arch, sizeof out->model.arch);
+    out->model.n_vocab = (int32_t)bitnet__rc_rd_int(&p, o, "model.config.", "n_vocab", 1, INT32_MAX);
+    out->model.dim = (int32_t)bitnet__rc_rd_int(&p, o, "model.config.", "dim", 1, INT32_MAX);
+    out->model.n_layers = (int32_t)bitnet__rc_rd_int(&p, o, "model.config.", "n_layers", 1, INT32_MAX);
+    out->model.n_heads = (int32_t)bitnet__rc_rd_int(&p, o, "model.config.", "n_heads", 1, INT32_MAX);
+    out->model.n_kv_heads = (int32_t)bitnet__rc_rd_int(&p, o, "model.config.", "n_kv_heads", 1, INT32_MAX);
+    out->model.head_dim = (int32_t)bitnet__rc_rd_int(&p, o, "model.config.", "head_dim", 1, INT32_MAX);
+    out->model.ffn_dim = (int32_t)bitnet__rc_rd_int(&p, o, "model.config.", "ffn_dim", 1, INT32_MAX);
+    out->model.n_ctx_train = (int32_t)bitnet__rc_rd_int(&p, o, "model.config.", "n_ctx_train", 1, INT32_MAX);
+    out->model.rope_theta = (float)bitnet__rc_rd_num(&p, o, "model.config.", "rope_theta", 0, FLT_MAX);
+    out->model.norm_eps = (float)bitnet__rc_rd_num(&p, o, "model.config.", "norm_eps", 0, 1);
+    out->model.bos = (int32_t)bitnet__rc_rd_int(&p, o, "model.config.", "bos", -1, INT32_MAX);
+    out->model.eos = (int32_t)bitnet__rc_rd_int(&p, o, "model.config.", "eos", -1, INT32_MAX);
+    out->model.eot = (int32_t)bitnet__rc_rd_int(&p, o, "model.config.", "eot", -1, INT32_MAX);
+    o = bitnet__rc_rd_get(&p, top, "", "backend", BITNET__J_OBJ);
+    bitnet__rc_rd_str(&p, o, "backend.", "requested", out->backend_requested, sizeof out->backend_requested);
+    bitnet__rc_rd_str(&p, o, "backend.", "used", out->backend, sizeof out->backend);
+    bitnet__rc_rd_str(&p, o, "backend.", "reason", out->model.backend_reason, sizeof out->model.backend_reason);
+    out->model.backend = strcmp(out->backend, "cuda") == 0 ? BITNET_BACKEND_CUDA : BITNET_BACKEND_CPU;
+    bitnet__rc_rd_str(&p, top, "", "precision", out->precision, sizeof out->precision);
+    o = bitnet__rc_rd_get(&p, top, "", "host", BITNET__J_OBJ);
+    bitnet__rc_rd_str(&p, o, "host.", "cpu", out->cpu_model, sizeof out->cpu_model);
+    bitnet__rc_rd_str(&p, o, "host.", "isa", out->isa, sizeof out->isa);
+    out->threads = (int32_t)bitnet__rc_rd_int(&p, o, "host.", "threads", 1, 65536);
+    if (p.err == BITNET_OK && (o = bitnet__json_get(&j, top, "gpu")) >= 0 && j.nodes[o].type == BITNET__J_OBJ) {
+        char cc[32], *dot;
+        out->has_gpu = 1;
+        bitnet__rc_rd_str(&p, o, "gpu.", "name", out->gpu_name, sizeof out->gpu_name);
+        bitnet__rc_rd_str(&p, o, "gpu.", "compute_capability", cc, sizeof cc);
+        bitnet__rc_rd_str(&p, o, "gpu.", "arch", out->gpu_arch, sizeof out->gpu_arch);
+        bitnet__rc_rd_str(&p, o, "gpu.", "driver_version", out->gpu_driver_version, sizeof out->gpu_driver_version);
+        bitnet__rc_rd_str(&p, o, "gpu.", "nvrtc_version", out->nvrtc_version, sizeof out->nvrtc_version);
+        /* "9.0": a missing or malformed value leaves 0.0, which the GPU gate rejects */
+        if (p.err == BITNET_OK && (dot = strchr(cc, '.')) != NULL && dot > cc && dot - cc <= 3 && dot[1] &&
+            strspn(cc, "0123456789") == (size_t)(dot - cc) && strspn(dot + 1, "0123456789") == strlen(dot + 1) &&
+            strlen(dot + 1) <= 3) {
+            out->gpu_cc_major = (int32_t)atoi(cc);
+            out->gpu_cc_minor = (int32_t)atoi(dot + 1);
+        }
+    } else if (p.err == BITNET_OK && (o < 0 || j.nodes[o].type != BITNET__J_NULL)) {
+        bitnet__rc_rd_fail(&p, BITNET_ERR_BAD_METADATA, "field gpu is %s", o < 0 ? "missing" : "neither an object nor null");
+    }
+    o = bitnet__rc_rd_get(&p, top, "", "memory", BITNET__J_OBJ);
+    out->peak_host_rss_bytes = (uint64_t)bitnet__rc_rd_int(&p, o, "memory.", "peak_host_rss_bytes", 1, (1ll << 53));
+    out->peak_device_bytes = (uint64_t)bitnet__rc_rd_int(&p, o, "memory.", "peak_device_bytes", 0, (1ll << 53));
+    out->warmup_runs = (int32_t)bitnet__rc_rd_int(&p, top, "", "warmup_runs", 0, 1000000);
+    o = bitnet__rc_rd_get(&p, top, "", "determinism", BITNET__J_OBJ);
+    out->determinism_checked = bitnet__rc_rd_bool(&p, o, "determinism.", "checked");
+    out->seeded_runs_identical = bitnet__rc_rd_bool(&p, o, "determinism.", "seeded_runs_identical");
+
+    arr = bitnet__rc_rd_get(&p, top, "", "results", BITNET__J_ARR);
+    if (arr >= 0 && (j.nodes[arr].count < 1 || j.nodes[arr].count > BITNET_BENCH_MAX_RESULTS))
+        bitnet__rc_rd_fail(&p, BITNET_ERR_CORRUPT, "results holds %d entries, not 1 to %d", (int)j.nodes[arr].count,
+                        BITNET_BENCH_MAX_RESULTS);
+    for (i = 0, it = arr >= 0 ? j.nodes[arr].first : -1; p.err == BITNET_OK && it >= 0; it = j.nodes[it].next, i++) {
+        bitnet_bench_result *b = &out->results[i];
+        int32_t lat;
+        snprintf(path, sizeof path, "results[%zu].", i);
+        if (j.nodes[it].type != BITNET__J_OBJ) { bitnet__rc_rd_fail(&p, BITNET_ERR_BAD_METADATA, "results[%zu] is not an object", i); break; }
+        b->prompt_tokens = (int32_t)bitnet__rc_rd_int(&p, it, path, "prompt_tokens", 1, INT32_MAX);
+        b->gen_tokens = (int32_t)bitnet__rc_rd_int(&p, it, path, "gen_tokens", 1, INT32_MAX);
+        b->runs = (int32_t)bitnet__rc_rd_int(&p, it, path, "runs", 1, 1000000);
+        b->prompt_ms = bitnet__rc_rd_num(&p, it, path, "prompt_ms", 1e-6, 1e12);
+        b->gen_ms = bitnet__rc_rd_num(&p, it, path, "gen_ms", 1e-6, 1e12);
+        b->wall_ms = bitnet__rc_rd_num(&p, it, path, "wall_ms", 1e-6, 1e12);
+        b->ttft_ms = bitnet__rc_rd_num(&p, it, path, "ttft_ms", 1e-6, 1e12);
+        b->prompt_tps = bitnet__rc_rd_num(&p, it, path, "prompt_tps", 1e-6, 1e12);
+        b->gen_tps = bitnet__rc_rd_num(&p, it, path, "gen_tps", 1e-6, 1e12);
+        b->gen_tps_min = bitnet__rc_rd_num(&p, it, path, "gen_tps_min", 1e-6, 1e12);
+        b->gen_tps_max = bitnet__rc_rd_num(&p, it, path, "gen_tps_max", 1e-6, 1e12);
+        lat = bitnet__rc_rd_get(&p, it, path, "latency_ms", BITNET__J_OBJ);
+        snprintf(path, sizeof path, "results[%zu].latency_ms.", i);
+        b->p50_ms = bitnet__rc_rd_num(&p, lat, path, "p50", 0, 1e12);
+        b->p95_ms = bitnet__rc_rd_num(&p, lat, path, "p95", 0, 1e12);
+        b->p99_ms = bitnet__rc_rd_num(&p, lat, path, "p99", 0, 1e12);
+        snprintf(path, sizeof path, "results[%zu].", i);
+        bitnet__rc_rd_str(&p, it, path, "tokens_sha256", b->tokens_sha256, sizeof b->tokens_sha256);
+        b->outputs_identical = bitnet__rc_rd_bool(&p, it, path, "outputs_identical");
+    }
+    out->n_results = i;
+
+    arr = bitnet__rc_rd_get(&p, top, "", "kernels", BITNET__J_ARR);
+    if (arr >= 0 && (j.nodes[arr].count < 1 || j.nodes[arr].count > BITNET_BENCH_MAX_KERNELS))
+        bitnet__rc_rd_fail(&p, BITNET_ERR_CORRUPT, "kernels holds %d entries, not 1 to %d (a receipt names what ran)",
+                        (int)j.nodes[arr].count, BITNET_BENCH_MAX_KERNELS);
+    for (i = 0, it = arr >= 0 ? j.nodes[arr].first : -1; p.err == BITNET_OK && it >= 0; it = j.nodes[it].next, i++) {
+        bitnet_kernel_stat *k = &out->kernels[i];
+        snprintf(path, sizeof path, "kernels[%zu].", i);
+        if (j.nodes[it].type != BITNET__J_OBJ) { bitnet__rc_rd_fail(&p, BITNET_ERR_BAD_METADATA, "kernels[%zu] is not an object", i); break; }
+        bitnet__rc_rd_str(&p, it, path, "name", k->name, sizeof k->name);
+        k->launches = (uint64_t)bitnet__rc_rd_int(&p, it, path, "launches", 1, (1ll << 53));
+        k->seconds = bitnet__rc_rd_num(&p, it, path, "ms", 0, 1e12) * 1e-3;
+    }
+    out->n_kernels = i;
+    if (p.err == BITNET_OK) bitnet__rc_consistency(&p, out);
+    bitnet__json_free(&j);
+    if (p.err != BITNET_OK) memset(out, 0, sizeof *out);
+    return p.err;
+}
+
+/* ---- host facts ------------------------------------------------------------------------------- */
+static void bitnet__rc_cpu_model(char *out, size_t cap) {
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    char line[512];
+    snprintf(out, cap, "unknown");
+    if (!f) return;
+    while (fgets(line, sizeof line, f)) {
+        char *v = strchr(line, ':');
+        size_t l;
+        if (strncmp(line, "model name", 10) != 0 || !v) continue;
+        for (v++; *v == ' ' || *v == '\t'; v++) {}
+        l = strcspn(v, "\r\n");
+        if (l) snprintf(out, cap, "%.*s", (int)l, v);
+        break;
+    }
+    fclose(f);
+}
+
+/* Peak resident set since the last reset (Linux: VmHWM, reset through clear_refs), else since the
+   process started (getrusage). */
+static void bitnet__rc_peak_rss_reset(void) {
+#if defined(__linux__)
+    FILE *f = fopen("/proc/self/clear_refs", "w");
+    if (f) { fputs("5", f); fclose(f); }
+#endif
+}
+static uint64_t bitnet__rc_peak_rss(void) {
+    uint64_t kb = 0;
+#if defined(__linux__)
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    if (f) {
+        while (fgets(line, sizeof line, f))
+            if (strncmp(line, "VmHWM:", 6) == 0) { kb = strtoull(line + 6, NULL, 10); break; }
+        fclose(f);
+    }
+#endif
+#if !defined(_WIN32)
+    if (!kb) {
+        struct rusage ru;
+        if (getrusage(RUSAGE_SELF, &ru) == 0) kb = (uint64_t)ru.ru_maxrss;
+#if defined(__APPLE__)
+        kb /= 1024; /* bytes there */
+#endif
+    }
+#endif
+    return kb * 1024;
+}
+
+static const char *bitnet__rc_backend_name(bitnet_backend b) {
+    static const char *names[] = {"auto", "cpu", "cuda"};
+    return ((unsigned)b < 3) ? names[b] : "unknown";
+}
+
+/* The device block and peak device memory come from the GPU runtime: this is the one place that
+   asks it. Until the runtime reports them, a receipt carries no device block, and a CUDA receipt
+   fails --require-gpu-kernels, as it should when nothing vouches for the device. */
+static void bitnet__receipt_gpu(const bitnet_model *m, bitnet_receipt *r) {
+    r->has_gpu = 0;
+    r->peak_device_bytes = 0;
+#if defined(BITNET__GPU_FORWARD)
+    {
+        int dev = -1, ver = 0;
+        uint64_t peak = 0;
+        bitnet_gpu_device_info di;
+        bitnet_gpu_backends b;
+        if (!bitnet__gpu_model_usage(m, &dev, &peak) || bitnet_gpu_device_info_get(dev, &di) != BITNET_OK) return;
+        r->has_gpu = 1;
+        r->peak_device_bytes = peak;
+        snprintf(r->gpu_name, sizeof r->gpu_name, "%.127s", di.name);
+        r->gpu_cc_major = di.cc_major;
+        r->gpu_cc_minor = di.cc_minor;
+        snprintf(r->gpu_arch, sizeof r->gpu_arch, "%.15s", di.jit_target);
+        if (bitnet_gpu_backends_get(&b) == BITNET_OK) ver = b.cuda_driver_version;
+        snprintf(r->gpu_driver_version, sizeof r->gpu_driver_version, "%d.%d", ver / 1000, ver % 1000 / 10);
+        ver = b.nvrtc_version;
+        snprintf(r->nvrtc_version, sizeof r->nvrtc_version, "%d.%d", ver / 1000, ver % 1000 / 10);
+    }
+#else
+    (void)m;
+#endif
+}
+
+/* What the weights are stored as, read from the file ("I2_S"), for the precision field. */
+static void bitnet__receipt_precision(const char *path, bitnet_receipt *r) {
+    bitnet_gguf *g = NULL;
+    bitnet_tensor_info ti;
+    char type[24];
+    snprintf(type, sizeof type, "unknown");
+    if (bitnet_gguf_open(path, &g) == BITNET_OK) {
+        if (bitnet_gguf_find_tensor(g, "blk.0.attn_q.weight", &ti) == BITNET_OK) {
+            switch (ti.type) {
+            case BITNET_TENSOR_F32: snprintf(type, sizeof type, "F32"); break;
+            case BITNET_TENSOR_F16: snprintf(type, sizeof type, "F16"); break;
+            case BITNET_TENSOR_BF16: snprintf(type, sizeof type, "BF16"); break;
+            case BITNET_TENSOR_Q8_0: snprintf(type, sizeof type, "Q8_0"); break;
+            case BITNET_TENSOR_I2_S: snprintf(type, sizeof type, "I2_S"); break;
+            default: snprintf(type, sizeof type, "type %d", (int)ti.type);
+            }
+        }
+        bitnet_gguf_close(g);
+    }
+    bitnet_clear_error();
+    /* BitNet b1.58 is W1.58A8 by definition: ternary weights, int8 activations */
+    snprintf(r->precision, sizeof r->precision, "W1.58A8 (ternary weights stored as %s, int8 activations)", type);
+}
+
+static void bitnet__rc_utc_now(char *buf, size_t cap) {
+    time_t t = time(NULL);
+    struct tm tm;
+#if defined(_WIN32)
+    gmtime_s(&tm, &t);
+#else
+    gmtime_r(&t, &tm);
+#endif
+    strftime(buf, cap, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+/* ---- the benchmark ---------------------------------------------------------------------------- */
+/* The fixed prompt: the ids of this text, repeated and cut to length (BOS first when the model has
+   one). A model without a tokenizer gets ids 3, 4, 5, ... instead. */
+static const char bitnet__bench_text[] =
+    "The quick brown fox jumps over the lazy dog. A ternary network stores each weight as -1, 0 or +1, "
+    "so a matrix-vector product needs only additions and subtractions, and the whole model fits in a "
+    "fraction of the memory a half-precision one needs. Benchmarks report what ran, on which device, "
+    "and how long each token took, so that nobody has to take a speed claim on trust.";
+
+typedef struct bitnet__bench_clock {
+    double t0, last, ttft;
+    double *lat;                 /* per-token decode latencies, seconds */
+    size_t n_lat, cap_lat;
+    int32_t seen;
+} bitnet__bench_clock;
+
+static int bitnet__bench_on_token(int32_t token, const char *piece, size_t len, void *user) {
+    bitnet__bench_clock *c = (bitnet__bench_clock *)user;
+    double now = bitnet__now();
+    (void)token; (void)piece; (void)len;
+    if (c->seen++ == 0) c->ttft = now - c->t0;
+    else if (c->n_lat < c->cap_lat) c->lat[c->n_lat++] = now - c->last;
+    c->last = now;
+    return 0;
+}
+
+/* prompt[0..n) = BOS (when the model has one), then the fixed ids over and over. */
+static void bitnet__bench_prompt(int32_t *prompt, int32_t n, const int32_t *base, size_t n_base, int32_t bos) {
+    int32_t k, skip = bos >= 0;
+    for (k = 0; k < n; k++) prompt[k] = (k == 0 && skip) ? bos : base[(size_t)(k - skip) % n_base];
+}
+
+static int bitnet__rc_cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+/* Nearest-rank percentile of sorted values. */
+static double bitnet__rc_percentile(const double *v, size_t n, double pct) {
+    size_t rank;
+    if (!n) return 0;
+    rank = (size_t)ceil(pct / 100.0 * (double)n);
+    return v[rank ? rank - 1 : 0];
+}
+
+static void bitnet__tokens_sha256(const int32_t *t, size_t n, char hex[65]) {
+    bitnet__sha256 s;
+    uint8_t d[32], le[4];
+    size_t i;
+    bitnet__sha256_init(&s);
+    for (i = 0; i < n; i++) {
+        uint32_t u = (uint32_t)t[i];
+        le[0] = (uint8_t)u; le[1] = (uint8_t)(u >> 8); le[2] = (uint8_t)(u >> 16); le[3] = (uint8_t)(u >> 24);
+        bitnet__sha256_update(&s, le, 4);
+    }
+    bitnet__sha256_final(&s, d);
+    bitnet__sha256_hex(d, 32, hex);
+}
+
+/* One bitnet_generate call on a fresh sequence: exactly n_gen tokens, no stop tokens. */
+static bitnet_result bitnet__bench_generate(bitnet_session *s, const int32_t *prompt, size_t n_prompt, int32_t n_gen,
+                                            const bitnet_sampler_params *sp, bitnet__bench_clock *c, int32_t *out,
+                                            bitnet_generate_stats *st, double *wall) {
+    bitnet_generate_params gp;
+    static const int32_t no_stop[1] = {-1};
+    double t0;
+    memset(&gp, 0, sizeof gp);
+    gp.sampler = *sp;
+    gp.max_tokens = n_gen;
+    gp.stop_tokens = no_stop; /* non-NULL with n_stop 0: no stop tokens */
+    gp.n_stop = 0;
+    gp.on_token = bitnet__bench_on_token;
+    gp.user = c;
+    bitnet_session_reset(s);
+    c->seen = 0;
+    bitnet__nvtx_push("bitnet bench run");
+    c->t0 = c->last = t0 = bitnet__now();
+    {
+        bitnet_result r = bitnet_generate(s, prompt, n_prompt, &gp, out, (size_t)n_gen, st);
+        *wall = bitnet__now() - t0;
+        bitnet__nvtx_pop();
+        if (r != BITNET_OK) return r;
+    }
+    if (st->n_generated != (size_t)n_gen || st->n_prompt != n_prompt || c->seen != n_gen)
+        return bitnet__err(BITNET_ERR_INVALID_STATE, "bitnet_bench: generation gave %zu of %d tokens (prompt %zu)",
+                           st->n_generated, (int)n_gen, n_prompt);
+    return BITNET_OK;
+}
+
+BITNET_API bitnet_result bitnet_bench(bitnet_model *m, const bitnet_bench_params *p, bitnet_receipt *out) {
+    bitnet_bench_params d;
+    const bitnet_tokenizer *tok;
+    bitnet_session *s = NULL;
+    bitnet_session_desc sd;
+    bitnet_sampler_params greedy;
+    bitnet__bench_clock clk;
+    int32_t *base = NULL, *prompt = NULL, *toks = NULL, *first = NULL, max_len = 0;
+    size_t n_base = 0, i, n_lens, total_runs, done = 0;
+    bitnet_result r = BITNET_OK;
+    int run;
+    BITNET__CHECK_PTR(m);
+    BITNET__CHECK_PTR(p);
+    BITNET__CHECK_PTR(out);
+    if (!p->model_path) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_bench: model_path is NULL (the receipt hashes the file)");
+    d = *p;
+    if (!d.n_prompt_lens) { d.n_prompt_lens = 1; d.prompt_lens[0] = 64; }
+    if (!d.gen_tokens) d.gen_tokens = 128;
+    if (!d.runs) d.runs = 5;
+    d.warmup = d.warmup == 0 ? 1 : (d.warmup < 0 ? 0 : d.warmup);
+    n_lens = d.n_prompt_lens;
+    if (n_lens > BITNET_BENCH_MAX_RESULTS)
+        return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_bench: %zu prompt lengths, at most %d", n_lens, BITNET_BENCH_MAX_RESULTS);
+    if (d.gen_tokens < 1 || d.runs < 1 || d.runs > 100000 || d.warmup > 1000)
+        return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_bench: gen_tokens %d, runs %d, warmup %d", (int)d.gen_tokens,
+                           (int)d.runs, (int)d.warmup);
+    for (i = 0; i < n_lens; i++) {
+        if (d.prompt_lens[i] < 1) return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_bench: prompt length %d", (int)d.prompt_lens[i]);
+        max_len = BITNET__MAX(max_len, d.prompt_lens[i]);
+    }
+    if (d.tokens_out && d.tokens_cap < n_lens * (size_t)d.gen_tokens)
+        return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_bench: tokens_out holds %zu, needs %zu", d.tokens_cap,
+                           n_lens * (size_t)d.gen_tokens);
+    if ((int64_t)max_len + d.gen_tokens > INT32_MAX) return bitnet__err(BITNET_ERR_OVERFLOW, "bitnet_bench: lengths overflow");
+
+    memset(out, 0, sizeof *out);
+    snprintf(out->schema_version, sizeof out->schema_version, "%s", BITNET_RECEIPT_SCHEMA);
+    bitnet__rc_utc_now(out->created_utc, sizeof out->created_utc);
+    snprintf(out->library_version, sizeof out->library_version, "%s", BITNET_VERSION_STRING);
+#ifdef BITNET_GIT_COMMIT
+    snprintf(out->git_commit, sizeof out->git_commit, "%s", BITNET_GIT_COMMIT);
+#else
+    snprintf(out->git_commit, sizeof out->git_commit, "unknown");
+#endif
+    if (strlen(p->model_path) >= sizeof out->model_path)
+        return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_bench: model path longer than %zu bytes", sizeof out->model_path - 1);
+    snprintf(out->model_path, sizeof out->model_path, "%s", p->model_path);
+    BITNET__TRY(bitnet_model_get_info(m, &out->model));
+    BITNET__TRY(bitnet_sha256_file(p->model_path, out->model_sha256, &out->model_bytes));
+    snprintf(out->backend_requested, sizeof out->backend_requested, "%s", bitnet__rc_backend_name(d.requested));
+    snprintf(out->backend, sizeof out->backend, "%s", bitnet__rc_backend_name(out->model.backend));
+    bitnet__receipt_precision(p->model_path, out);
+    bitnet__rc_cpu_model(out->cpu_model, sizeof out->cpu_model);
+    snprintf(out->isa, sizeof out->isa, "%s", bitnet_isa_name(bitnet_cpu_isa()));
+    out->threads = bitnet_num_threads();
+    out->warmup_runs = d.warmup;
+
+    /* the fixed prompt's ids (byte-level BPE gives at most one id per byte) */
+    tok = bitnet_model_tokenizer(m);
+    n_base = sizeof bitnet__bench_text;
+    base = (int32_t *)bitnet__calloc(n_base, sizeof *base);
+    prompt = (int32_t *)bitnet__calloc((size_t)max_len, sizeof *prompt);
+    toks = (int32_t *)bitnet__calloc((size_t)d.gen_tokens, sizeof *toks);
+    first = (int32_t *)bitnet__calloc((size_t)d.gen_tokens, sizeof *first);
+    memset(&clk, 0, sizeof clk);
+    clk.cap_lat = (size_t)d.runs * (size_t)d.gen_tokens;
+    clk.lat = (double *)bitnet__calloc(clk.cap_lat, sizeof *clk.lat);
+    if (!base || !prompt || !toks || !first || !clk.lat) { r = BITNET_ERR_OUT_OF_MEMORY; goto done; }
+    if (tok) {
+        if ((r = bitnet_tokenize(tok, bitnet__bench_text, sizeof bitnet__bench_text - 1, 0, 0, base, n_base, &n_base)) != BITNET_OK)
+            goto done;
+        if (!n_base) { r = bitnet__err(BITNET_ERR_INVALID_STATE, "bitnet_bench: the fixed prompt tokenizes to nothing"); goto done; }
+    } else {
+        n_base = 64;
+        for (i = 0; i < n_base; i++) base[i] = (int32_t)(3 + i % (size_t)BITNET__MAX(out->model.n_vocab - 3, 1));
+    }
+
+    if ((int64_t)max_len + d.gen_tokens > out->model.n_ctx_train) {
+        r = bitnet__err(BITNET_ERR_CONTEXT_FULL, "bitnet_bench: prompt %d + %d generated tokens exceed the model's context of %d",
+                        (int)max_len, (int)d.gen_tokens, (int)out->model.n_ctx_train);
+        goto done;
+    }
+    memset(&sd, 0, sizeof sd);
+    sd.n_ctx = max_len + d.gen_tokens;
+    if ((r = bitnet_session_create(m, &sd, &s)) != BITNET_OK) goto done;
+    memset(&greedy, 0, sizeof greedy);
+    total_runs = (size_t)d.warmup + n_lens * (size_t)d.runs + (d.check_determinism ? 2 : 0);
+
+    /* warm-up: the first length, a few tokens: pages the weights in, JIT-compiles, fills caches */
+    for (run = 0; run < d.warmup; run++) {
+        bitnet_generate_stats st;
+        double wall;
+        int32_t n = d.prompt_lens[0];
+        bitnet__bench_prompt(prompt, n, base, n_base, out->model.bos);
+        clk.n_lat = 0;
+        if ((r = bitnet__bench_generate(s, prompt, (size_t)n, BITNET__MIN(d.gen_tokens, 8), &greedy, &clk, toks, &st, &wall)) != BITNET_OK)
+            goto done;
+        if (d.progress) d.progress((float)++done / (float)total_runs, d.progress_user);
+    }
+
+    bitnet_kernel_stats_reset();
+    bitnet__rc_peak_rss_reset();
+    for (i = 0; i < n_lens; i++) {
+        bitnet_bench_result *b = &out->results[i];
+        int32_t n = d.prompt_lens[i];
+        double sum_prompt = 0, sum_gen = 0, sum_wall = 0, sum_ttft = 0;
+        bitnet__bench_prompt(prompt, n, base, n_base, out->model.bos);
+        b->prompt_tokens = n;
+        b->gen_tokens = d.gen_tokens;
+        b->runs = d.runs;
+        b->outputs_identical = 1;
+        clk.n_lat = 0;
+        for (run = 0; run < d.runs; run++) {
+            bitnet_generate_stats st;
+            double wall, tps;
+            if ((r = bitnet__bench_generate(s, prompt, (size_t)n, d.gen_tokens, &greedy, &clk, toks, &st, &wall)) != BITNET_OK)
+                goto done;
+            sum_prompt += st.prompt_seconds;
+            sum_gen += st.gen_seconds;
+            sum_wall += wall;
+            sum_ttft += clk.ttft;
+            tps = st.gen_seconds > 0 ? (double)d.gen_tokens / st.gen_seconds : 0;
+            if (run == 0 || tps < b->gen_tps_min) b->gen_tps_min = tps;
+            if (run == 0 || tps > b->gen_tps_max) b->gen_tps_max = tps;
+            if (run == 0) memcpy(first, toks, (size_t)d.gen_tokens * sizeof *toks);
+            else if (memcmp(first, toks, (size_t)d.gen_tokens * sizeof *toks) != 0) b->outputs_identical = 0;
+            if (d.progress) d.progress((float)++done / (float)total_runs, d.progress_user);
+        }
+        if (!(sum_prompt > 0) || !(sum_gen > 0)) {
+            r = bitnet__err(BITNET_ERR_INVALID_STATE, "bitnet_bench: the clock did not advance");
+            goto done;
+        }
+        b->prompt_ms = sum_prompt * 1e3 / d.runs;
+        b->gen_ms = sum_gen * 1e3 / d.runs;
+        b->wall_ms = sum_wall * 1e3 / d.runs;
+        b->ttft_ms = sum_ttft * 1e3 / d.runs;
+        b->prompt_tps = (double)n * d.runs / sum_prompt;
+        b->gen_tps = (double)d.gen_tokens * d.runs / sum_gen;
+        qsort(clk.lat, clk.n_lat, sizeof *clk.lat, bitnet__rc_cmp_double);
+        b->p50_ms = bitnet__rc_percentile(clk.lat, clk.n_lat, 50) * 1e3;
+        b->p95_ms = bitnet__rc_percentile(clk.lat, clk.n_lat, 95) * 1e3;
+        b->p99_ms = bitnet__rc_percentile(clk.lat, clk.n_lat, 99) * 1e3;
+        bitnet__tokens_sha256(first, (size_t)d.gen_tokens, b->tokens_sha256);
+        if (d.tokens_out) memcpy(d.tokens_out + i * (size_t)d.gen_tokens, first, (size_t)d.gen_tokens * sizeof *first);
+        out->n_results = i + 1;
+    }
+    out->peak_host_rss_bytes = bitnet__rc_peak_rss();
+    bitnet__receipt_gpu(m, out);
+    if ((r = bitnet_kernel_stats(out->kernels, BITNET_BENCH_MAX_KERNELS, &out->n_kernels)) != BITNET_OK) goto done;
+
+    /* two sampled runs with one seed must agree token for token */
+    if (d.check_determinism) {
+        bitnet_sampler_params sp;
+        int32_t n = d.prompt_lens[0];
+        memset(&sp, 0, sizeof sp);
+        sp.temperature = 0.8f;
+        sp.top_k = 40;
+        sp.top_p = 0.95f;
+        sp.seed = 1234;
+        bitnet__bench_prompt(prompt, n, base, n_base, out->model.bos);
+        out->determinism_checked = 1;
+        for (run = 0; run < 2; run++) {
+            bitnet_generate_stats st;
+            double wall;
+            clk.n_lat = 0;
+            if ((r = bitnet__bench_generate(s, prompt, (size_t)n, d.gen_tokens, &sp, &clk, run ? toks : first, &st, &wall)) != BITNET_OK)
+                goto done;
+            if (d.progress) d.progress((float)++done / (float)total_runs, d.progress_user);
+        }
+        out->seeded_runs_identical = memcmp(first, toks, (size_t)d.gen_tokens * sizeof *toks) == 0;
+    }
+done:
+    bitnet_session_free(s);
+    bitnet__free(base);
+    bitnet__free(prompt);
+    bitnet__free(toks);
+    bitnet__free(first);
+    bitnet__free(clk.lat);
+    if (r != BITNET_OK) out->n_results = 0;
+    return r;
+}
+
+/* ---- gates ------------------------------------------------------------------------------------- */
+typedef struct bitnet__rc_report {
+    char *buf;
+    size_t cap, len;
+    int n;
+} bitnet__rc_report;
+
+static BITNET__PRINTF(2, 3) void bitnet__rc_breach(bitnet__rc_report *rep, const char *fmt, ...) {
+    va_list ap;
+    rep->n++;
+    if (!rep->buf || rep->len + 1 >= rep->cap) return;
+    va_start(ap, fmt);
+    vsnprintf(rep->buf + rep->len, rep->cap - rep->len, fmt, ap);
+    va_end(ap);
+    rep->len += strlen(rep->buf + rep->len);
+    if (rep->len + 1 < rep->cap) { rep->buf[rep->len++] = '\n'; rep->buf[rep->len] = 0; }
+}
+
+BITNET_API bitnet_result bitnet_receipt_check(const bitnet_receipt *r, const bitnet_receipt_gates *g,
+                                              char *report, size_t cap, int *n_breaches) {
+    bitnet__rc_report rep;
+    size_t i;
+    BITNET__CHECK_PTR(r);
+    BITNET__CHECK_PTR(g);
+    BITNET__CHECK_PTR(n_breaches);
+    if (!(g->min_tps >= 0) || !(g->max_p95_ms >= 0) || !(g->max_wall_ms >= 0))
+        return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_receipt_check: gate values must be >= 0 (0 = off)");
+    if (r->n_results > BITNET_BENCH_MAX_RESULTS || r->n_kernels > BITNET_BENCH_MAX_KERNELS)
+        return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_receipt_check: %zu results, %zu kernels", r->n_results, r->n_kernels);
+    rep.buf = cap ? report : NULL;
+    rep.cap = cap;
+    rep.len = 0;
+    rep.n = 0;
+    if (rep.buf) rep.buf[0] = 0;
+    if (g->require_gpu_kernels) {
+        uint64_t gpu_launches = 0;
+        int arch = 0;
+        if (strcmp(r->backend, "cuda") != 0)
+            bitnet__rc_breach(&rep, "require-gpu-kernels: the backend that ran is '%s', not cuda", r->backend);
+        if (!r->has_gpu) bitnet__rc_breach(&rep, "require-gpu-kernels: no device block (gpu is null)");
+        else {
+            if (!r->gpu_name[0]) bitnet__rc_breach(&rep, "require-gpu-kernels: the device block has no GPU name");
+            if (r->gpu_cc_major < 1) bitnet__rc_breach(&rep, "require-gpu-kernels: the device block has no compute capability");
+            /* sm_XY: a cubin; compute_XY: PTX the driver compiles for the device */
+            const char *num = strncmp(r->gpu_arch, "sm_", 3) == 0 ? r->gpu_arch + 3
+                              : strncmp(r->gpu_arch, "compute_", 8) == 0 ? r->gpu_arch + 8 : NULL;
+            if (!num || !*num || strlen(num) > 4 || strspn(num, "0123456789") != strlen(num))
+                bitnet__rc_breach(&rep, "require-gpu-kernels: the device block's arch '%s' is not sm_<number> or compute_<number>",
+                                  r->gpu_arch);
+            else if ((arch = atoi(num)) > r->gpu_cc_major * 10 + r->gpu_cc_minor && r->gpu_cc_major >= 1)
+                bitnet__rc_breach(&rep, "require-gpu-kernels: arch %s is newer than the device's compute capability %d.%d",
+                               r->gpu_arch, (int)r->gpu_cc_major, (int)r->gpu_cc_minor);
+        }
+        for (i = 0; i < r->n_kernels; i++) {
+            if (strncmp(r->kernels[i].name, BITNET_GPU_KERNEL_PREFIX, strlen(BITNET_GPU_KERNEL_PREFIX)) == 0)
+                gpu_launches += r->kernels[i].launches;
+            else if (strncmp(r->kernels[i].name, "cpu_gemm", 8) == 0 && r->kernels[i].launches && strcmp(r->backend, "cuda") == 0)
+                bitnet__rc_breach(&rep, "require-gpu-kernels: CPU matrix kernel %s ran %llu times: part of the model ran on the CPU",
+                               r->kernels[i].name, (unsigned long long)r->kernels[i].launches);
+        }
+        if (!gpu_launches)
+            bitnet__rc_breach(&rep, "require-gpu-kernels: no kernel named " BITNET_GPU_KERNEL_PREFIX "* was launched");
+    }
+    for (i = 0; i < r->n_results; i++) {
+        const bitnet_bench_result *b = &r->results[i];
+        if (g->min_tps > 0 && b->gen_tps < g->min_tps)
+            bitnet__rc_breach(&rep, "min-tps: generation %.2f tokens/s < %.2f (prompt %d, %d generated)", b->gen_tps, g->min_tps,
+                           (int)b->prompt_tokens, (int)b->gen_tokens);
+        if (g->max_p95_ms > 0 && b->p95_ms > g->max_p95_ms)
+            bitnet__rc_breach(&rep, "max-p95-ms: per-token latency p95 %.3f ms > %.3f (prompt %d)", b->p95_ms, g->max_p95_ms,
+                           (int)b->prompt_tokens);
+        if (g->max_wall_ms > 0 && b->wall_ms > g->max_wall_ms)
+            bitnet__rc_breach(&rep, "max-wall-ms: wall time %.3f ms > %.3f (prompt %d, %d generated)", b->wall_ms, g->max_wall_ms,
+                           (int)b->prompt_tokens, (int)b->gen_tokens);
+    }
+    *n_breaches = rep.n;
     return BITNET_OK;
 }
 
