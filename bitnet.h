@@ -6407,24 +6407,26 @@ BITNET__AVX512_FN static void bitnet__attn_avx512(const float *q, size_t stride,
 }
 #endif
 
-typedef struct bitnet__at { bitnet_session *s; int l, m; bitnet__attn_fn fn; } bitnet__at;
+typedef struct bitnet__at { bitnet_session *s; int l, t0, m; bitnet__attn_fn fn; } bitnet__at;
 static void bitnet__attn_task(void *arg, int ith, int nth) {
     const bitnet__at *c = (const bitnet__at *)arg;
     const bitnet_model *md = c->s->m;
     int nkv = md->info.n_kv_heads, g = md->info.n_heads / nkv, hd = md->info.head_dim, u;
-    int nblk = (c->m + BITNET__ATTN_ROWS - 1) / BITNET__ATTN_ROWS, n = nblk * nkv;
+    int nblk = (c->m - c->t0 + BITNET__ATTN_ROWS - 1) / BITNET__ATTN_ROWS, n = nblk * nkv;
     float scale = 1.0f / sqrtf((float)hd);
     for (u = ith; u < n; u += nth) { /* interleaved: causal rows differ in cost */
-        int t = u / nkv * BITNET__ATTN_ROWS, kvh = u % nkv, nt = BITNET__MIN(BITNET__ATTN_ROWS, c->m - t);
+        int t = c->t0 + u / nkv * BITNET__ATTN_ROWS, kvh = u % nkv, nt = BITNET__MIN(BITNET__ATTN_ROWS, c->m - t);
         size_t base = ((size_t)c->l * nkv + kvh) * (size_t)c->s->n_kv * hd, at = (size_t)t * md->q_dim + (size_t)kvh * g * hd;
         c->fn(c->s->q + at, (size_t)md->q_dim, nt, g, c->s->k_cache + base, c->s->v_cache + base, c->s->pos + t + 1, hd,
               scale, c->s->xb + at);
     }
 }
-static void bitnet__cpu_attention(bitnet_session *s, int l, int m) {
+/* rows t0 .. m-1 (the caller skips rows whose output nothing reads) */
+static void bitnet__cpu_attention(bitnet_session *s, int l, int t0, int m) {
     bitnet__at c;
     c.s = s;
     c.l = l;
+    c.t0 = t0;
     c.m = m;
     c.fn = bitnet__attn_ref;
 #if defined(BITNET__X86_SIMD)
@@ -6470,13 +6472,16 @@ static bitnet_result bitnet__cpu_head(bitnet_session *s, const float *x, int m, 
 
 /* The forward pass of m <= n_batch tokens at positions pos .. pos+m-1 (the caller checked the
    tokens and the room in the context). logits: NULL (no head), the last row's [n_vocab], or all
-   rows [m][n_vocab] when all is set. */
+   rows [m][n_vocab] when all is set. The last layer computes past its KV cache only the rows whose
+   output is read: none without logits, the last one for the last row's logits. */
 static bitnet_result bitnet__cpu_forward(bitnet_session *s, const int32_t *tokens, int m, float *logits, int all) {
     const bitnet_model *md = s->m;
     int l, dim = md->info.dim, qd = md->q_dim, kvd = md->kv_dim, ff = md->info.ffn_dim;
     bitnet__cpu_embed(s, tokens, m);                                            /* x  [m][dim] */
     for (l = 0; l < md->info.n_layers; l++) {
         const bitnet__layer *L = &md->layers[l];
+        int r0 = l < md->info.n_layers - 1 || (logits && all) ? 0 : (logits ? m - 1 : m), n = m - r0;
+        float *x = s->x + (size_t)r0 * dim, *xb = s->xb + (size_t)r0 * dim;
         /* attention block */
         bitnet__cpu_norm_quant(s, s->x, L->attn_norm, m, dim);                  /* aq [m][dim] */
         BITNET__TRY(bitnet__cpu_linear(s, L->wq, qd, dim, m, s->q));            /* q  [m][q_dim] */
@@ -6484,16 +6489,17 @@ static bitnet_result bitnet__cpu_forward(bitnet_session *s, const int32_t *token
         BITNET__TRY(bitnet__cpu_linear(s, L->wv, kvd, dim, m, s->v));           /* v  [m][kv_dim] */
         bitnet__cpu_rope(s, m);
         bitnet__cpu_kv_store(s, l, m);
-        bitnet__cpu_attention(s, l, m);                                         /* xb [m][q_dim] */
-        bitnet__cpu_norm_quant(s, s->xb, L->attn_sub_norm, m, qd);              /* aq [m][q_dim] */
-        BITNET__TRY(bitnet__cpu_linear(s, L->wo, dim, qd, m, s->xb));           /* xb [m][dim] */
+        if (n == 0) break; /* from here on, rows r0 .. m-1 only */
+        bitnet__cpu_attention(s, l, r0, m);                                     /* xb [n][q_dim] */
+        bitnet__cpu_norm_quant(s, s->xb + (size_t)r0 * qd, L->attn_sub_norm, n, qd); /* aq [n][q_dim] */
+        BITNET__TRY(bitnet__cpu_linear(s, L->wo, dim, qd, n, xb));              /* xb [n][dim] */
         /* feed-forward block */
-        bitnet__cpu_add_norm_quant(s, s->x, s->xb, L->ffn_norm, m, dim);        /* x += xb; aq [m][dim] */
-        BITNET__TRY(bitnet__cpu_linear(s, L->w_gate, ff, dim, m, s->hg));       /* hg [m][ffn_dim] */
-        BITNET__TRY(bitnet__cpu_linear(s, L->w_up, ff, dim, m, s->hu));         /* hu [m][ffn_dim] */
-        bitnet__cpu_relu2_norm_quant(s, s->hg, s->hu, L->ffn_sub_norm, m, ff);  /* hg = relu(hg)^2 hu; aq [m][ffn_dim] */
-        BITNET__TRY(bitnet__cpu_linear(s, L->w_down, dim, ff, m, s->xb));       /* xb [m][dim] */
-        bitnet__cpu_add(s->x, s->xb, m, dim);
+        bitnet__cpu_add_norm_quant(s, x, xb, L->ffn_norm, n, dim);              /* x += xb; aq [n][dim] */
+        BITNET__TRY(bitnet__cpu_linear(s, L->w_gate, ff, dim, n, s->hg));       /* hg [n][ffn_dim] */
+        BITNET__TRY(bitnet__cpu_linear(s, L->w_up, ff, dim, n, s->hu));         /* hu [n][ffn_dim] */
+        bitnet__cpu_relu2_norm_quant(s, s->hg, s->hu, L->ffn_sub_norm, n, ff);  /* hg = relu(hg)^2 hu; aq [n][ffn_dim] */
+        BITNET__TRY(bitnet__cpu_linear(s, L->w_down, dim, ff, n, xb));          /* xb [n][dim] */
+        bitnet__cpu_add(x, xb, n, dim);                                         /* x += xb */
     }
     if (!logits) return BITNET_OK;
     if (all) return bitnet__cpu_head(s, s->x, m, logits);                       /* [m][n_vocab] */
