@@ -271,13 +271,16 @@ static void forward_vs_reference(int n_vocab, int dim, int n_layers, int n_heads
     tm_free(&t);
 }
 
-/* shapes: GQA groups of 2 and 4, multi-head without grouping, head_dim 32, 64 and 128 (the
-   2B-4T head, which has its own SIMD path), more keys than one 16-key tile */
+/* shapes: GQA groups of 1, 2, 4 and 6, head_dim 32, 64 and 128 (the 2B-4T head, which has its
+   own SIMD path, four heads at a time), more keys than one 16-key tile, positions in blocks of four
+   with a partial last block */
 static void test_forward_matches_reference(void) {
     forward_vs_reference(96, 128, 2, 4, 2, 256, 21);
     forward_vs_reference(64, 256, 1, 2, 1, 256, 37);
     forward_vs_reference(64, 256, 1, 4, 1, 128, 18);
     forward_vs_reference(64, 128, 1, 2, 2, 128, 9);
+    forward_vs_reference(48, 512, 1, 4, 1, 128, 20); /* head_dim 128, a group of 4 */
+    forward_vs_reference(48, 768, 1, 6, 1, 128, 17); /* head_dim 128, a group of 6 (4 + a partial 4) */
 }
 
 static void test_q8_head(void) {
