@@ -10622,6 +10622,7 @@ BITNET_API bitnet_result bitnet_generate(bitnet_session *s, const int32_t *promp
     size_t n_stop, i;
     uint64_t rng;
     double t0;
+    int gpu_greedy = 0;
     BITNET__CHECK_PTR(s);
     if (n_prompt && !prompt) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_generate: prompt is NULL");
     if (out && cap == 0) return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_generate: out has no room (cap 0)");
@@ -10641,6 +10642,11 @@ BITNET_API bitnet_result bitnet_generate(bitnet_session *s, const int32_t *promp
         stop = stop_default;
     }
     rng = bitnet_rng_seed(d.sampler.seed ? d.sampler.seed : bitnet__default_seed());
+#if defined(BITNET__GPU_FORWARD)
+    /* greedy on the GPU: the head kernel leaves the argmax on the device, so no logits move */
+    gpu_greedy = s->m->info.backend == BITNET_BACKEND_CUDA && (d.sampler.temperature == 0 || d.sampler.top_k == 1) &&
+                 !(d.sampler.repeat_penalty > 0 && d.sampler.repeat_penalty != 1);
+#endif
     t0 = bitnet__now();
     if (n_prompt) BITNET__TRY(bitnet__eval(s, prompt, n_prompt, s->logits, 0));
     st.n_prompt = n_prompt;
@@ -10651,7 +10657,12 @@ BITNET_API bitnet_result bitnet_generate(bitnet_session *s, const int32_t *promp
         const char *piece = NULL;
         size_t len = 0;
         int is_stop = 0;
-        bitnet_result r = bitnet_sample(s->logits, s->m->info.n_vocab, &d.sampler, s->tokens, (size_t)s->pos, &rng, &tok);
+        bitnet_result r;
+#if defined(BITNET__GPU_FORWARD)
+        if (gpu_greedy) r = bitnet__gpu_last_argmax(s, &tok);
+        else
+#endif
+            r = bitnet_sample(s->logits, s->m->info.n_vocab, &d.sampler, s->tokens, (size_t)s->pos, &rng, &tok);
         s->has_logits = 0; /* sampling rewrote them */
         if (r != BITNET_OK) return r;
         for (i = 0; i < n_stop; i++) is_stop |= tok == stop[i];
@@ -10667,7 +10678,7 @@ BITNET_API bitnet_result bitnet_generate(bitnet_session *s, const int32_t *promp
             bitnet__log(BITNET_LOG_WARN, "generation stopped: the context of %d positions is full", (int)s->n_ctx);
             break;
         }
-        BITNET__TRY(bitnet__eval(s, &tok, 1, s->logits, 0));
+        BITNET__TRY(bitnet__eval(s, &tok, 1, gpu_greedy ? NULL : s->logits, 0));
     }
     st.gen_seconds = bitnet__now() - t0;
     if (stats) *stats = st;
