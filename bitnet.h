@@ -873,9 +873,9 @@ typedef struct bitnet_receipt {
     char isa[16];                             /* the CPU kernel path */
     int32_t threads;
     int has_gpu;                              /* the gpu_* fields are set */
-    char gpu_name[128];
+    char gpu_name[256];
     int32_t gpu_cc_major, gpu_cc_minor;
-    char gpu_arch[16];                        /* the arch the kernels were compiled for, "sm_90" */
+    char gpu_arch[32];                        /* the arch the kernels are compiled for: "sm_90", or "compute_86" (PTX) */
     char gpu_driver_version[16], nvrtc_version[16];
     uint64_t peak_host_rss_bytes, peak_device_bytes;
     int32_t warmup_runs;
@@ -1105,6 +1105,8 @@ static void bitnet__kstat_record(const char *name, double seconds);
                   (isa) == BITNET_ISA_NEON ? base "_neon" : base "_scalar", call)
 static void bitnet__nvtx_push(const char *name);
 static void bitnet__nvtx_pop(void);
+static int bitnet__nvtx_depth(void);            /* this thread's open ranges */
+static void bitnet__nvtx_unwind(int depth);     /* pops down to depth (error paths) */
 
 /* ---- fault injection: one counter per kind, consulted by the one allocation path ---------- */
 typedef struct bitnet__fault_state {
@@ -6482,6 +6484,7 @@ static bitnet_result bitnet__cpu_forward(bitnet_session *s, const int32_t *token
         const bitnet__layer *L = &md->layers[l];
         int r0 = l < md->info.n_layers - 1 || (logits && all) ? 0 : (logits ? m - 1 : m), n = m - r0;
         float *x = s->x + (size_t)r0 * dim, *xb = s->xb + (size_t)r0 * dim;
+        bitnet__nvtx_push("bitnet layer"); /* closed below, or by bitnet__eval after an error */
         /* attention block */
         bitnet__cpu_norm_quant(s, s->x, L->attn_norm, m, dim);                  /* aq [m][dim] */
         BITNET__TRY(bitnet__cpu_linear(s, L->wq, qd, dim, m, s->q));            /* q  [m][q_dim] */
@@ -6489,7 +6492,10 @@ static bitnet_result bitnet__cpu_forward(bitnet_session *s, const int32_t *token
         BITNET__TRY(bitnet__cpu_linear(s, L->wv, kvd, dim, m, s->v));           /* v  [m][kv_dim] */
         bitnet__cpu_rope(s, m);
         bitnet__cpu_kv_store(s, l, m);
-        if (n == 0) break; /* from here on, rows r0 .. m-1 only */
+        if (n == 0) { /* from here on, rows r0 .. m-1 only */
+            bitnet__nvtx_pop();
+            break;
+        }
         bitnet__cpu_attention(s, l, r0, m);                                     /* xb [n][q_dim] */
         bitnet__cpu_norm_quant(s, s->xb + (size_t)r0 * qd, L->attn_sub_norm, n, qd); /* aq [n][q_dim] */
         BITNET__TRY(bitnet__cpu_linear(s, L->wo, dim, qd, n, xb));              /* xb [n][dim] */
@@ -6500,6 +6506,7 @@ static bitnet_result bitnet__cpu_forward(bitnet_session *s, const int32_t *token
         bitnet__cpu_relu2_norm_quant(s, s->hg, s->hu, L->ffn_sub_norm, n, ff);  /* hg = relu(hg)^2 hu; aq [n][ffn_dim] */
         BITNET__TRY(bitnet__cpu_linear(s, L->w_down, dim, ff, n, xb));          /* xb [n][dim] */
         bitnet__cpu_add(x, xb, n, dim);                                         /* x += xb */
+        bitnet__nvtx_pop();
     }
     if (!logits) return BITNET_OK;
     if (all) return bitnet__cpu_head(s, s->x, m, logits);                       /* [m][n_vocab] */
@@ -7065,16 +7072,16 @@ static void bitnet__nvtx_load(void) {
             }
         }
 #endif
-        bitnet__nvtx.tried = 1;
+        __atomic_store_n(&bitnet__nvtx.tried, 1, __ATOMIC_RELEASE); /* read without the lock below */
     }
     bitnet__mutex_unlock(&bitnet__nvtx_lock);
 }
 BITNET_API void bitnet_gpu_nvtx_push(const char *name) {
-    if (!bitnet__nvtx.tried) bitnet__nvtx_load();
+    if (!__atomic_load_n(&bitnet__nvtx.tried, __ATOMIC_ACQUIRE)) bitnet__nvtx_load();
     if (bitnet__nvtx.push && name) bitnet__nvtx.push(name);
 }
 BITNET_API void bitnet_gpu_nvtx_pop(void) {
-    if (!bitnet__nvtx.tried) bitnet__nvtx_load();
+    if (!__atomic_load_n(&bitnet__nvtx.tried, __ATOMIC_ACQUIRE)) bitnet__nvtx_load();
     if (bitnet__nvtx.pop) bitnet__nvtx.pop();
 }
 
@@ -9582,7 +9589,6 @@ typedef struct bitnet__gmodel {
     bitnet_devptr emb, head, out_norm;
     bitnet__glayer *layers;
     int device, sm_count, cc;
-    size_t session_peak;              /* the largest session's device bytes, for receipts */
     bitnet_gpu_kernel *embed, *gemv_store, *gemv_res, *gemv_glu, *attn, *head_k, *rope_kv, *attn_prefill;
 } bitnet__gmodel;
 
@@ -9747,16 +9753,6 @@ static bitnet_result bitnet__gpu_model_init(bitnet_model *m, int device) {
 
 /* ---- session: KV cache and buffers --------------------------------------------------------------- */
 
-/* For receipts: the model's device, and the device bytes it held at most (weights plus the
-   largest session). 0 when the model is not on the GPU. */
-static int bitnet__gpu_model_usage(const bitnet_model *m, int *device, uint64_t *peak) {
-    const bitnet__gmodel *g = (const bitnet__gmodel *)m->gpu;
-    if (!g) return 0;
-    *device = g->device;
-    *peak = (uint64_t)g->bytes + (uint64_t)g->ternary_bytes + (uint64_t)g->session_peak;
-    return 1;
-}
-
 static void bitnet__gpu_session_free(bitnet_session *s) {
     bitnet__gsession *q = (bitnet__gsession *)s->gpu;
     if (!q) return;
@@ -9818,10 +9814,6 @@ static bitnet_result bitnet__gpu_session_init(bitnet_session *s) {
     if (c.overflow) return bitnet__err(BITNET_ERR_OVERFLOW, "CUDA session: %d positions overflow the device layout", (int)s->n_ctx);
     q->bytes = c.off;
     BITNET__TRY(bitnet_gpu_alloc(q->gpu, q->bytes, &q->mem));
-    {
-        bitnet__gmodel *g = (bitnet__gmodel *)s->m->gpu;
-        if (q->bytes > g->session_peak) g->session_peak = q->bytes;
-    }
     c.base = q->mem, c.off = 0;
     bitnet__gsession_layout(q, s, &c);
     /* poison: a read of anything no kernel wrote shows up as NaN (0xffff is an fp16 NaN too) */
@@ -10006,6 +9998,7 @@ static bitnet_result bitnet__gpu_prefill(bitnet_session *s, const int32_t *token
     BITNET__TRY(bitnet__gpu_embed(s, q->tok, m, bitnet__gpre_of(NULL)));                   /* x [m][dim] */
     for (l = 0; l < md->info.n_layers; l++) {
         const bitnet__glayer *L = &g->layers[l];
+        bitnet__nvtx_push("bitnet layer"); /* closed below, or by bitnet__eval after an error */
         /* attention block */
         BITNET__TRY(bitnet__gpu_norm_quant(s, q->x, L->attn_norm, m, &q->a_dim));            /* aq [m][dim] */
         BITNET__TRY(bitnet__gpu_linear_m(s, &L->qkv, &q->a_dim, q->qkv, 0));                 /* qkv [m][q+2kv] */
@@ -10018,6 +10011,7 @@ static bitnet_result bitnet__gpu_prefill(bitnet_session *s, const int32_t *token
         BITNET__TRY(bitnet__gpu_linear_m(s, &L->gu, &q->a_dim, q->h, 0));                    /* h [m][ffn] */
         BITNET__TRY(bitnet__gpu_norm_quant(s, q->h, L->ffn_sub_norm, m, &q->a_ff));          /* aq [m][ffn] */
         BITNET__TRY(bitnet__gpu_linear_m(s, &L->down, &q->a_ff, q->x, q->x));                /* x += down */
+        bitnet__nvtx_pop();
     }
     q->have_next = 0;
     if (!logits) return BITNET_OK;
@@ -10637,7 +10631,9 @@ static bitnet_result bitnet__check_tokens(const bitnet_session *s, const int32_t
    to s->logits. */
 static bitnet_result bitnet__eval(bitnet_session *s, const int32_t *tokens, size_t n, float *logits, int all) {
     size_t off, nv = (size_t)s->m->info.n_vocab;
+    int nvtx = bitnet__nvtx_depth();
     s->has_logits = 0;
+    bitnet__nvtx_push(n > 1 ? "bitnet prompt" : "bitnet decode");
     for (off = 0; off < n; off += (size_t)s->n_batch) {
         int mm = (int)BITNET__MIN((size_t)s->n_batch, n - off), last = off + (size_t)mm == n;
         float *dst = all ? (logits ? logits + off * nv : NULL) : (last && logits ? s->logits : NULL);
@@ -10647,10 +10643,12 @@ static bitnet_result bitnet__eval(bitnet_session *s, const int32_t *tokens, size
         else
 #endif
             r = bitnet__cpu_forward(s, tokens + off, mm, dst, all && logits);
-        if (r != BITNET_OK) return r;
+        bitnet__nvtx_unwind(nvtx + 1); /* layer ranges an error left open */
+        if (r != BITNET_OK) return bitnet__nvtx_unwind(nvtx), r;
         memcpy(s->tokens + s->pos, tokens + off, (size_t)mm * sizeof *tokens);
         s->pos += mm;
     }
+    bitnet__nvtx_unwind(nvtx);
     if (logits) {
         if (all) memcpy(s->logits, logits + (n - 1) * nv, nv * sizeof(float));
         else if (logits != s->logits) memcpy(logits, s->logits, nv * sizeof(float));
@@ -10853,8 +10851,21 @@ BITNET_API void bitnet_kernel_stats_reset(void) {
 }
 
 /* ---- NVTX ranges, through the runtime's dlopen'd libnvToolsExt (nothing without it) --------- */
-BITNET__UNUSED static void bitnet__nvtx_push(const char *name) { bitnet_gpu_nvtx_push(name); }
-BITNET__UNUSED static void bitnet__nvtx_pop(void) { bitnet_gpu_nvtx_pop(); }
+/* Ranges nest per thread; the depth lets a caller close what an early error return left open. */
+static BITNET__TLS int bitnet__nvtx_open;
+BITNET__UNUSED static void bitnet__nvtx_push(const char *name) {
+    bitnet_gpu_nvtx_push(name);
+    bitnet__nvtx_open++;
+}
+BITNET__UNUSED static void bitnet__nvtx_pop(void) {
+    if (bitnet__nvtx_open <= 0) return;
+    bitnet_gpu_nvtx_pop();
+    bitnet__nvtx_open--;
+}
+BITNET__UNUSED static int bitnet__nvtx_depth(void) { return bitnet__nvtx_open; }
+BITNET__UNUSED static void bitnet__nvtx_unwind(int depth) {
+    while (bitnet__nvtx_open > depth) bitnet__nvtx_pop();
+}
 
 /* ---- SHA-256 (FIPS 180-4) --------------------------------------------------------------------- */
 typedef struct bitnet__sha256 {
@@ -11829,32 +11840,39 @@ static const char *bitnet__rc_backend_name(bitnet_backend b) {
     return ((unsigned)b < 3) ? names[b] : "unknown";
 }
 
-/* The device block and peak device memory come from the GPU runtime: this is the one place that
-   asks it. Until the runtime reports them, a receipt carries no device block, and a CUDA receipt
-   fails --require-gpu-kernels, as it should when nothing vouches for the device. */
-static void bitnet__receipt_gpu(const bitnet_model *m, bitnet_receipt *r) {
-    r->has_gpu = 0;
-    r->peak_device_bytes = 0;
+/* "13.0" from the runtime's 1000*major + 10*minor. */
+BITNET__UNUSED static void bitnet__rc_version(int v, char *out, size_t cap) {
+    if (v > 0) snprintf(out, cap, "%d.%d", v / 1000, (v % 1000) / 10);
+    else snprintf(out, cap, "unknown");
+}
+
+/* The device block and peak device memory, asked of the GPU runtime for the device that holds
+   the model's weights: name, compute capability, the arch the JIT builds for it, driver and NVRTC
+   versions, and the high-water marks of the model's and the session's memory pools. A CPU run,
+   or a build without the GPU forward, has no device block. */
+static void bitnet__receipt_gpu(const bitnet_model *m, const bitnet_session *s, bitnet_receipt *r) {
 #if defined(BITNET__GPU_FORWARD)
-    {
-        int dev = -1, ver = 0;
-        uint64_t peak = 0;
-        bitnet_gpu_device_info di;
-        bitnet_gpu_backends b;
-        if (!bitnet__gpu_model_usage(m, &dev, &peak) || bitnet_gpu_device_info_get(dev, &di) != BITNET_OK) return;
-        r->has_gpu = 1;
-        r->peak_device_bytes = peak;
-        snprintf(r->gpu_name, sizeof r->gpu_name, "%.127s", di.name);
-        r->gpu_cc_major = di.cc_major;
-        r->gpu_cc_minor = di.cc_minor;
-        snprintf(r->gpu_arch, sizeof r->gpu_arch, "%.15s", di.jit_target);
-        if (bitnet_gpu_backends_get(&b) == BITNET_OK) ver = b.cuda_driver_version;
-        snprintf(r->gpu_driver_version, sizeof r->gpu_driver_version, "%d.%d", ver / 1000, ver % 1000 / 10);
-        ver = b.nvrtc_version;
-        snprintf(r->nvrtc_version, sizeof r->nvrtc_version, "%d.%d", ver / 1000, ver % 1000 / 10);
-    }
+    const bitnet__gmodel *gm = (const bitnet__gmodel *)m->gpu;
+    const bitnet__gsession *gs = s ? (const bitnet__gsession *)s->gpu : NULL;
+    bitnet_gpu_device_info di;
+    bitnet_gpu_backends be;
+    bitnet_gpu_pool_stats ps;
+    if (m->info.backend != BITNET_BACKEND_CUDA || !gm || bitnet_gpu_device_info_get(gm->device, &di) != BITNET_OK) return;
+    r->has_gpu = 1;
+    snprintf(r->gpu_name, sizeof r->gpu_name, "%s", di.name);
+    r->gpu_cc_major = di.cc_major;
+    r->gpu_cc_minor = di.cc_minor;
+    snprintf(r->gpu_arch, sizeof r->gpu_arch, "%s", di.jit_target);
+    memset(&be, 0, sizeof be);
+    bitnet_gpu_backends_get(&be);
+    bitnet__rc_version(be.cuda_driver_version, r->gpu_driver_version, sizeof r->gpu_driver_version);
+    bitnet__rc_version(be.nvrtc_version, r->nvrtc_version, sizeof r->nvrtc_version);
+    r->peak_device_bytes = 0;
+    if (gm->gpu && bitnet_gpu_pool_stats_get(gm->gpu, &ps) == BITNET_OK) r->peak_device_bytes += ps.reserved_peak;
+    if (gs && gs->gpu && bitnet_gpu_pool_stats_get(gs->gpu, &ps) == BITNET_OK) r->peak_device_bytes += ps.reserved_peak;
+    bitnet_clear_error();
 #else
-    (void)m;
+    (void)m; (void)s; (void)r;
 #endif
 }
 
@@ -12128,7 +12146,7 @@ BITNET_API bitnet_result bitnet_bench(bitnet_model *m, const bitnet_bench_params
         out->n_results = i + 1;
     }
     out->peak_host_rss_bytes = bitnet__rc_peak_rss();
-    bitnet__receipt_gpu(m, out);
+    bitnet__receipt_gpu(m, s, out);
     if ((r = bitnet_kernel_stats(out->kernels, BITNET_BENCH_MAX_KERNELS, &out->n_kernels)) != BITNET_OK) goto done;
 
     /* two sampled runs with one seed must agree token for token */
