@@ -10117,8 +10117,21 @@ static void bitnet__hugepages(void *p, size_t n) {
 #endif
 }
 
+/* Drops this process's pages of [p, p + n) inside the read-only file mapping (whole pages only):
+   once a tensor is copied or quantized, its mapped pages only add to the resident size. A later
+   read faults them back in from the page cache. */
+static void bitnet__release_mapped(const void *p, size_t n) {
+#if defined(__linux__) && defined(MADV_DONTNEED)
+    uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE), a = ((uintptr_t)p + pg - 1) & ~(pg - 1),
+              b = ((uintptr_t)p + n) & ~(pg - 1);
+    if (b > a) madvise((void *)a, (size_t)(b - a), MADV_DONTNEED);
+#else
+    (void)p, (void)n;
+#endif
+}
+
 /* The ternary matrices of a mapped file, copied once into anonymous memory on large pages (see
-   above; the file's pages then go unused and the kernel may drop them). */
+   above), and the mapped pages they came from released. */
 static bitnet_result bitnet__weights_to_hugepages(bitnet_model *m, const bitnet_model_desc *d) {
     const bitnet_model_info *in = &m->info;
     size_t dim = (size_t)in->dim, ff = (size_t)in->ffn_dim, qd = (size_t)m->q_dim, kvd = (size_t)m->kv_dim;
@@ -10138,6 +10151,7 @@ static bitnet_result bitnet__weights_to_hugepages(bitnet_model *m, const bitnet_
         mat[6] = &L->w_down;
         for (i = 0; i < 7; i++) {
             memcpy(arena + off, *mat[i], bitnet_i2s_bytes(n[i], k[i]));
+            bitnet__release_mapped(*mat[i], bitnet_i2s_bytes(n[i], k[i]));
             *mat[i] = arena + off;
             off += bytes[i];
         }
@@ -10256,6 +10270,8 @@ static bitnet_result bitnet__model_build(bitnet_model *m, const bitnet_model_wei
     if (!(d && d->head_f16) && !(env && strcmp(env, "f16") == 0)) {
         BITNET__TRY(bitnet__head_quantize(m, d));
         in->head_bits = 8;
+        /* the fp16 rows are now read one per token (the embedding), not all of them */
+        if (m->gguf && d && d->path && !d->no_mmap) bitnet__release_mapped(m->head_f16, t * 2);
     }
     bitnet__progress(d, 1.0f);
     return BITNET_OK;
