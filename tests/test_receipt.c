@@ -69,6 +69,7 @@ static void make_receipt(bitnet_receipt *r) {
     strcpy(r->cpu_model, "Test CPU @ 1.00GHz");
     strcpy(r->isa, "avx512");
     r->threads = 2;
+    r->load_avg = 0.25;
     r->peak_host_rss_bytes = 50u << 20;
     r->warmup_runs = 1;
     r->n_results = 2;
@@ -343,7 +344,7 @@ static void test_receipt_missing_fields(void) {
         "schema_version", "created_utc", "library", "version", "git_commit", "model", "path", "sha256", "bytes",
         "config", "arch", "n_vocab", "dim", "n_layers", "n_heads", "n_kv_heads", "head_dim", "ffn_dim",
         "n_ctx_train", "rope_theta", "norm_eps", "bos", "eos", "eot", "backend", "requested", "used", "reason",
-        "precision", "host", "cpu", "isa", "threads", "gpu", "memory", "peak_host_rss_bytes",
+        "precision", "host", "cpu", "isa", "threads", "load_avg_1m", "gpu", "memory", "peak_host_rss_bytes",
         "peak_device_bytes", "warmup_runs", "determinism", "checked", "seeded_runs_identical", "results",
         "prompt_tokens", "gen_tokens", "runs", "prompt_ms", "gen_ms", "wall_ms", "ttft_ms", "prompt_tps",
         "gen_tps", "gen_tps_min", "gen_tps_max", "latency_ms", "p50", "p95", "p99", "tokens_sha256",
@@ -816,6 +817,9 @@ static void test_bench_tiny_receipt(void) {
     TEST_CHECK(strcmp(r.isa, bitnet_isa_name(bitnet_cpu_isa())) == 0 && r.threads == bitnet_num_threads());
     TEST_CHECK(r.cpu_model[0] && strstr(r.precision, "I2_S") != NULL);
     TEST_CHECK(!r.has_gpu && r.peak_host_rss_bytes > 0);
+#if defined(__linux__)
+    TEST_CHECK(r.load_avg >= 0);
+#endif
     TEST_CHECK(r.warmup_runs == 1 && r.determinism_checked && r.seeded_runs_identical);
     TEST_CHECK(r.n_results == 2);
     for (i = 0; i < r.n_results; i++) {
