@@ -770,8 +770,10 @@ BITNET_API bitnet_result bitnet_session_create(bitnet_model *m, const bitnet_ses
 BITNET_API void bitnet_session_free(bitnet_session *s);
 BITNET_API void bitnet_session_reset(bitnet_session *s);
 BITNET_API int32_t bitnet_session_pos(const bitnet_session *s);
-/* Appends n tokens at the current position. logits gets n_vocab floats for the last token, or
-   n * n_vocab (one row per token) when all_logits is set; it may be NULL. */
+/* Appends n tokens at the current position (prompts go through in chunks of n_batch). logits gets
+   n_vocab floats for the last token, or n * n_vocab (one row per token) when all_logits is set; it
+   may be NULL, and then no head is computed. BITNET_ERR_CONTEXT_FULL when n does not fit and
+   BITNET_ERR_BAD_TOKEN for an id outside the vocabulary, both before any work. */
 BITNET_API bitnet_result bitnet_session_eval(bitnet_session *s, const int32_t *tokens, size_t n, float *logits,
                                              int all_logits);
 
@@ -782,10 +784,12 @@ typedef struct bitnet_sampler_params {        /* zero-initialised = greedy */
     float min_p;                              /* 0 = off */
     float repeat_penalty;                     /* 0 or 1 = off */
     int32_t repeat_last_n;                    /* window for the penalty; 0 = 64 */
-    uint64_t seed;                            /* 0 = BITNET_SEED, else time */
+    uint64_t seed;                            /* bitnet_generate: 0 = BITNET_SEED, else 42 under
+                                                 BITNET_DETERMINISTIC=1, else the clock */
 } bitnet_sampler_params;
-/* Picks one token from logits (modified in place). rng is the caller's state (seed it with
-   bitnet_rng_seed). */
+/* Picks one token from logits (modified in place). Order: repetition penalty, then greedy when
+   temperature is 0 or top_k 1 (the lowest id wins a tie), else temperature, min-p, top-k, top-p and
+   a draw. rng is the caller's state (seed it with bitnet_rng_seed); only greedy may pass NULL. */
 BITNET_API uint64_t bitnet_rng_seed(uint64_t seed);
 BITNET_API bitnet_result bitnet_sample(float *logits, int32_t n_vocab, const bitnet_sampler_params *p,
                                        const int32_t *history, size_t n_history, uint64_t *rng, int32_t *out);
@@ -802,7 +806,10 @@ typedef struct bitnet_generate_stats {
     size_t n_prompt, n_generated;
     double prompt_seconds, gen_seconds;
 } bitnet_generate_stats;
-/* Evaluates the prompt, then samples until max_tokens or a stop token. out may be NULL. */
+/* Evaluates the prompt, then samples until max_tokens, a stop token (not emitted), the callback's
+   stop, or a full context. out (may be NULL) gets the tokens, at most cap of them. The last sampled
+   token is not evaluated: to continue, pass it as the next call's prompt (n_prompt 0 continues only
+   from logits an eval left). stats may be NULL. */
 BITNET_API bitnet_result bitnet_generate(bitnet_session *s, const int32_t *prompt, size_t n_prompt,
                                          const bitnet_generate_params *p, int32_t *out, size_t cap,
                                          bitnet_generate_stats *stats);
@@ -6181,7 +6188,7 @@ static void bitnet__nq_row(void *ctx, int t) {
         for (i = 0; i < c->k; i++) x[i] += y[i];
     else if (c->op == BITNET__NQ_RELU2)
         for (i = 0; i < c->k; i++) {
-            float g = x[i] > 0 ? x[i] : 0;
+            float g = fmaxf(x[i], 0.0f); /* a max instruction, not a branch on the random sign */
             x[i] = g * g * y[i];
         }
     bitnet__rmsnorm_quantize(x, c->w, (size_t)c->k, c->s->m->info.norm_eps, c->s->aq + (size_t)t * c->k, c->s->as + t,
@@ -6262,13 +6269,17 @@ static void bitnet__cpu_kv_store(bitnet_session *s, int l, int m) {
       head with the query heads that share it, so each key and value tile is converted from fp16
       once for the group; an online softmax over tiles of 16 keys needs no scratch that grows with
       the context. */
-typedef void (*bitnet__attn_fn)(const float *q, int g, const uint16_t *kc, const uint16_t *vc, int len, int hd,
-                                float scale, float *out);
+/* Rows r in [0, nt) of one kv head: q + r*stride holds the g query heads of position pos0 + r,
+   which attend keys [0, len0 + r) (kc the head's key tiles, vc its value rows); out + r*stride
+   gets the g head outputs. Several positions per call share each converted tile. */
+typedef void (*bitnet__attn_fn)(const float *q, size_t stride, int nt, int g, const uint16_t *kc, const uint16_t *vc,
+                                int len0, int hd, float scale, float *out);
+#define BITNET__ATTN_ROWS 4 /* positions per work item */
 
-/* q [g][hd] for keys [0, len) of one kv head (kc its tiles, vc its rows) -> out [g][hd]. Heads
-   four at a time, so the stack holds one tile of keys and values and four accumulators. */
-static void bitnet__attn_group_ref(const float *q, int g, const uint16_t *kc, const uint16_t *vc, int len, int hd,
-                                   float scale, float *out) {
+/* Plain C, any head_dim: heads four at a time, so the stack holds one tile of keys and values
+   and four accumulators. */
+static void bitnet__attn_row_ref(const float *q, int g, const uint16_t *kc, const uint16_t *vc, int len, int hd,
+                                 float scale, float *out) {
     float kf[BITNET__MAX_HEAD_DIM * 16], vf[16 * BITNET__MAX_HEAD_DIM], o[4][BITNET__MAX_HEAD_DIM];
     float sc[16], mx[4], sum[4];
     int h0, h, s0, j, d, nh;
@@ -6309,60 +6320,73 @@ static void bitnet__attn_group_ref(const float *q, int g, const uint16_t *kc, co
             for (d = 0; d < hd; d++) out[(size_t)(h0 + h) * hd + d] = o[h][d] / sum[h];
     }
 }
+static void bitnet__attn_ref(const float *q, size_t stride, int nt, int g, const uint16_t *kc, const uint16_t *vc,
+                             int len0, int hd, float scale, float *out) {
+    int r;
+    for (r = 0; r < nt; r++) bitnet__attn_row_ref(q + r * stride, g, kc, vc, len0 + r, hd, scale, out + r * stride);
+}
 
 #if defined(BITNET__X86_SIMD)
-/* The same for head_dim 128 (the 2B-4T shape), any group size: one zmm of scores per 16-key
-   tile, the output row of a head in 8 zmm while the tile's values stream through (the vector
-   exp is the softmax's, >>cpu-kernels). */
-BITNET__AVX512_FN static void bitnet__attn_group_avx512(const float *q, int g, const uint16_t *kc, const uint16_t *vc,
-                                                        int len, int hd, float scale, float *out) {
-    float kf[128 * 16], vf[16 * 128], p[16];
-    int h, s0, j, d, c;
+/* The same for head_dim 128 (the 2B-4T shape), up to 64 heads a group: one zmm of scores per
+   16-key tile and head, the head's output row in 8 zmm while the tile's values stream through
+   (the vector exp is the softmax's, >>cpu-kernels). */
+BITNET__AVX512_FN static void bitnet__attn_avx512(const float *q, size_t stride, int nt, int g, const uint16_t *kc,
+                                                  const uint16_t *vc, int len0, int hd, float scale, float *out) {
+    float kf[128 * 16], vf[16 * 128], p[16], sc4[64], mx[BITNET__ATTN_ROWS * 64], sum[BITNET__ATTN_ROWS * 64];
+    int h, r, s0, j, d, c, len = len0 + nt - 1;
     (void)hd;
-    for (h = 0; h < g; h++) { /* zero the output, which accumulates across tiles */
-        for (c = 0; c < 8; c++) _mm512_storeu_ps(out + (size_t)h * 128 + 16 * c, _mm512_setzero_ps());
-    }
-    {
-        float mx[64], sum[64]; /* per head: running max and sum (g <= 64, checked by the caller) */
-        for (h = 0; h < g; h++) mx[h] = -INFINITY, sum[h] = 0;
-        for (s0 = 0; s0 < len; s0 += 16) {
-            int nb = BITNET__MIN(16, len - s0);
-            __mmask16 valid = (__mmask16)(nb == 16 ? 0xffff : (1u << nb) - 1);
-            for (d = 0; d < 128; d++)
-                _mm512_storeu_ps(kf + 16 * d, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(kc + (size_t)s0 * 128 + 16 * d))));
-            for (j = 0; j < nb * 8; j++)
-                _mm512_storeu_ps(vf + 16 * j, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(vc + (size_t)s0 * 128 + 16 * j))));
+    for (r = 0; r < nt; r++)
+        for (h = 0; h < g; h++) { /* the output accumulates across tiles */
+            mx[r * g + h] = -INFINITY, sum[r * g + h] = 0;
+            for (c = 0; c < 8; c++) _mm512_storeu_ps(out + r * stride + (size_t)h * 128 + 16 * c, _mm512_setzero_ps());
+        }
+    for (s0 = 0; s0 < len; s0 += 16) {
+        int nbv = BITNET__MIN(16, len - s0);
+        for (d = 0; d < 128; d++)
+            _mm512_storeu_ps(kf + 16 * d, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(kc + (size_t)s0 * 128 + 16 * d))));
+        for (j = 0; j < nbv * 8; j++)
+            _mm512_storeu_ps(vf + 16 * j, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(vc + (size_t)s0 * 128 + 16 * j))));
+        for (r = 0; r < nt; r++) {
+            int nb = BITNET__MIN(16, len0 + r - s0);
+            __mmask16 valid;
+            if (nb <= 0) continue; /* this tile is past the row's causal end */
+            valid = (__mmask16)(nb == 16 ? 0xffff : (1u << nb) - 1);
             for (h = 0; h < g; h++) {
-                const float *qh = q + (size_t)h * 128;
-                float *oh = out + (size_t)h * 128, bm;
-                __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0, sv, e;
-                __m512 o0, o1, o2, o3, o4, o5, o6, o7;
-                for (d = 0; d < 128; d += 8) { /* scores of the 16 keys, in 8 chains to hide the FMA latency */
-                    a0 = _mm512_fmadd_ps(_mm512_set1_ps(qh[d]), _mm512_loadu_ps(kf + 16 * d), a0);
-                    a1 = _mm512_fmadd_ps(_mm512_set1_ps(qh[d + 1]), _mm512_loadu_ps(kf + 16 * d + 16), a1);
-                    a2 = _mm512_fmadd_ps(_mm512_set1_ps(qh[d + 2]), _mm512_loadu_ps(kf + 16 * d + 32), a2);
-                    a3 = _mm512_fmadd_ps(_mm512_set1_ps(qh[d + 3]), _mm512_loadu_ps(kf + 16 * d + 48), a3);
-                    a4 = _mm512_fmadd_ps(_mm512_set1_ps(qh[d + 4]), _mm512_loadu_ps(kf + 16 * d + 64), a4);
-                    a5 = _mm512_fmadd_ps(_mm512_set1_ps(qh[d + 5]), _mm512_loadu_ps(kf + 16 * d + 80), a5);
-                    a6 = _mm512_fmadd_ps(_mm512_set1_ps(qh[d + 6]), _mm512_loadu_ps(kf + 16 * d + 96), a6);
-                    a7 = _mm512_fmadd_ps(_mm512_set1_ps(qh[d + 7]), _mm512_loadu_ps(kf + 16 * d + 112), a7);
+                float *oh = out + r * stride + (size_t)h * 128, bm, *mxh = &mx[r * g + h];
+                __m512 sv, e, o0, o1, o2, o3, o4, o5, o6, o7;
+                if (h % 4 == 0) { /* scores of the 16 keys for heads h..h+3: each key row loaded once */
+                    const float *q0 = q + r * stride + (size_t)h * 128;
+                    const float *q1 = q + r * stride + (size_t)BITNET__MIN(h + 1, g - 1) * 128;
+                    const float *q2 = q + r * stride + (size_t)BITNET__MIN(h + 2, g - 1) * 128;
+                    const float *q3 = q + r * stride + (size_t)BITNET__MIN(h + 3, g - 1) * 128;
+                    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+                    for (d = 0; d < 128; d += 2) { /* two chains per head hide the FMA latency */
+                        __m512 k0 = _mm512_loadu_ps(kf + 16 * d), k1 = _mm512_loadu_ps(kf + 16 * d + 16);
+                        a0 = _mm512_fmadd_ps(_mm512_set1_ps(q0[d]), k0, a0), b0 = _mm512_fmadd_ps(_mm512_set1_ps(q0[d + 1]), k1, b0);
+                        a1 = _mm512_fmadd_ps(_mm512_set1_ps(q1[d]), k0, a1), b1 = _mm512_fmadd_ps(_mm512_set1_ps(q1[d + 1]), k1, b1);
+                        a2 = _mm512_fmadd_ps(_mm512_set1_ps(q2[d]), k0, a2), b2 = _mm512_fmadd_ps(_mm512_set1_ps(q2[d + 1]), k1, b2);
+                        a3 = _mm512_fmadd_ps(_mm512_set1_ps(q3[d]), k0, a3), b3 = _mm512_fmadd_ps(_mm512_set1_ps(q3[d + 1]), k1, b3);
+                    }
+                    _mm512_storeu_ps(sc4, _mm512_add_ps(a0, b0));
+                    _mm512_storeu_ps(sc4 + 16, _mm512_add_ps(a1, b1));
+                    _mm512_storeu_ps(sc4 + 32, _mm512_add_ps(a2, b2));
+                    _mm512_storeu_ps(sc4 + 48, _mm512_add_ps(a3, b3));
                 }
-                a0 = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)),
-                                   _mm512_add_ps(_mm512_add_ps(a4, a5), _mm512_add_ps(a6, a7)));
-                sv = _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), valid, _mm512_mul_ps(a0, _mm512_set1_ps(scale)));
+                sv = _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), valid,
+                                        _mm512_mul_ps(_mm512_loadu_ps(sc4 + 16 * (h % 4)), _mm512_set1_ps(scale)));
                 bm = _mm512_reduce_max_ps(sv);
                 o0 = _mm512_loadu_ps(oh), o1 = _mm512_loadu_ps(oh + 16), o2 = _mm512_loadu_ps(oh + 32), o3 = _mm512_loadu_ps(oh + 48);
                 o4 = _mm512_loadu_ps(oh + 64), o5 = _mm512_loadu_ps(oh + 80), o6 = _mm512_loadu_ps(oh + 96), o7 = _mm512_loadu_ps(oh + 112);
-                if (bm > mx[h]) { /* a new maximum: rescale what has been summed so far */
-                    float f = expf(mx[h] - bm);
+                if (bm > *mxh) { /* a new maximum: rescale what has been summed so far */
+                    float f = expf(*mxh - bm);
                     __m512 fv = _mm512_set1_ps(f);
                     o0 = _mm512_mul_ps(o0, fv), o1 = _mm512_mul_ps(o1, fv), o2 = _mm512_mul_ps(o2, fv), o3 = _mm512_mul_ps(o3, fv);
                     o4 = _mm512_mul_ps(o4, fv), o5 = _mm512_mul_ps(o5, fv), o6 = _mm512_mul_ps(o6, fv), o7 = _mm512_mul_ps(o7, fv);
-                    sum[h] *= f;
-                    mx[h] = bm;
+                    sum[r * g + h] *= f;
+                    *mxh = bm;
                 }
-                e = _mm512_maskz_mov_ps(valid, bitnet__exp_avx512(_mm512_sub_ps(sv, _mm512_set1_ps(mx[h]))));
-                sum[h] += _mm512_reduce_add_ps(e);
+                e = _mm512_maskz_mov_ps(valid, bitnet__exp_avx512(_mm512_sub_ps(sv, _mm512_set1_ps(*mxh))));
+                sum[r * g + h] += _mm512_reduce_add_ps(e);
                 _mm512_storeu_ps(p, e);
                 for (j = 0; j < nb; j++) { /* out += p V */
                     __m512 pj = _mm512_set1_ps(p[j]);
@@ -6376,11 +6400,13 @@ BITNET__AVX512_FN static void bitnet__attn_group_avx512(const float *q, int g, c
                 _mm512_storeu_ps(oh + 64, o4), _mm512_storeu_ps(oh + 80, o5), _mm512_storeu_ps(oh + 96, o6), _mm512_storeu_ps(oh + 112, o7);
             }
         }
-        for (h = 0; h < g; h++) {
-            __m512 inv = _mm512_set1_ps(1.0f / sum[h]);
-            for (c = 0; c < 8; c++) _mm512_storeu_ps(out + (size_t)h * 128 + 16 * c, _mm512_mul_ps(_mm512_loadu_ps(out + (size_t)h * 128 + 16 * c), inv));
-        }
     }
+    for (r = 0; r < nt; r++)
+        for (h = 0; h < g; h++) {
+            float *oh = out + r * stride + (size_t)h * 128;
+            __m512 inv = _mm512_set1_ps(1.0f / sum[r * g + h]);
+            for (c = 0; c < 8; c++) _mm512_storeu_ps(oh + 16 * c, _mm512_mul_ps(_mm512_loadu_ps(oh + 16 * c), inv));
+        }
 }
 #endif
 
@@ -6388,12 +6414,14 @@ typedef struct bitnet__at { bitnet_session *s; int l, m; bitnet__attn_fn fn; } b
 static void bitnet__attn_task(void *arg, int ith, int nth) {
     const bitnet__at *c = (const bitnet__at *)arg;
     const bitnet_model *md = c->s->m;
-    int nkv = md->info.n_kv_heads, g = md->info.n_heads / nkv, hd = md->info.head_dim, u, n = c->m * nkv;
+    int nkv = md->info.n_kv_heads, g = md->info.n_heads / nkv, hd = md->info.head_dim, u;
+    int nblk = (c->m + BITNET__ATTN_ROWS - 1) / BITNET__ATTN_ROWS, n = nblk * nkv;
     float scale = 1.0f / sqrtf((float)hd);
     for (u = ith; u < n; u += nth) { /* interleaved: causal rows differ in cost */
-        int t = u / nkv, kvh = u % nkv;
+        int t = u / nkv * BITNET__ATTN_ROWS, kvh = u % nkv, nt = BITNET__MIN(BITNET__ATTN_ROWS, c->m - t);
         size_t base = ((size_t)c->l * nkv + kvh) * (size_t)c->s->n_kv * hd, at = (size_t)t * md->q_dim + (size_t)kvh * g * hd;
-        c->fn(c->s->q + at, g, c->s->k_cache + base, c->s->v_cache + base, c->s->pos + t + 1, hd, scale, c->s->xb + at);
+        c->fn(c->s->q + at, (size_t)md->q_dim, nt, g, c->s->k_cache + base, c->s->v_cache + base, c->s->pos + t + 1, hd,
+              scale, c->s->xb + at);
     }
 }
 static void bitnet__cpu_attention(bitnet_session *s, int l, int m) {
@@ -6401,10 +6429,10 @@ static void bitnet__cpu_attention(bitnet_session *s, int l, int m) {
     c.s = s;
     c.l = l;
     c.m = m;
-    c.fn = bitnet__attn_group_ref;
+    c.fn = bitnet__attn_ref;
 #if defined(BITNET__X86_SIMD)
     if (bitnet_cpu_isa() == BITNET_ISA_AVX512 && s->m->info.head_dim == 128 && s->m->info.n_heads / s->m->info.n_kv_heads <= 64)
-        c.fn = bitnet__attn_group_avx512;
+        c.fn = bitnet__attn_avx512;
 #endif
     bitnet__parallel(bitnet__attn_task, &c);
 }
@@ -10595,6 +10623,7 @@ BITNET_API bitnet_result bitnet_generate(bitnet_session *s, const int32_t *promp
     size_t n_stop, i;
     uint64_t rng;
     double t0;
+    int gpu_greedy = 0;
     BITNET__CHECK_PTR(s);
     if (n_prompt && !prompt) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_generate: prompt is NULL");
     if (out && cap == 0) return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_generate: out has no room (cap 0)");
@@ -10614,6 +10643,11 @@ BITNET_API bitnet_result bitnet_generate(bitnet_session *s, const int32_t *promp
         stop = stop_default;
     }
     rng = bitnet_rng_seed(d.sampler.seed ? d.sampler.seed : bitnet__default_seed());
+#if defined(BITNET__GPU_FORWARD)
+    /* greedy on the GPU: the head kernel leaves the argmax on the device, so no logits move */
+    gpu_greedy = s->m->info.backend == BITNET_BACKEND_CUDA && (d.sampler.temperature == 0 || d.sampler.top_k == 1) &&
+                 !(d.sampler.repeat_penalty > 0 && d.sampler.repeat_penalty != 1);
+#endif
     t0 = bitnet__now();
     if (n_prompt) BITNET__TRY(bitnet__eval(s, prompt, n_prompt, s->logits, 0));
     st.n_prompt = n_prompt;
@@ -10624,7 +10658,12 @@ BITNET_API bitnet_result bitnet_generate(bitnet_session *s, const int32_t *promp
         const char *piece = NULL;
         size_t len = 0;
         int is_stop = 0;
-        bitnet_result r = bitnet_sample(s->logits, s->m->info.n_vocab, &d.sampler, s->tokens, (size_t)s->pos, &rng, &tok);
+        bitnet_result r;
+#if defined(BITNET__GPU_FORWARD)
+        if (gpu_greedy) r = bitnet__gpu_last_argmax(s, &tok);
+        else
+#endif
+            r = bitnet_sample(s->logits, s->m->info.n_vocab, &d.sampler, s->tokens, (size_t)s->pos, &rng, &tok);
         s->has_logits = 0; /* sampling rewrote them */
         if (r != BITNET_OK) return r;
         for (i = 0; i < n_stop; i++) is_stop |= tok == stop[i];
@@ -10640,7 +10679,7 @@ BITNET_API bitnet_result bitnet_generate(bitnet_session *s, const int32_t *promp
             bitnet__log(BITNET_LOG_WARN, "generation stopped: the context of %d positions is full", (int)s->n_ctx);
             break;
         }
-        BITNET__TRY(bitnet__eval(s, &tok, 1, s->logits, 0));
+        BITNET__TRY(bitnet__eval(s, &tok, 1, gpu_greedy ? NULL : s->logits, 0));
     }
     st.gen_seconds = bitnet__now() - t0;
     if (stats) *stats = st;

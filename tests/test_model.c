@@ -271,13 +271,16 @@ static void forward_vs_reference(int n_vocab, int dim, int n_layers, int n_heads
     tm_free(&t);
 }
 
-/* shapes: GQA groups of 2 and 4, multi-head without grouping, head_dim 32, 64 and 128 (the
-   2B-4T head, which has its own SIMD path), more keys than one 16-key tile */
+/* shapes: GQA groups of 1, 2, 4 and 6, head_dim 32, 64 and 128 (the 2B-4T head, which has its
+   own SIMD path, four heads at a time), more keys than one 16-key tile, positions in blocks of four
+   with a partial last block */
 static void test_forward_matches_reference(void) {
     forward_vs_reference(96, 128, 2, 4, 2, 256, 21);
     forward_vs_reference(64, 256, 1, 2, 1, 256, 37);
     forward_vs_reference(64, 256, 1, 4, 1, 128, 18);
     forward_vs_reference(64, 128, 1, 2, 2, 128, 9);
+    forward_vs_reference(48, 512, 1, 4, 1, 128, 20); /* head_dim 128, a group of 4 */
+    forward_vs_reference(48, 768, 1, 6, 1, 128, 17); /* head_dim 128, a group of 6 (4 + a partial 4) */
 }
 
 static void test_q8_head(void) {
@@ -556,9 +559,15 @@ static void test_backend(void) {
     bitnet_model_info info;
     tm_build(&t, 32, 128, 1, 2, 2, 128, 5);
     memset(&d, 0, sizeof d);
-    if (bitnet_gpu_available()) {
+    if (bitnet_gpu_available()) { /* AUTO takes the GPU and says so (the no-GPU errors need no GPU) */
+        bitnet_result r = bitnet_model_from_weights(&t.w, &d, &m);
+        TEST_CHECKF(r == BITNET_OK, "%s", bitnet_last_error());
+        if (m) {
+            TEST_CHECK(bitnet_model_get_info(m, &info) == BITNET_OK && strstr(info.backend_reason, "CUDA") != NULL);
+            bitnet_model_free(m);
+        }
         tm_free(&t);
-        TEST_SKIP("a CUDA device is usable here; the no-GPU errors cannot be checked");
+        return;
     }
     d.backend = BITNET_BACKEND_CUDA;
     TEST_CHECK(bitnet_model_from_weights(&t.w, &d, &m) == BITNET_ERR_BACKEND && m == NULL);
