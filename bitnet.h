@@ -11656,7 +11656,8 @@ BITNET_API bitnet_result bitnet_receipt_parse(const char *json, size_t len, bitn
     bitnet__rc_rd_str(&p, o, "host.", "cpu", out->cpu_model, sizeof out->cpu_model);
     bitnet__rc_rd_str(&p, o, "host.", "isa", out->isa, sizeof out->isa);
     out->threads = (int32_t)bitnet__rc_rd_int(&p, o, "host.", "threads", 1, 65536);
-    out->load_avg = bitnet__rc_rd_num(&p, o, "host.", "load_avg_1m", -1, 1e6);
+    /* added within 1.0: receipts written before it have none (unknown) */
+    out->load_avg = bitnet__json_get(&j, o, "load_avg_1m") >= 0 ? bitnet__rc_rd_num(&p, o, "host.", "load_avg_1m", -1, 1e6) : -1;
     if (p.err == BITNET_OK && (o = bitnet__json_get(&j, top, "gpu")) >= 0 && j.nodes[o].type == BITNET__J_OBJ) {
         char cc[32], *dot;
         out->has_gpu = 1;

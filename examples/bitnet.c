@@ -447,7 +447,11 @@ static int cmd_bench(int argc, char **argv) {
                        (int)x->gen_tokens, (int)x->runs, x->prompt_tps, x->gen_tps, x->ttft_ms, x->p50_ms, x->p95_ms,
                        x->p99_ms, x->wall_ms, (double)r->peak_host_rss_bytes / 1e6);
             }
-            printf("      %s, %s x%d threads, load %.2f; kernels:", r->cpu_model, r->isa, (int)r->threads, r->load_avg);
+            if (r->has_gpu)
+                printf("      %s (cc %d.%d, %s, driver %s, NVRTC %s), peak GPU %.0f MB; kernels:", r->gpu_name, (int)r->gpu_cc_major,
+                       (int)r->gpu_cc_minor, r->gpu_arch, r->gpu_driver_version, r->nvrtc_version, (double)r->peak_device_bytes / 1e6);
+            else
+                printf("      %s, %s x%d threads, load %.2f; kernels:", r->cpu_model, r->isa, (int)r->threads, r->load_avg);
             for (k = 0; k < r->n_kernels; k++) printf(" %s x%llu", r->kernels[k].name, (unsigned long long)r->kernels[k].launches);
             printf("\n");
         }

@@ -27,7 +27,7 @@ def rows(paths, base):
         cfg = r["model"]["config"]
         model = f"{cfg['arch']} {cfg['n_layers']}x{cfg['dim']} ({r['model']['sha256'][:8]})"
         threads = r["host"]["threads"] if r["backend"]["used"] == "cpu" else "-"
-        load = r["host"]["load_avg_1m"]
+        load = r["host"].get("load_avg_1m", -1)  # absent in receipts written before it existed
         dev_mb = r["memory"]["peak_device_bytes"] / 1e6
         for x in r["results"]:
             out.append([
