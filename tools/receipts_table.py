@@ -31,7 +31,7 @@ def rows(paths, base):
         dev_mb = r["memory"]["peak_device_bytes"] / 1e6
         for x in r["results"]:
             out.append([
-                where, r["backend"]["used"], str(threads), f"{load:.2f}" if load >= 0 else "?", model, str(x["prompt_tokens"]), str(x["gen_tokens"]),
+                where, r["backend"]["used"], str(threads), f"{load:.2f}" if load >= 0 else "not recorded", model, str(x["prompt_tokens"]), str(x["gen_tokens"]),
                 f"{x['prompt_tps']:.1f}", f"{x['gen_tps']:.1f}", f"{x['ttft_ms']:.2f}",
                 f"{x['latency_ms']['p50']:.3f} / {x['latency_ms']['p95']:.3f} / {x['latency_ms']['p99']:.3f}",
                 f"{r['memory']['peak_host_rss_bytes'] / 1e6:.0f}", f"{dev_mb:.0f}" if dev_mb else "-",
