@@ -872,6 +872,7 @@ typedef struct bitnet_receipt {
     char cpu_model[128];
     char isa[16];                             /* the CPU kernel path */
     int32_t threads;
+    double load_avg;                          /* the host's 1-minute load average as the runs began; -1 unknown */
     int has_gpu;                              /* the gpu_* fields are set */
     char gpu_name[256];
     int32_t gpu_cc_major, gpu_cc_minor;
@@ -11483,6 +11484,7 @@ BITNET_API bitnet_result bitnet_receipt_write(const bitnet_receipt *r, char *buf
     bitnet__jw_kstr(&w, "cpu", r->cpu_model);
     bitnet__jw_kstr(&w, "isa", r->isa);
     bitnet__jw_kint(&w, "threads", r->threads);
+    bitnet__jw_knum(&w, "load_avg_1m", r->load_avg);
     bitnet__jw_close(&w, '}');
     if (r->has_gpu) {
         bitnet__jw_kopen(&w, "gpu", '{');
@@ -11726,6 +11728,8 @@ BITNET_API bitnet_result bitnet_receipt_parse(const char *json, size_t len, bitn
     bitnet__rc_rd_str(&p, o, "host.", "cpu", out->cpu_model, sizeof out->cpu_model);
     bitnet__rc_rd_str(&p, o, "host.", "isa", out->isa, sizeof out->isa);
     out->threads = (int32_t)bitnet__rc_rd_int(&p, o, "host.", "threads", 1, 65536);
+    /* added within 1.0: receipts written before it have none (unknown) */
+    out->load_avg = bitnet__json_get(&j, o, "load_avg_1m") >= 0 ? bitnet__rc_rd_num(&p, o, "host.", "load_avg_1m", -1, 1e6) : -1;
     if (p.err == BITNET_OK && (o = bitnet__json_get(&j, top, "gpu")) >= 0 && j.nodes[o].type == BITNET__J_OBJ) {
         char cc[32], *dot;
         out->has_gpu = 1;
@@ -11849,6 +11853,28 @@ static uint64_t bitnet__rc_peak_rss(void) {
     }
 #endif
     return kb * 1024;
+}
+
+/* A busy host slows a CPU run: the receipt says how busy it was. */
+static double bitnet__rc_load_avg(void) {
+    double v = -1;
+#if defined(__linux__)
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f) {
+        char buf[64];
+        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        int whole = 0, frac = 0, digits = 0;
+        size_t i = 0;
+        buf[n] = 0;
+        /* "4.94 3.91 ...": parsed by hand, the locale's decimal point may not be '.' */
+        for (; i < n && buf[i] >= '0' && buf[i] <= '9'; i++) whole = whole * 10 + (buf[i] - '0');
+        if (i && i < n && buf[i] == '.')
+            for (i++; i < n && buf[i] >= '0' && buf[i] <= '9' && digits < 2; i++, digits++) frac = frac * 10 + (buf[i] - '0');
+        if (i) v = whole + frac / (digits == 2 ? 100.0 : digits == 1 ? 10.0 : 1.0);
+        fclose(f);
+    }
+#endif
+    return v;
 }
 
 static const char *bitnet__rc_backend_name(bitnet_backend b) {
@@ -12117,6 +12143,7 @@ BITNET_API bitnet_result bitnet_bench(bitnet_model *m, const bitnet_bench_params
 
     bitnet_kernel_stats_reset();
     bitnet__rc_peak_rss_reset();
+    out->load_avg = bitnet__rc_load_avg();
     for (i = 0; i < n_lens; i++) {
         bitnet_bench_result *b = &out->results[i];
         int32_t n = d.prompt_lens[i];

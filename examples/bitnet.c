@@ -447,7 +447,11 @@ static int cmd_bench(int argc, char **argv) {
                        (int)x->gen_tokens, (int)x->runs, x->prompt_tps, x->gen_tps, x->ttft_ms, x->p50_ms, x->p95_ms,
                        x->p99_ms, x->wall_ms, (double)r->peak_host_rss_bytes / 1e6);
             }
-            printf("      %s, %s x%d threads; kernels:", r->cpu_model, r->isa, (int)r->threads);
+            if (r->has_gpu)
+                printf("      %s (cc %d.%d, %s, driver %s, NVRTC %s), peak GPU %.0f MB; kernels:", r->gpu_name, (int)r->gpu_cc_major,
+                       (int)r->gpu_cc_minor, r->gpu_arch, r->gpu_driver_version, r->nvrtc_version, (double)r->peak_device_bytes / 1e6);
+            else
+                printf("      %s, %s x%d threads, load %.2f; kernels:", r->cpu_model, r->isa, (int)r->threads, r->load_avg);
             for (k = 0; k < r->n_kernels; k++) printf(" %s x%llu", r->kernels[k].name, (unsigned long long)r->kernels[k].launches);
             printf("\n");
         }
@@ -492,7 +496,7 @@ static int cmd_bench(int argc, char **argv) {
         char *all = NULL;
         if (o.csv && !(csv = fopen(o.csv, "wb"))) { fprintf(stderr, "bench: cannot write %s: %s\n", o.csv, strerror(errno)); rc = 1; }
         if (csv) fprintf(csv, "backend,prompt_tokens,gen_tokens,runs,prompt_tps,gen_tps,gen_tps_min,gen_tps_max,ttft_ms,p50_ms,p95_ms,p99_ms,"
-                              "wall_ms,peak_host_rss_bytes,peak_device_bytes,threads,isa,model_sha256,git_commit\n");
+                              "wall_ms,peak_host_rss_bytes,peak_device_bytes,threads,isa,load_avg_1m,model_sha256,git_commit\n");
         if (o.json) all = (char *)malloc(2 * sizeof json + 8);
         if (all) memcpy(all, "[\n", 3), total = 2;
         for (b = 2; b-- > 0;) {
@@ -516,11 +520,11 @@ static int cmd_bench(int argc, char **argv) {
             }
             for (k = 0; csv && k < rec[b]->n_results; k++) {
                 const bitnet_bench_result *x = &rec[b]->results[k];
-                fprintf(csv, "%s,%d,%d,%d,%.3f,%.3f,%.3f,%.3f,%.4f,%.4f,%.4f,%.4f,%.3f,%llu,%llu,%d,%s,%s,%s\n", rec[b]->backend,
+                fprintf(csv, "%s,%d,%d,%d,%.3f,%.3f,%.3f,%.3f,%.4f,%.4f,%.4f,%.4f,%.3f,%llu,%llu,%d,%s,%.2f,%s,%s\n", rec[b]->backend,
                         (int)x->prompt_tokens, (int)x->gen_tokens, (int)x->runs, x->prompt_tps, x->gen_tps, x->gen_tps_min,
                         x->gen_tps_max, x->ttft_ms, x->p50_ms, x->p95_ms, x->p99_ms, x->wall_ms,
                         (unsigned long long)rec[b]->peak_host_rss_bytes, (unsigned long long)rec[b]->peak_device_bytes,
-                        (int)rec[b]->threads, rec[b]->isa, rec[b]->model_sha256, rec[b]->git_commit);
+                        (int)rec[b]->threads, rec[b]->isa, rec[b]->load_avg, rec[b]->model_sha256, rec[b]->git_commit);
             }
         }
         if (csv && fclose(csv) != 0) { fprintf(stderr, "bench: cannot write %s\n", o.csv); rc = 1; }

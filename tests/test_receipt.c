@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <dirent.h>
 
 /* ---- helpers ---------------------------------------------------------------------------------- */
 
@@ -69,6 +70,7 @@ static void make_receipt(bitnet_receipt *r) {
     strcpy(r->cpu_model, "Test CPU @ 1.00GHz");
     strcpy(r->isa, "avx512");
     r->threads = 2;
+    r->load_avg = 0.25;
     r->peak_host_rss_bytes = 50u << 20;
     r->warmup_runs = 1;
     r->n_results = 2;
@@ -399,6 +401,22 @@ static void test_receipt_wrong_types_and_schema(void) {
     /* a duplicated member would let two readers see two values */
     TEST_CHECK(parse_mutated("\"threads\": 2", "\"threads\": 2, \"threads\": 64") == BITNET_ERR_CORRUPT);
     TEST_CHECK(strstr(bitnet_last_error(), "duplicate") != NULL);
+    /* the load average came within 1.0: optional, -1 when absent, a number when present */
+    {
+        static bitnet_receipt back;
+        char *at;
+        static char text[sizeof json_buf];
+        strcpy(text, json_buf);
+        at = strstr(text, "\"load_avg_1m\":");
+        TEST_CHECK(at != NULL);
+        if (at) {
+            at[1] = 'X';
+            TEST_CHECK(bitnet_receipt_parse(text, strlen(text), &back) == BITNET_OK && back.load_avg == -1);
+        }
+        TEST_CHECK(bitnet_receipt_parse(json_buf, strlen(json_buf), &back) == BITNET_OK && back.load_avg == 0.25);
+        TEST_CHECK(parse_mutated("\"load_avg_1m\": 0.25", "\"load_avg_1m\": \"busy\"") == BITNET_ERR_BAD_METADATA);
+        TEST_CHECK(parse_mutated("\"load_avg_1m\": 0.25", "\"load_avg_1m\": -2") == BITNET_ERR_CORRUPT);
+    }
     /* unknown members are allowed (later 1.x additions) */
     TEST_CHECK(parse_mutated("\"threads\": 2", "\"threads\": 2, \"numa\": {\"nodes\": [1, 2]}") == BITNET_OK);
     /* a field longer than its slot */
@@ -761,6 +779,39 @@ static void test_cli_verify_receipt(void) {
     remove(bad);
 }
 
+/* Every receipt committed under benchmarks/receipts/ stays valid as the schema evolves, and a CUDA
+   one passes the GPU gate while a CPU one does not. */
+static void test_committed_receipts(void) {
+    DIR *d = opendir("benchmarks/receipts");
+    struct dirent *e;
+    int seen = 0;
+    if (!d) TEST_SKIP("benchmarks/receipts not found (run from the repository root)");
+    while ((e = readdir(d)) != NULL) {
+        static bitnet_receipt r;
+        static char text[BITNET_RECEIPT_MAX_BYTES + 1];
+        char path[600];
+        size_t n = strlen(e->d_name), len = 0;
+        FILE *f;
+        bitnet_receipt_gates g;
+        int breaches_n = -1;
+        if (n < 5 || strcmp(e->d_name + n - 5, ".json") != 0) continue;
+        snprintf(path, sizeof path, "benchmarks/receipts/%s", e->d_name);
+        if ((f = fopen(path, "rb")) != NULL) {
+            len = fread(text, 1, sizeof text - 1, f);
+            fclose(f);
+        }
+        TEST_CHECKF(bitnet_receipt_parse(text, len, &r) == BITNET_OK, "%s: %s", path, bitnet_last_error());
+        memset(&g, 0, sizeof g);
+        g.require_gpu_kernels = 1;
+        TEST_CHECK(bitnet_receipt_check(&r, &g, NULL, 0, &breaches_n) == BITNET_OK);
+        if (strcmp(r.backend, "cuda") == 0) TEST_CHECKF(breaches_n == 0, "%s fails the GPU gate", path);
+        else TEST_CHECKF(breaches_n > 0, "%s (a CPU receipt) passes the GPU gate", path);
+        seen++;
+    }
+    closedir(d);
+    if (!seen) TEST_SKIP("no receipts committed yet");
+}
+
 /* ---- the benchmark on the tiny model (CPU) ------------------------------------------------------ */
 
 #define TINY "tests/data/tiny.gguf"
@@ -816,6 +867,9 @@ static void test_bench_tiny_receipt(void) {
     TEST_CHECK(strcmp(r.isa, bitnet_isa_name(bitnet_cpu_isa())) == 0 && r.threads == bitnet_num_threads());
     TEST_CHECK(r.cpu_model[0] && strstr(r.precision, "I2_S") != NULL);
     TEST_CHECK(!r.has_gpu && r.peak_host_rss_bytes > 0);
+#if defined(__linux__)
+    TEST_CHECK(r.load_avg >= 0);
+#endif
     TEST_CHECK(r.warmup_runs == 1 && r.determinism_checked && r.seeded_runs_identical);
     TEST_CHECK(r.n_results == 2);
     for (i = 0; i < r.n_results; i++) {
@@ -1050,6 +1104,7 @@ int main(void) {
     RUN_TEST(test_gates_numbers);
     RUN_TEST(test_gate_require_gpu_kernels);
     RUN_TEST(test_cli_verify_receipt);
+    RUN_TEST(test_committed_receipts);
     RUN_TEST(test_bench_tiny_receipt);
     RUN_TEST(test_bench_errors);
     RUN_TEST(test_cli_bench);

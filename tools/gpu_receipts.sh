@@ -3,7 +3,9 @@
 # shape), benchmarks cuda and cpu with the determinism check, and verifies each receipt with the
 # release gates below. Everything lands in $OUT (receipts, CSV, logs); commit the receipts under
 # benchmarks/receipts/ and run tools/receipts_table.py --update BENCHMARKS.md on them.
-#   cd <repo> && OUT=/tmp/out tools/gpu_receipts.sh
+#   cd <repo> && OUT=/tmp/out GIT_COMMIT=<hash> tools/gpu_receipts.sh
+# GIT_COMMIT: the commit the tree is (the receipts carry it); needed where the tree is a copy
+# without .git, as on the device machine, else the receipts say "unknown".
 set -uo pipefail
 out=${OUT:-/tmp/receipts-out}; mkdir -p "$out"
 tag=${TAG:-h100}
@@ -14,7 +16,8 @@ model=${MODEL:-/tmp/bitnet-2b4t.gguf}
 cuda_gates=(--require-gpu-kernels --min-tps "${CUDA_MIN_TPS:-400}" --max-p95-ms "${CUDA_MAX_P95_MS:-3.0}")
 cpu_gates=(--min-tps "${CPU_MIN_TPS:-13.2}")
 
-make -j"$(nproc)" all >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
+rm -f build/bitnet # the commit is baked in when it is built: never reuse an older build
+make -j"$(nproc)" all ${GIT_COMMIT:+GIT_COMMIT="$GIT_COMMIT"} >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
 if [ -n "${TEST_GPU:-}" ]; then # the GPU test suite first, in the same call
   make test-gpu >"$out/test-gpu.log" 2>&1; echo "make test-gpu: $(tail -1 "$out/test-gpu.log")"
   grep -E "^FAIL|  FAIL" "$out/test-gpu.log" | head -20

@@ -27,10 +27,11 @@ def rows(paths, base):
         cfg = r["model"]["config"]
         model = f"{cfg['arch']} {cfg['n_layers']}x{cfg['dim']} ({r['model']['sha256'][:8]})"
         threads = r["host"]["threads"] if r["backend"]["used"] == "cpu" else "-"
+        load = r["host"].get("load_avg_1m", -1)  # absent in receipts written before it existed
         dev_mb = r["memory"]["peak_device_bytes"] / 1e6
         for x in r["results"]:
             out.append([
-                where, r["backend"]["used"], str(threads), model, str(x["prompt_tokens"]), str(x["gen_tokens"]),
+                where, r["backend"]["used"], str(threads), f"{load:.2f}" if load >= 0 else "not recorded", model, str(x["prompt_tokens"]), str(x["gen_tokens"]),
                 f"{x['prompt_tps']:.1f}", f"{x['gen_tps']:.1f}", f"{x['ttft_ms']:.2f}",
                 f"{x['latency_ms']['p50']:.3f} / {x['latency_ms']['p95']:.3f} / {x['latency_ms']['p99']:.3f}",
                 f"{r['memory']['peak_host_rss_bytes'] / 1e6:.0f}", f"{dev_mb:.0f}" if dev_mb else "-",
@@ -40,7 +41,7 @@ def rows(paths, base):
 
 
 def table(paths, base="."):
-    head = ["machine", "backend", "threads", "model", "prompt", "gen", "prompt tok/s", "gen tok/s", "TTFT ms",
+    head = ["machine", "backend", "threads", "host load", "model", "prompt", "gen", "prompt tok/s", "gen tok/s", "TTFT ms",
             "token ms p50 / p95 / p99", "peak RSS MB", "peak GPU MB", "commit", "receipt"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(r) + " |" for r in rows(paths, base)]
