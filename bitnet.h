@@ -3215,6 +3215,114 @@ BITNET__KERN_AVX512 static void bitnet__q8_tile_avx512(const uint8_t *const *w, 
     }
 }
 
+/* AVX-512 VNNI, I2_S, prefill (at least BITNET__PF_MIN_M activation rows): a block of 32 weight
+   rows is unpacked once into u8 codes laid out [k/4][32][4], the 4-byte groups vpdpbusd sums, so
+   one zmm holds 16 weight rows x 4 weights. All activation rows reuse the block: per 4 weights, 2
+   loads, then per activation row one 4-byte broadcast and 2 vpdpbusd. No decoding and no
+   horizontal sums in the loop (the lanes are output columns), so it runs at about the vpdpbusd
+   rate. The int32 sums and the epilogue are the reference's, so the bits are too. */
+#define BITNET__PF_ROWS 32
+#ifndef BITNET__PF_MIN_M
+#define BITNET__PF_MIN_M 16
+#endif
+#ifndef BITNET__PF_T
+#define BITNET__PF_T 12 /* activation rows per register tile: 24 accumulators */
+#endif
+
+/* Rows r0 .. r0+nr-1 (nr <= 32; the rest repeat the last row) into buf[k/4][32][4]: a gather of
+   the same 4 bytes from 16 rows, shifted to the 2-bit field of those 4 weights, & 3. */
+BITNET__KERN_AVX512 static void bitnet__i2s_unpack32_avx512(const uint8_t *w, size_t row_bytes, size_t nr, size_t k,
+                                                            uint8_t *buf) {
+    int32_t off[BITNET__PF_ROWS];
+    const __m512i m3 = _mm512_set1_epi8(3);
+    __m512i i0, i1;
+    size_t blk, q, j, i;
+    for (i = 0; i < BITNET__PF_ROWS; i++) off[i] = (int32_t)(BITNET__MIN(i, nr - 1) * row_bytes);
+    i0 = _mm512_loadu_si512((const void *)off);
+    i1 = _mm512_loadu_si512((const void *)(off + 16));
+    for (blk = 0; blk < k / 128; blk++)
+        for (q = 0; q < 4; q++) { /* weights blk*128 + q*32 .. +31 sit in bits 6-2q of bytes 0..31 */
+            const __m128i sh = _mm_cvtsi32_si128(6 - 2 * (int)q);
+            for (j = 0; j < 32; j += 4) {
+                const uint8_t *src = w + blk * 32 + j;
+                uint8_t *dst = buf + (blk * 32 + q * 8 + j / 4) * 4 * BITNET__PF_ROWS;
+                const __m512i g0 = _mm512_i32gather_epi32(i0, (const void *)src, 1);
+                const __m512i g1 = _mm512_i32gather_epi32(i1, (const void *)src, 1);
+                _mm512_storeu_si512((void *)dst, _mm512_and_si512(_mm512_srl_epi32(g0, sh), m3));
+                _mm512_storeu_si512((void *)(dst + 64), _mm512_and_si512(_mm512_srl_epi32(g1, sh), m3));
+            }
+        }
+}
+
+/* bitnet__epilogue on the 16 columns of acc for activation row t, stored under mask mk. */
+BITNET__KERN_AVX512 BITNET__AINLINE void bitnet__pf_epi_avx512(__m512i acc, int32_t corr, float a_scale, float w_scale,
+                                                              __mmask16 mk, float *out) {
+    const __m512 f = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc, _mm512_set1_epi32(corr)));
+    _mm512_mask_storeu_ps(out, mk, _mm512_mul_ps(_mm512_div_ps(f, _mm512_set1_ps(a_scale)), _mm512_set1_ps(w_scale)));
+}
+
+#define BITNET__PFREP(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
+#define BITNET__PFZERO(t) __m512i u##t = _mm512_setzero_si512(), v##t = u##t;
+#define BITNET__PFDP(t) \
+    if (T > t) { \
+        int32_t a4_; \
+        memcpy(&a4_, a + (t) * k + 4 * kk, 4); \
+        { const __m512i av = _mm512_set1_epi32(a4_); BITNET__DPBUSD(u##t, w0, av); BITNET__DPBUSD(v##t, w1, av); } \
+    }
+#define BITNET__PFOUT(t) \
+    if (T > t) { \
+        bitnet__pf_epi_avx512(u##t, e->a_sum[t], e->a_scale[t], ws, m0, out + (t) * n); \
+        if (m1) bitnet__pf_epi_avx512(v##t, e->a_sum[t], e->a_scale[t], ws, m1, out + (t) * n + 16); \
+    }
+/* T activation rows (a, row stride k) against the unpacked block: out[t * n + 0 .. nr-1]. */
+BITNET__KERN_AVX512 BITNET__AINLINE void bitnet__pf_tile_avx512_t(const uint8_t *buf, size_t k, const int8_t *a,
+                                                                 const bitnet__epi *e, float ws, size_t nr, float *out,
+                                                                 size_t n, const int T) {
+    const __mmask16 m0 = (__mmask16)(nr >= 16 ? 0xffff : (1u << nr) - 1);
+    const __mmask16 m1 = (__mmask16)(nr >= 32 ? 0xffff : nr > 16 ? (1u << (nr - 16)) - 1 : 0);
+    size_t kk;
+    BITNET__PFREP(BITNET__PFZERO)
+    for (kk = 0; kk < k / 4; kk++) {
+        const __m512i w0 = _mm512_loadu_si512((const void *)(buf + kk * 128));
+        const __m512i w1 = _mm512_loadu_si512((const void *)(buf + kk * 128 + 64));
+        BITNET__PFREP(BITNET__PFDP)
+    }
+    BITNET__PFREP(BITNET__PFOUT)
+}
+#undef BITNET__PFOUT
+#undef BITNET__PFDP
+#undef BITNET__PFZERO
+#undef BITNET__PFREP
+
+/* Activation rows [0, m) against one unpacked block, BITNET__PF_T at a time. */
+BITNET__KERN_AVX512 static void bitnet__pf_block_avx512(const uint8_t *buf, size_t k, const int8_t *a, const float *a_scale,
+                                                        const int32_t *a_sum, size_t m, float ws, size_t nr, float *out,
+                                                        size_t n) {
+    size_t t;
+    for (t = 0; t < m; t += BITNET__PF_T) {
+        bitnet__epi e;
+        const int nt = (int)BITNET__MIN((size_t)BITNET__PF_T, m - t);
+        const int8_t *at = a + t * k;
+        float *ot = out + t * n;
+        e.a_scale = a_scale + t;
+        e.a_sum = a_sum + t;
+        switch (nt) {
+        case 1: bitnet__pf_tile_avx512_t(buf, k, at, &e, ws, nr, ot, n, 1); break;
+        case 2: bitnet__pf_tile_avx512_t(buf, k, at, &e, ws, nr, ot, n, 2); break;
+        case 3: bitnet__pf_tile_avx512_t(buf, k, at, &e, ws, nr, ot, n, 3); break;
+        case 4: bitnet__pf_tile_avx512_t(buf, k, at, &e, ws, nr, ot, n, 4); break;
+        case 5: bitnet__pf_tile_avx512_t(buf, k, at, &e, ws, nr, ot, n, 5); break;
+        case 6: bitnet__pf_tile_avx512_t(buf, k, at, &e, ws, nr, ot, n, 6); break;
+        case 7: bitnet__pf_tile_avx512_t(buf, k, at, &e, ws, nr, ot, n, 7); break;
+        case 8: bitnet__pf_tile_avx512_t(buf, k, at, &e, ws, nr, ot, n, 8); break;
+        case 9: bitnet__pf_tile_avx512_t(buf, k, at, &e, ws, nr, ot, n, 9); break;
+        case 10: bitnet__pf_tile_avx512_t(buf, k, at, &e, ws, nr, ot, n, 10); break;
+        case 11: bitnet__pf_tile_avx512_t(buf, k, at, &e, ws, nr, ot, n, 11); break;
+        default: bitnet__pf_tile_avx512_t(buf, k, at, &e, ws, nr, ot, n, BITNET__PF_T); break;
+        }
+    }
+}
+
 /* AVX2, I2_S: (byte >> s) & 3 for s = 6, 4, 2, 0 gives the codes of 4 runs of 32 contiguous
    weights; vpmaddubsw (u8 codes x s8 activations) pairs stay within int16 (4 * 2 * 2 * 128). */
 #define BITNET__ZERO256(r, t) __m256i acc##r##t = _mm256_setzero_si256();
@@ -3402,6 +3510,7 @@ typedef struct bitnet__gemm_job {
     int q8;                          /* 0: I2_S weights, 1: int8 weights */
     bitnet__tile_fn tile;            /* NULL: the scalar reference */
     int tile_t;                      /* activation rows per tile */
+    int pf;                          /* 1: the AVX-512 prefill path, items of BITNET__PF_ROWS rows */
     const uint8_t *w;
     size_t row_bytes;
     size_t n, k, m;
@@ -3449,9 +3558,14 @@ static void bitnet__gemm_block(const bitnet__gemm_job *j, size_t r0, size_t r1, 
 
 static void bitnet__gemm_task(void *arg, int ith, int nth) {
     bitnet__gemm_job *j = (bitnet__gemm_job *)arg;
+    uint8_t *buf = NULL;
     size_t it;
     (void)ith;
     (void)nth;
+#if defined(BITNET__X86_SIMD)
+    /* the unpacked block of this thread; without it the thread uses the tiles (same bits) */
+    if (j->pf) buf = (uint8_t *)bitnet__malloc(BITNET__PF_ROWS * j->k);
+#endif
     for (;;) {
 #if defined(BITNET__POOL)
         it = __atomic_fetch_add(&j->next, 1, __ATOMIC_RELAXED);
@@ -3459,12 +3573,21 @@ static void bitnet__gemm_task(void *arg, int ith, int nth) {
         it = j->next++;
 #endif
         if (it >= j->items) break;
+#if defined(BITNET__X86_SIMD)
+        if (buf) {
+            const size_t r0 = it * BITNET__PF_ROWS, nr = BITNET__MIN((size_t)BITNET__PF_ROWS, j->n - r0);
+            bitnet__i2s_unpack32_avx512(j->w + r0 * j->row_bytes, j->row_bytes, nr, j->k, buf);
+            bitnet__pf_block_avx512(buf, j->k, j->a, j->a_scale, j->a_sum, j->m, j->w_scale, nr, j->out + r0, j->n);
+            continue;
+        }
+#endif
         {
             const size_t ri = it / j->tok_items, ti = it % j->tok_items;
             const size_t r0 = ri * j->rows_per_item, t0 = ti * j->toks_per_item;
             bitnet__gemm_block(j, r0, BITNET__MIN(j->n, r0 + j->rows_per_item), t0, BITNET__MIN(j->m, t0 + j->toks_per_item));
         }
     }
+    bitnet__free(buf);
 }
 
 /* Picks the tile for the active ISA, cuts the work and runs it on the pool. Row blocks hold
@@ -3507,6 +3630,18 @@ static void bitnet__gemm_run(bitnet__gemm_job *j) {
     j->rows_per_item = rows;
     j->items = row_items * j->tok_items;
     j->next = 0;
+    j->pf = 0;
+#if defined(BITNET__X86_SIMD)
+    if (bitnet_cpu_isa() == BITNET_ISA_AVX512 && !j->q8 && j->m >= BITNET__PF_MIN_M) {
+        /* one item per 32 weight rows, all activation rows (a thread that falls back to the tiles
+           runs the same item with them) */
+        j->pf = 1;
+        j->rows_per_item = BITNET__PF_ROWS;
+        j->toks_per_item = j->m;
+        j->tok_items = 1;
+        j->items = (j->n + BITNET__PF_ROWS - 1) / BITNET__PF_ROWS;
+    }
+#endif
     if (nth > 1 && macs >= 65536.0) bitnet__parallel(bitnet__gemm_task, j);
     else bitnet__gemm_task(j, 0, 1);
 }
