@@ -3229,27 +3229,50 @@ BITNET__KERN_AVX512 static void bitnet__q8_tile_avx512(const uint8_t *const *w, 
 #define BITNET__PF_T 12 /* activation rows per register tile: 24 accumulators */
 #endif
 
-/* Rows r0 .. r0+nr-1 (nr <= 32; the rest repeat the last row) into buf[k/4][32][4]: a gather of
-   the same 4 bytes from 16 rows, shifted to the 2-bit field of those 4 weights, & 3. */
+/* Rows 0 .. nr-1 of w (nr <= 32; the rest repeat the last row) into buf[k/4][32][4]. Per 128
+   weights and 16 rows, the 16 x 8 dwords of packed bytes are transposed (three rounds of 8
+   two-source permutes), so dword d of every row shares a zmm; its bytes hold weights 32q + 4d ..
+   32q + 4d + 3 of the block in bits 6-2q, and (>> 6-2q) & 3 per byte gives the u8 codes. */
 BITNET__KERN_AVX512 static void bitnet__i2s_unpack32_avx512(const uint8_t *w, size_t row_bytes, size_t nr, size_t k,
                                                             uint8_t *buf) {
-    int32_t off[BITNET__PF_ROWS];
+    int32_t ix[6][16];
+    __m512i i1[2], i2[2], i3[2], z[8], s1[8], s2[8], cd[8];
     const __m512i m3 = _mm512_set1_epi8(3);
-    __m512i i0, i1;
-    size_t blk, q, j, i;
-    for (i = 0; i < BITNET__PF_ROWS; i++) off[i] = (int32_t)(BITNET__MIN(i, nr - 1) * row_bytes);
-    i0 = _mm512_loadu_si512((const void *)off);
-    i1 = _mm512_loadu_si512((const void *)(off + 16));
-    for (blk = 0; blk < k / 128; blk++)
-        for (q = 0; q < 4; q++) { /* weights blk*128 + q*32 .. +31 sit in bits 6-2q of bytes 0..31 */
-            const __m128i sh = _mm_cvtsi32_si128(6 - 2 * (int)q);
-            for (j = 0; j < 32; j += 4) {
-                const uint8_t *src = w + blk * 32 + j;
-                uint8_t *dst = buf + (blk * 32 + q * 8 + j / 4) * 4 * BITNET__PF_ROWS;
-                const __m512i g0 = _mm512_i32gather_epi32(i0, (const void *)src, 1);
-                const __m512i g1 = _mm512_i32gather_epi32(i1, (const void *)src, 1);
-                _mm512_storeu_si512((void *)dst, _mm512_and_si512(_mm512_srl_epi32(g0, sh), m3));
-                _mm512_storeu_si512((void *)(dst + 64), _mm512_and_si512(_mm512_srl_epi32(g1, sh), m3));
+    size_t blk, g, q, d, l;
+    for (l = 0; l < 16; l++) {
+        const int r4 = (int)(l >> 2), r8 = (int)(l >> 1), r16 = (int)l;
+        for (q = 0; q < 2; q++) {
+            const int d1 = (int)(l & 3) + 4 * (int)q, d2 = 2 * (int)q + (int)(l & 1), d3 = (int)q;
+            ix[q][l] = r4 < 2 ? 8 * r4 + d1 : 16 + 8 * (r4 - 2) + d1;     /* rows 4x4 dwords of 2 zmm */
+            ix[2 + q][l] = r8 < 4 ? 4 * r8 + d2 : 16 + 4 * (r8 - 4) + d2; /* rows 8x2 dwords */
+            ix[4 + q][l] = r16 < 8 ? 2 * r16 + d3 : 16 + 2 * (r16 - 8) + d3; /* rows 16x1 dword */
+        }
+    }
+    for (q = 0; q < 2; q++) {
+        i1[q] = _mm512_loadu_si512((const void *)ix[q]);
+        i2[q] = _mm512_loadu_si512((const void *)ix[2 + q]);
+        i3[q] = _mm512_loadu_si512((const void *)ix[4 + q]);
+    }
+    for (g = 0; g < 2; g++)
+        for (blk = 0; blk < k / 128; blk++) {
+            for (l = 0; l < 8; l++) { /* z[l]: dwords 0..7 of rows 2l and 2l + 1 */
+                const uint8_t *ra = w + BITNET__MIN(16 * g + 2 * l, nr - 1) * row_bytes + blk * 32;
+                const uint8_t *rb = w + BITNET__MIN(16 * g + 2 * l + 1, nr - 1) * row_bytes + blk * 32;
+                z[l] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(const void *)ra)),
+                                          _mm256_loadu_si256((const __m256i *)(const void *)rb), 1);
+            }
+            for (l = 0; l < 4; l++) /* s1[2l + h]: rows 4l .. 4l+3, dwords 4h .. 4h+3 */
+                for (q = 0; q < 2; q++) s1[2 * l + q] = _mm512_permutex2var_epi32(z[2 * l], i1[q], z[2 * l + 1]);
+            for (l = 0; l < 2; l++) /* s2[4l + 2h + j]: rows 8l .. 8l+7, dwords 4h + 2j, +1 */
+                for (q = 0; q < 4; q++)
+                    s2[4 * l + q] = _mm512_permutex2var_epi32(s1[4 * l + q / 2], i2[q % 2], s1[4 * l + 2 + q / 2]);
+            for (d = 0; d < 8; d++) /* cd[d]: dword d of rows 0 .. 15 */
+                cd[d] = _mm512_permutex2var_epi32(s2[d / 2], i3[d % 2], s2[4 + d / 2]);
+            for (q = 0; q < 4; q++) {
+                const __m128i sh = _mm_cvtsi32_si128(6 - 2 * (int)q);
+                for (d = 0; d < 8; d++)
+                    _mm512_storeu_si512((void *)(buf + ((blk * 32 + q * 8 + d) * BITNET__PF_ROWS + 16 * g) * 4),
+                                        _mm512_and_si512(_mm512_srl_epi32(cd[d], sh), m3));
             }
         }
 }
@@ -3262,63 +3285,85 @@ BITNET__KERN_AVX512 BITNET__AINLINE void bitnet__pf_epi_avx512(__m512i acc, int3
 }
 
 #define BITNET__PFREP(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
-#define BITNET__PFZERO(t) __m512i u##t = _mm512_setzero_si512(), v##t = u##t;
+#define BITNET__PFLOAD(t) \
+    __m512i u##t = _mm512_setzero_si512(), v##t = u##t; \
+    if (T > t && acc) { \
+        u##t = _mm512_loadu_si512((const void *)(acc + (t) * BITNET__PF_ROWS)); \
+        v##t = _mm512_loadu_si512((const void *)(acc + (t) * BITNET__PF_ROWS + 16)); \
+    }
 #define BITNET__PFDP(t) \
     if (T > t) { \
         int32_t a4_; \
         memcpy(&a4_, a + (t) * k + 4 * kk, 4); \
         { const __m512i av = _mm512_set1_epi32(a4_); BITNET__DPBUSD(u##t, w0, av); BITNET__DPBUSD(v##t, w1, av); } \
     }
+#define BITNET__PFSAVE(t) \
+    if (T > t) { \
+        _mm512_storeu_si512((void *)(acc_out + (t) * BITNET__PF_ROWS), u##t); \
+        _mm512_storeu_si512((void *)(acc_out + (t) * BITNET__PF_ROWS + 16), v##t); \
+    }
 #define BITNET__PFOUT(t) \
     if (T > t) { \
         bitnet__pf_epi_avx512(u##t, e->a_sum[t], e->a_scale[t], ws, m0, out + (t) * n); \
         if (m1) bitnet__pf_epi_avx512(v##t, e->a_sum[t], e->a_scale[t], ws, m1, out + (t) * n + 16); \
     }
-/* T activation rows (a, row stride k) against the unpacked block: out[t * n + 0 .. nr-1]. */
-BITNET__KERN_AVX512 BITNET__AINLINE void bitnet__pf_tile_avx512_t(const uint8_t *buf, size_t k, const int8_t *a,
-                                                                 const bitnet__epi *e, float ws, size_t nr, float *out,
-                                                                 size_t n, const int T) {
-    const __mmask16 m0 = (__mmask16)(nr >= 16 ? 0xffff : (1u << nr) - 1);
-    const __mmask16 m1 = (__mmask16)(nr >= 32 ? 0xffff : nr > 16 ? (1u << (nr - 16)) - 1 : 0);
+/* T activation rows (a, row stride k) against kc weights of the unpacked block: the sums start
+   from acc (NULL: from 0); with out NULL they go to acc_out, else the epilogue writes
+   out[t * n + 0 .. nr-1]. */
+BITNET__KERN_AVX512 BITNET__AINLINE void bitnet__pf_tile_avx512_t(const uint8_t *buf, size_t kc, size_t k, const int8_t *a,
+                                                                 const int32_t *acc, int32_t *acc_out, const bitnet__epi *e,
+                                                                 float ws, size_t nr, float *out, size_t n, const int T) {
     size_t kk;
-    BITNET__PFREP(BITNET__PFZERO)
-    for (kk = 0; kk < k / 4; kk++) {
+    BITNET__PFREP(BITNET__PFLOAD)
+    for (kk = 0; kk < kc / 4; kk++) {
         const __m512i w0 = _mm512_loadu_si512((const void *)(buf + kk * 128));
         const __m512i w1 = _mm512_loadu_si512((const void *)(buf + kk * 128 + 64));
         BITNET__PFREP(BITNET__PFDP)
     }
-    BITNET__PFREP(BITNET__PFOUT)
+    if (!out) {
+        BITNET__PFREP(BITNET__PFSAVE)
+    } else {
+        const __mmask16 m0 = (__mmask16)(nr >= 16 ? 0xffff : (1u << nr) - 1);
+        const __mmask16 m1 = (__mmask16)(nr >= 32 ? 0xffff : nr > 16 ? (1u << (nr - 16)) - 1 : 0);
+        BITNET__PFREP(BITNET__PFOUT)
+    }
 }
 #undef BITNET__PFOUT
+#undef BITNET__PFSAVE
 #undef BITNET__PFDP
-#undef BITNET__PFZERO
+#undef BITNET__PFLOAD
 #undef BITNET__PFREP
 
-/* Activation rows [0, m) against one unpacked block, BITNET__PF_T at a time. */
+/* Activation rows [0, m) against one unpacked block, BITNET__PF_T at a time, BITNET__PF_KC
+   weights at a time: the block's slice then stays in L1 while all the rows pass over it, their
+   partial sums parked in acc ([m][32] int32). */
+#ifndef BITNET__PF_KC
+#define BITNET__PF_KC 512
+#endif
 BITNET__KERN_AVX512 static void bitnet__pf_block_avx512(const uint8_t *buf, size_t k, const int8_t *a, const float *a_scale,
                                                         const int32_t *a_sum, size_t m, float ws, size_t nr, float *out,
-                                                        size_t n) {
-    size_t t;
-    for (t = 0; t < m; t += BITNET__PF_T) {
-        bitnet__epi e;
-        const int nt = (int)BITNET__MIN((size_t)BITNET__PF_T, m - t);
-        const int8_t *at = a + t * k;
-        float *ot = out + t * n;
-        e.a_scale = a_scale + t;
-        e.a_sum = a_sum + t;
-        switch (nt) {
-        case 1: bitnet__pf_tile_avx512_t(buf, k, at, &e, ws, nr, ot, n, 1); break;
-        case 2: bitnet__pf_tile_avx512_t(buf, k, at, &e, ws, nr, ot, n, 2); break;
-        case 3: bitnet__pf_tile_avx512_t(buf, k, at, &e, ws, nr, ot, n, 3); break;
-        case 4: bitnet__pf_tile_avx512_t(buf, k, at, &e, ws, nr, ot, n, 4); break;
-        case 5: bitnet__pf_tile_avx512_t(buf, k, at, &e, ws, nr, ot, n, 5); break;
-        case 6: bitnet__pf_tile_avx512_t(buf, k, at, &e, ws, nr, ot, n, 6); break;
-        case 7: bitnet__pf_tile_avx512_t(buf, k, at, &e, ws, nr, ot, n, 7); break;
-        case 8: bitnet__pf_tile_avx512_t(buf, k, at, &e, ws, nr, ot, n, 8); break;
-        case 9: bitnet__pf_tile_avx512_t(buf, k, at, &e, ws, nr, ot, n, 9); break;
-        case 10: bitnet__pf_tile_avx512_t(buf, k, at, &e, ws, nr, ot, n, 10); break;
-        case 11: bitnet__pf_tile_avx512_t(buf, k, at, &e, ws, nr, ot, n, 11); break;
-        default: bitnet__pf_tile_avx512_t(buf, k, at, &e, ws, nr, ot, n, BITNET__PF_T); break;
+                                                        size_t n, int32_t *acc) {
+    size_t t, c0;
+    for (c0 = 0; c0 < k; c0 += BITNET__PF_KC) {
+        const size_t kc = BITNET__MIN((size_t)BITNET__PF_KC, k - c0);
+        const int last = c0 + kc == k;
+        for (t = 0; t < m; t += BITNET__PF_T) {
+            bitnet__epi e;
+            const int nt = (int)BITNET__MIN((size_t)BITNET__PF_T, m - t);
+            const uint8_t *bc = buf + c0 * BITNET__PF_ROWS;
+            const int8_t *at = a + t * k + c0;
+            const int32_t *ai = c0 ? acc + t * BITNET__PF_ROWS : NULL;
+            int32_t *ao = acc + t * BITNET__PF_ROWS;
+            float *ot = last ? out + t * n : NULL;
+            e.a_scale = a_scale + t;
+            e.a_sum = a_sum + t;
+            switch (nt) {
+#define BITNET__PFCASE(T) case T: bitnet__pf_tile_avx512_t(bc, kc, k, at, ai, ao, &e, ws, nr, ot, n, T); break;
+            BITNET__PFCASE(1) BITNET__PFCASE(2) BITNET__PFCASE(3) BITNET__PFCASE(4) BITNET__PFCASE(5) BITNET__PFCASE(6)
+            BITNET__PFCASE(7) BITNET__PFCASE(8) BITNET__PFCASE(9) BITNET__PFCASE(10) BITNET__PFCASE(11)
+#undef BITNET__PFCASE
+            default: bitnet__pf_tile_avx512_t(bc, kc, k, at, ai, ao, &e, ws, nr, ot, n, BITNET__PF_T); break;
+            }
         }
     }
 }
@@ -3564,7 +3609,7 @@ static void bitnet__gemm_task(void *arg, int ith, int nth) {
     (void)nth;
 #if defined(BITNET__X86_SIMD)
     /* the unpacked block of this thread; without it the thread uses the tiles (same bits) */
-    if (j->pf) buf = (uint8_t *)bitnet__malloc(BITNET__PF_ROWS * j->k);
+    if (j->pf) buf = (uint8_t *)bitnet__malloc(BITNET__PF_ROWS * (j->k + j->m * sizeof(int32_t)));
 #endif
     for (;;) {
 #if defined(BITNET__POOL)
@@ -3577,7 +3622,8 @@ static void bitnet__gemm_task(void *arg, int ith, int nth) {
         if (buf) {
             const size_t r0 = it * BITNET__PF_ROWS, nr = BITNET__MIN((size_t)BITNET__PF_ROWS, j->n - r0);
             bitnet__i2s_unpack32_avx512(j->w + r0 * j->row_bytes, j->row_bytes, nr, j->k, buf);
-            bitnet__pf_block_avx512(buf, j->k, j->a, j->a_scale, j->a_sum, j->m, j->w_scale, nr, j->out + r0, j->n);
+            bitnet__pf_block_avx512(buf, j->k, j->a, j->a_scale, j->a_sum, j->m, j->w_scale, nr, j->out + r0, j->n,
+                                    (int32_t *)(void *)(buf + BITNET__PF_ROWS * j->k));
             continue;
         }
 #endif
