@@ -3294,7 +3294,7 @@ BITNET__KERN_AVX512 BITNET__AINLINE void bitnet__pf_epi_avx512(__m512i acc, int3
 #define BITNET__PFDP(t) \
     if (T > t) { \
         int32_t a4_; \
-        memcpy(&a4_, a + (t) * k + 4 * kk, 4); \
+        memcpy(&a4_, a + 4 * (BITNET__PF_T * kk + (t)), 4); \
         { const __m512i av = _mm512_set1_epi32(a4_); BITNET__DPBUSD(u##t, w0, av); BITNET__DPBUSD(v##t, w1, av); } \
     }
 #define BITNET__PFSAVE(t) \
@@ -3307,10 +3307,10 @@ BITNET__KERN_AVX512 BITNET__AINLINE void bitnet__pf_epi_avx512(__m512i acc, int3
         bitnet__pf_epi_avx512(u##t, e->a_sum[t], e->a_scale[t], ws, m0, out + (t) * n); \
         if (m1) bitnet__pf_epi_avx512(v##t, e->a_sum[t], e->a_scale[t], ws, m1, out + (t) * n + 16); \
     }
-/* T activation rows (a, row stride k) against kc weights of the unpacked block: the sums start
+/* T activation rows (a: packed, see bitnet__pf_pack) against kc weights of the unpacked block: the sums start
    from acc (NULL: from 0); with out NULL they go to acc_out, else the epilogue writes
    out[t * n + 0 .. nr-1]. */
-BITNET__KERN_AVX512 BITNET__AINLINE void bitnet__pf_tile_avx512_t(const uint8_t *buf, size_t kc, size_t k, const int8_t *a,
+BITNET__KERN_AVX512 BITNET__AINLINE void bitnet__pf_tile_avx512_t(const uint8_t *buf, size_t kc, const int8_t *a,
                                                                  const int32_t *acc, int32_t *acc_out, const bitnet__epi *e,
                                                                  float ws, size_t nr, float *out, size_t n, const int T) {
     size_t kk;
@@ -3340,9 +3340,29 @@ BITNET__KERN_AVX512 BITNET__AINLINE void bitnet__pf_tile_avx512_t(const uint8_t 
 #ifndef BITNET__PF_KC
 #define BITNET__PF_KC 512
 #endif
+/* The activations in the order the tiles read them, so they stream from memory: per slice of
+   BITNET__PF_KC columns (c0 on), per tile of BITNET__PF_T rows, per 4 columns the 4 bytes of each
+   row of the tile: ap[c0 * mp + tile * BITNET__PF_T * kc + (c - c0) / 4 * 4 * BITNET__PF_T +
+   4 * row + c % 4], mp = m rounded up to whole tiles (the rows past m are zeros). */
+static void bitnet__pf_pack(const int8_t *a, size_t m, size_t k, int8_t *ap) {
+    const size_t mp = (m + BITNET__PF_T - 1) / BITNET__PF_T * BITNET__PF_T;
+    size_t t, c0, kk;
+    for (c0 = 0; c0 < k; c0 += BITNET__PF_KC) {
+        const size_t kc = BITNET__MIN((size_t)BITNET__PF_KC, k - c0);
+        for (t = 0; t < mp; t++) {
+            int8_t *d = ap + c0 * mp + t / BITNET__PF_T * BITNET__PF_T * kc + 4 * (t % BITNET__PF_T);
+            if (t >= m) {
+                for (kk = 0; kk < kc / 4; kk++) memset(d + kk * 4 * BITNET__PF_T, 0, 4);
+                continue;
+            }
+            for (kk = 0; kk < kc / 4; kk++) memcpy(d + kk * 4 * BITNET__PF_T, a + t * k + c0 + 4 * kk, 4);
+        }
+    }
+}
 BITNET__KERN_AVX512 static void bitnet__pf_block_avx512(const uint8_t *buf, size_t k, const int8_t *a, const float *a_scale,
                                                         const int32_t *a_sum, size_t m, float ws, size_t nr, float *out,
                                                         size_t n, int32_t *acc) {
+    const size_t mp = (m + BITNET__PF_T - 1) / BITNET__PF_T * BITNET__PF_T;
     size_t t, c0;
     for (c0 = 0; c0 < k; c0 += BITNET__PF_KC) {
         const size_t kc = BITNET__MIN((size_t)BITNET__PF_KC, k - c0);
@@ -3351,18 +3371,18 @@ BITNET__KERN_AVX512 static void bitnet__pf_block_avx512(const uint8_t *buf, size
             bitnet__epi e;
             const int nt = (int)BITNET__MIN((size_t)BITNET__PF_T, m - t);
             const uint8_t *bc = buf + c0 * BITNET__PF_ROWS;
-            const int8_t *at = a + t * k + c0;
+            const int8_t *at = a + c0 * mp + t * kc;
             const int32_t *ai = c0 ? acc + t * BITNET__PF_ROWS : NULL;
             int32_t *ao = acc + t * BITNET__PF_ROWS;
             float *ot = last ? out + t * n : NULL;
             e.a_scale = a_scale + t;
             e.a_sum = a_sum + t;
             switch (nt) {
-#define BITNET__PFCASE(T) case T: bitnet__pf_tile_avx512_t(bc, kc, k, at, ai, ao, &e, ws, nr, ot, n, T); break;
+#define BITNET__PFCASE(T) case T: bitnet__pf_tile_avx512_t(bc, kc, at, ai, ao, &e, ws, nr, ot, n, T); break;
             BITNET__PFCASE(1) BITNET__PFCASE(2) BITNET__PFCASE(3) BITNET__PFCASE(4) BITNET__PFCASE(5) BITNET__PFCASE(6)
             BITNET__PFCASE(7) BITNET__PFCASE(8) BITNET__PFCASE(9) BITNET__PFCASE(10) BITNET__PFCASE(11)
 #undef BITNET__PFCASE
-            default: bitnet__pf_tile_avx512_t(bc, kc, k, at, ai, ao, &e, ws, nr, ot, n, BITNET__PF_T); break;
+            default: bitnet__pf_tile_avx512_t(bc, kc, at, ai, ao, &e, ws, nr, ot, n, BITNET__PF_T); break;
             }
         }
     }
@@ -3556,6 +3576,8 @@ typedef struct bitnet__gemm_job {
     bitnet__tile_fn tile;            /* NULL: the scalar reference */
     int tile_t;                      /* activation rows per tile */
     int pf;                          /* 1: the AVX-512 prefill path, items of BITNET__PF_ROWS rows */
+    int8_t *ap;                      /* pf: the activations packed by bitnet__pf_pack */
+    size_t pf_bytes;                 /* pf: each thread's unpacked block and partial sums */
     const uint8_t *w;
     size_t row_bytes;
     size_t n, k, m;
@@ -3609,7 +3631,7 @@ static void bitnet__gemm_task(void *arg, int ith, int nth) {
     (void)nth;
 #if defined(BITNET__X86_SIMD)
     /* the unpacked block of this thread; without it the thread uses the tiles (same bits) */
-    if (j->pf) buf = (uint8_t *)bitnet__malloc(BITNET__PF_ROWS * (j->k + j->m * sizeof(int32_t)));
+    if (j->pf) buf = (uint8_t *)bitnet__malloc(j->pf_bytes);
 #endif
     for (;;) {
 #if defined(BITNET__POOL)
@@ -3622,7 +3644,7 @@ static void bitnet__gemm_task(void *arg, int ith, int nth) {
         if (buf) {
             const size_t r0 = it * BITNET__PF_ROWS, nr = BITNET__MIN((size_t)BITNET__PF_ROWS, j->n - r0);
             bitnet__i2s_unpack32_avx512(j->w + r0 * j->row_bytes, j->row_bytes, nr, j->k, buf);
-            bitnet__pf_block_avx512(buf, j->k, j->a, j->a_scale, j->a_sum, j->m, j->w_scale, nr, j->out + r0, j->n,
+            bitnet__pf_block_avx512(buf, j->k, j->ap, j->a_scale, j->a_sum, j->m, j->w_scale, nr, j->out + r0, j->n,
                                     (int32_t *)(void *)(buf + BITNET__PF_ROWS * j->k));
             continue;
         }
@@ -3641,7 +3663,7 @@ static void bitnet__gemm_task(void *arg, int ith, int nth) {
    are about 8 per thread for balance; token blocks are only cut when row blocks are too few. */
 static void bitnet__gemm_run(bitnet__gemm_job *j) {
     const size_t nth = (size_t)bitnet_num_threads();
-    size_t rows, row_items, tok_tiles, cap;
+    size_t rows, row_items, tok_tiles, cap, ap_bytes, acc_bytes;
     const double macs = (double)j->n * (double)j->k * (double)j->m;
     j->tile = NULL;
     j->tile_t = 8; /* the scalar reference's activation block */
@@ -3678,9 +3700,13 @@ static void bitnet__gemm_run(bitnet__gemm_job *j) {
     j->next = 0;
     j->pf = 0;
 #if defined(BITNET__X86_SIMD)
-    if (bitnet_cpu_isa() == BITNET_ISA_AVX512 && !j->q8 && j->m >= BITNET__PF_MIN_M) {
+    if (bitnet_cpu_isa() == BITNET_ISA_AVX512 && !j->q8 && j->m >= BITNET__PF_MIN_M &&
+        bitnet__mul_size(j->m + BITNET__PF_T, j->k, &ap_bytes) && bitnet__mul_size(j->m, sizeof(int32_t), &acc_bytes) &&
+        bitnet__add_size(acc_bytes, j->k, &j->pf_bytes) && bitnet__mul_size(j->pf_bytes, BITNET__PF_ROWS, &j->pf_bytes) &&
+        (j->ap = (int8_t *)bitnet__malloc(ap_bytes)) != NULL) {
         /* one item per 32 weight rows, all activation rows (a thread that falls back to the tiles
            runs the same item with them) */
+        bitnet__pf_pack(j->a, j->m, j->k, j->ap);
         j->pf = 1;
         j->rows_per_item = BITNET__PF_ROWS;
         j->toks_per_item = j->m;
@@ -3690,6 +3716,7 @@ static void bitnet__gemm_run(bitnet__gemm_job *j) {
 #endif
     if (nth > 1 && macs >= 65536.0) bitnet__parallel(bitnet__gemm_task, j);
     else bitnet__gemm_task(j, 0, 1);
+    bitnet__free(j->ap);
 }
 
 BITNET_API bitnet_result bitnet_gemm_i2s(const void *w, size_t w_bytes, size_t n, size_t k, const int8_t *a,

@@ -157,6 +157,64 @@ static void test_i2s_prefill_m129(void) {
     check_i2s_shapes(ms, 1, ns, 2, ks, 1, threads_123, 3);
 }
 
+/* The AVX-512 prefill path (m >= 16): tiles of 12 rows with every tail (16, 23, 37), column
+   blocks of 32 with tails (1, 17, 33, 65), and k in one slice of 512, slices with a tail (640),
+   and many slices (2304). */
+static void test_i2s_prefill_tails(void) {
+    const size_t ms[] = {16, 23, 37}, ns[] = {1, 17, 33, 65}, ks[] = {128, 640, 2304};
+    test_seed(20);
+    check_i2s_shapes(ms, 3, ns, 4, ks, 3, threads_12, 2);
+}
+
+/* The prefill path at the largest sums, and on code-3 bytes. */
+static void test_i2s_prefill_extremes(void) {
+    problem p;
+    size_t i;
+    int v;
+    test_seed(21);
+    for (v = 0; v < 2; v++) {
+        make_i2s(&p, 33, 6912, 17);
+        for (i = 0; i < p.n * p.k; i++) p.q[i] = 1;
+        TEST_CHECK(bitnet_i2s_pack(p.q, p.n, p.k, 1.0f, p.w, p.w_bytes) == BITNET_OK);
+        for (i = 0; i < p.m * p.k; i++) p.a[i] = (int8_t)(v ? 127 : -128);
+        for (i = 0; i < p.m; i++) { p.a_sum[i] = (int32_t)p.k * (v ? 127 : -128); p.a_scale[i] = 1.0f; }
+        check_all_paths(&p, threads_12, 2);
+        TEST_CHECK(p.ref[p.m * p.n - 1] == (float)((int32_t)p.k * (v ? 127 : -128)));
+        problem_free(&p);
+    }
+    make_i2s(&p, 35, 1024, 19);
+    memset(p.w, 0xFF, p.n * p.k / 4);
+    check_all_paths(&p, threads_12, 2);
+    problem_free(&p);
+}
+
+/* A failed scratch allocation in the prefill path falls back to the tiles: same bits. The 1st
+   allocation is the packed activations (all of the GEMM falls back), the 2nd and 3rd the
+   threads' unpacked blocks (one thread falls back). */
+static void test_i2s_prefill_alloc_failure(void) {
+    problem p;
+    int f;
+    char spec[32];
+    test_seed(22);
+    make_i2s(&p, 70, 640, 40);
+    TEST_CHECK(bitnet_cpu_set_isa(BITNET_ISA_SCALAR) == BITNET_OK);
+    TEST_CHECK(bitnet_set_num_threads(1) == BITNET_OK);
+    TEST_CHECK(run(&p, p.ref) == BITNET_OK);
+    TEST_CHECK(bitnet_cpu_set_isa(BITNET_ISA_AUTO) == BITNET_OK);
+    TEST_CHECK(bitnet_set_num_threads(2) == BITNET_OK);
+    TEST_CHECK(run(&p, p.out) == BITNET_OK); /* the pool is up before the faults */
+    for (f = 1; f <= 3; f++) {
+        snprintf(spec, sizeof spec, "host_alloc:%d", f);
+        memset(p.out, 0xff, p.m * p.n * sizeof(float));
+        TEST_CHECK(bitnet_set_fault(spec) == BITNET_OK);
+        TEST_CHECK(run(&p, p.out) == BITNET_OK);
+        TEST_CHECK(bitnet_set_fault("") == BITNET_OK);
+        TEST_CHECKF(memcmp(p.out, p.ref, p.m * p.n * sizeof(float)) == 0, "%s", spec);
+    }
+    TEST_CHECK(bitnet_set_num_threads(0) == BITNET_OK);
+    problem_free(&p);
+}
+
 static void test_i2s_gemv_13824x2560(void) {
     const size_t ms[] = {1}, ns[] = {13824}, ks[] = {2560};
     test_seed(6);
@@ -496,6 +554,9 @@ int main(void) {
     RUN_TEST(test_i2s_k6912);
     RUN_TEST(test_i2s_prefill_m64);
     RUN_TEST(test_i2s_prefill_m129);
+    RUN_TEST(test_i2s_prefill_tails);
+    RUN_TEST(test_i2s_prefill_extremes);
+    RUN_TEST(test_i2s_prefill_alloc_failure);
     RUN_TEST(test_i2s_gemv_13824x2560);
     RUN_TEST(test_i2s_gemv_2560x6912);
     RUN_TEST(test_i2s_extremes);
