@@ -6387,18 +6387,43 @@ static void bitnet__cpu_embed(bitnet_session *s, const int32_t *tokens, int m) {
       fp16). */
 enum { BITNET__NQ_PLAIN, BITNET__NQ_ADD, BITNET__NQ_RELU2 };
 typedef struct bitnet__nq { bitnet_session *s; float *in; const float *y; const float *w; int k, op; } bitnet__nq;
+/* x += y (op ADD) or x = relu(x)^2 * y (op RELU2) on [i, k): the same IEEE operations on every path */
+static void bitnet__ew_ref(float *x, const float *y, int i, int k, int op) {
+    if (op == BITNET__NQ_ADD)
+        for (; i < k; i++) x[i] += y[i];
+    else
+        for (; i < k; i++) {
+            float g = x[i] > 0.0f ? x[i] : 0.0f; /* a max instruction, not a branch on the random sign */
+            x[i] = g * g * y[i];
+        }
+}
+#if defined(BITNET__X86_SIMD)
+BITNET__AVX512_FN static void bitnet__ew_avx512(float *x, const float *y, int k, int op) {
+    int i;
+    for (i = 0; i + 16 <= k; i += 16) {
+        __m512 a = _mm512_loadu_ps(x + i);
+        const __m512 b = _mm512_loadu_ps(y + i);
+        if (op == BITNET__NQ_ADD) a = _mm512_add_ps(a, b);
+        else a = _mm512_max_ps(a, _mm512_setzero_ps()), a = _mm512_mul_ps(_mm512_mul_ps(a, a), b);
+        _mm512_storeu_ps(x + i, a);
+    }
+    bitnet__ew_ref(x, y, i, k, op);
+}
+#endif
+static void bitnet__ew_op(float *x, const float *y, int k, int op) {
+#if defined(BITNET__X86_SIMD)
+    if (bitnet_cpu_isa() == BITNET_ISA_AVX512) {
+        bitnet__ew_avx512(x, y, k, op);
+        return;
+    }
+#endif
+    bitnet__ew_ref(x, y, 0, k, op);
+}
 static void bitnet__nq_row(void *ctx, int t) {
     const bitnet__nq *c = (const bitnet__nq *)ctx;
     float *x = c->in + (size_t)t * c->k;
     const float *y = c->y ? c->y + (size_t)t * c->k : NULL;
-    int i;
-    if (c->op == BITNET__NQ_ADD)
-        for (i = 0; i < c->k; i++) x[i] += y[i];
-    else if (c->op == BITNET__NQ_RELU2)
-        for (i = 0; i < c->k; i++) {
-            float g = fmaxf(x[i], 0.0f); /* a max instruction, not a branch on the random sign */
-            x[i] = g * g * y[i];
-        }
+    if (c->op != BITNET__NQ_PLAIN) bitnet__ew_op(x, y, c->k, c->op);
     bitnet__rmsnorm_quantize(x, c->w, (size_t)c->k, c->s->m->info.norm_eps, c->s->aq + (size_t)t * c->k, c->s->as + t,
                              c->s->asum + t);
 }
@@ -6482,7 +6507,7 @@ static void bitnet__cpu_kv_store(bitnet_session *s, int l, int m) {
    gets the g head outputs. Several positions per call share each converted tile. */
 typedef void (*bitnet__attn_fn)(const float *q, size_t stride, int nt, int g, const uint16_t *kc, const uint16_t *vc,
                                 int len0, int hd, float scale, float *out);
-#define BITNET__ATTN_ROWS 4 /* positions per work item */
+#define BITNET__ATTN_ROWS 16 /* positions per work item: they share each converted key and value tile */
 
 /* Plain C, any head_dim: heads four at a time, so the stack holds one tile of keys and values
    and four accumulators. */
@@ -6651,10 +6676,7 @@ static void bitnet__cpu_attention(bitnet_session *s, int l, int t0, int m) {
 typedef struct bitnet__ew { float *x; const float *y; int n; } bitnet__ew;
 static void bitnet__add_row(void *ctx, int r) {
     const bitnet__ew *c = (const bitnet__ew *)ctx;
-    float *x = c->x + (size_t)r * c->n;
-    const float *y = c->y + (size_t)r * c->n;
-    int i;
-    for (i = 0; i < c->n; i++) x[i] += y[i];
+    bitnet__ew_op(c->x + (size_t)r * c->n, c->y + (size_t)r * c->n, c->n, BITNET__NQ_ADD);
 }
 static void bitnet__cpu_add(float *x, const float *y, int m, int n) {
     bitnet__ew c;
