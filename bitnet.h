@@ -3663,7 +3663,7 @@ static void bitnet__gemm_task(void *arg, int ith, int nth) {
    are about 8 per thread for balance; token blocks are only cut when row blocks are too few. */
 static void bitnet__gemm_run(bitnet__gemm_job *j) {
     const size_t nth = (size_t)bitnet_num_threads();
-    size_t rows, row_items, tok_tiles, cap, ap_bytes, acc_bytes;
+    size_t rows, row_items, tok_tiles, cap;
     const double macs = (double)j->n * (double)j->k * (double)j->m;
     j->tile = NULL;
     j->tile_t = 8; /* the scalar reference's activation block */
@@ -3700,18 +3700,20 @@ static void bitnet__gemm_run(bitnet__gemm_job *j) {
     j->next = 0;
     j->pf = 0;
 #if defined(BITNET__X86_SIMD)
-    if (bitnet_cpu_isa() == BITNET_ISA_AVX512 && !j->q8 && j->m >= BITNET__PF_MIN_M &&
-        bitnet__mul_size(j->m + BITNET__PF_T, j->k, &ap_bytes) && bitnet__mul_size(j->m, sizeof(int32_t), &acc_bytes) &&
-        bitnet__add_size(acc_bytes, j->k, &j->pf_bytes) && bitnet__mul_size(j->pf_bytes, BITNET__PF_ROWS, &j->pf_bytes) &&
-        (j->ap = (int8_t *)bitnet__malloc(ap_bytes)) != NULL) {
-        /* one item per 32 weight rows, all activation rows (a thread that falls back to the tiles
-           runs the same item with them) */
-        bitnet__pf_pack(j->a, j->m, j->k, j->ap);
-        j->pf = 1;
-        j->rows_per_item = BITNET__PF_ROWS;
-        j->toks_per_item = j->m;
-        j->tok_items = 1;
-        j->items = (j->n + BITNET__PF_ROWS - 1) / BITNET__PF_ROWS;
+    if (bitnet_cpu_isa() == BITNET_ISA_AVX512 && !j->q8 && j->m >= BITNET__PF_MIN_M) {
+        /* one item per 32 weight rows, all activation rows; a failed allocation here leaves the
+           tiles, one in a thread makes that thread run its items with the tiles (same bits) */
+        size_t ap_bytes, acc_bytes;
+        if (bitnet__mul_size(j->m + BITNET__PF_T, j->k, &ap_bytes) && bitnet__mul_size(j->m, sizeof(int32_t), &acc_bytes) &&
+            bitnet__add_size(acc_bytes, j->k, &j->pf_bytes) && bitnet__mul_size(j->pf_bytes, BITNET__PF_ROWS, &j->pf_bytes) &&
+            (j->ap = (int8_t *)bitnet__malloc(ap_bytes)) != NULL) {
+            bitnet__pf_pack(j->a, j->m, j->k, j->ap);
+            j->pf = 1;
+            j->rows_per_item = BITNET__PF_ROWS;
+            j->toks_per_item = j->m;
+            j->tok_items = 1;
+            j->items = (j->n + BITNET__PF_ROWS - 1) / BITNET__PF_ROWS;
+        }
     }
 #endif
     if (nth > 1 && macs >= 65536.0) bitnet__parallel(bitnet__gemm_task, j);
