@@ -3225,6 +3225,9 @@ BITNET__KERN_AVX512 static void bitnet__q8_tile_avx512(const uint8_t *const *w, 
 #ifndef BITNET__PF_MIN_M
 #define BITNET__PF_MIN_M 16
 #endif
+#ifndef BITNET__PF_AHEAD
+#define BITNET__PF_AHEAD 2 /* blocks of weights prefetched ahead (the next items, either thread's) */
+#endif
 #ifndef BITNET__PF_T
 #define BITNET__PF_T 12 /* activation rows per register tile: 24 accumulators */
 #endif
@@ -3361,14 +3364,19 @@ static void bitnet__pf_pack(const int8_t *a, size_t m, size_t k, int8_t *ap) {
 }
 BITNET__KERN_AVX512 static void bitnet__pf_block_avx512(const uint8_t *buf, size_t k, const int8_t *a, const float *a_scale,
                                                         const int32_t *a_sum, size_t m, float ws, size_t nr, float *out,
-                                                        size_t n, int32_t *acc) {
+                                                        size_t n, int32_t *acc, const uint8_t *next, size_t next_bytes) {
     const size_t mp = (m + BITNET__PF_T - 1) / BITNET__PF_T * BITNET__PF_T;
-    size_t t, c0;
+    const size_t calls = (k + BITNET__PF_KC - 1) / BITNET__PF_KC * ((m + BITNET__PF_T - 1) / BITNET__PF_T);
+    const size_t pf_per_call = (next_bytes / 64 + calls - 1) / calls;
+    size_t t, c0, pf = 0, i;
     for (c0 = 0; c0 < k; c0 += BITNET__PF_KC) {
         const size_t kc = BITNET__MIN((size_t)BITNET__PF_KC, k - c0);
         const int last = c0 + kc == k;
         for (t = 0; t < m; t += BITNET__PF_T) {
             bitnet__epi e;
+            /* the packed weights of the next blocks, from DRAM while this one computes (their
+               unpacking would otherwise wait on it) */
+            for (i = 0; i < pf_per_call && pf < next_bytes; i++, pf += 64) _mm_prefetch((const char *)(next + pf), _MM_HINT_T1);
             const int nt = (int)BITNET__MIN((size_t)BITNET__PF_T, m - t);
             const uint8_t *bc = buf + c0 * BITNET__PF_ROWS;
             const int8_t *at = a + c0 * mp + t * kc;
@@ -3643,9 +3651,11 @@ static void bitnet__gemm_task(void *arg, int ith, int nth) {
 #if defined(BITNET__X86_SIMD)
         if (buf) {
             const size_t r0 = it * BITNET__PF_ROWS, nr = BITNET__MIN((size_t)BITNET__PF_ROWS, j->n - r0);
+            const size_t r2 = BITNET__MIN(j->n, r0 + (size_t)(1 + BITNET__PF_AHEAD) * BITNET__PF_ROWS);
             bitnet__i2s_unpack32_avx512(j->w + r0 * j->row_bytes, j->row_bytes, nr, j->k, buf);
             bitnet__pf_block_avx512(buf, j->k, j->ap, j->a_scale, j->a_sum, j->m, j->w_scale, nr, j->out + r0, j->n,
-                                    (int32_t *)(void *)(buf + BITNET__PF_ROWS * j->k));
+                                    (int32_t *)(void *)(buf + BITNET__PF_ROWS * j->k), j->w + (r0 + nr) * j->row_bytes,
+                                    (r2 - r0 - nr) * j->row_bytes);
             continue;
         }
 #endif
