@@ -3347,12 +3347,17 @@ BITNET__KERN_AVX512 BITNET__AINLINE void bitnet__pf_tile_avx512_t(const uint8_t 
    BITNET__PF_KC columns (c0 on), per tile of BITNET__PF_T rows, per 4 columns the 4 bytes of each
    row of the tile: ap[c0 * mp + tile * BITNET__PF_T * kc + (c - c0) / 4 * 4 * BITNET__PF_T +
    4 * row + c % 4], mp = m rounded up to whole tiles (the rows past m are zeros). */
-static void bitnet__pf_pack(const int8_t *a, size_t m, size_t k, int8_t *ap) {
-    const size_t mp = (m + BITNET__PF_T - 1) / BITNET__PF_T * BITNET__PF_T;
+typedef struct bitnet__pf_pack_job { const int8_t *a; size_t m, k; int8_t *ap; } bitnet__pf_pack_job;
+static void bitnet__pf_pack(void *arg, int ith, int nth) { /* rows split over the threads */
+    const bitnet__pf_pack_job *p = (const bitnet__pf_pack_job *)arg;
+    const int8_t *a = p->a;
+    const size_t m = p->m, k = p->k, mp = (m + BITNET__PF_T - 1) / BITNET__PF_T * BITNET__PF_T;
+    const size_t t0 = mp * (size_t)ith / (size_t)nth, t1 = mp * (size_t)(ith + 1) / (size_t)nth;
+    int8_t *ap = p->ap;
     size_t t, c0, kk;
     for (c0 = 0; c0 < k; c0 += BITNET__PF_KC) {
         const size_t kc = BITNET__MIN((size_t)BITNET__PF_KC, k - c0);
-        for (t = 0; t < mp; t++) {
+        for (t = t0; t < t1; t++) {
             int8_t *d = ap + c0 * mp + t / BITNET__PF_T * BITNET__PF_T * kc + 4 * (t % BITNET__PF_T);
             if (t >= m) {
                 for (kk = 0; kk < kc / 4; kk++) memset(d + kk * 4 * BITNET__PF_T, 0, 4);
@@ -3717,7 +3722,13 @@ static void bitnet__gemm_run(bitnet__gemm_job *j) {
         if (bitnet__mul_size(j->m + BITNET__PF_T, j->k, &ap_bytes) && bitnet__mul_size(j->m, sizeof(int32_t), &acc_bytes) &&
             bitnet__add_size(acc_bytes, j->k, &j->pf_bytes) && bitnet__mul_size(j->pf_bytes, BITNET__PF_ROWS, &j->pf_bytes) &&
             (j->ap = (int8_t *)bitnet__malloc(ap_bytes)) != NULL) {
-            bitnet__pf_pack(j->a, j->m, j->k, j->ap);
+            bitnet__pf_pack_job pk;
+            pk.a = j->a;
+            pk.m = j->m;
+            pk.k = j->k;
+            pk.ap = j->ap;
+            if (nth > 1) bitnet__parallel(bitnet__pf_pack, &pk);
+            else bitnet__pf_pack(&pk, 0, 1);
             j->pf = 1;
             j->rows_per_item = BITNET__PF_ROWS;
             j->toks_per_item = j->m;
