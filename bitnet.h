@@ -6377,11 +6377,23 @@ struct bitnet_session {
 };
 
 /* ---- row-parallel helper: fn(ctx, r) for r in [0, n), split into contiguous ranges ---------- */
-typedef struct bitnet__rows { void (*fn)(void *ctx, int r); void *ctx; int n; } bitnet__rows;
+/* Rows are claimed in chunks (about 8 per thread), so a thread the OS keeps waiting does not hold
+   the others up. */
+typedef struct bitnet__rows { void (*fn)(void *ctx, int r); void *ctx; int n, chunk, next; } bitnet__rows;
 static void bitnet__rows_task(void *arg, int ith, int nth) {
-    const bitnet__rows *t = (const bitnet__rows *)arg;
-    int r, r0 = (int)((int64_t)t->n * ith / nth), r1 = (int)((int64_t)t->n * (ith + 1) / nth);
-    for (r = r0; r < r1; r++) t->fn(t->ctx, r);
+    bitnet__rows *t = (bitnet__rows *)arg;
+    int r, r0;
+    (void)ith;
+    (void)nth;
+    for (;;) {
+#if defined(BITNET__POOL)
+        r0 = __atomic_fetch_add(&t->next, t->chunk, __ATOMIC_RELAXED);
+#else
+        r0 = t->next, t->next += t->chunk;
+#endif
+        if (r0 >= t->n) break;
+        for (r = r0; r < BITNET__MIN(t->n, r0 + t->chunk); r++) t->fn(t->ctx, r);
+    }
 }
 /* work: about how many scalar operations one row costs; small jobs stay on this thread because
    waking the pool costs more than they do. */
@@ -6390,6 +6402,8 @@ static void bitnet__for_rows(int n, size_t work, void (*fn)(void *ctx, int r), v
     t.fn = fn;
     t.ctx = ctx;
     t.n = n;
+    t.next = 0;
+    t.chunk = BITNET__MAX(1, n / (8 * bitnet_num_threads()));
     if ((size_t)n * work < 32768) bitnet__rows_task(&t, 0, 1);
     else bitnet__parallel(bitnet__rows_task, &t);
 }
@@ -6666,16 +6680,26 @@ BITNET__AVX512_FN static void bitnet__attn_avx512(const float *q, size_t stride,
 }
 #endif
 
-typedef struct bitnet__at { bitnet_session *s; int l, t0, m; bitnet__attn_fn fn; } bitnet__at;
+typedef struct bitnet__at { bitnet_session *s; int l, t0, m, next; bitnet__attn_fn fn; } bitnet__at;
 static void bitnet__attn_task(void *arg, int ith, int nth) {
-    const bitnet__at *c = (const bitnet__at *)arg;
+    bitnet__at *c = (bitnet__at *)arg;
     const bitnet_model *md = c->s->m;
-    int nkv = md->info.n_kv_heads, g = md->info.n_heads / nkv, hd = md->info.head_dim, u;
+    int nkv = md->info.n_kv_heads, g = md->info.n_heads / nkv, hd = md->info.head_dim, u, t, kvh, nt;
     int nblk = (c->m - c->t0 + BITNET__ATTN_ROWS - 1) / BITNET__ATTN_ROWS, n = nblk * nkv;
     float scale = 1.0f / sqrtf((float)hd);
-    for (u = ith; u < n; u += nth) { /* interleaved: causal rows differ in cost */
-        int t = c->t0 + u / nkv * BITNET__ATTN_ROWS, kvh = u % nkv, nt = BITNET__MIN(BITNET__ATTN_ROWS, c->m - t);
-        size_t base = ((size_t)c->l * nkv + kvh) * (size_t)c->s->n_kv * hd, at = (size_t)t * md->q_dim + (size_t)kvh * g * hd;
+    size_t base, at;
+    (void)ith;
+    (void)nth;
+    for (;;) { /* claimed one at a time, the costliest (the last positions) first */
+#if defined(BITNET__POOL)
+        u = __atomic_fetch_add(&c->next, 1, __ATOMIC_RELAXED);
+#else
+        u = c->next++;
+#endif
+        if (u >= n) break;
+        u = n - 1 - u;
+        t = c->t0 + u / nkv * BITNET__ATTN_ROWS, kvh = u % nkv, nt = BITNET__MIN(BITNET__ATTN_ROWS, c->m - t);
+        base = ((size_t)c->l * nkv + kvh) * (size_t)c->s->n_kv * hd, at = (size_t)t * md->q_dim + (size_t)kvh * g * hd;
         c->fn(c->s->q + at, (size_t)md->q_dim, nt, g, c->s->k_cache + base, c->s->v_cache + base, c->s->pos + t + 1, hd,
               scale, c->s->xb + at);
     }
@@ -6687,6 +6711,7 @@ static void bitnet__cpu_attention(bitnet_session *s, int l, int t0, int m) {
     c.l = l;
     c.t0 = t0;
     c.m = m;
+    c.next = 0;
     c.fn = bitnet__attn_ref;
 #if defined(BITNET__X86_SIMD)
     if (bitnet_cpu_isa() == BITNET_ISA_AVX512 && s->m->info.head_dim == 128 && s->m->info.n_heads / s->m->info.n_kv_heads <= 64)
