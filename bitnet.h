@@ -3310,9 +3310,9 @@ BITNET__KERN_AVX512 BITNET__AINLINE void bitnet__pf_epi_avx512(__m512i acc, int3
         bitnet__pf_epi_avx512(u##t, e->a_sum[t], e->a_scale[t], ws, m0, out + (t) * n); \
         if (m1) bitnet__pf_epi_avx512(v##t, e->a_sum[t], e->a_scale[t], ws, m1, out + (t) * n + 16); \
     }
-/* T activation rows (a: packed, see bitnet__pf_pack) against kc weights of the unpacked block: the sums start
-   from acc (NULL: from 0); with out NULL they go to acc_out, else the epilogue writes
-   out[t * n + 0 .. nr-1]. */
+/* T activation rows (a: packed, see bitnet__pf_pack) against kc weights of the unpacked block:
+   the sums start from acc (NULL: from 0); with out NULL they go to acc_out, else the epilogue
+   writes out[t * n + 0 .. nr-1]. */
 BITNET__KERN_AVX512 BITNET__AINLINE void bitnet__pf_tile_avx512_t(const uint8_t *buf, size_t kc, const int8_t *a,
                                                                  const int32_t *acc, int32_t *acc_out, const bitnet__epi *e,
                                                                  float ws, size_t nr, float *out, size_t n, const int T) {
@@ -3379,15 +3379,15 @@ BITNET__KERN_AVX512 static void bitnet__pf_block_avx512(const uint8_t *buf, size
         const int last = c0 + kc == k;
         for (t = 0; t < m; t += BITNET__PF_T) {
             bitnet__epi e;
-            /* the packed weights of the next blocks, from DRAM while this one computes (their
-               unpacking would otherwise wait on it) */
-            for (i = 0; i < pf_per_call && pf < next_bytes; i++, pf += 64) _mm_prefetch((const char *)(next + pf), _MM_HINT_T1);
             const int nt = (int)BITNET__MIN((size_t)BITNET__PF_T, m - t);
             const uint8_t *bc = buf + c0 * BITNET__PF_ROWS;
             const int8_t *at = a + c0 * mp + t * kc;
             const int32_t *ai = c0 ? acc + t * BITNET__PF_ROWS : NULL;
             int32_t *ao = acc + t * BITNET__PF_ROWS;
             float *ot = last ? out + t * n : NULL;
+            /* the packed weights of the next blocks, from DRAM while this one computes (their
+               unpacking would otherwise wait on it) */
+            for (i = 0; i < pf_per_call && pf < next_bytes; i++, pf += 64) _mm_prefetch((const char *)(next + pf), _MM_HINT_T1);
             e.a_scale = a_scale + t;
             e.a_sum = a_sum + t;
             switch (nt) {
@@ -6376,9 +6376,8 @@ struct bitnet_session {
     void *gpu;                    /* the GPU forward's buffers */
 };
 
-/* ---- row-parallel helper: fn(ctx, r) for r in [0, n), split into contiguous ranges ---------- */
-/* Rows are claimed in chunks (about 8 per thread), so a thread the OS keeps waiting does not hold
-   the others up. */
+/* ---- row-parallel helper: fn(ctx, r) for r in [0, n), in chunks claimed by the threads ------ */
+/* About 8 chunks per thread, so a thread the OS keeps waiting does not hold the others up. */
 typedef struct bitnet__rows { void (*fn)(void *ctx, int r); void *ctx; int n, chunk, next; } bitnet__rows;
 static void bitnet__rows_task(void *arg, int ith, int nth) {
     bitnet__rows *t = (bitnet__rows *)arg;
