@@ -3223,7 +3223,7 @@ BITNET__KERN_AVX512 static void bitnet__q8_tile_avx512(const uint8_t *const *w, 
    rate. The int32 sums and the epilogue are the reference's, so the bits are too. */
 #define BITNET__PF_ROWS 32
 #ifndef BITNET__PF_MIN_M
-#define BITNET__PF_MIN_M 16
+#define BITNET__PF_MIN_M 32 /* below, unpacking costs more than the tiles' decoding */
 #endif
 #ifndef BITNET__PF_AHEAD
 #define BITNET__PF_AHEAD 2 /* blocks of weights prefetched ahead (the next items, either thread's) */

@@ -157,11 +157,11 @@ static void test_i2s_prefill_m129(void) {
     check_i2s_shapes(ms, 1, ns, 2, ks, 1, threads_123, 3);
 }
 
-/* The AVX-512 prefill path (m >= 16): tiles of 12 rows with every tail (16, 23, 37), column
+/* The AVX-512 prefill path (m >= 32): tiles of 12 rows with tails (32, 41, 46), column
    blocks of 32 with tails (1, 17, 33, 65), and k in one slice of 512, slices with a tail (640),
    and many slices (2304). */
 static void test_i2s_prefill_tails(void) {
-    const size_t ms[] = {16, 23, 37}, ns[] = {1, 17, 33, 65}, ks[] = {128, 640, 2304};
+    const size_t ms[] = {32, 41, 46}, ns[] = {1, 17, 33, 65}, ks[] = {128, 640, 2304};
     test_seed(20);
     check_i2s_shapes(ms, 3, ns, 4, ks, 3, threads_12, 2);
 }
@@ -173,7 +173,7 @@ static void test_i2s_prefill_extremes(void) {
     int v;
     test_seed(21);
     for (v = 0; v < 2; v++) {
-        make_i2s(&p, 33, 6912, 17);
+        make_i2s(&p, 33, 6912, 35);
         for (i = 0; i < p.n * p.k; i++) p.q[i] = 1;
         TEST_CHECK(bitnet_i2s_pack(p.q, p.n, p.k, 1.0f, p.w, p.w_bytes) == BITNET_OK);
         for (i = 0; i < p.m * p.k; i++) p.a[i] = (int8_t)(v ? 127 : -128);
@@ -182,7 +182,7 @@ static void test_i2s_prefill_extremes(void) {
         TEST_CHECK(p.ref[p.m * p.n - 1] == (float)((int32_t)p.k * (v ? 127 : -128)));
         problem_free(&p);
     }
-    make_i2s(&p, 35, 1024, 19);
+    make_i2s(&p, 35, 1024, 43);
     memset(p.w, 0xFF, p.n * p.k / 4);
     check_all_paths(&p, threads_12, 2);
     problem_free(&p);
