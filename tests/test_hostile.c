@@ -532,6 +532,8 @@ static void test_gpu_jit_faults(void) {
         TEST_CHECKF(strstr(log_buf, "using the CPU") != NULL, "log: %s", log_buf);
         bitnet_model_free(m), m = NULL;
     }
+    if (keep[0]) setenv("BITNET_CUDA_CACHE", keep, 1); /* module_load bites after the cache too */
+    else unsetenv("BITNET_CUDA_CACHE");
     TEST_CHECK(bitnet_set_fault("module_load") == BITNET_OK);
     TEST_CHECK(f_gpu_custom(&c) == BITNET_ERR_MODULE_LOAD && strstr(bitnet_last_error(), "module load") != NULL);
     d.backend = BITNET_BACKEND_CUDA;
@@ -547,8 +549,6 @@ static void test_gpu_jit_faults(void) {
     bitnet_set_fault("");
     /* and without faults the same calls work */
     TEST_CHECKF(f_gpu_custom(&c) == BITNET_OK, "%s", bitnet_last_error());
-    if (keep[0]) setenv("BITNET_CUDA_CACHE", keep, 1);
-    else unsetenv("BITNET_CUDA_CACHE");
     no_pool_leaks("nvrtc/module_load");
     log_stop();
 }
