@@ -10,8 +10,9 @@
 #   tools/gpu_sanitize.sh memcheck initcheck   some of them (split across calls if time is short)
 # Environment: OUT (default ./gpu-sanitize-out), JOBS (parallel pairs, default 6), PAIR_TIMEOUT
 # (seconds per pair, default 300), TESTS (binaries, default every build/tests/test_*),
-# BITNET_TEST_THREAD_TOKENS (tokens per thread in test_hostile's thread test; default 48 here:
-# the 200-token run is `make test-gpu`'s).
+# BITNET_TEST_THREAD_TOKENS (tokens per thread in test_hostile's thread test, default 32 here) and
+# BITNET_TEST_THREAD_ROUNDS (test_gpu_runtime's 8 threads' rounds, default 20 here): the full 200
+# are `make test-gpu`'s; racecheck would take over 5 minutes on them (H100, 2025.3.1).
 # API errors (a CUDA call that returns an error the library handles, as the tests' failure paths
 # do on purpose) are not counted: --report-api-errors no. Device leaks at exit are (memcheck
 # --leak-check full).
@@ -22,7 +23,8 @@ mkdir -p "$OUT"
 tools="${*:-memcheck racecheck initcheck}"
 JOBS=${JOBS:-6}
 PAIR_TIMEOUT=${PAIR_TIMEOUT:-300}
-export BITNET_REQUIRE_GPU=1 BITNET_TEST_THREAD_TOKENS=${BITNET_TEST_THREAD_TOKENS:-48}
+export BITNET_REQUIRE_GPU=1 BITNET_TEST_THREAD_TOKENS=${BITNET_TEST_THREAD_TOKENS:-32}
+export BITNET_TEST_THREAD_ROUNDS=${BITNET_TEST_THREAD_ROUNDS:-20}
 logdir=$(mktemp -d)/sanitize_logs
 mkdir -p "$logdir"
 t0=$SECONDS
@@ -81,7 +83,7 @@ echo "$pairs" | xargs -P "$JOBS" -L 1 bash -c 'run_pair "$0" "$1"' > "$logdir/su
 
 {
   echo "gpu_sanitize: $(date -u +%FT%TZ), commit $(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown), $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"
-  echo "tools: $tools; BITNET_REQUIRE_GPU=1; BITNET_TEST_THREAD_TOKENS=$BITNET_TEST_THREAD_TOKENS; pair limit ${PAIR_TIMEOUT}s"
+  echo "tools: $tools; BITNET_REQUIRE_GPU=1; BITNET_TEST_THREAD_TOKENS=$BITNET_TEST_THREAD_TOKENS; BITNET_TEST_THREAD_ROUNDS=$BITNET_TEST_THREAD_ROUNDS; pair limit ${PAIR_TIMEOUT}s"
   printf '%-10s %-22s %-12s %-9s %-7s %-8s %s\n' tool binary "errors" "exit" time verdict tests
   sort "$logdir/summary.unsorted"
   n_fail=$(grep -cvE ' PASS ' "$logdir/summary.unsorted")
