@@ -91,7 +91,7 @@ echo "$pairs" | xargs -P "$JOBS" -L 1 bash -c 'run_pair "$0" "$1"' > "$logdir/su
 } | tee "$OUT/sanitize_summary.txt"
 # The first reports of each failing log, for a quick look.
 for f in "$logdir"/*.log; do
-  if grep -E '^========= (Invalid|Race|Uninitialized|Leaked|Program hit|Error)' "$f" | grep -qv 'before first instrumented'; then
+  if grep -E '^========= (Invalid|Race|Uninitialized|Leaked|Program hit|Error|Internal)' "$f" | grep -qv 'before first instrumented'; then
     echo "--- $(basename "$f")"; grep -E '^=========' "$f" | head -40
   fi
 done > "$OUT/sanitize_first_reports.txt"
