@@ -130,6 +130,18 @@ static void rmodel_build(rmodel *r, int vocab, int dim, int n_layers, int heads,
     }
     r->w.layers = r->layers;
 }
+/* Every attn_sub_norm weight times 1 +- NUDGE (alternately): the quantizer after attention then
+   sees its input moved about as much as by the rounding differences of another attention. */
+#ifndef NUDGE
+#define NUDGE 0x1p-20f
+#endif
+static void rmodel_nudge(rmodel *r) {
+    int l, i, qd = r->w.dim / r->w.n_heads * r->w.n_heads;
+    for (l = 0; l < r->w.n_layers; l++) {
+        float *p = (float *)(uintptr_t)r->layers[l].attn_sub_norm;
+        for (i = 0; i < qd; i++) p[i] *= i % 2 ? 1.0f - NUDGE : 1.0f + NUDGE;
+    }
+}
 static void rmodel_free(rmodel *r) {
     int i;
     for (i = 0; i < r->nbufs; i++) free(r->bufs[i]);
@@ -253,6 +265,32 @@ static void random_model(int vocab, int dim, int layers, int heads, int kv, int 
     rmodel_free(&r);
 }
 
+/* The conditioning guard for a random model the GPU is compared on (see below), CPU only: the
+   model against itself with attn_sub_norm nudged, by the GPU comparison's own criterion. */
+static void conditioned(int vocab, int dim, int layers, int heads, int kv, int ffn, float lo, float hi, unsigned long long seed) {
+    rmodel r, r2;
+    bitnet_model *a = NULL, *b = NULL;
+    bitnet_model_desc d;
+    double worst = worst_rel; /* the summary line reports the GPU's distance only */
+    w_lo = lo, w_hi = hi;
+    rmodel_build(&r, vocab, dim, layers, heads, kv, ffn, seed);
+    rmodel_build(&r2, vocab, dim, layers, heads, kv, ffn, seed);
+    rmodel_nudge(&r2);
+    memset(&d, 0, sizeof d);
+    d.backend = BITNET_BACKEND_CPU;
+    d.head_f16 = 1;
+    TEST_CHECK(bitnet_model_from_weights(&r.w, &d, &a) == BITNET_OK);
+    TEST_CHECK(bitnet_model_from_weights(&r2.w, &d, &b) == BITNET_OK);
+    flips_ok = 3;
+    if (a && b) compare(a, b, 100, 60);
+    flips_ok = 0;
+    worst_rel = worst;
+    bitnet_model_free(a);
+    bitnet_model_free(b);
+    rmodel_free(&r);
+    rmodel_free(&r2);
+}
+
 /* ---- tests ---------------------------------------------------------------------------------------- */
 
 static void test_tiny_gguf(void) {
@@ -281,11 +319,19 @@ static void test_tiny_gguf(void) {
 /* Random weights can make a model so sensitive that two correct implementations part ways: the
    attention's float sums differ in order (and expf by an ulp or two), and where an activation
    sits within that much of an int8 rounding boundary it becomes the other code, which the next
-   layers amplify. The CPU's own AVX-512 and scalar paths differ like that: on the first model
-   below with ternary scales near 1 and two layers, 9 rows of 100 above 1e-2, one at 0.5; on
-   2B-4T-shaped random weights the CPU's AVX-512 and AVX2 paths agree on 6 greedy tokens. The
-   models below are the well-conditioned kind (the CPU paths agree within 1e-6 on every row), and
-   a rare isolated flip (a percent or so on one row) is allowed: 3 rows in 100. */
+   layers (and, through the KV cache, the later positions) amplify. Such a model says nothing
+   about the GPU: tools/fwd_divergence.c measured on the H100 that the GPU's kernels, each run on
+   its own inputs, match the CPU bit for bit (ternary linears with their norm + int8 prologues,
+   RoPE, the fp16 KV cache) or to rounding (attention within 1.1e-4 of a double reference where the
+   CPU's float attention is within 7.9e-5; head 1.3e-7), while on the old head_dim-64 model here
+   (ternary scales 0.3-1.5) the CPU alone, float attention against double attention, had 39 of 100
+   prefill rows above 1e-2 (worst 0.108): GPU vs CPU had 1 and 6 of 60 decode rows (worst 0.4).
+   (The CPU's AVX-512 and scalar paths agreeing said nothing at head_dim 64: both use the same
+   scalar attention there.) So every model compared here first passes a conditioning guard, CPU
+   only: moving attn_sub_norm by 2^-20 relative (the quantizer after attention then sees about the
+   rounding difference that the GPU's attention makes, calibrated on that model: 6 decode rows
+   above 1e-2 as with the GPU) must keep the comparison's own criterion. A rare isolated flip (a
+   percent or so on one row) is allowed: 3 rows in 100. */
 
 /* 2B-4T's attention shape (head_dim 128, 4 query heads per kv head), scaled down; odd vocabulary. */
 static void test_random_hd128_gqa4(void) {
@@ -294,9 +340,19 @@ static void test_random_hd128_gqa4(void) {
 }
 
 /* head_dim 64, 2 query heads per kv head, three layers. */
+#ifndef HD64_LO /* 0.3f and 1.5f fail the guard (and failed on the H100: 6 decode rows above 1e-2) */
+#define HD64_LO 0.2f
+#define HD64_HI 0.6f
+#endif
 static void test_random_hd64(void) {
     NEED_GPU();
-    random_model(1000, 256, 3, 4, 2, 384, 0.3f, 1.5f, 12);
+    random_model(1000, 256, 3, 4, 2, 384, HD64_LO, HD64_HI, 12);
+}
+
+/* The random models above pass the conditioning guard (CPU only, so it runs in CI). */
+static void test_random_models_conditioned(void) {
+    conditioned(777, 512, 1, 4, 1, 640, 0.05f, 0.15f, 11);
+    conditioned(1000, 256, 3, 4, 2, 384, HD64_LO, HD64_HI, 12);
 }
 
 /* Asking for CUDA without a usable one is an error, never a silent CPU run. */
@@ -317,6 +373,7 @@ static void test_backend_cuda_without_gpu(void) {
 
 int main(void) {
     RUN_TEST(test_backend_cuda_without_gpu);
+    RUN_TEST(test_random_models_conditioned);
     RUN_TEST(test_tiny_gguf);
     RUN_TEST(test_random_hd128_gqa4);
     RUN_TEST(test_random_hd64);
