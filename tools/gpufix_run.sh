@@ -2,7 +2,7 @@
 # GPU-vs-CPU divergence diagnostics on the GPU machine, in one call (issues 4 and 6):
 # build, tests/test_cuda_forward, tools/fwd_divergence.c on the test's random models, tiny.gguf and
 # a gen-model 2b4t GGUF, then tools/hf_parity.py (ours on the CPU and on CUDA). Logs to $OUT.
-#   usage: tools/gpufix_run.sh [STAGE...]   stages: test div hf bench testgpu (default: test div hf)
+#   usage: tools/gpufix_run.sh [STAGE...]   stages: test div divhd64 hf hf4 bench testgpu (default: test div hf)
 set -u
 OUT=${OUT:-/tmp/gpufix}
 L=/tmp/gpufix-logs   # every log; $OUT gets them as logs.tgz after each step (few files come back)
@@ -25,10 +25,12 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | 
 step build 200 make -j"$(nproc)" all build/tests/test_cuda_forward || exit 1
 step build-div 120 cc -O2 -std=c11 -o build/fwd_divergence tools/fwd_divergence.c -lm -ldl -lpthread || exit 1
 tk=llama3-tokenizer.tiktoken; [ -f "$tk" ] || tk=../shared/data/llama3-tokenizer.tiktoken
+if has testgpu; then step test-gpu 300 make test-gpu; fi
 if has test; then BITNET_REQUIRE_GPU=1 step test 120 build/tests/test_cuda_forward; fi
-if has div || has bench; then
+if has div || has bench || has divhd64; then
   [ -f /tmp/2b4t.gguf ] || step gen-2b4t 120 build/bitnet gen-model --preset 2b4t --tiktoken "$tk" -o /tmp/2b4t.gguf
 fi
+if has divhd64; then step div-hd64 60 build/fwd_divergence hd64; fi
 if has div; then
   step div-hd64 60 build/fwd_divergence hd64
   step div-hd128 60 build/fwd_divergence hd128
@@ -39,7 +41,12 @@ if has hf; then
   step hf-cpu 150 python3 tools/hf_parity.py --bitnet build/bitnet --gguf tests/data/tiny.gguf --structured-layers 2 --out "$L/hf-cpu" --backend cpu
   step hf-cuda 150 python3 tools/hf_parity.py --bitnet build/bitnet --gguf tests/data/tiny.gguf --structured-layers 2 --out "$L/hf-cuda" --backend cuda
 fi
-if has bench; then
-  step bench-det 200 build/bitnet bench -m /tmp/2b4t.gguf --backend all --prompt-tokens 64 --gen-tokens 64 --runs 2 --check-determinism --require-gpu
+if has bench; then # cuda = cpu greedy: default heads (cuda fp16, cpu int8), then like for like
+  B="--backend all --prompt-tokens 64 --gen-tokens 64 --runs 1 --warmup 0 --check-determinism --require-gpu"
+  step det-tiny 60 build/bitnet bench -m tests/data/tiny.gguf $B
+  step det-tiny-f16 60 env BITNET_HEAD=f16 build/bitnet bench -m tests/data/tiny.gguf $B
+  step det-2b4t-f16 150 env BITNET_HEAD=f16 build/bitnet bench -m /tmp/2b4t.gguf $B
 fi
-if has testgpu; then step test-gpu 300 make test-gpu; fi
+if has hf4; then
+  step hf4-cuda 150 python3 tools/hf_parity.py --bitnet build/bitnet --structured-layers 4 --out "$L/hf4-cuda" --backend cuda
+fi
