@@ -1,9 +1,11 @@
 /* The GPU forward pass (>>cuda-forward) against the CPU one on the same weights: the committed
    tiny GGUF and random models built in memory (head_dim 128 with 4 query heads per kv head as in
-   2B-4T, head_dim 64). Logits of every position agree within 1e-2 relative L2 (they should be far
-   closer: quantized activations and integer dot products match the CPU bit for bit) through both
-   GPU paths: the batched prefill (GEMM) and the decode graph, past the 64 positions where decode
-   attention splits; greedy generations agree token for token for 64 tokens. Host buffers are
+   2B-4T, head_dim 64). Logits of every position agree within 1e-5 relative L2 through both GPU
+   paths, the batched prefill (GEMM) and the decode graph, past the 64 positions where decode
+   attention splits, and greedy generations agree token for token for 64 tokens: quantized
+   activations, integer dot products, RoPE and the fp16 cache match the CPU bit for bit, attention
+   is computed in double on both and rounded to float once (so both give the same floats), and only
+   the fp16 head's float sums differ in order (about 1e-7). Host buffers are
    poisoned with NaN before each call. Skipped without a GPU; a failure under BITNET_REQUIRE_GPU=1. */
 #include "../bitnet.h"
 #include "harness.h"
@@ -28,29 +30,17 @@ static int require_gpu(void) {
         } \
     } while (0)
 
-#define TOL 1e-2
-#define FLIP_TOL 5e-2
+#define TOL 1e-5
 static double worst_rel; /* the largest relative L2 distance seen, for the log */
-static int flips_ok;     /* random models: rows allowed above TOL (isolated int8 rounding flips, see below) */
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-/* Every row within TOL, or (random models) at most flips_ok rows within FLIP_TOL; the median row
-   within 1e-5 either way, so a systematic error cannot hide among the flips. */
-static void check_rows(double *e, int n, const char *what) {
+/* Every row within TOL. */
+static void check_rows(const double *e, int n, const char *what) {
     int i, over = 0;
     for (i = 0; i < n; i++) {
         worst_rel = e[i] > worst_rel ? e[i] : worst_rel;
-        if (!(e[i] <= TOL)) {
-            over++;
-            TEST_CHECKF(e[i] <= FLIP_TOL && flips_ok > 0, "%s row %d of %d: relative L2 %g", what, i, n, e[i]);
-        }
+        if (!(e[i] <= TOL) && over++ < 5) TEST_CHECKF(0, "%s row %d of %d: relative L2 %g", what, i, n, e[i]);
     }
-    TEST_CHECKF(over <= flips_ok, "%s: %d rows above %g (%d allowed)", what, over, TOL, flips_ok);
-    qsort(e, (size_t)n, sizeof *e, cmp_double);
-    TEST_CHECKF(e[n / 2] <= 1e-5, "%s: median relative L2 %g", what, e[n / 2]);
+    TEST_CHECKF(over == 0, "%s: %d rows of %d above %g", what, over, n, TOL);
 }
 
 static double rel_l2(const float *a, const float *ref, size_t n) {
@@ -129,18 +119,6 @@ static void rmodel_build(rmodel *r, int vocab, int dim, int n_layers, int heads,
         L->w_down = ternary(r, dim, ffn);
     }
     r->w.layers = r->layers;
-}
-/* Every attn_sub_norm weight times 1 +- NUDGE (alternately): the quantizer after attention then
-   sees its input moved about as much as by the rounding differences of another attention. */
-#ifndef NUDGE
-#define NUDGE 0x1p-20f
-#endif
-static void rmodel_nudge(rmodel *r) {
-    int l, i, qd = r->w.dim / r->w.n_heads * r->w.n_heads;
-    for (l = 0; l < r->w.n_layers; l++) {
-        float *p = (float *)(uintptr_t)r->layers[l].attn_sub_norm;
-        for (i = 0; i < qd; i++) p[i] *= i % 2 ? 1.0f - NUDGE : 1.0f + NUDGE;
-    }
 }
 static void rmodel_free(rmodel *r) {
     int i;
@@ -252,43 +230,15 @@ static void random_model(int vocab, int dim, int layers, int heads, int kv, int 
     w_lo = lo, w_hi = hi;
     rmodel_build(&r, vocab, dim, layers, heads, kv, ffn, seed);
     TEST_CHECKF(load_pair_weights(&r.w, &cpu, &gpu) == BITNET_OK, "%s", bitnet_last_error());
-    flips_ok = 3;
     if (cpu && gpu) {
         TEST_CHECK(bitnet_model_get_info(gpu, &info) == BITNET_OK && info.backend == BITNET_BACKEND_CUDA);
         compare(cpu, gpu, 100, 60); /* decode reaches 160 positions: three attention splits */
         compare(cpu, gpu, 1, 3);    /* a single-token first call goes through the decode graph */
         greedy(cpu, gpu);
     }
-    flips_ok = 0;
     bitnet_model_free(gpu);
     bitnet_model_free(cpu);
     rmodel_free(&r);
-}
-
-/* The conditioning guard for a random model the GPU is compared on (see below), CPU only: the
-   model against itself with attn_sub_norm nudged, by the GPU comparison's own criterion. */
-static void conditioned(int vocab, int dim, int layers, int heads, int kv, int ffn, float lo, float hi, unsigned long long seed) {
-    rmodel r, r2;
-    bitnet_model *a = NULL, *b = NULL;
-    bitnet_model_desc d;
-    double worst = worst_rel; /* the summary line reports the GPU's distance only */
-    w_lo = lo, w_hi = hi;
-    rmodel_build(&r, vocab, dim, layers, heads, kv, ffn, seed);
-    rmodel_build(&r2, vocab, dim, layers, heads, kv, ffn, seed);
-    rmodel_nudge(&r2);
-    memset(&d, 0, sizeof d);
-    d.backend = BITNET_BACKEND_CPU;
-    d.head_f16 = 1;
-    TEST_CHECK(bitnet_model_from_weights(&r.w, &d, &a) == BITNET_OK);
-    TEST_CHECK(bitnet_model_from_weights(&r2.w, &d, &b) == BITNET_OK);
-    flips_ok = 3;
-    if (a && b) compare(a, b, 100, 60);
-    flips_ok = 0;
-    worst_rel = worst;
-    bitnet_model_free(a);
-    bitnet_model_free(b);
-    rmodel_free(&r);
-    rmodel_free(&r2);
 }
 
 /* ---- tests ---------------------------------------------------------------------------------------- */
@@ -316,22 +266,14 @@ static void test_tiny_gguf(void) {
     bitnet_model_free(cpu);
 }
 
-/* Random weights can make a model so sensitive that two correct implementations part ways: the
-   attention's float sums differ in order (and expf by an ulp or two), and where an activation
-   sits within that much of an int8 rounding boundary it becomes the other code, which the next
-   layers (and, through the KV cache, the later positions) amplify. Such a model says nothing
-   about the GPU: tools/fwd_divergence.c measured on the H100 that the GPU's kernels, each run on
-   its own inputs, match the CPU bit for bit (ternary linears with their norm + int8 prologues,
-   RoPE, the fp16 KV cache) or to rounding (attention within 1.1e-4 of a double reference where the
-   CPU's float attention is within 7.9e-5; head 1.3e-7), while on the old head_dim-64 model here
-   (ternary scales 0.3-1.5) the CPU alone, float attention against double attention, had 39 of 100
-   prefill rows above 1e-2 (worst 0.108): GPU vs CPU had 1 and 6 of 60 decode rows (worst 0.4).
-   (The CPU's AVX-512 and scalar paths agreeing said nothing at head_dim 64: both use the same
-   scalar attention there.) So every model compared here first passes a conditioning guard, CPU
-   only: moving attn_sub_norm by 2^-20 relative (the quantizer after attention then sees about the
-   rounding difference that the GPU's attention makes, calibrated on that model: 6 decode rows
-   above 1e-2 as with the GPU) must keep the comparison's own criterion. A rare isolated flip (a
-   percent or so on one row) is allowed: 3 rows in 100. */
+/* Random weights can make a model so sensitive that two implementations whose attention differs
+   by a last bit part ways: where an activation sits at an int8 rounding boundary the difference
+   becomes a whole code, which the next layers (and, through the KV cache, later positions)
+   amplify. With float attention on both sides the head_dim-64 model below did exactly that on the
+   H100 (6 of 60 decode rows above 1e-2, worst 0.4; the CPU against itself, float vs double
+   attention, moved 39 of 100 rows by more than 1e-2) although every GPU kernel matched the CPU's op
+   on the same inputs (tools/fwd_divergence.c). Attention in double on both sides removes that: the
+   models here are kept sensitive on purpose, so that any difference in attention shows. */
 
 /* 2B-4T's attention shape (head_dim 128, 4 query heads per kv head), scaled down; odd vocabulary. */
 static void test_random_hd128_gqa4(void) {
@@ -340,19 +282,9 @@ static void test_random_hd128_gqa4(void) {
 }
 
 /* head_dim 64, 2 query heads per kv head, three layers. */
-#ifndef HD64_LO /* 0.3f and 1.5f fail the guard (and failed on the H100: 6 decode rows above 1e-2) */
-#define HD64_LO 0.2f
-#define HD64_HI 0.6f
-#endif
 static void test_random_hd64(void) {
     NEED_GPU();
-    random_model(1000, 256, 3, 4, 2, 384, HD64_LO, HD64_HI, 12);
-}
-
-/* The random models above pass the conditioning guard (CPU only, so it runs in CI). */
-static void test_random_models_conditioned(void) {
-    conditioned(777, 512, 1, 4, 1, 640, 0.05f, 0.15f, 11);
-    conditioned(1000, 256, 3, 4, 2, 384, HD64_LO, HD64_HI, 12);
+    random_model(1000, 256, 3, 4, 2, 384, 0.3f, 1.5f, 12);
 }
 
 /* Asking for CUDA without a usable one is an error, never a silent CPU run. */
@@ -373,7 +305,6 @@ static void test_backend_cuda_without_gpu(void) {
 
 int main(void) {
     RUN_TEST(test_backend_cuda_without_gpu);
-    RUN_TEST(test_random_models_conditioned);
     RUN_TEST(test_tiny_gguf);
     RUN_TEST(test_random_hd128_gqa4);
     RUN_TEST(test_random_hd64);
