@@ -9989,7 +9989,7 @@ static bitnet_result bitnet__gpu_attention_m(bitnet_session *s, int l, int m) {
     long long ldq = md->q_dim + 2 * md->kv_dim, ldo = md->q_dim;
     size_t layer = (size_t)l * (size_t)md->kv_dim * (size_t)s->n_ctx * 2;
     bitnet_devptr kc = q->kc + layer, vc = q->vc + layer, pos = q->io + 4;
-    unsigned smem = (unsigned)(32 * 65 * 8 + 64 * (hd + 2) * 2); /* BF_PQ, BF_PK */
+    unsigned smem = (unsigned)((32 * hd + 32 * 65) * 8 + 64 * (hd + 2) * 2); /* BF_PQ, BF_PK */
     void *args[12];
     args[0] = &q->qkv, args[1] = &ldq, args[2] = &kc, args[3] = &vc, args[4] = &pos, args[5] = &m, args[6] = &s->n_ctx,
     args[7] = &nh, args[8] = &nkv, args[9] = &hd, args[10] = &q->att, args[11] = &ldo;
