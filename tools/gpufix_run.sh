@@ -2,7 +2,7 @@
 # GPU-vs-CPU divergence diagnostics on the GPU machine, in one call (issues 4 and 6):
 # build, tests/test_cuda_forward, tools/fwd_divergence.c on the test's random models, tiny.gguf and
 # a gen-model 2b4t GGUF, then tools/hf_parity.py (ours on the CPU and on CUDA). Logs to $OUT.
-#   usage: tools/gpufix_run.sh [STAGE...]   stages: test div divhd64 hf hf4 hfcuda bench speed testgpu (default: test div hf)
+#   usage: tools/gpufix_run.sh [STAGE...]   stages: test div divhd64 hf hf4 hfcuda bench speed memcheck testgpu (default: test div hf)
 set -u
 OUT=${OUT:-/tmp/gpufix}
 L=/tmp/gpufix-logs   # every log; $OUT gets them as logs.tgz after each step (few files come back)
@@ -55,6 +55,9 @@ if has speed; then # this branch, then the main checkout the device copied (its 
     step build-main 120 make -C ../.. BUILD=build-gpufix-main build-gpufix-main/bitnet
     step speed-main 120 ../../build-gpufix-main/bitnet bench -m /tmp/2b4t.gguf $S
   fi
+fi
+if has memcheck; then
+  step memcheck 150 env BITNET_REQUIRE_GPU=1 compute-sanitizer --tool memcheck --error-exitcode 9 build/tests/test_cuda_forward
 fi
 if has hfcuda; then
   step hf-cuda 150 python3 tools/hf_parity.py --bitnet build/bitnet --gguf tests/data/tiny.gguf --structured-layers 2 --out "$L/hf-cuda" --backend cuda
