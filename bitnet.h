@@ -6352,11 +6352,11 @@ BITNET__AVX512_FN static __m512d bitnet__exp_pd_avx512(__m512d x) {
 }
 
 /* The same for head_dim 128 (the 2B-4T shape), up to 8 heads a group, in double like the reference:
-   16-key tiles converted once for all rows and heads, scores of a tile and head in two zmm, the
-   head's output row in 16 zmm while the tile's values stream through. */
+   16-key tiles converted once for all rows and heads, the scores of a tile for four heads at a time
+   (each key row loaded once), the head's output row in 16 zmm while the tile's values stream through. */
 BITNET__AVX512_FN static void bitnet__attn_avx512(const float *q, size_t stride, int nt, int g, const uint16_t *kc,
                                                   const uint16_t *vc, int len0, int hd, float scale, float *out) {
-    double kd[128 * 16], vd[16 * 128], od[BITNET__ATTN_ROWS * 8 * 128], p[16], mx[BITNET__ATTN_ROWS * 8];
+    double kd[128 * 16], vd[16 * 128], od[BITNET__ATTN_ROWS * 8 * 128], p[16], sc4[64], mx[BITNET__ATTN_ROWS * 8];
     double sum[BITNET__ATTN_ROWS * 8];
     const double ds = 1.0 / sqrt(128.0);
     int h, r, s0, j, d, c, len = len0 + nt - 1;
@@ -6379,16 +6379,25 @@ BITNET__AVX512_FN static void bitnet__attn_avx512(const float *q, size_t stride,
             for (h = 0; h < g; h++) {
                 const float *qh = q + r * stride + (size_t)h * 128;
                 double *oh = od + ((size_t)r * g + h) * 128, bm, *mxh = &mx[r * g + h];
-                __m512d a0 = _mm512_setzero_pd(), a1 = a0, b0 = a0, b1 = a0, e0, e1, o[16];
-                for (d = 0; d < 128; d += 2) { /* two chains hide the FMA latency */
-                    __m512d q0 = _mm512_set1_pd((double)qh[d]), q1 = _mm512_set1_pd((double)qh[d + 1]);
-                    a0 = _mm512_fmadd_pd(q0, _mm512_loadu_pd(kd + 16 * d), a0);
-                    a1 = _mm512_fmadd_pd(q0, _mm512_loadu_pd(kd + 16 * d + 8), a1);
-                    b0 = _mm512_fmadd_pd(q1, _mm512_loadu_pd(kd + 16 * d + 16), b0);
-                    b1 = _mm512_fmadd_pd(q1, _mm512_loadu_pd(kd + 16 * d + 24), b1);
+                __m512d a0, a1, e0, e1, o[16];
+                if (h % 4 == 0) { /* scores of the 16 keys for heads h..h+3: each key row loaded once */
+                    const float *q0 = qh, *q1 = q + r * stride + (size_t)BITNET__MIN(h + 1, g - 1) * 128;
+                    const float *q2 = q + r * stride + (size_t)BITNET__MIN(h + 2, g - 1) * 128;
+                    const float *q3 = q + r * stride + (size_t)BITNET__MIN(h + 3, g - 1) * 128;
+                    __m512d s0l = _mm512_setzero_pd(), s0h = s0l, s1l = s0l, s1h = s0l, s2l = s0l, s2h = s0l, s3l = s0l, s3h = s0l;
+                    for (d = 0; d < 128; d++) {
+                        __m512d kl = _mm512_loadu_pd(kd + 16 * d), kh = _mm512_loadu_pd(kd + 16 * d + 8), x;
+                        x = _mm512_set1_pd((double)q0[d]), s0l = _mm512_fmadd_pd(x, kl, s0l), s0h = _mm512_fmadd_pd(x, kh, s0h);
+                        x = _mm512_set1_pd((double)q1[d]), s1l = _mm512_fmadd_pd(x, kl, s1l), s1h = _mm512_fmadd_pd(x, kh, s1h);
+                        x = _mm512_set1_pd((double)q2[d]), s2l = _mm512_fmadd_pd(x, kl, s2l), s2h = _mm512_fmadd_pd(x, kh, s2h);
+                        x = _mm512_set1_pd((double)q3[d]), s3l = _mm512_fmadd_pd(x, kl, s3l), s3h = _mm512_fmadd_pd(x, kh, s3h);
+                    }
+                    _mm512_storeu_pd(sc4, s0l), _mm512_storeu_pd(sc4 + 8, s0h), _mm512_storeu_pd(sc4 + 16, s1l);
+                    _mm512_storeu_pd(sc4 + 24, s1h), _mm512_storeu_pd(sc4 + 32, s2l), _mm512_storeu_pd(sc4 + 40, s2h);
+                    _mm512_storeu_pd(sc4 + 48, s3l), _mm512_storeu_pd(sc4 + 56, s3h);
                 }
-                a0 = _mm512_mask_mov_pd(_mm512_set1_pd(-INFINITY), v0, _mm512_mul_pd(_mm512_add_pd(a0, b0), _mm512_set1_pd(ds)));
-                a1 = _mm512_mask_mov_pd(_mm512_set1_pd(-INFINITY), v1, _mm512_mul_pd(_mm512_add_pd(a1, b1), _mm512_set1_pd(ds)));
+                a0 = _mm512_mask_mov_pd(_mm512_set1_pd(-INFINITY), v0, _mm512_mul_pd(_mm512_loadu_pd(sc4 + 16 * (h % 4)), _mm512_set1_pd(ds)));
+                a1 = _mm512_mask_mov_pd(_mm512_set1_pd(-INFINITY), v1, _mm512_mul_pd(_mm512_loadu_pd(sc4 + 16 * (h % 4) + 8), _mm512_set1_pd(ds)));
                 bm = _mm512_reduce_max_pd(_mm512_max_pd(a0, a1));
                 for (c = 0; c < 16; c++) o[c] = _mm512_loadu_pd(oh + 8 * c);
                 if (bm > *mxh) { /* a new maximum: rescale what has been summed so far */
