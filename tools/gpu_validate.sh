@@ -5,7 +5,7 @@
 set -uo pipefail
 out=${OUT:-/tmp/validate-out}; mkdir -p "$out"
 make -j"$(nproc)" all >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
-BITNET_TIKTOKEN=${TIKTOKEN:-} make test-gpu >"$out/test-gpu.log" 2>&1
+env ${TIKTOKEN:+BITNET_TIKTOKEN="$PWD/$TIKTOKEN"} make test-gpu >"$out/test-gpu.log" 2>&1
 echo "make test-gpu: $(tail -1 "$out/test-gpu.log")"; grep -E "FAIL" "$out/test-gpu.log" | head -20
 model=/tmp/2b4t.gguf
 build/bitnet gen-model --preset 2b4t --seed 1 ${TIKTOKEN:+--tiktoken "$TIKTOKEN"} -o $model >/dev/null 2>&1 || echo "gen-model failed"
