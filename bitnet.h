@@ -6549,6 +6549,15 @@ typedef struct bitnet__CUfunc_st *bitnet__CUfunction;
 typedef struct bitnet__CUevent_st *bitnet__CUevent;
 typedef struct bitnet__CUgraph_st *bitnet__CUgraph;
 typedef struct bitnet__CUgraphExec_st *bitnet__CUgraphExec;
+typedef struct bitnet__CUlaunchAttribute { /* cuda.h's CUlaunchAttribute: id, padding, a 64-byte value */
+    int id; char pad[4]; union { char pad[64]; int i; } value;
+} bitnet__CUlaunchAttribute;
+typedef struct bitnet__CUlaunchConfig {     /* cuda.h's CUlaunchConfig */
+    unsigned grid[3], block[3], smem;
+    bitnet__CUstream stream;
+    bitnet__CUlaunchAttribute *attrs;
+    unsigned n_attrs;
+} bitnet__CUlaunchConfig;
 typedef int bitnet__nvrtcResult;
 typedef struct bitnet__nvrtcProgram_st *bitnet__nvrtcProgram;
 
@@ -6560,7 +6569,7 @@ enum { /* cuda.h values */
     BITNET__CU_ATTR_MEM_CLOCK = 36, BITNET__CU_ATTR_BUS_WIDTH = 37, BITNET__CU_ATTR_L2 = 38,
     BITNET__CU_ATTR_CC_MAJOR = 75, BITNET__CU_ATTR_CC_MINOR = 76, BITNET__CU_ATTR_SMEM_OPTIN = 97,
     BITNET__CU_STREAM_NON_BLOCKING = 1, BITNET__CU_EVENT_DEFAULT = 0, BITNET__CU_CAPTURE_THREAD_LOCAL = 1,
-    BITNET__CU_FUNC_MAX_DYN_SMEM = 8, BITNET__CU_JIT_ERROR_LOG = 5, BITNET__CU_JIT_ERROR_LOG_SIZE = 6,
+    BITNET__CU_FUNC_MAX_DYN_SMEM = 8, BITNET__CU_LAUNCH_PROGRAMMATIC = 6, BITNET__CU_JIT_ERROR_LOG = 5, BITNET__CU_JIT_ERROR_LOG_SIZE = 6,
     BITNET__CUDA_MIN_DRIVER = 11000 /* 11.0: the _v2 entry points and sm_80 */
 };
 
@@ -6602,6 +6611,8 @@ enum { /* cuda.h values */
     X(cuFuncSetAttribute, 9000, 0, "cuFuncSetAttribute", (bitnet__CUfunction f, int attr, int value)) \
     X(cuLaunchKernel, 4000, 1, "cuLaunchKernel", (bitnet__CUfunction f, unsigned gx, unsigned gy, unsigned gz, \
         unsigned bx, unsigned by, unsigned bz, unsigned smem, bitnet__CUstream s, void **args, void **extra)) \
+    X(cuLaunchKernelEx, 11080, 0, "cuLaunchKernelEx", (const bitnet__CUlaunchConfig *cfg, bitnet__CUfunction f, \
+        void **args, void **extra)) \
     X(cuStreamBeginCapture, 10010, 0, "cuStreamBeginCapture_v2", (bitnet__CUstream s, int mode)) \
     X(cuStreamEndCapture, 10000, 0, "cuStreamEndCapture", (bitnet__CUstream s, bitnet__CUgraph *g)) \
     X(cuGraphInstantiateWithFlags, 11040, 0, "cuGraphInstantiateWithFlags", (bitnet__CUgraphExec *e, bitnet__CUgraph g, unsigned long long flags)) \
@@ -7705,9 +7716,26 @@ BITNET_API bitnet_result bitnet_gpu_memset(bitnet_gpu *gpu, bitnet_devptr dst, i
     return res;
 }
 
-/* The one launch path: the only call of cuLaunchKernel, which also counts and times. */
+/* The one launch path: the only calls of cuLaunchKernel(Ex), which also count and time.
+   flags BITNET__LAUNCH_PDL (sm_90+, driver 11.8+; otherwise a plain launch, which is always
+   correct): programmatic dependent launch, the kernel may start while the one before it on the
+   stream finishes, so it must run griddepcontrol.wait before it reads what that one wrote (the
+   forward module's kernels do). BITNET_GPU_PDL=0 turns it off. It also holds inside graphs. */
+#define BITNET__LAUNCH_PDL 1u
+static int bitnet__pdl_allowed(const bitnet__gpu_dev *dv) {
+    const char *e = bitnet__getenv("BITNET_GPU_PDL");
+    return !(e && strcmp(e, "0") == 0) && dv->cc >= 90 && bitnet__cuda.cu.cuLaunchKernelEx != NULL;
+}
+
+static bitnet_result bitnet__gpu_launch_ex(bitnet_gpu *gpu, bitnet_gpu_kernel *k, const unsigned grid[3],
+                                           const unsigned block[3], unsigned shared_bytes, void **args, unsigned flags);
 BITNET_API bitnet_result bitnet_gpu_launch(bitnet_gpu *gpu, bitnet_gpu_kernel *k, const unsigned grid[3],
                                            const unsigned block[3], unsigned shared_bytes, void **args) {
+    return bitnet__gpu_launch_ex(gpu, k, grid, block, shared_bytes, args, 0);
+}
+
+static bitnet_result bitnet__gpu_launch_ex(bitnet_gpu *gpu, bitnet_gpu_kernel *k, const unsigned grid[3],
+                                           const unsigned block[3], unsigned shared_bytes, void **args, unsigned flags) {
     bitnet__gpu_dev *dv;
     bitnet__CUresult r = 0;
     bitnet__CUevent ev[2] = {NULL, NULL};
@@ -7757,8 +7785,20 @@ BITNET_API bitnet_result bitnet_gpu_launch(bitnet_gpu *gpu, bitnet_gpu_kernel *k
             bitnet__cuda.cu.cuEventRecord(ev[0], gpu->stream);
         }
     }
-    r = bitnet__cuda.cu.cuLaunchKernel(k->fn, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared_bytes,
-                                       gpu->stream, args, NULL);
+    if ((flags & BITNET__LAUNCH_PDL) && bitnet__pdl_allowed(dv)) {
+        bitnet__CUlaunchConfig cfg;
+        bitnet__CUlaunchAttribute at;
+        memset(&cfg, 0, sizeof cfg);
+        memset(&at, 0, sizeof at);
+        at.id = BITNET__CU_LAUNCH_PROGRAMMATIC, at.value.i = 1;
+        memcpy(cfg.grid, grid, sizeof cfg.grid);
+        memcpy(cfg.block, block, sizeof cfg.block);
+        cfg.smem = shared_bytes, cfg.stream = gpu->stream, cfg.attrs = &at, cfg.n_attrs = 1;
+        r = bitnet__cuda.cu.cuLaunchKernelEx(&cfg, k->fn, args, NULL);
+    } else {
+        r = bitnet__cuda.cu.cuLaunchKernel(k->fn, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared_bytes,
+                                           gpu->stream, args, NULL);
+    }
     if (timed) {
         if (r == 0 && bitnet__cuda.cu.cuEventRecord(ev[1], gpu->stream) == 0) {
             gpu->pend[gpu->n_pend].kid = k->kid;
@@ -9609,17 +9649,19 @@ typedef struct bitnet__gsession {
     bitnet_devptr tok;                /* int [B]: prefill tokens */
     bitnet_devptr next;               /* int: the head's argmax */
     int B, smax, cmin, head_blocks, have_next;
+    unsigned pdl;                     /* launch flags of the decode kernels after the first, while capturing */
     bitnet_gpu_graph *graph;          /* the decode step */
 } bitnet__gsession;
 
 /* ---- helpers ---------------------------------------------------------------------------------- */
 
+/* flags: BITNET__LAUNCH_PDL for the decode graph's kernels after the first (q->pdl) */
 static bitnet_result bitnet__gpu_launch(bitnet_gpu *g, bitnet_gpu_kernel *k, unsigned gx, unsigned gy, unsigned bx,
-                                        unsigned by, unsigned smem, void **args) {
+                                        unsigned by, unsigned smem, void **args, unsigned flags) {
     unsigned grid[3], block[3];
     grid[0] = gx, grid[1] = gy, grid[2] = 1;
     block[0] = bx, block[1] = by, block[2] = 1;
-    return bitnet_gpu_launch(g, k, grid, block, smem, args);
+    return bitnet__gpu_launch_ex(g, k, grid, block, smem, args, flags);
 }
 
 /* Carves one allocation into 256-byte aligned pieces; a first pass with base 0 sizes it. */
@@ -9841,7 +9883,7 @@ static bitnet_result bitnet__gpu_embed(bitnet_session *s, bitnet_devptr tok, int
     int dim = s->m->info.dim;
     void *args[6];
     args[0] = (void *)&g->emb, args[1] = &dim, args[2] = &tok, args[3] = &q->x, args[4] = &pre.p, args[5] = &pre.bytes;
-    return bitnet__gpu_launch(q->gpu, g->embed, (unsigned)m, 1, 256, 1, 0, args);
+    return bitnet__gpu_launch(q->gpu, g->embed, (unsigned)m, 1, 256, 1, 0, args, 0);
 }
 
 /* 2+3. norm_quant + linear for one token: out = W . int8(rmsnorm(in) * norm_w) with the matrix's
@@ -9861,7 +9903,7 @@ static bitnet_result bitnet__gpu_linear(bitnet_session *s, bitnet_gpu_kernel *k,
     void *args[10];
     args[0] = (void *)&w->data, args[1] = &n_out, args[2] = &nc, args[3] = &segs, args[4] = &in, args[5] = &norm_w,
     args[6] = &eps, args[7] = &out, args[8] = &pre.p, args[9] = &pre.bytes;
-    return bitnet__gpu_launch(q->gpu, k, groups, 1, 32, (unsigned)warps, smem, args);
+    return bitnet__gpu_launch(q->gpu, k, groups, 1, 32, (unsigned)warps, smem, args, q->pdl);
 }
 
 /* 4-6. rope + kv_store + attention for one token (layer l): q and k rotated at the position in
@@ -9878,7 +9920,7 @@ static bitnet_result bitnet__gpu_attention(bitnet_session *s, int l, bitnet__gpr
     args[0] = &q->qkv, args[1] = &q->rope, args[2] = &pos, args[3] = &kc, args[4] = &vc, args[5] = &s->n_ctx, args[6] = &nh,
     args[7] = &nkv, args[8] = &hd, args[9] = &q->smax, args[10] = &q->cmin, args[11] = &q->part_o, args[12] = &q->part_ml,
     args[13] = &q->ctr, args[14] = &q->att, args[15] = &pre.p, args[16] = &pre.bytes;
-    return bitnet__gpu_launch(q->gpu, g->attn, (unsigned)nkv, (unsigned)q->smax, 128, 1, smem, args);
+    return bitnet__gpu_launch(q->gpu, g->attn, (unsigned)nkv, (unsigned)q->smax, 128, 1, smem, args, q->pdl);
 }
 
 /* 9. head: logits = head . rmsnorm(x_row) * output_norm, and its argmax into next */
@@ -9892,7 +9934,7 @@ static bitnet_result bitnet__gpu_head(bitnet_session *s, bitnet_devptr x_row) {
     void *args[11];
     args[0] = (void *)&g->head, args[1] = &nv, args[2] = &dim, args[3] = &x_row, args[4] = (void *)&g->out_norm, args[5] = &eps,
     args[6] = &q->logits, args[7] = &q->hv, args[8] = &q->hi, args[9] = &ctr, args[10] = &q->next;
-    return bitnet__gpu_launch(q->gpu, g->head_k, (unsigned)q->head_blocks, 1, 256, 1, (unsigned)dim * 4, args);
+    return bitnet__gpu_launch(q->gpu, g->head_k, (unsigned)q->head_blocks, 1, 256, 1, (unsigned)dim * 4, args, q->pdl);
 }
 
 /* One token's forward, as launched into the decode graph (token and position in io). Each kernel
@@ -9930,7 +9972,9 @@ static bitnet_result bitnet__gpu_decode(bitnet_session *s, int32_t token, int32_
     if (!q->graph) {
         bitnet_result r, r2;
         BITNET__TRY(bitnet_gpu_graph_begin(q->gpu));
+        q->pdl = BITNET__LAUNCH_PDL; /* each kernel starts during the one before it (embed: plain) */
         r = bitnet__gpu_step(s);
+        q->pdl = 0;
         r2 = bitnet_gpu_graph_end(q->gpu, &q->graph);
         BITNET__TRY(r);
         BITNET__TRY(r2);
@@ -9966,7 +10010,7 @@ static bitnet_result bitnet__gpu_rope_kv(bitnet_session *s, int l, int m) {
     void *args[10];
     args[0] = &q->qkv, args[1] = &ldq, args[2] = &q->rope, args[3] = &pos, args[4] = &kc, args[5] = &vc, args[6] = &s->n_ctx,
     args[7] = &nh, args[8] = &nkv, args[9] = &hd;
-    return bitnet__gpu_launch(q->gpu, g->rope_kv, (unsigned)m, 1, 128, 1, 0, args);
+    return bitnet__gpu_launch(q->gpu, g->rope_kv, (unsigned)m, 1, 128, 1, 0, args, 0);
 }
 
 /* 6. attention for m tokens, causal */
@@ -9982,7 +10026,7 @@ static bitnet_result bitnet__gpu_attention_m(bitnet_session *s, int l, int m) {
     void *args[12];
     args[0] = &q->qkv, args[1] = &ldq, args[2] = &kc, args[3] = &vc, args[4] = &pos, args[5] = &m, args[6] = &s->n_ctx,
     args[7] = &nh, args[8] = &nkv, args[9] = &hd, args[10] = &q->att, args[11] = &ldo;
-    return bitnet__gpu_launch(q->gpu, g->attn_prefill, (unsigned)((m + 31) / 32), (unsigned)nh, 128, 1, smem, args);
+    return bitnet__gpu_launch(q->gpu, g->attn_prefill, (unsigned)((m + 31) / 32), (unsigned)nh, 128, 1, smem, args, 0);
 }
 
 /* Prefill of m tokens at s->pos: the GEMM path, in the CPU's step order. */

@@ -415,6 +415,14 @@ int main(int argc, char **argv) {
         measure(builds[i], gen_dev);
     }
     use_build("");
+    setenv("BITNET_GPU_PDL", "0", 1); /* the launch path reads it when the graph is captured */
+    bitnet_gpu_graph_free(gs->graph);
+    gs->graph = NULL;
+    measure("without programmatic dependent launch", gen_dev);
+    unsetenv("BITNET_GPU_PDL");
+    bitnet_gpu_graph_free(gs->graph);
+    gs->graph = NULL;
+    measure("with programmatic dependent launch", gen_dev);
     for (j = 32; j <= 256; j *= 2) {
         char what[64];
         if (j == BITNET__GPU_ATT_CMIN) continue;
