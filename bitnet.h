@@ -719,7 +719,7 @@ typedef struct bitnet_model_desc {            /* zero-initialise; 0 / NULL means
     int device;                               /* CUDA ordinal */
     int no_mmap;                              /* read the file instead of mapping it */
     bitnet_progress_fn progress; void *progress_user;
-    int head_f16;                             /* CPU: keep the exact fp16 head (also BITNET_HEAD=f16);
+    int head_f16;                             /* CPU and GPU: keep the exact fp16 head (also BITNET_HEAD=f16);
                                                  the default quantizes it once to int8 rows, which
                                                  reads half the bytes per token (see README) */
 } bitnet_model_desc;
@@ -9625,9 +9625,10 @@ typedef struct bitnet__glayer {
 
 typedef struct bitnet__gmodel {
     bitnet_gpu *gpu;                  /* owns the weights */
-    bitnet_devptr mem;                /* embedding, head, norms */
+    bitnet_devptr mem;                /* head, norms (embedding rows come from the host, a token at a time) */
     size_t bytes, ternary_bytes;
-    bitnet_devptr emb, head, out_norm;
+    bitnet_devptr head, head_scale, out_norm; /* head: fp16 rows, or int8 rows with head_scale (head_q8) */
+    int head_q8;
     bitnet__glayer *layers;
     int device, sm_count, cc;
     bitnet_gpu_kernel *embed, *gemv_store, *gemv_res, *gemv_glu, *attn, *head_k, *rope_kv, *attn_prefill;
@@ -9645,8 +9646,10 @@ typedef struct bitnet__gsession {
     bitnet_devptr part_o, part_ml;    /* decode attention splits: [n_heads][smax][hd], [n_heads][smax][2] */
     bitnet_devptr hv, hi;             /* head: each block's best value and index */
     bitnet_devptr ctr;                /* int [n_kv + 1]: attention (per kv head) and head counters (their last blocks reset them) */
-    bitnet_devptr io;                 /* int [2]: the decode token and the position of a step */
-    bitnet_devptr tok;                /* int [B]: prefill tokens */
+    bitnet_devptr io;                 /* int [2]: the decode token and the position of a step, then: */
+    bitnet_devptr erow;               /* fp16 [B][dim] at io + 256: the tokens' embedding rows (one upload with io) */
+    bitnet_devptr iota;               /* int [B]: 0 .. B-1, the embed kernel's row indices */
+    unsigned char *stage;             /* host: io and the rows, 256 + B * dim * 2 bytes */
     bitnet_devptr next;               /* int: the head's argmax */
     int B, smax, cmin, head_blocks, have_next;
     unsigned pdl;                     /* launch flags of the decode kernels after the first, while capturing */
@@ -9708,8 +9711,8 @@ static void bitnet__gpu_model_free(bitnet_model *m) {
 static void bitnet__gmodel_layout(bitnet__gmodel *g, const bitnet_model *m, bitnet__gcarve *c) {
     const bitnet_model_info *in = &m->info;
     int l;
-    g->emb = bitnet__gtake(c, (size_t)in->n_vocab * (size_t)in->dim, 2);
-    g->head = m->head_f16 == m->tok_embd ? g->emb : bitnet__gtake(c, (size_t)in->n_vocab * (size_t)in->dim, 2);
+    g->head = bitnet__gtake(c, (size_t)in->n_vocab * (size_t)in->dim, g->head_q8 ? 1 : 2);
+    g->head_scale = g->head_q8 ? bitnet__gtake(c, (size_t)in->n_vocab, 4) : 0;
     g->out_norm = bitnet__gtake(c, (size_t)in->dim, 4);
     for (l = 0; l < in->n_layers; l++) {
         bitnet__glayer *L = &g->layers[l];
@@ -9759,7 +9762,8 @@ static bitnet_result bitnet__gpu_model_init(bitnet_model *m, int device) {
     BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_fwd_gemv_res", &g->gemv_res));
     BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_fwd_gemv_glu", &g->gemv_glu));
     BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_fwd_attn_decode", &g->attn));
-    BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_fwd_head", &g->head_k));
+    g->head_q8 = m->head_q8 != NULL; /* quantized on the host by >>model, as for the CPU */
+    BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, g->head_q8 ? "bitnet_k_fwd_head_q8" : "bitnet_k_fwd_head", &g->head_k));
     BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_fwd_rope_kv", &g->rope_kv));
     BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_fwd_attn_prefill", &g->attn_prefill));
     memset(&c, 0, sizeof c);
@@ -9769,8 +9773,12 @@ static bitnet_result bitnet__gpu_model_init(bitnet_model *m, int device) {
     BITNET__TRY(bitnet_gpu_alloc(g->gpu, g->bytes, &g->mem));
     c.base = g->mem, c.off = 0;
     bitnet__gmodel_layout(g, m, &c);
-    BITNET__TRY(bitnet_gpu_upload(g->gpu, g->emb, m->tok_embd, (size_t)in->n_vocab * (size_t)in->dim * 2));
-    if (g->head != g->emb) BITNET__TRY(bitnet_gpu_upload(g->gpu, g->head, m->head_f16, (size_t)in->n_vocab * (size_t)in->dim * 2));
+    if (g->head_q8) {
+        BITNET__TRY(bitnet_gpu_upload(g->gpu, g->head, m->head_q8, (size_t)in->n_vocab * (size_t)in->dim));
+        BITNET__TRY(bitnet_gpu_upload(g->gpu, g->head_scale, m->head_scale, (size_t)in->n_vocab * 4));
+    } else {
+        BITNET__TRY(bitnet_gpu_upload(g->gpu, g->head, m->head_f16, (size_t)in->n_vocab * (size_t)in->dim * 2));
+    }
     BITNET__TRY(bitnet_gpu_upload(g->gpu, g->out_norm, m->output_norm, (size_t)in->dim * 4));
     for (l = 0; l < in->n_layers; l++) {
         const bitnet__layer *W = &m->layers[l];
@@ -9799,6 +9807,7 @@ static bitnet_result bitnet__gpu_model_init(bitnet_model *m, int device) {
 static void bitnet__gpu_session_free(bitnet_session *s) {
     bitnet__gsession *q = (bitnet__gsession *)s->gpu;
     if (!q) return;
+    bitnet__free(q->stage);
     bitnet_gpu_graph_free(q->graph);
     if (q->gpu) {
         if (q->mem) bitnet_gpu_free(q->gpu, q->mem);
@@ -9831,9 +9840,10 @@ static void bitnet__gsession_layout(bitnet__gsession *q, const bitnet_session *s
     q->part_ml = bitnet__gtake(c, (size_t)in->n_heads * (size_t)q->smax * 2, 4);
     q->hv = bitnet__gtake(c, (size_t)q->head_blocks * 2, 4); /* room for twice the blocks (tuning) */
     q->hi = bitnet__gtake(c, (size_t)q->head_blocks * 2, 4);
-    q->tok = bitnet__gtake(c, B, 4);
+    q->iota = bitnet__gtake(c, B, 4);
     q->ctr = bitnet__gtake(c, (size_t)in->n_kv_heads + 1, 4);
-    q->io = bitnet__gtake(c, 2, 4);
+    q->io = bitnet__gtake(c, 2, 4);   /* 256 bytes: */
+    q->erow = bitnet__gtake(c, B * (size_t)in->dim, 2); /* right after io */
     q->next = bitnet__gtake(c, 1, 4);
 }
 
@@ -9841,7 +9851,7 @@ static bitnet_result bitnet__gpu_session_init(bitnet_session *s) {
     const bitnet__gmodel *g = (const bitnet__gmodel *)s->m->gpu;
     bitnet__gsession *q;
     bitnet__gcarve c;
-    int split;
+    int split, i;
     if (!g) return bitnet__err(BITNET_ERR_INVALID_STATE, "CUDA session: the model has no GPU weights");
     q = (bitnet__gsession *)bitnet__calloc(1, sizeof *q);
     if (!q) return BITNET_ERR_OUT_OF_MEMORY;
@@ -9859,10 +9869,27 @@ static bitnet_result bitnet__gpu_session_init(bitnet_session *s) {
     BITNET__TRY(bitnet_gpu_alloc(q->gpu, q->bytes, &q->mem));
     c.base = q->mem, c.off = 0;
     bitnet__gsession_layout(q, s, &c);
+    if (q->erow != q->io + 256) return bitnet__err(BITNET_ERR_INVALID_STATE, "CUDA session: the embedding rows do not follow io");
     /* poison: a read of anything no kernel wrote shows up as NaN (0xffff is an fp16 NaN too) */
     BITNET__TRY(bitnet_gpu_memset(q->gpu, q->mem, 0xff, q->bytes));
     BITNET__TRY(bitnet_gpu_memset(q->gpu, q->ctr, 0, ((size_t)s->m->info.n_kv_heads + 1) * 4));
+    q->stage = (unsigned char *)bitnet__malloc(256 + (size_t)q->B * (size_t)s->m->info.dim * 2);
+    if (!q->stage) return BITNET_ERR_OUT_OF_MEMORY;
+    for (i = 0; i < q->B; i++) ((int32_t *)q->stage)[i] = i; /* B * 4 bytes fit in the stage */
+    BITNET__TRY(bitnet_gpu_upload(q->gpu, q->iota, q->stage, (size_t)q->B * 4));
+    BITNET__TRY(bitnet_gpu_sync(q->gpu)); /* the stage is reused right away */
     return bitnet_gpu_upload(q->gpu, q->rope, s->rope, (size_t)s->n_ctx * (size_t)s->m->info.head_dim * 4);
+}
+
+/* io = {first token, position} and the m tokens' fp16 embedding rows from the host table, in one
+   upload (the device keeps no fp16 embedding: with the int8 head that saves n_vocab * dim * 2 bytes). */
+static bitnet_result bitnet__gpu_put_tokens(bitnet_session *s, const int32_t *tokens, int m, int32_t pos) {
+    bitnet__gsession *q = (bitnet__gsession *)s->gpu;
+    size_t row = (size_t)s->m->info.dim * 2;
+    int t;
+    ((int32_t *)q->stage)[0] = tokens[0], ((int32_t *)q->stage)[1] = pos;
+    for (t = 0; t < m; t++) memcpy(q->stage + 256 + (size_t)t * row, s->m->tok_embd + (size_t)tokens[t] * (row / 2), row);
+    return bitnet_gpu_upload(q->gpu, q->io, q->stage, 256 + (size_t)m * row);
 }
 
 /* ---- the steps ------------------------------------------------------------------------------------ */
@@ -9876,13 +9903,13 @@ static bitnet__gpre bitnet__gpre_of(const bitnet_gpu_ternary *w) {
     return r;
 }
 
-/* 1. embed: x[t] = tok_embd[tokens[t]] as fp32, for the m tokens at tok */
+/* 1. embed: x[t] = the uploaded embedding row erow[idx[t]] as fp32, for m tokens (idx: q->iota) */
 static bitnet_result bitnet__gpu_embed(bitnet_session *s, bitnet_devptr tok, int m, bitnet__gpre pre) {
     const bitnet__gmodel *g = (const bitnet__gmodel *)s->m->gpu;
     bitnet__gsession *q = (bitnet__gsession *)s->gpu;
     int dim = s->m->info.dim;
     void *args[6];
-    args[0] = (void *)&g->emb, args[1] = &dim, args[2] = &tok, args[3] = &q->x, args[4] = &pre.p, args[5] = &pre.bytes;
+    args[0] = &q->erow, args[1] = &dim, args[2] = &tok, args[3] = &q->x, args[4] = &pre.p, args[5] = &pre.bytes;
     return bitnet__gpu_launch(q->gpu, g->embed, (unsigned)m, 1, 256, 1, 0, args, 0);
 }
 
@@ -9931,10 +9958,13 @@ static bitnet_result bitnet__gpu_head(bitnet_session *s, bitnet_devptr x_row) {
     int nv = m->info.n_vocab, dim = m->info.dim;
     float eps = m->info.norm_eps;
     bitnet_devptr ctr = q->ctr + 4 * (bitnet_devptr)m->info.n_kv_heads;
-    void *args[11];
-    args[0] = (void *)&g->head, args[1] = &nv, args[2] = &dim, args[3] = &x_row, args[4] = (void *)&g->out_norm, args[5] = &eps,
-    args[6] = &q->logits, args[7] = &q->hv, args[8] = &q->hi, args[9] = &ctr, args[10] = &q->next;
-    return bitnet__gpu_launch(q->gpu, g->head_k, (unsigned)q->head_blocks, 1, 256, 1, (unsigned)dim * 4, args, q->pdl);
+    void *args[12], **a = args;
+    if (g->head_q8) *a++ = (void *)&g->head, *a++ = (void *)&g->head_scale;
+    else *a++ = (void *)&g->head;
+    a[0] = &nv, a[1] = &dim, a[2] = &x_row, a[3] = (void *)&g->out_norm, a[4] = &eps,
+    a[5] = &q->logits, a[6] = &q->hv, a[7] = &q->hi, a[8] = &ctr, a[9] = &q->next;
+    return bitnet__gpu_launch(q->gpu, g->head_k, (unsigned)q->head_blocks, 1, 256, 1, (unsigned)dim * (g->head_q8 ? 1 : 4), args,
+                              q->pdl);
 }
 
 /* One token's forward, as launched into the decode graph (token and position in io). Each kernel
@@ -9949,7 +9979,7 @@ static bitnet_result bitnet__gpu_step(bitnet_session *s) {
     bitnet__gpre head;
     head.p = g->head;
     head.bytes = BITNET__MIN((unsigned long long)16 << 20, (unsigned long long)m->info.n_vocab * (unsigned long long)m->info.dim * 2) & ~15ull;
-    BITNET__TRY(bitnet__gpu_embed(s, q->io, 1, bitnet__gpre_of(&g->layers[0].qkv)));                    /* x [dim] */
+    BITNET__TRY(bitnet__gpu_embed(s, q->iota, 1, bitnet__gpre_of(&g->layers[0].qkv)));                    /* x [dim] */
     for (l = 0; l < nl; l++) {
         const bitnet__glayer *L = &g->layers[l], *N = l + 1 < nl ? &g->layers[l + 1] : NULL;
         /* attention block */
@@ -9966,9 +9996,7 @@ static bitnet_result bitnet__gpu_step(bitnet_session *s) {
 /* One decode step of token at pos: the graph, captured on first use. */
 static bitnet_result bitnet__gpu_decode(bitnet_session *s, int32_t token, int32_t pos) {
     bitnet__gsession *q = (bitnet__gsession *)s->gpu;
-    int32_t io[2];
-    io[0] = token, io[1] = pos;
-    BITNET__TRY(bitnet_gpu_upload(q->gpu, q->io, io, sizeof io));
+    BITNET__TRY(bitnet__gpu_put_tokens(s, &token, 1, pos));
     if (!q->graph) {
         bitnet_result r, r2;
         BITNET__TRY(bitnet_gpu_graph_begin(q->gpu));
@@ -10036,11 +10064,8 @@ static bitnet_result bitnet__gpu_prefill(bitnet_session *s, const int32_t *token
     bitnet__gsession *q = (bitnet__gsession *)s->gpu;
     int l, t, dim = md->info.dim;
     size_t nv = (size_t)md->info.n_vocab;
-    int32_t io[2];
-    io[0] = tokens[0], io[1] = s->pos;
-    BITNET__TRY(bitnet_gpu_upload(q->gpu, q->io, io, sizeof io));
-    BITNET__TRY(bitnet_gpu_upload(q->gpu, q->tok, tokens, (size_t)m * sizeof *tokens));
-    BITNET__TRY(bitnet__gpu_embed(s, q->tok, m, bitnet__gpre_of(NULL)));                   /* x [m][dim] */
+    BITNET__TRY(bitnet__gpu_put_tokens(s, tokens, m, s->pos));
+    BITNET__TRY(bitnet__gpu_embed(s, q->iota, m, bitnet__gpre_of(NULL)));                   /* x [m][dim] */
     for (l = 0; l < md->info.n_layers; l++) {
         const bitnet__glayer *L = &g->layers[l];
         bitnet__nvtx_push("bitnet layer"); /* closed below, or by bitnet__eval after an error */
@@ -10305,8 +10330,17 @@ static bitnet_result bitnet__model_build(bitnet_model *m, const bitnet_model_wei
         return bitnet__err(BITNET_ERR_INVALID_ARG, "BITNET_HEAD=%s is not f16 or q8", env);
     in->head_bits = 16;
 #if defined(BITNET__GPU_FORWARD)
-    if (in->backend == BITNET_BACKEND_CUDA) {
-        BITNET__TRY(bitnet__gpu_model_init(m, d ? d->device : 0));
+    if (in->backend == BITNET_BACKEND_CUDA) { /* the same int8 head by default, uploaded, then freed here */
+        bitnet_result r;
+        if (!(d && d->head_f16) && !(env && strcmp(env, "f16") == 0)) {
+            BITNET__TRY(bitnet__head_quantize(m, d));
+            in->head_bits = 8;
+        }
+        r = bitnet__gpu_model_init(m, d ? d->device : 0);
+        bitnet__free(m->head_q8);
+        bitnet__free(m->head_scale);
+        m->head_q8 = NULL, m->head_scale = NULL;
+        BITNET__TRY(r);
         bitnet__progress(d, 1.0f);
         return BITNET_OK;
     }

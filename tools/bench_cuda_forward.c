@@ -193,7 +193,7 @@ static void kernel_times(void) {
             const bitnet__glayer *L = &gm->layers[l];
             bitnet_result r = BITNET_OK;
             switch (kind) {
-            case 0: r = bitnet__gpu_embed(G_s, q->io, 1, none); break;
+            case 0: r = bitnet__gpu_embed(G_s, q->iota, 1, none); break;
             case 1: r = bitnet__gpu_linear(G_s, gm->gemv_store, &L->qkv, q->x, L->attn_norm, q->qkv, none); break;
             case 2: r = bitnet__gpu_attention(G_s, l, none); break;
             case 3: r = bitnet__gpu_linear(G_s, gm->gemv_res, &L->o, q->att, L->attn_sub_norm, q->x, none); break;
@@ -227,7 +227,7 @@ static void use_build(const char *opts) { /* (modules stay loaded until the hand
     CHECK(bitnet_gpu_kernel_get(mod, "bitnet_k_fwd_gemv_res", &gm->gemv_res));
     CHECK(bitnet_gpu_kernel_get(mod, "bitnet_k_fwd_gemv_glu", &gm->gemv_glu));
     CHECK(bitnet_gpu_kernel_get(mod, "bitnet_k_fwd_attn_decode", &gm->attn));
-    CHECK(bitnet_gpu_kernel_get(mod, "bitnet_k_fwd_head", &gm->head_k));
+    CHECK(bitnet_gpu_kernel_get(mod, gm->head_q8 ? "bitnet_k_fwd_head_q8" : "bitnet_k_fwd_head", &gm->head_k));
     CHECK(bitnet_gpu_kernel_get(mod, "bitnet_k_fwd_rope_kv", &gm->rope_kv));
     CHECK(bitnet_gpu_kernel_get(mod, "bitnet_k_fwd_attn_prefill", &gm->attn_prefill));
     bitnet_gpu_graph_free(gs->graph);
@@ -333,8 +333,9 @@ int main(int argc, char **argv) {
     int i, j, same;
     size_t nv;
     /* other builds of the forward module worth comparing (measured before, all slower on the H100:
-       -DBF_PREFETCH=1, -DBF_GEMV_U=4 or 10, -DBF_HEAD_U=5); add options here to compare more */
-    static const char *builds[] = {"-DBF_GEMV_U=10"};
+       -DBF_PREFETCH=1, -DBF_GEMV_U=4 or 10, -DBF_HEAD_U=5); add options here to compare more
+       (-DBF_PDL_EARLY=1: each kernel lets the next one start at its beginning) */
+    static const char *builds[] = {"-DBF_PDL_EARLY=1"};
 
     memset(&s, 0, sizeof s);
     if (!path) {

@@ -29,6 +29,7 @@ tk=llama3-tokenizer.tiktoken; [ -f "$tk" ] || tk=../shared/data/llama3-tokenizer
 step gen-model build/bitnet gen-model --preset 2b4t --tiktoken "$tk" -o /tmp/2b4t.gguf || exit 1
 step bench-gen build/bitnet bench -m /tmp/2b4t.gguf --backend cuda --prompt-tokens 64 --gen-tokens 128 --runs 5
 BITNET_GPU_PDL=0 step bench-gen-nopdl build/bitnet bench -m /tmp/2b4t.gguf --backend cuda --prompt-tokens 64 --gen-tokens 128 --runs 5
+BITNET_HEAD=f16 step bench-gen-f16head build/bitnet bench -m /tmp/2b4t.gguf --backend cuda --prompt-tokens 64,512 --gen-tokens 128 --runs 5
 step run build/bitnet run -m /tmp/2b4t.gguf -p "The capital of France is a city that" -n 128 --backend cuda --temp 0
 TAILN=70 step bench-fwd timeout 200 build/bench_cuda_forward /tmp/2b4t.gguf
 if command -v nsys >/dev/null; then
@@ -39,5 +40,5 @@ if command -v nsys >/dev/null; then
 else
   echo "nsys: not found"
 fi
-if [ "$what" = full ]; then TAILN=8 step test-gpu make test-gpu; fi
+if [ "$what" = full ]; then TAILN=8 step test-gpu timeout 150 make test-gpu; fi
 exit $status
