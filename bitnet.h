@@ -6549,15 +6549,6 @@ typedef struct bitnet__CUfunc_st *bitnet__CUfunction;
 typedef struct bitnet__CUevent_st *bitnet__CUevent;
 typedef struct bitnet__CUgraph_st *bitnet__CUgraph;
 typedef struct bitnet__CUgraphExec_st *bitnet__CUgraphExec;
-typedef struct bitnet__CUlaunchAttribute { /* cuda.h's CUlaunchAttribute: id, padding, a 64-byte value */
-    int id; char pad[4]; union { char pad[64]; int i; } value;
-} bitnet__CUlaunchAttribute;
-typedef struct bitnet__CUlaunchConfig {     /* cuda.h's CUlaunchConfig */
-    unsigned grid[3], block[3], smem;
-    bitnet__CUstream stream;
-    bitnet__CUlaunchAttribute *attrs;
-    unsigned n_attrs;
-} bitnet__CUlaunchConfig;
 typedef int bitnet__nvrtcResult;
 typedef struct bitnet__nvrtcProgram_st *bitnet__nvrtcProgram;
 
@@ -6569,7 +6560,7 @@ enum { /* cuda.h values */
     BITNET__CU_ATTR_MEM_CLOCK = 36, BITNET__CU_ATTR_BUS_WIDTH = 37, BITNET__CU_ATTR_L2 = 38,
     BITNET__CU_ATTR_CC_MAJOR = 75, BITNET__CU_ATTR_CC_MINOR = 76, BITNET__CU_ATTR_SMEM_OPTIN = 97,
     BITNET__CU_STREAM_NON_BLOCKING = 1, BITNET__CU_EVENT_DEFAULT = 0, BITNET__CU_CAPTURE_THREAD_LOCAL = 1,
-    BITNET__CU_FUNC_MAX_DYN_SMEM = 8, BITNET__CU_LAUNCH_PROGRAMMATIC = 6, BITNET__CU_JIT_ERROR_LOG = 5, BITNET__CU_JIT_ERROR_LOG_SIZE = 6,
+    BITNET__CU_FUNC_MAX_DYN_SMEM = 8, BITNET__CU_JIT_ERROR_LOG = 5, BITNET__CU_JIT_ERROR_LOG_SIZE = 6,
     BITNET__CUDA_MIN_DRIVER = 11000 /* 11.0: the _v2 entry points and sm_80 */
 };
 
@@ -6611,8 +6602,7 @@ enum { /* cuda.h values */
     X(cuFuncSetAttribute, 9000, 0, "cuFuncSetAttribute", (bitnet__CUfunction f, int attr, int value)) \
     X(cuLaunchKernel, 4000, 1, "cuLaunchKernel", (bitnet__CUfunction f, unsigned gx, unsigned gy, unsigned gz, \
         unsigned bx, unsigned by, unsigned bz, unsigned smem, bitnet__CUstream s, void **args, void **extra)) \
-    X(cuLaunchKernelEx, 11080, 0, "cuLaunchKernelEx", (const bitnet__CUlaunchConfig *cfg, bitnet__CUfunction f, \
-        void **args, void **extra)) \
+    X(cuLaunchKernelEx, 12000, 0, "cuLaunchKernelEx", (const void *config, bitnet__CUfunction f, void **args, void **extra)) \
     X(cuStreamBeginCapture, 10010, 0, "cuStreamBeginCapture_v2", (bitnet__CUstream s, int mode)) \
     X(cuStreamEndCapture, 10000, 0, "cuStreamEndCapture", (bitnet__CUstream s, bitnet__CUgraph *g)) \
     X(cuGraphInstantiateWithFlags, 11040, 0, "cuGraphInstantiateWithFlags", (bitnet__CUgraphExec *e, bitnet__CUgraph g, unsigned long long flags)) \
@@ -7391,6 +7381,7 @@ struct bitnet_gpu_kernel {
     bitnet__CUfunction fn;
     int kid;                            /* statistics slot */
     unsigned smem_set;                  /* dynamic shared memory opted in so far */
+    int pdl;                            /* sm_90: programmatic dependent launch (the kernel waits with griddepcontrol) */
     char name[64];
     bitnet_gpu_kernel *next;
 };
@@ -7716,26 +7707,20 @@ BITNET_API bitnet_result bitnet_gpu_memset(bitnet_gpu *gpu, bitnet_devptr dst, i
     return res;
 }
 
-/* The one launch path: the only calls of cuLaunchKernel(Ex), which also count and time.
-   flags BITNET__LAUNCH_PDL (sm_90+, driver 11.8+; otherwise a plain launch, which is always
-   correct): programmatic dependent launch, the kernel may start while the one before it on the
-   stream finishes, so it must run griddepcontrol.wait before it reads what that one wrote (the
-   forward module's kernels do). BITNET_GPU_PDL=0 turns it off. It also holds inside graphs. */
-#define BITNET__LAUNCH_PDL 1u
-static int bitnet__pdl_allowed(const bitnet__gpu_dev *dv) {
-    const char *e = bitnet__getenv("BITNET_GPU_PDL");
-    return !(e && strcmp(e, "0") == 0) && dv->cc >= 90 && bitnet__cuda.cu.cuLaunchKernelEx != NULL;
-}
+/* CUlaunchAttribute (an id, then a 64-byte value union at offset 8) and CUlaunchConfig, for
+   cuLaunchKernelEx with programmatic stream serialization (attribute 6): the kernel may start
+   before the previous one in the stream ends, and waits for it with griddepcontrol.wait. */
+typedef struct bitnet__cu_launch_attr { int id, pad, value; char rest[60]; } bitnet__cu_launch_attr;
+typedef struct bitnet__cu_launch_config {
+    unsigned grid[3], block[3], smem;
+    bitnet__CUstream stream;
+    bitnet__cu_launch_attr *attrs;
+    unsigned n_attrs;
+} bitnet__cu_launch_config;
 
-static bitnet_result bitnet__gpu_launch_ex(bitnet_gpu *gpu, bitnet_gpu_kernel *k, const unsigned grid[3],
-                                           const unsigned block[3], unsigned shared_bytes, void **args, unsigned flags);
+/* The one launch path: the only call of cuLaunchKernel, which also counts and times. */
 BITNET_API bitnet_result bitnet_gpu_launch(bitnet_gpu *gpu, bitnet_gpu_kernel *k, const unsigned grid[3],
                                            const unsigned block[3], unsigned shared_bytes, void **args) {
-    return bitnet__gpu_launch_ex(gpu, k, grid, block, shared_bytes, args, 0);
-}
-
-static bitnet_result bitnet__gpu_launch_ex(bitnet_gpu *gpu, bitnet_gpu_kernel *k, const unsigned grid[3],
-                                           const unsigned block[3], unsigned shared_bytes, void **args, unsigned flags) {
     bitnet__gpu_dev *dv;
     bitnet__CUresult r = 0;
     bitnet__CUevent ev[2] = {NULL, NULL};
@@ -7785,12 +7770,12 @@ static bitnet_result bitnet__gpu_launch_ex(bitnet_gpu *gpu, bitnet_gpu_kernel *k
             bitnet__cuda.cu.cuEventRecord(ev[0], gpu->stream);
         }
     }
-    if ((flags & BITNET__LAUNCH_PDL) && bitnet__pdl_allowed(dv)) {
-        bitnet__CUlaunchConfig cfg;
-        bitnet__CUlaunchAttribute at;
-        memset(&cfg, 0, sizeof cfg);
+    if (k->pdl && dv->cc >= 90 && bitnet__cuda.cu.cuLaunchKernelEx) {
+        bitnet__cu_launch_attr at;
+        bitnet__cu_launch_config cfg;
         memset(&at, 0, sizeof at);
-        at.id = BITNET__CU_LAUNCH_PROGRAMMATIC, at.value.i = 1;
+        memset(&cfg, 0, sizeof cfg);
+        at.id = 6, at.value = 1;
         memcpy(cfg.grid, grid, sizeof cfg.grid);
         memcpy(cfg.block, block, sizeof cfg.block);
         cfg.smem = shared_bytes, cfg.stream = gpu->stream, cfg.attrs = &at, cfg.n_attrs = 1;
@@ -9612,8 +9597,8 @@ BITNET_API bitnet_result bitnet_quantizer_summary(const bitnet_quantizer *qz, ch
 #if !defined(BITNET_NO_CUDA) && defined(BITNET__MAX_BATCH) && defined(BITNET_GPU_MAX_PARTS)
 #define BITNET__GPU_FORWARD 1
 
-#define BITNET__GPU_ATT_CMIN 64       /* decode attention: positions per split, at least */
-#define BITNET__GPU_ATT_SMAX 32       /* decode attention: splits per kv head, at most */
+#define BITNET__GPU_ATT_CMIN 16       /* decode attention: positions per split, at least */
+#define BITNET__GPU_ATT_SMAX 32       /* decode attention: splits per head, at most (the kernel's s_w) */
 #define BITNET__GPU_PREFILL_MIN 2     /* tokens per call from which prefill takes the GEMM path */
 
 typedef struct bitnet__gseg { int n; int end[8]; float scale[8]; } bitnet__gseg; /* the kernels' segments */
@@ -9645,26 +9630,24 @@ typedef struct bitnet__gsession {
     bitnet_devptr logits;             /* fp32 [n_vocab] */
     bitnet_devptr part_o, part_ml;    /* decode attention splits: [n_heads][smax][hd], [n_heads][smax][2] */
     bitnet_devptr hv, hi;             /* head: each block's best value and index */
-    bitnet_devptr ctr;                /* int [n_kv + 1]: attention (per kv head) and head counters (their last blocks reset them) */
+    bitnet_devptr ctr;                /* int [n_heads + 1]: attention (per block of heads) and head counters (their last blocks reset them) */
     bitnet_devptr io;                 /* int [2]: the decode token and the position of a step, then: */
     bitnet_devptr erow;               /* fp16 [B][dim] at io + 256: the tokens' embedding rows (one upload with io) */
     bitnet_devptr iota;               /* int [B]: 0 .. B-1, the embed kernel's row indices */
     unsigned char *stage;             /* host: io and the rows, 256 + B * dim * 2 bytes */
     bitnet_devptr next;               /* int: the head's argmax */
-    int B, smax, cmin, head_blocks, have_next;
-    unsigned pdl;                     /* launch flags of the decode kernels after the first, while capturing */
+    int B, smax, cmin, att_gb, head_blocks, have_next; /* att_gb: query heads per attention block */
     bitnet_gpu_graph *graph;          /* the decode step */
 } bitnet__gsession;
 
 /* ---- helpers ---------------------------------------------------------------------------------- */
 
-/* flags: BITNET__LAUNCH_PDL for the decode graph's kernels after the first (q->pdl) */
 static bitnet_result bitnet__gpu_launch(bitnet_gpu *g, bitnet_gpu_kernel *k, unsigned gx, unsigned gy, unsigned bx,
-                                        unsigned by, unsigned smem, void **args, unsigned flags) {
+                                        unsigned by, unsigned smem, void **args) {
     unsigned grid[3], block[3];
     grid[0] = gx, grid[1] = gy, grid[2] = 1;
     block[0] = bx, block[1] = by, block[2] = 1;
-    return bitnet__gpu_launch_ex(g, k, grid, block, smem, args, flags);
+    return bitnet_gpu_launch(g, k, grid, block, smem, args);
 }
 
 /* Carves one allocation into 256-byte aligned pieces; a first pass with base 0 sizes it. */
@@ -9766,6 +9749,12 @@ static bitnet_result bitnet__gpu_model_init(bitnet_model *m, int device) {
     BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, g->head_q8 ? "bitnet_k_fwd_head_q8" : "bitnet_k_fwd_head", &g->head_k));
     BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_fwd_rope_kv", &g->rope_kv));
     BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_fwd_attn_prefill", &g->attn_prefill));
+    { /* sm_90: programmatic dependent launch for the kernels that wait with griddepcontrol (decode:
+         each one's launch and weight loads overlap the kernel before it); BITNET_GPU_PDL=0: off */
+        const char *e = bitnet__getenv("BITNET_GPU_PDL");
+        int pdl = !(e && strcmp(e, "0") == 0);
+        g->gemv_store->pdl = g->gemv_res->pdl = g->gemv_glu->pdl = g->attn->pdl = g->head_k->pdl = pdl;
+    }
     memset(&c, 0, sizeof c);
     bitnet__gmodel_layout(g, m, &c);
     if (c.overflow) return bitnet__err(BITNET_ERR_OVERFLOW, "CUDA forward: the model's device layout overflows");
@@ -9841,7 +9830,7 @@ static void bitnet__gsession_layout(bitnet__gsession *q, const bitnet_session *s
     q->hv = bitnet__gtake(c, (size_t)q->head_blocks * 2, 4); /* room for twice the blocks (tuning) */
     q->hi = bitnet__gtake(c, (size_t)q->head_blocks * 2, 4);
     q->iota = bitnet__gtake(c, B, 4);
-    q->ctr = bitnet__gtake(c, (size_t)in->n_kv_heads + 1, 4);
+    q->ctr = bitnet__gtake(c, (size_t)in->n_heads + 1, 4);
     q->io = bitnet__gtake(c, 2, 4);   /* 256 bytes: */
     q->erow = bitnet__gtake(c, B * (size_t)in->dim, 2); /* right after io */
     q->next = bitnet__gtake(c, 1, 4);
@@ -9860,6 +9849,7 @@ static bitnet_result bitnet__gpu_session_init(bitnet_session *s) {
     split = (s->n_ctx + BITNET__GPU_ATT_CMIN - 1) / BITNET__GPU_ATT_CMIN;
     q->smax = BITNET__MIN(split, BITNET__GPU_ATT_SMAX);
     q->cmin = BITNET__GPU_ATT_CMIN;
+    q->att_gb = 1; /* one query head a block: the most blocks, the shortest chain in each */
     q->head_blocks = 2 * g->sm_count; /* persistent: two 256-thread blocks per SM, one wave */
     BITNET__TRY(bitnet_gpu_open(g->device, &q->gpu));
     memset(&c, 0, sizeof c);
@@ -9872,7 +9862,7 @@ static bitnet_result bitnet__gpu_session_init(bitnet_session *s) {
     if (q->erow != q->io + 256) return bitnet__err(BITNET_ERR_INVALID_STATE, "CUDA session: the embedding rows do not follow io");
     /* poison: a read of anything no kernel wrote shows up as NaN (0xffff is an fp16 NaN too) */
     BITNET__TRY(bitnet_gpu_memset(q->gpu, q->mem, 0xff, q->bytes));
-    BITNET__TRY(bitnet_gpu_memset(q->gpu, q->ctr, 0, ((size_t)s->m->info.n_kv_heads + 1) * 4));
+    BITNET__TRY(bitnet_gpu_memset(q->gpu, q->ctr, 0, ((size_t)s->m->info.n_heads + 1) * 4));
     q->stage = (unsigned char *)bitnet__malloc(256 + (size_t)q->B * (size_t)s->m->info.dim * 2);
     if (!q->stage) return BITNET_ERR_OUT_OF_MEMORY;
     for (i = 0; i < q->B; i++) ((int32_t *)q->stage)[i] = i; /* B * 4 bytes fit in the stage */
@@ -9910,7 +9900,7 @@ static bitnet_result bitnet__gpu_embed(bitnet_session *s, bitnet_devptr tok, int
     int dim = s->m->info.dim;
     void *args[6];
     args[0] = &q->erow, args[1] = &dim, args[2] = &tok, args[3] = &q->x, args[4] = &pre.p, args[5] = &pre.bytes;
-    return bitnet__gpu_launch(q->gpu, g->embed, (unsigned)m, 1, 256, 1, 0, args, 0);
+    return bitnet__gpu_launch(q->gpu, g->embed, (unsigned)m, 1, 256, 1, 0, args);
 }
 
 /* 2+3. norm_quant + linear for one token: out = W . int8(rmsnorm(in) * norm_w) with the matrix's
@@ -9930,7 +9920,7 @@ static bitnet_result bitnet__gpu_linear(bitnet_session *s, bitnet_gpu_kernel *k,
     void *args[10];
     args[0] = (void *)&w->data, args[1] = &n_out, args[2] = &nc, args[3] = &segs, args[4] = &in, args[5] = &norm_w,
     args[6] = &eps, args[7] = &out, args[8] = &pre.p, args[9] = &pre.bytes;
-    return bitnet__gpu_launch(q->gpu, k, groups, 1, 32, (unsigned)warps, smem, args, q->pdl);
+    return bitnet__gpu_launch(q->gpu, k, groups, 1, 32, (unsigned)warps, smem, args);
 }
 
 /* 4-6. rope + kv_store + attention for one token (layer l): q and k rotated at the position in
@@ -9942,12 +9932,13 @@ static bitnet_result bitnet__gpu_attention(bitnet_session *s, int l, bitnet__gpr
     int hd = m->info.head_dim, nh = m->info.n_heads, nkv = m->info.n_kv_heads, G = nh / nkv;
     size_t layer = (size_t)l * (size_t)m->kv_dim * (size_t)s->n_ctx * 2;
     bitnet_devptr kc = q->kc + layer, vc = q->vc + layer, pos = q->io + 4;
-    unsigned smem = (unsigned)(G * hd + G * BITNET__MAX(64, 128)) * 4 + 2 * 64 * (unsigned)hd * 2; /* BF_ATT_T = 64 */
-    void *args[17];
+    int gb = G % q->att_gb ? 1 : q->att_gb;
+    unsigned smem = (unsigned)(gb * hd + gb * BITNET__MAX(64, 128)) * 4 + (2 * 64 + 2) * (unsigned)hd * 2; /* BF_ATT_T = 64 */
+    void *args[18];
     args[0] = &q->qkv, args[1] = &q->rope, args[2] = &pos, args[3] = &kc, args[4] = &vc, args[5] = &s->n_ctx, args[6] = &nh,
-    args[7] = &nkv, args[8] = &hd, args[9] = &q->smax, args[10] = &q->cmin, args[11] = &q->part_o, args[12] = &q->part_ml,
-    args[13] = &q->ctr, args[14] = &q->att, args[15] = &pre.p, args[16] = &pre.bytes;
-    return bitnet__gpu_launch(q->gpu, g->attn, (unsigned)nkv, (unsigned)q->smax, 128, 1, smem, args, q->pdl);
+    args[7] = &nkv, args[8] = &hd, args[9] = &q->smax, args[10] = &q->cmin, args[11] = &gb, args[12] = &q->part_o,
+    args[13] = &q->part_ml, args[14] = &q->ctr, args[15] = &q->att, args[16] = &pre.p, args[17] = &pre.bytes;
+    return bitnet__gpu_launch(q->gpu, g->attn, (unsigned)(nh / gb), (unsigned)q->smax, 128, 1, smem, args);
 }
 
 /* 9. head: logits = head . rmsnorm(x_row) * output_norm, and its argmax into next */
@@ -9957,14 +9948,13 @@ static bitnet_result bitnet__gpu_head(bitnet_session *s, bitnet_devptr x_row) {
     bitnet__gsession *q = (bitnet__gsession *)s->gpu;
     int nv = m->info.n_vocab, dim = m->info.dim;
     float eps = m->info.norm_eps;
-    bitnet_devptr ctr = q->ctr + 4 * (bitnet_devptr)m->info.n_kv_heads;
+    bitnet_devptr ctr = q->ctr + 4 * (bitnet_devptr)m->info.n_heads;
     void *args[12], **a = args;
     if (g->head_q8) *a++ = (void *)&g->head, *a++ = (void *)&g->head_scale;
     else *a++ = (void *)&g->head;
     a[0] = &nv, a[1] = &dim, a[2] = &x_row, a[3] = (void *)&g->out_norm, a[4] = &eps,
     a[5] = &q->logits, a[6] = &q->hv, a[7] = &q->hi, a[8] = &ctr, a[9] = &q->next;
-    return bitnet__gpu_launch(q->gpu, g->head_k, (unsigned)q->head_blocks, 1, 256, 1, (unsigned)dim * (g->head_q8 ? 1 : 4), args,
-                              q->pdl);
+    return bitnet__gpu_launch(q->gpu, g->head_k, (unsigned)q->head_blocks, 1, 256, 1, (unsigned)dim * (g->head_q8 ? 1 : 4), args);
 }
 
 /* One token's forward, as launched into the decode graph (token and position in io). Each kernel
@@ -10000,9 +9990,7 @@ static bitnet_result bitnet__gpu_decode(bitnet_session *s, int32_t token, int32_
     if (!q->graph) {
         bitnet_result r, r2;
         BITNET__TRY(bitnet_gpu_graph_begin(q->gpu));
-        q->pdl = BITNET__LAUNCH_PDL; /* each kernel starts during the one before it (embed: plain) */
         r = bitnet__gpu_step(s);
-        q->pdl = 0;
         r2 = bitnet_gpu_graph_end(q->gpu, &q->graph);
         BITNET__TRY(r);
         BITNET__TRY(r2);
@@ -10038,7 +10026,7 @@ static bitnet_result bitnet__gpu_rope_kv(bitnet_session *s, int l, int m) {
     void *args[10];
     args[0] = &q->qkv, args[1] = &ldq, args[2] = &q->rope, args[3] = &pos, args[4] = &kc, args[5] = &vc, args[6] = &s->n_ctx,
     args[7] = &nh, args[8] = &nkv, args[9] = &hd;
-    return bitnet__gpu_launch(q->gpu, g->rope_kv, (unsigned)m, 1, 128, 1, 0, args, 0);
+    return bitnet__gpu_launch(q->gpu, g->rope_kv, (unsigned)m, 1, 128, 1, 0, args);
 }
 
 /* 6. attention for m tokens, causal */
@@ -10054,7 +10042,7 @@ static bitnet_result bitnet__gpu_attention_m(bitnet_session *s, int l, int m) {
     void *args[12];
     args[0] = &q->qkv, args[1] = &ldq, args[2] = &kc, args[3] = &vc, args[4] = &pos, args[5] = &m, args[6] = &s->n_ctx,
     args[7] = &nh, args[8] = &nkv, args[9] = &hd, args[10] = &q->att, args[11] = &ldo;
-    return bitnet__gpu_launch(q->gpu, g->attn_prefill, (unsigned)((m + 31) / 32), (unsigned)nh, 128, 1, smem, args, 0);
+    return bitnet__gpu_launch(q->gpu, g->attn_prefill, (unsigned)((m + 31) / 32), (unsigned)nh, 128, 1, smem, args);
 }
 
 /* Prefill of m tokens at s->pos: the GEMM path, in the CPU's step order. */

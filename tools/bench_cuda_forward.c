@@ -123,7 +123,7 @@ static bitnet_model *load(const char *path, synth *s, bitnet_backend be) {
     bitnet_result r;
     memset(&d, 0, sizeof d);
     d.backend = be;
-    d.head_f16 = 1;
+    /* the default head (int8 rows, like the CPU's default) on both backends */
     d.path = path;
     r = path ? bitnet_model_load(&d, &m) : bitnet_model_from_weights(&s->w, &d, &m);
     if (r != BITNET_OK) {
@@ -215,10 +215,19 @@ static void kernel_times(void) {
     printf("    sum: %.1f us a step\n", total);
 }
 
+/* Programmatic dependent launch of the decode kernels on or off (as bitnet__gpu_model_init sets it);
+   the graph is recaptured at the next step. */
+static void set_pdl(int on) {
+    bitnet__gmodel *gm = (bitnet__gmodel *)G_m->gpu;
+    bitnet__gsession *gs = (bitnet__gsession *)G_s->gpu;
+    gm->gemv_store->pdl = gm->gemv_res->pdl = gm->gemv_glu->pdl = gm->attn->pdl = gm->head_k->pdl = on;
+    bitnet_gpu_graph_free(gs->graph);
+    gs->graph = NULL;
+}
+
 /* The forward module rebuilt with options; the session's graph is recaptured at its next step. */
 static void use_build(const char *opts) { /* (modules stay loaded until the handle closes) */
     bitnet__gmodel *gm = (bitnet__gmodel *)G_m->gpu;
-    bitnet__gsession *gs = (bitnet__gsession *)G_s->gpu;
     bitnet_gpu_module *mod;
     double t0 = bitnet__now();
     CHECK(bitnet_gpu_module_load(gm->gpu, bitnet_cuda_src_forward, opts, &mod));
@@ -230,8 +239,7 @@ static void use_build(const char *opts) { /* (modules stay loaded until the hand
     CHECK(bitnet_gpu_kernel_get(mod, gm->head_q8 ? "bitnet_k_fwd_head_q8" : "bitnet_k_fwd_head", &gm->head_k));
     CHECK(bitnet_gpu_kernel_get(mod, "bitnet_k_fwd_rope_kv", &gm->rope_kv));
     CHECK(bitnet_gpu_kernel_get(mod, "bitnet_k_fwd_attn_prefill", &gm->attn_prefill));
-    bitnet_gpu_graph_free(gs->graph);
-    gs->graph = NULL;
+    set_pdl(1);
     printf("  build \"%s\" ready in %.1f s\n", opts, bitnet__now() - t0);
 }
 
@@ -416,25 +424,23 @@ int main(int argc, char **argv) {
         measure(builds[i], gen_dev);
     }
     use_build("");
-    setenv("BITNET_GPU_PDL", "0", 1); /* the launch path reads it when the graph is captured */
-    bitnet_gpu_graph_free(gs->graph);
-    gs->graph = NULL;
+    set_pdl(0);
     measure("without programmatic dependent launch", gen_dev);
-    unsetenv("BITNET_GPU_PDL");
-    bitnet_gpu_graph_free(gs->graph);
-    gs->graph = NULL;
+    set_pdl(1);
     measure("with programmatic dependent launch", gen_dev);
-    for (j = 32; j <= 256; j *= 2) {
-        char what[64];
-        if (j == BITNET__GPU_ATT_CMIN) continue;
-        gs->cmin = j;
-        bitnet_gpu_graph_free(gs->graph);
-        gs->graph = NULL;
-        snprintf(what, sizeof what, "attention: at least %d positions a split", j);
-        measure(what, gen_dev);
-        if (j == 256) { printf("  per kernel, %d positions a split:\n", j); kernel_times(); }
+    { /* attention: query heads a block (gb) and positions a split (cmin) */
+        static const int cfg[][2] = {{4, 16}, {1, 32}, {1, 64}, {4, 64}};
+        for (j = 0; j < 4; j++) {
+            char what[64];
+            gs->att_gb = cfg[j][0], gs->cmin = cfg[j][1];
+            bitnet_gpu_graph_free(gs->graph);
+            gs->graph = NULL;
+            snprintf(what, sizeof what, "attention: %d heads a block, >= %d positions a split", cfg[j][0], cfg[j][1]);
+            measure(what, gen_dev);
+            if (j == 3) { printf("  per kernel, %s:\n", what); kernel_times(); }
+        }
     }
-    gs->cmin = BITNET__GPU_ATT_CMIN;
+    gs->att_gb = 1, gs->cmin = BITNET__GPU_ATT_CMIN;
     bitnet_gpu_graph_free(gs->graph);
     gs->graph = NULL;
     step_us();

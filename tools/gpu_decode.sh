@@ -32,7 +32,7 @@ BITNET_GPU_PDL=0 step bench-gen-nopdl build/bitnet bench -m /tmp/2b4t.gguf --bac
 BITNET_HEAD=f16 step bench-gen-f16head build/bitnet bench -m /tmp/2b4t.gguf --backend cuda --prompt-tokens 64,512 --gen-tokens 128 --runs 5
 step run build/bitnet run -m /tmp/2b4t.gguf -p "The capital of France is a city that" -n 128 --backend cuda --temp 0
 TAILN=70 step bench-fwd timeout 200 build/bench_cuda_forward /tmp/2b4t.gguf
-if command -v nsys >/dev/null; then
+if command -v nsys >/dev/null && [ "$what" = nsys ]; then
   step nsys timeout 120 nsys profile -o /tmp/dec --force-overwrite true --cuda-graph-trace=node \
     build/bitnet bench -m /tmp/2b4t.gguf --backend cuda --prompt-tokens 64 --gen-tokens 32 --runs 1
   TAILN=40 step nsys-stats nsys stats -r cuda_gpu_kern_sum -f csv -o /tmp/decstats /tmp/dec.nsys-rep
@@ -40,5 +40,9 @@ if command -v nsys >/dev/null; then
 else
   echo "nsys: not found"
 fi
-if [ "$what" = full ]; then TAILN=8 step test-gpu timeout 150 make test-gpu; fi
+if [ "$what" = full ]; then
+  TAILN=4 step test-gpu timeout 150 make test-gpu
+  TAILN=6 BITNET_REQUIRE_GPU=1 step memcheck timeout 100 compute-sanitizer --tool memcheck --error-exitcode 9 build/tests/test_cuda_forward
+  TAILN=6 BITNET_REQUIRE_GPU=1 step racecheck timeout 100 compute-sanitizer --tool racecheck --error-exitcode 9 build/tests/test_cuda_forward
+fi
 exit $status
