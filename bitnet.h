@@ -9577,11 +9577,17 @@ BITNET_API bitnet_result bitnet_quantizer_summary(const bitnet_quantizer *qz, ch
    step a bitnet__gpu_<step> function. Weights (ternary in the T32 layout of the ternary module,
    the fp16 embedding and head), the fp16 KV cache and every activation stay on the device.
    - Decode (one token): one CUDA graph per session, captured at its first single-token step and
-     replayed after (H100, 2B-4T shapes: 1.39 ms a step, see BENCHMARKS.md); the token and its position are read from device memory, so the host does
-     one 8-byte upload, one graph launch and no synchronisation inside the token. Five kernels a
-     layer (the forward module in bitnet_cuda_kernels.h): RMSNorm + int8 quantization run in the
-     prologue of each ternary GEMV, RoPE and the KV append in the attention kernel, residual adds
-     and relu(gate)^2 * up in GEMV epilogues; the head kernel also leaves the argmax on the device.
+     replayed after (H100, 2B-4T shapes: see BENCHMARKS.md); the position and the token's fp16
+     embedding row are read from device memory, so the host does one upload (256 + dim*2 bytes),
+     one graph launch and no synchronisation inside the token. Five kernels a layer (the forward
+     module in bitnet_cuda_kernels.h): RMSNorm + int8 quantization run in the prologue of each
+     ternary GEMV, RoPE and the KV append in the attention kernel, residual adds and
+     relu(gate)^2 * up in GEMV epilogues; the head kernel also leaves the argmax on the device. On
+     sm_90 the kernels go out with programmatic dependent launch (the launch path's per-kernel
+     flag), so each one's launch and weight loads overlap the kernel before it.
+   - The head: int8 rows with a scale each by default (the CPU's head, quantized on the host at
+     load, half the bytes of fp16); fp16 with bitnet_model_desc.head_f16 or BITNET_HEAD=f16. The
+     device keeps no fp16 embedding table: rows come from the host with each step's upload.
    - Prefill (m >= 2 tokens, sm_80+): batches of up to n_batch tokens through
      bitnet_gpu_quantize_act and bitnet_gpu_ternary_matmul (int8 tensor cores), and this module's
      rope_kv and causal attention. Below sm_80 prompts run through the decode graph token by token.
