@@ -9643,6 +9643,7 @@ typedef struct bitnet__gsession {
     unsigned char *stage;             /* host: io and the rows, 256 + B * dim * 2 bytes */
     bitnet_devptr next;               /* int: the head's argmax */
     int B, smax, cmin, att_gb, head_blocks, have_next; /* att_gb: query heads per attention block */
+    int gemv_items;                   /* decode GEMV: K chunks a warp takes, at least (sets the warps a block) */
     bitnet_gpu_graph *graph;          /* the decode step */
 } bitnet__gsession;
 
@@ -9856,6 +9857,10 @@ static bitnet_result bitnet__gpu_session_init(bitnet_session *s) {
     q->smax = BITNET__MIN(split, BITNET__GPU_ATT_SMAX);
     q->cmin = BITNET__GPU_ATT_CMIN;
     q->att_gb = 1; /* one query head a block: the most blocks, the shortest chain in each */
+    { /* BITNET_GPU_GEMV_ITEMS: tuning and tests only */
+        const char *e = bitnet__getenv("BITNET_GPU_GEMV_ITEMS");
+        q->gemv_items = e && atoi(e) >= 1 && atoi(e) <= 64 ? atoi(e) : 8;
+    }
     q->head_blocks = 2 * g->sm_count; /* persistent: two 256-thread blocks per SM, one wave */
     BITNET__TRY(bitnet_gpu_open(g->device, &q->gpu));
     memset(&c, 0, sizeof c);
@@ -9921,7 +9926,7 @@ static bitnet_result bitnet__gpu_linear(bitnet_session *s, bitnet_gpu_kernel *k,
     unsigned groups = (unsigned)((n_out + 31) / 32);
     /* warps share a block's K chunks, 8 loads in flight per lane; over one wave of blocks
        (about 100 registers a thread) a block gets at most 8 warps */
-    int warps = BITNET__MIN((int)groups > g->sm_count ? 8 : 16, BITNET__MAX(1, (items + 7) / 8));
+    int warps = BITNET__MIN((int)groups > g->sm_count ? 8 : 16, BITNET__MAX(1, (items + q->gemv_items - 1) / q->gemv_items));
     unsigned smem = (unsigned)w->k + (unsigned)(warps * (w->glu ? 2 : 1) * 32 * 4);
     void *args[10];
     args[0] = (void *)&w->data, args[1] = &n_out, args[2] = &nc, args[3] = &segs, args[4] = &in, args[5] = &norm_w,

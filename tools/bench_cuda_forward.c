@@ -429,18 +429,29 @@ int main(int argc, char **argv) {
     set_pdl(1);
     measure("with programmatic dependent launch", gen_dev);
     { /* attention: query heads a block (gb) and positions a split (cmin) */
-        static const int cfg[][2] = {{4, 16}, {1, 32}, {1, 64}, {4, 64}};
-        for (j = 0; j < 4; j++) {
+        static const int cfg[][2] = {{1, 8}, {1, 32}, {4, 64}};
+        for (j = 0; j < 3; j++) {
             char what[64];
             gs->att_gb = cfg[j][0], gs->cmin = cfg[j][1];
             bitnet_gpu_graph_free(gs->graph);
             gs->graph = NULL;
             snprintf(what, sizeof what, "attention: %d heads a block, >= %d positions a split", cfg[j][0], cfg[j][1]);
             measure(what, gen_dev);
-            if (j == 3) { printf("  per kernel, %s:\n", what); kernel_times(); }
+            if (j == 2) { printf("  per kernel, %s:\n", what); kernel_times(); }
         }
     }
     gs->att_gb = 1, gs->cmin = BITNET__GPU_ATT_CMIN;
+    for (j = 4; j <= 16; j *= 2) { /* decode GEMV: K chunks a warp takes (the library: 8) */
+        char what[64];
+        if (j == 8) continue;
+        gs->gemv_items = j;
+        bitnet_gpu_graph_free(gs->graph);
+        gs->graph = NULL;
+        snprintf(what, sizeof what, "GEMV: >= %d K chunks a warp", j);
+        measure(what, gen_dev);
+        if (j == 4) { printf("  per kernel, %s:\n", what); kernel_times(); }
+    }
+    gs->gemv_items = 8;
     bitnet_gpu_graph_free(gs->graph);
     gs->graph = NULL;
     step_us();

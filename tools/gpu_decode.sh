@@ -2,7 +2,10 @@
 # Decode speed work on the GPU machine, in one call: build, the GPU forward test, the 2B-4T forward
 # benchmark (per-kernel times, with and without programmatic dependent launch), `bitnet bench`
 # through bitnet_generate, and an nsys kernel summary of the decode when nsys is there.
-#   usage: tools/gpu_decode.sh [quick|full]   (full also runs make test-gpu)
+#   usage: [GIT_COMMIT=hash] tools/gpu_decode.sh [quick|full|final]
+#   full: also make test-gpu and compute-sanitizer; final: the receipt of `bitnet bench` (CUDA,
+#   64- and 512-token prompts, 128 tokens) verified with --min-tps 800, and the test again with
+#   BITNET_GPU_GEMV_ITEMS=4 (a tuning knob the benchmark compares).
 # The tiktoken file: llama3-tokenizer.tiktoken beside this checkout's root or in ../shared/data.
 set -u
 what=${1:-quick}
@@ -22,11 +25,18 @@ step() { # step NAME CMD...: its output to $OUT/NAME.log, the tail to the screen
   return $rc
 }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
-step build make -j16 all build/tests/test_cuda_forward || exit 1
+rm -f build/bitnet # the commit is baked in when it is built
+step build make -j16 all build/tests/test_cuda_forward ${GIT_COMMIT:+GIT_COMMIT="$GIT_COMMIT"} || exit 1
 step build-bench cc -O2 -std=c11 -Wall -Wextra -o build/bench_cuda_forward tools/bench_cuda_forward.c -lm -ldl -lpthread || exit 1
 TAILN=12 BITNET_REQUIRE_GPU=1 step test build/tests/test_cuda_forward
 tk=llama3-tokenizer.tiktoken; [ -f "$tk" ] || tk=../shared/data/llama3-tokenizer.tiktoken
 step gen-model build/bitnet gen-model --preset 2b4t --tiktoken "$tk" -o /tmp/2b4t.gguf || exit 1
+if [ "$what" = final ]; then
+  TAILN=6 BITNET_REQUIRE_GPU=1 BITNET_GPU_GEMV_ITEMS=4 step test-items4 build/tests/test_cuda_forward
+  step receipt build/bitnet bench -m /tmp/2b4t.gguf --backend cuda --prompt-tokens 64,512 --gen-tokens 128 --runs 5 \
+    --require-gpu --receipt "$OUT/h100-2b4t-decode.cuda.json"
+  step verify build/bitnet verify-receipt "$OUT/h100-2b4t-decode.cuda.json" --require-gpu-kernels --min-tps 800 --max-p95-ms 1.5
+fi
 step bench-gen build/bitnet bench -m /tmp/2b4t.gguf --backend cuda --prompt-tokens 64 --gen-tokens 128 --runs 5
 BITNET_GPU_PDL=0 step bench-gen-nopdl build/bitnet bench -m /tmp/2b4t.gguf --backend cuda --prompt-tokens 64 --gen-tokens 128 --runs 5
 BITNET_HEAD=f16 step bench-gen-f16head build/bitnet bench -m /tmp/2b4t.gguf --backend cuda --prompt-tokens 64,512 --gen-tokens 128 --runs 5
