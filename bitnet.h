@@ -6268,7 +6268,12 @@ static void bitnet__cpu_kv_store(bitnet_session *s, int l, int m) {
       head h reads kv head h / (n_heads / n_kv_heads)). One work item is one position and one kv
       head with the query heads that share it, so each key and value tile is converted from fp16
       once for the group; an online softmax over tiles of 16 keys needs no scratch that grows with
-      the context. */
+      the context. Scores, exp, softmax and sums are in double, rounded to float once at the end,
+      on every path here and on the GPU (>>cuda-forward): then the paths differ by about 1e-16,
+      far below a float's last bit, and give the same float output almost always. In float the
+      order of the sums alone moved outputs by an ulp or so, and the int8 quantization after
+      attention turned such ulps into whole codes that grew, layer after layer, into percent-level
+      logit differences between CPU and GPU (and between CPU ISAs) on 2B-4T-deep models. */
 /* Rows r in [0, nt) of one kv head: q + r*stride holds the g query heads of position pos0 + r,
    which attend keys [0, len0 + r) (kc the head's key tiles, vc its value rows); out + r*stride
    gets the g head outputs. Several positions per call share each converted tile. */
@@ -6277,17 +6282,18 @@ typedef void (*bitnet__attn_fn)(const float *q, size_t stride, int nt, int g, co
 #define BITNET__ATTN_ROWS 4 /* positions per work item */
 
 /* Plain C, any head_dim: heads four at a time, so the stack holds one tile of keys and values
-   and four accumulators. */
+   and four accumulators. Scores, softmax and sums are in double (see bitnet__cpu_attention). */
 static void bitnet__attn_row_ref(const float *q, int g, const uint16_t *kc, const uint16_t *vc, int len, int hd,
                                  float scale, float *out) {
-    float kf[BITNET__MAX_HEAD_DIM * 16], vf[16 * BITNET__MAX_HEAD_DIM], o[4][BITNET__MAX_HEAD_DIM];
-    float sc[16], mx[4], sum[4];
+    float kf[BITNET__MAX_HEAD_DIM * 16], vf[16 * BITNET__MAX_HEAD_DIM];
+    double o[4][BITNET__MAX_HEAD_DIM], sc[16], mx[4], sum[4], f, ds = 1.0 / sqrt((double)hd);
     int h0, h, s0, j, d, nh;
+    (void)scale;
     for (h0 = 0; h0 < g; h0 += 4) {
         nh = BITNET__MIN(4, g - h0);
         for (h = 0; h < nh; h++) {
             mx[h] = -INFINITY, sum[h] = 0;
-            memset(o[h], 0, (size_t)hd * sizeof o[h][0]);
+            for (d = 0; d < hd; d++) o[h][d] = 0;
         }
         for (s0 = 0; s0 < len; s0 += 16) {
             int nb = BITNET__MIN(16, len - s0);
@@ -6295,29 +6301,29 @@ static void bitnet__attn_row_ref(const float *q, int g, const uint16_t *kc, cons
             bitnet_convert_fp16_to_fp32(vc + (size_t)s0 * hd, vf, (size_t)nb * hd);
             for (h = 0; h < nh; h++) {
                 const float *qh = q + (size_t)(h0 + h) * hd;
-                float bm = -INFINITY, f;
+                double bm = -INFINITY;
                 for (j = 0; j < 16; j++) sc[j] = 0;
                 for (d = 0; d < hd; d++)
-                    for (j = 0; j < 16; j++) sc[j] += qh[d] * kf[d * 16 + j];
+                    for (j = 0; j < 16; j++) sc[j] += (double)qh[d] * (double)kf[d * 16 + j];
                 for (j = 0; j < nb; j++) {
-                    sc[j] *= scale;
+                    sc[j] *= ds;
                     bm = sc[j] > bm ? sc[j] : bm;
                 }
                 if (bm > mx[h]) { /* a new maximum: rescale what has been summed so far */
-                    f = expf(mx[h] - bm);
+                    f = exp(mx[h] - bm);
                     for (d = 0; d < hd; d++) o[h][d] *= f;
                     sum[h] *= f;
                     mx[h] = bm;
                 }
                 for (j = 0; j < nb; j++) {
-                    float p = expf(sc[j] - mx[h]);
+                    double p = exp(sc[j] - mx[h]);
                     sum[h] += p;
-                    for (d = 0; d < hd; d++) o[h][d] += p * vf[j * hd + d];
+                    for (d = 0; d < hd; d++) o[h][d] += p * (double)vf[j * hd + d];
                 }
             }
         }
         for (h = 0; h < nh; h++)
-            for (d = 0; d < hd; d++) out[(size_t)(h0 + h) * hd + d] = o[h][d] / sum[h];
+            for (d = 0; d < hd; d++) out[(size_t)(h0 + h) * hd + d] = (float)(o[h][d] / sum[h]);
     }
 }
 static void bitnet__attn_ref(const float *q, size_t stride, int nt, int g, const uint16_t *kc, const uint16_t *vc,
@@ -6327,85 +6333,99 @@ static void bitnet__attn_ref(const float *q, size_t stride, int nt, int g, const
 }
 
 #if defined(BITNET__X86_SIMD)
-/* The same for head_dim 128 (the 2B-4T shape), up to 64 heads a group: one zmm of scores per
-   16-key tile and head, the head's output row in 8 zmm while the tile's values stream through
-   (the vector exp is the softmax's, >>cpu-kernels). */
+/* exp of 8 doubles that are at most 0 (the softmax's), within about 1e-14 relative: 2^n times a
+   degree-11 Taylor polynomial of the remainder; below -708 (and -inf) it gives 0. */
+BITNET__AVX512_FN static __m512d bitnet__exp_pd_avx512(__m512d x) {
+    static const double c[12] = {1.0 / 39916800, 1.0 / 3628800, 1.0 / 362880, 1.0 / 40320, 1.0 / 5040, 1.0 / 720,
+                                 1.0 / 120, 1.0 / 24, 1.0 / 6, 0.5, 1.0, 1.0};
+    const __m512d lo = _mm512_set1_pd(-708.0);
+    __mmask8 zero = _mm512_cmp_pd_mask(x, lo, _CMP_LT_OQ);
+    __m512d n, r, p;
+    int i;
+    x = _mm512_max_pd(x, lo);
+    n = _mm512_roundscale_pd(_mm512_mul_pd(x, _mm512_set1_pd(1.4426950408889634)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    r = _mm512_fnmadd_pd(n, _mm512_set1_pd(6.93147180369123816490e-01), x); /* x - n ln2, ln2 in two parts */
+    r = _mm512_fnmadd_pd(n, _mm512_set1_pd(1.90821492927058770002e-10), r);
+    p = _mm512_set1_pd(c[0]);
+    for (i = 1; i < 12; i++) p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(c[i]));
+    return _mm512_maskz_mov_pd((__mmask8)~zero, _mm512_scalef_pd(p, n));
+}
+
+/* The same for head_dim 128 (the 2B-4T shape), up to 8 heads a group, in double like the reference:
+   16-key tiles converted once for all rows and heads, the scores of a tile for four heads at a time
+   (each key row loaded once), the head's output row in 16 zmm while the tile's values stream through. */
 BITNET__AVX512_FN static void bitnet__attn_avx512(const float *q, size_t stride, int nt, int g, const uint16_t *kc,
                                                   const uint16_t *vc, int len0, int hd, float scale, float *out) {
-    float kf[128 * 16], vf[16 * 128], p[16], sc4[64], mx[BITNET__ATTN_ROWS * 64], sum[BITNET__ATTN_ROWS * 64];
+    double kd[128 * 16], vd[16 * 128], od[BITNET__ATTN_ROWS * 8 * 128], p[16], sc4[64], mx[BITNET__ATTN_ROWS * 8];
+    double sum[BITNET__ATTN_ROWS * 8];
+    const double ds = 1.0 / sqrt(128.0);
     int h, r, s0, j, d, c, len = len0 + nt - 1;
     (void)hd;
-    for (r = 0; r < nt; r++)
-        for (h = 0; h < g; h++) { /* the output accumulates across tiles */
-            mx[r * g + h] = -INFINITY, sum[r * g + h] = 0;
-            for (c = 0; c < 8; c++) _mm512_storeu_ps(out + r * stride + (size_t)h * 128 + 16 * c, _mm512_setzero_ps());
-        }
+    (void)scale;
+    for (r = 0; r < nt * g; r++) mx[r] = -INFINITY, sum[r] = 0;
+    memset(od, 0, (size_t)nt * (size_t)g * 128 * sizeof od[0]);
     for (s0 = 0; s0 < len; s0 += 16) {
         int nbv = BITNET__MIN(16, len - s0);
-        for (d = 0; d < 128; d++)
-            _mm512_storeu_ps(kf + 16 * d, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(kc + (size_t)s0 * 128 + 16 * d))));
-        for (j = 0; j < nbv * 8; j++)
-            _mm512_storeu_ps(vf + 16 * j, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(vc + (size_t)s0 * 128 + 16 * j))));
+        for (d = 0; d < 128 * 16; d += 8)
+            _mm512_storeu_pd(kd + d, _mm512_cvtps_pd(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kc + (size_t)s0 * 128 + d)))));
+        for (d = 0; d < nbv * 128; d += 8)
+            _mm512_storeu_pd(vd + d, _mm512_cvtps_pd(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(vc + (size_t)s0 * 128 + d)))));
         for (r = 0; r < nt; r++) {
             int nb = BITNET__MIN(16, len0 + r - s0);
-            __mmask16 valid;
+            __mmask8 v0, v1;
             if (nb <= 0) continue; /* this tile is past the row's causal end */
-            valid = (__mmask16)(nb == 16 ? 0xffff : (1u << nb) - 1);
+            v0 = (__mmask8)(nb >= 8 ? 0xff : (1u << nb) - 1);
+            v1 = (__mmask8)(nb >= 16 ? 0xff : nb <= 8 ? 0 : (1u << (nb - 8)) - 1);
             for (h = 0; h < g; h++) {
-                float *oh = out + r * stride + (size_t)h * 128, bm, *mxh = &mx[r * g + h];
-                __m512 sv, e, o0, o1, o2, o3, o4, o5, o6, o7;
+                const float *qh = q + r * stride + (size_t)h * 128;
+                double *oh = od + ((size_t)r * g + h) * 128, bm, *mxh = &mx[r * g + h];
+                __m512d a0, a1, e0, e1, o[16];
                 if (h % 4 == 0) { /* scores of the 16 keys for heads h..h+3: each key row loaded once */
-                    const float *q0 = q + r * stride + (size_t)h * 128;
-                    const float *q1 = q + r * stride + (size_t)BITNET__MIN(h + 1, g - 1) * 128;
+                    const float *q0 = qh, *q1 = q + r * stride + (size_t)BITNET__MIN(h + 1, g - 1) * 128;
                     const float *q2 = q + r * stride + (size_t)BITNET__MIN(h + 2, g - 1) * 128;
                     const float *q3 = q + r * stride + (size_t)BITNET__MIN(h + 3, g - 1) * 128;
-                    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
-                    for (d = 0; d < 128; d += 2) { /* two chains per head hide the FMA latency */
-                        __m512 k0 = _mm512_loadu_ps(kf + 16 * d), k1 = _mm512_loadu_ps(kf + 16 * d + 16);
-                        a0 = _mm512_fmadd_ps(_mm512_set1_ps(q0[d]), k0, a0), b0 = _mm512_fmadd_ps(_mm512_set1_ps(q0[d + 1]), k1, b0);
-                        a1 = _mm512_fmadd_ps(_mm512_set1_ps(q1[d]), k0, a1), b1 = _mm512_fmadd_ps(_mm512_set1_ps(q1[d + 1]), k1, b1);
-                        a2 = _mm512_fmadd_ps(_mm512_set1_ps(q2[d]), k0, a2), b2 = _mm512_fmadd_ps(_mm512_set1_ps(q2[d + 1]), k1, b2);
-                        a3 = _mm512_fmadd_ps(_mm512_set1_ps(q3[d]), k0, a3), b3 = _mm512_fmadd_ps(_mm512_set1_ps(q3[d + 1]), k1, b3);
+                    __m512d s0l = _mm512_setzero_pd(), s0h = s0l, s1l = s0l, s1h = s0l, s2l = s0l, s2h = s0l, s3l = s0l, s3h = s0l;
+                    for (d = 0; d < 128; d++) {
+                        __m512d kl = _mm512_loadu_pd(kd + 16 * d), kh = _mm512_loadu_pd(kd + 16 * d + 8), x;
+                        x = _mm512_set1_pd((double)q0[d]), s0l = _mm512_fmadd_pd(x, kl, s0l), s0h = _mm512_fmadd_pd(x, kh, s0h);
+                        x = _mm512_set1_pd((double)q1[d]), s1l = _mm512_fmadd_pd(x, kl, s1l), s1h = _mm512_fmadd_pd(x, kh, s1h);
+                        x = _mm512_set1_pd((double)q2[d]), s2l = _mm512_fmadd_pd(x, kl, s2l), s2h = _mm512_fmadd_pd(x, kh, s2h);
+                        x = _mm512_set1_pd((double)q3[d]), s3l = _mm512_fmadd_pd(x, kl, s3l), s3h = _mm512_fmadd_pd(x, kh, s3h);
                     }
-                    _mm512_storeu_ps(sc4, _mm512_add_ps(a0, b0));
-                    _mm512_storeu_ps(sc4 + 16, _mm512_add_ps(a1, b1));
-                    _mm512_storeu_ps(sc4 + 32, _mm512_add_ps(a2, b2));
-                    _mm512_storeu_ps(sc4 + 48, _mm512_add_ps(a3, b3));
+                    _mm512_storeu_pd(sc4, s0l), _mm512_storeu_pd(sc4 + 8, s0h), _mm512_storeu_pd(sc4 + 16, s1l);
+                    _mm512_storeu_pd(sc4 + 24, s1h), _mm512_storeu_pd(sc4 + 32, s2l), _mm512_storeu_pd(sc4 + 40, s2h);
+                    _mm512_storeu_pd(sc4 + 48, s3l), _mm512_storeu_pd(sc4 + 56, s3h);
                 }
-                sv = _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), valid,
-                                        _mm512_mul_ps(_mm512_loadu_ps(sc4 + 16 * (h % 4)), _mm512_set1_ps(scale)));
-                bm = _mm512_reduce_max_ps(sv);
-                o0 = _mm512_loadu_ps(oh), o1 = _mm512_loadu_ps(oh + 16), o2 = _mm512_loadu_ps(oh + 32), o3 = _mm512_loadu_ps(oh + 48);
-                o4 = _mm512_loadu_ps(oh + 64), o5 = _mm512_loadu_ps(oh + 80), o6 = _mm512_loadu_ps(oh + 96), o7 = _mm512_loadu_ps(oh + 112);
+                a0 = _mm512_mask_mov_pd(_mm512_set1_pd(-INFINITY), v0, _mm512_mul_pd(_mm512_loadu_pd(sc4 + 16 * (h % 4)), _mm512_set1_pd(ds)));
+                a1 = _mm512_mask_mov_pd(_mm512_set1_pd(-INFINITY), v1, _mm512_mul_pd(_mm512_loadu_pd(sc4 + 16 * (h % 4) + 8), _mm512_set1_pd(ds)));
+                bm = _mm512_reduce_max_pd(_mm512_max_pd(a0, a1));
+                for (c = 0; c < 16; c++) o[c] = _mm512_loadu_pd(oh + 8 * c);
                 if (bm > *mxh) { /* a new maximum: rescale what has been summed so far */
-                    float f = expf(*mxh - bm);
-                    __m512 fv = _mm512_set1_ps(f);
-                    o0 = _mm512_mul_ps(o0, fv), o1 = _mm512_mul_ps(o1, fv), o2 = _mm512_mul_ps(o2, fv), o3 = _mm512_mul_ps(o3, fv);
-                    o4 = _mm512_mul_ps(o4, fv), o5 = _mm512_mul_ps(o5, fv), o6 = _mm512_mul_ps(o6, fv), o7 = _mm512_mul_ps(o7, fv);
+                    double f = exp(*mxh - bm);
+                    __m512d fv = _mm512_set1_pd(f);
+                    for (c = 0; c < 16; c++) o[c] = _mm512_mul_pd(o[c], fv);
                     sum[r * g + h] *= f;
                     *mxh = bm;
                 }
-                e = _mm512_maskz_mov_ps(valid, bitnet__exp_avx512(_mm512_sub_ps(sv, _mm512_set1_ps(*mxh))));
-                sum[r * g + h] += _mm512_reduce_add_ps(e);
-                _mm512_storeu_ps(p, e);
+                e0 = bitnet__exp_pd_avx512(_mm512_sub_pd(a0, _mm512_set1_pd(*mxh)));
+                e1 = bitnet__exp_pd_avx512(_mm512_sub_pd(a1, _mm512_set1_pd(*mxh)));
+                sum[r * g + h] += _mm512_reduce_add_pd(_mm512_add_pd(e0, e1));
+                _mm512_storeu_pd(p, e0);
+                _mm512_storeu_pd(p + 8, e1);
                 for (j = 0; j < nb; j++) { /* out += p V */
-                    __m512 pj = _mm512_set1_ps(p[j]);
-                    const float *v = vf + 128 * j;
-                    o0 = _mm512_fmadd_ps(pj, _mm512_loadu_ps(v), o0), o1 = _mm512_fmadd_ps(pj, _mm512_loadu_ps(v + 16), o1);
-                    o2 = _mm512_fmadd_ps(pj, _mm512_loadu_ps(v + 32), o2), o3 = _mm512_fmadd_ps(pj, _mm512_loadu_ps(v + 48), o3);
-                    o4 = _mm512_fmadd_ps(pj, _mm512_loadu_ps(v + 64), o4), o5 = _mm512_fmadd_ps(pj, _mm512_loadu_ps(v + 80), o5);
-                    o6 = _mm512_fmadd_ps(pj, _mm512_loadu_ps(v + 96), o6), o7 = _mm512_fmadd_ps(pj, _mm512_loadu_ps(v + 112), o7);
+                    __m512d pj = _mm512_set1_pd(p[j]);
+                    const double *v = vd + 128 * j;
+                    for (c = 0; c < 16; c++) o[c] = _mm512_fmadd_pd(pj, _mm512_loadu_pd(v + 8 * c), o[c]);
                 }
-                _mm512_storeu_ps(oh, o0), _mm512_storeu_ps(oh + 16, o1), _mm512_storeu_ps(oh + 32, o2), _mm512_storeu_ps(oh + 48, o3);
-                _mm512_storeu_ps(oh + 64, o4), _mm512_storeu_ps(oh + 80, o5), _mm512_storeu_ps(oh + 96, o6), _mm512_storeu_ps(oh + 112, o7);
+                for (c = 0; c < 16; c++) _mm512_storeu_pd(oh + 8 * c, o[c]);
             }
         }
     }
     for (r = 0; r < nt; r++)
         for (h = 0; h < g; h++) {
-            float *oh = out + r * stride + (size_t)h * 128;
-            __m512 inv = _mm512_set1_ps(1.0f / sum[r * g + h]);
-            for (c = 0; c < 8; c++) _mm512_storeu_ps(oh + 16 * c, _mm512_mul_ps(_mm512_loadu_ps(oh + 16 * c), inv));
+            const double *oh = od + ((size_t)r * g + h) * 128, inv = 1.0 / sum[r * g + h];
+            float *dst = out + r * stride + (size_t)h * 128;
+            for (c = 0; c < 16; c++) _mm256_storeu_ps(dst + 8 * c, _mm512_cvtpd_ps(_mm512_mul_pd(_mm512_loadu_pd(oh + 8 * c), _mm512_set1_pd(inv))));
         }
 }
 #endif
@@ -6433,7 +6453,7 @@ static void bitnet__cpu_attention(bitnet_session *s, int l, int t0, int m) {
     c.m = m;
     c.fn = bitnet__attn_ref;
 #if defined(BITNET__X86_SIMD)
-    if (bitnet_cpu_isa() == BITNET_ISA_AVX512 && s->m->info.head_dim == 128 && s->m->info.n_heads / s->m->info.n_kv_heads <= 64)
+    if (bitnet_cpu_isa() == BITNET_ISA_AVX512 && s->m->info.head_dim == 128 && s->m->info.n_heads / s->m->info.n_kv_heads <= 8)
         c.fn = bitnet__attn_avx512;
 #endif
     bitnet__parallel(bitnet__attn_task, &c);
@@ -9634,7 +9654,7 @@ typedef struct bitnet__gsession {
     bitnet_devptr x, qkv, att, h;     /* fp32 [B][dim], [B][q+2kv], [B][q_dim], [B][ffn_dim] */
     bitnet_gpu_act a_dim, a_q, a_ff;  /* prefill: int8 activations of k = dim, q_dim, ffn_dim (one buffer) */
     bitnet_devptr logits;             /* fp32 [n_vocab] */
-    bitnet_devptr part_o, part_ml;    /* decode attention splits: [n_heads][smax][hd], [n_heads][smax][2] */
+    bitnet_devptr part_o, part_ml;    /* decode attention splits, double: [n_heads][smax][hd], [n_heads][smax][2] */
     bitnet_devptr hv, hi;             /* head: each block's best value and index */
     bitnet_devptr ctr;                /* int [n_heads + 1]: attention (per block of heads) and head counters (their last blocks reset them) */
     bitnet_devptr io;                 /* int [2]: the decode token and the position of a step, then: */
@@ -9832,8 +9852,8 @@ static void bitnet__gsession_layout(bitnet__gsession *q, const bitnet_session *s
     q->a_q = q->a_dim, q->a_q.k = (size_t)m->q_dim;
     q->a_ff = q->a_dim, q->a_ff.k = (size_t)in->ffn_dim;
     q->logits = bitnet__gtake(c, (size_t)in->n_vocab, 4);
-    q->part_o = bitnet__gtake(c, (size_t)in->n_heads * (size_t)q->smax * (size_t)in->head_dim, 4);
-    q->part_ml = bitnet__gtake(c, (size_t)in->n_heads * (size_t)q->smax * 2, 4);
+    q->part_o = bitnet__gtake(c, (size_t)in->n_heads * (size_t)q->smax * (size_t)in->head_dim, 8); /* double */
+    q->part_ml = bitnet__gtake(c, (size_t)in->n_heads * (size_t)q->smax * 2, 8);
     q->hv = bitnet__gtake(c, (size_t)q->head_blocks * 2, 4); /* room for twice the blocks (tuning) */
     q->hi = bitnet__gtake(c, (size_t)q->head_blocks * 2, 4);
     q->iota = bitnet__gtake(c, B, 4);
@@ -9944,7 +9964,7 @@ static bitnet_result bitnet__gpu_attention(bitnet_session *s, int l, bitnet__gpr
     size_t layer = (size_t)l * (size_t)m->kv_dim * (size_t)s->n_ctx * 2;
     bitnet_devptr kc = q->kc + layer, vc = q->vc + layer, pos = q->io + 4;
     int gb = G % q->att_gb ? 1 : q->att_gb;
-    unsigned smem = (unsigned)(gb * hd + gb * BITNET__MAX(64, 128)) * 4 + (2 * 64 + 2) * (unsigned)hd * 2; /* BF_ATT_T = 64 */
+    unsigned smem = (unsigned)(gb * hd) * 4 + (unsigned)(gb * BITNET__MAX(64, 128)) * 8 + (2 * 64 + 2) * (unsigned)hd * 2; /* BF_ATT_T = 64 */
     void *args[18];
     args[0] = &q->qkv, args[1] = &q->rope, args[2] = &pos, args[3] = &kc, args[4] = &vc, args[5] = &s->n_ctx, args[6] = &nh,
     args[7] = &nkv, args[8] = &hd, args[9] = &q->smax, args[10] = &q->cmin, args[11] = &gb, args[12] = &q->part_o,
@@ -10049,7 +10069,7 @@ static bitnet_result bitnet__gpu_attention_m(bitnet_session *s, int l, int m) {
     long long ldq = md->q_dim + 2 * md->kv_dim, ldo = md->q_dim;
     size_t layer = (size_t)l * (size_t)md->kv_dim * (size_t)s->n_ctx * 2;
     bitnet_devptr kc = q->kc + layer, vc = q->vc + layer, pos = q->io + 4;
-    unsigned smem = (unsigned)((32 * hd + 32 * 65) * 4 + 64 * (hd + 2) * 2);
+    unsigned smem = (unsigned)((32 * hd + 32 * 65) * 8 + 64 * (hd + 2) * 2); /* BF_PQ, BF_PK */
     void *args[12];
     args[0] = &q->qkv, args[1] = &ldq, args[2] = &kc, args[3] = &vc, args[4] = &pos, args[5] = &m, args[6] = &s->n_ctx,
     args[7] = &nh, args[8] = &nkv, args[9] = &hd, args[10] = &q->att, args[11] = &ldo;

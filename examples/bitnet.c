@@ -328,7 +328,7 @@ static int cmd_bench(int argc, char **argv) {
     int32_t *tokens[2] = {NULL, NULL};
     const char *names[2] = {"cuda", "cpu"};
     size_t n_tokens, b;
-    int i, rc = 0, gpu_missing = 0, several;
+    int i, rc = 0, gpu_missing = 0, several, head_bits[2] = {0, 0};
     static char json[1 << 18];
     memset(&o, 0, sizeof o);
     o.cpu = o.cuda = 1;
@@ -418,6 +418,11 @@ static int cmd_bench(int argc, char **argv) {
             rc = 1;
             break;
         }
+        {
+            bitnet_model_info info;
+            memset(&info, 0, sizeof info);
+            if (bitnet_model_get_info(m, &info) == BITNET_OK) head_bits[b] = info.head_bits;
+        }
         o.params.requested = md.backend;
         o.params.tokens_out = tokens[b];
         o.params.tokens_cap = n_tokens;
@@ -473,6 +478,9 @@ static int cmd_bench(int argc, char **argv) {
                 bad = 1;
             }
         }
+        if (rec[0] && rec[1] && head_bits[0] != head_bits[1]) /* then the logits differ by the head's rounding (~1e-2) */
+            fprintf(stderr, "bench: determinism: note: the cuda head is %s and the cpu head %s; BITNET_HEAD=%s compares like for like\n",
+                    head_bits[0] == 8 ? "int8" : "fp16", head_bits[1] == 8 ? "int8" : "fp16", head_bits[0] == 8 ? "q8" : "f16");
         if (rec[0] && rec[1]) {
             size_t k, t;
             for (k = 0; k < rec[0]->n_results; k++) {
