@@ -732,7 +732,7 @@ typedef struct bitnet_model_desc {            /* zero-initialise; 0 / NULL means
     int device;                               /* CUDA ordinal */
     int no_mmap;                              /* read the file instead of mapping it */
     bitnet_progress_fn progress; void *progress_user;
-    int head_f16;                             /* CPU: keep the exact fp16 head (also BITNET_HEAD=f16);
+    int head_f16;                             /* CPU and GPU: keep the exact fp16 head (also BITNET_HEAD=f16);
                                                  the default quantizes it once to int8 rows, which
                                                  reads half the bytes per token (see README) */
 } bitnet_model_desc;
@@ -6655,6 +6655,7 @@ enum { /* cuda.h values */
     X(cuFuncSetAttribute, 9000, 0, "cuFuncSetAttribute", (bitnet__CUfunction f, int attr, int value)) \
     X(cuLaunchKernel, 4000, 1, "cuLaunchKernel", (bitnet__CUfunction f, unsigned gx, unsigned gy, unsigned gz, \
         unsigned bx, unsigned by, unsigned bz, unsigned smem, bitnet__CUstream s, void **args, void **extra)) \
+    X(cuLaunchKernelEx, 12000, 0, "cuLaunchKernelEx", (const void *config, bitnet__CUfunction f, void **args, void **extra)) \
     X(cuStreamBeginCapture, 10010, 0, "cuStreamBeginCapture_v2", (bitnet__CUstream s, int mode)) \
     X(cuStreamEndCapture, 10000, 0, "cuStreamEndCapture", (bitnet__CUstream s, bitnet__CUgraph *g)) \
     X(cuGraphInstantiateWithFlags, 11040, 0, "cuGraphInstantiateWithFlags", (bitnet__CUgraphExec *e, bitnet__CUgraph g, unsigned long long flags)) \
@@ -7433,6 +7434,7 @@ struct bitnet_gpu_kernel {
     bitnet__CUfunction fn;
     int kid;                            /* statistics slot */
     unsigned smem_set;                  /* dynamic shared memory opted in so far */
+    int pdl;                            /* sm_90: programmatic dependent launch (the kernel waits with griddepcontrol) */
     char name[64];
     bitnet_gpu_kernel *next;
 };
@@ -7758,6 +7760,17 @@ BITNET_API bitnet_result bitnet_gpu_memset(bitnet_gpu *gpu, bitnet_devptr dst, i
     return res;
 }
 
+/* CUlaunchAttribute (an id, then a 64-byte value union at offset 8) and CUlaunchConfig, for
+   cuLaunchKernelEx with programmatic stream serialization (attribute 6): the kernel may start
+   before the previous one in the stream ends, and waits for it with griddepcontrol.wait. */
+typedef struct bitnet__cu_launch_attr { int id, pad, value; char rest[60]; } bitnet__cu_launch_attr;
+typedef struct bitnet__cu_launch_config {
+    unsigned grid[3], block[3], smem;
+    bitnet__CUstream stream;
+    bitnet__cu_launch_attr *attrs;
+    unsigned n_attrs;
+} bitnet__cu_launch_config;
+
 /* The one launch path: the only call of cuLaunchKernel, which also counts and times. */
 BITNET_API bitnet_result bitnet_gpu_launch(bitnet_gpu *gpu, bitnet_gpu_kernel *k, const unsigned grid[3],
                                            const unsigned block[3], unsigned shared_bytes, void **args) {
@@ -7810,8 +7823,20 @@ BITNET_API bitnet_result bitnet_gpu_launch(bitnet_gpu *gpu, bitnet_gpu_kernel *k
             bitnet__cuda.cu.cuEventRecord(ev[0], gpu->stream);
         }
     }
-    r = bitnet__cuda.cu.cuLaunchKernel(k->fn, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared_bytes,
-                                       gpu->stream, args, NULL);
+    if (k->pdl && dv->cc >= 90 && bitnet__cuda.cu.cuLaunchKernelEx) {
+        bitnet__cu_launch_attr at;
+        bitnet__cu_launch_config cfg;
+        memset(&at, 0, sizeof at);
+        memset(&cfg, 0, sizeof cfg);
+        at.id = 6, at.value = 1;
+        memcpy(cfg.grid, grid, sizeof cfg.grid);
+        memcpy(cfg.block, block, sizeof cfg.block);
+        cfg.smem = shared_bytes, cfg.stream = gpu->stream, cfg.attrs = &at, cfg.n_attrs = 1;
+        r = bitnet__cuda.cu.cuLaunchKernelEx(&cfg, k->fn, args, NULL);
+    } else {
+        r = bitnet__cuda.cu.cuLaunchKernel(k->fn, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared_bytes,
+                                           gpu->stream, args, NULL);
+    }
     if (timed) {
         if (r == 0 && bitnet__cuda.cu.cuEventRecord(ev[1], gpu->stream) == 0) {
             gpu->pend[gpu->n_pend].kid = k->kid;
@@ -9605,11 +9630,17 @@ BITNET_API bitnet_result bitnet_quantizer_summary(const bitnet_quantizer *qz, ch
    step a bitnet__gpu_<step> function. Weights (ternary in the T32 layout of the ternary module,
    the fp16 embedding and head), the fp16 KV cache and every activation stay on the device.
    - Decode (one token): one CUDA graph per session, captured at its first single-token step and
-     replayed after (H100, 2B-4T shapes: 1.39 ms a step, see BENCHMARKS.md); the token and its position are read from device memory, so the host does
-     one 8-byte upload, one graph launch and no synchronisation inside the token. Five kernels a
-     layer (the forward module in bitnet_cuda_kernels.h): RMSNorm + int8 quantization run in the
-     prologue of each ternary GEMV, RoPE and the KV append in the attention kernel, residual adds
-     and relu(gate)^2 * up in GEMV epilogues; the head kernel also leaves the argmax on the device.
+     replayed after (H100, 2B-4T shapes: see BENCHMARKS.md); the position and the token's fp16
+     embedding row are read from device memory, so the host does one upload (256 + dim*2 bytes),
+     one graph launch and no synchronisation inside the token. Five kernels a layer (the forward
+     module in bitnet_cuda_kernels.h): RMSNorm + int8 quantization run in the prologue of each
+     ternary GEMV, RoPE and the KV append in the attention kernel, residual adds and
+     relu(gate)^2 * up in GEMV epilogues; the head kernel also leaves the argmax on the device. On
+     sm_90 the kernels go out with programmatic dependent launch (the launch path's per-kernel
+     flag), so each one's launch and weight loads overlap the kernel before it.
+   - The head: int8 rows with a scale each by default (the CPU's head, quantized on the host at
+     load, half the bytes of fp16); fp16 with bitnet_model_desc.head_f16 or BITNET_HEAD=f16. The
+     device keeps no fp16 embedding table: rows come from the host with each step's upload.
    - Prefill (m >= 2 tokens, sm_80+): batches of up to n_batch tokens through
      bitnet_gpu_quantize_act and bitnet_gpu_ternary_matmul (int8 tensor cores), and this module's
      rope_kv and causal attention. Below sm_80 prompts run through the decode graph token by token.
@@ -9625,8 +9656,8 @@ BITNET_API bitnet_result bitnet_quantizer_summary(const bitnet_quantizer *qz, ch
 #if !defined(BITNET_NO_CUDA) && defined(BITNET__MAX_BATCH) && defined(BITNET_GPU_MAX_PARTS)
 #define BITNET__GPU_FORWARD 1
 
-#define BITNET__GPU_ATT_CMIN 64       /* decode attention: positions per split, at least */
-#define BITNET__GPU_ATT_SMAX 32       /* decode attention: splits per kv head, at most */
+#define BITNET__GPU_ATT_CMIN 16       /* decode attention: positions per split, at least */
+#define BITNET__GPU_ATT_SMAX 32       /* decode attention: splits per head, at most (the kernel's s_w) */
 #define BITNET__GPU_PREFILL_MIN 2     /* tokens per call from which prefill takes the GEMM path */
 
 typedef struct bitnet__gseg { int n; int end[8]; float scale[8]; } bitnet__gseg; /* the kernels' segments */
@@ -9638,9 +9669,10 @@ typedef struct bitnet__glayer {
 
 typedef struct bitnet__gmodel {
     bitnet_gpu *gpu;                  /* owns the weights */
-    bitnet_devptr mem;                /* embedding, head, norms */
+    bitnet_devptr mem;                /* head, norms (embedding rows come from the host, a token at a time) */
     size_t bytes, ternary_bytes;
-    bitnet_devptr emb, head, out_norm;
+    bitnet_devptr head, head_scale, out_norm; /* head: fp16 rows, or int8 rows with head_scale (head_q8) */
+    int head_q8;
     bitnet__glayer *layers;
     int device, sm_count, cc;
     bitnet_gpu_kernel *embed, *gemv_store, *gemv_res, *gemv_glu, *attn, *head_k, *rope_kv, *attn_prefill;
@@ -9657,11 +9689,14 @@ typedef struct bitnet__gsession {
     bitnet_devptr logits;             /* fp32 [n_vocab] */
     bitnet_devptr part_o, part_ml;    /* decode attention splits, double: [n_heads][smax][hd], [n_heads][smax][2] */
     bitnet_devptr hv, hi;             /* head: each block's best value and index */
-    bitnet_devptr ctr;                /* int [n_kv + 1]: attention (per kv head) and head counters (their last blocks reset them) */
-    bitnet_devptr io;                 /* int [2]: the decode token and the position of a step */
-    bitnet_devptr tok;                /* int [B]: prefill tokens */
+    bitnet_devptr ctr;                /* int [n_heads + 1]: attention (per block of heads) and head counters (their last blocks reset them) */
+    bitnet_devptr io;                 /* int [2]: the decode token and the position of a step, then: */
+    bitnet_devptr erow;               /* fp16 [B][dim] at io + 256: the tokens' embedding rows (one upload with io) */
+    bitnet_devptr iota;               /* int [B]: 0 .. B-1, the embed kernel's row indices */
+    unsigned char *stage;             /* host: io and the rows, 256 + B * dim * 2 bytes */
     bitnet_devptr next;               /* int: the head's argmax */
-    int B, smax, cmin, head_blocks, have_next;
+    int B, smax, cmin, att_gb, head_blocks, have_next; /* att_gb: query heads per attention block */
+    int gemv_items;                   /* decode GEMV: K chunks a warp takes, at least (sets the warps a block) */
     bitnet_gpu_graph *graph;          /* the decode step */
 } bitnet__gsession;
 
@@ -9719,8 +9754,8 @@ static void bitnet__gpu_model_free(bitnet_model *m) {
 static void bitnet__gmodel_layout(bitnet__gmodel *g, const bitnet_model *m, bitnet__gcarve *c) {
     const bitnet_model_info *in = &m->info;
     int l;
-    g->emb = bitnet__gtake(c, (size_t)in->n_vocab * (size_t)in->dim, 2);
-    g->head = m->head_f16 == m->tok_embd ? g->emb : bitnet__gtake(c, (size_t)in->n_vocab * (size_t)in->dim, 2);
+    g->head = bitnet__gtake(c, (size_t)in->n_vocab * (size_t)in->dim, g->head_q8 ? 1 : 2);
+    g->head_scale = g->head_q8 ? bitnet__gtake(c, (size_t)in->n_vocab, 4) : 0;
     g->out_norm = bitnet__gtake(c, (size_t)in->dim, 4);
     for (l = 0; l < in->n_layers; l++) {
         bitnet__glayer *L = &g->layers[l];
@@ -9770,9 +9805,16 @@ static bitnet_result bitnet__gpu_model_init(bitnet_model *m, int device) {
     BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_fwd_gemv_res", &g->gemv_res));
     BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_fwd_gemv_glu", &g->gemv_glu));
     BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_fwd_attn_decode", &g->attn));
-    BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_fwd_head", &g->head_k));
+    g->head_q8 = m->head_q8 != NULL; /* quantized on the host by >>model, as for the CPU */
+    BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, g->head_q8 ? "bitnet_k_fwd_head_q8" : "bitnet_k_fwd_head", &g->head_k));
     BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_fwd_rope_kv", &g->rope_kv));
     BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_fwd_attn_prefill", &g->attn_prefill));
+    { /* sm_90: programmatic dependent launch for the kernels that wait with griddepcontrol (decode:
+         each one's launch and weight loads overlap the kernel before it); BITNET_GPU_PDL=0: off */
+        const char *e = bitnet__getenv("BITNET_GPU_PDL");
+        int pdl = !(e && strcmp(e, "0") == 0);
+        g->gemv_store->pdl = g->gemv_res->pdl = g->gemv_glu->pdl = g->attn->pdl = g->head_k->pdl = pdl;
+    }
     memset(&c, 0, sizeof c);
     bitnet__gmodel_layout(g, m, &c);
     if (c.overflow) return bitnet__err(BITNET_ERR_OVERFLOW, "CUDA forward: the model's device layout overflows");
@@ -9780,8 +9822,12 @@ static bitnet_result bitnet__gpu_model_init(bitnet_model *m, int device) {
     BITNET__TRY(bitnet_gpu_alloc(g->gpu, g->bytes, &g->mem));
     c.base = g->mem, c.off = 0;
     bitnet__gmodel_layout(g, m, &c);
-    BITNET__TRY(bitnet_gpu_upload(g->gpu, g->emb, m->tok_embd, (size_t)in->n_vocab * (size_t)in->dim * 2));
-    if (g->head != g->emb) BITNET__TRY(bitnet_gpu_upload(g->gpu, g->head, m->head_f16, (size_t)in->n_vocab * (size_t)in->dim * 2));
+    if (g->head_q8) {
+        BITNET__TRY(bitnet_gpu_upload(g->gpu, g->head, m->head_q8, (size_t)in->n_vocab * (size_t)in->dim));
+        BITNET__TRY(bitnet_gpu_upload(g->gpu, g->head_scale, m->head_scale, (size_t)in->n_vocab * 4));
+    } else {
+        BITNET__TRY(bitnet_gpu_upload(g->gpu, g->head, m->head_f16, (size_t)in->n_vocab * (size_t)in->dim * 2));
+    }
     BITNET__TRY(bitnet_gpu_upload(g->gpu, g->out_norm, m->output_norm, (size_t)in->dim * 4));
     for (l = 0; l < in->n_layers; l++) {
         const bitnet__layer *W = &m->layers[l];
@@ -9810,6 +9856,7 @@ static bitnet_result bitnet__gpu_model_init(bitnet_model *m, int device) {
 static void bitnet__gpu_session_free(bitnet_session *s) {
     bitnet__gsession *q = (bitnet__gsession *)s->gpu;
     if (!q) return;
+    bitnet__free(q->stage);
     bitnet_gpu_graph_free(q->graph);
     if (q->gpu) {
         if (q->mem) bitnet_gpu_free(q->gpu, q->mem);
@@ -9842,9 +9889,10 @@ static void bitnet__gsession_layout(bitnet__gsession *q, const bitnet_session *s
     q->part_ml = bitnet__gtake(c, (size_t)in->n_heads * (size_t)q->smax * 2, 8);
     q->hv = bitnet__gtake(c, (size_t)q->head_blocks * 2, 4); /* room for twice the blocks (tuning) */
     q->hi = bitnet__gtake(c, (size_t)q->head_blocks * 2, 4);
-    q->tok = bitnet__gtake(c, B, 4);
-    q->ctr = bitnet__gtake(c, (size_t)in->n_kv_heads + 1, 4);
-    q->io = bitnet__gtake(c, 2, 4);
+    q->iota = bitnet__gtake(c, B, 4);
+    q->ctr = bitnet__gtake(c, (size_t)in->n_heads + 1, 4);
+    q->io = bitnet__gtake(c, 2, 4);   /* 256 bytes: */
+    q->erow = bitnet__gtake(c, B * (size_t)in->dim, 2); /* right after io */
     q->next = bitnet__gtake(c, 1, 4);
 }
 
@@ -9852,7 +9900,7 @@ static bitnet_result bitnet__gpu_session_init(bitnet_session *s) {
     const bitnet__gmodel *g = (const bitnet__gmodel *)s->m->gpu;
     bitnet__gsession *q;
     bitnet__gcarve c;
-    int split;
+    int split, i;
     if (!g) return bitnet__err(BITNET_ERR_INVALID_STATE, "CUDA session: the model has no GPU weights");
     q = (bitnet__gsession *)bitnet__calloc(1, sizeof *q);
     if (!q) return BITNET_ERR_OUT_OF_MEMORY;
@@ -9861,6 +9909,11 @@ static bitnet_result bitnet__gpu_session_init(bitnet_session *s) {
     split = (s->n_ctx + BITNET__GPU_ATT_CMIN - 1) / BITNET__GPU_ATT_CMIN;
     q->smax = BITNET__MIN(split, BITNET__GPU_ATT_SMAX);
     q->cmin = BITNET__GPU_ATT_CMIN;
+    q->att_gb = 1; /* one query head a block: the most blocks, the shortest chain in each */
+    { /* BITNET_GPU_GEMV_ITEMS: tuning and tests only */
+        const char *e = bitnet__getenv("BITNET_GPU_GEMV_ITEMS");
+        q->gemv_items = e && atoi(e) >= 1 && atoi(e) <= 64 ? atoi(e) : 4; /* H100: 4 beat 8 by 2% and 16 by 40% */
+    }
     q->head_blocks = 2 * g->sm_count; /* persistent: two 256-thread blocks per SM, one wave */
     BITNET__TRY(bitnet_gpu_open(g->device, &q->gpu));
     memset(&c, 0, sizeof c);
@@ -9870,10 +9923,27 @@ static bitnet_result bitnet__gpu_session_init(bitnet_session *s) {
     BITNET__TRY(bitnet_gpu_alloc(q->gpu, q->bytes, &q->mem));
     c.base = q->mem, c.off = 0;
     bitnet__gsession_layout(q, s, &c);
+    if (q->erow != q->io + 256) return bitnet__err(BITNET_ERR_INVALID_STATE, "CUDA session: the embedding rows do not follow io");
     /* poison: a read of anything no kernel wrote shows up as NaN (0xffff is an fp16 NaN too) */
     BITNET__TRY(bitnet_gpu_memset(q->gpu, q->mem, 0xff, q->bytes));
-    BITNET__TRY(bitnet_gpu_memset(q->gpu, q->ctr, 0, ((size_t)s->m->info.n_kv_heads + 1) * 4));
+    BITNET__TRY(bitnet_gpu_memset(q->gpu, q->ctr, 0, ((size_t)s->m->info.n_heads + 1) * 4));
+    q->stage = (unsigned char *)bitnet__malloc(256 + (size_t)q->B * (size_t)s->m->info.dim * 2);
+    if (!q->stage) return BITNET_ERR_OUT_OF_MEMORY;
+    for (i = 0; i < q->B; i++) ((int32_t *)q->stage)[i] = i; /* B * 4 bytes fit in the stage */
+    BITNET__TRY(bitnet_gpu_upload(q->gpu, q->iota, q->stage, (size_t)q->B * 4));
+    BITNET__TRY(bitnet_gpu_sync(q->gpu)); /* the stage is reused right away */
     return bitnet_gpu_upload(q->gpu, q->rope, s->rope, (size_t)s->n_ctx * (size_t)s->m->info.head_dim * 4);
+}
+
+/* io = {first token, position} and the m tokens' fp16 embedding rows from the host table, in one
+   upload (the device keeps no fp16 embedding: with the int8 head that saves n_vocab * dim * 2 bytes). */
+static bitnet_result bitnet__gpu_put_tokens(bitnet_session *s, const int32_t *tokens, int m, int32_t pos) {
+    bitnet__gsession *q = (bitnet__gsession *)s->gpu;
+    size_t row = (size_t)s->m->info.dim * 2;
+    int t;
+    ((int32_t *)q->stage)[0] = tokens[0], ((int32_t *)q->stage)[1] = pos;
+    for (t = 0; t < m; t++) memcpy(q->stage + 256 + (size_t)t * row, s->m->tok_embd + (size_t)tokens[t] * (row / 2), row);
+    return bitnet_gpu_upload(q->gpu, q->io, q->stage, 256 + (size_t)m * row);
 }
 
 /* ---- the steps ------------------------------------------------------------------------------------ */
@@ -9887,13 +9957,13 @@ static bitnet__gpre bitnet__gpre_of(const bitnet_gpu_ternary *w) {
     return r;
 }
 
-/* 1. embed: x[t] = tok_embd[tokens[t]] as fp32, for the m tokens at tok */
+/* 1. embed: x[t] = the uploaded embedding row erow[idx[t]] as fp32, for m tokens (idx: q->iota) */
 static bitnet_result bitnet__gpu_embed(bitnet_session *s, bitnet_devptr tok, int m, bitnet__gpre pre) {
     const bitnet__gmodel *g = (const bitnet__gmodel *)s->m->gpu;
     bitnet__gsession *q = (bitnet__gsession *)s->gpu;
     int dim = s->m->info.dim;
     void *args[6];
-    args[0] = (void *)&g->emb, args[1] = &dim, args[2] = &tok, args[3] = &q->x, args[4] = &pre.p, args[5] = &pre.bytes;
+    args[0] = &q->erow, args[1] = &dim, args[2] = &tok, args[3] = &q->x, args[4] = &pre.p, args[5] = &pre.bytes;
     return bitnet__gpu_launch(q->gpu, g->embed, (unsigned)m, 1, 256, 1, 0, args);
 }
 
@@ -9909,7 +9979,7 @@ static bitnet_result bitnet__gpu_linear(bitnet_session *s, bitnet_gpu_kernel *k,
     unsigned groups = (unsigned)((n_out + 31) / 32);
     /* warps share a block's K chunks, 8 loads in flight per lane; over one wave of blocks
        (about 100 registers a thread) a block gets at most 8 warps */
-    int warps = BITNET__MIN((int)groups > g->sm_count ? 8 : 16, BITNET__MAX(1, (items + 7) / 8));
+    int warps = BITNET__MIN((int)groups > g->sm_count ? 8 : 16, BITNET__MAX(1, (items + q->gemv_items - 1) / q->gemv_items));
     unsigned smem = (unsigned)w->k + (unsigned)(warps * (w->glu ? 2 : 1) * 32 * 4);
     void *args[10];
     args[0] = (void *)&w->data, args[1] = &n_out, args[2] = &nc, args[3] = &segs, args[4] = &in, args[5] = &norm_w,
@@ -9926,12 +9996,13 @@ static bitnet_result bitnet__gpu_attention(bitnet_session *s, int l, bitnet__gpr
     int hd = m->info.head_dim, nh = m->info.n_heads, nkv = m->info.n_kv_heads, G = nh / nkv;
     size_t layer = (size_t)l * (size_t)m->kv_dim * (size_t)s->n_ctx * 2;
     bitnet_devptr kc = q->kc + layer, vc = q->vc + layer, pos = q->io + 4;
-    unsigned smem = (unsigned)(G * hd) * 4 + (unsigned)(G * BITNET__MAX(64, 128)) * 8 + 2 * 64 * (unsigned)hd * 2; /* BF_ATT_T = 64 */
-    void *args[17];
+    int gb = G % q->att_gb ? 1 : q->att_gb;
+    unsigned smem = (unsigned)(gb * hd) * 4 + (unsigned)(gb * BITNET__MAX(64, 128)) * 8 + (2 * 64 + 2) * (unsigned)hd * 2; /* BF_ATT_T = 64 */
+    void *args[18];
     args[0] = &q->qkv, args[1] = &q->rope, args[2] = &pos, args[3] = &kc, args[4] = &vc, args[5] = &s->n_ctx, args[6] = &nh,
-    args[7] = &nkv, args[8] = &hd, args[9] = &q->smax, args[10] = &q->cmin, args[11] = &q->part_o, args[12] = &q->part_ml,
-    args[13] = &q->ctr, args[14] = &q->att, args[15] = &pre.p, args[16] = &pre.bytes;
-    return bitnet__gpu_launch(q->gpu, g->attn, (unsigned)nkv, (unsigned)q->smax, 128, 1, smem, args);
+    args[7] = &nkv, args[8] = &hd, args[9] = &q->smax, args[10] = &q->cmin, args[11] = &gb, args[12] = &q->part_o,
+    args[13] = &q->part_ml, args[14] = &q->ctr, args[15] = &q->att, args[16] = &pre.p, args[17] = &pre.bytes;
+    return bitnet__gpu_launch(q->gpu, g->attn, (unsigned)(nh / gb), (unsigned)q->smax, 128, 1, smem, args);
 }
 
 /* 9. head: logits = head . rmsnorm(x_row) * output_norm, and its argmax into next */
@@ -9941,11 +10012,13 @@ static bitnet_result bitnet__gpu_head(bitnet_session *s, bitnet_devptr x_row) {
     bitnet__gsession *q = (bitnet__gsession *)s->gpu;
     int nv = m->info.n_vocab, dim = m->info.dim;
     float eps = m->info.norm_eps;
-    bitnet_devptr ctr = q->ctr + 4 * (bitnet_devptr)m->info.n_kv_heads;
-    void *args[11];
-    args[0] = (void *)&g->head, args[1] = &nv, args[2] = &dim, args[3] = &x_row, args[4] = (void *)&g->out_norm, args[5] = &eps,
-    args[6] = &q->logits, args[7] = &q->hv, args[8] = &q->hi, args[9] = &ctr, args[10] = &q->next;
-    return bitnet__gpu_launch(q->gpu, g->head_k, (unsigned)q->head_blocks, 1, 256, 1, (unsigned)dim * 4, args);
+    bitnet_devptr ctr = q->ctr + 4 * (bitnet_devptr)m->info.n_heads;
+    void *args[12], **a = args;
+    if (g->head_q8) *a++ = (void *)&g->head, *a++ = (void *)&g->head_scale;
+    else *a++ = (void *)&g->head;
+    a[0] = &nv, a[1] = &dim, a[2] = &x_row, a[3] = (void *)&g->out_norm, a[4] = &eps,
+    a[5] = &q->logits, a[6] = &q->hv, a[7] = &q->hi, a[8] = &ctr, a[9] = &q->next;
+    return bitnet__gpu_launch(q->gpu, g->head_k, (unsigned)q->head_blocks, 1, 256, 1, (unsigned)dim * (g->head_q8 ? 1 : 4), args);
 }
 
 /* One token's forward, as launched into the decode graph (token and position in io). Each kernel
@@ -9960,7 +10033,7 @@ static bitnet_result bitnet__gpu_step(bitnet_session *s) {
     bitnet__gpre head;
     head.p = g->head;
     head.bytes = BITNET__MIN((unsigned long long)16 << 20, (unsigned long long)m->info.n_vocab * (unsigned long long)m->info.dim * 2) & ~15ull;
-    BITNET__TRY(bitnet__gpu_embed(s, q->io, 1, bitnet__gpre_of(&g->layers[0].qkv)));                    /* x [dim] */
+    BITNET__TRY(bitnet__gpu_embed(s, q->iota, 1, bitnet__gpre_of(&g->layers[0].qkv)));                    /* x [dim] */
     for (l = 0; l < nl; l++) {
         const bitnet__glayer *L = &g->layers[l], *N = l + 1 < nl ? &g->layers[l + 1] : NULL;
         /* attention block */
@@ -9977,9 +10050,7 @@ static bitnet_result bitnet__gpu_step(bitnet_session *s) {
 /* One decode step of token at pos: the graph, captured on first use. */
 static bitnet_result bitnet__gpu_decode(bitnet_session *s, int32_t token, int32_t pos) {
     bitnet__gsession *q = (bitnet__gsession *)s->gpu;
-    int32_t io[2];
-    io[0] = token, io[1] = pos;
-    BITNET__TRY(bitnet_gpu_upload(q->gpu, q->io, io, sizeof io));
+    BITNET__TRY(bitnet__gpu_put_tokens(s, &token, 1, pos));
     if (!q->graph) {
         bitnet_result r, r2;
         BITNET__TRY(bitnet_gpu_graph_begin(q->gpu));
@@ -10045,11 +10116,8 @@ static bitnet_result bitnet__gpu_prefill(bitnet_session *s, const int32_t *token
     bitnet__gsession *q = (bitnet__gsession *)s->gpu;
     int l, t, dim = md->info.dim;
     size_t nv = (size_t)md->info.n_vocab;
-    int32_t io[2];
-    io[0] = tokens[0], io[1] = s->pos;
-    BITNET__TRY(bitnet_gpu_upload(q->gpu, q->io, io, sizeof io));
-    BITNET__TRY(bitnet_gpu_upload(q->gpu, q->tok, tokens, (size_t)m * sizeof *tokens));
-    BITNET__TRY(bitnet__gpu_embed(s, q->tok, m, bitnet__gpre_of(NULL)));                   /* x [m][dim] */
+    BITNET__TRY(bitnet__gpu_put_tokens(s, tokens, m, s->pos));
+    BITNET__TRY(bitnet__gpu_embed(s, q->iota, m, bitnet__gpre_of(NULL)));                   /* x [m][dim] */
     for (l = 0; l < md->info.n_layers; l++) {
         const bitnet__glayer *L = &g->layers[l];
         bitnet__nvtx_push("bitnet layer"); /* closed below, or by bitnet__eval after an error */
@@ -10314,13 +10382,22 @@ static bitnet_result bitnet__model_build(bitnet_model *m, const bitnet_model_wei
         return bitnet__err(BITNET_ERR_INVALID_ARG, "BITNET_HEAD=%s is not f16 or q8", env);
     in->head_bits = 16;
 #if defined(BITNET__GPU_FORWARD)
-    if (in->backend == BITNET_BACKEND_CUDA) {
-        bitnet_result r = bitnet__gpu_model_init(m, d ? d->device : 0);
+    if (in->backend == BITNET_BACKEND_CUDA) { /* the same int8 head by default: quantized here, uploaded, freed */
+        bitnet_result r;
+        if (!(d && d->head_f16) && !(env && strcmp(env, "f16") == 0)) {
+            BITNET__TRY(bitnet__head_quantize(m, d));
+            in->head_bits = 8;
+        }
+        r = bitnet__gpu_model_init(m, d ? d->device : 0);
+        bitnet__free(m->head_q8);
+        bitnet__free(m->head_scale);
+        m->head_q8 = NULL, m->head_scale = NULL;
         if (r == BITNET_OK) {
             bitnet__progress(d, 1.0f);
             return BITNET_OK;
         }
         bitnet__gpu_model_free(m);
+        in->head_bits = 16;
         if (d && d->backend == BITNET_BACKEND_CUDA) return r;
         /* AUTO: a GPU that fails here (device memory, NVRTC, a module load) leaves the CPU, and says so */
         in->backend = BITNET_BACKEND_CPU;

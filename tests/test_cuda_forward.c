@@ -243,10 +243,11 @@ static void random_model(int vocab, int dim, int layers, int heads, int kv, int 
 
 /* ---- tests ---------------------------------------------------------------------------------------- */
 
-static void test_tiny_gguf(void) {
+static void tiny_gguf(int head_f16) {
     const char *path = "tests/data/tiny.gguf";
     bitnet_model_desc d;
     bitnet_model *cpu = NULL, *gpu = NULL;
+    bitnet_model_info info;
     FILE *f;
     NEED_GPU();
     if (!(f = fopen(path, "rb"))) TEST_SKIP("%s is not in this checkout", path);
@@ -254,16 +255,23 @@ static void test_tiny_gguf(void) {
     memset(&d, 0, sizeof d);
     d.path = path;
     d.backend = BITNET_BACKEND_CPU;
-    d.head_f16 = 1;
+    d.head_f16 = head_f16;
     TEST_CHECKF(bitnet_model_load(&d, &cpu) == BITNET_OK, "%s", bitnet_last_error());
     d.backend = BITNET_BACKEND_CUDA;
     TEST_CHECKF(bitnet_model_load(&d, &gpu) == BITNET_OK, "%s", bitnet_last_error());
     if (cpu && gpu) {
+        TEST_CHECK(bitnet_model_get_info(gpu, &info) == BITNET_OK && info.head_bits == (head_f16 ? 16 : 8));
         compare(cpu, gpu, 70, 30);
         greedy(cpu, gpu);
     }
     bitnet_model_free(gpu);
     bitnet_model_free(cpu);
+}
+static void test_tiny_gguf(void) { tiny_gguf(1); }
+/* The default int8 head (rows quantized once, int8 activations) on both: the same integer dots. */
+static void test_tiny_gguf_head_q8(void) {
+    if (getenv("BITNET_HEAD")) TEST_SKIP("BITNET_HEAD is set");
+    tiny_gguf(0);
 }
 
 /* Random weights can make a model so sensitive that two implementations whose attention differs
@@ -306,6 +314,7 @@ static void test_backend_cuda_without_gpu(void) {
 int main(void) {
     RUN_TEST(test_backend_cuda_without_gpu);
     RUN_TEST(test_tiny_gguf);
+    RUN_TEST(test_tiny_gguf_head_q8);
     RUN_TEST(test_random_hd128_gqa4);
     RUN_TEST(test_random_hd64);
     if (worst_rel > 0) printf("  worst relative L2 distance of GPU to CPU logits: %.3g\n", worst_rel);
