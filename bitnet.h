@@ -9157,6 +9157,42 @@ static bitnet_result bitnet__tmm_check(const char *fn, const bitnet_gpu_ternary 
     return BITNET_OK;
 }
 
+/* M = 1 on sm_90: the bulk-copy GEMV (bitnet_k_tgemv_b<P>). P, the blocks that split K for one
+   unit, is the smallest power of two that gives about two blocks per multiprocessor, while a
+   block keeps at least 4 chunks; a block's slab stays within BITNET__TGEMV_BULK_LINES lines. The
+   environment variable BITNET_TGEMV_SPLIT forces P (1, 2, 4, 8), or 0 for the older kernel (for
+   tests and A/B runs). BITNET_ERR_UNSUPPORTED (nothing launched) sends the call to that kernel. */
+#define BITNET__TGEMV_BULK_LINES 192
+static bitnet_result bitnet__tgemv_bulk(bitnet_gpu *gpu, const bitnet_gpu_ternary *w, const bitnet_gpu_act *a,
+                                        const bitnet__k_segs *segs, bitnet_devptr out, int ot, bitnet_devptr residual) {
+    const char *env = bitnet__getenv("BITNET_TGEMV_SPLIT");
+    int rg = w->glu ? 2 : 1, n_out = (int)w->n, nc = (int)(w->k / 64), glu = w->glu, p = 1, force = env ? atoi(env) : -1;
+    unsigned units = (unsigned)((w->n + 31) / 32), ncl, pieces, grid[3], block[3], smem;
+    bitnet_gpu_kernel *k;
+    char name[32];
+    void *args[11];
+    if (force == 0 || (a->q | w->data) % 16) return BITNET_ERR_UNSUPPORTED;
+    if (force == 1 || force == 2 || force == 4 || force == 8) {
+        p = force;
+    } else {
+        int sms = bitnet__gk_sm_count(gpu);
+        while (p < 8 && units * (unsigned)p < 2u * (unsigned)sms && nc >= 8 * p) p *= 2;
+    }
+    while (p < 8 && (unsigned)rg * (unsigned)((nc + p - 1) / p) > BITNET__TGEMV_BULK_LINES) p *= 2;
+    ncl = (unsigned)((nc + p - 1) / p);
+    if (rg * ncl > BITNET__TGEMV_BULK_LINES || units * (unsigned)p > 0x7fffffffu) return BITNET_ERR_UNSUPPORTED;
+    pieces = (unsigned)rg * ((ncl + 7) / 8); /* BITNET_TGEMV_PIECE */
+    smem = (unsigned)rg * ncl * 512 + ncl * 64 + (pieces + 1) * 8;
+    snprintf(name, sizeof name, "bitnet_k_tgemv_b%d", p);
+    BITNET__TRY(bitnet_gpu_builtin_kernel(gpu, name, &k));
+    args[0] = (void *)&w->data, args[1] = &n_out, args[2] = &nc, args[3] = (void *)segs, args[4] = &glu;
+    args[5] = (void *)&a->q, args[6] = (void *)&a->scale, args[7] = (void *)&a->sum, args[8] = &out, args[9] = &ot;
+    args[10] = &residual;
+    grid[0] = units * (unsigned)p, grid[1] = grid[2] = 1;
+    block[0] = 256, block[1] = block[2] = 1; /* BN_TB_WARPS warps */
+    return bitnet_gpu_launch(gpu, k, grid, block, smem, args);
+}
+
 static bitnet_result bitnet__tmm_issue(bitnet_gpu *gpu, const bitnet_gpu_ternary *w, const bitnet_gpu_act *a,
                                        bitnet_devptr out, bitnet_precision out_type, bitnet_devptr residual) {
     bitnet__k_segs segs;
@@ -9174,6 +9210,10 @@ static bitnet_result bitnet__tmm_issue(bitnet_gpu *gpu, const bitnet_gpu_ternary
         args[5] = (void *)&a->q, args[6] = &lda, args[7] = (void *)&a->scale, args[8] = (void *)&a->sum, args[9] = &mm;
         args[10] = &out, args[11] = &ldo, args[12] = &ot, args[13] = &residual, args[14] = &ldo;
         return bitnet__gk_launch(gpu, "bitnet_k_tgemm", (unsigned)(w->n_pad / 128), (unsigned)((m + 127) / 128), 1, 128, 1, args);
+    }
+    if (m == 1 && gpu->dev->cc >= 90) {
+        bitnet_result r = bitnet__tgemv_bulk(gpu, w, a, &segs, out, ot, residual);
+        if (r != BITNET_ERR_UNSUPPORTED) return r;
     }
     /* GEMV, 8 tokens at a time (before sm_80 this covers every m) */
     for (m0 = 0; m0 < m; m0 += 8) {

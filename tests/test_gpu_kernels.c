@@ -278,6 +278,28 @@ static void test_gpu_ternary_gemv(void) {
         if (!small_only() || cases[i].rows[0] * cases[i].k <= 300 * 384) check_ternary_case(&cases[i]);
 }
 
+/* M = 1 through each form of the sm_90 bulk-copy GEMV (BITNET_TGEMV_SPLIT forces the blocks per
+   unit; 0 is the older kernel): odd rows, fused parts, glu, K that does not split evenly, and slabs
+   too large for one block (the dispatch then splits further). Other GPUs take the older kernel. */
+static void test_gpu_ternary_gemv_splits(void) {
+    static const tcase cases[] = {
+        {1, {37, 0, 0}, 128, 1, 0},  {3, {2560, 640, 640}, 2560, 1, 0}, {2, {70, 70, 0}, 384, 1, 1},
+        {1, {1000, 0, 0}, 6912, 1, 0}, {2, {96, 96, 0}, 6912, 1, 1},     {2, {200, 77, 0}, 640, 1, 0},
+        {1, {300, 0, 0}, 3200, 1, 0},
+    };
+    static const char *const splits[] = {"0", "1", "2", "4", "8"};
+    const char *saved = getenv("BITNET_TGEMV_SPLIT");
+    size_t i, s;
+    NEED_GPU();
+    for (s = 0; s < sizeof splits / sizeof splits[0]; s++) {
+        setenv("BITNET_TGEMV_SPLIT", splits[s], 1);
+        for (i = 0; i < sizeof cases / sizeof cases[0]; i++)
+            if (!small_only() || cases[i].rows[0] * cases[i].k <= 300 * 3200) check_ternary_case(&cases[i]);
+    }
+    if (saved) setenv("BITNET_TGEMV_SPLIT", saved, 1);
+    else unsetenv("BITNET_TGEMV_SPLIT");
+}
+
 static void test_gpu_ternary_gemm(void) {
     static const tcase cases[] = {
         {2, {200, 77, 0}, 640, 13, 0}, {1, {300, 0, 0}, 2560, 130, 0}, {2, {160, 160, 0}, 384, 70, 1},
@@ -557,6 +579,7 @@ int main(void) {
     if (!gpu_ok) bitnet_gpu_preflight(gpu_reason, sizeof gpu_reason);
     RUN_TEST(test_gpu_quantize_act);
     RUN_TEST(test_gpu_ternary_gemv);
+    RUN_TEST(test_gpu_ternary_gemv_splits);
     RUN_TEST(test_gpu_ternary_gemm);
     RUN_TEST(test_gpu_ternary_batch_and_repeat);
     RUN_TEST(test_gpu_upload_errors);
