@@ -6602,6 +6602,7 @@ enum { /* cuda.h values */
     X(cuFuncSetAttribute, 9000, 0, "cuFuncSetAttribute", (bitnet__CUfunction f, int attr, int value)) \
     X(cuLaunchKernel, 4000, 1, "cuLaunchKernel", (bitnet__CUfunction f, unsigned gx, unsigned gy, unsigned gz, \
         unsigned bx, unsigned by, unsigned bz, unsigned smem, bitnet__CUstream s, void **args, void **extra)) \
+    X(cuLaunchKernelEx, 12000, 0, "cuLaunchKernelEx", (const void *config, bitnet__CUfunction f, void **args, void **extra)) \
     X(cuStreamBeginCapture, 10010, 0, "cuStreamBeginCapture_v2", (bitnet__CUstream s, int mode)) \
     X(cuStreamEndCapture, 10000, 0, "cuStreamEndCapture", (bitnet__CUstream s, bitnet__CUgraph *g)) \
     X(cuGraphInstantiateWithFlags, 11040, 0, "cuGraphInstantiateWithFlags", (bitnet__CUgraphExec *e, bitnet__CUgraph g, unsigned long long flags)) \
@@ -7380,6 +7381,7 @@ struct bitnet_gpu_kernel {
     bitnet__CUfunction fn;
     int kid;                            /* statistics slot */
     unsigned smem_set;                  /* dynamic shared memory opted in so far */
+    int pdl;                            /* sm_90: programmatic dependent launch (the kernel waits with griddepcontrol) */
     char name[64];
     bitnet_gpu_kernel *next;
 };
@@ -7705,6 +7707,17 @@ BITNET_API bitnet_result bitnet_gpu_memset(bitnet_gpu *gpu, bitnet_devptr dst, i
     return res;
 }
 
+/* CUlaunchAttribute (an id, then a 64-byte value union at offset 8) and CUlaunchConfig, for
+   cuLaunchKernelEx with programmatic stream serialization (attribute 6): the kernel may start
+   before the previous one in the stream ends, and waits for it with griddepcontrol.wait. */
+typedef struct bitnet__cu_launch_attr { int id, pad, value; char rest[60]; } bitnet__cu_launch_attr;
+typedef struct bitnet__cu_launch_config {
+    unsigned grid[3], block[3], smem;
+    bitnet__CUstream stream;
+    bitnet__cu_launch_attr *attrs;
+    unsigned n_attrs;
+} bitnet__cu_launch_config;
+
 /* The one launch path: the only call of cuLaunchKernel, which also counts and times. */
 BITNET_API bitnet_result bitnet_gpu_launch(bitnet_gpu *gpu, bitnet_gpu_kernel *k, const unsigned grid[3],
                                            const unsigned block[3], unsigned shared_bytes, void **args) {
@@ -7757,8 +7770,20 @@ BITNET_API bitnet_result bitnet_gpu_launch(bitnet_gpu *gpu, bitnet_gpu_kernel *k
             bitnet__cuda.cu.cuEventRecord(ev[0], gpu->stream);
         }
     }
-    r = bitnet__cuda.cu.cuLaunchKernel(k->fn, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared_bytes,
-                                       gpu->stream, args, NULL);
+    if (k->pdl && dv->cc >= 90 && bitnet__cuda.cu.cuLaunchKernelEx) {
+        bitnet__cu_launch_attr at;
+        bitnet__cu_launch_config cfg;
+        memset(&at, 0, sizeof at);
+        memset(&cfg, 0, sizeof cfg);
+        at.id = 6, at.value = 1;
+        memcpy(cfg.grid, grid, sizeof cfg.grid);
+        memcpy(cfg.block, block, sizeof cfg.block);
+        cfg.smem = shared_bytes, cfg.stream = gpu->stream, cfg.attrs = &at, cfg.n_attrs = 1;
+        r = bitnet__cuda.cu.cuLaunchKernelEx(&cfg, k->fn, args, NULL);
+    } else {
+        r = bitnet__cuda.cu.cuLaunchKernel(k->fn, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared_bytes,
+                                           gpu->stream, args, NULL);
+    }
     if (timed) {
         if (r == 0 && bitnet__cuda.cu.cuEventRecord(ev[1], gpu->stream) == 0) {
             gpu->pend[gpu->n_pend].kid = k->kid;
@@ -9157,27 +9182,23 @@ static bitnet_result bitnet__tmm_check(const char *fn, const bitnet_gpu_ternary 
     return BITNET_OK;
 }
 
-/* M = 1 on sm_90: the bulk-copy GEMV (bitnet_k_tgemv_b<P>). P, the blocks that split K for one
-   unit, is the smallest power of two that gives about two blocks per multiprocessor, while a
-   block keeps at least 4 chunks; a block's slab stays within BITNET__TGEMV_BULK_LINES lines. The
-   environment variable BITNET_TGEMV_SPLIT forces P (1, 2, 4, 8), or 0 for the older kernel (for
-   tests and A/B runs). BITNET_ERR_UNSUPPORTED (nothing launched) sends the call to that kernel. */
+/* M = 1 on sm_90: the bulk-copy GEMV (bitnet_k_tgemv_b<P>), launched with programmatic dependent
+   launch, so it asks for its weights while the previous kernel in the stream still runs. P, the
+   blocks (a cluster) that split K for one unit, is 1 unless a unit's slab exceeds
+   BITNET__TGEMV_BULK_LINES lines (clusters measured slower on H100). Environment, for tests and A/B
+   runs: BITNET_TGEMV_SPLIT forces P (1, 2, 4, 8), or 0 for the older kernel; BITNET_TGEMV_PDL=0
+   launches without PDL. BITNET_ERR_UNSUPPORTED (nothing launched) sends the call to the older kernel. */
 #define BITNET__TGEMV_BULK_LINES 192
 static bitnet_result bitnet__tgemv_bulk(bitnet_gpu *gpu, const bitnet_gpu_ternary *w, const bitnet_gpu_act *a,
                                         const bitnet__k_segs *segs, bitnet_devptr out, int ot, bitnet_devptr residual) {
-    const char *env = bitnet__getenv("BITNET_TGEMV_SPLIT");
+    const char *env = bitnet__getenv("BITNET_TGEMV_SPLIT"), *pdl_env = bitnet__getenv("BITNET_TGEMV_PDL");
     int rg = w->glu ? 2 : 1, n_out = (int)w->n, nc = (int)(w->k / 64), glu = w->glu, p = 1, force = env ? atoi(env) : -1;
     unsigned units = (unsigned)((w->n + 31) / 32), ncl, pieces, grid[3], block[3], smem;
     bitnet_gpu_kernel *k;
     char name[32];
     void *args[11];
     if (force == 0 || (a->q | w->data) % 16) return BITNET_ERR_UNSUPPORTED;
-    if (force == 1 || force == 2 || force == 4 || force == 8) {
-        p = force;
-    } else {
-        int sms = bitnet__gk_sm_count(gpu);
-        while (p < 8 && units * (unsigned)p < 2u * (unsigned)sms && nc >= 8 * p) p *= 2;
-    }
+    if (force == 1 || force == 2 || force == 4 || force == 8) p = force;
     while (p < 8 && (unsigned)rg * (unsigned)((nc + p - 1) / p) > BITNET__TGEMV_BULK_LINES) p *= 2;
     ncl = (unsigned)((nc + p - 1) / p);
     if (rg * ncl > BITNET__TGEMV_BULK_LINES || units * (unsigned)p > 0x7fffffffu) return BITNET_ERR_UNSUPPORTED;
@@ -9185,6 +9206,7 @@ static bitnet_result bitnet__tgemv_bulk(bitnet_gpu *gpu, const bitnet_gpu_ternar
     smem = (unsigned)rg * ncl * 512 + ncl * 64 + (pieces + 1) * 8;
     snprintf(name, sizeof name, "bitnet_k_tgemv_b%d", p);
     BITNET__TRY(bitnet_gpu_builtin_kernel(gpu, name, &k));
+    k->pdl = !pdl_env || strcmp(pdl_env, "0") != 0;
     args[0] = (void *)&w->data, args[1] = &n_out, args[2] = &nc, args[3] = (void *)segs, args[4] = &glu;
     args[5] = (void *)&a->q, args[6] = (void *)&a->scale, args[7] = (void *)&a->sum, args[8] = &out, args[9] = &ot;
     args[10] = &residual;

@@ -4,7 +4,7 @@
 #                                bitnet.cpp side by side when .bitnetcpp/ is there); compute-sanitizer
 #                                memcheck and racecheck on build/tests/test_gpu_kernels
 #   tools/gpu_kernels.sh tune    tests/test_gpu_kernels, the full bench-kernels, then --quick runs (ours,
-#                                M = 1) for each BITNET_TGEMV_SPLIT in $SPLITS (A/B of the GEMV forms),
+#                                M = 1) for each environment in $CONFIGS (';'-separated; A/B of the GEMV forms),
 #                                then compute-sanitizer
 #   tools/gpu_kernels.sh dev     the CuPy harness tools/gpu_kernels_dev.py: kernel checks and
 #                                variant sweeps while tuning
@@ -53,9 +53,10 @@ tune)
   timeout 200 build/bitnet bench-kernels --backend cuda ${BNCPP:+--bitnetcpp $BNCPP} --json "$OUT/bench-kernels.json" \
     >"$OUT/bench-kernels.log" 2>"$OUT/bench-kernels.err"; echo "bench-kernels: exit $?"
   grep -v "^bitnet info" "$OUT/bench-kernels.log"
-  for s in ${SPLITS:-0 1 2 4 8}; do
-    BITNET_TGEMV_SPLIT=$s timeout 60 build/bitnet bench-kernels --backend cuda --quick >>"$OUT/quick.log" 2>&1
-    echo "split $s:"; grep -E "^[0-9]+x[0-9]+ +1 " "$OUT/quick.log" | tail -6
+  IFS=';' read -ra cfgs <<<"${CONFIGS:-BITNET_TGEMV_SPLIT=0;BITNET_TGEMV_SPLIT=1;BITNET_TGEMV_SPLIT=1 BITNET_TGEMV_PDL=0;BITNET_TGEMV_SPLIT=2}"
+  for cfg in "${cfgs[@]}"; do
+    env $cfg timeout 60 build/bitnet bench-kernels --backend cuda --quick >>"$OUT/quick.log" 2>&1
+    echo "$cfg:"; grep -E "^[0-9]+x[0-9]+ +1 " "$OUT/quick.log" | tail -6
   done
   for tool in memcheck racecheck; do
     BITNET_REQUIRE_GPU=1 BITNET_TEST_SMALL=1 timeout 100 compute-sanitizer --tool $tool --error-exitcode 9 \
