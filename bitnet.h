@@ -9189,14 +9189,17 @@ static bitnet_result bitnet__tmm_check(const char *fn, const bitnet_gpu_ternary 
    runs: BITNET_TGEMV_SPLIT forces P (1, 2, 4, 8), or 0 for the older kernel; BITNET_TGEMV_PDL=0
    launches without PDL. BITNET_ERR_UNSUPPORTED (nothing launched) sends the call to the older kernel. */
 #define BITNET__TGEMV_BULK_LINES 192
+#define BITNET__TGEMV_PDL_BYTES 6e6
 static bitnet_result bitnet__tgemv_bulk(bitnet_gpu *gpu, const bitnet_gpu_ternary *w, const bitnet_gpu_act *a,
                                         const bitnet__k_segs *segs, bitnet_devptr out, int ot, bitnet_devptr residual) {
     const char *env = bitnet__getenv("BITNET_TGEMV_SPLIT"), *pdl_env = bitnet__getenv("BITNET_TGEMV_PDL");
+    const char *trig_env = bitnet__getenv("BITNET_TGEMV_TRIG");
     int rg = w->glu ? 2 : 1, n_out = (int)w->n, nc = (int)(w->k / 64), glu = w->glu, p = 1, force = env ? atoi(env) : -1;
+    int trig = trig_env ? atoi(trig_env) != 0 : 0;
     unsigned units = (unsigned)((w->n + 31) / 32), ncl, pieces, grid[3], block[3], smem;
     bitnet_gpu_kernel *k;
     char name[32];
-    void *args[11];
+    void *args[12];
     if (force == 0 || (a->q | w->data) % 16) return BITNET_ERR_UNSUPPORTED;
     if (force == 1 || force == 2 || force == 4 || force == 8) p = force;
     while (p < 8 && (unsigned)rg * (unsigned)((nc + p - 1) / p) > BITNET__TGEMV_BULK_LINES) p *= 2;
@@ -9206,10 +9209,13 @@ static bitnet_result bitnet__tgemv_bulk(bitnet_gpu *gpu, const bitnet_gpu_ternar
     smem = (unsigned)rg * ncl * 512 + ncl * 64 + (pieces + 1) * 8;
     snprintf(name, sizeof name, "bitnet_k_tgemv_b%d", p);
     BITNET__TRY(bitnet_gpu_builtin_kernel(gpu, name, &k));
-    k->pdl = !pdl_env || strcmp(pdl_env, "0") != 0;
+    /* PDL pays once the weights take longer than the release of a waiting kernel (measured H100:
+       a win from 8.8 MB, a loss of ~1 us at 2.5 MB and below). The flag is only a launch choice:
+       the kernel waits before it touches anything another kernel writes, either way. */
+    k->pdl = pdl_env ? atoi(pdl_env) != 0 : (double)units * rg * nc * 512 >= BITNET__TGEMV_PDL_BYTES;
     args[0] = (void *)&w->data, args[1] = &n_out, args[2] = &nc, args[3] = (void *)segs, args[4] = &glu;
     args[5] = (void *)&a->q, args[6] = (void *)&a->scale, args[7] = (void *)&a->sum, args[8] = &out, args[9] = &ot;
-    args[10] = &residual;
+    args[10] = &residual, args[11] = &trig;
     grid[0] = units * (unsigned)p, grid[1] = grid[2] = 1;
     block[0] = 256, block[1] = block[2] = 1; /* BN_TB_WARPS warps */
     return bitnet_gpu_launch(gpu, k, grid, block, smem, args);
