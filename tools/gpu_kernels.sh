@@ -3,7 +3,7 @@
 #   tools/gpu_kernels.sh full    make test-gpu; build/bitnet bench-kernels --backend cuda (with
 #                                bitnet.cpp side by side when .bitnetcpp/ is there); compute-sanitizer
 #                                memcheck and racecheck on build/tests/test_gpu_kernels
-#   tools/gpu_kernels.sh tune    tests/test_gpu_kernels, the full bench-kernels, then --quick runs (ours,
+#   tools/gpu_kernels.sh tune    tests/test_gpu_kernels (make test-gpu with TEST_GPU=1), the full bench-kernels, then --quick runs (ours,
 #                                M = 1) for each environment in $CONFIGS (';'-separated; A/B of the GEMV forms),
 #                                then compute-sanitizer
 #   tools/gpu_kernels.sh dev     the CuPy harness tools/gpu_kernels_dev.py: kernel checks and
@@ -47,8 +47,13 @@ tune)
   build_bitnetcpp & bpid=$!
   make -j16 all build/tests/test_gpu_kernels >"$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
   set +e
-  BITNET_REQUIRE_GPU=1 timeout 120 build/tests/test_gpu_kernels >"$OUT/test_gpu_kernels.log" 2>&1
-  echo "test_gpu_kernels: exit $?"; grep -E "FAIL|passed, " "$OUT/test_gpu_kernels.log" | tail -8
+  if [ -n "${TEST_GPU:-}" ]; then
+    timeout 240 make -j16 test-gpu >"$OUT/test-gpu.log" 2>&1; echo "make test-gpu: exit $?"
+    grep -E "^(FAIL|== )|  FAIL|passed, " "$OUT/test-gpu.log" | grep -v "^== " | tail -25
+  else
+    BITNET_REQUIRE_GPU=1 timeout 120 build/tests/test_gpu_kernels >"$OUT/test_gpu_kernels.log" 2>&1
+    echo "test_gpu_kernels: exit $?"; grep -E "FAIL|passed, " "$OUT/test_gpu_kernels.log" | tail -8
+  fi
   wait $bpid && [ -f /tmp/libbitnet.so ] && BNCPP=/tmp/libbitnet.so || echo "bitnet.cpp build failed (bitnetcpp_build.log)"
   timeout 200 build/bitnet bench-kernels --backend cuda ${BNCPP:+--bitnetcpp $BNCPP} --json "$OUT/bench-kernels.json" \
     >"$OUT/bench-kernels.log" 2>"$OUT/bench-kernels.err"; echo "bench-kernels: exit $?"
