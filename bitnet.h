@@ -9213,6 +9213,7 @@ static bitnet_result bitnet__tgemv_bulk(bitnet_gpu *gpu, const bitnet_gpu_ternar
        a win from 8.8 MB, a loss of ~1 us at 2.5 MB and below). The flag is only a launch choice:
        the kernel waits before it touches anything another kernel writes, either way. */
     k->pdl = pdl_env ? atoi(pdl_env) != 0 : (double)units * rg * nc * 512 >= BITNET__TGEMV_PDL_BYTES;
+    if (!k->pdl && force < 0) return BITNET_ERR_UNSUPPORTED; /* without PDL the older kernel is as fast or faster */
     args[0] = (void *)&w->data, args[1] = &n_out, args[2] = &nc, args[3] = (void *)segs, args[4] = &glu;
     args[5] = (void *)&a->q, args[6] = (void *)&a->scale, args[7] = (void *)&a->sum, args[8] = &out, args[9] = &ot;
     args[10] = &residual, args[11] = &trig;
