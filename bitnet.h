@@ -44,7 +44,8 @@
    OPTIONS (environment, read at first use)
      BITNET_CPU=scalar|avx2|avx512|neon   force a CPU path (an error if the CPU lacks it)
      BITNET_NUM_THREADS=N                 thread count, default the online cores
-     BITNET_FAULT=host_alloc:N            make the Nth host allocation fail (testing)
+     BITNET_FAULT=host_alloc:N            make the Nth host allocation fail (testing); also
+                                          device_alloc:N, nvrtc, module_load (comma-separated)
      BITNET_LIBCUDA, BITNET_NVRTC         paths of the CUDA driver and NVRTC libraries
      BITNET_CACHE_DIR                     JIT cache folder (else $XDG_CACHE_HOME/bitnet, ~/.cache/bitnet)
 
@@ -54,10 +55,21 @@
      the details (paths, dlerror() text, CUDA error names, NVRTC logs). The library never calls
      exit or abort and prints nothing unless a logger is set (bitnet_set_logger).
 
-   THREAD SAFETY
-     Global settings (logger, allocator, ISA, thread count) are meant to be set once at start-up.
-     Kernel entry points and format helpers are safe to call from any thread. Models are
-     read-only after load and may be shared; one session per thread.
+   THREAD SAFETY (tests/test_hostile.c runs 4 sessions of one model on 4 threads, CPU and GPU)
+     Set once at start-up, before other threads call in: bitnet_set_logger, bitnet_set_allocator,
+     bitnet_cpu_set_isa, bitnet_set_num_threads, bitnet_gpu_set_memory_limit, bitnet_set_fault
+     (testing only: its counters are not atomic) and the BITNET_* environment.
+     Safe from any number of threads at once:
+       - bitnet_last_error (per thread), result strings, kernel and format entry points, SHA-256,
+         receipts (write, parse, check), kernel statistics;
+       - on one shared object: every read of an open bitnet_gguf, every call on a bitnet_tokenizer
+         (read-only after creation), bitnet_model_get_info / _tokenizer, and bitnet_session_create
+         on one bitnet_model (a loaded model is read-only; sessions only read it);
+       - GPU handles (each call locks the handle; every session has its own handle and stream).
+     One thread at a time: a bitnet_session (eval, generate, reset, free: one session per thread),
+     a bitnet_gguf_writer, bitnet_sample's rng state. Free a model after all its sessions, and a
+     gguf/tokenizer after its last user. The CPU thread pool serves one caller at a time; a
+     concurrent caller runs its kernels on its own thread, with bit-identical results.
 */
 #ifndef BITNET_H
 #define BITNET_H
@@ -706,6 +718,7 @@ BITNET_API bitnet_result bitnet_chat_format(const bitnet_chat_message *msgs, siz
                                             char *buf, size_t cap, size_t *len_out);
 
 /* ---- >>api-model: model, session, generation, sampling --------------------------------------- */
+/* Threads: share one model between threads, one session per thread (see THREAD SAFETY at the top). */
 
 typedef enum bitnet_backend { BITNET_BACKEND_AUTO = 0, BITNET_BACKEND_CPU, BITNET_BACKEND_CUDA } bitnet_backend;
 typedef struct bitnet_model bitnet_model;     /* immutable weights; share it between sessions */
@@ -1169,13 +1182,33 @@ BITNET_API bitnet_result bitnet_set_allocator(bitnet_alloc_fn alloc_fn, bitnet_f
     return BITNET_OK;
 }
 
-/* Returns NULL (with the error set) on failure. The raw pointer sits just below the aligned one. */
+/* Physical memory in bytes, 0 when unknown. */
+BITNET__UNUSED static uint64_t bitnet__phys_mem(void) {
+#if defined(_SC_PHYS_PAGES) && defined(_SC_PAGESIZE)
+    long n = sysconf(_SC_PHYS_PAGES), pg = sysconf(_SC_PAGESIZE);
+    return n > 0 && pg > 0 ? (uint64_t)n * (uint64_t)pg : 0;
+#else
+    return 0;
+#endif
+}
+
+/* Returns NULL (with the error set) on failure. The raw pointer sits just below the aligned one.
+   A block larger than physical memory (a model file bigger than the machine) is refused with a
+   clear error: with overcommit it would succeed and the process be killed at first touch. */
 BITNET__UNUSED static void *bitnet__malloc(size_t size) {
     size_t total;
     unsigned char *raw, *p;
     if (!bitnet__add_size(size, BITNET__ALIGN + sizeof(void *), &total)) {
         bitnet__err(BITNET_ERR_OVERFLOW, "allocation of %zu bytes overflows", size);
         return NULL;
+    }
+    if (size > ((size_t)1 << 30)) {
+        uint64_t mem = bitnet__phys_mem();
+        if (mem && (uint64_t)size > mem) {
+            bitnet__err(BITNET_ERR_OUT_OF_MEMORY, "cannot allocate %zu bytes (%.1f GiB): more than this machine's %.1f GiB "
+                        "of memory", size, (double)size / 1073741824.0, (double)mem / 1073741824.0);
+            return NULL;
+        }
     }
     if (bitnet__fault_hit('h')) {
         bitnet__err(BITNET_ERR_OUT_OF_MEMORY, "injected host allocation failure (BITNET_FAULT host_alloc:%ld)",
@@ -10341,9 +10374,18 @@ static bitnet_result bitnet__model_build(bitnet_model *m, const bitnet_model_wei
     in->head_bits = 16;
 #if defined(BITNET__GPU_FORWARD)
     if (in->backend == BITNET_BACKEND_CUDA) {
-        BITNET__TRY(bitnet__gpu_model_init(m, d ? d->device : 0));
-        bitnet__progress(d, 1.0f);
-        return BITNET_OK;
+        bitnet_result r = bitnet__gpu_model_init(m, d ? d->device : 0);
+        if (r == BITNET_OK) {
+            bitnet__progress(d, 1.0f);
+            return BITNET_OK;
+        }
+        bitnet__gpu_model_free(m);
+        if (d && d->backend == BITNET_BACKEND_CUDA) return r;
+        /* AUTO: a GPU that fails here (device memory, NVRTC, a module load) leaves the CPU, and says so */
+        in->backend = BITNET_BACKEND_CPU;
+        snprintf(in->backend_reason, sizeof in->backend_reason, "CUDA failed (%s: %.180s); using the CPU",
+                 bitnet_result_string(r), bitnet_last_error());
+        bitnet__log(BITNET_LOG_WARN, "model: %s", in->backend_reason);
     }
 #endif
     if (m->gguf && d && d->path && !d->no_mmap) BITNET__TRY(bitnet__weights_to_hugepages(m, d));

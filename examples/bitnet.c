@@ -169,6 +169,12 @@ static int cmd_run(int argc, char **argv) {
         fprintf(stderr, "bitnet run: prompt %zu tokens, %.2f tokens/s; generation %zu tokens, %.2f tokens/s\n", st.n_prompt,
                 st.prompt_seconds > 0 ? (double)st.n_prompt / st.prompt_seconds : 0.0, st.n_generated,
                 st.gen_seconds > 0 ? (double)st.n_generated / st.gen_seconds : 0.0);
+    if (r == BITNET_OK) { /* generation that filled the context stopped there: say so */
+        bitnet_model_info in;
+        int ctx = mo.n_ctx;
+        if (!ctx && bitnet_model_get_info(m, &in) == BITNET_OK) ctx = in.n_ctx_train;
+        if (bitnet_session_pos(s) >= ctx) fprintf(stderr, "bitnet run: stopped at the end of the context (%d positions; -c sets it)\n", ctx);
+    }
     free(text);
     free(ids);
     bitnet_session_free(s);
