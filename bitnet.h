@@ -9220,8 +9220,8 @@ static bitnet_result bitnet__tmm_check(const char *fn, const bitnet_gpu_ternary 
    take the older kernel; see below). P, the blocks (a cluster) that split K for one unit, is 1
    unless a unit's slab exceeds BITNET__TGEMV_BULK_LINES lines (clusters measured slower on H100).
    Environment, for tests and A/B runs: BITNET_TGEMV_SPLIT forces P (1, 2, 4, 8) or 0 for the older
-   kernel; BITNET_TGEMV_PDL 0/1 and BITNET_TGEMV_TRIG 0/1 (trigger at entry / after the weights)
-   force the launch. BITNET_ERR_UNSUPPORTED (nothing launched) sends the call to the older kernel. */
+   kernel; BITNET_TGEMV_PDL 0/1 and BITNET_TGEMV_TRIG 0/1/2 (trigger at entry / after the block's
+   weights / after each warp's first piece) force the launch. BITNET_ERR_UNSUPPORTED (nothing launched) sends the call to the older kernel. */
 #define BITNET__TGEMV_BULK_LINES 192
 #define BITNET__TGEMV_PDL_SMALL 3e6 /* weight bytes: up to here PDL with the late trigger */
 #define BITNET__TGEMV_PDL_BIG 6e6   /* from here PDL with the trigger at entry */
@@ -9250,7 +9250,8 @@ static bitnet_result bitnet__tgemv_bulk(bitnet_gpu *gpu, const bitnet_gpu_ternar
     bytes = (double)units * rg * nc * 512;
     small = bytes <= BITNET__TGEMV_PDL_SMALL, big = bytes >= BITNET__TGEMV_PDL_BIG;
     pdl = pdl_env ? atoi(pdl_env) != 0 : small || big;
-    trig = trig_env ? atoi(trig_env) != 0 : small;
+    trig = trig_env ? atoi(trig_env) : small ? 1 : 2;
+    if (trig < 0 || trig > 2) trig = 0;
     if (force < 0 && (!pdl || (!small && !big))) return BITNET_ERR_UNSUPPORTED;
     pieces = (unsigned)rg * ((ncl + 7) / 8); /* BITNET_TGEMV_PIECE */
     smem = (unsigned)rg * ncl * 512 + ncl * 64 + (pieces + 1) * 8;

@@ -289,7 +289,8 @@ static void test_gpu_ternary_gemv_splits(void) {
     };
     /* split, PDL launch, trigger point */
     static const char *const forms[][3] = {{"0", "0", "0"}, {"1", "1", "0"}, {"1", "1", "1"}, {"1", "0", "0"},
-                                           {"2", "1", "1"}, {"4", "0", "0"}, {"8", "1", "0"}};
+                                           {"2", "1", "1"}, {"4", "0", "0"}, {"8", "1", "0"},
+                                           {"1", "1", "2"}, {"2", "1", "2"}};
     static const char *const vars[3] = {"BITNET_TGEMV_SPLIT", "BITNET_TGEMV_PDL", "BITNET_TGEMV_TRIG"};
     size_t i, s, v;
     NEED_GPU();
