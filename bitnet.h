@@ -9235,6 +9235,57 @@ static bitnet_result bitnet__tmm_check(const char *fn, const bitnet_gpu_ternary 
     return BITNET_OK;
 }
 
+/* M = 1 on sm_90: the bulk-copy GEMV (bitnet_k_tgemv_b<P>), launched with programmatic dependent
+   launch, so it asks for its weights while the previous kernel in the stream still runs (mid sizes
+   take the older kernel; see below). P, the blocks (a cluster) that split K for one unit, is 1
+   unless a unit's slab exceeds BITNET__TGEMV_BULK_LINES lines (clusters measured slower on H100).
+   Environment, for tests and A/B runs: BITNET_TGEMV_SPLIT forces P (1, 2, 4, 8) or 0 for the older
+   kernel; BITNET_TGEMV_PDL 0/1 and BITNET_TGEMV_TRIG 0/1/2 (trigger at entry / after the block's
+   weights / after each warp's first piece) force the launch. BITNET_ERR_UNSUPPORTED (nothing launched) sends the call to the older kernel. */
+#define BITNET__TGEMV_BULK_LINES 192
+#define BITNET__TGEMV_PDL_SMALL 3e6 /* weight bytes: up to here PDL with the late trigger */
+#define BITNET__TGEMV_PDL_BIG 6e6   /* from here PDL with the trigger at entry */
+static bitnet_result bitnet__tgemv_bulk(bitnet_gpu *gpu, const bitnet_gpu_ternary *w, const bitnet_gpu_act *a,
+                                        const bitnet__k_segs *segs, bitnet_devptr out, int ot, bitnet_devptr residual) {
+    const char *env = bitnet__getenv("BITNET_TGEMV_SPLIT"), *pdl_env = bitnet__getenv("BITNET_TGEMV_PDL");
+    const char *trig_env = bitnet__getenv("BITNET_TGEMV_TRIG");
+    int rg = w->glu ? 2 : 1, n_out = (int)w->n, nc = (int)(w->k / 64), glu = w->glu, p = 1, force = env ? atoi(env) : -1;
+    int trig, pdl, small, big;
+    double bytes;
+    unsigned units = (unsigned)((w->n + 31) / 32), ncl, pieces, grid[3], block[3], smem;
+    bitnet_gpu_kernel *k;
+    char name[32];
+    void *args[12];
+    if (force == 0 || (a->q | w->data) % 16) return BITNET_ERR_UNSUPPORTED;
+    if (force == 1 || force == 2 || force == 4 || force == 8) p = force;
+    while (p < 8 && (unsigned)rg * (unsigned)((nc + p - 1) / p) > BITNET__TGEMV_BULK_LINES) p *= 2;
+    ncl = (unsigned)((nc + p - 1) / p);
+    if (rg * ncl > BITNET__TGEMV_BULK_LINES || units * (unsigned)p > 0x7fffffffu) return BITNET_ERR_UNSUPPORTED;
+    /* Measured on the H100 (bench-kernels, graph replay): with PDL and the trigger at entry the next
+       GEMV's weights stream in early (a win from 8.8 MB: 13824x2560 5.95 -> 5.40 us, 20480x3200 8.81
+       -> 8.07); small matrices want the trigger once the block's weights are in (2560x2560 3.37 ->
+       2.66 us, 3840x2560 3.69 -> 3.02; at entry they lose ~1 us); in between (2560x6912, 4.4 MB) and
+       without PDL the older kernel is as fast or faster. PDL is only a launch choice: the kernel
+       waits before it touches anything another kernel writes, either way. */
+    bytes = (double)units * rg * nc * 512;
+    small = bytes <= BITNET__TGEMV_PDL_SMALL, big = bytes >= BITNET__TGEMV_PDL_BIG;
+    pdl = pdl_env ? atoi(pdl_env) != 0 : small || big;
+    trig = trig_env ? atoi(trig_env) : small ? 1 : 2;
+    if (trig < 0 || trig > 2) trig = 0;
+    if (force < 0 && (!pdl || (!small && !big))) return BITNET_ERR_UNSUPPORTED;
+    pieces = (unsigned)rg * ((ncl + 7) / 8); /* BITNET_TGEMV_PIECE */
+    smem = (unsigned)rg * ncl * 512 + ncl * 64 + (pieces + 1) * 8;
+    snprintf(name, sizeof name, "bitnet_k_tgemv_b%d", p);
+    BITNET__TRY(bitnet_gpu_builtin_kernel(gpu, name, &k));
+    k->pdl = pdl; /* a launch choice only (see above); set per call */
+    args[0] = (void *)&w->data, args[1] = &n_out, args[2] = &nc, args[3] = (void *)segs, args[4] = &glu;
+    args[5] = (void *)&a->q, args[6] = (void *)&a->scale, args[7] = (void *)&a->sum, args[8] = &out, args[9] = &ot;
+    args[10] = &residual, args[11] = &trig;
+    grid[0] = units * (unsigned)p, grid[1] = grid[2] = 1;
+    block[0] = 256, block[1] = block[2] = 1; /* BN_TB_WARPS warps */
+    return bitnet_gpu_launch(gpu, k, grid, block, smem, args);
+}
+
 static bitnet_result bitnet__tmm_issue(bitnet_gpu *gpu, const bitnet_gpu_ternary *w, const bitnet_gpu_act *a,
                                        bitnet_devptr out, bitnet_precision out_type, bitnet_devptr residual) {
     bitnet__k_segs segs;
@@ -9252,6 +9303,10 @@ static bitnet_result bitnet__tmm_issue(bitnet_gpu *gpu, const bitnet_gpu_ternary
         args[5] = (void *)&a->q, args[6] = &lda, args[7] = (void *)&a->scale, args[8] = (void *)&a->sum, args[9] = &mm;
         args[10] = &out, args[11] = &ldo, args[12] = &ot, args[13] = &residual, args[14] = &ldo;
         return bitnet__gk_launch(gpu, "bitnet_k_tgemm", (unsigned)(w->n_pad / 128), (unsigned)((m + 127) / 128), 1, 128, 1, args);
+    }
+    if (m == 1 && gpu->dev->cc >= 90) {
+        bitnet_result r = bitnet__tgemv_bulk(gpu, w, a, &segs, out, ot, residual);
+        if (r != BITNET_ERR_UNSUPPORTED) return r;
     }
     /* GEMV, 8 tokens at a time (before sm_80 this covers every m) */
     for (m0 = 0; m0 < m; m0 += 8) {

@@ -1884,7 +1884,7 @@ static int bench_kernels_cuda(int argc, char **argv) {
     bk_bitnetcpp_fn bnc = NULL;
     bk_ctx c;
     bk_row rows[64];
-    int nrows = 0, device = 0, i, s, mi;
+    int nrows = 0, device = 0, i, s, mi, quick = 0;
     uint64_t rng = 0x9E3779B97F4A7C15ull;
     double copy_memcpy, copy_kernel, copy_bw, nop_us;
     bitnet_devptr big = 0;
@@ -1894,8 +1894,9 @@ static int bench_kernels_cuda(int argc, char **argv) {
         else if (strcmp(argv[i], "--json") == 0 && i + 1 < argc) json = argv[++i];
         else if (strcmp(argv[i], "--bitnetcpp") == 0 && i + 1 < argc) bnc_path = argv[++i];
         else if (strcmp(argv[i], "--device") == 0 && i + 1 < argc) device = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--quick") == 0) quick = 1; /* ours at M = 1 only (tuning A/B runs) */
         else {
-            fprintf(stderr, "usage: bitnet bench-kernels --backend cuda [--json FILE] [--bitnetcpp LIB] [--device N]\n");
+            fprintf(stderr, "usage: bitnet bench-kernels --backend cuda [--json FILE] [--bitnetcpp LIB] [--device N] [--quick]\n");
             return 2;
         }
     }
@@ -2003,13 +2004,13 @@ static int bench_kernels_cuda(int argc, char **argv) {
         for (i = 0; i < (int)nrep; i++) bitnet_gpu_copy(gpu, c.base + (bitnet_devptr)i * c.stride, c.w.data, c.stride);
         c.a = &a;
         c.kind = 0;
-        for (mi = 0; mi < 2; mi++) {
+        for (mi = 0; mi < 2 - quick; mi++) {
             a.m = mi ? 512 : 1;
             BK_ROW(shape, (int)a.m, "bitnet.h W2A8", bk_time(&c, (int)BITNET__MIN(nrep, mi ? (size_t)64 : nrep)), wb);
         }
         bitnet_gpu_free(gpu, c.base);
         /* bitnet.cpp, M = 1: int8 activations, its own packed layout (random bytes), bf16 scales */
-        if (bnc) {
+        if (bnc && !quick) {
             uint16_t s1[1] = {0x42FE}, ws4[4] = {0x3F00, 0x3F00, 0x3F00, 0x3F00};
             c.kind = 2, c.bnc = bnc, c.stride = wb, c.x = a.q;
             nrep = (size_t)bk_reps(wb);
@@ -2021,7 +2022,7 @@ static int bench_kernels_cuda(int argc, char **argv) {
             c.base = c.aux = c.aux2 = 0;
         }
         /* cuBLAS bf16, M = 1 and 512 */
-        if (cb.handle) {
+        if (cb.handle && !quick) {
             size_t bb = n * k * 2;
             c.kind = 1, c.cb = &cb, c.dtype = 14, c.stride = bb;
             nrep = (size_t)bk_reps(bb);
@@ -2041,7 +2042,7 @@ static int bench_kernels_cuda(int argc, char **argv) {
         free(codes), free(i2s), free(xh);
     }
     /* the fp16 LM head (tied embedding), M = 1 */
-    {
+    if (!quick) {
         size_t n = 128256, k = 2560, bb = n * k * 2, nrep = (size_t)bk_reps(bb);
         memset(&c, 0, sizeof c);
         c.gpu = gpu, c.n = n, c.k = k, c.m = 1, c.stride = bb;
