@@ -44,7 +44,8 @@
    OPTIONS (environment, read at first use)
      BITNET_CPU=scalar|avx2|avx512|neon   force a CPU path (an error if the CPU lacks it)
      BITNET_NUM_THREADS=N                 thread count, default the online cores
-     BITNET_FAULT=host_alloc:N            make the Nth host allocation fail (testing)
+     BITNET_FAULT=host_alloc:N            make the Nth host allocation fail (testing); also
+                                          device_alloc:N, nvrtc, module_load (comma-separated)
      BITNET_LIBCUDA, BITNET_NVRTC         paths of the CUDA driver and NVRTC libraries
      BITNET_CACHE_DIR                     JIT cache folder (else $XDG_CACHE_HOME/bitnet, ~/.cache/bitnet)
 
@@ -54,10 +55,21 @@
      the details (paths, dlerror() text, CUDA error names, NVRTC logs). The library never calls
      exit or abort and prints nothing unless a logger is set (bitnet_set_logger).
 
-   THREAD SAFETY
-     Global settings (logger, allocator, ISA, thread count) are meant to be set once at start-up.
-     Kernel entry points and format helpers are safe to call from any thread. Models are
-     read-only after load and may be shared; one session per thread.
+   THREAD SAFETY (tests/test_hostile.c runs 4 sessions of one model on 4 threads, CPU and GPU)
+     Set once at start-up, before other threads call in: bitnet_set_logger, bitnet_set_allocator,
+     bitnet_cpu_set_isa, bitnet_set_num_threads, bitnet_gpu_set_memory_limit, bitnet_set_fault
+     (testing only: its counters are not atomic) and the BITNET_* environment.
+     Safe from any number of threads at once:
+       - bitnet_last_error (per thread), result strings, kernel and format entry points, SHA-256,
+         receipts (write, parse, check), kernel statistics;
+       - on one shared object: every read of an open bitnet_gguf, every call on a bitnet_tokenizer
+         (read-only after creation), bitnet_model_get_info / _tokenizer, and bitnet_session_create
+         on one bitnet_model (a loaded model is read-only; sessions only read it);
+       - GPU handles (each call locks the handle; every session has its own handle and stream).
+     One thread at a time: a bitnet_session (eval, generate, reset, free: one session per thread),
+     a bitnet_gguf_writer, bitnet_sample's rng state. Free a model after all its sessions, and a
+     gguf/tokenizer after its last user. The CPU thread pool serves one caller at a time; a
+     concurrent caller runs its kernels on its own thread, with bit-identical results.
 */
 #ifndef BITNET_H
 #define BITNET_H
@@ -706,6 +718,7 @@ BITNET_API bitnet_result bitnet_chat_format(const bitnet_chat_message *msgs, siz
                                             char *buf, size_t cap, size_t *len_out);
 
 /* ---- >>api-model: model, session, generation, sampling --------------------------------------- */
+/* Threads: share one model between threads, one session per thread (see THREAD SAFETY at the top). */
 
 typedef enum bitnet_backend { BITNET_BACKEND_AUTO = 0, BITNET_BACKEND_CPU, BITNET_BACKEND_CUDA } bitnet_backend;
 typedef struct bitnet_model bitnet_model;     /* immutable weights; share it between sessions */
@@ -719,7 +732,7 @@ typedef struct bitnet_model_desc {            /* zero-initialise; 0 / NULL means
     int device;                               /* CUDA ordinal */
     int no_mmap;                              /* read the file instead of mapping it */
     bitnet_progress_fn progress; void *progress_user;
-    int head_f16;                             /* CPU: keep the exact fp16 head (also BITNET_HEAD=f16);
+    int head_f16;                             /* CPU and GPU: keep the exact fp16 head (also BITNET_HEAD=f16);
                                                  the default quantizes it once to int8 rows, which
                                                  reads half the bytes per token (see README) */
 } bitnet_model_desc;
@@ -1169,13 +1182,33 @@ BITNET_API bitnet_result bitnet_set_allocator(bitnet_alloc_fn alloc_fn, bitnet_f
     return BITNET_OK;
 }
 
-/* Returns NULL (with the error set) on failure. The raw pointer sits just below the aligned one. */
+/* Physical memory in bytes, 0 when unknown. */
+BITNET__UNUSED static uint64_t bitnet__phys_mem(void) {
+#if defined(_SC_PHYS_PAGES) && defined(_SC_PAGESIZE)
+    long n = sysconf(_SC_PHYS_PAGES), pg = sysconf(_SC_PAGESIZE);
+    return n > 0 && pg > 0 ? (uint64_t)n * (uint64_t)pg : 0;
+#else
+    return 0;
+#endif
+}
+
+/* Returns NULL (with the error set) on failure. The raw pointer sits just below the aligned one.
+   A block larger than physical memory (a model file bigger than the machine) is refused with a
+   clear error: with overcommit it would succeed and the process be killed at first touch. */
 BITNET__UNUSED static void *bitnet__malloc(size_t size) {
     size_t total;
     unsigned char *raw, *p;
     if (!bitnet__add_size(size, BITNET__ALIGN + sizeof(void *), &total)) {
         bitnet__err(BITNET_ERR_OVERFLOW, "allocation of %zu bytes overflows", size);
         return NULL;
+    }
+    if (size > ((size_t)1 << 30)) {
+        uint64_t mem = bitnet__phys_mem();
+        if (mem && (uint64_t)size > mem) {
+            bitnet__err(BITNET_ERR_OUT_OF_MEMORY, "cannot allocate %zu bytes (%.1f GiB): more than this machine's %.1f GiB "
+                        "of memory", size, (double)size / 1073741824.0, (double)mem / 1073741824.0);
+            return NULL;
+        }
     }
     if (bitnet__fault_hit('h')) {
         bitnet__err(BITNET_ERR_OUT_OF_MEMORY, "injected host allocation failure (BITNET_FAULT host_alloc:%ld)",
@@ -6537,7 +6570,12 @@ static void bitnet__cpu_kv_store(bitnet_session *s, int l, int m) {
       head h reads kv head h / (n_heads / n_kv_heads)). One work item is one position and one kv
       head with the query heads that share it, so each key and value tile is converted from fp16
       once for the group; an online softmax over tiles of 16 keys needs no scratch that grows with
-      the context. */
+      the context. Scores, exp, softmax and sums are in double, rounded to float once at the end,
+      on every path here and on the GPU (>>cuda-forward): then the paths differ by about 1e-16,
+      far below a float's last bit, and give the same float output almost always. In float the
+      order of the sums alone moved outputs by an ulp or so, and the int8 quantization after
+      attention turned such ulps into whole codes that grew, layer after layer, into percent-level
+      logit differences between CPU and GPU (and between CPU ISAs) on 2B-4T-deep models. */
 /* Rows r in [0, nt) of one kv head: q + r*stride holds the g query heads of position pos0 + r,
    which attend keys [0, len0 + r) (kc the head's key tiles, vc its value rows); out + r*stride
    gets the g head outputs. Several positions per call share each converted tile. */
@@ -6546,17 +6584,18 @@ typedef void (*bitnet__attn_fn)(const float *q, size_t stride, int nt, int g, co
 #define BITNET__ATTN_ROWS 16 /* positions per work item: they share each converted key and value tile */
 
 /* Plain C, any head_dim: heads four at a time, so the stack holds one tile of keys and values
-   and four accumulators. */
+   and four accumulators. Scores, softmax and sums are in double (see bitnet__cpu_attention). */
 static void bitnet__attn_row_ref(const float *q, int g, const uint16_t *kc, const uint16_t *vc, int len, int hd,
                                  float scale, float *out) {
-    float kf[BITNET__MAX_HEAD_DIM * 16], vf[16 * BITNET__MAX_HEAD_DIM], o[4][BITNET__MAX_HEAD_DIM];
-    float sc[16], mx[4], sum[4];
+    float kf[BITNET__MAX_HEAD_DIM * 16], vf[16 * BITNET__MAX_HEAD_DIM];
+    double o[4][BITNET__MAX_HEAD_DIM], sc[16], mx[4], sum[4], f, ds = 1.0 / sqrt((double)hd);
     int h0, h, s0, j, d, nh;
+    (void)scale;
     for (h0 = 0; h0 < g; h0 += 4) {
         nh = BITNET__MIN(4, g - h0);
         for (h = 0; h < nh; h++) {
             mx[h] = -INFINITY, sum[h] = 0;
-            memset(o[h], 0, (size_t)hd * sizeof o[h][0]);
+            for (d = 0; d < hd; d++) o[h][d] = 0;
         }
         for (s0 = 0; s0 < len; s0 += 16) {
             int nb = BITNET__MIN(16, len - s0);
@@ -6564,29 +6603,29 @@ static void bitnet__attn_row_ref(const float *q, int g, const uint16_t *kc, cons
             bitnet_convert_fp16_to_fp32(vc + (size_t)s0 * hd, vf, (size_t)nb * hd);
             for (h = 0; h < nh; h++) {
                 const float *qh = q + (size_t)(h0 + h) * hd;
-                float bm = -INFINITY, f;
+                double bm = -INFINITY;
                 for (j = 0; j < 16; j++) sc[j] = 0;
                 for (d = 0; d < hd; d++)
-                    for (j = 0; j < 16; j++) sc[j] += qh[d] * kf[d * 16 + j];
+                    for (j = 0; j < 16; j++) sc[j] += (double)qh[d] * (double)kf[d * 16 + j];
                 for (j = 0; j < nb; j++) {
-                    sc[j] *= scale;
+                    sc[j] *= ds;
                     bm = sc[j] > bm ? sc[j] : bm;
                 }
                 if (bm > mx[h]) { /* a new maximum: rescale what has been summed so far */
-                    f = expf(mx[h] - bm);
+                    f = exp(mx[h] - bm);
                     for (d = 0; d < hd; d++) o[h][d] *= f;
                     sum[h] *= f;
                     mx[h] = bm;
                 }
                 for (j = 0; j < nb; j++) {
-                    float p = expf(sc[j] - mx[h]);
+                    double p = exp(sc[j] - mx[h]);
                     sum[h] += p;
-                    for (d = 0; d < hd; d++) o[h][d] += p * vf[j * hd + d];
+                    for (d = 0; d < hd; d++) o[h][d] += p * (double)vf[j * hd + d];
                 }
             }
         }
         for (h = 0; h < nh; h++)
-            for (d = 0; d < hd; d++) out[(size_t)(h0 + h) * hd + d] = o[h][d] / sum[h];
+            for (d = 0; d < hd; d++) out[(size_t)(h0 + h) * hd + d] = (float)(o[h][d] / sum[h]);
     }
 }
 static void bitnet__attn_ref(const float *q, size_t stride, int nt, int g, const uint16_t *kc, const uint16_t *vc,
@@ -6596,85 +6635,99 @@ static void bitnet__attn_ref(const float *q, size_t stride, int nt, int g, const
 }
 
 #if defined(BITNET__X86_SIMD)
-/* The same for head_dim 128 (the 2B-4T shape), up to 64 heads a group: one zmm of scores per
-   16-key tile and head, the head's output row in 8 zmm while the tile's values stream through
-   (the vector exp is the softmax's, >>cpu-kernels). */
+/* exp of 8 doubles that are at most 0 (the softmax's), within about 1e-14 relative: 2^n times a
+   degree-11 Taylor polynomial of the remainder; below -708 (and -inf) it gives 0. */
+BITNET__AVX512_FN static __m512d bitnet__exp_pd_avx512(__m512d x) {
+    static const double c[12] = {1.0 / 39916800, 1.0 / 3628800, 1.0 / 362880, 1.0 / 40320, 1.0 / 5040, 1.0 / 720,
+                                 1.0 / 120, 1.0 / 24, 1.0 / 6, 0.5, 1.0, 1.0};
+    const __m512d lo = _mm512_set1_pd(-708.0);
+    __mmask8 zero = _mm512_cmp_pd_mask(x, lo, _CMP_LT_OQ);
+    __m512d n, r, p;
+    int i;
+    x = _mm512_max_pd(x, lo);
+    n = _mm512_roundscale_pd(_mm512_mul_pd(x, _mm512_set1_pd(1.4426950408889634)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    r = _mm512_fnmadd_pd(n, _mm512_set1_pd(6.93147180369123816490e-01), x); /* x - n ln2, ln2 in two parts */
+    r = _mm512_fnmadd_pd(n, _mm512_set1_pd(1.90821492927058770002e-10), r);
+    p = _mm512_set1_pd(c[0]);
+    for (i = 1; i < 12; i++) p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(c[i]));
+    return _mm512_maskz_mov_pd((__mmask8)~zero, _mm512_scalef_pd(p, n));
+}
+
+/* The same for head_dim 128 (the 2B-4T shape), up to 8 heads a group, in double like the reference:
+   16-key tiles converted once for all rows and heads, the scores of a tile for four heads at a time
+   (each key row loaded once), the head's output row in 16 zmm while the tile's values stream through. */
 BITNET__AVX512_FN static void bitnet__attn_avx512(const float *q, size_t stride, int nt, int g, const uint16_t *kc,
                                                   const uint16_t *vc, int len0, int hd, float scale, float *out) {
-    float kf[128 * 16], vf[16 * 128], p[16], sc4[64], mx[BITNET__ATTN_ROWS * 64], sum[BITNET__ATTN_ROWS * 64];
+    double kd[128 * 16], vd[16 * 128], od[BITNET__ATTN_ROWS * 8 * 128], p[16], sc4[64], mx[BITNET__ATTN_ROWS * 8];
+    double sum[BITNET__ATTN_ROWS * 8];
+    const double ds = 1.0 / sqrt(128.0);
     int h, r, s0, j, d, c, len = len0 + nt - 1;
     (void)hd;
-    for (r = 0; r < nt; r++)
-        for (h = 0; h < g; h++) { /* the output accumulates across tiles */
-            mx[r * g + h] = -INFINITY, sum[r * g + h] = 0;
-            for (c = 0; c < 8; c++) _mm512_storeu_ps(out + r * stride + (size_t)h * 128 + 16 * c, _mm512_setzero_ps());
-        }
+    (void)scale;
+    for (r = 0; r < nt * g; r++) mx[r] = -INFINITY, sum[r] = 0;
+    memset(od, 0, (size_t)nt * (size_t)g * 128 * sizeof od[0]);
     for (s0 = 0; s0 < len; s0 += 16) {
         int nbv = BITNET__MIN(16, len - s0);
-        for (d = 0; d < 128; d++)
-            _mm512_storeu_ps(kf + 16 * d, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(kc + (size_t)s0 * 128 + 16 * d))));
-        for (j = 0; j < nbv * 8; j++)
-            _mm512_storeu_ps(vf + 16 * j, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(vc + (size_t)s0 * 128 + 16 * j))));
+        for (d = 0; d < 128 * 16; d += 8)
+            _mm512_storeu_pd(kd + d, _mm512_cvtps_pd(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kc + (size_t)s0 * 128 + d)))));
+        for (d = 0; d < nbv * 128; d += 8)
+            _mm512_storeu_pd(vd + d, _mm512_cvtps_pd(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(vc + (size_t)s0 * 128 + d)))));
         for (r = 0; r < nt; r++) {
             int nb = BITNET__MIN(16, len0 + r - s0);
-            __mmask16 valid;
+            __mmask8 v0, v1;
             if (nb <= 0) continue; /* this tile is past the row's causal end */
-            valid = (__mmask16)(nb == 16 ? 0xffff : (1u << nb) - 1);
+            v0 = (__mmask8)(nb >= 8 ? 0xff : (1u << nb) - 1);
+            v1 = (__mmask8)(nb >= 16 ? 0xff : nb <= 8 ? 0 : (1u << (nb - 8)) - 1);
             for (h = 0; h < g; h++) {
-                float *oh = out + r * stride + (size_t)h * 128, bm, *mxh = &mx[r * g + h];
-                __m512 sv, e, o0, o1, o2, o3, o4, o5, o6, o7;
+                const float *qh = q + r * stride + (size_t)h * 128;
+                double *oh = od + ((size_t)r * g + h) * 128, bm, *mxh = &mx[r * g + h];
+                __m512d a0, a1, e0, e1, o[16];
                 if (h % 4 == 0) { /* scores of the 16 keys for heads h..h+3: each key row loaded once */
-                    const float *q0 = q + r * stride + (size_t)h * 128;
-                    const float *q1 = q + r * stride + (size_t)BITNET__MIN(h + 1, g - 1) * 128;
+                    const float *q0 = qh, *q1 = q + r * stride + (size_t)BITNET__MIN(h + 1, g - 1) * 128;
                     const float *q2 = q + r * stride + (size_t)BITNET__MIN(h + 2, g - 1) * 128;
                     const float *q3 = q + r * stride + (size_t)BITNET__MIN(h + 3, g - 1) * 128;
-                    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
-                    for (d = 0; d < 128; d += 2) { /* two chains per head hide the FMA latency */
-                        __m512 k0 = _mm512_loadu_ps(kf + 16 * d), k1 = _mm512_loadu_ps(kf + 16 * d + 16);
-                        a0 = _mm512_fmadd_ps(_mm512_set1_ps(q0[d]), k0, a0), b0 = _mm512_fmadd_ps(_mm512_set1_ps(q0[d + 1]), k1, b0);
-                        a1 = _mm512_fmadd_ps(_mm512_set1_ps(q1[d]), k0, a1), b1 = _mm512_fmadd_ps(_mm512_set1_ps(q1[d + 1]), k1, b1);
-                        a2 = _mm512_fmadd_ps(_mm512_set1_ps(q2[d]), k0, a2), b2 = _mm512_fmadd_ps(_mm512_set1_ps(q2[d + 1]), k1, b2);
-                        a3 = _mm512_fmadd_ps(_mm512_set1_ps(q3[d]), k0, a3), b3 = _mm512_fmadd_ps(_mm512_set1_ps(q3[d + 1]), k1, b3);
+                    __m512d s0l = _mm512_setzero_pd(), s0h = s0l, s1l = s0l, s1h = s0l, s2l = s0l, s2h = s0l, s3l = s0l, s3h = s0l;
+                    for (d = 0; d < 128; d++) {
+                        __m512d kl = _mm512_loadu_pd(kd + 16 * d), kh = _mm512_loadu_pd(kd + 16 * d + 8), x;
+                        x = _mm512_set1_pd((double)q0[d]), s0l = _mm512_fmadd_pd(x, kl, s0l), s0h = _mm512_fmadd_pd(x, kh, s0h);
+                        x = _mm512_set1_pd((double)q1[d]), s1l = _mm512_fmadd_pd(x, kl, s1l), s1h = _mm512_fmadd_pd(x, kh, s1h);
+                        x = _mm512_set1_pd((double)q2[d]), s2l = _mm512_fmadd_pd(x, kl, s2l), s2h = _mm512_fmadd_pd(x, kh, s2h);
+                        x = _mm512_set1_pd((double)q3[d]), s3l = _mm512_fmadd_pd(x, kl, s3l), s3h = _mm512_fmadd_pd(x, kh, s3h);
                     }
-                    _mm512_storeu_ps(sc4, _mm512_add_ps(a0, b0));
-                    _mm512_storeu_ps(sc4 + 16, _mm512_add_ps(a1, b1));
-                    _mm512_storeu_ps(sc4 + 32, _mm512_add_ps(a2, b2));
-                    _mm512_storeu_ps(sc4 + 48, _mm512_add_ps(a3, b3));
+                    _mm512_storeu_pd(sc4, s0l), _mm512_storeu_pd(sc4 + 8, s0h), _mm512_storeu_pd(sc4 + 16, s1l);
+                    _mm512_storeu_pd(sc4 + 24, s1h), _mm512_storeu_pd(sc4 + 32, s2l), _mm512_storeu_pd(sc4 + 40, s2h);
+                    _mm512_storeu_pd(sc4 + 48, s3l), _mm512_storeu_pd(sc4 + 56, s3h);
                 }
-                sv = _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), valid,
-                                        _mm512_mul_ps(_mm512_loadu_ps(sc4 + 16 * (h % 4)), _mm512_set1_ps(scale)));
-                bm = _mm512_reduce_max_ps(sv);
-                o0 = _mm512_loadu_ps(oh), o1 = _mm512_loadu_ps(oh + 16), o2 = _mm512_loadu_ps(oh + 32), o3 = _mm512_loadu_ps(oh + 48);
-                o4 = _mm512_loadu_ps(oh + 64), o5 = _mm512_loadu_ps(oh + 80), o6 = _mm512_loadu_ps(oh + 96), o7 = _mm512_loadu_ps(oh + 112);
+                a0 = _mm512_mask_mov_pd(_mm512_set1_pd(-INFINITY), v0, _mm512_mul_pd(_mm512_loadu_pd(sc4 + 16 * (h % 4)), _mm512_set1_pd(ds)));
+                a1 = _mm512_mask_mov_pd(_mm512_set1_pd(-INFINITY), v1, _mm512_mul_pd(_mm512_loadu_pd(sc4 + 16 * (h % 4) + 8), _mm512_set1_pd(ds)));
+                bm = _mm512_reduce_max_pd(_mm512_max_pd(a0, a1));
+                for (c = 0; c < 16; c++) o[c] = _mm512_loadu_pd(oh + 8 * c);
                 if (bm > *mxh) { /* a new maximum: rescale what has been summed so far */
-                    float f = expf(*mxh - bm);
-                    __m512 fv = _mm512_set1_ps(f);
-                    o0 = _mm512_mul_ps(o0, fv), o1 = _mm512_mul_ps(o1, fv), o2 = _mm512_mul_ps(o2, fv), o3 = _mm512_mul_ps(o3, fv);
-                    o4 = _mm512_mul_ps(o4, fv), o5 = _mm512_mul_ps(o5, fv), o6 = _mm512_mul_ps(o6, fv), o7 = _mm512_mul_ps(o7, fv);
+                    double f = exp(*mxh - bm);
+                    __m512d fv = _mm512_set1_pd(f);
+                    for (c = 0; c < 16; c++) o[c] = _mm512_mul_pd(o[c], fv);
                     sum[r * g + h] *= f;
                     *mxh = bm;
                 }
-                e = _mm512_maskz_mov_ps(valid, bitnet__exp_avx512(_mm512_sub_ps(sv, _mm512_set1_ps(*mxh))));
-                sum[r * g + h] += _mm512_reduce_add_ps(e);
-                _mm512_storeu_ps(p, e);
+                e0 = bitnet__exp_pd_avx512(_mm512_sub_pd(a0, _mm512_set1_pd(*mxh)));
+                e1 = bitnet__exp_pd_avx512(_mm512_sub_pd(a1, _mm512_set1_pd(*mxh)));
+                sum[r * g + h] += _mm512_reduce_add_pd(_mm512_add_pd(e0, e1));
+                _mm512_storeu_pd(p, e0);
+                _mm512_storeu_pd(p + 8, e1);
                 for (j = 0; j < nb; j++) { /* out += p V */
-                    __m512 pj = _mm512_set1_ps(p[j]);
-                    const float *v = vf + 128 * j;
-                    o0 = _mm512_fmadd_ps(pj, _mm512_loadu_ps(v), o0), o1 = _mm512_fmadd_ps(pj, _mm512_loadu_ps(v + 16), o1);
-                    o2 = _mm512_fmadd_ps(pj, _mm512_loadu_ps(v + 32), o2), o3 = _mm512_fmadd_ps(pj, _mm512_loadu_ps(v + 48), o3);
-                    o4 = _mm512_fmadd_ps(pj, _mm512_loadu_ps(v + 64), o4), o5 = _mm512_fmadd_ps(pj, _mm512_loadu_ps(v + 80), o5);
-                    o6 = _mm512_fmadd_ps(pj, _mm512_loadu_ps(v + 96), o6), o7 = _mm512_fmadd_ps(pj, _mm512_loadu_ps(v + 112), o7);
+                    __m512d pj = _mm512_set1_pd(p[j]);
+                    const double *v = vd + 128 * j;
+                    for (c = 0; c < 16; c++) o[c] = _mm512_fmadd_pd(pj, _mm512_loadu_pd(v + 8 * c), o[c]);
                 }
-                _mm512_storeu_ps(oh, o0), _mm512_storeu_ps(oh + 16, o1), _mm512_storeu_ps(oh + 32, o2), _mm512_storeu_ps(oh + 48, o3);
-                _mm512_storeu_ps(oh + 64, o4), _mm512_storeu_ps(oh + 80, o5), _mm512_storeu_ps(oh + 96, o6), _mm512_storeu_ps(oh + 112, o7);
+                for (c = 0; c < 16; c++) _mm512_storeu_pd(oh + 8 * c, o[c]);
             }
         }
     }
     for (r = 0; r < nt; r++)
         for (h = 0; h < g; h++) {
-            float *oh = out + r * stride + (size_t)h * 128;
-            __m512 inv = _mm512_set1_ps(1.0f / sum[r * g + h]);
-            for (c = 0; c < 8; c++) _mm512_storeu_ps(oh + 16 * c, _mm512_mul_ps(_mm512_loadu_ps(oh + 16 * c), inv));
+            const double *oh = od + ((size_t)r * g + h) * 128, inv = 1.0 / sum[r * g + h];
+            float *dst = out + r * stride + (size_t)h * 128;
+            for (c = 0; c < 16; c++) _mm256_storeu_ps(dst + 8 * c, _mm512_cvtpd_ps(_mm512_mul_pd(_mm512_loadu_pd(oh + 8 * c), _mm512_set1_pd(inv))));
         }
 }
 #endif
@@ -6713,7 +6766,7 @@ static void bitnet__cpu_attention(bitnet_session *s, int l, int t0, int m) {
     c.next = 0;
     c.fn = bitnet__attn_ref;
 #if defined(BITNET__X86_SIMD)
-    if (bitnet_cpu_isa() == BITNET_ISA_AVX512 && s->m->info.head_dim == 128 && s->m->info.n_heads / s->m->info.n_kv_heads <= 64)
+    if (bitnet_cpu_isa() == BITNET_ISA_AVX512 && s->m->info.head_dim == 128 && s->m->info.n_heads / s->m->info.n_kv_heads <= 8)
         c.fn = bitnet__attn_avx512;
 #endif
     bitnet__parallel(bitnet__attn_task, &c);
@@ -6879,6 +6932,7 @@ enum { /* cuda.h values */
     X(cuFuncSetAttribute, 9000, 0, "cuFuncSetAttribute", (bitnet__CUfunction f, int attr, int value)) \
     X(cuLaunchKernel, 4000, 1, "cuLaunchKernel", (bitnet__CUfunction f, unsigned gx, unsigned gy, unsigned gz, \
         unsigned bx, unsigned by, unsigned bz, unsigned smem, bitnet__CUstream s, void **args, void **extra)) \
+    X(cuLaunchKernelEx, 12000, 0, "cuLaunchKernelEx", (const void *config, bitnet__CUfunction f, void **args, void **extra)) \
     X(cuStreamBeginCapture, 10010, 0, "cuStreamBeginCapture_v2", (bitnet__CUstream s, int mode)) \
     X(cuStreamEndCapture, 10000, 0, "cuStreamEndCapture", (bitnet__CUstream s, bitnet__CUgraph *g)) \
     X(cuGraphInstantiateWithFlags, 11040, 0, "cuGraphInstantiateWithFlags", (bitnet__CUgraphExec *e, bitnet__CUgraph g, unsigned long long flags)) \
@@ -7657,6 +7711,7 @@ struct bitnet_gpu_kernel {
     bitnet__CUfunction fn;
     int kid;                            /* statistics slot */
     unsigned smem_set;                  /* dynamic shared memory opted in so far */
+    int pdl;                            /* sm_90: programmatic dependent launch (the kernel waits with griddepcontrol) */
     char name[64];
     bitnet_gpu_kernel *next;
 };
@@ -7982,6 +8037,17 @@ BITNET_API bitnet_result bitnet_gpu_memset(bitnet_gpu *gpu, bitnet_devptr dst, i
     return res;
 }
 
+/* CUlaunchAttribute (an id, then a 64-byte value union at offset 8) and CUlaunchConfig, for
+   cuLaunchKernelEx with programmatic stream serialization (attribute 6): the kernel may start
+   before the previous one in the stream ends, and waits for it with griddepcontrol.wait. */
+typedef struct bitnet__cu_launch_attr { int id, pad, value; char rest[60]; } bitnet__cu_launch_attr;
+typedef struct bitnet__cu_launch_config {
+    unsigned grid[3], block[3], smem;
+    bitnet__CUstream stream;
+    bitnet__cu_launch_attr *attrs;
+    unsigned n_attrs;
+} bitnet__cu_launch_config;
+
 /* The one launch path: the only call of cuLaunchKernel, which also counts and times. */
 BITNET_API bitnet_result bitnet_gpu_launch(bitnet_gpu *gpu, bitnet_gpu_kernel *k, const unsigned grid[3],
                                            const unsigned block[3], unsigned shared_bytes, void **args) {
@@ -8034,8 +8100,20 @@ BITNET_API bitnet_result bitnet_gpu_launch(bitnet_gpu *gpu, bitnet_gpu_kernel *k
             bitnet__cuda.cu.cuEventRecord(ev[0], gpu->stream);
         }
     }
-    r = bitnet__cuda.cu.cuLaunchKernel(k->fn, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared_bytes,
-                                       gpu->stream, args, NULL);
+    if (k->pdl && dv->cc >= 90 && bitnet__cuda.cu.cuLaunchKernelEx) {
+        bitnet__cu_launch_attr at;
+        bitnet__cu_launch_config cfg;
+        memset(&at, 0, sizeof at);
+        memset(&cfg, 0, sizeof cfg);
+        at.id = 6, at.value = 1;
+        memcpy(cfg.grid, grid, sizeof cfg.grid);
+        memcpy(cfg.block, block, sizeof cfg.block);
+        cfg.smem = shared_bytes, cfg.stream = gpu->stream, cfg.attrs = &at, cfg.n_attrs = 1;
+        r = bitnet__cuda.cu.cuLaunchKernelEx(&cfg, k->fn, args, NULL);
+    } else {
+        r = bitnet__cuda.cu.cuLaunchKernel(k->fn, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared_bytes,
+                                           gpu->stream, args, NULL);
+    }
     if (timed) {
         if (r == 0 && bitnet__cuda.cu.cuEventRecord(ev[1], gpu->stream) == 0) {
             gpu->pend[gpu->n_pend].kid = k->kid;
@@ -9434,6 +9512,57 @@ static bitnet_result bitnet__tmm_check(const char *fn, const bitnet_gpu_ternary 
     return BITNET_OK;
 }
 
+/* M = 1 on sm_90: the bulk-copy GEMV (bitnet_k_tgemv_b<P>), launched with programmatic dependent
+   launch, so it asks for its weights while the previous kernel in the stream still runs (mid sizes
+   take the older kernel; see below). P, the blocks (a cluster) that split K for one unit, is 1
+   unless a unit's slab exceeds BITNET__TGEMV_BULK_LINES lines (clusters measured slower on H100).
+   Environment, for tests and A/B runs: BITNET_TGEMV_SPLIT forces P (1, 2, 4, 8) or 0 for the older
+   kernel; BITNET_TGEMV_PDL 0/1 and BITNET_TGEMV_TRIG 0/1/2 (trigger at entry / after the block's
+   weights / after each warp's first piece) force the launch. BITNET_ERR_UNSUPPORTED (nothing launched) sends the call to the older kernel. */
+#define BITNET__TGEMV_BULK_LINES 192
+#define BITNET__TGEMV_PDL_SMALL 3e6 /* weight bytes: up to here PDL with the late trigger */
+#define BITNET__TGEMV_PDL_BIG 6e6   /* from here PDL with the trigger at entry */
+static bitnet_result bitnet__tgemv_bulk(bitnet_gpu *gpu, const bitnet_gpu_ternary *w, const bitnet_gpu_act *a,
+                                        const bitnet__k_segs *segs, bitnet_devptr out, int ot, bitnet_devptr residual) {
+    const char *env = bitnet__getenv("BITNET_TGEMV_SPLIT"), *pdl_env = bitnet__getenv("BITNET_TGEMV_PDL");
+    const char *trig_env = bitnet__getenv("BITNET_TGEMV_TRIG");
+    int rg = w->glu ? 2 : 1, n_out = (int)w->n, nc = (int)(w->k / 64), glu = w->glu, p = 1, force = env ? atoi(env) : -1;
+    int trig, pdl, small, big;
+    double bytes;
+    unsigned units = (unsigned)((w->n + 31) / 32), ncl, pieces, grid[3], block[3], smem;
+    bitnet_gpu_kernel *k;
+    char name[32];
+    void *args[12];
+    if (force == 0 || (a->q | w->data) % 16) return BITNET_ERR_UNSUPPORTED;
+    if (force == 1 || force == 2 || force == 4 || force == 8) p = force;
+    while (p < 8 && (unsigned)rg * (unsigned)((nc + p - 1) / p) > BITNET__TGEMV_BULK_LINES) p *= 2;
+    ncl = (unsigned)((nc + p - 1) / p);
+    if (rg * ncl > BITNET__TGEMV_BULK_LINES || units * (unsigned)p > 0x7fffffffu) return BITNET_ERR_UNSUPPORTED;
+    /* Measured on the H100 (bench-kernels, graph replay): with PDL and the trigger at entry the next
+       GEMV's weights stream in early (a win from 8.8 MB: 13824x2560 5.95 -> 5.40 us, 20480x3200 8.81
+       -> 8.07); small matrices want the trigger once the block's weights are in (2560x2560 3.37 ->
+       2.66 us, 3840x2560 3.69 -> 3.02; at entry they lose ~1 us); in between (2560x6912, 4.4 MB) and
+       without PDL the older kernel is as fast or faster. PDL is only a launch choice: the kernel
+       waits before it touches anything another kernel writes, either way. */
+    bytes = (double)units * rg * nc * 512;
+    small = bytes <= BITNET__TGEMV_PDL_SMALL, big = bytes >= BITNET__TGEMV_PDL_BIG;
+    pdl = pdl_env ? atoi(pdl_env) != 0 : small || big;
+    trig = trig_env ? atoi(trig_env) : small ? 1 : 2;
+    if (trig < 0 || trig > 2) trig = 0;
+    if (force < 0 && (!pdl || (!small && !big))) return BITNET_ERR_UNSUPPORTED;
+    pieces = (unsigned)rg * ((ncl + 7) / 8); /* BITNET_TGEMV_PIECE */
+    smem = (unsigned)rg * ncl * 512 + ncl * 64 + (pieces + 1) * 8;
+    snprintf(name, sizeof name, "bitnet_k_tgemv_b%d", p);
+    BITNET__TRY(bitnet_gpu_builtin_kernel(gpu, name, &k));
+    k->pdl = pdl; /* a launch choice only (see above); set per call */
+    args[0] = (void *)&w->data, args[1] = &n_out, args[2] = &nc, args[3] = (void *)segs, args[4] = &glu;
+    args[5] = (void *)&a->q, args[6] = (void *)&a->scale, args[7] = (void *)&a->sum, args[8] = &out, args[9] = &ot;
+    args[10] = &residual, args[11] = &trig;
+    grid[0] = units * (unsigned)p, grid[1] = grid[2] = 1;
+    block[0] = 256, block[1] = block[2] = 1; /* BN_TB_WARPS warps */
+    return bitnet_gpu_launch(gpu, k, grid, block, smem, args);
+}
+
 static bitnet_result bitnet__tmm_issue(bitnet_gpu *gpu, const bitnet_gpu_ternary *w, const bitnet_gpu_act *a,
                                        bitnet_devptr out, bitnet_precision out_type, bitnet_devptr residual) {
     bitnet__k_segs segs;
@@ -9451,6 +9580,10 @@ static bitnet_result bitnet__tmm_issue(bitnet_gpu *gpu, const bitnet_gpu_ternary
         args[5] = (void *)&a->q, args[6] = &lda, args[7] = (void *)&a->scale, args[8] = (void *)&a->sum, args[9] = &mm;
         args[10] = &out, args[11] = &ldo, args[12] = &ot, args[13] = &residual, args[14] = &ldo;
         return bitnet__gk_launch(gpu, "bitnet_k_tgemm", (unsigned)(w->n_pad / 128), (unsigned)((m + 127) / 128), 1, 128, 1, args);
+    }
+    if (m == 1 && gpu->dev->cc >= 90) {
+        bitnet_result r = bitnet__tgemv_bulk(gpu, w, a, &segs, out, ot, residual);
+        if (r != BITNET_ERR_UNSUPPORTED) return r;
     }
     /* GEMV, 8 tokens at a time (before sm_80 this covers every m) */
     for (m0 = 0; m0 < m; m0 += 8) {
@@ -9829,11 +9962,17 @@ BITNET_API bitnet_result bitnet_quantizer_summary(const bitnet_quantizer *qz, ch
    step a bitnet__gpu_<step> function. Weights (ternary in the T32 layout of the ternary module,
    the fp16 embedding and head), the fp16 KV cache and every activation stay on the device.
    - Decode (one token): one CUDA graph per session, captured at its first single-token step and
-     replayed after (H100, 2B-4T shapes: 1.39 ms a step, see BENCHMARKS.md); the token and its position are read from device memory, so the host does
-     one 8-byte upload, one graph launch and no synchronisation inside the token. Five kernels a
-     layer (the forward module in bitnet_cuda_kernels.h): RMSNorm + int8 quantization run in the
-     prologue of each ternary GEMV, RoPE and the KV append in the attention kernel, residual adds
-     and relu(gate)^2 * up in GEMV epilogues; the head kernel also leaves the argmax on the device.
+     replayed after (H100, 2B-4T shapes: see BENCHMARKS.md); the position and the token's fp16
+     embedding row are read from device memory, so the host does one upload (256 + dim*2 bytes),
+     one graph launch and no synchronisation inside the token. Five kernels a layer (the forward
+     module in bitnet_cuda_kernels.h): RMSNorm + int8 quantization run in the prologue of each
+     ternary GEMV, RoPE and the KV append in the attention kernel, residual adds and
+     relu(gate)^2 * up in GEMV epilogues; the head kernel also leaves the argmax on the device. On
+     sm_90 the kernels go out with programmatic dependent launch (the launch path's per-kernel
+     flag), so each one's launch and weight loads overlap the kernel before it.
+   - The head: int8 rows with a scale each by default (the CPU's head, quantized on the host at
+     load, half the bytes of fp16); fp16 with bitnet_model_desc.head_f16 or BITNET_HEAD=f16. The
+     device keeps no fp16 embedding table: rows come from the host with each step's upload.
    - Prefill (m >= 2 tokens, sm_80+): batches of up to n_batch tokens through
      bitnet_gpu_quantize_act and bitnet_gpu_ternary_matmul (int8 tensor cores), and this module's
      rope_kv and causal attention. Below sm_80 prompts run through the decode graph token by token.
@@ -9849,8 +9988,8 @@ BITNET_API bitnet_result bitnet_quantizer_summary(const bitnet_quantizer *qz, ch
 #if !defined(BITNET_NO_CUDA) && defined(BITNET__MAX_BATCH) && defined(BITNET_GPU_MAX_PARTS)
 #define BITNET__GPU_FORWARD 1
 
-#define BITNET__GPU_ATT_CMIN 64       /* decode attention: positions per split, at least */
-#define BITNET__GPU_ATT_SMAX 32       /* decode attention: splits per kv head, at most */
+#define BITNET__GPU_ATT_CMIN 16       /* decode attention: positions per split, at least */
+#define BITNET__GPU_ATT_SMAX 32       /* decode attention: splits per head, at most (the kernel's s_w) */
 #define BITNET__GPU_PREFILL_MIN 2     /* tokens per call from which prefill takes the GEMM path */
 
 typedef struct bitnet__gseg { int n; int end[8]; float scale[8]; } bitnet__gseg; /* the kernels' segments */
@@ -9862,9 +10001,10 @@ typedef struct bitnet__glayer {
 
 typedef struct bitnet__gmodel {
     bitnet_gpu *gpu;                  /* owns the weights */
-    bitnet_devptr mem;                /* embedding, head, norms */
+    bitnet_devptr mem;                /* head, norms (embedding rows come from the host, a token at a time) */
     size_t bytes, ternary_bytes;
-    bitnet_devptr emb, head, out_norm;
+    bitnet_devptr head, head_scale, out_norm; /* head: fp16 rows, or int8 rows with head_scale (head_q8) */
+    int head_q8;
     bitnet__glayer *layers;
     int device, sm_count, cc;
     bitnet_gpu_kernel *embed, *gemv_store, *gemv_res, *gemv_glu, *attn, *head_k, *rope_kv, *attn_prefill;
@@ -9879,13 +10019,16 @@ typedef struct bitnet__gsession {
     bitnet_devptr x, qkv, att, h;     /* fp32 [B][dim], [B][q+2kv], [B][q_dim], [B][ffn_dim] */
     bitnet_gpu_act a_dim, a_q, a_ff;  /* prefill: int8 activations of k = dim, q_dim, ffn_dim (one buffer) */
     bitnet_devptr logits;             /* fp32 [n_vocab] */
-    bitnet_devptr part_o, part_ml;    /* decode attention splits: [n_heads][smax][hd], [n_heads][smax][2] */
+    bitnet_devptr part_o, part_ml;    /* decode attention splits, double: [n_heads][smax][hd], [n_heads][smax][2] */
     bitnet_devptr hv, hi;             /* head: each block's best value and index */
-    bitnet_devptr ctr;                /* int [n_kv + 1]: attention (per kv head) and head counters (their last blocks reset them) */
-    bitnet_devptr io;                 /* int [2]: the decode token and the position of a step */
-    bitnet_devptr tok;                /* int [B]: prefill tokens */
+    bitnet_devptr ctr;                /* int [n_heads + 1]: attention (per block of heads) and head counters (their last blocks reset them) */
+    bitnet_devptr io;                 /* int [2]: the decode token and the position of a step, then: */
+    bitnet_devptr erow;               /* fp16 [B][dim] at io + 256: the tokens' embedding rows (one upload with io) */
+    bitnet_devptr iota;               /* int [B]: 0 .. B-1, the embed kernel's row indices */
+    unsigned char *stage;             /* host: io and the rows, 256 + B * dim * 2 bytes */
     bitnet_devptr next;               /* int: the head's argmax */
-    int B, smax, cmin, head_blocks, have_next;
+    int B, smax, cmin, att_gb, head_blocks, have_next; /* att_gb: query heads per attention block */
+    int gemv_items;                   /* decode GEMV: K chunks a warp takes, at least (sets the warps a block) */
     bitnet_gpu_graph *graph;          /* the decode step */
 } bitnet__gsession;
 
@@ -9943,8 +10086,8 @@ static void bitnet__gpu_model_free(bitnet_model *m) {
 static void bitnet__gmodel_layout(bitnet__gmodel *g, const bitnet_model *m, bitnet__gcarve *c) {
     const bitnet_model_info *in = &m->info;
     int l;
-    g->emb = bitnet__gtake(c, (size_t)in->n_vocab * (size_t)in->dim, 2);
-    g->head = m->head_f16 == m->tok_embd ? g->emb : bitnet__gtake(c, (size_t)in->n_vocab * (size_t)in->dim, 2);
+    g->head = bitnet__gtake(c, (size_t)in->n_vocab * (size_t)in->dim, g->head_q8 ? 1 : 2);
+    g->head_scale = g->head_q8 ? bitnet__gtake(c, (size_t)in->n_vocab, 4) : 0;
     g->out_norm = bitnet__gtake(c, (size_t)in->dim, 4);
     for (l = 0; l < in->n_layers; l++) {
         bitnet__glayer *L = &g->layers[l];
@@ -9994,9 +10137,16 @@ static bitnet_result bitnet__gpu_model_init(bitnet_model *m, int device) {
     BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_fwd_gemv_res", &g->gemv_res));
     BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_fwd_gemv_glu", &g->gemv_glu));
     BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_fwd_attn_decode", &g->attn));
-    BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_fwd_head", &g->head_k));
+    g->head_q8 = m->head_q8 != NULL; /* quantized on the host by >>model, as for the CPU */
+    BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, g->head_q8 ? "bitnet_k_fwd_head_q8" : "bitnet_k_fwd_head", &g->head_k));
     BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_fwd_rope_kv", &g->rope_kv));
     BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_fwd_attn_prefill", &g->attn_prefill));
+    { /* sm_90: programmatic dependent launch for the kernels that wait with griddepcontrol (decode:
+         each one's launch and weight loads overlap the kernel before it); BITNET_GPU_PDL=0: off */
+        const char *e = bitnet__getenv("BITNET_GPU_PDL");
+        int pdl = !(e && strcmp(e, "0") == 0);
+        g->gemv_store->pdl = g->gemv_res->pdl = g->gemv_glu->pdl = g->attn->pdl = g->head_k->pdl = pdl;
+    }
     memset(&c, 0, sizeof c);
     bitnet__gmodel_layout(g, m, &c);
     if (c.overflow) return bitnet__err(BITNET_ERR_OVERFLOW, "CUDA forward: the model's device layout overflows");
@@ -10004,8 +10154,12 @@ static bitnet_result bitnet__gpu_model_init(bitnet_model *m, int device) {
     BITNET__TRY(bitnet_gpu_alloc(g->gpu, g->bytes, &g->mem));
     c.base = g->mem, c.off = 0;
     bitnet__gmodel_layout(g, m, &c);
-    BITNET__TRY(bitnet_gpu_upload(g->gpu, g->emb, m->tok_embd, (size_t)in->n_vocab * (size_t)in->dim * 2));
-    if (g->head != g->emb) BITNET__TRY(bitnet_gpu_upload(g->gpu, g->head, m->head_f16, (size_t)in->n_vocab * (size_t)in->dim * 2));
+    if (g->head_q8) {
+        BITNET__TRY(bitnet_gpu_upload(g->gpu, g->head, m->head_q8, (size_t)in->n_vocab * (size_t)in->dim));
+        BITNET__TRY(bitnet_gpu_upload(g->gpu, g->head_scale, m->head_scale, (size_t)in->n_vocab * 4));
+    } else {
+        BITNET__TRY(bitnet_gpu_upload(g->gpu, g->head, m->head_f16, (size_t)in->n_vocab * (size_t)in->dim * 2));
+    }
     BITNET__TRY(bitnet_gpu_upload(g->gpu, g->out_norm, m->output_norm, (size_t)in->dim * 4));
     for (l = 0; l < in->n_layers; l++) {
         const bitnet__layer *W = &m->layers[l];
@@ -10034,6 +10188,7 @@ static bitnet_result bitnet__gpu_model_init(bitnet_model *m, int device) {
 static void bitnet__gpu_session_free(bitnet_session *s) {
     bitnet__gsession *q = (bitnet__gsession *)s->gpu;
     if (!q) return;
+    bitnet__free(q->stage);
     bitnet_gpu_graph_free(q->graph);
     if (q->gpu) {
         if (q->mem) bitnet_gpu_free(q->gpu, q->mem);
@@ -10062,13 +10217,14 @@ static void bitnet__gsession_layout(bitnet__gsession *q, const bitnet_session *s
     q->a_q = q->a_dim, q->a_q.k = (size_t)m->q_dim;
     q->a_ff = q->a_dim, q->a_ff.k = (size_t)in->ffn_dim;
     q->logits = bitnet__gtake(c, (size_t)in->n_vocab, 4);
-    q->part_o = bitnet__gtake(c, (size_t)in->n_heads * (size_t)q->smax * (size_t)in->head_dim, 4);
-    q->part_ml = bitnet__gtake(c, (size_t)in->n_heads * (size_t)q->smax * 2, 4);
+    q->part_o = bitnet__gtake(c, (size_t)in->n_heads * (size_t)q->smax * (size_t)in->head_dim, 8); /* double */
+    q->part_ml = bitnet__gtake(c, (size_t)in->n_heads * (size_t)q->smax * 2, 8);
     q->hv = bitnet__gtake(c, (size_t)q->head_blocks * 2, 4); /* room for twice the blocks (tuning) */
     q->hi = bitnet__gtake(c, (size_t)q->head_blocks * 2, 4);
-    q->tok = bitnet__gtake(c, B, 4);
-    q->ctr = bitnet__gtake(c, (size_t)in->n_kv_heads + 1, 4);
-    q->io = bitnet__gtake(c, 2, 4);
+    q->iota = bitnet__gtake(c, B, 4);
+    q->ctr = bitnet__gtake(c, (size_t)in->n_heads + 1, 4);
+    q->io = bitnet__gtake(c, 2, 4);   /* 256 bytes: */
+    q->erow = bitnet__gtake(c, B * (size_t)in->dim, 2); /* right after io */
     q->next = bitnet__gtake(c, 1, 4);
 }
 
@@ -10076,7 +10232,7 @@ static bitnet_result bitnet__gpu_session_init(bitnet_session *s) {
     const bitnet__gmodel *g = (const bitnet__gmodel *)s->m->gpu;
     bitnet__gsession *q;
     bitnet__gcarve c;
-    int split;
+    int split, i;
     if (!g) return bitnet__err(BITNET_ERR_INVALID_STATE, "CUDA session: the model has no GPU weights");
     q = (bitnet__gsession *)bitnet__calloc(1, sizeof *q);
     if (!q) return BITNET_ERR_OUT_OF_MEMORY;
@@ -10085,6 +10241,11 @@ static bitnet_result bitnet__gpu_session_init(bitnet_session *s) {
     split = (s->n_ctx + BITNET__GPU_ATT_CMIN - 1) / BITNET__GPU_ATT_CMIN;
     q->smax = BITNET__MIN(split, BITNET__GPU_ATT_SMAX);
     q->cmin = BITNET__GPU_ATT_CMIN;
+    q->att_gb = 1; /* one query head a block: the most blocks, the shortest chain in each */
+    { /* BITNET_GPU_GEMV_ITEMS: tuning and tests only */
+        const char *e = bitnet__getenv("BITNET_GPU_GEMV_ITEMS");
+        q->gemv_items = e && atoi(e) >= 1 && atoi(e) <= 64 ? atoi(e) : 4; /* H100: 4 beat 8 by 2% and 16 by 40% */
+    }
     q->head_blocks = 2 * g->sm_count; /* persistent: two 256-thread blocks per SM, one wave */
     BITNET__TRY(bitnet_gpu_open(g->device, &q->gpu));
     memset(&c, 0, sizeof c);
@@ -10094,10 +10255,27 @@ static bitnet_result bitnet__gpu_session_init(bitnet_session *s) {
     BITNET__TRY(bitnet_gpu_alloc(q->gpu, q->bytes, &q->mem));
     c.base = q->mem, c.off = 0;
     bitnet__gsession_layout(q, s, &c);
+    if (q->erow != q->io + 256) return bitnet__err(BITNET_ERR_INVALID_STATE, "CUDA session: the embedding rows do not follow io");
     /* poison: a read of anything no kernel wrote shows up as NaN (0xffff is an fp16 NaN too) */
     BITNET__TRY(bitnet_gpu_memset(q->gpu, q->mem, 0xff, q->bytes));
-    BITNET__TRY(bitnet_gpu_memset(q->gpu, q->ctr, 0, ((size_t)s->m->info.n_kv_heads + 1) * 4));
+    BITNET__TRY(bitnet_gpu_memset(q->gpu, q->ctr, 0, ((size_t)s->m->info.n_heads + 1) * 4));
+    q->stage = (unsigned char *)bitnet__malloc(256 + (size_t)q->B * (size_t)s->m->info.dim * 2);
+    if (!q->stage) return BITNET_ERR_OUT_OF_MEMORY;
+    for (i = 0; i < q->B; i++) ((int32_t *)q->stage)[i] = i; /* B * 4 bytes fit in the stage */
+    BITNET__TRY(bitnet_gpu_upload(q->gpu, q->iota, q->stage, (size_t)q->B * 4));
+    BITNET__TRY(bitnet_gpu_sync(q->gpu)); /* the stage is reused right away */
     return bitnet_gpu_upload(q->gpu, q->rope, s->rope, (size_t)s->n_ctx * (size_t)s->m->info.head_dim * 4);
+}
+
+/* io = {first token, position} and the m tokens' fp16 embedding rows from the host table, in one
+   upload (the device keeps no fp16 embedding: with the int8 head that saves n_vocab * dim * 2 bytes). */
+static bitnet_result bitnet__gpu_put_tokens(bitnet_session *s, const int32_t *tokens, int m, int32_t pos) {
+    bitnet__gsession *q = (bitnet__gsession *)s->gpu;
+    size_t row = (size_t)s->m->info.dim * 2;
+    int t;
+    ((int32_t *)q->stage)[0] = tokens[0], ((int32_t *)q->stage)[1] = pos;
+    for (t = 0; t < m; t++) memcpy(q->stage + 256 + (size_t)t * row, s->m->tok_embd + (size_t)tokens[t] * (row / 2), row);
+    return bitnet_gpu_upload(q->gpu, q->io, q->stage, 256 + (size_t)m * row);
 }
 
 /* ---- the steps ------------------------------------------------------------------------------------ */
@@ -10111,13 +10289,13 @@ static bitnet__gpre bitnet__gpre_of(const bitnet_gpu_ternary *w) {
     return r;
 }
 
-/* 1. embed: x[t] = tok_embd[tokens[t]] as fp32, for the m tokens at tok */
+/* 1. embed: x[t] = the uploaded embedding row erow[idx[t]] as fp32, for m tokens (idx: q->iota) */
 static bitnet_result bitnet__gpu_embed(bitnet_session *s, bitnet_devptr tok, int m, bitnet__gpre pre) {
     const bitnet__gmodel *g = (const bitnet__gmodel *)s->m->gpu;
     bitnet__gsession *q = (bitnet__gsession *)s->gpu;
     int dim = s->m->info.dim;
     void *args[6];
-    args[0] = (void *)&g->emb, args[1] = &dim, args[2] = &tok, args[3] = &q->x, args[4] = &pre.p, args[5] = &pre.bytes;
+    args[0] = &q->erow, args[1] = &dim, args[2] = &tok, args[3] = &q->x, args[4] = &pre.p, args[5] = &pre.bytes;
     return bitnet__gpu_launch(q->gpu, g->embed, (unsigned)m, 1, 256, 1, 0, args);
 }
 
@@ -10133,7 +10311,7 @@ static bitnet_result bitnet__gpu_linear(bitnet_session *s, bitnet_gpu_kernel *k,
     unsigned groups = (unsigned)((n_out + 31) / 32);
     /* warps share a block's K chunks, 8 loads in flight per lane; over one wave of blocks
        (about 100 registers a thread) a block gets at most 8 warps */
-    int warps = BITNET__MIN((int)groups > g->sm_count ? 8 : 16, BITNET__MAX(1, (items + 7) / 8));
+    int warps = BITNET__MIN((int)groups > g->sm_count ? 8 : 16, BITNET__MAX(1, (items + q->gemv_items - 1) / q->gemv_items));
     unsigned smem = (unsigned)w->k + (unsigned)(warps * (w->glu ? 2 : 1) * 32 * 4);
     void *args[10];
     args[0] = (void *)&w->data, args[1] = &n_out, args[2] = &nc, args[3] = &segs, args[4] = &in, args[5] = &norm_w,
@@ -10150,12 +10328,13 @@ static bitnet_result bitnet__gpu_attention(bitnet_session *s, int l, bitnet__gpr
     int hd = m->info.head_dim, nh = m->info.n_heads, nkv = m->info.n_kv_heads, G = nh / nkv;
     size_t layer = (size_t)l * (size_t)m->kv_dim * (size_t)s->n_ctx * 2;
     bitnet_devptr kc = q->kc + layer, vc = q->vc + layer, pos = q->io + 4;
-    unsigned smem = (unsigned)(G * hd + G * BITNET__MAX(64, 128)) * 4 + 2 * 64 * (unsigned)hd * 2; /* BF_ATT_T = 64 */
-    void *args[17];
+    int gb = G % q->att_gb ? 1 : q->att_gb;
+    unsigned smem = (unsigned)(gb * hd) * 4 + (unsigned)(gb * BITNET__MAX(64, 128)) * 8 + (2 * 64 + 2) * (unsigned)hd * 2; /* BF_ATT_T = 64 */
+    void *args[18];
     args[0] = &q->qkv, args[1] = &q->rope, args[2] = &pos, args[3] = &kc, args[4] = &vc, args[5] = &s->n_ctx, args[6] = &nh,
-    args[7] = &nkv, args[8] = &hd, args[9] = &q->smax, args[10] = &q->cmin, args[11] = &q->part_o, args[12] = &q->part_ml,
-    args[13] = &q->ctr, args[14] = &q->att, args[15] = &pre.p, args[16] = &pre.bytes;
-    return bitnet__gpu_launch(q->gpu, g->attn, (unsigned)nkv, (unsigned)q->smax, 128, 1, smem, args);
+    args[7] = &nkv, args[8] = &hd, args[9] = &q->smax, args[10] = &q->cmin, args[11] = &gb, args[12] = &q->part_o,
+    args[13] = &q->part_ml, args[14] = &q->ctr, args[15] = &q->att, args[16] = &pre.p, args[17] = &pre.bytes;
+    return bitnet__gpu_launch(q->gpu, g->attn, (unsigned)(nh / gb), (unsigned)q->smax, 128, 1, smem, args);
 }
 
 /* 9. head: logits = head . rmsnorm(x_row) * output_norm, and its argmax into next */
@@ -10165,11 +10344,13 @@ static bitnet_result bitnet__gpu_head(bitnet_session *s, bitnet_devptr x_row) {
     bitnet__gsession *q = (bitnet__gsession *)s->gpu;
     int nv = m->info.n_vocab, dim = m->info.dim;
     float eps = m->info.norm_eps;
-    bitnet_devptr ctr = q->ctr + 4 * (bitnet_devptr)m->info.n_kv_heads;
-    void *args[11];
-    args[0] = (void *)&g->head, args[1] = &nv, args[2] = &dim, args[3] = &x_row, args[4] = (void *)&g->out_norm, args[5] = &eps,
-    args[6] = &q->logits, args[7] = &q->hv, args[8] = &q->hi, args[9] = &ctr, args[10] = &q->next;
-    return bitnet__gpu_launch(q->gpu, g->head_k, (unsigned)q->head_blocks, 1, 256, 1, (unsigned)dim * 4, args);
+    bitnet_devptr ctr = q->ctr + 4 * (bitnet_devptr)m->info.n_heads;
+    void *args[12], **a = args;
+    if (g->head_q8) *a++ = (void *)&g->head, *a++ = (void *)&g->head_scale;
+    else *a++ = (void *)&g->head;
+    a[0] = &nv, a[1] = &dim, a[2] = &x_row, a[3] = (void *)&g->out_norm, a[4] = &eps,
+    a[5] = &q->logits, a[6] = &q->hv, a[7] = &q->hi, a[8] = &ctr, a[9] = &q->next;
+    return bitnet__gpu_launch(q->gpu, g->head_k, (unsigned)q->head_blocks, 1, 256, 1, (unsigned)dim * (g->head_q8 ? 1 : 4), args);
 }
 
 /* One token's forward, as launched into the decode graph (token and position in io). Each kernel
@@ -10184,7 +10365,7 @@ static bitnet_result bitnet__gpu_step(bitnet_session *s) {
     bitnet__gpre head;
     head.p = g->head;
     head.bytes = BITNET__MIN((unsigned long long)16 << 20, (unsigned long long)m->info.n_vocab * (unsigned long long)m->info.dim * 2) & ~15ull;
-    BITNET__TRY(bitnet__gpu_embed(s, q->io, 1, bitnet__gpre_of(&g->layers[0].qkv)));                    /* x [dim] */
+    BITNET__TRY(bitnet__gpu_embed(s, q->iota, 1, bitnet__gpre_of(&g->layers[0].qkv)));                    /* x [dim] */
     for (l = 0; l < nl; l++) {
         const bitnet__glayer *L = &g->layers[l], *N = l + 1 < nl ? &g->layers[l + 1] : NULL;
         /* attention block */
@@ -10201,9 +10382,7 @@ static bitnet_result bitnet__gpu_step(bitnet_session *s) {
 /* One decode step of token at pos: the graph, captured on first use. */
 static bitnet_result bitnet__gpu_decode(bitnet_session *s, int32_t token, int32_t pos) {
     bitnet__gsession *q = (bitnet__gsession *)s->gpu;
-    int32_t io[2];
-    io[0] = token, io[1] = pos;
-    BITNET__TRY(bitnet_gpu_upload(q->gpu, q->io, io, sizeof io));
+    BITNET__TRY(bitnet__gpu_put_tokens(s, &token, 1, pos));
     if (!q->graph) {
         bitnet_result r, r2;
         BITNET__TRY(bitnet_gpu_graph_begin(q->gpu));
@@ -10255,7 +10434,7 @@ static bitnet_result bitnet__gpu_attention_m(bitnet_session *s, int l, int m) {
     long long ldq = md->q_dim + 2 * md->kv_dim, ldo = md->q_dim;
     size_t layer = (size_t)l * (size_t)md->kv_dim * (size_t)s->n_ctx * 2;
     bitnet_devptr kc = q->kc + layer, vc = q->vc + layer, pos = q->io + 4;
-    unsigned smem = (unsigned)((32 * hd + 32 * 65) * 4 + 64 * (hd + 2) * 2);
+    unsigned smem = (unsigned)((32 * hd + 32 * 65) * 8 + 64 * (hd + 2) * 2); /* BF_PQ, BF_PK */
     void *args[12];
     args[0] = &q->qkv, args[1] = &ldq, args[2] = &kc, args[3] = &vc, args[4] = &pos, args[5] = &m, args[6] = &s->n_ctx,
     args[7] = &nh, args[8] = &nkv, args[9] = &hd, args[10] = &q->att, args[11] = &ldo;
@@ -10269,11 +10448,8 @@ static bitnet_result bitnet__gpu_prefill(bitnet_session *s, const int32_t *token
     bitnet__gsession *q = (bitnet__gsession *)s->gpu;
     int l, t, dim = md->info.dim;
     size_t nv = (size_t)md->info.n_vocab;
-    int32_t io[2];
-    io[0] = tokens[0], io[1] = s->pos;
-    BITNET__TRY(bitnet_gpu_upload(q->gpu, q->io, io, sizeof io));
-    BITNET__TRY(bitnet_gpu_upload(q->gpu, q->tok, tokens, (size_t)m * sizeof *tokens));
-    BITNET__TRY(bitnet__gpu_embed(s, q->tok, m, bitnet__gpre_of(NULL)));                   /* x [m][dim] */
+    BITNET__TRY(bitnet__gpu_put_tokens(s, tokens, m, s->pos));
+    BITNET__TRY(bitnet__gpu_embed(s, q->iota, m, bitnet__gpre_of(NULL)));                   /* x [m][dim] */
     for (l = 0; l < md->info.n_layers; l++) {
         const bitnet__glayer *L = &g->layers[l];
         bitnet__nvtx_push("bitnet layer"); /* closed below, or by bitnet__eval after an error */
@@ -10538,10 +10714,28 @@ static bitnet_result bitnet__model_build(bitnet_model *m, const bitnet_model_wei
         return bitnet__err(BITNET_ERR_INVALID_ARG, "BITNET_HEAD=%s is not f16 or q8", env);
     in->head_bits = 16;
 #if defined(BITNET__GPU_FORWARD)
-    if (in->backend == BITNET_BACKEND_CUDA) {
-        BITNET__TRY(bitnet__gpu_model_init(m, d ? d->device : 0));
-        bitnet__progress(d, 1.0f);
-        return BITNET_OK;
+    if (in->backend == BITNET_BACKEND_CUDA) { /* the same int8 head by default: quantized here, uploaded, freed */
+        bitnet_result r;
+        if (!(d && d->head_f16) && !(env && strcmp(env, "f16") == 0)) {
+            BITNET__TRY(bitnet__head_quantize(m, d));
+            in->head_bits = 8;
+        }
+        r = bitnet__gpu_model_init(m, d ? d->device : 0);
+        bitnet__free(m->head_q8);
+        bitnet__free(m->head_scale);
+        m->head_q8 = NULL, m->head_scale = NULL;
+        if (r == BITNET_OK) {
+            bitnet__progress(d, 1.0f);
+            return BITNET_OK;
+        }
+        bitnet__gpu_model_free(m);
+        in->head_bits = 16;
+        if (d && d->backend == BITNET_BACKEND_CUDA) return r;
+        /* AUTO: a GPU that fails here (device memory, NVRTC, a module load) leaves the CPU, and says so */
+        in->backend = BITNET_BACKEND_CPU;
+        snprintf(in->backend_reason, sizeof in->backend_reason, "CUDA failed (%s: %.180s); using the CPU",
+                 bitnet_result_string(r), bitnet_last_error());
+        bitnet__log(BITNET_LOG_WARN, "model: %s", in->backend_reason);
     }
 #endif
     if (m->gguf && d && d->path && !d->no_mmap) BITNET__TRY(bitnet__weights_to_hugepages(m, d));

@@ -169,6 +169,12 @@ static int cmd_run(int argc, char **argv) {
         fprintf(stderr, "bitnet run: prompt %zu tokens, %.2f tokens/s; generation %zu tokens, %.2f tokens/s\n", st.n_prompt,
                 st.prompt_seconds > 0 ? (double)st.n_prompt / st.prompt_seconds : 0.0, st.n_generated,
                 st.gen_seconds > 0 ? (double)st.n_generated / st.gen_seconds : 0.0);
+    if (r == BITNET_OK) { /* generation that filled the context stopped there: say so */
+        bitnet_model_info in;
+        int ctx = mo.n_ctx;
+        if (!ctx && bitnet_model_get_info(m, &in) == BITNET_OK) ctx = in.n_ctx_train;
+        if (bitnet_session_pos(s) >= ctx) fprintf(stderr, "bitnet run: stopped at the end of the context (%d positions; -c sets it)\n", ctx);
+    }
     free(text);
     free(ids);
     bitnet_session_free(s);
@@ -328,7 +334,7 @@ static int cmd_bench(int argc, char **argv) {
     int32_t *tokens[2] = {NULL, NULL};
     const char *names[2] = {"cuda", "cpu"};
     size_t n_tokens, b;
-    int i, rc = 0, gpu_missing = 0, several;
+    int i, rc = 0, gpu_missing = 0, several, head_bits[2] = {0, 0};
     static char json[1 << 18];
     memset(&o, 0, sizeof o);
     o.cpu = o.cuda = 1;
@@ -418,6 +424,11 @@ static int cmd_bench(int argc, char **argv) {
             rc = 1;
             break;
         }
+        {
+            bitnet_model_info info;
+            memset(&info, 0, sizeof info);
+            if (bitnet_model_get_info(m, &info) == BITNET_OK) head_bits[b] = info.head_bits;
+        }
         o.params.requested = md.backend;
         o.params.tokens_out = tokens[b];
         o.params.tokens_cap = n_tokens;
@@ -473,6 +484,9 @@ static int cmd_bench(int argc, char **argv) {
                 bad = 1;
             }
         }
+        if (rec[0] && rec[1] && head_bits[0] != head_bits[1]) /* then the logits differ by the head's rounding (~1e-2) */
+            fprintf(stderr, "bench: determinism: note: the cuda head is %s and the cpu head %s; BITNET_HEAD=%s compares like for like\n",
+                    head_bits[0] == 8 ? "int8" : "fp16", head_bits[1] == 8 ? "int8" : "fp16", head_bits[0] == 8 ? "q8" : "f16");
         if (rec[0] && rec[1]) {
             size_t k, t;
             for (k = 0; k < rec[0]->n_results; k++) {
@@ -1870,7 +1884,7 @@ static int bench_kernels_cuda(int argc, char **argv) {
     bk_bitnetcpp_fn bnc = NULL;
     bk_ctx c;
     bk_row rows[64];
-    int nrows = 0, device = 0, i, s, mi;
+    int nrows = 0, device = 0, i, s, mi, quick = 0;
     uint64_t rng = 0x9E3779B97F4A7C15ull;
     double copy_memcpy, copy_kernel, copy_bw, nop_us;
     bitnet_devptr big = 0;
@@ -1880,8 +1894,9 @@ static int bench_kernels_cuda(int argc, char **argv) {
         else if (strcmp(argv[i], "--json") == 0 && i + 1 < argc) json = argv[++i];
         else if (strcmp(argv[i], "--bitnetcpp") == 0 && i + 1 < argc) bnc_path = argv[++i];
         else if (strcmp(argv[i], "--device") == 0 && i + 1 < argc) device = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--quick") == 0) quick = 1; /* ours at M = 1 only (tuning A/B runs) */
         else {
-            fprintf(stderr, "usage: bitnet bench-kernels --backend cuda [--json FILE] [--bitnetcpp LIB] [--device N]\n");
+            fprintf(stderr, "usage: bitnet bench-kernels --backend cuda [--json FILE] [--bitnetcpp LIB] [--device N] [--quick]\n");
             return 2;
         }
     }
@@ -1989,13 +2004,13 @@ static int bench_kernels_cuda(int argc, char **argv) {
         for (i = 0; i < (int)nrep; i++) bitnet_gpu_copy(gpu, c.base + (bitnet_devptr)i * c.stride, c.w.data, c.stride);
         c.a = &a;
         c.kind = 0;
-        for (mi = 0; mi < 2; mi++) {
+        for (mi = 0; mi < 2 - quick; mi++) {
             a.m = mi ? 512 : 1;
             BK_ROW(shape, (int)a.m, "bitnet.h W2A8", bk_time(&c, (int)BITNET__MIN(nrep, mi ? (size_t)64 : nrep)), wb);
         }
         bitnet_gpu_free(gpu, c.base);
         /* bitnet.cpp, M = 1: int8 activations, its own packed layout (random bytes), bf16 scales */
-        if (bnc) {
+        if (bnc && !quick) {
             uint16_t s1[1] = {0x42FE}, ws4[4] = {0x3F00, 0x3F00, 0x3F00, 0x3F00};
             c.kind = 2, c.bnc = bnc, c.stride = wb, c.x = a.q;
             nrep = (size_t)bk_reps(wb);
@@ -2007,7 +2022,7 @@ static int bench_kernels_cuda(int argc, char **argv) {
             c.base = c.aux = c.aux2 = 0;
         }
         /* cuBLAS bf16, M = 1 and 512 */
-        if (cb.handle) {
+        if (cb.handle && !quick) {
             size_t bb = n * k * 2;
             c.kind = 1, c.cb = &cb, c.dtype = 14, c.stride = bb;
             nrep = (size_t)bk_reps(bb);
@@ -2027,7 +2042,7 @@ static int bench_kernels_cuda(int argc, char **argv) {
         free(codes), free(i2s), free(xh);
     }
     /* the fp16 LM head (tied embedding), M = 1 */
-    {
+    if (!quick) {
         size_t n = 128256, k = 2560, bb = n * k * 2, nrep = (size_t)bk_reps(bb);
         memset(&c, 0, sizeof c);
         c.gpu = gpu, c.n = n, c.k = k, c.m = 1, c.stride = bb;

@@ -1,9 +1,11 @@
 /* The GPU forward pass (>>cuda-forward) against the CPU one on the same weights: the committed
    tiny GGUF and random models built in memory (head_dim 128 with 4 query heads per kv head as in
-   2B-4T, head_dim 64). Logits of every position agree within 1e-2 relative L2 (they should be far
-   closer: quantized activations and integer dot products match the CPU bit for bit) through both
-   GPU paths: the batched prefill (GEMM) and the decode graph, past the 64 positions where decode
-   attention splits; greedy generations agree token for token for 64 tokens. Host buffers are
+   2B-4T, head_dim 64). Logits of every position agree within 1e-5 relative L2 through both GPU
+   paths, the batched prefill (GEMM) and the decode graph, past the 64 positions where decode
+   attention splits, and greedy generations agree token for token for 64 tokens: quantized
+   activations, integer dot products, RoPE and the fp16 cache match the CPU bit for bit, attention
+   is computed in double on both and rounded to float once (so both give the same floats), and only
+   the fp16 head's float sums differ in order (about 1e-7). Host buffers are
    poisoned with NaN before each call. Skipped without a GPU; a failure under BITNET_REQUIRE_GPU=1. */
 #include "../bitnet.h"
 #include "harness.h"
@@ -28,29 +30,17 @@ static int require_gpu(void) {
         } \
     } while (0)
 
-#define TOL 1e-2
-#define FLIP_TOL 5e-2
+#define TOL 1e-5
 static double worst_rel; /* the largest relative L2 distance seen, for the log */
-static int flips_ok;     /* random models: rows allowed above TOL (isolated int8 rounding flips, see below) */
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-/* Every row within TOL, or (random models) at most flips_ok rows within FLIP_TOL; the median row
-   within 1e-5 either way, so a systematic error cannot hide among the flips. */
-static void check_rows(double *e, int n, const char *what) {
+/* Every row within TOL. */
+static void check_rows(const double *e, int n, const char *what) {
     int i, over = 0;
     for (i = 0; i < n; i++) {
         worst_rel = e[i] > worst_rel ? e[i] : worst_rel;
-        if (!(e[i] <= TOL)) {
-            over++;
-            TEST_CHECKF(e[i] <= FLIP_TOL && flips_ok > 0, "%s row %d of %d: relative L2 %g", what, i, n, e[i]);
-        }
+        if (!(e[i] <= TOL) && over++ < 5) TEST_CHECKF(0, "%s row %d of %d: relative L2 %g", what, i, n, e[i]);
     }
-    TEST_CHECKF(over <= flips_ok, "%s: %d rows above %g (%d allowed)", what, over, TOL, flips_ok);
-    qsort(e, (size_t)n, sizeof *e, cmp_double);
-    TEST_CHECKF(e[n / 2] <= 1e-5, "%s: median relative L2 %g", what, e[n / 2]);
+    TEST_CHECKF(over == 0, "%s: %d rows of %d above %g", what, over, n, TOL);
 }
 
 static double rel_l2(const float *a, const float *ref, size_t n) {
@@ -240,14 +230,12 @@ static void random_model(int vocab, int dim, int layers, int heads, int kv, int 
     w_lo = lo, w_hi = hi;
     rmodel_build(&r, vocab, dim, layers, heads, kv, ffn, seed);
     TEST_CHECKF(load_pair_weights(&r.w, &cpu, &gpu) == BITNET_OK, "%s", bitnet_last_error());
-    flips_ok = 3;
     if (cpu && gpu) {
         TEST_CHECK(bitnet_model_get_info(gpu, &info) == BITNET_OK && info.backend == BITNET_BACKEND_CUDA);
         compare(cpu, gpu, 100, 60); /* decode reaches 160 positions: three attention splits */
         compare(cpu, gpu, 1, 3);    /* a single-token first call goes through the decode graph */
         greedy(cpu, gpu);
     }
-    flips_ok = 0;
     bitnet_model_free(gpu);
     bitnet_model_free(cpu);
     rmodel_free(&r);
@@ -255,10 +243,11 @@ static void random_model(int vocab, int dim, int layers, int heads, int kv, int 
 
 /* ---- tests ---------------------------------------------------------------------------------------- */
 
-static void test_tiny_gguf(void) {
+static void tiny_gguf(int head_f16) {
     const char *path = "tests/data/tiny.gguf";
     bitnet_model_desc d;
     bitnet_model *cpu = NULL, *gpu = NULL;
+    bitnet_model_info info;
     FILE *f;
     NEED_GPU();
     if (!(f = fopen(path, "rb"))) TEST_SKIP("%s is not in this checkout", path);
@@ -266,26 +255,33 @@ static void test_tiny_gguf(void) {
     memset(&d, 0, sizeof d);
     d.path = path;
     d.backend = BITNET_BACKEND_CPU;
-    d.head_f16 = 1;
+    d.head_f16 = head_f16;
     TEST_CHECKF(bitnet_model_load(&d, &cpu) == BITNET_OK, "%s", bitnet_last_error());
     d.backend = BITNET_BACKEND_CUDA;
     TEST_CHECKF(bitnet_model_load(&d, &gpu) == BITNET_OK, "%s", bitnet_last_error());
     if (cpu && gpu) {
+        TEST_CHECK(bitnet_model_get_info(gpu, &info) == BITNET_OK && info.head_bits == (head_f16 ? 16 : 8));
         compare(cpu, gpu, 70, 30);
         greedy(cpu, gpu);
     }
     bitnet_model_free(gpu);
     bitnet_model_free(cpu);
 }
+static void test_tiny_gguf(void) { tiny_gguf(1); }
+/* The default int8 head (rows quantized once, int8 activations) on both: the same integer dots. */
+static void test_tiny_gguf_head_q8(void) {
+    if (getenv("BITNET_HEAD")) TEST_SKIP("BITNET_HEAD is set");
+    tiny_gguf(0);
+}
 
-/* Random weights can make a model so sensitive that two correct implementations part ways: the
-   attention's float sums differ in order (and expf by an ulp or two), and where an activation
-   sits within that much of an int8 rounding boundary it becomes the other code, which the next
-   layers amplify. The CPU's own AVX-512 and scalar paths differ like that: on the first model
-   below with ternary scales near 1 and two layers, 9 rows of 100 above 1e-2, one at 0.5; on
-   2B-4T-shaped random weights the CPU's AVX-512 and AVX2 paths agree on 6 greedy tokens. The
-   models below are the well-conditioned kind (the CPU paths agree within 1e-6 on every row), and
-   a rare isolated flip (a percent or so on one row) is allowed: 3 rows in 100. */
+/* Random weights can make a model so sensitive that two implementations whose attention differs
+   by a last bit part ways: where an activation sits at an int8 rounding boundary the difference
+   becomes a whole code, which the next layers (and, through the KV cache, later positions)
+   amplify. With float attention on both sides the head_dim-64 model below did exactly that on the
+   H100 (6 of 60 decode rows above 1e-2, worst 0.4; the CPU against itself, float vs double
+   attention, moved 39 of 100 rows by more than 1e-2) although every GPU kernel matched the CPU's op
+   on the same inputs (tools/fwd_divergence.c). Attention in double on both sides removes that: the
+   models here are kept sensitive on purpose, so that any difference in attention shows. */
 
 /* 2B-4T's attention shape (head_dim 128, 4 query heads per kv head), scaled down; odd vocabulary. */
 static void test_random_hd128_gqa4(void) {
@@ -318,6 +314,7 @@ static void test_backend_cuda_without_gpu(void) {
 int main(void) {
     RUN_TEST(test_backend_cuda_without_gpu);
     RUN_TEST(test_tiny_gguf);
+    RUN_TEST(test_tiny_gguf_head_q8);
     RUN_TEST(test_random_hd128_gqa4);
     RUN_TEST(test_random_hd64);
     if (worst_rel > 0) printf("  worst relative L2 distance of GPU to CPU logits: %.3g\n", worst_rel);

@@ -278,6 +278,30 @@ static void test_gpu_ternary_gemv(void) {
         if (!small_only() || cases[i].rows[0] * cases[i].k <= 300 * 384) check_ternary_case(&cases[i]);
 }
 
+/* M = 1 through each form of the sm_90 bulk-copy GEMV (BITNET_TGEMV_SPLIT forces the blocks per
+   unit, 0 the older kernel; with and without PDL, both trigger points): odd rows, fused parts, glu, K that does not split evenly, and slabs
+   too large for one block (the dispatch then splits further). Other GPUs take the older kernel. */
+static void test_gpu_ternary_gemv_splits(void) {
+    static const tcase cases[] = {
+        {1, {37, 0, 0}, 128, 1, 0},  {3, {2560, 640, 640}, 2560, 1, 0}, {2, {70, 70, 0}, 384, 1, 1},
+        {1, {1000, 0, 0}, 6912, 1, 0}, {2, {96, 96, 0}, 6912, 1, 1},     {2, {200, 77, 0}, 640, 1, 0},
+        {1, {300, 0, 0}, 3200, 1, 0},
+    };
+    /* split, PDL launch, trigger point */
+    static const char *const forms[][3] = {{"0", "0", "0"}, {"1", "1", "0"}, {"1", "1", "1"}, {"1", "0", "0"},
+                                           {"2", "1", "1"}, {"4", "0", "0"}, {"8", "1", "0"},
+                                           {"1", "1", "2"}, {"2", "1", "2"}};
+    static const char *const vars[3] = {"BITNET_TGEMV_SPLIT", "BITNET_TGEMV_PDL", "BITNET_TGEMV_TRIG"};
+    size_t i, s, v;
+    NEED_GPU();
+    for (s = 0; s < sizeof forms / sizeof forms[0]; s++) {
+        for (v = 0; v < 3; v++) setenv(vars[v], forms[s][v], 1);
+        for (i = 0; i < sizeof cases / sizeof cases[0]; i++)
+            if (!small_only() || cases[i].rows[0] * cases[i].k <= 300 * 3200) check_ternary_case(&cases[i]);
+    }
+    for (v = 0; v < 3; v++) unsetenv(vars[v]);
+}
+
 static void test_gpu_ternary_gemm(void) {
     static const tcase cases[] = {
         {2, {200, 77, 0}, 640, 13, 0}, {1, {300, 0, 0}, 2560, 130, 0}, {2, {160, 160, 0}, 384, 70, 1},
@@ -557,6 +581,7 @@ int main(void) {
     if (!gpu_ok) bitnet_gpu_preflight(gpu_reason, sizeof gpu_reason);
     RUN_TEST(test_gpu_quantize_act);
     RUN_TEST(test_gpu_ternary_gemv);
+    RUN_TEST(test_gpu_ternary_gemv_splits);
     RUN_TEST(test_gpu_ternary_gemm);
     RUN_TEST(test_gpu_ternary_batch_and_repeat);
     RUN_TEST(test_gpu_upload_errors);

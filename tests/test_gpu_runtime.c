@@ -649,8 +649,10 @@ static void run_rounds(int own) {
     pthread_t t[8];
     round_job jobs[8];
     int i, bad = 0, errors = 0;
+    const char *env = getenv("BITNET_TEST_THREAD_ROUNDS"); /* fewer under compute-sanitizer (tools/gpu_sanitize.sh) */
+    int rounds = env && atoi(env) > 0 ? atoi(env) : 200;
     for (i = 0; i < 8; i++) {
-        jobs[i].g = G, jobs[i].id = i, jobs[i].own = own, jobs[i].rounds = 200, jobs[i].bad = jobs[i].errors = 0;
+        jobs[i].g = G, jobs[i].id = i, jobs[i].own = own, jobs[i].rounds = rounds, jobs[i].bad = jobs[i].errors = 0;
         pthread_create(&t[i], NULL, round_worker, &jobs[i]);
     }
     for (i = 0; i < 8; i++) {

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <dirent.h>
+#include <unistd.h>
 
 /* ---- helpers ---------------------------------------------------------------------------------- */
 
@@ -31,9 +32,10 @@ static const char *build_dir(void) {
     const char *b = getenv("BUILD");
     return b && *b ? b : "build";
 }
+/* One folder per process: tools/gpu_sanitize.sh runs this binary under several tools at once. */
 static void tmp_path(char *out, size_t cap, const char *name) {
     char dir[512];
-    snprintf(dir, sizeof dir, "%s/tests/tmp_receipt", build_dir());
+    snprintf(dir, sizeof dir, "%s/tests/tmp_receipt_%d", build_dir(), (int)getpid());
     mkdir(dir, 0777);
     snprintf(out, cap, "%s/%s", dir, name);
 }
@@ -1109,5 +1111,17 @@ int main(void) {
     RUN_TEST(test_bench_errors);
     RUN_TEST(test_cli_bench);
     RUN_TEST(test_cli_bench_gpu);
+    { /* this process's temporary folder */
+        char dir[600], f[1200];
+        DIR *d;
+        struct dirent *e;
+        tmp_path(dir, sizeof dir, "");
+        if ((d = opendir(dir)) != NULL) {
+            while ((e = readdir(d)) != NULL)
+                if (e->d_name[0] != '.') snprintf(f, sizeof f, "%s%s", dir, e->d_name), remove(f);
+            closedir(d);
+        }
+        rmdir(dir);
+    }
     return test_summary();
 }

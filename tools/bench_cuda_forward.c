@@ -123,7 +123,7 @@ static bitnet_model *load(const char *path, synth *s, bitnet_backend be) {
     bitnet_result r;
     memset(&d, 0, sizeof d);
     d.backend = be;
-    d.head_f16 = 1;
+    /* the default head (int8 rows, like the CPU's default) on both backends */
     d.path = path;
     r = path ? bitnet_model_load(&d, &m) : bitnet_model_from_weights(&s->w, &d, &m);
     if (r != BITNET_OK) {
@@ -193,7 +193,7 @@ static void kernel_times(void) {
             const bitnet__glayer *L = &gm->layers[l];
             bitnet_result r = BITNET_OK;
             switch (kind) {
-            case 0: r = bitnet__gpu_embed(G_s, q->io, 1, none); break;
+            case 0: r = bitnet__gpu_embed(G_s, q->iota, 1, none); break;
             case 1: r = bitnet__gpu_linear(G_s, gm->gemv_store, &L->qkv, q->x, L->attn_norm, q->qkv, none); break;
             case 2: r = bitnet__gpu_attention(G_s, l, none); break;
             case 3: r = bitnet__gpu_linear(G_s, gm->gemv_res, &L->o, q->att, L->attn_sub_norm, q->x, none); break;
@@ -215,10 +215,19 @@ static void kernel_times(void) {
     printf("    sum: %.1f us a step\n", total);
 }
 
+/* Programmatic dependent launch of the decode kernels on or off (as bitnet__gpu_model_init sets it);
+   the graph is recaptured at the next step. */
+static void set_pdl(int on) {
+    bitnet__gmodel *gm = (bitnet__gmodel *)G_m->gpu;
+    bitnet__gsession *gs = (bitnet__gsession *)G_s->gpu;
+    gm->gemv_store->pdl = gm->gemv_res->pdl = gm->gemv_glu->pdl = gm->attn->pdl = gm->head_k->pdl = on;
+    bitnet_gpu_graph_free(gs->graph);
+    gs->graph = NULL;
+}
+
 /* The forward module rebuilt with options; the session's graph is recaptured at its next step. */
 static void use_build(const char *opts) { /* (modules stay loaded until the handle closes) */
     bitnet__gmodel *gm = (bitnet__gmodel *)G_m->gpu;
-    bitnet__gsession *gs = (bitnet__gsession *)G_s->gpu;
     bitnet_gpu_module *mod;
     double t0 = bitnet__now();
     CHECK(bitnet_gpu_module_load(gm->gpu, bitnet_cuda_src_forward, opts, &mod));
@@ -227,11 +236,10 @@ static void use_build(const char *opts) { /* (modules stay loaded until the hand
     CHECK(bitnet_gpu_kernel_get(mod, "bitnet_k_fwd_gemv_res", &gm->gemv_res));
     CHECK(bitnet_gpu_kernel_get(mod, "bitnet_k_fwd_gemv_glu", &gm->gemv_glu));
     CHECK(bitnet_gpu_kernel_get(mod, "bitnet_k_fwd_attn_decode", &gm->attn));
-    CHECK(bitnet_gpu_kernel_get(mod, "bitnet_k_fwd_head", &gm->head_k));
+    CHECK(bitnet_gpu_kernel_get(mod, gm->head_q8 ? "bitnet_k_fwd_head_q8" : "bitnet_k_fwd_head", &gm->head_k));
     CHECK(bitnet_gpu_kernel_get(mod, "bitnet_k_fwd_rope_kv", &gm->rope_kv));
     CHECK(bitnet_gpu_kernel_get(mod, "bitnet_k_fwd_attn_prefill", &gm->attn_prefill));
-    bitnet_gpu_graph_free(gs->graph);
-    gs->graph = NULL;
+    set_pdl(1);
     printf("  build \"%s\" ready in %.1f s\n", opts, bitnet__now() - t0);
 }
 
@@ -333,8 +341,9 @@ int main(int argc, char **argv) {
     int i, j, same;
     size_t nv;
     /* other builds of the forward module worth comparing (measured before, all slower on the H100:
-       -DBF_PREFETCH=1, -DBF_GEMV_U=4 or 10, -DBF_HEAD_U=5); add options here to compare more */
-    static const char *builds[] = {"-DBF_GEMV_U=10"};
+       -DBF_PREFETCH=1, -DBF_GEMV_U=4 or 10, -DBF_HEAD_U=5); add options here to compare more
+       (-DBF_PDL_EARLY=1: each kernel lets the next one start at its beginning) */
+    static const char *builds[] = {"-DBF_PDL_EARLY=1"};
 
     memset(&s, 0, sizeof s);
     if (!path) {
@@ -415,17 +424,34 @@ int main(int argc, char **argv) {
         measure(builds[i], gen_dev);
     }
     use_build("");
-    for (j = 32; j <= 256; j *= 2) {
+    set_pdl(0);
+    measure("without programmatic dependent launch", gen_dev);
+    set_pdl(1);
+    measure("with programmatic dependent launch", gen_dev);
+    { /* attention: query heads a block (gb) and positions a split (cmin) */
+        static const int cfg[][2] = {{1, 8}, {1, 32}, {4, 64}};
+        for (j = 0; j < 3; j++) {
+            char what[64];
+            gs->att_gb = cfg[j][0], gs->cmin = cfg[j][1];
+            bitnet_gpu_graph_free(gs->graph);
+            gs->graph = NULL;
+            snprintf(what, sizeof what, "attention: %d heads a block, >= %d positions a split", cfg[j][0], cfg[j][1]);
+            measure(what, gen_dev);
+            if (j == 2) { printf("  per kernel, %s:\n", what); kernel_times(); }
+        }
+    }
+    gs->att_gb = 1, gs->cmin = BITNET__GPU_ATT_CMIN;
+    for (j = 4; j <= 16; j *= 2) { /* decode GEMV: K chunks a warp takes (the library: 4) */
         char what[64];
-        if (j == BITNET__GPU_ATT_CMIN) continue;
-        gs->cmin = j;
+        if (j == 4) continue;
+        gs->gemv_items = j;
         bitnet_gpu_graph_free(gs->graph);
         gs->graph = NULL;
-        snprintf(what, sizeof what, "attention: at least %d positions a split", j);
+        snprintf(what, sizeof what, "GEMV: >= %d K chunks a warp", j);
         measure(what, gen_dev);
-        if (j == 256) { printf("  per kernel, %d positions a split:\n", j); kernel_times(); }
+        if (j == 8) { printf("  per kernel, %s:\n", what); kernel_times(); }
     }
-    gs->cmin = BITNET__GPU_ATT_CMIN;
+    gs->gemv_items = 4;
     bitnet_gpu_graph_free(gs->graph);
     gs->graph = NULL;
     step_us();

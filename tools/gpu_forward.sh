@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The GPU forward pass on the GPU machine, in one call: build, tests/test_cuda_forward (GPU vs CPU
-# logits and greedy tokens), the 2B-4T benchmark
+# logits and greedy tokens), tools/fwd_divergence.c (each GPU kernel against the CPU's op on the
+# same inputs), the 2B-4T benchmark
 # (tools/bench_cuda_forward.c: decode and prefill tokens/s, device memory at a 4096-token context,
 # CPU agreement at full scale) and `bitnet run --backend cuda` on a gen-model 2b4t GGUF when this
 # build can write one, and last the test under compute-sanitizer memcheck. Logs go to $OUT (default /tmp/gpu_forward); the JIT cache to
@@ -30,6 +31,9 @@ step build-bench cc -O2 -std=c11 -Wall -Wextra -o build/bench_cuda_forward tools
 
 if [ "$what" != bench ]; then
   BITNET_REQUIRE_GPU=1 step test build/tests/test_cuda_forward
+  # every GPU kernel on its own inputs against the CPU's op (immune to int8 flip cascades)
+  step build-div cc -O2 -std=c11 -o build/fwd_divergence tools/fwd_divergence.c -lm -ldl -lpthread &&
+    for m in hd64 hd128 tests/data/tiny.gguf; do step "div-${m##*/}" build/fwd_divergence "$m"; done
   step run-tiny-cuda build/bitnet run -m tests/data/tiny.gguf -p "Hello there" -n 48 --temp 0 --backend cuda
   step run-tiny-cpu build/bitnet run -m tests/data/tiny.gguf -p "Hello there" -n 48 --temp 0 --backend cpu
 fi

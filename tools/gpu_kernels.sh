@@ -3,6 +3,9 @@
 #   tools/gpu_kernels.sh full    make test-gpu; build/bitnet bench-kernels --backend cuda (with
 #                                bitnet.cpp side by side when .bitnetcpp/ is there); compute-sanitizer
 #                                memcheck and racecheck on build/tests/test_gpu_kernels
+#   tools/gpu_kernels.sh tune    tests/test_gpu_kernels (make test-gpu with TEST_GPU=1), the full bench-kernels, then --quick runs (ours,
+#                                M = 1) for each environment in $CONFIGS (';'-separated; A/B of the GEMV forms),
+#                                then compute-sanitizer
 #   tools/gpu_kernels.sh dev     the CuPy harness tools/gpu_kernels_dev.py: kernel checks and
 #                                variant sweeps while tuning
 # bitnet.cpp's kernel is built from .bitnetcpp/ (gpu/bitnet_kernels/bitnet_kernels.{cu,h} of a
@@ -36,6 +39,32 @@ full)
   grep -v "^bitnet info" "$OUT/bench-kernels.log"
   for tool in memcheck racecheck; do
     BITNET_REQUIRE_GPU=1 BITNET_TEST_SMALL=1 timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 \
+      build/tests/test_gpu_kernels >"$OUT/sanitizer-$tool.log" 2>&1
+    echo "compute-sanitizer $tool: exit $? | $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer-$tool.log" | tail -1) | $(grep -E 'passed, ' "$OUT/sanitizer-$tool.log" | tail -1)"
+  done
+  ;;
+tune)
+  build_bitnetcpp & bpid=$!
+  make -j16 all build/tests/test_gpu_kernels >"$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
+  set +e
+  if [ -n "${TEST_GPU:-}" ]; then
+    timeout 240 make -j16 test-gpu >"$OUT/test-gpu.log" 2>&1; echo "make test-gpu: exit $?"
+    grep -E "^(FAIL|== )|  FAIL|passed, " "$OUT/test-gpu.log" | grep -v "^== " | tail -25
+  else
+    BITNET_REQUIRE_GPU=1 timeout 120 build/tests/test_gpu_kernels >"$OUT/test_gpu_kernels.log" 2>&1
+    echo "test_gpu_kernels: exit $?"; grep -E "FAIL|passed, " "$OUT/test_gpu_kernels.log" | tail -8
+  fi
+  wait $bpid && [ -f /tmp/libbitnet.so ] && BNCPP=/tmp/libbitnet.so || echo "bitnet.cpp build failed (bitnetcpp_build.log)"
+  timeout 200 build/bitnet bench-kernels --backend cuda ${BNCPP:+--bitnetcpp $BNCPP} --json "$OUT/bench-kernels.json" \
+    >"$OUT/bench-kernels.log" 2>"$OUT/bench-kernels.err"; echo "bench-kernels: exit $?"
+  grep -v "^bitnet info" "$OUT/bench-kernels.log"
+  IFS=';' read -ra cfgs <<<"${CONFIGS:-BITNET_TGEMV_SPLIT=0;BITNET_TGEMV_SPLIT=1 BITNET_TGEMV_PDL=1 BITNET_TGEMV_TRIG=0;BITNET_TGEMV_SPLIT=1 BITNET_TGEMV_PDL=1 BITNET_TGEMV_TRIG=1;BITNET_TGEMV_SPLIT=1 BITNET_TGEMV_PDL=1 BITNET_TGEMV_TRIG=2}"
+  for cfg in "${cfgs[@]}"; do
+    env $cfg timeout 60 build/bitnet bench-kernels --backend cuda --quick >>"$OUT/quick.log" 2>&1
+    echo "$cfg:"; grep -E "^[0-9]+x[0-9]+ +1 " "$OUT/quick.log" | tail -6
+  done
+  for tool in memcheck racecheck; do
+    BITNET_REQUIRE_GPU=1 BITNET_TEST_SMALL=1 timeout 100 compute-sanitizer --tool $tool --error-exitcode 9 \
       build/tests/test_gpu_kernels >"$OUT/sanitizer-$tool.log" 2>&1
     echo "compute-sanitizer $tool: exit $? | $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer-$tool.log" | tail -1) | $(grep -E 'passed, ' "$OUT/sanitizer-$tool.log" | tail -1)"
   done

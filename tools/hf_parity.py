@@ -157,10 +157,13 @@ def write_structured(path, layers, seed, dim=2560, ff=6912, heads=20, kv_heads=5
 
 
 # ---- our side -----------------------------------------------------------------------------------
+BACKEND = "cpu"  # ours: --backend cpu|cuda (the CUDA forward always uses the fp16 head)
+
+
 def our_logits(bitnet, gguf, tokens, n_vocab, head, tmp):
     out = os.path.join(tmp, "logits.f32")
     cmd = [bitnet, "eval", "-m", gguf, "--tokens", ",".join(map(str, tokens)), "--logits-out", out,
-           "--backend", "cpu", "--head", head]
+           "--backend", BACKEND, "--head", head]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     return np.fromfile(out, np.float32).reshape(len(tokens), n_vocab)
 
@@ -303,7 +306,10 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", default="/tmp/hf_parity")
     ap.add_argument("--no-hf", action="store_true")
+    ap.add_argument("--backend", default="cpu", choices=["cpu", "cuda"], help="our side's backend")
     a = ap.parse_args()
+    global BACKEND
+    BACKEND = a.backend
     os.makedirs(a.out, exist_ok=True)
     logf = open(os.path.join(a.out, "hf_parity.log"), "w")
     def log(msg):
@@ -327,7 +333,7 @@ def main():
         r = Reader(path)
         vocab = r.tensors["token_embd.weight"][0][1]
         toks = [int(x) for x in rng.integers(0, min(vocab, 128000), a.tokens)]
-        log("== %s (arch %s, vocab %d)" % (path, r.kv["general.architecture"], vocab))
+        log("== %s (arch %s, vocab %d), ours on %s" % (path, r.kv["general.architecture"], vocab, BACKEND))
         ours16 = our_logits(a.bitnet, path, toks, vocab, "f16", a.out)
         ours8 = our_logits(a.bitnet, path, toks, vocab, "q8", a.out)
         res = {"model": os.path.basename(path), "tokens": len(toks),
