@@ -6581,7 +6581,7 @@ static void bitnet__cpu_kv_store(bitnet_session *s, int l, int m) {
    gets the g head outputs. Several positions per call share each converted tile. */
 typedef void (*bitnet__attn_fn)(const float *q, size_t stride, int nt, int g, const uint16_t *kc, const uint16_t *vc,
                                 int len0, int hd, float scale, float *out);
-#define BITNET__ATTN_ROWS 16 /* positions per work item: they share each converted key and value tile */
+#define BITNET__ATTN_ROWS 4 /* positions per work item */
 
 /* Plain C, any head_dim: heads four at a time, so the stack holds one tile of keys and values
    and four accumulators. Scores, softmax and sums are in double (see bitnet__cpu_attention). */
@@ -6653,18 +6653,29 @@ BITNET__AVX512_FN static __m512d bitnet__exp_pd_avx512(__m512d x) {
     return _mm512_maskz_mov_pd((__mmask8)~zero, _mm512_scalef_pd(p, n));
 }
 
+/* o[16] must stay in registers: unrolled, GCC keeps it there instead of in memory. */
+#if defined(__GNUC__)
+#define BITNET__UNROLL16 _Pragma("GCC unroll 16")
+#else
+#define BITNET__UNROLL16
+#endif
 /* The same for head_dim 128 (the 2B-4T shape), up to 8 heads a group, in double like the reference:
    16-key tiles converted once for all rows and heads, the scores of a tile for four heads at a time
    (each key row loaded once), the head's output row in 16 zmm while the tile's values stream through. */
 BITNET__AVX512_FN static void bitnet__attn_avx512(const float *q, size_t stride, int nt, int g, const uint16_t *kc,
                                                   const uint16_t *vc, int len0, int hd, float scale, float *out) {
     double kd[128 * 16], vd[16 * 128], od[BITNET__ATTN_ROWS * 8 * 128], p[16], sc4[64], mx[BITNET__ATTN_ROWS * 8];
-    double sum[BITNET__ATTN_ROWS * 8];
+    double sum[BITNET__ATTN_ROWS * 8], qd[BITNET__ATTN_ROWS * 8 * 128];
     const double ds = 1.0 / sqrt(128.0);
     int h, r, s0, j, d, c, len = len0 + nt - 1;
     (void)hd;
     (void)scale;
     for (r = 0; r < nt * g; r++) mx[r] = -INFINITY, sum[r] = 0;
+    /* the queries in double once, so the score loop broadcasts them straight from memory */
+    for (r = 0; r < nt; r++)
+        for (h = 0; h < g; h++)
+            for (d = 0; d < 128; d += 8)
+                _mm512_storeu_pd(qd + ((size_t)r * g + h) * 128 + d, _mm512_cvtps_pd(_mm256_loadu_ps(q + r * stride + (size_t)h * 128 + d)));
     memset(od, 0, (size_t)nt * (size_t)g * 128 * sizeof od[0]);
     for (s0 = 0; s0 < len; s0 += 16) {
         int nbv = BITNET__MIN(16, len - s0);
@@ -6679,20 +6690,20 @@ BITNET__AVX512_FN static void bitnet__attn_avx512(const float *q, size_t stride,
             v0 = (__mmask8)(nb >= 8 ? 0xff : (1u << nb) - 1);
             v1 = (__mmask8)(nb >= 16 ? 0xff : nb <= 8 ? 0 : (1u << (nb - 8)) - 1);
             for (h = 0; h < g; h++) {
-                const float *qh = q + r * stride + (size_t)h * 128;
                 double *oh = od + ((size_t)r * g + h) * 128, bm, *mxh = &mx[r * g + h];
                 __m512d a0, a1, e0, e1, o[16];
                 if (h % 4 == 0) { /* scores of the 16 keys for heads h..h+3: each key row loaded once */
-                    const float *q0 = qh, *q1 = q + r * stride + (size_t)BITNET__MIN(h + 1, g - 1) * 128;
-                    const float *q2 = q + r * stride + (size_t)BITNET__MIN(h + 2, g - 1) * 128;
-                    const float *q3 = q + r * stride + (size_t)BITNET__MIN(h + 3, g - 1) * 128;
+                    const double *q0 = qd + ((size_t)r * g + h) * 128;
+                    const double *q1 = qd + ((size_t)r * g + BITNET__MIN(h + 1, g - 1)) * 128;
+                    const double *q2 = qd + ((size_t)r * g + BITNET__MIN(h + 2, g - 1)) * 128;
+                    const double *q3 = qd + ((size_t)r * g + BITNET__MIN(h + 3, g - 1)) * 128;
                     __m512d s0l = _mm512_setzero_pd(), s0h = s0l, s1l = s0l, s1h = s0l, s2l = s0l, s2h = s0l, s3l = s0l, s3h = s0l;
                     for (d = 0; d < 128; d++) {
                         __m512d kl = _mm512_loadu_pd(kd + 16 * d), kh = _mm512_loadu_pd(kd + 16 * d + 8), x;
-                        x = _mm512_set1_pd((double)q0[d]), s0l = _mm512_fmadd_pd(x, kl, s0l), s0h = _mm512_fmadd_pd(x, kh, s0h);
-                        x = _mm512_set1_pd((double)q1[d]), s1l = _mm512_fmadd_pd(x, kl, s1l), s1h = _mm512_fmadd_pd(x, kh, s1h);
-                        x = _mm512_set1_pd((double)q2[d]), s2l = _mm512_fmadd_pd(x, kl, s2l), s2h = _mm512_fmadd_pd(x, kh, s2h);
-                        x = _mm512_set1_pd((double)q3[d]), s3l = _mm512_fmadd_pd(x, kl, s3l), s3h = _mm512_fmadd_pd(x, kh, s3h);
+                        x = _mm512_set1_pd(q0[d]), s0l = _mm512_fmadd_pd(x, kl, s0l), s0h = _mm512_fmadd_pd(x, kh, s0h);
+                        x = _mm512_set1_pd(q1[d]), s1l = _mm512_fmadd_pd(x, kl, s1l), s1h = _mm512_fmadd_pd(x, kh, s1h);
+                        x = _mm512_set1_pd(q2[d]), s2l = _mm512_fmadd_pd(x, kl, s2l), s2h = _mm512_fmadd_pd(x, kh, s2h);
+                        x = _mm512_set1_pd(q3[d]), s3l = _mm512_fmadd_pd(x, kl, s3l), s3h = _mm512_fmadd_pd(x, kh, s3h);
                     }
                     _mm512_storeu_pd(sc4, s0l), _mm512_storeu_pd(sc4 + 8, s0h), _mm512_storeu_pd(sc4 + 16, s1l);
                     _mm512_storeu_pd(sc4 + 24, s1h), _mm512_storeu_pd(sc4 + 32, s2l), _mm512_storeu_pd(sc4 + 40, s2h);
@@ -6701,11 +6712,11 @@ BITNET__AVX512_FN static void bitnet__attn_avx512(const float *q, size_t stride,
                 a0 = _mm512_mask_mov_pd(_mm512_set1_pd(-INFINITY), v0, _mm512_mul_pd(_mm512_loadu_pd(sc4 + 16 * (h % 4)), _mm512_set1_pd(ds)));
                 a1 = _mm512_mask_mov_pd(_mm512_set1_pd(-INFINITY), v1, _mm512_mul_pd(_mm512_loadu_pd(sc4 + 16 * (h % 4) + 8), _mm512_set1_pd(ds)));
                 bm = _mm512_reduce_max_pd(_mm512_max_pd(a0, a1));
-                for (c = 0; c < 16; c++) o[c] = _mm512_loadu_pd(oh + 8 * c);
+                BITNET__UNROLL16 for (c = 0; c < 16; c++) o[c] = _mm512_loadu_pd(oh + 8 * c);
                 if (bm > *mxh) { /* a new maximum: rescale what has been summed so far */
                     double f = exp(*mxh - bm);
                     __m512d fv = _mm512_set1_pd(f);
-                    for (c = 0; c < 16; c++) o[c] = _mm512_mul_pd(o[c], fv);
+                    BITNET__UNROLL16 for (c = 0; c < 16; c++) o[c] = _mm512_mul_pd(o[c], fv);
                     sum[r * g + h] *= f;
                     *mxh = bm;
                 }
@@ -6717,9 +6728,9 @@ BITNET__AVX512_FN static void bitnet__attn_avx512(const float *q, size_t stride,
                 for (j = 0; j < nb; j++) { /* out += p V */
                     __m512d pj = _mm512_set1_pd(p[j]);
                     const double *v = vd + 128 * j;
-                    for (c = 0; c < 16; c++) o[c] = _mm512_fmadd_pd(pj, _mm512_loadu_pd(v + 8 * c), o[c]);
+                    BITNET__UNROLL16 for (c = 0; c < 16; c++) o[c] = _mm512_fmadd_pd(pj, _mm512_loadu_pd(v + 8 * c), o[c]);
                 }
-                for (c = 0; c < 16; c++) _mm512_storeu_pd(oh + 8 * c, o[c]);
+                BITNET__UNROLL16 for (c = 0; c < 16; c++) _mm512_storeu_pd(oh + 8 * c, o[c]);
             }
         }
     }
@@ -6727,7 +6738,7 @@ BITNET__AVX512_FN static void bitnet__attn_avx512(const float *q, size_t stride,
         for (h = 0; h < g; h++) {
             const double *oh = od + ((size_t)r * g + h) * 128, inv = 1.0 / sum[r * g + h];
             float *dst = out + r * stride + (size_t)h * 128;
-            for (c = 0; c < 16; c++) _mm256_storeu_ps(dst + 8 * c, _mm512_cvtpd_ps(_mm512_mul_pd(_mm512_loadu_pd(oh + 8 * c), _mm512_set1_pd(inv))));
+            BITNET__UNROLL16 for (c = 0; c < 16; c++) _mm256_storeu_ps(dst + 8 * c, _mm512_cvtpd_ps(_mm512_mul_pd(_mm512_loadu_pd(oh + 8 * c), _mm512_set1_pd(inv))));
         }
 }
 #endif
