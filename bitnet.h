@@ -47,7 +47,16 @@
      BITNET_FAULT=host_alloc:N            make the Nth host allocation fail (testing); also
                                           device_alloc:N, nvrtc, module_load (comma-separated)
      BITNET_LIBCUDA, BITNET_NVRTC         paths of the CUDA driver and NVRTC libraries
-     BITNET_CACHE_DIR                     JIT cache folder (else $XDG_CACHE_HOME/bitnet, ~/.cache/bitnet)
+     BITNET_CACHE_DIR                     JIT cache folder (else $XDG_CACHE_HOME/bitnet, ~/.cache/bitnet);
+                                          BITNET_CUDA_CACHE=0 turns the disk cache off
+     BITNET_MEMORY_LIMIT=512MB            cap on device memory (a clean out-of-memory error past it)
+     BITNET_GPU_FAKE=cuda,rocm|""         mock backend detection (reported as mocked; tests)
+     BITNET_GPU_TIMING=1                  per-kernel event timing on new GPU handles
+     BITNET_POOL_BACKTRACE=1              call stacks in the device pool's leak report
+     BITNET_HEAD=q8|f16                   the LM head: int8 rows with scales (default) or exact fp16
+     BITNET_SEED=S, BITNET_DETERMINISTIC=1  seed for a zero sampler seed; a fixed one instead of the clock
+     BITNET_GPU_PDL=0                     no programmatic dependent launch in the decode graph
+     BITNET_TGEMV_SPLIT/_PDL/_TRIG, BITNET_GPU_GEMV_ITEMS  force a GEMV form (tests and A/B runs)
 
    ERRORS
      Every fallible function returns a bitnet_result (BITNET_OK = 0, errors negative in bands).
