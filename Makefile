@@ -49,11 +49,16 @@ cxx-check:
 FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 60
 FUZZ_FLAGS   ?= -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+comma        := ,
 FUZZERS      := $(patsubst tests/fuzz_%.c,$(BUILD)/fuzz/fuzz_%,$(wildcard tests/fuzz_*.c))
 
-$(BUILD)/fuzz/fuzz_%: tests/fuzz_%.c tests/impl.c $(HEADERS)
+# The library is compiled once for all harnesses (instrumented, without libFuzzer's main).
+$(BUILD)/fuzz/impl.o: tests/impl.c $(HEADERS)
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(FUZZ_FLAGS) -std=c11 $(WARN) -o $@ $< tests/impl.c -lm -ldl -lpthread
+	$(FUZZ_CC) $(subst fuzzer$(comma),fuzzer-no-link$(comma),$(FUZZ_FLAGS)) -std=c11 $(WARN) -c -o $@ $<
+
+$(BUILD)/fuzz/fuzz_%: tests/fuzz_%.c $(BUILD)/fuzz/impl.o $(HEADERS)
+	$(FUZZ_CC) $(FUZZ_FLAGS) -std=c11 $(WARN) -o $@ $< $(BUILD)/fuzz/impl.o -lm -ldl -lpthread
 
 fuzz: $(FUZZERS)
 	@set -e; for f in $(FUZZERS); do n=$${f##*/fuzz_}; mkdir -p $(BUILD)/fuzz/corpus-$$n; \
