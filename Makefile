@@ -27,7 +27,7 @@ $(BUILD)/impl.o: tests/impl.c $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(DEFS) -c -o $@ $<
 
-$(BUILD)/tests/%: tests/%.c $(BUILD)/impl.o tests/harness.h $(HEADERS)
+$(BUILD)/tests/%: tests/%.c $(BUILD)/impl.o tests/harness.h tests/rmodel.h $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/impl.o $(LDFLAGS) $(LDLIBS)
 

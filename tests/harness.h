@@ -19,6 +19,13 @@ static int test__passed, test__failed, test__skipped, test__cur_failed, test__cu
 #define TEST_SKIP(...) \
     do { test__cur_skipped = 1; printf("  skip: "); printf(__VA_ARGS__); printf("\n"); return; } while (0)
 
+/* GPU tests: skip without a usable GPU, but fail under BITNET_REQUIRE_GPU=1 (make test-gpu).
+   ok: whether the file's GPU is usable; why: the reason when it is not. */
+#define TEST_NEED_GPU(ok, why) \
+    do { if (!(ok)) { \
+        if (test_require_gpu()) { TEST_CHECKF(0, "BITNET_REQUIRE_GPU=1 but no usable GPU: %s", why); return; } \
+        TEST_SKIP("no usable CUDA GPU: %s", why); } } while (0)
+
 #define RUN_TEST(fn) test__run(#fn, fn)
 static void test__run(const char *name, void (*fn)(void)) {
     test__cur_failed = 0;
@@ -41,6 +48,21 @@ static int test_summary(void) {
 #define TEST__UNUSED
 #endif
 static unsigned long long test__rng = 0x9E3779B97F4A7C15ull;
+TEST__UNUSED static int test_require_gpu(void) {
+    const char *e = getenv("BITNET_REQUIRE_GPU");
+    return e && strcmp(e, "1") == 0;
+}
+#if defined(BITNET_H) /* included after bitnet.h: the GPU detected once, at the first GPU test */
+TEST__UNUSED static char test__gpu_reason[1024];
+TEST__UNUSED static int test_gpu_usable(void) {
+    static int ok = -1;
+    if (ok < 0) {
+        ok = bitnet_gpu_available();
+        snprintf(test__gpu_reason, sizeof test__gpu_reason, "%s", bitnet_last_error());
+    }
+    return ok;
+}
+#endif
 TEST__UNUSED static void test_seed(unsigned long long s) { test__rng = s ? s : 1; }
 TEST__UNUSED static unsigned long long test_rand_u64(void) {
     test__rng ^= test__rng >> 12; test__rng ^= test__rng << 25; test__rng ^= test__rng >> 27;

@@ -11,24 +11,7 @@
 #include "harness.h"
 #include <math.h>
 
-static int gpu_ok = -1;
-static char gpu_reason[1024];
-
-static int require_gpu(void) {
-    const char *e = getenv("BITNET_REQUIRE_GPU");
-    return e && strcmp(e, "1") == 0;
-}
-#define NEED_GPU() \
-    do { \
-        if (gpu_ok < 0) { \
-            gpu_ok = bitnet_gpu_available(); \
-            snprintf(gpu_reason, sizeof gpu_reason, "%s", bitnet_last_error()); \
-        } \
-        if (!gpu_ok) { \
-            if (require_gpu()) { TEST_CHECKF(0, "BITNET_REQUIRE_GPU=1 but no usable GPU: %s", gpu_reason); return; } \
-            TEST_SKIP("no usable CUDA GPU: %s", gpu_reason); \
-        } \
-    } while (0)
+#define NEED_GPU() TEST_NEED_GPU(test_gpu_usable(), test__gpu_reason)
 
 #define TOL 1e-5
 static double worst_rel; /* the largest relative L2 distance seen, for the log */
@@ -61,69 +44,7 @@ static void poison(float *p, size_t n) {
 }
 
 /* ---- a random model in memory -------------------------------------------------------------------- */
-typedef struct rmodel {
-    bitnet_model_weights w;
-    bitnet_layer_weights *layers;
-    void *bufs[512];
-    int nbufs;
-} rmodel;
-
-static void *keep(rmodel *r, size_t bytes) {
-    void *p = calloc(1, bytes);
-    if (p && r->nbufs < 512) r->bufs[r->nbufs++] = p;
-    return p;
-}
-static float w_lo, w_hi; /* the range of the ternary tensors' scales */
-static const void *ternary(rmodel *r, int n, int k) {
-    size_t bytes = bitnet_i2s_bytes((size_t)n, (size_t)k), i;
-    int8_t *q = (int8_t *)malloc((size_t)n * k);
-    void *dst = keep(r, bytes);
-    for (i = 0; i < (size_t)n * k; i++) q[i] = (int8_t)test_rand_int(-1, 1);
-    bitnet_i2s_pack(q, (size_t)n, (size_t)k, test_rand_float(w_lo, w_hi), dst, bytes);
-    free(q);
-    return dst;
-}
-static const float *norm(rmodel *r, int n) {
-    float *p = (float *)keep(r, (size_t)n * 4);
-    int i;
-    for (i = 0; i < n; i++) p[i] = test_rand_float(0.5f, 1.5f);
-    return p;
-}
-static void rmodel_build(rmodel *r, int vocab, int dim, int n_layers, int heads, int kv, int ffn, unsigned long long seed) {
-    int l;
-    size_t i;
-    uint16_t *emb;
-    memset(r, 0, sizeof *r);
-    test_seed(seed);
-    r->w.n_vocab = vocab, r->w.dim = dim, r->w.n_layers = n_layers, r->w.n_heads = heads, r->w.n_kv_heads = kv;
-    r->w.ffn_dim = ffn, r->w.n_ctx_train = 512, r->w.rope_theta = 10000.0f, r->w.norm_eps = 1e-5f;
-    r->w.bos = 1, r->w.eos = 2, r->w.eot = -1;
-    emb = (uint16_t *)keep(r, (size_t)vocab * dim * 2);
-    for (i = 0; i < (size_t)vocab * dim; i++) emb[i] = bitnet_fp32_to_fp16(test_rand_float(-1.0f, 1.0f));
-    r->w.tok_embd = emb;
-    r->w.output_norm = norm(r, dim);
-    r->layers = (bitnet_layer_weights *)keep(r, (size_t)n_layers * sizeof *r->layers);
-    for (l = 0; l < n_layers; l++) {
-        bitnet_layer_weights *L = &r->layers[l];
-        int hd = dim / heads;
-        L->attn_norm = norm(r, dim);
-        L->attn_sub_norm = norm(r, heads * hd);
-        L->ffn_norm = norm(r, dim);
-        L->ffn_sub_norm = norm(r, ffn);
-        L->wq = ternary(r, heads * hd, dim);
-        L->wk = ternary(r, kv * hd, dim);
-        L->wv = ternary(r, kv * hd, dim);
-        L->wo = ternary(r, dim, heads * hd);
-        L->w_gate = ternary(r, ffn, dim);
-        L->w_up = ternary(r, ffn, dim);
-        L->w_down = ternary(r, dim, ffn);
-    }
-    r->w.layers = r->layers;
-}
-static void rmodel_free(rmodel *r) {
-    int i;
-    for (i = 0; i < r->nbufs; i++) free(r->bufs[i]);
-}
+#include "rmodel.h"
 
 /* ---- the comparison -------------------------------------------------------------------------------- */
 

@@ -19,17 +19,7 @@ static int small_only(void) {
     const char *e = getenv("BITNET_TEST_SMALL");
     return e && strcmp(e, "1") == 0;
 }
-static int require_gpu(void) {
-    const char *e = getenv("BITNET_REQUIRE_GPU");
-    return e && strcmp(e, "1") == 0;
-}
-#define NEED_GPU() \
-    do { \
-        if (!gpu_ok) { \
-            if (require_gpu()) { TEST_CHECKF(0, "BITNET_REQUIRE_GPU=1 but no usable GPU: %s", gpu_reason); return; } \
-            TEST_SKIP("no CUDA GPU: %s", gpu_reason); \
-        } \
-    } while (0)
+#define NEED_GPU() TEST_NEED_GPU(gpu_ok, gpu_reason)
 
 static void *xmalloc(size_t n) {
     void *p = malloc(n ? n : 1);

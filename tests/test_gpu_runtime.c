@@ -18,17 +18,7 @@ static int gpu_ok;
 static char gpu_reason[2048];
 static bitnet_gpu *G; /* shared by the GPU tests */
 
-static int require_gpu(void) {
-    const char *e = getenv("BITNET_REQUIRE_GPU");
-    return e && strcmp(e, "1") == 0;
-}
-#define NEED_GPU() \
-    do { \
-        if (!gpu_ok) { \
-            if (require_gpu()) { TEST_CHECKF(0, "BITNET_REQUIRE_GPU=1 but no usable GPU: %s", gpu_reason); return; } \
-            TEST_SKIP("no CUDA GPU: %s", gpu_reason); \
-        } \
-    } while (0)
+#define NEED_GPU() TEST_NEED_GPU(gpu_ok, gpu_reason)
 
 /* ---- child processes ------------------------------------------------------------------------ */
 static char child_log[8192];
@@ -198,7 +188,7 @@ static int child_gpu_limit(void) {
     if (!bitnet_gpu_available()) {
         bitnet_gpu_preflight(msg, sizeof msg);
         snprintf(child_log, sizeof child_log, "no CUDA GPU: %s", msg);
-        return require_gpu() ? 1 : CHILD_SKIP;
+        return test_require_gpu() ? 1 : CHILD_SKIP;
     }
     CHILD_CHECK(bitnet_gpu_open(0, &g) == BITNET_OK);
     if (!g) return 1;
@@ -525,7 +515,7 @@ static void test_gpu_device_info(void) {
         }
     }
     if (p) pclose(p);
-    if (!matched && require_gpu()) TEST_CHECKF(0, "no device matched nvidia-smi's list (is nvidia-smi on the PATH?)");
+    if (!matched && test_require_gpu()) TEST_CHECKF(0, "no device matched nvidia-smi's list (is nvidia-smi on the PATH?)");
     else if (!matched) printf("  note: nvidia-smi unavailable, not compared\n");
 }
 

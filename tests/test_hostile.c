@@ -19,23 +19,7 @@
 #define TINY "tests/data/tiny.gguf"
 #define N_THREADS 4
 
-static int require_gpu(void) {
-    const char *e = getenv("BITNET_REQUIRE_GPU");
-    return e && strcmp(e, "1") == 0;
-}
-static int gpu_ok = -1;
-static char gpu_reason[1024];
-#define NEED_GPU() \
-    do { \
-        if (gpu_ok < 0) { \
-            gpu_ok = bitnet_gpu_available(); \
-            snprintf(gpu_reason, sizeof gpu_reason, "%s", bitnet_last_error()); \
-        } \
-        if (!gpu_ok) { \
-            if (require_gpu()) { TEST_CHECKF(0, "BITNET_REQUIRE_GPU=1 but no usable GPU: %s", gpu_reason); return; } \
-            TEST_SKIP("no usable CUDA GPU: %s", gpu_reason); \
-        } \
-    } while (0)
+#define NEED_GPU() TEST_NEED_GPU(test_gpu_usable(), test__gpu_reason)
 #define NEED_TINY() \
     do { if (!have_tiny()) TEST_SKIP("%s is absent (run from the repository root)", TINY); } while (0)
 

@@ -23,75 +23,8 @@
 #include "../bitnet.h"
 #include <math.h>
 
-/* tests/harness.h's generator (the same models as the test from the same seeds) */
-static unsigned long long rng_state = 0x9E3779B97F4A7C15ull;
-static void test_seed(unsigned long long s) { rng_state = s ? s : 1; }
-static unsigned long long test_rand_u64(void) {
-    rng_state ^= rng_state >> 12; rng_state ^= rng_state << 25; rng_state ^= rng_state >> 27;
-    return rng_state * 2685821657736338717ull;
-}
-static float test_rand_float(float lo, float hi) { return lo + (hi - lo) * (float)((test_rand_u64() >> 40) * (1.0 / 16777216.0)); }
-static int test_rand_int(int lo, int hi) { return lo + (int)(test_rand_u64() % (unsigned long long)(hi - lo + 1)); }
-
-/* ---- the test's random models (tests/test_cuda_forward.c, same generator and order) ---------- */
-typedef struct rmodel {
-    bitnet_model_weights w;
-    bitnet_layer_weights *layers;
-    void *bufs[4096];
-    int nbufs;
-} rmodel;
-static void *keep(rmodel *r, size_t bytes) {
-    void *p = calloc(1, bytes);
-    if (p && r->nbufs < 4096) r->bufs[r->nbufs++] = p;
-    return p;
-}
-static float w_lo, w_hi;
-static const void *ternary(rmodel *r, int n, int k) {
-    size_t bytes = bitnet_i2s_bytes((size_t)n, (size_t)k), i;
-    int8_t *q = (int8_t *)malloc((size_t)n * k);
-    void *dst = keep(r, bytes);
-    for (i = 0; i < (size_t)n * k; i++) q[i] = (int8_t)test_rand_int(-1, 1);
-    bitnet_i2s_pack(q, (size_t)n, (size_t)k, test_rand_float(w_lo, w_hi), dst, bytes);
-    free(q);
-    return dst;
-}
-static const float *normw(rmodel *r, int n) {
-    float *p = (float *)keep(r, (size_t)n * 4);
-    int i;
-    for (i = 0; i < n; i++) p[i] = test_rand_float(0.5f, 1.5f);
-    return p;
-}
-static void rmodel_build(rmodel *r, int vocab, int dim, int n_layers, int heads, int kv, int ffn, unsigned long long seed) {
-    int l;
-    size_t i;
-    uint16_t *emb;
-    memset(r, 0, sizeof *r);
-    test_seed(seed);
-    r->w.n_vocab = vocab, r->w.dim = dim, r->w.n_layers = n_layers, r->w.n_heads = heads, r->w.n_kv_heads = kv;
-    r->w.ffn_dim = ffn, r->w.n_ctx_train = 512, r->w.rope_theta = 10000.0f, r->w.norm_eps = 1e-5f;
-    r->w.bos = 1, r->w.eos = 2, r->w.eot = -1;
-    emb = (uint16_t *)keep(r, (size_t)vocab * dim * 2);
-    for (i = 0; i < (size_t)vocab * dim; i++) emb[i] = bitnet_fp32_to_fp16(test_rand_float(-1.0f, 1.0f));
-    r->w.tok_embd = emb;
-    r->w.output_norm = normw(r, dim);
-    r->layers = (bitnet_layer_weights *)keep(r, (size_t)n_layers * sizeof *r->layers);
-    for (l = 0; l < n_layers; l++) {
-        bitnet_layer_weights *L = &r->layers[l];
-        int hd = dim / heads;
-        L->attn_norm = normw(r, dim);
-        L->attn_sub_norm = normw(r, heads * hd);
-        L->ffn_norm = normw(r, dim);
-        L->ffn_sub_norm = normw(r, ffn);
-        L->wq = ternary(r, heads * hd, dim);
-        L->wk = ternary(r, kv * hd, dim);
-        L->wv = ternary(r, kv * hd, dim);
-        L->wo = ternary(r, dim, heads * hd);
-        L->w_gate = ternary(r, ffn, dim);
-        L->w_up = ternary(r, ffn, dim);
-        L->w_down = ternary(r, dim, ffn);
-    }
-    r->w.layers = r->layers;
-}
+#include "../tests/harness.h" /* its generator: the same models as the test from the same seeds */
+#include "../tests/rmodel.h"
 
 static double rel_l2(const float *a, const float *ref, size_t n) {
     double num = 0, den = 0;
@@ -517,13 +450,10 @@ static void gpu_ops(bitnet_model *gm, int n_pre, int n_dec) {
 #define GPU(x) do { if ((x) != BITNET_OK) { printf("  gpu: %s\n", bitnet_last_error()); goto done; } } while (0)
     /* prefill (the GEMM path): n_pre tokens at 0 */
     if (n_pre >= 2 && g->cc >= 80) {
-        int32_t io[2];
         int m = n_pre;
         cur_path = "prefill";
-        io[0] = tok[0], io[1] = 0;
-        GPU(bitnet_gpu_upload(q->gpu, q->io, io, sizeof io));
-        GPU(bitnet_gpu_upload(q->gpu, q->tok, tok, (size_t)m * 4));
-        GPU(bitnet__gpu_embed(s, q->tok, m, none));
+        GPU(bitnet__gpu_put_tokens(s, tok, m, 0)); /* io and the m embedding rows */
+        GPU(bitnet__gpu_embed(s, q->iota, m, none));
         for (l = 0; l < in->n_layers; l++) {
             const bitnet__glayer *L = &g->layers[l];
             const bitnet__layer *W = &gm->layers[l];
@@ -577,11 +507,9 @@ static void gpu_ops(bitnet_model *gm, int n_pre, int n_dec) {
     /* decode: each token through the decode kernels, launched one by one */
     cur_path = "decode";
     for (t = s->pos; t < s->pos + n_dec && t < n; t++) {
-        int32_t io[2];
-        io[0] = tok[t], io[1] = t;
         cur_pos = t;
-        GPU(bitnet_gpu_upload(q->gpu, q->io, io, sizeof io));
-        GPU(bitnet__gpu_embed(s, q->io, 1, none));
+        GPU(bitnet__gpu_put_tokens(s, tok + t, 1, t));
+        GPU(bitnet__gpu_embed(s, q->iota, 1, none));
         dl(s, X, q->x, (size_t)dim * 4);
         {
             float *e = (float *)malloc((size_t)dim * 4);
