@@ -7731,7 +7731,7 @@ struct bitnet_gpu_kernel {
     bitnet__CUfunction fn;
     int kid;                            /* statistics slot */
     unsigned smem_set;                  /* dynamic shared memory opted in so far */
-    int pdl;                            /* sm_90: programmatic dependent launch (the kernel waits with griddepcontrol) */
+    int pdl;                            /* sm_90: bitnet_gpu_launch uses programmatic dependent launch (set once, at load) */
     char name[64];
     bitnet_gpu_kernel *next;
 };
@@ -8068,9 +8068,10 @@ typedef struct bitnet__cu_launch_config {
     unsigned n_attrs;
 } bitnet__cu_launch_config;
 
-/* The one launch path: the only call of cuLaunchKernel, which also counts and times. */
-BITNET_API bitnet_result bitnet_gpu_launch(bitnet_gpu *gpu, bitnet_gpu_kernel *k, const unsigned grid[3],
-                                           const unsigned block[3], unsigned shared_bytes, void **args) {
+/* The one launch path: the only call of cuLaunchKernel(Ex), which also counts and times. pdl: launch
+   with programmatic stream serialization (sm_90; only for kernels that wait with griddepcontrol). */
+static bitnet_result bitnet__launch(bitnet_gpu *gpu, bitnet_gpu_kernel *k, const unsigned grid[3], const unsigned block[3],
+                                   unsigned shared_bytes, void **args, int pdl) {
     bitnet__gpu_dev *dv;
     bitnet__CUresult r = 0;
     bitnet__CUevent ev[2] = {NULL, NULL};
@@ -8120,7 +8121,7 @@ BITNET_API bitnet_result bitnet_gpu_launch(bitnet_gpu *gpu, bitnet_gpu_kernel *k
             bitnet__cuda.cu.cuEventRecord(ev[0], gpu->stream);
         }
     }
-    if (k->pdl && dv->cc >= 90 && bitnet__cuda.cu.cuLaunchKernelEx) {
+    if (pdl && dv->cc >= 90 && bitnet__cuda.cu.cuLaunchKernelEx) {
         bitnet__cu_launch_attr at;
         bitnet__cu_launch_config cfg;
         memset(&at, 0, sizeof at);
@@ -8164,6 +8165,11 @@ BITNET_API bitnet_result bitnet_gpu_launch(bitnet_gpu *gpu, bitnet_gpu_kernel *k
         return bitnet__cu_fail(BITNET_ERR_LAUNCH, r, what);
     }
     return BITNET_OK;
+}
+
+BITNET_API bitnet_result bitnet_gpu_launch(bitnet_gpu *gpu, bitnet_gpu_kernel *k, const unsigned grid[3],
+                                           const unsigned block[3], unsigned shared_bytes, void **args) {
+    return bitnet__launch(gpu, k, grid, block, shared_bytes, args, k ? k->pdl : 0);
 }
 
 BITNET_API bitnet_result bitnet_gpu_set_timing(bitnet_gpu *gpu, int on) {
@@ -9574,13 +9580,12 @@ static bitnet_result bitnet__tgemv_bulk(bitnet_gpu *gpu, const bitnet_gpu_ternar
     smem = (unsigned)rg * ncl * 512 + ncl * 64 + (pieces + 1) * 8;
     snprintf(name, sizeof name, "bitnet_k_tgemv_b%d", p);
     BITNET__TRY(bitnet_gpu_builtin_kernel(gpu, name, &k));
-    k->pdl = pdl; /* a launch choice only (see above); set per call */
     args[0] = (void *)&w->data, args[1] = &n_out, args[2] = &nc, args[3] = (void *)segs, args[4] = &glu;
     args[5] = (void *)&a->q, args[6] = (void *)&a->scale, args[7] = (void *)&a->sum, args[8] = &out, args[9] = &ot;
     args[10] = &residual, args[11] = &trig;
     grid[0] = units * (unsigned)p, grid[1] = grid[2] = 1;
     block[0] = 256, block[1] = block[2] = 1; /* BN_TB_WARPS warps */
-    return bitnet_gpu_launch(gpu, k, grid, block, smem, args);
+    return bitnet__launch(gpu, k, grid, block, smem, args, pdl); /* a choice per call: k->pdl is not touched */
 }
 
 static bitnet_result bitnet__tmm_issue(bitnet_gpu *gpu, const bitnet_gpu_ternary *w, const bitnet_gpu_act *a,
