@@ -7950,10 +7950,25 @@ BITNET_API void bitnet_gpu_close(bitnet_gpu *gpu) {
 
 BITNET_API int bitnet_gpu_ordinal(const bitnet_gpu *gpu) { return gpu && gpu->dev ? gpu->dev->ordinal : -1; }
 
-/* Waits for everything issued through the handle; a kernel's asynchronous failure shows up here. */
+/* Waits for everything issued through the handle so far; a kernel's asynchronous failure shows up
+   here. It waits on an event recorded under the lock, not on the stream: a thread sharing the handle
+   waits for its own work and what came before, never for launches other threads add meanwhile (and
+   compute-sanitizer racecheck loses track of launches that race a cuStreamSynchronize on their stream). */
 static bitnet_result bitnet__stream_wait(bitnet_gpu *gpu, const char *what) {
-    bitnet__CUresult r = bitnet__cuda.cu.cuStreamSynchronize(gpu->stream);
+    bitnet__CUevent ev = NULL;
+    bitnet__CUresult r;
+    bitnet_result got;
     bitnet__mutex_lock(&gpu->lock);
+    got = bitnet__event_get(gpu, &ev);
+    if (got != BITNET_OK) {
+        bitnet__mutex_unlock(&gpu->lock);
+        return got;
+    }
+    r = bitnet__cuda.cu.cuEventRecord(ev, gpu->stream);
+    bitnet__mutex_unlock(&gpu->lock);
+    if (r == 0) r = bitnet__cuda.cu.cuEventSynchronize(ev);
+    bitnet__mutex_lock(&gpu->lock);
+    bitnet__event_put(gpu, ev);
     if (gpu->n_pend) bitnet__timing_collect(gpu, 0);
     bitnet__mutex_unlock(&gpu->lock);
     if (r != 0) {
