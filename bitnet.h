@@ -9614,12 +9614,18 @@ static bitnet_result bitnet__tmm_issue(bitnet_gpu *gpu, const bitnet_gpu_ternary
     for (i = 0; i < w->n_parts; i++) segs.end[i] = (int32_t)w->part_end[i], segs.scale[i] = w->part_scale[i];
     ot = out_type == BITNET_PRECISION_AUTO ? (int)BITNET_PRECISION_FP32 : (int)out_type;
     if (m > 8 && gpu->dev->cc >= 80) {
-        int mm = (int)m;
+        /* tiles of 128 tokens, or of 64 where that grid would leave SMs idle (fewer than two blocks
+           an SM: M = 512 on 2B-4T's Q K V, O and down); BITNET_TGEMM_TN=64|128 forces one (A/B, tests) */
+        const char *tn_env = bitnet__getenv("BITNET_TGEMM_TN");
+        size_t rows = w->n_pad / 128;
+        int mm = (int)m, tn = rows * ((m + 127) / 128) < (size_t)bitnet__gk_sm_count(gpu) * 2 ? 64 : 128;
         void *args[15];
+        if (tn_env && (atoi(tn_env) == 64 || atoi(tn_env) == 128)) tn = atoi(tn_env);
         args[0] = (void *)&w->data, args[1] = &n_out, args[2] = &nc, args[3] = &segs, args[4] = &glu;
         args[5] = (void *)&a->q, args[6] = &lda, args[7] = (void *)&a->scale, args[8] = (void *)&a->sum, args[9] = &mm;
         args[10] = &out, args[11] = &ldo, args[12] = &ot, args[13] = &residual, args[14] = &ldo;
-        return bitnet__gk_launch(gpu, "bitnet_k_tgemm", (unsigned)(w->n_pad / 128), (unsigned)((m + 127) / 128), 1, 128, 1, args);
+        return bitnet__gk_launch(gpu, tn == 64 ? "bitnet_k_tgemm_n64" : "bitnet_k_tgemm", (unsigned)rows,
+                                 (unsigned)((m + (size_t)tn - 1) / (size_t)tn), 1, 128, 1, args);
     }
     if (m == 1 && gpu->dev->cc >= 90) {
         bitnet_result r = bitnet__tgemv_bulk(gpu, w, a, &segs, out, ot, residual);
@@ -10031,6 +10037,8 @@ BITNET_API bitnet_result bitnet_quantizer_summary(const bitnet_quantizer *qz, ch
 #define BITNET__GPU_ATT_CMIN 16       /* decode attention: positions per split, at least */
 #define BITNET__GPU_ATT_SMAX 32       /* decode attention: splits per head, at most (the kernel's s_w) */
 #define BITNET__GPU_PREFILL_MIN 2     /* tokens per call from which prefill takes the GEMM path */
+#define BITNET__GPU_ATT_ROWS 32       /* prefill attention: rows (query x head) a block (the kernels' BF_PR) */
+#define BITNET__GPU_ATT_PK 64         /* prefill attention: keys a tile (the kernels' BF_PK) */
 
 typedef struct bitnet__gseg { int n; int end[8]; float scale[8]; } bitnet__gseg; /* the kernels' segments */
 
@@ -10048,6 +10056,7 @@ typedef struct bitnet__gmodel {
     bitnet__glayer *layers;
     int device, sm_count, cc;
     bitnet_gpu_kernel *embed, *gemv_store, *gemv_res, *gemv_glu, *attn, *head_k, *rope_kv, *attn_prefill;
+    int att_pk;                       /* attn_prefill's keys a tile: BITNET__GPU_ATT_PK (tools rebuild it with others) */
 } bitnet__gmodel;
 
 typedef struct bitnet__gsession {
@@ -10181,6 +10190,7 @@ static bitnet_result bitnet__gpu_model_init(bitnet_model *m, int device) {
     BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, g->head_q8 ? "bitnet_k_fwd_head_q8" : "bitnet_k_fwd_head", &g->head_k));
     BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_fwd_rope_kv", &g->rope_kv));
     BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_fwd_attn_prefill", &g->attn_prefill));
+    g->att_pk = BITNET__GPU_ATT_PK;
     { /* sm_90: programmatic dependent launch for the kernels that wait with griddepcontrol (decode:
          each one's launch and weight loads overlap the kernel before it); BITNET_GPU_PDL=0: off */
         const char *e = bitnet__getenv("BITNET_GPU_PDL");
@@ -10465,20 +10475,21 @@ static bitnet_result bitnet__gpu_rope_kv(bitnet_session *s, int l, int m) {
     return bitnet__gpu_launch(q->gpu, g->rope_kv, (unsigned)m, 1, 128, 1, 0, args);
 }
 
-/* 6. attention for m tokens, causal */
+/* 6. attention for m tokens, causal: blocks of BITNET__GPU_ATT_ROWS rows (query x head) of one kv head */
 static bitnet_result bitnet__gpu_attention_m(bitnet_session *s, int l, int m) {
     const bitnet_model *md = s->m;
     const bitnet__gmodel *g = (const bitnet__gmodel *)md->gpu;
     bitnet__gsession *q = (bitnet__gsession *)s->gpu;
     int hd = md->info.head_dim, nh = md->info.n_heads, nkv = md->info.n_kv_heads;
+    int qt = BITNET__GPU_ATT_ROWS / (nh / nkv), pk = g->att_pk; /* queries a block, keys a tile (the build's BF_PK) */
     long long ldq = md->q_dim + 2 * md->kv_dim, ldo = md->q_dim;
     size_t layer = (size_t)l * (size_t)md->kv_dim * (size_t)s->n_ctx * 2;
     bitnet_devptr kc = q->kc + layer, vc = q->vc + layer, pos = q->io + 4;
-    unsigned smem = (unsigned)((32 * hd + 32 * 65) * 8 + 64 * (hd + 2) * 2); /* BF_PQ, BF_PK */
+    unsigned smem = (unsigned)((BITNET__GPU_ATT_ROWS * (hd + 4) + pk * (hd + 4) + BITNET__GPU_ATT_ROWS * (pk + 4)) * 8);
     void *args[12];
     args[0] = &q->qkv, args[1] = &ldq, args[2] = &kc, args[3] = &vc, args[4] = &pos, args[5] = &m, args[6] = &s->n_ctx,
     args[7] = &nh, args[8] = &nkv, args[9] = &hd, args[10] = &q->att, args[11] = &ldo;
-    return bitnet__gpu_launch(q->gpu, g->attn_prefill, (unsigned)((m + 31) / 32), (unsigned)nh, 128, 1, smem, args);
+    return bitnet__gpu_launch(q->gpu, g->attn_prefill, (unsigned)((m + qt - 1) / qt), (unsigned)nkv, 128, 1, smem, args);
 }
 
 /* Prefill of m tokens at s->pos: the GEMM path, in the CPU's step order. */

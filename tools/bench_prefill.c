@@ -1,0 +1,193 @@
+/* GPU prefill profile (tools/gpu_prefill.sh runs it on the GPU machine; BENCHMARKS.md has the
+   numbers).
+     bench_prefill MODEL.gguf [TOKENS (512)]
+   One prompt of TOKENS tokens through bitnet_session_eval (logits of the last): wall time, median
+   of 5. Then each step kind of the prefill (>>cuda-forward's bitnet__gpu_prefill) timed alone:
+   its launches for every layer, back to back on the session's stream, between device events
+   (median of 5), on the real activations the prefill left behind. Then the attention kernel in
+   other builds of the forward module (-D options: keys a tile), each checked against a double
+   attention computed here on the host from the same rotated queries and fp16 cache (sampled rows
+   of the last layer); and the GEMMs with each token tile forced (BITNET_TGEMM_TN). */
+#define _POSIX_C_SOURCE 200809L /* setenv */
+#define BITNET_IMPLEMENTATION
+#include "../bitnet.h"
+
+#define CHECK(x) \
+    do { bitnet_result r_ = (x); if (r_ != BITNET_OK) { fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, bitnet_last_error()); exit(1); } } while (0)
+
+static bitnet_model *G_m;
+static bitnet_session *G_s;
+static int G_n;
+
+static double median(double *v, int n) {
+    int i, j;
+    for (i = 1; i < n; i++)
+        for (j = i; j > 0 && v[j - 1] > v[j]; j--) {
+            double t = v[j];
+            v[j] = v[j - 1];
+            v[j - 1] = t;
+        }
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* one step kind for every layer (kind 0: embed, 11: head: once) */
+static void run_kind(int kind) {
+    bitnet__gmodel *g = (bitnet__gmodel *)G_m->gpu;
+    bitnet__gsession *q = (bitnet__gsession *)G_s->gpu;
+    int l, nl = (kind == 0 || kind == 11) ? 1 : G_m->info.n_layers, m = G_n;
+    for (l = 0; l < nl; l++) {
+        const bitnet__glayer *L = &g->layers[l];
+        switch (kind) {
+        case 0: CHECK(bitnet__gpu_embed(G_s, q->iota, m, bitnet__gpre_of(NULL))); break;
+        case 1: CHECK(bitnet__gpu_norm_quant(G_s, q->x, L->attn_norm, m, &q->a_dim)); break;
+        case 2: CHECK(bitnet__gpu_linear_m(G_s, &L->qkv, &q->a_dim, q->qkv, 0)); break;
+        case 3: CHECK(bitnet__gpu_rope_kv(G_s, l, m)); break;
+        case 4: CHECK(bitnet__gpu_attention_m(G_s, l, m)); break;
+        case 5: CHECK(bitnet__gpu_norm_quant(G_s, q->att, L->attn_sub_norm, m, &q->a_q)); break;
+        case 6: CHECK(bitnet__gpu_linear_m(G_s, &L->o, &q->a_q, q->h, 0)); break; /* (into h: x stays) */
+        case 7: CHECK(bitnet__gpu_norm_quant(G_s, q->x, L->ffn_norm, m, &q->a_dim)); break;
+        case 8: CHECK(bitnet__gpu_linear_m(G_s, &L->gu, &q->a_dim, q->h, 0)); break;
+        case 9: CHECK(bitnet__gpu_norm_quant(G_s, q->h, L->ffn_sub_norm, m, &q->a_ff)); break;
+        case 10: CHECK(bitnet__gpu_linear_m(G_s, &L->down, &q->a_ff, q->qkv, 0)); break; /* (into qkv, m x dim fits) */
+        default: CHECK(bitnet__gpu_head(G_s, q->x)); break;
+        }
+    }
+}
+
+static double time_kind(int kind) { /* us for all layers, median of 5 */
+    bitnet__gsession *q = (bitnet__gsession *)G_s->gpu;
+    double t[5], ms;
+    int i;
+    run_kind(kind); /* warm */
+    for (i = 0; i < 5; i++) {
+        CHECK(bitnet_gpu_timer_begin(q->gpu));
+        run_kind(kind);
+        CHECK(bitnet_gpu_timer_end(q->gpu, &ms));
+        t[i] = 1000.0 * ms;
+    }
+    return median(t, 5);
+}
+
+/* The last layer's attention on the host, in double, for sampled rows; worst |gpu - ref| / max|ref|. */
+static double check_attention(void) {
+    const bitnet_model *md = G_m;
+    bitnet__gsession *q = (bitnet__gsession *)G_s->gpu;
+    int hd = md->info.head_dim, nh = md->info.n_heads, nkv = md->info.n_kv_heads, G = nh / nkv, m = G_n;
+    int l = md->info.n_layers - 1, n_ctx = G_s->n_ctx, t, h, p, d;
+    long long ldq = md->q_dim + 2 * md->kv_dim;
+    size_t layer = (size_t)l * (size_t)md->kv_dim * (size_t)n_ctx * 2, kvn = (size_t)md->kv_dim * n_ctx;
+    float *qkv = (float *)malloc((size_t)m * ldq * 4), *att = (float *)malloc((size_t)m * md->q_dim * 4);
+    uint16_t *kc = (uint16_t *)malloc(kvn * 2), *vc = (uint16_t *)malloc(kvn * 2);
+    double *sc = (double *)malloc((size_t)m * 8), worst = 0;
+    static const int rows[] = {0, 1, 2, 7, 8, 9, 31, 63, 64, 100, 127, 128, 255, 256, 300, 383, 447, 500, 510, 511};
+    CHECK(bitnet_gpu_download(q->gpu, qkv, q->qkv, (size_t)m * ldq * 4));
+    CHECK(bitnet__gpu_attention_m(G_s, l, m));
+    CHECK(bitnet_gpu_download(q->gpu, att, q->att, (size_t)m * md->q_dim * 4));
+    CHECK(bitnet_gpu_download(q->gpu, kc, q->kc + layer, kvn * 2));
+    CHECK(bitnet_gpu_download(q->gpu, vc, q->vc + layer, kvn * 2));
+    for (t = 0; t < (int)(sizeof rows / sizeof rows[0]); t++) {
+        int r = rows[t];
+        if (r >= m) continue;
+        for (h = 0; h < nh; h++) {
+            const float *qr = qkv + (size_t)r * ldq + (size_t)h * hd;
+            const uint16_t *kb = kc + (size_t)(h / G) * n_ctx * hd, *vb = vc + (size_t)(h / G) * n_ctx * hd;
+            double mx = -1e300, l_ = 0, o, ref_max = 0, err = 0;
+            for (p = 0; p <= r; p++) {
+                double s = 0;
+                for (d = 0; d < hd; d++) s += (double)qr[d] * (double)bitnet_fp16_to_fp32(kb[(size_t)p * hd + d]);
+                sc[p] = s / sqrt((double)hd);
+                if (sc[p] > mx) mx = sc[p];
+            }
+            for (p = 0; p <= r; p++) l_ += (sc[p] = exp(sc[p] - mx));
+            for (d = 0; d < hd; d++) {
+                o = 0;
+                for (p = 0; p <= r; p++) o += sc[p] * (double)bitnet_fp16_to_fp32(vb[(size_t)p * hd + d]);
+                o /= l_;
+                if (fabs(o) > ref_max) ref_max = fabs(o);
+                if (fabs(o - att[(size_t)r * md->q_dim + (size_t)h * hd + d]) > err) err = fabs(o - att[(size_t)r * md->q_dim + (size_t)h * hd + d]);
+            }
+            if (err / (ref_max > 0 ? ref_max : 1) > worst) worst = err / (ref_max > 0 ? ref_max : 1);
+        }
+    }
+    free(qkv), free(att), free(kc), free(vc), free(sc);
+    return worst;
+}
+
+int main(int argc, char **argv) {
+    static const char *names[12] = {"embed", "norm+quant (attn_norm)", "QKV GEMM", "rope + KV store", "attention",
+                                    "norm+quant (attn_sub_norm)", "O GEMM", "norm+quant (ffn_norm)", "gate|up GEMM (glu)",
+                                    "norm+quant (ffn_sub_norm)", "down GEMM", "head (1 row)"};
+    static const char *builds[] = {"-DBF_PK=32"};
+    static const int build_pk[] = {32};
+    bitnet_model_desc d;
+    bitnet_session_desc sd;
+    bitnet__gmodel *g;
+    int32_t *toks;
+    float *lg;
+    double tt[5], t0, sum = 0, us[12];
+    int i, k;
+    if (argc < 2) return fprintf(stderr, "usage: bench_prefill MODEL.gguf [TOKENS]\n"), 2;
+    G_n = argc > 2 ? atoi(argv[2]) : 512;
+    memset(&d, 0, sizeof d);
+    d.backend = BITNET_BACKEND_CUDA;
+    d.path = argv[1];
+    CHECK(bitnet_model_load(&d, &G_m));
+    memset(&sd, 0, sizeof sd);
+    sd.n_ctx = 4096;
+    sd.n_batch = G_n;
+    CHECK(bitnet_session_create(G_m, &sd, &G_s));
+    g = (bitnet__gmodel *)G_m->gpu;
+    toks = (int32_t *)malloc((size_t)G_n * 4);
+    lg = (float *)malloc((size_t)G_m->info.n_vocab * 4);
+    for (i = 0; i < G_n; i++) toks[i] = (int32_t)((1000 + 7919 * (size_t)i) % (size_t)G_m->info.n_vocab);
+    CHECK(bitnet_session_eval(G_s, toks, G_n, lg, 0)); /* warm */
+    for (k = 0; k < 5; k++) {
+        bitnet_session_reset(G_s);
+        t0 = bitnet__now();
+        CHECK(bitnet_session_eval(G_s, toks, G_n, lg, 0));
+        tt[k] = bitnet__now() - t0;
+    }
+    printf("prefill of %d tokens (bitnet_session_eval, logits of the last): %.0f tokens/s, median of 5: %.3f ms\n", G_n,
+           G_n / median(tt, 5), 1000 * median(tt, 5));
+    printf("each step kind alone, all %d layers, us (median of 5):\n", G_m->info.n_layers);
+    for (k = 0; k < 12; k++) {
+        us[k] = time_kind(k);
+        sum += us[k];
+    }
+    for (k = 0; k < 12; k++) printf("  %-28s %9.1f us  %5.1f%%\n", names[k], us[k], 100 * us[k] / sum);
+    printf("  %-28s %9.1f us\n", "sum", sum);
+    /* the GEMMs with each token tile forced (the library picks per grid size) */
+    {
+        static const char *tn[2] = {"128", "64"};
+        static const int gk[4] = {2, 6, 8, 10};
+        for (i = 0; i < 2; i++) {
+            setenv("BITNET_TGEMM_TN", tn[i], 1);
+            printf("GEMMs with BITNET_TGEMM_TN=%s:", tn[i]);
+            for (k = 0; k < 4; k++) printf(" %s %.1f us;", names[gk[k]], time_kind(gk[k]));
+            printf("\n");
+        }
+        unsetenv("BITNET_TGEMM_TN");
+    }
+    /* attention: this build, then others, each against the host's double attention */
+    bitnet_session_reset(G_s);
+    CHECK(bitnet_session_eval(G_s, toks, G_n, lg, 0)); /* fresh caches and activations */
+    printf("attention, default build (keys a tile %d): %.1f us for all layers; last layer vs host double: worst %.3g (rel. to max|out|)\n",
+           g->att_pk, time_kind(4), check_attention());
+    for (i = 0; i < (int)(sizeof builds / sizeof builds[0]); i++) {
+        bitnet_gpu_module *mod;
+        bitnet_gpu_kernel *keep = g->attn_prefill;
+        int keep_pk = g->att_pk;
+        CHECK(bitnet_gpu_module_load(g->gpu, bitnet_cuda_src_forward, builds[i], &mod));
+        CHECK(bitnet_gpu_kernel_get(mod, "bitnet_k_fwd_attn_prefill", &g->attn_prefill));
+        g->att_pk = build_pk[i];
+        printf("attention, build \"%s\": %.1f us for all layers; last layer vs host double: worst %.3g\n", builds[i],
+               time_kind(4), check_attention());
+        g->attn_prefill = keep;
+        g->att_pk = keep_pk;
+    }
+    bitnet_session_free(G_s);
+    bitnet_model_free(G_m);
+    free(toks);
+    free(lg);
+    return 0;
+}
