@@ -9614,11 +9614,11 @@ static bitnet_result bitnet__tmm_issue(bitnet_gpu *gpu, const bitnet_gpu_ternary
     for (i = 0; i < w->n_parts; i++) segs.end[i] = (int32_t)w->part_end[i], segs.scale[i] = w->part_scale[i];
     ot = out_type == BITNET_PRECISION_AUTO ? (int)BITNET_PRECISION_FP32 : (int)out_type;
     if (m > 8 && gpu->dev->cc >= 80) {
-        /* tiles of 128 tokens, or of 64 where that grid would leave SMs idle (fewer than two blocks
-           an SM: M = 512 on 2B-4T's Q K V, O and down); BITNET_TGEMM_TN=64|128 forces one (A/B, tests) */
+        /* tiles of 128 tokens, or of 64 where that grid is under four blocks an SM (H100, M = 512, 2B-4T:
+           64 was faster on all four shapes, 1.0-1.4x); BITNET_TGEMM_TN=64|128 forces one (A/B, tests) */
         const char *tn_env = bitnet__getenv("BITNET_TGEMM_TN");
         size_t rows = w->n_pad / 128;
-        int mm = (int)m, tn = rows * ((m + 127) / 128) < (size_t)bitnet__gk_sm_count(gpu) * 2 ? 64 : 128;
+        int mm = (int)m, tn = rows * ((m + 127) / 128) < (size_t)bitnet__gk_sm_count(gpu) * 4 ? 64 : 128;
         void *args[15];
         if (tn_env && (atoi(tn_env) == 64 || atoi(tn_env) == 128)) tn = atoi(tn_env);
         args[0] = (void *)&w->data, args[1] = &n_out, args[2] = &nc, args[3] = &segs, args[4] = &glu;
@@ -10038,7 +10038,7 @@ BITNET_API bitnet_result bitnet_quantizer_summary(const bitnet_quantizer *qz, ch
 #define BITNET__GPU_ATT_SMAX 32       /* decode attention: splits per head, at most (the kernel's s_w) */
 #define BITNET__GPU_PREFILL_MIN 2     /* tokens per call from which prefill takes the GEMM path */
 #define BITNET__GPU_ATT_ROWS 32       /* prefill attention: rows (query x head) a block (the kernels' BF_PR) */
-#define BITNET__GPU_ATT_PK 64         /* prefill attention: keys a tile (the kernels' BF_PK) */
+#define BITNET__GPU_ATT_PK 32         /* prefill attention: keys a tile (the kernels' BF_PK; 32: two blocks an SM) */
 
 typedef struct bitnet__gseg { int n; int end[8]; float scale[8]; } bitnet__gseg; /* the kernels' segments */
 
@@ -10485,7 +10485,7 @@ static bitnet_result bitnet__gpu_attention_m(bitnet_session *s, int l, int m) {
     long long ldq = md->q_dim + 2 * md->kv_dim, ldo = md->q_dim;
     size_t layer = (size_t)l * (size_t)md->kv_dim * (size_t)s->n_ctx * 2;
     bitnet_devptr kc = q->kc + layer, vc = q->vc + layer, pos = q->io + 4;
-    unsigned smem = (unsigned)((BITNET__GPU_ATT_ROWS * (hd + 4) + pk * (hd + 4) + BITNET__GPU_ATT_ROWS * (pk + 4)) * 8);
+    unsigned smem = (unsigned)((BITNET__GPU_ATT_ROWS * (hd + 4) + pk * (hd + 4) + BITNET__GPU_ATT_ROWS * (pk + 4)) * 8 + pk * hd * 4);
     void *args[12];
     args[0] = &q->qkv, args[1] = &ldq, args[2] = &kc, args[3] = &vc, args[4] = &pos, args[5] = &m, args[6] = &s->n_ctx,
     args[7] = &nh, args[8] = &nkv, args[9] = &hd, args[10] = &q->att, args[11] = &ldo;

@@ -117,8 +117,8 @@ int main(int argc, char **argv) {
     static const char *names[12] = {"embed", "norm+quant (attn_norm)", "QKV GEMM", "rope + KV store", "attention",
                                     "norm+quant (attn_sub_norm)", "O GEMM", "norm+quant (ffn_norm)", "gate|up GEMM (glu)",
                                     "norm+quant (ffn_sub_norm)", "down GEMM", "head (1 row)"};
-    static const char *builds[] = {"-DBF_PK=32"};
-    static const int build_pk[] = {32};
+    static const char *builds[] = {"-DBF_PK=64"};
+    static const int build_pk[] = {64};
     bitnet_model_desc d;
     bitnet_session_desc sd;
     bitnet__gmodel *g;

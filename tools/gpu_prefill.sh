@@ -6,7 +6,8 @@
 # checked against a host double attention); `bitnet bench` prefill 512 for this tree and, when
 # BASE is a checkout (default: the repository root two levels up, i.e. main on the device), for
 # it too in the same call; last the cuda = cpu determinism check. Logs in $OUT (logs.tgz).
-#   OUT=$OUT TIKTOKEN=../shared/llama3-tokenizer.tiktoken tools/gpu_prefill.sh [quick]
+#   OUT=$OUT TIKTOKEN=../shared/llama3-tokenizer.tiktoken tools/gpu_prefill.sh [quick|full]
+# (full: also `make test-gpu`, every test binary with a GPU required)
 set -u
 OUT=${OUT:-/tmp/gpu_prefill}
 mkdir -p "$OUT/logs"
@@ -35,6 +36,7 @@ if [ "${1:-}" != quick ]; then
   BITNET_TGEMM_TN=64 BITNET_REQUIRE_GPU=1 TAILN=2 step test-gpu-kernels-tn64 200 build/tests/test_gpu_kernels
   BITNET_TGEMM_TN=128 BITNET_REQUIRE_GPU=1 TAILN=2 step test-gpu-kernels-tn128 200 build/tests/test_gpu_kernels
 fi
+[ "${1:-}" = full ] && TAILN=3 step test-gpu 300 env ${TIKTOKEN:+BITNET_TIKTOKEN="$PWD/$TIKTOKEN"} make test-gpu
 TAILN=30 step bench-prefill 200 build/bench_prefill $model 512
 for r in 1 2; do
   TAILN=3 step "bench-$r" 120 build/bitnet bench -m $model --backend cuda --prompt-tokens 512 --gen-tokens 128 --runs 3
