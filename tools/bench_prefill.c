@@ -69,16 +69,16 @@ static double time_kind(int kind) { /* us for all layers, median of 5 */
 }
 
 /* The last layer's attention on the host, in double, for sampled rows; worst |gpu - ref| / max|ref|. */
-static double check_attention(void) {
+static double check_attention(int m, int pos0) { /* the last call's m rows, at positions pos0.. */
     const bitnet_model *md = G_m;
     bitnet__gsession *q = (bitnet__gsession *)G_s->gpu;
-    int hd = md->info.head_dim, nh = md->info.n_heads, nkv = md->info.n_kv_heads, G = nh / nkv, m = G_n;
+    int hd = md->info.head_dim, nh = md->info.n_heads, nkv = md->info.n_kv_heads, G = nh / nkv;
     int l = md->info.n_layers - 1, n_ctx = G_s->n_ctx, t, h, p, d;
     long long ldq = md->q_dim + 2 * md->kv_dim;
     size_t layer = (size_t)l * (size_t)md->kv_dim * (size_t)n_ctx * 2, kvn = (size_t)md->kv_dim * n_ctx;
     float *qkv = (float *)malloc((size_t)m * ldq * 4), *att = (float *)malloc((size_t)m * md->q_dim * 4);
     uint16_t *kc = (uint16_t *)malloc(kvn * 2), *vc = (uint16_t *)malloc(kvn * 2);
-    double *sc = (double *)malloc((size_t)m * 8), worst = 0;
+    double *sc = (double *)malloc((size_t)(pos0 + m) * 8), worst = 0;
     static const int rows[] = {0, 1, 2, 7, 8, 9, 31, 63, 64, 100, 127, 128, 255, 256, 300, 383, 447, 500, 510, 511};
     CHECK(bitnet_gpu_download(q->gpu, qkv, q->qkv, (size_t)m * ldq * 4));
     CHECK(bitnet__gpu_attention_m(G_s, l, m));
@@ -92,16 +92,16 @@ static double check_attention(void) {
             const float *qr = qkv + (size_t)r * ldq + (size_t)h * hd;
             const uint16_t *kb = kc + (size_t)(h / G) * n_ctx * hd, *vb = vc + (size_t)(h / G) * n_ctx * hd;
             double mx = -1e300, l_ = 0, o, ref_max = 0, err = 0;
-            for (p = 0; p <= r; p++) {
+            for (p = 0; p <= pos0 + r; p++) {
                 double s = 0;
                 for (d = 0; d < hd; d++) s += (double)qr[d] * (double)bitnet_fp16_to_fp32(kb[(size_t)p * hd + d]);
                 sc[p] = s / sqrt((double)hd);
                 if (sc[p] > mx) mx = sc[p];
             }
-            for (p = 0; p <= r; p++) l_ += (sc[p] = exp(sc[p] - mx));
+            for (p = 0; p <= pos0 + r; p++) l_ += (sc[p] = exp(sc[p] - mx));
             for (d = 0; d < hd; d++) {
                 o = 0;
-                for (p = 0; p <= r; p++) o += sc[p] * (double)bitnet_fp16_to_fp32(vb[(size_t)p * hd + d]);
+                for (p = 0; p <= pos0 + r; p++) o += sc[p] * (double)bitnet_fp16_to_fp32(vb[(size_t)p * hd + d]);
                 o /= l_;
                 if (fabs(o) > ref_max) ref_max = fabs(o);
                 if (fabs(o - att[(size_t)r * md->q_dim + (size_t)h * hd + d]) > err) err = fabs(o - att[(size_t)r * md->q_dim + (size_t)h * hd + d]);
@@ -172,7 +172,7 @@ int main(int argc, char **argv) {
     bitnet_session_reset(G_s);
     CHECK(bitnet_session_eval(G_s, toks, G_n, lg, 0)); /* fresh caches and activations */
     printf("attention, default build (keys a tile %d): %.1f us for all layers; last layer vs host double: worst %.3g (rel. to max|out|)\n",
-           g->att_pk, time_kind(4), check_attention());
+           g->att_pk, time_kind(4), check_attention(G_n, 0));
     for (i = 0; i < (int)(sizeof builds / sizeof builds[0]); i++) {
         bitnet_gpu_module *mod;
         bitnet_gpu_kernel *keep = g->attn_prefill;
@@ -181,9 +181,16 @@ int main(int argc, char **argv) {
         CHECK(bitnet_gpu_kernel_get(mod, "bitnet_k_fwd_attn_prefill", &g->attn_prefill));
         g->att_pk = build_pk[i];
         printf("attention, build \"%s\": %.1f us for all layers; last layer vs host double: worst %.3g\n", builds[i],
-               time_kind(4), check_attention());
+               time_kind(4), check_attention(G_n, 0));
         g->attn_prefill = keep;
         g->att_pk = keep_pk;
+    }
+    if (G_n > 300) { /* a prompt in two calls: the second one's queries start at position 300 */
+        bitnet_session_reset(G_s);
+        CHECK(bitnet_session_eval(G_s, toks, 300, NULL, 0));
+        CHECK(bitnet_session_eval(G_s, toks + 300, (size_t)G_n - 300, lg, 0));
+        printf("attention, %d tokens after 300 (a second prefill call): last layer vs host double: worst %.3g\n", G_n - 300,
+               check_attention(G_n - 300, 300));
     }
     bitnet_session_free(G_s);
     bitnet_model_free(G_m);
