@@ -9614,17 +9614,18 @@ static bitnet_result bitnet__tmm_issue(bitnet_gpu *gpu, const bitnet_gpu_ternary
     for (i = 0; i < w->n_parts; i++) segs.end[i] = (int32_t)w->part_end[i], segs.scale[i] = w->part_scale[i];
     ot = out_type == BITNET_PRECISION_AUTO ? (int)BITNET_PRECISION_FP32 : (int)out_type;
     if (m > 8 && gpu->dev->cc >= 80) {
-        /* tiles of 128 tokens, or of 64 where that grid is under four blocks an SM (H100, M = 512, 2B-4T:
-           64 was faster on all four shapes, 1.0-1.4x); BITNET_TGEMM_TN=64|128 forces one (A/B, tests) */
+        /* tiles of 128 tokens, or of 64 or 32 while the grid is under four blocks an SM (H100, M = 512,
+           2B-4T: see BENCHMARKS.md); BITNET_TGEMM_TN=32|64|128 forces one (A/B, tests) */
         const char *tn_env = bitnet__getenv("BITNET_TGEMM_TN");
-        size_t rows = w->n_pad / 128;
-        int mm = (int)m, tn = rows * ((m + 127) / 128) < (size_t)bitnet__gk_sm_count(gpu) * 4 ? 64 : 128;
+        size_t rows = w->n_pad / 128, want = (size_t)bitnet__gk_sm_count(gpu) * 4;
+        int mm = (int)m, tn = 128;
         void *args[15];
-        if (tn_env && (atoi(tn_env) == 64 || atoi(tn_env) == 128)) tn = atoi(tn_env);
+        while (tn > 32 && rows * ((m + (size_t)tn - 1) / (size_t)tn) < want) tn /= 2;
+        if (tn_env && (atoi(tn_env) == 32 || atoi(tn_env) == 64 || atoi(tn_env) == 128)) tn = atoi(tn_env);
         args[0] = (void *)&w->data, args[1] = &n_out, args[2] = &nc, args[3] = &segs, args[4] = &glu;
         args[5] = (void *)&a->q, args[6] = &lda, args[7] = (void *)&a->scale, args[8] = (void *)&a->sum, args[9] = &mm;
         args[10] = &out, args[11] = &ldo, args[12] = &ot, args[13] = &residual, args[14] = &ldo;
-        return bitnet__gk_launch(gpu, tn == 64 ? "bitnet_k_tgemm_n64" : "bitnet_k_tgemm", (unsigned)rows,
+        return bitnet__gk_launch(gpu, tn == 32 ? "bitnet_k_tgemm_n32" : tn == 64 ? "bitnet_k_tgemm_n64" : "bitnet_k_tgemm", (unsigned)rows,
                                  (unsigned)((m + (size_t)tn - 1) / (size_t)tn), 1, 128, 1, args);
     }
     if (m == 1 && gpu->dev->cc >= 90) {

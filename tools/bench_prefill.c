@@ -117,8 +117,8 @@ int main(int argc, char **argv) {
     static const char *names[12] = {"embed", "norm+quant (attn_norm)", "QKV GEMM", "rope + KV store", "attention",
                                     "norm+quant (attn_sub_norm)", "O GEMM", "norm+quant (ffn_norm)", "gate|up GEMM (glu)",
                                     "norm+quant (ffn_sub_norm)", "down GEMM", "head (1 row)"};
-    static const char *builds[] = {"-DBF_PK=64"};
-    static const int build_pk[] = {64};
+    static const char *builds[] = {"-DBF_PMMA=8", "-DBF_PK=64", "-DBF_PMMA=8 -DBF_PK=64"};
+    static const int build_pk[] = {32, 64, 64};
     bitnet_model_desc d;
     bitnet_session_desc sd;
     bitnet__gmodel *g;
@@ -158,9 +158,9 @@ int main(int argc, char **argv) {
     printf("  %-28s %9.1f us\n", "sum", sum);
     /* the GEMMs with each token tile forced (the library picks per grid size) */
     {
-        static const char *tn[2] = {"128", "64"};
+        static const char *tn[3] = {"128", "64", "32"};
         static const int gk[4] = {2, 6, 8, 10};
-        for (i = 0; i < 2; i++) {
+        for (i = 0; i < 3; i++) {
             setenv("BITNET_TGEMM_TN", tn[i], 1);
             printf("GEMMs with BITNET_TGEMM_TN=%s:", tn[i]);
             for (k = 0; k < 4; k++) printf(" %s %.1f us;", names[gk[k]], time_kind(gk[k]));

@@ -7,7 +7,8 @@
 # BASE is a checkout (default: the repository root two levels up, i.e. main on the device), for
 # it too in the same call; last the cuda = cpu determinism check. Logs in $OUT (logs.tgz).
 #   OUT=$OUT TIKTOKEN=../shared/llama3-tokenizer.tiktoken tools/gpu_prefill.sh [quick|full]
-# (full: also `make test-gpu`, every test binary with a GPU required)
+# (full: also `make test-gpu` last, every test binary with a GPU required, in what is left of
+# BUDGET seconds (default 380))
 set -u
 OUT=${OUT:-/tmp/gpu_prefill}
 mkdir -p "$OUT/logs"
@@ -35,13 +36,16 @@ if [ "${1:-}" != quick ]; then
   BITNET_REQUIRE_GPU=1 TAILN=2 step test-gpu-kernels 200 build/tests/test_gpu_kernels
   BITNET_TGEMM_TN=64 BITNET_REQUIRE_GPU=1 TAILN=2 step test-gpu-kernels-tn64 200 build/tests/test_gpu_kernels
   BITNET_TGEMM_TN=128 BITNET_REQUIRE_GPU=1 TAILN=2 step test-gpu-kernels-tn128 200 build/tests/test_gpu_kernels
+  BITNET_TGEMM_TN=32 BITNET_REQUIRE_GPU=1 TAILN=2 step test-gpu-kernels-tn32 200 build/tests/test_gpu_kernels
+  BITNET_TGEMM_TN=32 BITNET_REQUIRE_GPU=1 TAILN=2 step test-cuda-forward-tn32 200 build/tests/test_cuda_forward
 fi
-[ "${1:-}" = full ] && TAILN=3 step test-gpu 300 env ${TIKTOKEN:+BITNET_TIKTOKEN="$PWD/$TIKTOKEN"} make test-gpu
 TAILN=30 step bench-prefill 200 build/bench_prefill $model 512
 for r in 1 2; do
   TAILN=3 step "bench-$r" 120 build/bitnet bench -m $model --backend cuda --prompt-tokens 512 --gen-tokens 128 --runs 3
   [ -x /tmp/basebuild/bitnet ] && TAILN=3 step "bench-base-$r" 120 /tmp/basebuild/bitnet bench -m $model --backend cuda --prompt-tokens 512 --gen-tokens 128 --runs 3
 done
-BITNET_TGEMM_TN=128 TAILN=3 step bench-tn128 120 build/bitnet bench -m $model --backend cuda --prompt-tokens 512 --gen-tokens 128 --runs 3
+BITNET_TGEMM_TN=64 TAILN=3 step bench-tn64 120 build/bitnet bench -m $model --backend cuda --prompt-tokens 512 --gen-tokens 128 --runs 3
 TAILN=8 step determinism 240 build/bitnet bench -m $model --backend all --prompt-tokens 64,512 --gen-tokens 128 --runs 1 --check-determinism --require-gpu
+left=$(( ${BUDGET:-380} - SECONDS ))
+[ "${1:-}" = full ] && [ $left -gt 30 ] && TAILN=3 step test-gpu $left env ${TIKTOKEN:+BITNET_TIKTOKEN="$PWD/$TIKTOKEN"} make test-gpu
 tar czf "$OUT/logs.tgz" -C "$OUT" logs
