@@ -71,6 +71,13 @@ if [ -n "$BNC_TGZ" ]; then rm -rf "$BNC" && mkdir -p "$BNC" && tar -C "$BNC" -xz
 [ -f "$BNC/utils/convert-helper-bitnet.py" ] || { say "FAIL: no bitnet.cpp tree at $BNC"; exit 1; }
 say "bitnet.cpp tree: $(cat "$BNC/SOURCE" 2>/dev/null | head -3 | tr '\n' ' ')"
 export PYTHONPATH=$PYSTUB:$BNC/3rdparty/llama.cpp/gguf-py${PYTHONPATH:+:$PYTHONPATH}
+if [ "$($PY -c 'import numpy; print(numpy.__version__.split(".")[0])')" -ge 2 ]; then
+    # bitnet.cpp pins numpy~=1.26 (requirements-convert_legacy_llama.txt); NumPy 2 dropped scalar
+    # newbyteorder, which convert-ms-to-gguf-bitnet.py's little-endian probe calls first thing. With
+    # no registry on the GPU machine the probe (it only offers q8_0 output) becomes sys.byteorder.
+    sed -i 's/if np.uint32(1) == np.uint32(1).newbyteorder("<"):/if sys.byteorder == "little":/' "$BNC/utils/convert-ms-to-gguf-bitnet.py"
+    say "NumPy 2 here: convert-ms-to-gguf-bitnet.py's endianness probe replaced by sys.byteorder ($(grep -c 'sys.byteorder == "little"' "$BNC/utils/convert-ms-to-gguf-bitnet.py") line)"
+fi
 build_bnc() {
     cd "$BNC" || return 1
     $PY utils/codegen_tl2.py --model bitnet_b1_58-3B --BM 160,320,320 --BK 96,96,96 --bm 32,32,32 || return 1
@@ -184,6 +191,10 @@ def teacher(f, seq, label):
     first = next((i for i, (a, b) in enumerate(zip(ours, seq)) if a != b), None)
     print("%s: teacher-forced argmax equal at %d/%d steps%s" % (label, same, len(seq), "" if first is None else
           " (first difference at step %d: ours %d, theirs %d)" % (first, ours[first], seq[first])))
+    for i, (a, b) in enumerate(zip(ours, seq)):
+        if a != b:  # how close the call was: our logit gap between the two tokens, and theirs
+            print("    step %d: our logit[%d] - logit[%d] = %.4g%s" % (i, a, b, L[i][a] - L[i][b], "" if BL is None or label.find("bitnet.cpp") < 0
+                  else "; bitnet.cpp's logit[%d] - logit[%d] = %.4g" % (b, a, BL[i][b] - BL[i][a])))
     return L, first
 
 ok_all = True
