@@ -48,7 +48,7 @@ finish() {
 trap finish EXIT
 
 say "== bitnet.cpp converter check $(date -u +%FT%TZ) on $(hostname), $(nproc) cores"
-say "bitnet.h commit: $(git rev-parse --short=12 HEAD 2>/dev/null || cat .commit 2>/dev/null || echo unknown)"
+say "bitnet.h commit: $(cat .commit 2>/dev/null || git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)"
 TIKTOKEN=$(cd "$(dirname "$TIKTOKEN")" && pwd)/$(basename "$TIKTOKEN")
 [ -f "$TIKTOKEN" ] || { say "FAIL: no tiktoken file at $TIKTOKEN"; exit 1; }
 
