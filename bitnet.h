@@ -1476,64 +1476,51 @@ static int bitnet__convert_path(int fp16) {
     return BITNET__CV_SCALAR;
 }
 
+/* One table a direction, indexed by bitnet__convert_path: {scalar, AVX2, AVX-512, NEON}; a path is
+   only chosen where it is compiled, so the NULL slots are never called. */
+typedef void (*bitnet__narrow_fn)(const float *s, uint16_t *d, size_t n);
+typedef void (*bitnet__widen_fn)(const uint16_t *s, float *d, size_t n);
+#define BITNET__CV_SCALAR_FN(name, T, U, conv) \
+    static void bitnet__##name##_scalar(const T *s, U *d, size_t n) { size_t i; for (i = 0; i < n; i++) d[i] = conv(s[i]); }
+BITNET__CV_SCALAR_FN(to_fp16, float, uint16_t, bitnet_fp32_to_fp16)
+BITNET__CV_SCALAR_FN(from_fp16, uint16_t, float, bitnet_fp16_to_fp32)
+BITNET__CV_SCALAR_FN(to_bf16, float, uint16_t, bitnet_fp32_to_bf16)
+BITNET__CV_SCALAR_FN(from_bf16, uint16_t, float, bitnet_bf16_to_fp32)
+#if defined(BITNET__X86_SIMD)
+#define BITNET__CV_X86(name) bitnet__##name##_avx2, bitnet__##name##_avx512
+#else
+#define BITNET__CV_X86(name) NULL, NULL
+#endif
+#if defined(BITNET__NEON)
+#define BITNET__CV_ARM(name) bitnet__##name##_neon
+#else
+#define BITNET__CV_ARM(name) NULL
+#endif
+#define BITNET__CV_TABLE(name) {bitnet__##name##_scalar, BITNET__CV_X86(name), BITNET__CV_ARM(name)}
+
 BITNET_API bitnet_result bitnet_convert_fp32_to_fp16(const float *src, uint16_t *dst, size_t n) {
-    size_t i;
+    static const bitnet__narrow_fn f[4] = BITNET__CV_TABLE(to_fp16);
     BITNET__TRY(bitnet__convert_check("bitnet_convert_fp32_to_fp16", src, dst, n));
-    switch (bitnet__convert_path(1)) {
-#if defined(BITNET__X86_SIMD)
-    case BITNET__CV_AVX512: bitnet__to_fp16_avx512(src, dst, n); return BITNET_OK;
-    case BITNET__CV_AVX2: bitnet__to_fp16_avx2(src, dst, n); return BITNET_OK;
-#endif
-#if defined(BITNET__NEON)
-    case BITNET__CV_NEON: bitnet__to_fp16_neon(src, dst, n); return BITNET_OK;
-#endif
-    default: for (i = 0; i < n; i++) dst[i] = bitnet_fp32_to_fp16(src[i]); return BITNET_OK;
-    }
+    f[bitnet__convert_path(1)](src, dst, n);
+    return BITNET_OK;
 }
-
 BITNET_API bitnet_result bitnet_convert_fp16_to_fp32(const uint16_t *src, float *dst, size_t n) {
-    size_t i;
+    static const bitnet__widen_fn f[4] = BITNET__CV_TABLE(from_fp16);
     BITNET__TRY(bitnet__convert_check("bitnet_convert_fp16_to_fp32", src, dst, n));
-    switch (bitnet__convert_path(1)) {
-#if defined(BITNET__X86_SIMD)
-    case BITNET__CV_AVX512: bitnet__from_fp16_avx512(src, dst, n); return BITNET_OK;
-    case BITNET__CV_AVX2: bitnet__from_fp16_avx2(src, dst, n); return BITNET_OK;
-#endif
-#if defined(BITNET__NEON)
-    case BITNET__CV_NEON: bitnet__from_fp16_neon(src, dst, n); return BITNET_OK;
-#endif
-    default: for (i = 0; i < n; i++) dst[i] = bitnet_fp16_to_fp32(src[i]); return BITNET_OK;
-    }
+    f[bitnet__convert_path(1)](src, dst, n);
+    return BITNET_OK;
 }
-
 BITNET_API bitnet_result bitnet_convert_fp32_to_bf16(const float *src, uint16_t *dst, size_t n) {
-    size_t i;
+    static const bitnet__narrow_fn f[4] = BITNET__CV_TABLE(to_bf16);
     BITNET__TRY(bitnet__convert_check("bitnet_convert_fp32_to_bf16", src, dst, n));
-    switch (bitnet__convert_path(0)) {
-#if defined(BITNET__X86_SIMD)
-    case BITNET__CV_AVX512: bitnet__to_bf16_avx512(src, dst, n); return BITNET_OK;
-    case BITNET__CV_AVX2: bitnet__to_bf16_avx2(src, dst, n); return BITNET_OK;
-#endif
-#if defined(BITNET__NEON)
-    case BITNET__CV_NEON: bitnet__to_bf16_neon(src, dst, n); return BITNET_OK;
-#endif
-    default: for (i = 0; i < n; i++) dst[i] = bitnet_fp32_to_bf16(src[i]); return BITNET_OK;
-    }
+    f[bitnet__convert_path(0)](src, dst, n);
+    return BITNET_OK;
 }
-
 BITNET_API bitnet_result bitnet_convert_bf16_to_fp32(const uint16_t *src, float *dst, size_t n) {
-    size_t i;
+    static const bitnet__widen_fn f[4] = BITNET__CV_TABLE(from_bf16);
     BITNET__TRY(bitnet__convert_check("bitnet_convert_bf16_to_fp32", src, dst, n));
-    switch (bitnet__convert_path(0)) {
-#if defined(BITNET__X86_SIMD)
-    case BITNET__CV_AVX512: bitnet__from_bf16_avx512(src, dst, n); return BITNET_OK;
-    case BITNET__CV_AVX2: bitnet__from_bf16_avx2(src, dst, n); return BITNET_OK;
-#endif
-#if defined(BITNET__NEON)
-    case BITNET__CV_NEON: bitnet__from_bf16_neon(src, dst, n); return BITNET_OK;
-#endif
-    default: for (i = 0; i < n; i++) dst[i] = bitnet_bf16_to_fp32(src[i]); return BITNET_OK;
-    }
+    f[bitnet__convert_path(0)](src, dst, n);
+    return BITNET_OK;
 }
 
 /* >>quant ===================================================================================== */

@@ -106,43 +106,25 @@ static const char bitnet_cuda_src_util[] =
     "    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);\n" \
     "    return v;\n" \
     "}\n" \
-    "/* Block-wide reductions (any blockDim.x*y*z up to 1024); every thread gets the result. */\n" \
-    "BN_DEV double bn_block_sum_d(double v, double *sh) {\n" \
+    "/* Block-wide reductions (any blockDim.x*y*z up to 1024); every thread gets the result. The\n" \
+    "   cross-warp pass starts from 0: sums, and maxima of non-negative values (absmax). */\n" \
+    "struct bn_op_add { template <class T> __device__ __forceinline__ T operator()(T a, T b) const { return a + b; } };\n" \
+    "struct bn_op_max { __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); } };\n" \
+    "template <class T, class Op> BN_DEV T bn_block_reduce(T v, T *sh, Op op) {\n" \
     "    int t = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);\n" \
     "    int nt = blockDim.x * blockDim.y * blockDim.z;\n" \
     "#pragma unroll\n" \
-    "    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);\n" \
+    "    for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));\n" \
     "    __syncthreads();\n" \
     "    if ((t & 31) == 0) sh[t >> 5] = v;\n" \
     "    __syncthreads();\n" \
-    "    v = 0;\n" \
-    "    for (int i = 0; i < (nt + 31) / 32; i++) v += sh[i];\n" \
+    "    v = T(0);\n" \
+    "    for (int i = 0; i < (nt + 31) / 32; i++) v = op(v, sh[i]);\n" \
     "    return v;\n" \
     "}\n" \
-    "BN_DEV float bn_block_max_f(float v, float *sh) {\n" \
-    "    int t = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);\n" \
-    "    int nt = blockDim.x * blockDim.y * blockDim.z;\n" \
-    "#pragma unroll\n" \
-    "    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));\n" \
-    "    __syncthreads();\n" \
-    "    if ((t & 31) == 0) sh[t >> 5] = v;\n" \
-    "    __syncthreads();\n" \
-    "    v = 0.0f;\n" \
-    "    for (int i = 0; i < (nt + 31) / 32; i++) v = fmaxf(v, sh[i]);\n" \
-    "    return v;\n" \
-    "}\n" \
-    "BN_DEV int bn_block_sum_i(int v, int *sh) {\n" \
-    "    int t = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);\n" \
-    "    int nt = blockDim.x * blockDim.y * blockDim.z;\n" \
-    "#pragma unroll\n" \
-    "    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);\n" \
-    "    __syncthreads();\n" \
-    "    if ((t & 31) == 0) sh[t >> 5] = v;\n" \
-    "    __syncthreads();\n" \
-    "    v = 0;\n" \
-    "    for (int i = 0; i < (nt + 31) / 32; i++) v += sh[i];\n" \
-    "    return v;\n" \
-    "}\n" \
+    "BN_DEV double bn_block_sum_d(double v, double *sh) { return bn_block_reduce(v, sh, bn_op_add()); }\n" \
+    "BN_DEV float bn_block_max_f(float v, float *sh) { return bn_block_reduce(v, sh, bn_op_max()); }\n" \
+    "BN_DEV int bn_block_sum_i(int v, int *sh) { return bn_block_reduce(v, sh, bn_op_add()); }\n" \
     "/* sm_80+ building blocks: cp.async ring and ldmatrix (only emitted where used) */\n" \
     "BN_DEV unsigned int bn_smem_addr(const void *p) { return (unsigned int)__cvta_generic_to_shared(p); }\n" \
     "BN_DEV void bn_cp_async16(unsigned int dst, const void *src, int bytes) {\n" \

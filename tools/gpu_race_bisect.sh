@@ -5,7 +5,7 @@ out=${OUT:-/tmp/rb-out}; mkdir -p "$out/rb"
 cc -O1 -o /tmp/race_bisect tools/race_bisect.c -lpthread -ldl -lm || exit 1
 cs=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer | head -1)
 /tmp/race_bisect 8 5 full > "$out/rb/plain.log" 2>&1
-for v in "${@:-2:full 8:nodl 8:serial 8:event 8:full}"; do :; done
+
 for v in ${VARIANTS:-2:full 8:nodl 8:serial 8:event 8:full 1:full}; do
   t=${v%%:*}; m=${v#*:}
   ( timeout -k 5 ${RB_TIMEOUT:-120} "$cs" --tool racecheck --racecheck-report hazard --report-api-errors no /tmp/race_bisect "$t" 5 "$m" \

@@ -14,10 +14,11 @@
 # BITNET_TEST_THREAD_ROUNDS (test_gpu_runtime's 8 threads' rounds, default 20 here): the full 200
 # are `make test-gpu`'s; racecheck would take over 5 minutes on them (H100, 2025.3.1).
 # Measured (H100, compute-sanitizer 2025.3.1, 16 cores, 2026-11-23): 36 pairs in 344 s, 0 sanitizer
-# errors; the longest pass is racecheck test_hostile (~250 s). One known TIMEOUT: racecheck on
-# test_gpu_runtime stops in test_gpu_threads_8x200_shared (8 threads launching on one shared handle)
-# right after the tool's own "Internal Sanitizer Error: Detected a failure to track a kernel
-# launch"; that test passes plainly and under memcheck and initcheck. Call with timeout_s >= 400.
+# errors; the longest pass is racecheck test_hostile (~250 s). Racecheck on test_gpu_runtime used to
+# stop in test_gpu_threads_8x200_shared after the tool's "Internal Sanitizer Error: Detected a failure
+# to track a kernel launch": a cuStreamSynchronize in one thread racing launches on the same stream
+# from others (tools/race_bisect.c reproduces it). The handle now waits on an event recorded under
+# its lock; racecheck on test_gpu_runtime then passes in 11 s (H100, 2026-11-23, session 3).
 # API errors (a CUDA call that returns an error the library handles, as the tests' failure paths
 # do on purpose) are not counted: --report-api-errors no. Device leaks at exit are (memcheck
 # --leak-check full).

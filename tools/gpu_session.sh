@@ -1,5 +1,14 @@
 #!/usr/bin/env bash
-# Session start on the GPU machine: validate main, then the racecheck bisect. Logs in $OUT.
+# Lead's batch on the GPU machine. Default: validate main, then the racecheck bisect.
+#   tools/gpu_session.sh race      the bisect and racecheck on test_gpu_runtime only
 set -u
-OUT=${OUT:-/tmp/o} TIKTOKEN=${TIKTOKEN:-} RUNS=${RUNS:-2} tools/gpu_validate.sh
-OUT=${OUT:-/tmp/o} tools/gpu_race_bisect.sh
+export OUT=${OUT:-/tmp/o}
+case "${1:-all}" in
+race)
+  TESTS=build/tests/test_gpu_runtime tools/gpu_sanitize.sh racecheck > "$OUT/race_runtime.txt" 2>&1 &
+  VARIANTS="8:nodl 8:event 8:full" tools/gpu_race_bisect.sh
+  wait; tail -8 "$OUT/race_runtime.txt"; cat "$OUT/sanitize_first_reports.txt" 2>/dev/null | head -20 ;;
+*)
+  TIKTOKEN=${TIKTOKEN:-} RUNS=${RUNS:-2} tools/gpu_validate.sh
+  tools/gpu_race_bisect.sh ;;
+esac
