@@ -10031,6 +10031,7 @@ BITNET_API bitnet_result bitnet_quantizer_summary(const bitnet_quantizer *qz, ch
 #define BITNET__GPU_ATT_CMIN 16       /* decode attention: positions per split, at least */
 #define BITNET__GPU_ATT_SMAX 32       /* decode attention: splits per head, at most (the kernel's s_w) */
 #define BITNET__GPU_PREFILL_MIN 2     /* tokens per call from which prefill takes the GEMM path */
+#define BITNET__GPU_ATT_PRE 6         /* decode attention: the weights it pulls into L2 (bitnet__gsession.att_pre) */
 
 typedef struct bitnet__gseg { int n; int end[8]; float scale[8]; } bitnet__gseg; /* the kernels' segments */
 
@@ -10069,6 +10070,7 @@ typedef struct bitnet__gsession {
     bitnet_devptr next;               /* int: the head's argmax */
     int B, smax, cmin, att_gb, head_blocks, have_next; /* att_gb: query heads per attention block */
     int gemv_items;                   /* decode GEMV: K chunks a warp takes, at least (sets the warps a block) */
+    int att_pre;                      /* decode attention pulls into L2: 1 O, 2 gate||up, 4 down, 8 the next QKV (a mask) */
     bitnet_gpu_graph *graph;          /* the decode step */
 } bitnet__gsession;
 
@@ -10285,6 +10287,8 @@ static bitnet_result bitnet__gpu_session_init(bitnet_session *s) {
     { /* BITNET_GPU_GEMV_ITEMS: tuning and tests only */
         const char *e = bitnet__getenv("BITNET_GPU_GEMV_ITEMS");
         q->gemv_items = e && atoi(e) >= 1 && atoi(e) <= 64 ? atoi(e) : 4; /* H100: 4 beat 8 by 2% and 16 by 40% */
+        e = bitnet__getenv("BITNET_GPU_ATT_PRE"); /* the same: 0 .. 15 */
+        q->att_pre = e && atoi(e) >= 0 && atoi(e) <= 15 ? atoi(e) : BITNET__GPU_ATT_PRE;
     }
     q->head_blocks = 2 * g->sm_count; /* persistent: two 256-thread blocks per SM, one wave */
     BITNET__TRY(bitnet_gpu_open(g->device, &q->gpu));
@@ -10360,20 +10364,31 @@ static bitnet_result bitnet__gpu_linear(bitnet_session *s, bitnet_gpu_kernel *k,
 }
 
 /* 4-6. rope + kv_store + attention for one token (layer l): q and k rotated at the position in
-   io[1], k and v appended to the cache, att = softmax(q K^T / sqrt(hd)) V over the positions so far */
-static bitnet_result bitnet__gpu_attention(bitnet_session *s, int l, bitnet__gpre pre) {
+   io[1], k and v appended to the cache, att = softmax(q K^T / sqrt(hd)) V over the positions so far.
+   With pre, the kernel also pulls the weights of the kernels after it (q->att_pre) into L2: it reads
+   little from DRAM itself, so they stream in while it runs. */
+typedef struct bitnet__gpre4 { bitnet_devptr p[4]; unsigned long long n[4]; } bitnet__gpre4; /* the kernel's bf_pre4 */
+static bitnet_result bitnet__gpu_attention(bitnet_session *s, int l, int pre) {
     const bitnet_model *m = s->m;
     const bitnet__gmodel *g = (const bitnet__gmodel *)m->gpu;
     bitnet__gsession *q = (bitnet__gsession *)s->gpu;
-    int hd = m->info.head_dim, nh = m->info.n_heads, nkv = m->info.n_kv_heads, G = nh / nkv;
+    int hd = m->info.head_dim, nh = m->info.n_heads, nkv = m->info.n_kv_heads, G = nh / nkv, i;
+    const bitnet__glayer *L = &g->layers[l];
+    const bitnet_gpu_ternary *w[4];
+    bitnet__gpre4 p4;
     size_t layer = (size_t)l * (size_t)m->kv_dim * (size_t)s->n_ctx * 2;
     bitnet_devptr kc = q->kc + layer, vc = q->vc + layer, pos = q->io + 4;
     int gb = G % q->att_gb ? 1 : q->att_gb;
     unsigned smem = (unsigned)(gb * hd) * 4 + (unsigned)(gb * BITNET__MAX(64, 128)) * 8 + (2 * 64 + 2) * (unsigned)hd * 2; /* BF_ATT_T = 64 */
-    void *args[18];
+    void *args[17];
+    w[0] = &L->o, w[1] = &L->gu, w[2] = &L->down, w[3] = l + 1 < m->info.n_layers ? &g->layers[l + 1].qkv : NULL;
+    for (i = 0; i < 4; i++) {
+        bitnet__gpre r = bitnet__gpre_of(pre && (q->att_pre >> i & 1) ? w[i] : NULL);
+        p4.p[i] = r.p, p4.n[i] = r.bytes;
+    }
     args[0] = &q->qkv, args[1] = &q->rope, args[2] = &pos, args[3] = &kc, args[4] = &vc, args[5] = &s->n_ctx, args[6] = &nh,
     args[7] = &nkv, args[8] = &hd, args[9] = &q->smax, args[10] = &q->cmin, args[11] = &gb, args[12] = &q->part_o,
-    args[13] = &q->part_ml, args[14] = &q->ctr, args[15] = &q->att, args[16] = &pre.p, args[17] = &pre.bytes;
+    args[13] = &q->part_ml, args[14] = &q->ctr, args[15] = &q->att, args[16] = &p4;
     return bitnet__gpu_launch(q->gpu, g->attn, (unsigned)(nh / gb), (unsigned)q->smax, 128, 1, smem, args);
 }
 
@@ -10410,7 +10425,7 @@ static bitnet_result bitnet__gpu_step(bitnet_session *s) {
         const bitnet__glayer *L = &g->layers[l], *N = l + 1 < nl ? &g->layers[l + 1] : NULL;
         /* attention block */
         BITNET__TRY(bitnet__gpu_linear(s, g->gemv_store, &L->qkv, q->x, L->attn_norm, q->qkv, bitnet__gpre_of(&L->o)));  /* qkv */
-        BITNET__TRY(bitnet__gpu_attention(s, l, bitnet__gpre_of(&L->gu)));                                 /* att [q_dim] */
+        BITNET__TRY(bitnet__gpu_attention(s, l, 1));                                                       /* att [q_dim] */
         BITNET__TRY(bitnet__gpu_linear(s, g->gemv_res, &L->o, q->att, L->attn_sub_norm, q->x, bitnet__gpre_of(&L->down)));
         /* feed-forward block */
         BITNET__TRY(bitnet__gpu_linear(s, g->gemv_glu, &L->gu, q->x, L->ffn_norm, q->h, N ? bitnet__gpre_of(&N->qkv) : head));

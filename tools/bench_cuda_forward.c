@@ -180,13 +180,15 @@ static double step_us(void) {
 static void kernel_times(void) {
     bitnet__gmodel *gm = (bitnet__gmodel *)G_m->gpu;
     bitnet__gsession *q = (bitnet__gsession *)G_s->gpu;
-    static const char *names[7] = {"embed", "qkv gemv", "attention", "o gemv (+res)", "gate|up gemv", "down gemv (+res)", "head"};
+    static const char *names[8] = {"embed", "qkv gemv", "attention", "o gemv (+res)", "gate|up gemv", "down gemv (+res)", "head",
+                                   "attention+L2 pull"};
     int kind, l, i, nl = G_m->info.n_layers;
     double total = 0;
-    for (kind = 0; kind < 7; kind++) {
+    for (kind = 0; kind < 8; kind++) {
         bitnet_gpu_graph *gr = NULL;
         double ms;
         int n = (kind == 0 || kind == 6) ? 1 : nl;
+        if (kind == 7 && !q->att_pre) continue;
         bitnet__gpre none = bitnet__gpre_of(NULL);
         CHECK(bitnet_gpu_graph_begin(q->gpu));
         for (l = 0; l < n; l++) {
@@ -195,7 +197,8 @@ static void kernel_times(void) {
             switch (kind) {
             case 0: r = bitnet__gpu_embed(G_s, q->iota, 1, none); break;
             case 1: r = bitnet__gpu_linear(G_s, gm->gemv_store, &L->qkv, q->x, L->attn_norm, q->qkv, none); break;
-            case 2: r = bitnet__gpu_attention(G_s, l, none); break;
+            case 2: r = bitnet__gpu_attention(G_s, l, 0); break;
+            case 7: r = bitnet__gpu_attention(G_s, l, 1); break; /* the step's pulls, with nothing to use them */
             case 3: r = bitnet__gpu_linear(G_s, gm->gemv_res, &L->o, q->att, L->attn_sub_norm, q->x, none); break;
             case 4: r = bitnet__gpu_linear(G_s, gm->gemv_glu, &L->gu, q->x, L->ffn_norm, q->h, none); break;
             case 5: r = bitnet__gpu_linear(G_s, gm->gemv_res, &L->down, q->h, L->ffn_sub_norm, q->x, none); break;
@@ -210,7 +213,7 @@ static void kernel_times(void) {
         CHECK(bitnet_gpu_timer_end(q->gpu, &ms));
         bitnet_gpu_graph_free(gr);
         printf("    %-18s %7.2f us a launch, %7.1f us a step\n", names[kind], 1000.0 * ms / 20 / n, 1000.0 * ms / 20);
-        total += 1000.0 * ms / 20;
+        if (kind < 7) total += 1000.0 * ms / 20;
     }
     printf("    sum: %.1f us a step\n", total);
 }
@@ -343,8 +346,19 @@ int main(int argc, char **argv) {
     /* other builds of the forward module worth comparing (measured before, all slower on the H100:
        -DBF_PREFETCH=1, -DBF_GEMV_U=4 or 10, -DBF_HEAD_U=5); add options here to compare more
        (-DBF_PDL_EARLY=1: each kernel lets the next one start at its beginning) */
-    static const char *builds[] = {"-DBF_PDL_EARLY=1"};
+    static const char *builds_default[] = {"-DBF_PREFETCH=1"};
+    const char **builds = builds_default, *benv = getenv("BENCH_BUILDS"); /* BENCH_BUILDS="opts|opts|...": these instead */
+    int n_builds = 1;
+    static const char *bsplit[16];
+    static char bbuf[1024];
 
+    if (benv) {
+        char *t;
+        snprintf(bbuf, sizeof bbuf, "%s", benv);
+        n_builds = 0;
+        for (t = strtok(bbuf, "|"); t && n_builds < 16; t = strtok(NULL, "|")) bsplit[n_builds++] = t;
+        builds = bsplit;
+    }
     memset(&s, 0, sizeof s);
     if (!path) {
         t0 = bitnet__now();
@@ -419,7 +433,7 @@ int main(int argc, char **argv) {
     /* 4. tuning: other builds of the forward module, then host parameters */
     printf("tuning (each: greedy decode of %d tokens, then 100 graph replays):\n", GEN);
     measure("default build", gen_dev);
-    for (i = 0; i < (int)(sizeof builds / sizeof builds[0]); i++) {
+    for (i = 0; i < n_builds; i++) {
         use_build(builds[i]);
         measure(builds[i], gen_dev);
     }
@@ -428,6 +442,22 @@ int main(int argc, char **argv) {
     measure("without programmatic dependent launch", gen_dev);
     set_pdl(1);
     measure("with programmatic dependent launch", gen_dev);
+    { /* what the attention pulls into L2 for the kernels after it (the library: BITNET__GPU_ATT_PRE) */
+        static const int masks[] = {0, 1, 2, 4, 6, 7, 14, 15};
+        int def = gs->att_pre;
+        for (j = 0; j < (int)(sizeof masks / sizeof masks[0]); j++) {
+            char what[80];
+            gs->att_pre = masks[j];
+            bitnet_gpu_graph_free(gs->graph);
+            gs->graph = NULL;
+            snprintf(what, sizeof what, "attention pulls into L2: mask %d%s%s%s%s", masks[j], masks[j] & 1 ? " O" : "",
+                     masks[j] & 2 ? " gate|up" : "", masks[j] & 4 ? " down" : "", masks[j] & 8 ? " next-QKV" : "");
+            measure(what, gen_dev);
+        }
+        gs->att_pre = def;
+        bitnet_gpu_graph_free(gs->graph);
+        gs->graph = NULL;
+    }
     { /* attention: query heads a block (gb) and positions a split (cmin) */
         static const int cfg[][2] = {{1, 8}, {1, 32}, {4, 64}};
         for (j = 0; j < 3; j++) {
