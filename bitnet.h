@@ -10031,7 +10031,7 @@ BITNET_API bitnet_result bitnet_quantizer_summary(const bitnet_quantizer *qz, ch
 #define BITNET__GPU_ATT_CMIN 16       /* decode attention: positions per split, at least */
 #define BITNET__GPU_ATT_SMAX 32       /* decode attention: splits per head, at most (the kernel's s_w) */
 #define BITNET__GPU_PREFILL_MIN 2     /* tokens per call from which prefill takes the GEMM path */
-#define BITNET__GPU_ATT_PRE 6         /* decode attention: the weights it pulls into L2 (bitnet__gsession.att_pre) */
+#define BITNET__GPU_ATT_PRE 1         /* decode attention: the weights it pulls into L2 (bitnet__gsession.att_pre) */
 
 typedef struct bitnet__gseg { int n; int end[8]; float scale[8]; } bitnet__gseg; /* the kernels' segments */
 
@@ -10280,8 +10280,6 @@ static bitnet_result bitnet__gpu_session_init(bitnet_session *s) {
     if (!q) return BITNET_ERR_OUT_OF_MEMORY;
     s->gpu = q;
     q->B = g->cc >= 80 ? s->n_batch : 1; /* below sm_80 prompts go through the decode step */
-    split = (s->n_ctx + BITNET__GPU_ATT_CMIN - 1) / BITNET__GPU_ATT_CMIN;
-    q->smax = BITNET__MIN(split, BITNET__GPU_ATT_SMAX);
     q->cmin = BITNET__GPU_ATT_CMIN;
     q->att_gb = 1; /* one query head a block: the most blocks, the shortest chain in each */
     { /* BITNET_GPU_GEMV_ITEMS: tuning and tests only */
@@ -10289,7 +10287,11 @@ static bitnet_result bitnet__gpu_session_init(bitnet_session *s) {
         q->gemv_items = e && atoi(e) >= 1 && atoi(e) <= 64 ? atoi(e) : 4; /* H100: 4 beat 8 by 2% and 16 by 40% */
         e = bitnet__getenv("BITNET_GPU_ATT_PRE"); /* the same: 0 .. 15 */
         q->att_pre = e && atoi(e) >= 0 && atoi(e) <= 15 ? atoi(e) : BITNET__GPU_ATT_PRE;
+        e = bitnet__getenv("BITNET_GPU_ATT_CMIN"); /* the same: 1 .. 256 */
+        if (e && atoi(e) >= 1 && atoi(e) <= 256) q->cmin = atoi(e);
     }
+    split = (s->n_ctx + q->cmin - 1) / q->cmin;
+    q->smax = BITNET__MIN(split, BITNET__GPU_ATT_SMAX);
     q->head_blocks = 2 * g->sm_count; /* persistent: two 256-thread blocks per SM, one wave */
     BITNET__TRY(bitnet_gpu_open(g->device, &q->gpu));
     memset(&c, 0, sizeof c);

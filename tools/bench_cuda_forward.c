@@ -442,44 +442,27 @@ int main(int argc, char **argv) {
     measure("without programmatic dependent launch", gen_dev);
     set_pdl(1);
     measure("with programmatic dependent launch", gen_dev);
-    { /* what the attention pulls into L2 for the kernels after it (the library: BITNET__GPU_ATT_PRE) */
-        static const int masks[] = {0, 1, 2, 4, 6, 7, 14, 15};
-        int def = gs->att_pre;
-        for (j = 0; j < (int)(sizeof masks / sizeof masks[0]); j++) {
+    { /* decode attention: positions a split at least (cmin; the library: BITNET__GPU_ATT_CMIN) and what
+         it pulls into L2 for the kernels after it (the library: BITNET__GPU_ATT_PRE) */
+        static const int cfg[][2] = {{16, 0}, {16, 1}, {16, 5}, {16, 6}, {8, 0}, {8, 1}, {8, 5}, {4, 0}, {4, 1}, {32, 1}};
+        int def = gs->att_pre, defc = gs->cmin;
+        for (j = 0; j < (int)(sizeof cfg / sizeof cfg[0]); j++) {
             char what[80];
-            gs->att_pre = masks[j];
+            gs->cmin = cfg[j][0], gs->att_pre = cfg[j][1];
             bitnet_gpu_graph_free(gs->graph);
             gs->graph = NULL;
-            snprintf(what, sizeof what, "attention pulls into L2: mask %d%s%s%s%s", masks[j], masks[j] & 1 ? " O" : "",
-                     masks[j] & 2 ? " gate|up" : "", masks[j] & 4 ? " down" : "", masks[j] & 8 ? " next-QKV" : "");
+            snprintf(what, sizeof what, "attention >= %d positions a split, L2 pull %d%s%s%s%s", cfg[j][0], cfg[j][1],
+                     cfg[j][1] & 1 ? " O" : "", cfg[j][1] & 2 ? " gate|up" : "", cfg[j][1] & 4 ? " down" : "",
+                     cfg[j][1] & 8 ? " next-QKV" : "");
             measure(what, gen_dev);
         }
-        gs->att_pre = def;
+        gs->att_pre = def, gs->cmin = defc;
         bitnet_gpu_graph_free(gs->graph);
         gs->graph = NULL;
-    }
-    { /* attention: query heads a block (gb) and positions a split (cmin) */
-        static const int cfg[][2] = {{1, 8}, {1, 32}, {4, 64}};
-        for (j = 0; j < 3; j++) {
-            char what[64];
-            gs->att_gb = cfg[j][0], gs->cmin = cfg[j][1];
-            bitnet_gpu_graph_free(gs->graph);
-            gs->graph = NULL;
-            snprintf(what, sizeof what, "attention: %d heads a block, >= %d positions a split", cfg[j][0], cfg[j][1]);
-            measure(what, gen_dev);
-            if (j == 2) { printf("  per kernel, %s:\n", what); kernel_times(); }
-        }
-    }
-    gs->att_gb = 1, gs->cmin = BITNET__GPU_ATT_CMIN;
-    for (j = 4; j <= 16; j *= 2) { /* decode GEMV: K chunks a warp takes (the library: 4) */
-        char what[64];
-        if (j == 4) continue;
-        gs->gemv_items = j;
-        bitnet_gpu_graph_free(gs->graph);
-        gs->graph = NULL;
-        snprintf(what, sizeof what, "GEMV: >= %d K chunks a warp", j);
-        measure(what, gen_dev);
-        if (j == 8) { printf("  per kernel, %s:\n", what); kernel_times(); }
+        printf("  per kernel, attention >= 8 positions a split:\n");
+        gs->cmin = 8;
+        kernel_times();
+        gs->cmin = defc;
     }
     gs->gemv_items = 4;
     bitnet_gpu_graph_free(gs->graph);

@@ -3,7 +3,7 @@
 # `bitnet bench` (2B-4T, batch 1, 64-token prompt, 128 tokens) of this tree and of a base tree
 # beside it (before/after from the same run); bench_cuda_forward (step time, per-kernel times, the
 # attention's L2 pulls and other builds compared); with `check`, the CPU/GPU determinism bench too.
-#   usage: [BASE=dir] [TIKTOKEN=file] [BENCH_BUILDS="opts|opts"] tools/gpu_s3decode.sh [quick|check]
+#   usage: [BASE=dir] [TIKTOKEN=file] [BENCH_BUILDS="opts|opts"] [BENCH_ENVS="VAR=v VAR=v|VAR=v"] tools/gpu_s3decode.sh [quick|check]
 #   BASE: a directory with bitnet.h, bitnet_cuda_kernels.h, examples/bitnet.c and
 #   tools/bench_cuda_forward.c of the commit to compare with (skipped when absent).
 set -u
@@ -37,9 +37,10 @@ step gen-model build/bitnet gen-model --preset 2b4t --seed 1 --tiktoken "$tk" -o
 b="bench -m /tmp/2b4t.gguf --backend cuda --prompt-tokens 64 --gen-tokens 128 --runs 5"
 [ -n "$base" ] && step bench-base $base/bitnet $b
 step bench build/bitnet $b
+IFS='|' read -r -a envs <<< "${BENCH_ENVS:-}" # tuning variables for more runs of this tree
+for e in "${envs[@]}"; do [ -n "$e" ] && step "bench-$e" env $e build/bitnet $b; done
 [ -n "$base" ] && step bench-base2 $base/bitnet $b
 step bench2 build/bitnet $b
-BITNET_GPU_ATT_PRE=0 step bench-nopull build/bitnet $b
 [ -n "$base" ] && TAILN=14 step fwd-base timeout 60 sh -c "$base/bench_cuda_forward /tmp/2b4t.gguf | head -20"
 TAILN=90 step fwd timeout 240 build/bench_cuda_forward /tmp/2b4t.gguf
 if [ "$what" = check ]; then
