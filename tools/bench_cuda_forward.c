@@ -444,7 +444,7 @@ int main(int argc, char **argv) {
     measure("with programmatic dependent launch", gen_dev);
     { /* decode attention: positions a split at least (cmin; the library: BITNET__GPU_ATT_CMIN) and what
          it pulls into L2 for the kernels after it (the library: BITNET__GPU_ATT_PRE) */
-        static const int cfg[][2] = {{16, 0}, {16, 1}, {16, 5}, {16, 6}, {8, 0}, {8, 1}, {8, 5}, {4, 0}, {4, 1}, {32, 1}};
+        static const int cfg[][2] = {{16, 0}, {16, 1}, {16, 5}, {8, 0}, {8, 1}, {4, 1}, {12, 1}, {24, 0}, {24, 1}, {32, 1}};
         int def = gs->att_pre, defc = gs->cmin;
         for (j = 0; j < (int)(sizeof cfg / sizeof cfg[0]); j++) {
             char what[80];
