@@ -31,16 +31,27 @@ base=${BASE:-}
 if [ -n "$base" ] && [ -f "$base/bitnet.h" ]; then
   step build-base sh -c "cc -O2 -std=c11 -o $base/bitnet $base/examples/bitnet.c -lm -ldl -lpthread && cc -O2 -std=c11 -o $base/bench_cuda_forward $base/tools/bench_cuda_forward.c -lm -ldl -lpthread" || base=
 else base=; fi
+alt= # ALT_SED: this tree with a sed expression applied to bitnet_cuda_kernels.h (another default), benched too
+if [ -n "${ALT_SED:-}" ]; then
+  alt=/tmp/alt; rm -rf $alt; mkdir -p $alt/examples $alt/tests
+  cp bitnet.h bitnet_cuda_kernels.h $alt/ && cp examples/bitnet.c $alt/examples/ && sed -i -e "$ALT_SED" $alt/bitnet_cuda_kernels.h
+  cp tests/test_cuda_forward.c tests/harness.h tests/rmodel.h tests/impl.c $alt/tests/
+  step build-alt sh -c "diff bitnet_cuda_kernels.h $alt/bitnet_cuda_kernels.h; cc -O2 -std=c11 -o $alt/bitnet $alt/examples/bitnet.c -lm -ldl -lpthread &&
+    cc -O2 -std=c11 -c -o $alt/impl.o $alt/tests/impl.c && cc -O2 -std=c11 -o $alt/test_cuda_forward $alt/tests/test_cuda_forward.c $alt/impl.o -lm -ldl -lpthread" || alt=
+  [ -n "$alt" ] && TAILN=3 BITNET_REQUIRE_GPU=1 step test-alt timeout 150 $alt/test_cuda_forward
+fi
 TAILN=12 BITNET_REQUIRE_GPU=1 step test timeout 150 build/tests/test_cuda_forward
 tk=${TIKTOKEN:-llama3-tokenizer.tiktoken}
 step gen-model build/bitnet gen-model --preset 2b4t --seed 1 --tiktoken "$tk" -o /tmp/2b4t.gguf || exit 1
-b="bench -m /tmp/2b4t.gguf --backend cuda --prompt-tokens 64 --gen-tokens 128 --runs 5"
+b="bench -m /tmp/2b4t.gguf --backend cuda --prompt-tokens ${PROMPTS:-64} --gen-tokens 128 --runs 5"
 [ -n "$base" ] && step bench-base $base/bitnet $b
 step bench build/bitnet $b
+[ -n "$alt" ] && step bench-alt $alt/bitnet $b
 IFS='|' read -r -a envs <<< "${BENCH_ENVS:-}" # tuning variables for more runs of this tree
 for e in "${envs[@]}"; do [ -n "$e" ] && step "bench-$e" env $e build/bitnet $b; done
 [ -n "$base" ] && step bench-base2 $base/bitnet $b
 step bench2 build/bitnet $b
+[ -n "$alt" ] && step bench-alt2 $alt/bitnet $b
 [ -n "$base" ] && TAILN=14 step fwd-base timeout 60 sh -c "$base/bench_cuda_forward /tmp/2b4t.gguf | head -20"
 TAILN=90 step fwd timeout 240 build/bench_cuda_forward /tmp/2b4t.gguf
 if [ "$what" = check ]; then
