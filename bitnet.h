@@ -10411,10 +10411,11 @@ static bitnet_result bitnet__gpu_head(bitnet_session *s, bitnet_devptr x_row) {
     return bitnet__gpu_launch(q->gpu, g->head_k, (unsigned)q->head_blocks, 1, 256, 1, (unsigned)dim * (g->head_q8 ? 1 : 4), args);
 }
 
-/* One token's forward, as launched into the decode graph (token and position in io). Each kernel
-   also pulls the next weights it does not use into L2 (bitnet__gpre), so DRAM keeps streaming
-   between kernels: embed -> QKV, QKV -> O, attention -> gate||up, O -> down, gate||up -> the next
-   layer's QKV (the last: the head's first 16 MB), down -> the next layer's gate||up. */
+/* One token's forward, as launched into the decode graph (token and position in io). The attention
+   pulls the O matrix into L2 (q->att_pre; H100: 1% a step; pulling gate||up or down as well cost more
+   than it saved). With the forward module built with -DBF_PREFETCH=1 every kernel also pulls the
+   next weights it does not use (bitnet__gpre): embed -> QKV, QKV -> O, O -> down, gate||up -> the
+   next layer's QKV (the last: the head's first 16 MB), down -> the next layer's gate||up. */
 static bitnet_result bitnet__gpu_step(bitnet_session *s) {
     const bitnet_model *m = s->m;
     const bitnet__gmodel *g = (const bitnet__gmodel *)m->gpu;
