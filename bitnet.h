@@ -10027,6 +10027,7 @@ BITNET_API bitnet_result bitnet_quantizer_summary(const bitnet_quantizer *qz, ch
 #define BITNET__GPU_PREFILL_MIN 2     /* tokens per call from which prefill takes the GEMM path */
 #define BITNET__GPU_ATT_ROWS 32       /* prefill attention: rows (query x head) a block (the kernels' BF_PR) */
 #define BITNET__GPU_ATT_PK 32         /* prefill attention: keys a tile (the kernels' BF_PK; 32: two blocks an SM) */
+#define BITNET__GPU_ATT_PRE 1         /* decode attention: the weights it pulls into L2 (bitnet__gsession.att_pre) */
 
 typedef struct bitnet__gseg { int n; int end[8]; float scale[8]; } bitnet__gseg; /* the kernels' segments */
 
@@ -10066,6 +10067,7 @@ typedef struct bitnet__gsession {
     bitnet_devptr next;               /* int: the head's argmax */
     int B, smax, cmin, att_gb, head_blocks, have_next; /* att_gb: query heads per attention block */
     int gemv_items;                   /* decode GEMV: K chunks a warp takes, at least (sets the warps a block) */
+    int att_pre;                      /* decode attention pulls into L2: 1 O, 2 gate||up, 4 down, 8 the next QKV (a mask) */
     bitnet_gpu_graph *graph;          /* the decode step */
 } bitnet__gsession;
 
@@ -10276,14 +10278,19 @@ static bitnet_result bitnet__gpu_session_init(bitnet_session *s) {
     if (!q) return BITNET_ERR_OUT_OF_MEMORY;
     s->gpu = q;
     q->B = g->cc >= 80 ? s->n_batch : 1; /* below sm_80 prompts go through the decode step */
-    split = (s->n_ctx + BITNET__GPU_ATT_CMIN - 1) / BITNET__GPU_ATT_CMIN;
-    q->smax = BITNET__MIN(split, BITNET__GPU_ATT_SMAX);
     q->cmin = BITNET__GPU_ATT_CMIN;
     q->att_gb = 1; /* one query head a block: the most blocks, the shortest chain in each */
     { /* BITNET_GPU_GEMV_ITEMS: tuning and tests only */
         const char *e = bitnet__getenv("BITNET_GPU_GEMV_ITEMS");
         q->gemv_items = e && atoi(e) >= 1 && atoi(e) <= 64 ? atoi(e) : 4; /* H100: 4 beat 8 by 2% and 16 by 40% */
+        e = bitnet__getenv("BITNET_GPU_ATT_PRE"); /* the same: 0 .. 15 */
+        q->att_pre = e && atoi(e) >= 0 && atoi(e) <= 15 ? atoi(e) : BITNET__GPU_ATT_PRE;
+        e = bitnet__getenv("BITNET_GPU_ATT_CMIN"); /* the same: 1 .. 256 */
+        if (e && atoi(e) >= 1 && atoi(e) <= 256) q->cmin = atoi(e);
     }
+    split = (s->n_ctx + q->cmin - 1) / q->cmin;
+    q->smax = BITNET__MIN(split, BITNET__GPU_ATT_SMAX);
+    if (g->cc >= 90) q->smax = (q->smax + 7) & ~7; /* the kernel's clusters of 8 ranges (BF_ATT_CL) */
     q->head_blocks = 2 * g->sm_count; /* persistent: two 256-thread blocks per SM, one wave */
     BITNET__TRY(bitnet_gpu_open(g->device, &q->gpu));
     memset(&c, 0, sizeof c);
@@ -10358,20 +10365,31 @@ static bitnet_result bitnet__gpu_linear(bitnet_session *s, bitnet_gpu_kernel *k,
 }
 
 /* 4-6. rope + kv_store + attention for one token (layer l): q and k rotated at the position in
-   io[1], k and v appended to the cache, att = softmax(q K^T / sqrt(hd)) V over the positions so far */
-static bitnet_result bitnet__gpu_attention(bitnet_session *s, int l, bitnet__gpre pre) {
+   io[1], k and v appended to the cache, att = softmax(q K^T / sqrt(hd)) V over the positions so far.
+   With pre, the kernel also pulls the weights of the kernels after it (q->att_pre) into L2: it reads
+   little from DRAM itself, so they stream in while it runs. */
+typedef struct bitnet__gpre4 { bitnet_devptr p[4]; unsigned long long n[4]; } bitnet__gpre4; /* the kernel's bf_pre4 */
+static bitnet_result bitnet__gpu_attention(bitnet_session *s, int l, int pre) {
     const bitnet_model *m = s->m;
     const bitnet__gmodel *g = (const bitnet__gmodel *)m->gpu;
     bitnet__gsession *q = (bitnet__gsession *)s->gpu;
-    int hd = m->info.head_dim, nh = m->info.n_heads, nkv = m->info.n_kv_heads, G = nh / nkv;
+    int hd = m->info.head_dim, nh = m->info.n_heads, nkv = m->info.n_kv_heads, G = nh / nkv, i;
+    const bitnet__glayer *L = &g->layers[l];
+    const bitnet_gpu_ternary *w[4];
+    bitnet__gpre4 p4;
     size_t layer = (size_t)l * (size_t)m->kv_dim * (size_t)s->n_ctx * 2;
     bitnet_devptr kc = q->kc + layer, vc = q->vc + layer, pos = q->io + 4;
     int gb = G % q->att_gb ? 1 : q->att_gb;
     unsigned smem = (unsigned)(gb * hd) * 4 + (unsigned)(gb * BITNET__MAX(64, 128)) * 8 + (2 * 64 + 2) * (unsigned)hd * 2; /* BF_ATT_T = 64 */
-    void *args[18];
+    void *args[17];
+    w[0] = &L->o, w[1] = &L->gu, w[2] = &L->down, w[3] = l + 1 < m->info.n_layers ? &g->layers[l + 1].qkv : NULL;
+    for (i = 0; i < 4; i++) {
+        bitnet__gpre r = bitnet__gpre_of(pre && (q->att_pre >> i & 1) ? w[i] : NULL);
+        p4.p[i] = r.p, p4.n[i] = r.bytes;
+    }
     args[0] = &q->qkv, args[1] = &q->rope, args[2] = &pos, args[3] = &kc, args[4] = &vc, args[5] = &s->n_ctx, args[6] = &nh,
     args[7] = &nkv, args[8] = &hd, args[9] = &q->smax, args[10] = &q->cmin, args[11] = &gb, args[12] = &q->part_o,
-    args[13] = &q->part_ml, args[14] = &q->ctr, args[15] = &q->att, args[16] = &pre.p, args[17] = &pre.bytes;
+    args[13] = &q->part_ml, args[14] = &q->ctr, args[15] = &q->att, args[16] = &p4;
     return bitnet__gpu_launch(q->gpu, g->attn, (unsigned)(nh / gb), (unsigned)q->smax, 128, 1, smem, args);
 }
 
@@ -10391,10 +10409,11 @@ static bitnet_result bitnet__gpu_head(bitnet_session *s, bitnet_devptr x_row) {
     return bitnet__gpu_launch(q->gpu, g->head_k, (unsigned)q->head_blocks, 1, 256, 1, (unsigned)dim * (g->head_q8 ? 1 : 4), args);
 }
 
-/* One token's forward, as launched into the decode graph (token and position in io). Each kernel
-   also pulls the next weights it does not use into L2 (bitnet__gpre), so DRAM keeps streaming
-   between kernels: embed -> QKV, QKV -> O, attention -> gate||up, O -> down, gate||up -> the next
-   layer's QKV (the last: the head's first 16 MB), down -> the next layer's gate||up. */
+/* One token's forward, as launched into the decode graph (token and position in io). The attention
+   pulls the O matrix into L2 (q->att_pre; H100: 1% a step; pulling gate||up or down as well cost more
+   than it saved). With the forward module built with -DBF_PREFETCH=1 every kernel also pulls the
+   next weights it does not use (bitnet__gpre): embed -> QKV, QKV -> O, O -> down, gate||up -> the
+   next layer's QKV (the last: the head's first 16 MB), down -> the next layer's gate||up. */
 static bitnet_result bitnet__gpu_step(bitnet_session *s) {
     const bitnet_model *m = s->m;
     const bitnet__gmodel *g = (const bitnet__gmodel *)m->gpu;
@@ -10408,7 +10427,7 @@ static bitnet_result bitnet__gpu_step(bitnet_session *s) {
         const bitnet__glayer *L = &g->layers[l], *N = l + 1 < nl ? &g->layers[l + 1] : NULL;
         /* attention block */
         BITNET__TRY(bitnet__gpu_linear(s, g->gemv_store, &L->qkv, q->x, L->attn_norm, q->qkv, bitnet__gpre_of(&L->o)));  /* qkv */
-        BITNET__TRY(bitnet__gpu_attention(s, l, bitnet__gpre_of(&L->gu)));                                 /* att [q_dim] */
+        BITNET__TRY(bitnet__gpu_attention(s, l, 1));                                                       /* att [q_dim] */
         BITNET__TRY(bitnet__gpu_linear(s, g->gemv_res, &L->o, q->att, L->attn_sub_norm, q->x, bitnet__gpre_of(&L->down)));
         /* feed-forward block */
         BITNET__TRY(bitnet__gpu_linear(s, g->gemv_glu, &L->gu, q->x, L->ffn_norm, q->h, N ? bitnet__gpre_of(&N->qkv) : head));

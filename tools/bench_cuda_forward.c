@@ -162,31 +162,34 @@ static double decode_tps(int32_t *gen) {
     return GEN / median(tt, 3);
 }
 
-/* Device time of one decode step: graph replays back to back at position PROMPT + 1. */
-static double step_us(void) {
+/* Device time of one decode step: graph replays back to back at position pos. */
+static double step_us_at(int pos) {
     bitnet__gsession *gs = (bitnet__gsession *)G_s->gpu;
     double ms;
     int i;
     bitnet_session_reset(G_s);
-    CHECK(bitnet_session_eval(G_s, G_prompt, PROMPT + 1, NULL, 0));
-    CHECK(bitnet_session_eval(G_s, G_prompt + PROMPT + 1, 1, NULL, 0));
+    CHECK(bitnet_session_eval(G_s, G_prompt, pos, NULL, 0));
+    CHECK(bitnet_session_eval(G_s, G_prompt + pos, 1, NULL, 0));
     CHECK(bitnet_gpu_timer_begin(gs->gpu));
     for (i = 0; i < 100; i++) CHECK(bitnet_gpu_graph_launch(gs->gpu, gs->graph));
     CHECK(bitnet_gpu_timer_end(gs->gpu, &ms));
     return 10.0 * ms;
 }
+static double step_us(void) { return step_us_at(PROMPT + 1); }
 
 /* Each kernel kind alone: a graph of its launches for every layer, replayed 20 times. */
 static void kernel_times(void) {
     bitnet__gmodel *gm = (bitnet__gmodel *)G_m->gpu;
     bitnet__gsession *q = (bitnet__gsession *)G_s->gpu;
-    static const char *names[7] = {"embed", "qkv gemv", "attention", "o gemv (+res)", "gate|up gemv", "down gemv (+res)", "head"};
+    static const char *names[8] = {"embed", "qkv gemv", "attention", "o gemv (+res)", "gate|up gemv", "down gemv (+res)", "head",
+                                   "attention+L2 pull"};
     int kind, l, i, nl = G_m->info.n_layers;
     double total = 0;
-    for (kind = 0; kind < 7; kind++) {
+    for (kind = 0; kind < 8; kind++) {
         bitnet_gpu_graph *gr = NULL;
         double ms;
         int n = (kind == 0 || kind == 6) ? 1 : nl;
+        if (kind == 7 && !q->att_pre) continue;
         bitnet__gpre none = bitnet__gpre_of(NULL);
         CHECK(bitnet_gpu_graph_begin(q->gpu));
         for (l = 0; l < n; l++) {
@@ -195,7 +198,8 @@ static void kernel_times(void) {
             switch (kind) {
             case 0: r = bitnet__gpu_embed(G_s, q->iota, 1, none); break;
             case 1: r = bitnet__gpu_linear(G_s, gm->gemv_store, &L->qkv, q->x, L->attn_norm, q->qkv, none); break;
-            case 2: r = bitnet__gpu_attention(G_s, l, none); break;
+            case 2: r = bitnet__gpu_attention(G_s, l, 0); break;
+            case 7: r = bitnet__gpu_attention(G_s, l, 1); break; /* the step's pulls, with nothing to use them */
             case 3: r = bitnet__gpu_linear(G_s, gm->gemv_res, &L->o, q->att, L->attn_sub_norm, q->x, none); break;
             case 4: r = bitnet__gpu_linear(G_s, gm->gemv_glu, &L->gu, q->x, L->ffn_norm, q->h, none); break;
             case 5: r = bitnet__gpu_linear(G_s, gm->gemv_res, &L->down, q->h, L->ffn_sub_norm, q->x, none); break;
@@ -210,7 +214,7 @@ static void kernel_times(void) {
         CHECK(bitnet_gpu_timer_end(q->gpu, &ms));
         bitnet_gpu_graph_free(gr);
         printf("    %-18s %7.2f us a launch, %7.1f us a step\n", names[kind], 1000.0 * ms / 20 / n, 1000.0 * ms / 20);
-        total += 1000.0 * ms / 20;
+        if (kind < 7) total += 1000.0 * ms / 20;
     }
     printf("    sum: %.1f us a step\n", total);
 }
@@ -245,10 +249,10 @@ static void use_build(const char *opts) { /* (modules stay loaded until the hand
 
 static void measure(const char *what, const int32_t *ref) {
     int32_t gen[GEN];
-    double tps = decode_tps(gen), us = step_us();
+    double tps = decode_tps(gen), us2 = step_us_at(180), us = step_us();
     int i, same;
     for (i = 0, same = 0; ref && i < GEN && gen[i] == ref[i]; i++) same++;
-    printf("  %-44s decode %7.1f tokens/s, device step %7.1f us%s\n", what, tps, us,
+    printf("  %-44s decode %7.1f tokens/s, device step %7.1f us (at 180: %7.1f)%s\n", what, tps, us, us2,
            !ref ? "" : same == GEN ? ", same tokens" : " (TOKENS DIFFER)");
 }
 
@@ -343,8 +347,19 @@ int main(int argc, char **argv) {
     /* other builds of the forward module worth comparing (measured before, all slower on the H100:
        -DBF_PREFETCH=1, -DBF_GEMV_U=4 or 10, -DBF_HEAD_U=5); add options here to compare more
        (-DBF_PDL_EARLY=1: each kernel lets the next one start at its beginning) */
-    static const char *builds[] = {"-DBF_PDL_EARLY=1"};
+    static const char *builds_default[] = {"-DBF_PREFETCH=1"};
+    const char **builds = builds_default, *benv = getenv("BENCH_BUILDS"); /* BENCH_BUILDS="opts|opts|...": these instead */
+    int n_builds = 1;
+    static const char *bsplit[16];
+    static char bbuf[1024];
 
+    if (benv) {
+        char *t;
+        snprintf(bbuf, sizeof bbuf, "%s", benv);
+        n_builds = 0;
+        for (t = strtok(bbuf, "|"); t && n_builds < 16; t = strtok(NULL, "|")) bsplit[n_builds++] = t;
+        builds = bsplit;
+    }
     memset(&s, 0, sizeof s);
     if (!path) {
         t0 = bitnet__now();
@@ -419,7 +434,7 @@ int main(int argc, char **argv) {
     /* 4. tuning: other builds of the forward module, then host parameters */
     printf("tuning (each: greedy decode of %d tokens, then 100 graph replays):\n", GEN);
     measure("default build", gen_dev);
-    for (i = 0; i < (int)(sizeof builds / sizeof builds[0]); i++) {
+    for (i = 0; i < n_builds; i++) {
         use_build(builds[i]);
         measure(builds[i], gen_dev);
     }
@@ -428,28 +443,26 @@ int main(int argc, char **argv) {
     measure("without programmatic dependent launch", gen_dev);
     set_pdl(1);
     measure("with programmatic dependent launch", gen_dev);
-    { /* attention: query heads a block (gb) and positions a split (cmin) */
-        static const int cfg[][2] = {{1, 8}, {1, 32}, {4, 64}};
-        for (j = 0; j < 3; j++) {
-            char what[64];
-            gs->att_gb = cfg[j][0], gs->cmin = cfg[j][1];
+    { /* decode attention: positions a split at least (cmin; the library: BITNET__GPU_ATT_CMIN) and what
+         it pulls into L2 for the kernels after it (the library: BITNET__GPU_ATT_PRE) */
+        static const int cfg[][2] = {{16, 0}, {16, 5}, {12, 1}, {20, 1}, {24, 1}};
+        int def = gs->att_pre, defc = gs->cmin;
+        for (j = 0; j < (int)(sizeof cfg / sizeof cfg[0]); j++) {
+            char what[80];
+            gs->cmin = cfg[j][0], gs->att_pre = cfg[j][1];
             bitnet_gpu_graph_free(gs->graph);
             gs->graph = NULL;
-            snprintf(what, sizeof what, "attention: %d heads a block, >= %d positions a split", cfg[j][0], cfg[j][1]);
+            snprintf(what, sizeof what, "attention >= %d positions a split, L2 pull %d%s%s%s%s", cfg[j][0], cfg[j][1],
+                     cfg[j][1] & 1 ? " O" : "", cfg[j][1] & 2 ? " gate|up" : "", cfg[j][1] & 4 ? " down" : "",
+                     cfg[j][1] & 8 ? " next-QKV" : "");
             measure(what, gen_dev);
-            if (j == 2) { printf("  per kernel, %s:\n", what); kernel_times(); }
         }
-    }
-    gs->att_gb = 1, gs->cmin = BITNET__GPU_ATT_CMIN;
-    for (j = 4; j <= 16; j *= 2) { /* decode GEMV: K chunks a warp takes (the library: 4) */
-        char what[64];
-        if (j == 4) continue;
-        gs->gemv_items = j;
+        gs->att_pre = def, gs->cmin = defc;
         bitnet_gpu_graph_free(gs->graph);
         gs->graph = NULL;
-        snprintf(what, sizeof what, "GEMV: >= %d K chunks a warp", j);
-        measure(what, gen_dev);
-        if (j == 8) { printf("  per kernel, %s:\n", what); kernel_times(); }
+        printf("  per kernel, at position 180:\n");
+        step_us_at(180);
+        kernel_times();
     }
     gs->gemv_items = 4;
     bitnet_gpu_graph_free(gs->graph);

@@ -530,7 +530,7 @@ static void gpu_ops(bitnet_model *gm, int n_pre, int n_dec) {
             w3[0] = W->wq, w3[1] = W->wk, w3[2] = W->wv, n3[0] = qd, n3[1] = kvd, n3[2] = kvd;
             cpu_linear(gm, X, 1, dim, W->attn_norm, w3, n3, 3, L_STORE, NULL, want);
             mism(&st_lin, QKV, want, ldq, "qkv (gemv)");
-            GPU(bitnet__gpu_attention(s, l, none));
+            GPU(bitnet__gpu_attention(s, l, 0));
             dl(s, ATT, q->att, (size_t)qd * 4);
             dl(s, KC, q->kc + layer, (size_t)nkv * s->n_ctx * hd * 2);
             dl(s, VC, q->vc + layer, (size_t)nkv * s->n_ctx * hd * 2);
