@@ -1109,7 +1109,6 @@ static const char bitnet_cuda_src_forward[] =
     "#ifndef BF_PDL_EARLY\n"
     "#define BF_PDL_EARLY 0 /* 1: trigger at the start of every kernel instead of after its weight reads */\n"
     "#endif\n"
-
     "#ifndef BF_ATT_CLUSTER\n"
     "#define BF_ATT_CLUSTER 0 /* 1 (sm_90): the decode attention's splits combine in clusters of 8 blocks through shared\n"
     "                            memory (H100: steps at positions 65 and 180 1.5% faster, but decode after a 512-token prompt 9%\n"
@@ -1141,9 +1140,6 @@ static const char bitnet_cuda_src_forward[] =
     "    return *p;\n"
     "#endif\n"
     "}\n"
-
-
-
     "BF_DEV void bf_pdl_launch() {\n"
     "#if __CUDA_ARCH__ >= 900\n"
     "    asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\");\n"
