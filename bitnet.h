@@ -265,8 +265,9 @@ BITNET_API bitnet_result bitnet_gemv_f16(const uint16_t *w, size_t n, size_t k, 
    The CUDA driver and NVRTC are dlopen'd at first use, once per process (BITNET_LIBCUDA and
    BITNET_NVRTC, when set, are the only paths tried). Each bitnet_gpu owns one non-blocking
    stream guarded by a mutex: every upload, launch, copy and download of that handle goes onto
-   that stream in call order, and a download waits for the stream, so it always sees the results
-   of the kernels issued before it, from any thread. Handles may be shared between threads.
+   that stream in call order, and a download (or bitnet_gpu_sync) waits for everything issued
+   before it, so it always sees the results of the kernels issued before it, from any thread; it
+   does not wait for work other threads issue after it. Handles may be shared between threads.
    Memory comes from the handle's pool and is reused only by that handle (so reuse is ordered too). */
 typedef struct bitnet_gpu bitnet_gpu;               /* one device: context, stream, modules, pool */
 typedef struct bitnet_gpu_module bitnet_gpu_module; /* a JIT-compiled module */
