@@ -60,12 +60,19 @@ $(BUILD)/fuzz/impl.o: tests/impl.c $(HEADERS)
 $(BUILD)/fuzz/fuzz_%: tests/fuzz_%.c $(BUILD)/fuzz/impl.o $(HEADERS)
 	$(FUZZ_CC) $(FUZZ_FLAGS) -std=c11 $(WARN) -o $@ $< $(BUILD)/fuzz/impl.o -lm -ldl -lpthread
 
+# The harnesses run at the same time (each for FUZZ_SECONDS of wall time), each into its own log;
+# the end of every log is printed, and any finding fails the target.
 fuzz: $(FUZZERS)
-	@set -e; for f in $(FUZZERS); do n=$${f##*/fuzz_}; mkdir -p $(BUILD)/fuzz/corpus-$$n; \
-	  echo "== fuzz $$n for $(FUZZ_SECONDS) s"; \
+	@pids=; for f in $(FUZZERS); do n=$${f##*/fuzz_}; mkdir -p $(BUILD)/fuzz/corpus-$$n; \
+	  echo "== fuzz $$n for $(FUZZ_SECONDS) s (log: $(BUILD)/fuzz/$$n.log)"; \
 	  seeds=tests/corpus/$$n; [ -d $$seeds ] || seeds=; \
 	  $$f -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
-	      -artifact_prefix=$(BUILD)/fuzz/$$n- $(BUILD)/fuzz/corpus-$$n $$seeds; done
+	      -artifact_prefix=$(BUILD)/fuzz/$$n- $(BUILD)/fuzz/corpus-$$n $$seeds > $(BUILD)/fuzz/$$n.log 2>&1 & \
+	  pids="$$pids $$!"; done; \
+	rc=0; for p in $$pids; do wait $$p || rc=1; done; \
+	for f in $(FUZZERS); do n=$${f##*/fuzz_}; echo "== fuzz $$n:"; grep -E '^(==[0-9]+==|SUMMARY|Done|stat::number_of_executed_units)|Test unit written|deadly signal|ERROR: libFuzzer' $(BUILD)/fuzz/$$n.log | tail -n 20; \
+	  grep -E 'cov: ' $(BUILD)/fuzz/$$n.log | tail -n 1; done; \
+	[ $$rc = 0 ] || { echo "make fuzz: a harness reported a finding (see the logs above)"; exit 1; }
 
 clean:
 	rm -rf build build-*
