@@ -16,7 +16,7 @@ HEADERS  := bitnet.h bitnet_cuda_kernels.h
 EXAMPLES := $(patsubst examples/%.c,$(BUILD)/%,$(wildcard examples/*.c))
 TESTS    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(filter-out tests/impl.c tests/fuzz_%.c,$(wildcard tests/*.c)))
 
-.PHONY: all test test-gpu cxx-check fuzz clean
+.PHONY: all test test-gpu cxx-check fuzz fuzz-build clean
 all: $(EXAMPLES)
 
 $(BUILD)/%: examples/%.c $(HEADERS)
@@ -59,6 +59,8 @@ $(BUILD)/fuzz/impl.o: tests/impl.c $(HEADERS)
 
 $(BUILD)/fuzz/fuzz_%: tests/fuzz_%.c $(BUILD)/fuzz/impl.o $(HEADERS)
 	$(FUZZ_CC) $(FUZZ_FLAGS) -std=c11 $(WARN) -o $@ $< $(BUILD)/fuzz/impl.o -lm -ldl -lpthread
+
+fuzz-build: $(FUZZERS)
 
 # The harnesses run at the same time (each for FUZZ_SECONDS of wall time), each into its own log;
 # the end of every log is printed, and any finding fails the target.
