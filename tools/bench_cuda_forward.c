@@ -24,16 +24,7 @@
 #define PREFILL 512
 #define CTX 4096
 
-static double median(double *v, int n) {
-    int i, j;
-    for (i = 1; i < n; i++)
-        for (j = i; j > 0 && v[j - 1] > v[j]; j--) {
-            double t = v[j];
-            v[j] = v[j - 1];
-            v[j - 1] = t;
-        }
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+#include "bench_util.h"
 
 static uint64_t rng = 0x243F6A8885A308D3ull;
 static uint64_t next_u64(void) {

@@ -19,16 +19,7 @@ static bitnet_model *G_m;
 static bitnet_session *G_s;
 static int G_n;
 
-static double median(double *v, int n) {
-    int i, j;
-    for (i = 1; i < n; i++)
-        for (j = i; j > 0 && v[j - 1] > v[j]; j--) {
-            double t = v[j];
-            v[j] = v[j - 1];
-            v[j - 1] = t;
-        }
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+#include "bench_util.h"
 
 /* one step kind for every layer (kind 0: embed, 11: head: once) */
 static void run_kind(int kind) {
