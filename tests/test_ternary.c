@@ -166,22 +166,30 @@ static void test_i2s_prefill_tails(void) {
     check_i2s_shapes(ms, 3, ns, 4, ks, 3, threads_12, 2);
 }
 
-/* The prefill path at the largest sums, and on code-3 bytes. */
-static void test_i2s_prefill_extremes(void) {
+/* All-(+1) weights (n x k) with all-(-128) or all-127 activations (m rows): the largest sums a path
+   can see; every output equals k times the activation. */
+static void check_extremes(size_t n, size_t k, size_t m) {
     problem p;
     size_t i;
     int v;
-    test_seed(21);
     for (v = 0; v < 2; v++) {
-        make_i2s(&p, 33, 6912, 35);
+        make_i2s(&p, n, k, m);
         for (i = 0; i < p.n * p.k; i++) p.q[i] = 1;
         TEST_CHECK(bitnet_i2s_pack(p.q, p.n, p.k, 1.0f, p.w, p.w_bytes) == BITNET_OK);
         for (i = 0; i < p.m * p.k; i++) p.a[i] = (int8_t)(v ? 127 : -128);
         for (i = 0; i < p.m; i++) { p.a_sum[i] = (int32_t)p.k * (v ? 127 : -128); p.a_scale[i] = 1.0f; }
         check_all_paths(&p, threads_12, 2);
+        TEST_CHECK(p.ref[0] == (float)((int32_t)p.k * (v ? 127 : -128)));
         TEST_CHECK(p.ref[p.m * p.n - 1] == (float)((int32_t)p.k * (v ? 127 : -128)));
         problem_free(&p);
     }
+}
+
+/* The prefill path at the largest sums, and on code-3 bytes. */
+static void test_i2s_prefill_extremes(void) {
+    problem p;
+    test_seed(21);
+    check_extremes(33, 6912, 35);
     make_i2s(&p, 35, 1024, 43);
     memset(p.w, 0xFF, p.n * p.k / 4);
     check_all_paths(&p, threads_12, 2);
@@ -227,22 +235,9 @@ static void test_i2s_gemv_2560x6912(void) {
     check_i2s_shapes(ms, 1, ns, 1, ks, 1, threads_12, 2);
 }
 
-/* All-(+1) weights with all-(-128) or all-127 activations: the largest sums a path can see. */
 static void test_i2s_extremes(void) {
-    problem p;
-    size_t i;
-    int v;
     test_seed(8);
-    for (v = 0; v < 2; v++) {
-        make_i2s(&p, 5, 6912, 7);
-        for (i = 0; i < p.n * p.k; i++) p.q[i] = 1;
-        TEST_CHECK(bitnet_i2s_pack(p.q, p.n, p.k, 1.0f, p.w, p.w_bytes) == BITNET_OK);
-        for (i = 0; i < p.m * p.k; i++) p.a[i] = (int8_t)(v ? 127 : -128);
-        for (i = 0; i < p.m; i++) { p.a_sum[i] = (int32_t)p.k * (v ? 127 : -128); p.a_scale[i] = 1.0f; }
-        check_all_paths(&p, threads_12, 2);
-        TEST_CHECK(p.ref[0] == (float)((int32_t)p.k * (v ? 127 : -128)));
-        problem_free(&p);
-    }
+    check_extremes(5, 6912, 7);
 }
 
 /* The largest k of the GEMV fast path (65536) and the first beyond it, at the extreme values. */
