@@ -10291,7 +10291,6 @@ static bitnet_result bitnet__gpu_session_init(bitnet_session *s) {
     }
     split = (s->n_ctx + q->cmin - 1) / q->cmin;
     q->smax = BITNET__MIN(split, BITNET__GPU_ATT_SMAX);
-    if (g->cc >= 90) q->smax = (q->smax + 7) & ~7; /* the kernel's clusters of 8 ranges (BF_ATT_CL) */
     q->head_blocks = 2 * g->sm_count; /* persistent: two 256-thread blocks per SM, one wave */
     BITNET__TRY(bitnet_gpu_open(g->device, &q->gpu));
     memset(&c, 0, sizeof c);

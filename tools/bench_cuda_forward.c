@@ -336,8 +336,7 @@ int main(int argc, char **argv) {
     int i, j, same;
     size_t nv;
     /* other builds of the forward module worth comparing (measured before, all slower on the H100:
-       -DBF_PREFETCH=1, -DBF_GEMV_U=4 or 10, -DBF_HEAD_U=5); add options here to compare more
-       (-DBF_PDL_EARLY=1: each kernel lets the next one start at its beginning) */
+       -DBF_PREFETCH=1, -DBF_GEMV_U=4 or 10, -DBF_HEAD_U=5); add options here to compare more */
     static const char *builds_default[] = {"-DBF_PREFETCH=1"};
     const char **builds = builds_default, *benv = getenv("BENCH_BUILDS"); /* BENCH_BUILDS="opts|opts|...": these instead */
     int n_builds = 1;
