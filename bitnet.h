@@ -10291,7 +10291,6 @@ static bitnet_result bitnet__gpu_session_init(bitnet_session *s) {
     }
     split = (s->n_ctx + q->cmin - 1) / q->cmin;
     q->smax = BITNET__MIN(split, BITNET__GPU_ATT_SMAX);
-    if (g->cc >= 90) q->smax = (q->smax + 7) & ~7; /* the kernel's clusters of 8 ranges (BF_ATT_CL) */
     q->head_blocks = 2 * g->sm_count; /* persistent: two 256-thread blocks per SM, one wave */
     BITNET__TRY(bitnet_gpu_open(g->device, &q->gpu));
     memset(&c, 0, sizeof c);
@@ -10326,7 +10325,7 @@ static bitnet_result bitnet__gpu_put_tokens(bitnet_session *s, const int32_t *to
 
 /* ---- the steps ------------------------------------------------------------------------------------ */
 
-/* What a decode kernel pulls into L2 for the kernel after it (the next weights in reading order). */
+/* What the decode attention pulls into L2 for the kernels after it (their weights). */
 typedef struct bitnet__gpre { bitnet_devptr p; unsigned long long bytes; } bitnet__gpre;
 static bitnet__gpre bitnet__gpre_of(const bitnet_gpu_ternary *w) {
     bitnet__gpre r;
@@ -10336,19 +10335,19 @@ static bitnet__gpre bitnet__gpre_of(const bitnet_gpu_ternary *w) {
 }
 
 /* 1. embed: x[t] = the uploaded embedding row erow[idx[t]] as fp32, for m tokens (idx: q->iota) */
-static bitnet_result bitnet__gpu_embed(bitnet_session *s, bitnet_devptr tok, int m, bitnet__gpre pre) {
+static bitnet_result bitnet__gpu_embed(bitnet_session *s, bitnet_devptr tok, int m) {
     const bitnet__gmodel *g = (const bitnet__gmodel *)s->m->gpu;
     bitnet__gsession *q = (bitnet__gsession *)s->gpu;
     int dim = s->m->info.dim;
-    void *args[6];
-    args[0] = &q->erow, args[1] = &dim, args[2] = &tok, args[3] = &q->x, args[4] = &pre.p, args[5] = &pre.bytes;
+    void *args[4];
+    args[0] = &q->erow, args[1] = &dim, args[2] = &tok, args[3] = &q->x;
     return bitnet__gpu_launch(q->gpu, g->embed, (unsigned)m, 1, 256, 1, 0, args);
 }
 
 /* 2+3. norm_quant + linear for one token: out = W . int8(rmsnorm(in) * norm_w) with the matrix's
    epilogue (kernel: store, res (out += y), glu (relu(gate)^2 * up)) */
 static bitnet_result bitnet__gpu_linear(bitnet_session *s, bitnet_gpu_kernel *k, const bitnet_gpu_ternary *w,
-                                        bitnet_devptr in, bitnet_devptr norm_w, bitnet_devptr out, bitnet__gpre pre) {
+                                        bitnet_devptr in, bitnet_devptr norm_w, bitnet_devptr out) {
     const bitnet__gmodel *g = (const bitnet__gmodel *)s->m->gpu;
     bitnet__gsession *q = (bitnet__gsession *)s->gpu;
     float eps = s->m->info.norm_eps;
@@ -10359,9 +10358,9 @@ static bitnet_result bitnet__gpu_linear(bitnet_session *s, bitnet_gpu_kernel *k,
        (about 100 registers a thread) a block gets at most 8 warps */
     int warps = BITNET__MIN((int)groups > g->sm_count ? 8 : 16, BITNET__MAX(1, (items + q->gemv_items - 1) / q->gemv_items));
     unsigned smem = (unsigned)w->k + (unsigned)(warps * (w->glu ? 2 : 1) * 32 * 4);
-    void *args[10];
+    void *args[8];
     args[0] = (void *)&w->data, args[1] = &n_out, args[2] = &nc, args[3] = &segs, args[4] = &in, args[5] = &norm_w,
-    args[6] = &eps, args[7] = &out, args[8] = &pre.p, args[9] = &pre.bytes;
+    args[6] = &eps, args[7] = &out;
     return bitnet__gpu_launch(q->gpu, k, groups, 1, 32, (unsigned)warps, smem, args);
 }
 
@@ -10412,27 +10411,22 @@ static bitnet_result bitnet__gpu_head(bitnet_session *s, bitnet_devptr x_row) {
 
 /* One token's forward, as launched into the decode graph (token and position in io). The attention
    pulls the O matrix into L2 (q->att_pre; H100: 1% a step; pulling gate||up or down as well cost more
-   than it saved). With the forward module built with -DBF_PREFETCH=1 every kernel also pulls the
-   next weights it does not use (bitnet__gpre): embed -> QKV, QKV -> O, O -> down, gate||up -> the
-   next layer's QKV (the last: the head's first 16 MB), down -> the next layer's gate||up. */
+   than it saved, and so did every kernel pulling the next one's weights: BENCHMARKS.md). */
 static bitnet_result bitnet__gpu_step(bitnet_session *s) {
     const bitnet_model *m = s->m;
     const bitnet__gmodel *g = (const bitnet__gmodel *)m->gpu;
     bitnet__gsession *q = (bitnet__gsession *)s->gpu;
     int l, nl = m->info.n_layers;
-    bitnet__gpre head;
-    head.p = g->head;
-    head.bytes = BITNET__MIN((unsigned long long)16 << 20, (unsigned long long)m->info.n_vocab * (unsigned long long)m->info.dim * 2) & ~15ull;
-    BITNET__TRY(bitnet__gpu_embed(s, q->iota, 1, bitnet__gpre_of(&g->layers[0].qkv)));                    /* x [dim] */
+    BITNET__TRY(bitnet__gpu_embed(s, q->iota, 1));                                                      /* x [dim] */
     for (l = 0; l < nl; l++) {
-        const bitnet__glayer *L = &g->layers[l], *N = l + 1 < nl ? &g->layers[l + 1] : NULL;
+        const bitnet__glayer *L = &g->layers[l];
         /* attention block */
-        BITNET__TRY(bitnet__gpu_linear(s, g->gemv_store, &L->qkv, q->x, L->attn_norm, q->qkv, bitnet__gpre_of(&L->o)));  /* qkv */
+        BITNET__TRY(bitnet__gpu_linear(s, g->gemv_store, &L->qkv, q->x, L->attn_norm, q->qkv));             /* qkv */
         BITNET__TRY(bitnet__gpu_attention(s, l, 1));                                                       /* att [q_dim] */
-        BITNET__TRY(bitnet__gpu_linear(s, g->gemv_res, &L->o, q->att, L->attn_sub_norm, q->x, bitnet__gpre_of(&L->down)));
+        BITNET__TRY(bitnet__gpu_linear(s, g->gemv_res, &L->o, q->att, L->attn_sub_norm, q->x));              /* x += o */
         /* feed-forward block */
-        BITNET__TRY(bitnet__gpu_linear(s, g->gemv_glu, &L->gu, q->x, L->ffn_norm, q->h, N ? bitnet__gpre_of(&N->qkv) : head));
-        BITNET__TRY(bitnet__gpu_linear(s, g->gemv_res, &L->down, q->h, L->ffn_sub_norm, q->x, bitnet__gpre_of(N ? &N->gu : NULL)));
+        BITNET__TRY(bitnet__gpu_linear(s, g->gemv_glu, &L->gu, q->x, L->ffn_norm, q->h));                   /* h */
+        BITNET__TRY(bitnet__gpu_linear(s, g->gemv_res, &L->down, q->h, L->ffn_sub_norm, q->x));             /* x += down */
     }
     return bitnet__gpu_head(s, q->x);                                                                     /* logits, next */
 }
@@ -10508,7 +10502,7 @@ static bitnet_result bitnet__gpu_prefill(bitnet_session *s, const int32_t *token
     int l, t, dim = md->info.dim;
     size_t nv = (size_t)md->info.n_vocab;
     BITNET__TRY(bitnet__gpu_put_tokens(s, tokens, m, s->pos));
-    BITNET__TRY(bitnet__gpu_embed(s, q->iota, m, bitnet__gpre_of(NULL)));                   /* x [m][dim] */
+    BITNET__TRY(bitnet__gpu_embed(s, q->iota, m));                                          /* x [m][dim] */
     for (l = 0; l < md->info.n_layers; l++) {
         const bitnet__glayer *L = &g->layers[l];
         bitnet__nvtx_push("bitnet layer"); /* closed below, or by bitnet__eval after an error */

@@ -181,19 +181,18 @@ static void kernel_times(void) {
         double ms;
         int n = (kind == 0 || kind == 6) ? 1 : nl;
         if (kind == 7 && !q->att_pre) continue;
-        bitnet__gpre none = bitnet__gpre_of(NULL);
         CHECK(bitnet_gpu_graph_begin(q->gpu));
         for (l = 0; l < n; l++) {
             const bitnet__glayer *L = &gm->layers[l];
             bitnet_result r = BITNET_OK;
             switch (kind) {
-            case 0: r = bitnet__gpu_embed(G_s, q->iota, 1, none); break;
-            case 1: r = bitnet__gpu_linear(G_s, gm->gemv_store, &L->qkv, q->x, L->attn_norm, q->qkv, none); break;
+            case 0: r = bitnet__gpu_embed(G_s, q->iota, 1); break;
+            case 1: r = bitnet__gpu_linear(G_s, gm->gemv_store, &L->qkv, q->x, L->attn_norm, q->qkv); break;
             case 2: r = bitnet__gpu_attention(G_s, l, 0); break;
             case 7: r = bitnet__gpu_attention(G_s, l, 1); break; /* the step's pulls, with nothing to use them */
-            case 3: r = bitnet__gpu_linear(G_s, gm->gemv_res, &L->o, q->att, L->attn_sub_norm, q->x, none); break;
-            case 4: r = bitnet__gpu_linear(G_s, gm->gemv_glu, &L->gu, q->x, L->ffn_norm, q->h, none); break;
-            case 5: r = bitnet__gpu_linear(G_s, gm->gemv_res, &L->down, q->h, L->ffn_sub_norm, q->x, none); break;
+            case 3: r = bitnet__gpu_linear(G_s, gm->gemv_res, &L->o, q->att, L->attn_sub_norm, q->x); break;
+            case 4: r = bitnet__gpu_linear(G_s, gm->gemv_glu, &L->gu, q->x, L->ffn_norm, q->h); break;
+            case 5: r = bitnet__gpu_linear(G_s, gm->gemv_res, &L->down, q->h, L->ffn_sub_norm, q->x); break;
             default: r = bitnet__gpu_head(G_s, q->x); break;
             }
             CHECK(r);
@@ -336,9 +335,9 @@ int main(int argc, char **argv) {
     int i, j, same;
     size_t nv;
     /* other builds of the forward module worth comparing (measured before, all slower on the H100:
-       -DBF_PREFETCH=1, -DBF_GEMV_U=4 or 10, -DBF_HEAD_U=5); add options here to compare more
-       (-DBF_PDL_EARLY=1: each kernel lets the next one start at its beginning) */
-    static const char *builds_default[] = {"-DBF_PREFETCH=1"};
+       -DBF_GEMV_U=4 or 10, -DBF_HEAD_U=5; every kernel pulling the next one's weights into L2); add
+       options here to compare more */
+    static const char *builds_default[] = {"-DBF_GEMV_U=10"};
     const char **builds = builds_default, *benv = getenv("BENCH_BUILDS"); /* BENCH_BUILDS="opts|opts|...": these instead */
     int n_builds = 1;
     static const char *bsplit[16];

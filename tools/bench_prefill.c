@@ -29,7 +29,7 @@ static void run_kind(int kind) {
     for (l = 0; l < nl; l++) {
         const bitnet__glayer *L = &g->layers[l];
         switch (kind) {
-        case 0: CHECK(bitnet__gpu_embed(G_s, q->iota, m, bitnet__gpre_of(NULL))); break;
+        case 0: CHECK(bitnet__gpu_embed(G_s, q->iota, m)); break;
         case 1: CHECK(bitnet__gpu_norm_quant(G_s, q->x, L->attn_norm, m, &q->a_dim)); break;
         case 2: CHECK(bitnet__gpu_linear_m(G_s, &L->qkv, &q->a_dim, q->qkv, 0)); break;
         case 3: CHECK(bitnet__gpu_rope_kv(G_s, l, m)); break;
