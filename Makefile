@@ -38,11 +38,13 @@ test: all $(TESTS)
 test-gpu: all $(TESTS)
 	@BITNET_REQUIRE_GPU=1 BUILD=$(BUILD) tests/run.sh $(TESTS)
 
-# The header must stay valid C++ and warning-free as C11.
+# The header must stay valid C++ and warning-free as C11, and the tools (built on the GPU
+# machine, several on the implementation's internals) must keep compiling with it.
 cxx-check:
 	@mkdir -p $(BUILD)
 	$(CXX) -x c++ -std=c++11 -Wall -Wextra -Werror -c -o $(BUILD)/impl_cxx.o tests/impl.c
 	$(CC) -std=c11 -Wall -Wextra -Werror -c -o $(BUILD)/impl_c11.o tests/impl.c
+	@for f in tools/*.c; do echo "$(CC) -fsyntax-only $$f"; $(CC) -std=c11 -Wall -Wextra -Werror -fsyntax-only $$f || exit 1; done
 
 # libFuzzer: every tests/fuzz_NAME.c, built with clang and run FUZZ_SECONDS each, seeded from
 # tests/corpus/NAME/ (read-only); new inputs go to $(BUILD)/fuzz/corpus-NAME, crashes to $(BUILD)/fuzz/.

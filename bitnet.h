@@ -9335,6 +9335,15 @@ static void bitnet__pool_destroy(bitnet_gpu *gpu) {
    the kernel's parameter list in bitnet_cuda_kernels.h. */
 
 typedef struct bitnet__k_segs { int32_t n; int32_t end[8]; float scale[8]; } bitnet__k_segs; /* = bitnet_k_segs */
+/* A fused matrix's row segments and their scales, as the kernels take them (by value). */
+static bitnet__k_segs bitnet__k_segs_of(const bitnet_gpu_ternary *w) {
+    bitnet__k_segs g;
+    int i;
+    memset(&g, 0, sizeof g);
+    g.n = w->n_parts;
+    for (i = 0; i < w->n_parts && i < 8; i++) g.end[i] = (int32_t)w->part_end[i], g.scale[i] = w->part_scale[i];
+    return g;
+}
 #define BITNET__DGEMV_ROWS 2   /* BITNET_DGEMV_ROWS in the dense module: rows per warp */
 #define BITNET__TGEMV_MAX_K 262144
 
@@ -9593,13 +9602,10 @@ static bitnet_result bitnet__tgemv_bulk(bitnet_gpu *gpu, const bitnet_gpu_ternar
 
 static bitnet_result bitnet__tmm_issue(bitnet_gpu *gpu, const bitnet_gpu_ternary *w, const bitnet_gpu_act *a,
                                        bitnet_devptr out, bitnet_precision out_type, bitnet_devptr residual) {
-    bitnet__k_segs segs;
-    int i, n_out = (int)w->n, nc = (int)(w->k / 64), glu = w->glu, ot;
+    bitnet__k_segs segs = bitnet__k_segs_of(w);
+    int n_out = (int)w->n, nc = (int)(w->k / 64), glu = w->glu, ot;
     long long lda = (long long)w->k, ldo = (long long)w->n;
     size_t m0, m = a->m;
-    memset(&segs, 0, sizeof segs);
-    segs.n = w->n_parts;
-    for (i = 0; i < w->n_parts; i++) segs.end[i] = (int32_t)w->part_end[i], segs.scale[i] = w->part_scale[i];
     ot = out_type == BITNET_PRECISION_AUTO ? (int)BITNET_PRECISION_FP32 : (int)out_type;
     if (m > 8 && gpu->dev->cc >= 80) {
         /* tiles of 128 tokens, or of 64 or 32 while the grid is under four blocks an SM (H100, M = 512,
@@ -10030,8 +10036,6 @@ BITNET_API bitnet_result bitnet_quantizer_summary(const bitnet_quantizer *qz, ch
 #define BITNET__GPU_ATT_PK 32         /* prefill attention: keys a tile (the kernels' BF_PK; 32: two blocks an SM) */
 #define BITNET__GPU_ATT_PRE 1         /* decode attention: the weights it pulls into L2 (bitnet__gsession.att_pre) */
 
-typedef struct bitnet__gseg { int n; int end[8]; float scale[8]; } bitnet__gseg; /* the kernels' segments */
-
 typedef struct bitnet__glayer {
     bitnet_gpu_ternary qkv, o, gu, down; /* wq||wk||wv, wo, w_gate||w_up (glu), w_down */
     bitnet_devptr attn_norm, attn_sub_norm, ffn_norm, ffn_sub_norm;
@@ -10090,15 +10094,6 @@ static bitnet_devptr bitnet__gtake(bitnet__gcarve *c, size_t n1, size_t n2) {
     if (!bitnet__mul_size(n1, n2, &n) || !bitnet__add_size(n, 255, &n) || !bitnet__add_size(c->off, n & ~(size_t)255, &c->off))
         c->overflow = 1;
     return p;
-}
-
-static bitnet__gseg bitnet__gsegs(const bitnet_gpu_ternary *w) {
-    bitnet__gseg g;
-    int i;
-    memset(&g, 0, sizeof g);
-    g.n = w->n_parts;
-    for (i = 0; i < w->n_parts && i < 8; i++) g.end[i] = (int)w->part_end[i], g.scale[i] = w->part_scale[i];
-    return g;
 }
 
 /* ---- model: weights to the device --------------------------------------------------------------- */
@@ -10325,15 +10320,6 @@ static bitnet_result bitnet__gpu_put_tokens(bitnet_session *s, const int32_t *to
 
 /* ---- the steps ------------------------------------------------------------------------------------ */
 
-/* What the decode attention pulls into L2 for the kernels after it (their weights). */
-typedef struct bitnet__gpre { bitnet_devptr p; unsigned long long bytes; } bitnet__gpre;
-static bitnet__gpre bitnet__gpre_of(const bitnet_gpu_ternary *w) {
-    bitnet__gpre r;
-    r.p = w ? w->data : 0;
-    r.bytes = w ? (unsigned long long)w->n_pad * (unsigned long long)w->k / 4 : 0;
-    return r;
-}
-
 /* 1. embed: x[t] = the uploaded embedding row erow[idx[t]] as fp32, for m tokens (idx: q->iota) */
 static bitnet_result bitnet__gpu_embed(bitnet_session *s, bitnet_devptr tok, int m) {
     const bitnet__gmodel *g = (const bitnet__gmodel *)s->m->gpu;
@@ -10351,7 +10337,7 @@ static bitnet_result bitnet__gpu_linear(bitnet_session *s, bitnet_gpu_kernel *k,
     const bitnet__gmodel *g = (const bitnet__gmodel *)s->m->gpu;
     bitnet__gsession *q = (bitnet__gsession *)s->gpu;
     float eps = s->m->info.norm_eps;
-    bitnet__gseg segs = bitnet__gsegs(w);
+    bitnet__k_segs segs = bitnet__k_segs_of(w);
     int n_out = (int)w->n, nc = (int)(w->k / 64), items = w->glu ? 2 * nc : nc;
     unsigned groups = (unsigned)((n_out + 31) / 32);
     /* warps share a block's K chunks, 8 loads in flight per lane; over one wave of blocks
@@ -10366,10 +10352,10 @@ static bitnet_result bitnet__gpu_linear(bitnet_session *s, bitnet_gpu_kernel *k,
 
 /* 4-6. rope + kv_store + attention for one token (layer l): q and k rotated at the position in
    io[1], k and v appended to the cache, att = softmax(q K^T / sqrt(hd)) V over the positions so far.
-   With pre, the kernel also pulls the weights of the kernels after it (q->att_pre) into L2: it reads
+   The kernel also pulls the weights of the kernels after it (the mask q->att_pre) into L2: it reads
    little from DRAM itself, so they stream in while it runs. */
 typedef struct bitnet__gpre4 { bitnet_devptr p[4]; unsigned long long n[4]; } bitnet__gpre4; /* the kernel's bf_pre4 */
-static bitnet_result bitnet__gpu_attention(bitnet_session *s, int l, int pre) {
+static bitnet_result bitnet__gpu_attention(bitnet_session *s, int l) {
     const bitnet_model *m = s->m;
     const bitnet__gmodel *g = (const bitnet__gmodel *)m->gpu;
     bitnet__gsession *q = (bitnet__gsession *)s->gpu;
@@ -10384,8 +10370,9 @@ static bitnet_result bitnet__gpu_attention(bitnet_session *s, int l, int pre) {
     void *args[17];
     w[0] = &L->o, w[1] = &L->gu, w[2] = &L->down, w[3] = l + 1 < m->info.n_layers ? &g->layers[l + 1].qkv : NULL;
     for (i = 0; i < 4; i++) {
-        bitnet__gpre r = bitnet__gpre_of(pre && (q->att_pre >> i & 1) ? w[i] : NULL);
-        p4.p[i] = r.p, p4.n[i] = r.bytes;
+        int on = (q->att_pre >> i & 1) && w[i];
+        p4.p[i] = on ? w[i]->data : 0;
+        p4.n[i] = on ? (unsigned long long)w[i]->n_pad * (unsigned long long)w[i]->k / 4 : 0;
     }
     args[0] = &q->qkv, args[1] = &q->rope, args[2] = &pos, args[3] = &kc, args[4] = &vc, args[5] = &s->n_ctx, args[6] = &nh,
     args[7] = &nkv, args[8] = &hd, args[9] = &q->smax, args[10] = &q->cmin, args[11] = &gb, args[12] = &q->part_o,
@@ -10422,7 +10409,7 @@ static bitnet_result bitnet__gpu_step(bitnet_session *s) {
         const bitnet__glayer *L = &g->layers[l];
         /* attention block */
         BITNET__TRY(bitnet__gpu_linear(s, g->gemv_store, &L->qkv, q->x, L->attn_norm, q->qkv));             /* qkv */
-        BITNET__TRY(bitnet__gpu_attention(s, l, 1));                                                       /* att [q_dim] */
+        BITNET__TRY(bitnet__gpu_attention(s, l));                                                          /* att [q_dim] */
         BITNET__TRY(bitnet__gpu_linear(s, g->gemv_res, &L->o, q->att, L->attn_sub_norm, q->x));              /* x += o */
         /* feed-forward block */
         BITNET__TRY(bitnet__gpu_linear(s, g->gemv_glu, &L->gu, q->x, L->ffn_norm, q->h));                   /* h */

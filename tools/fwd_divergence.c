@@ -434,8 +434,6 @@ static void gpu_ops(bitnet_model *gm, int n_pre, int n_dec) {
     int32_t *tok = (int32_t *)malloc((size_t)n * 4);
     float *X, *X2, *QKV, *Q2, *ATT, *H, *want, *lg;
     uint16_t *KC, *VC;
-    bitnet__gpre none;
-    none.p = 0, none.bytes = 0;
     memset(&sd, 0, sizeof sd);
     sd.n_ctx = n + 8;
     if (bitnet_session_create(gm, &sd, &s) != BITNET_OK) { printf("  gpu session: %s\n", bitnet_last_error()); return; }
@@ -453,7 +451,7 @@ static void gpu_ops(bitnet_model *gm, int n_pre, int n_dec) {
         int m = n_pre;
         cur_path = "prefill";
         GPU(bitnet__gpu_put_tokens(s, tok, m, 0)); /* io and the m embedding rows */
-        GPU(bitnet__gpu_embed(s, q->iota, m, none));
+        GPU(bitnet__gpu_embed(s, q->iota, m));
         for (l = 0; l < in->n_layers; l++) {
             const bitnet__glayer *L = &g->layers[l];
             const bitnet__layer *W = &gm->layers[l];
@@ -509,7 +507,7 @@ static void gpu_ops(bitnet_model *gm, int n_pre, int n_dec) {
     for (t = s->pos; t < s->pos + n_dec && t < n; t++) {
         cur_pos = t;
         GPU(bitnet__gpu_put_tokens(s, tok + t, 1, t));
-        GPU(bitnet__gpu_embed(s, q->iota, 1, none));
+        GPU(bitnet__gpu_embed(s, q->iota, 1));
         dl(s, X, q->x, (size_t)dim * 4);
         {
             float *e = (float *)malloc((size_t)dim * 4);
@@ -525,12 +523,12 @@ static void gpu_ops(bitnet_model *gm, int n_pre, int n_dec) {
             int n3[3];
             cur_layer = l;
             dl(s, X, q->x, (size_t)dim * 4);
-            GPU(bitnet__gpu_linear(s, g->gemv_store, &L->qkv, q->x, L->attn_norm, q->qkv, none));
+            GPU(bitnet__gpu_linear(s, g->gemv_store, &L->qkv, q->x, L->attn_norm, q->qkv));
             dl(s, QKV, q->qkv, ldq * 4);
             w3[0] = W->wq, w3[1] = W->wk, w3[2] = W->wv, n3[0] = qd, n3[1] = kvd, n3[2] = kvd;
             cpu_linear(gm, X, 1, dim, W->attn_norm, w3, n3, 3, L_STORE, NULL, want);
             mism(&st_lin, QKV, want, ldq, "qkv (gemv)");
-            GPU(bitnet__gpu_attention(s, l, 0));
+            GPU(bitnet__gpu_attention(s, l));
             dl(s, ATT, q->att, (size_t)qd * 4);
             dl(s, KC, q->kc + layer, (size_t)nkv * s->n_ctx * hd * 2);
             dl(s, VC, q->vc + layer, (size_t)nkv * s->n_ctx * hd * 2);
@@ -538,17 +536,17 @@ static void gpu_ops(bitnet_model *gm, int n_pre, int n_dec) {
             memcpy(Q2, QKV, ldq * 4); /* the kernel rotates q internally: the CPU's rotation stands in */
             for (i = 0; i < in->n_heads; i++) bitnet__rope_head(Q2 + (size_t)i * hd, s->rope + (size_t)t * hd, hd / 2);
             check_attn(s, Q2, ldq, KC, VC, t, 1, ATT);
-            GPU(bitnet__gpu_linear(s, g->gemv_res, &L->o, q->att, L->attn_sub_norm, q->x, none));
+            GPU(bitnet__gpu_linear(s, g->gemv_res, &L->o, q->att, L->attn_sub_norm, q->x));
             dl(s, X2, q->x, (size_t)dim * 4);
             w3[0] = W->wo, n3[0] = dim;
             cpu_linear(gm, ATT, 1, qd, W->attn_sub_norm, w3, n3, 1, L_RES, X, want);
             mism(&st_lin, X2, want, (size_t)dim, "o + residual (gemv)");
-            GPU(bitnet__gpu_linear(s, g->gemv_glu, &L->gu, q->x, L->ffn_norm, q->h, none));
+            GPU(bitnet__gpu_linear(s, g->gemv_glu, &L->gu, q->x, L->ffn_norm, q->h));
             dl(s, H, q->h, (size_t)ff * 4);
             w3[0] = W->w_gate, w3[1] = W->w_up, n3[0] = n3[1] = ff;
             cpu_linear(gm, X2, 1, dim, W->ffn_norm, w3, n3, 2, L_GLU, NULL, want);
             mism(&st_lin, H, want, (size_t)ff, "relu2(gate) * up (gemv)");
-            GPU(bitnet__gpu_linear(s, g->gemv_res, &L->down, q->h, L->ffn_sub_norm, q->x, none));
+            GPU(bitnet__gpu_linear(s, g->gemv_res, &L->down, q->h, L->ffn_sub_norm, q->x));
             dl(s, X, q->x, (size_t)dim * 4);
             w3[0] = W->w_down, n3[0] = dim;
             cpu_linear(gm, H, 1, ff, W->ffn_sub_norm, w3, n3, 1, L_RES, X2, want);
