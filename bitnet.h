@@ -10029,8 +10029,9 @@ BITNET_API bitnet_result bitnet_quantizer_summary(const bitnet_quantizer *qz, ch
 #if !defined(BITNET_NO_CUDA) && defined(BITNET__MAX_BATCH) && defined(BITNET_GPU_MAX_PARTS)
 #define BITNET__GPU_FORWARD 1
 
-#define BITNET__GPU_ATT_CMIN 16       /* decode attention: positions per split, at least */
-#define BITNET__GPU_ATT_SMAX 32       /* decode attention: splits per head, at most (the kernel's s_w) */
+#define BITNET__GPU_ATT_SMEM 114688   /* decode attention: shared memory a block, at most (2 blocks an SM on sm_90) */
+#define BITNET__GPU_ATT_THREADS 512   /* decode attention: threads a block (the kernel's BF_ATT_THREADS) */
+#define BITNET__GPU_ATT_SMAX 32       /* decode attention: ranges a head, at most (the kernel's s_w) */
 #define BITNET__GPU_PREFILL_MIN 2     /* tokens per call from which prefill takes the GEMM path */
 #define BITNET__GPU_ATT_ROWS 32       /* prefill attention: rows (query x head) a block (the kernels' BF_PR) */
 #define BITNET__GPU_ATT_PK 32         /* prefill attention: keys a tile (the kernels' BF_PK; 32: two blocks an SM) */
@@ -10048,7 +10049,7 @@ typedef struct bitnet__gmodel {
     bitnet_devptr head, head_scale, out_norm; /* head: fp16 rows, or int8 rows with head_scale (head_q8) */
     int head_q8;
     bitnet__glayer *layers;
-    int device, sm_count, cc;
+    int device, sm_count, cc, smem_optin; /* smem_optin: shared memory a block can have (bytes) */
     bitnet_gpu_kernel *embed, *gemv_store, *gemv_res, *gemv_glu, *attn, *head_k, *rope_kv, *attn_prefill;
     int att_pk;                       /* attn_prefill's keys a tile: BITNET__GPU_ATT_PK (tools rebuild it with others) */
 } bitnet__gmodel;
@@ -10070,7 +10071,7 @@ typedef struct bitnet__gsession {
     bitnet_devptr iota;               /* int [B]: 0 .. B-1, the embed kernel's row indices */
     unsigned char *stage;             /* host: io and the rows, 256 + B * dim * 2 bytes */
     bitnet_devptr next;               /* int: the head's argmax */
-    int B, smax, cmin, att_gb, head_blocks, have_next; /* att_gb: query heads per attention block */
+    int B, smax, att_t, head_blocks, have_next; /* att_t: decode attention's positions a range (and tile), at most */
     int gemv_items;                   /* decode GEMV: K chunks a warp takes, at least (sets the warps a block) */
     int att_pre;                      /* decode attention pulls into L2: 1 O, 2 gate||up, 4 down, 8 the next QKV (a mask) */
     bitnet_gpu_graph *graph;          /* the decode step */
@@ -10166,6 +10167,7 @@ static bitnet_result bitnet__gpu_model_init(bitnet_model *m, int device) {
     BITNET__TRY(bitnet_gpu_device_info_get(device, &di));
     g->sm_count = di.sm_count > 0 ? di.sm_count : 1;
     g->cc = di.cc_major * 10 + di.cc_minor;
+    g->smem_optin = BITNET__MAX(di.smem_per_block_optin, di.smem_per_block);
     BITNET__TRY(bitnet_gpu_open(device, &g->gpu));
     BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_fwd_embed", &g->embed));
     BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_fwd_gemv_store", &g->gemv_store));
@@ -10274,17 +10276,21 @@ static bitnet_result bitnet__gpu_session_init(bitnet_session *s) {
     if (!q) return BITNET_ERR_OUT_OF_MEMORY;
     s->gpu = q;
     q->B = g->cc >= 80 ? s->n_batch : 1; /* below sm_80 prompts go through the decode step */
-    q->cmin = BITNET__GPU_ATT_CMIN;
-    q->att_gb = 1; /* one query head a block: the most blocks, the shortest chain in each */
+    { /* the most positions whose K and V fit in the attention's shared memory (its layout: 16 bytes a
+         position of scores, 4 * hd of K and V, and fixed parts); contexts up to that need no combining */
+        int hd = s->m->info.head_dim, lim = BITNET__MIN(g->smem_optin, BITNET__GPU_ATT_SMEM) - 1024;
+        q->att_t = (lim - 8 * hd * (BITNET__GPU_ATT_THREADS / hd) - 12 * hd) / (16 + 4 * hd) / 16 * 16;
+        q->att_t = BITNET__MAX(16, BITNET__MIN(256, q->att_t));
+    }
     { /* BITNET_GPU_GEMV_ITEMS: tuning and tests only */
         const char *e = bitnet__getenv("BITNET_GPU_GEMV_ITEMS");
         q->gemv_items = e && atoi(e) >= 1 && atoi(e) <= 64 ? atoi(e) : 4; /* H100: 4 beat 8 by 2% and 16 by 40% */
         e = bitnet__getenv("BITNET_GPU_ATT_PRE"); /* the same: 0 .. 15 */
         q->att_pre = e && atoi(e) >= 0 && atoi(e) <= 15 ? atoi(e) : BITNET__GPU_ATT_PRE;
-        e = bitnet__getenv("BITNET_GPU_ATT_CMIN"); /* the same: 1 .. 256 */
-        if (e && atoi(e) >= 1 && atoi(e) <= 256) q->cmin = atoi(e);
+        e = bitnet__getenv("BITNET_GPU_ATT_T"); /* the same, and tests (more ranges): 16 .. att_t */
+        if (e && atoi(e) >= 16 && atoi(e) <= q->att_t) q->att_t = atoi(e) / 16 * 16;
     }
-    split = (s->n_ctx + q->cmin - 1) / q->cmin;
+    split = (s->n_ctx + q->att_t - 1) / q->att_t;
     q->smax = BITNET__MIN(split, BITNET__GPU_ATT_SMAX);
     q->head_blocks = 2 * g->sm_count; /* persistent: two 256-thread blocks per SM, one wave */
     BITNET__TRY(bitnet_gpu_open(g->device, &q->gpu));
@@ -10359,15 +10365,15 @@ static bitnet_result bitnet__gpu_attention(bitnet_session *s, int l) {
     const bitnet_model *m = s->m;
     const bitnet__gmodel *g = (const bitnet__gmodel *)m->gpu;
     bitnet__gsession *q = (bitnet__gsession *)s->gpu;
-    int hd = m->info.head_dim, nh = m->info.n_heads, nkv = m->info.n_kv_heads, G = nh / nkv, i;
+    int hd = m->info.head_dim, nh = m->info.n_heads, nkv = m->info.n_kv_heads, i;
     const bitnet__glayer *L = &g->layers[l];
     const bitnet_gpu_ternary *w[4];
     bitnet__gpre4 p4;
     size_t layer = (size_t)l * (size_t)m->kv_dim * (size_t)s->n_ctx * 2;
     bitnet_devptr kc = q->kc + layer, vc = q->vc + layer, pos = q->io + 4;
-    int gb = G % q->att_gb ? 1 : q->att_gb;
-    unsigned smem = (unsigned)(gb * hd) * 4 + (unsigned)(gb * BITNET__MAX(64, 128)) * 8 + (2 * 64 + 2) * (unsigned)hd * 2; /* BF_ATT_T = 64 */
-    void *args[17];
+    unsigned T = (unsigned)q->att_t, smem = 16 * T + 8 * (unsigned)hd * (BITNET__GPU_ATT_THREADS / (unsigned)hd) +
+                                             4 * (unsigned)hd + 4 * (unsigned)hd * (T + 2); /* the kernel's layout */
+    void *args[16];
     w[0] = &L->o, w[1] = &L->gu, w[2] = &L->down, w[3] = l + 1 < m->info.n_layers ? &g->layers[l + 1].qkv : NULL;
     for (i = 0; i < 4; i++) {
         int on = (q->att_pre >> i & 1) && w[i];
@@ -10375,9 +10381,9 @@ static bitnet_result bitnet__gpu_attention(bitnet_session *s, int l) {
         p4.n[i] = on ? (unsigned long long)w[i]->n_pad * (unsigned long long)w[i]->k / 4 : 0;
     }
     args[0] = &q->qkv, args[1] = &q->rope, args[2] = &pos, args[3] = &kc, args[4] = &vc, args[5] = &s->n_ctx, args[6] = &nh,
-    args[7] = &nkv, args[8] = &hd, args[9] = &q->smax, args[10] = &q->cmin, args[11] = &gb, args[12] = &q->part_o,
-    args[13] = &q->part_ml, args[14] = &q->ctr, args[15] = &q->att, args[16] = &p4;
-    return bitnet__gpu_launch(q->gpu, g->attn, (unsigned)(nh / gb), (unsigned)q->smax, 128, 1, smem, args);
+    args[7] = &nkv, args[8] = &hd, args[9] = &q->smax, args[10] = &q->att_t, args[11] = &q->part_o, args[12] = &q->part_ml,
+    args[13] = &q->ctr, args[14] = &q->att, args[15] = &p4;
+    return bitnet__gpu_launch(q->gpu, g->attn, (unsigned)nh, (unsigned)q->smax, BITNET__GPU_ATT_THREADS, 1, smem, args);
 }
 
 /* 9. head: logits = head . rmsnorm(x_row) * output_norm, and its argmax into next */

@@ -1,12 +1,13 @@
 /* The GPU forward pass (>>cuda-forward) against the CPU one on the same weights: the committed
    tiny GGUF and random models built in memory (head_dim 128 with 4 query heads per kv head as in
    2B-4T, head_dim 64). Logits of every position agree within 1e-5 relative L2 through both GPU
-   paths, the batched prefill (GEMM) and the decode graph, past the 64 positions where decode
-   attention splits, and greedy generations agree token for token for 64 tokens: quantized
-   activations, integer dot products, RoPE and the fp16 cache match the CPU bit for bit, attention
+   paths, the batched prefill (GEMM) and the decode graph (its attention in one range a head, and
+   in many: combined, and in tiles), and greedy generations agree token for token for 64 tokens:
+   quantized activations, integer dot products, RoPE and the fp16 cache match the CPU bit for bit, attention
    is computed in double on both and rounded to float once (so both give the same floats), and only
    the fp16 head's float sums differ in order (about 1e-7). Host buffers are
    poisoned with NaN before each call. Skipped without a GPU; a failure under BITNET_REQUIRE_GPU=1. */
+#define _GNU_SOURCE /* setenv */
 #include "../bitnet.h"
 #include "harness.h"
 #include <math.h>
@@ -153,8 +154,13 @@ static void random_model(int vocab, int dim, int layers, int heads, int kv, int 
     TEST_CHECKF(load_pair_weights(&r.w, &cpu, &gpu) == BITNET_OK, "%s", bitnet_last_error());
     if (cpu && gpu) {
         TEST_CHECK(bitnet_model_get_info(gpu, &info) == BITNET_OK && info.backend == BITNET_BACKEND_CUDA);
-        compare(cpu, gpu, 100, 60); /* decode reaches 160 positions: three attention splits */
+        compare(cpu, gpu, 100, 60); /* decode reaches 160 positions: one attention range a head */
         compare(cpu, gpu, 1, 3);    /* a single-token first call goes through the decode graph */
+        /* ranges of at most 16 positions (read at session creation): 32 ranges a head to combine,
+           and past 32 * 16 positions two tiles a range */
+        setenv("BITNET_GPU_ATT_T", "16", 1);
+        compare(cpu, gpu, 520, 20);
+        unsetenv("BITNET_GPU_ATT_T");
         greedy(cpu, gpu);
     }
     bitnet_model_free(gpu);

@@ -436,21 +436,22 @@ int main(int argc, char **argv) {
     measure("without programmatic dependent launch", gen_dev);
     set_pdl(1);
     measure("with programmatic dependent launch", gen_dev);
-    { /* decode attention: positions a split at least (cmin; the library: BITNET__GPU_ATT_CMIN) and what
-         it pulls into L2 for the kernels after it (the library: BITNET__GPU_ATT_PRE) */
-        static const int cfg[][2] = {{16, 0}, {16, 5}, {12, 1}, {20, 1}, {24, 1}};
-        int def = gs->att_pre, defc = gs->cmin;
+    { /* decode attention: positions a range at most (att_t; the library: what shared memory holds, see
+         bitnet__gpu_session_init; 0 here: that) and what it pulls into L2 for the kernels after it (the
+         library: BITNET__GPU_ATT_PRE) */
+        static const int cfg[][2] = {{0, 0}, {0, 5}, {32, 1}, {64, 1}, {128, 1}};
+        int def = gs->att_pre, defc = gs->att_t;
         for (j = 0; j < (int)(sizeof cfg / sizeof cfg[0]); j++) {
             char what[80];
-            gs->cmin = cfg[j][0], gs->att_pre = cfg[j][1];
+            gs->att_t = cfg[j][0] ? cfg[j][0] : defc, gs->att_pre = cfg[j][1];
             bitnet_gpu_graph_free(gs->graph);
             gs->graph = NULL;
-            snprintf(what, sizeof what, "attention >= %d positions a split, L2 pull %d%s%s%s%s", cfg[j][0], cfg[j][1],
+            snprintf(what, sizeof what, "attention <= %d positions a range, L2 pull %d%s%s%s%s", gs->att_t, cfg[j][1],
                      cfg[j][1] & 1 ? " O" : "", cfg[j][1] & 2 ? " gate|up" : "", cfg[j][1] & 4 ? " down" : "",
                      cfg[j][1] & 8 ? " next-QKV" : "");
             measure(what, gen_dev);
         }
-        gs->att_pre = def, gs->cmin = defc;
+        gs->att_pre = def, gs->att_t = defc;
         bitnet_gpu_graph_free(gs->graph);
         gs->graph = NULL;
         printf("  per kernel, at position 180:\n");
