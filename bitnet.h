@@ -10029,7 +10029,8 @@ BITNET_API bitnet_result bitnet_quantizer_summary(const bitnet_quantizer *qz, ch
 #if !defined(BITNET_NO_CUDA) && defined(BITNET__MAX_BATCH) && defined(BITNET_GPU_MAX_PARTS)
 #define BITNET__GPU_FORWARD 1
 
-#define BITNET__GPU_ATT_SMEM 114688   /* decode attention: shared memory a block, at most (2 blocks an SM on sm_90) */
+#define BITNET__GPU_ATT_T 96          /* decode attention: contexts up to this many positions are one range a head */
+#define BITNET__GPU_ATT_R 32          /* decode attention: longer ones, ranges of about this many */
 #define BITNET__GPU_ATT_THREADS 512   /* decode attention: threads a block (the kernel's BF_ATT_THREADS) */
 #define BITNET__GPU_ATT_SMAX 32       /* decode attention: ranges a head, at most (the kernel's s_w) */
 #define BITNET__GPU_PREFILL_MIN 2     /* tokens per call from which prefill takes the GEMM path */
@@ -10071,7 +10072,7 @@ typedef struct bitnet__gsession {
     bitnet_devptr iota;               /* int [B]: 0 .. B-1, the embed kernel's row indices */
     unsigned char *stage;             /* host: io and the rows, 256 + B * dim * 2 bytes */
     bitnet_devptr next;               /* int: the head's argmax */
-    int B, smax, att_t, head_blocks, have_next; /* att_t: decode attention's positions a range (and tile), at most */
+    int B, smax, att_t, att_r, head_blocks, have_next; /* the decode attention's T and R (bitnet_k_fwd_attn_decode) */
     int gemv_items;                   /* decode GEMV: K chunks a warp takes, at least (sets the warps a block) */
     int att_pre;                      /* decode attention pulls into L2: 1 O, 2 gate||up, 4 down, 8 the next QKV (a mask) */
     bitnet_gpu_graph *graph;          /* the decode step */
@@ -10270,27 +10271,31 @@ static bitnet_result bitnet__gpu_session_init(bitnet_session *s) {
     const bitnet__gmodel *g = (const bitnet__gmodel *)s->m->gpu;
     bitnet__gsession *q;
     bitnet__gcarve c;
-    int split, i;
+    int split, i, tmax;
     if (!g) return bitnet__err(BITNET_ERR_INVALID_STATE, "CUDA session: the model has no GPU weights");
     q = (bitnet__gsession *)bitnet__calloc(1, sizeof *q);
     if (!q) return BITNET_ERR_OUT_OF_MEMORY;
     s->gpu = q;
     q->B = g->cc >= 80 ? s->n_batch : 1; /* below sm_80 prompts go through the decode step */
     { /* the most positions whose K and V fit in the attention's shared memory (its layout: 16 bytes a
-         position of scores, 4 * hd of K and V, and fixed parts); contexts up to that need no combining */
-        int hd = s->m->info.head_dim, lim = BITNET__MIN(g->smem_optin, BITNET__GPU_ATT_SMEM) - 1024;
-        q->att_t = (lim - 8 * hd * (BITNET__GPU_ATT_THREADS / hd) - 12 * hd) / (16 + 4 * hd) / 16 * 16;
-        q->att_t = BITNET__MAX(16, BITNET__MIN(256, q->att_t));
+         position of scores, 4 * hd of K and V, and fixed parts), at least 16 */
+        int hd = s->m->info.head_dim;
+        tmax = (g->smem_optin - 1024 - 8 * hd * (BITNET__GPU_ATT_THREADS / hd) - 12 * hd) / (16 + 4 * hd) / 16 * 16;
+        tmax = BITNET__MAX(16, tmax);
     }
+    q->att_t = BITNET__MIN(BITNET__GPU_ATT_T, tmax);
+    q->att_r = BITNET__GPU_ATT_R;
     { /* BITNET_GPU_GEMV_ITEMS: tuning and tests only */
         const char *e = bitnet__getenv("BITNET_GPU_GEMV_ITEMS");
         q->gemv_items = e && atoi(e) >= 1 && atoi(e) <= 64 ? atoi(e) : 4; /* H100: 4 beat 8 by 2% and 16 by 40% */
         e = bitnet__getenv("BITNET_GPU_ATT_PRE"); /* the same: 0 .. 15 */
         q->att_pre = e && atoi(e) >= 0 && atoi(e) <= 15 ? atoi(e) : BITNET__GPU_ATT_PRE;
-        e = bitnet__getenv("BITNET_GPU_ATT_T"); /* the same, and tests (more ranges): 16 .. att_t */
-        if (e && atoi(e) >= 16 && atoi(e) <= q->att_t) q->att_t = atoi(e) / 16 * 16;
+        e = bitnet__getenv("BITNET_GPU_ATT_T"); /* the same, and tests (more ranges, tiles): 16 .. tmax */
+        if (e && atoi(e) >= 16 && atoi(e) <= tmax) q->att_t = atoi(e) / 16 * 16;
+        e = bitnet__getenv("BITNET_GPU_ATT_R"); /* the same: 16 .. 256 */
+        if (e && atoi(e) >= 16 && atoi(e) <= 256) q->att_r = atoi(e);
     }
-    split = (s->n_ctx + q->att_t - 1) / q->att_t;
+    split = (s->n_ctx + q->att_r - 1) / q->att_r;
     q->smax = BITNET__MIN(split, BITNET__GPU_ATT_SMAX);
     q->head_blocks = 2 * g->sm_count; /* persistent: two 256-thread blocks per SM, one wave */
     BITNET__TRY(bitnet_gpu_open(g->device, &q->gpu));
@@ -10371,9 +10376,11 @@ static bitnet_result bitnet__gpu_attention(bitnet_session *s, int l) {
     bitnet__gpre4 p4;
     size_t layer = (size_t)l * (size_t)m->kv_dim * (size_t)s->n_ctx * 2;
     bitnet_devptr kc = q->kc + layer, vc = q->vc + layer, pos = q->io + 4;
+    bitnet_devptr kn = l + 1 < m->info.n_layers ? kc + m->kv_dim * (size_t)s->n_ctx * 2 : 0; /* the next layer's */
+    bitnet_devptr vn = kn ? vc + m->kv_dim * (size_t)s->n_ctx * 2 : 0;
     unsigned T = (unsigned)q->att_t, smem = 16 * T + 8 * (unsigned)hd * (BITNET__GPU_ATT_THREADS / (unsigned)hd) +
                                              4 * (unsigned)hd + 4 * (unsigned)hd * (T + 2); /* the kernel's layout */
-    void *args[16];
+    void *args[19];
     w[0] = &L->o, w[1] = &L->gu, w[2] = &L->down, w[3] = l + 1 < m->info.n_layers ? &g->layers[l + 1].qkv : NULL;
     for (i = 0; i < 4; i++) {
         int on = (q->att_pre >> i & 1) && w[i];
@@ -10381,8 +10388,8 @@ static bitnet_result bitnet__gpu_attention(bitnet_session *s, int l) {
         p4.n[i] = on ? (unsigned long long)w[i]->n_pad * (unsigned long long)w[i]->k / 4 : 0;
     }
     args[0] = &q->qkv, args[1] = &q->rope, args[2] = &pos, args[3] = &kc, args[4] = &vc, args[5] = &s->n_ctx, args[6] = &nh,
-    args[7] = &nkv, args[8] = &hd, args[9] = &q->smax, args[10] = &q->att_t, args[11] = &q->part_o, args[12] = &q->part_ml,
-    args[13] = &q->ctr, args[14] = &q->att, args[15] = &p4;
+    args[7] = &nkv, args[8] = &hd, args[9] = &q->smax, args[10] = &q->att_t, args[11] = &q->att_r, args[12] = &q->part_o,
+    args[13] = &q->part_ml, args[14] = &q->ctr, args[15] = &q->att, args[16] = &p4, args[17] = &kn, args[18] = &vn;
     return bitnet__gpu_launch(q->gpu, g->attn, (unsigned)nh, (unsigned)q->smax, BITNET__GPU_ATT_THREADS, 1, smem, args);
 }
 

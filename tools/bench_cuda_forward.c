@@ -436,22 +436,22 @@ int main(int argc, char **argv) {
     measure("without programmatic dependent launch", gen_dev);
     set_pdl(1);
     measure("with programmatic dependent launch", gen_dev);
-    { /* decode attention: positions a range at most (att_t; the library: what shared memory holds, see
-         bitnet__gpu_session_init; 0 here: that) and what it pulls into L2 for the kernels after it (the
-         library: BITNET__GPU_ATT_PRE) */
-        static const int cfg[][2] = {{0, 0}, {0, 5}, {32, 1}, {64, 1}, {128, 1}};
-        int def = gs->att_pre, defc = gs->att_t;
+    { /* decode attention: one range a head up to T positions, else ranges of about R (att_t, att_r; the
+         library: BITNET__GPU_ATT_T, _R), and what it pulls into L2 for the kernels after it (the
+         library: BITNET__GPU_ATT_PRE); 0: the default */
+        static const int cfg[][3] = {{0, 0, 0}, {192, 0, 1}, {128, 0, 1}, {64, 0, 1}, {0, 16, 1}, {0, 64, 1}};
+        int def = gs->att_pre, deft = gs->att_t, defr = gs->att_r;
         for (j = 0; j < (int)(sizeof cfg / sizeof cfg[0]); j++) {
-            char what[80];
-            gs->att_t = cfg[j][0] ? cfg[j][0] : defc, gs->att_pre = cfg[j][1];
+            char what[96];
+            gs->att_t = cfg[j][0] ? cfg[j][0] : deft, gs->att_r = cfg[j][1] ? cfg[j][1] : defr, gs->att_pre = cfg[j][2];
             bitnet_gpu_graph_free(gs->graph);
             gs->graph = NULL;
-            snprintf(what, sizeof what, "attention <= %d positions a range, L2 pull %d%s%s%s%s", gs->att_t, cfg[j][1],
-                     cfg[j][1] & 1 ? " O" : "", cfg[j][1] & 2 ? " gate|up" : "", cfg[j][1] & 4 ? " down" : "",
-                     cfg[j][1] & 8 ? " next-QKV" : "");
+            snprintf(what, sizeof what, "attention T %d R %d, L2 pull %d%s%s%s%s", gs->att_t, gs->att_r, cfg[j][2],
+                     cfg[j][2] & 1 ? " O" : "", cfg[j][2] & 2 ? " gate|up" : "", cfg[j][2] & 4 ? " down" : "",
+                     cfg[j][2] & 8 ? " next-QKV" : "");
             measure(what, gen_dev);
         }
-        gs->att_pre = def, gs->att_t = defc;
+        gs->att_pre = def, gs->att_t = deft, gs->att_r = defr;
         bitnet_gpu_graph_free(gs->graph);
         gs->graph = NULL;
         printf("  per kernel, at position 180:\n");
