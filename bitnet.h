@@ -10029,9 +10029,9 @@ BITNET_API bitnet_result bitnet_quantizer_summary(const bitnet_quantizer *qz, ch
 #if !defined(BITNET_NO_CUDA) && defined(BITNET__MAX_BATCH) && defined(BITNET_GPU_MAX_PARTS)
 #define BITNET__GPU_FORWARD 1
 
-#define BITNET__GPU_ATT_T 96          /* decode attention: contexts up to this many positions are one range a head */
-#define BITNET__GPU_ATT_R 32          /* decode attention: longer ones, ranges of about this many */
-#define BITNET__GPU_ATT_THREADS 512   /* decode attention: threads a block (the kernel's BF_ATT_THREADS) */
+#define BITNET__GPU_ATT_T 96          /* decode attention: contexts up to this many positions are one block a head */
+#define BITNET__GPU_ATT_R 16          /* decode attention: longer ones, ranges of about this many a block */
+#define BITNET__GPU_ATT_TILE 64       /* decode attention: positions a tile in that form (ranges can be longer) */
 #define BITNET__GPU_ATT_SMAX 32       /* decode attention: ranges a head, at most (the kernel's s_w) */
 #define BITNET__GPU_PREFILL_MIN 2     /* tokens per call from which prefill takes the GEMM path */
 #define BITNET__GPU_ATT_ROWS 32       /* prefill attention: rows (query x head) a block (the kernels' BF_PR) */
@@ -10072,10 +10072,12 @@ typedef struct bitnet__gsession {
     bitnet_devptr iota;               /* int [B]: 0 .. B-1, the embed kernel's row indices */
     unsigned char *stage;             /* host: io and the rows, 256 + B * dim * 2 bytes */
     bitnet_devptr next;               /* int: the head's argmax */
-    int B, smax, att_t, att_r, head_blocks, have_next; /* the decode attention's T and R (bitnet_k_fwd_attn_decode) */
+    int B, smax, head_blocks, have_next;
+    int att_t, att_r, att_tile;       /* the decode attention's forms: BITNET__GPU_ATT_T, _R, _TILE */
     int gemv_items;                   /* decode GEMV: K chunks a warp takes, at least (sets the warps a block) */
     int att_pre;                      /* decode attention pulls into L2: 1 O, 2 gate||up, 4 down, 8 the next QKV (a mask) */
-    bitnet_gpu_graph *graph;          /* the decode step */
+    bitnet_gpu_graph *graph[2];       /* the decode step, its attention in the short and the long form */
+    int form;                         /* the form of the step being launched: 1 from att_t + 1 positions */
 } bitnet__gsession;
 
 /* ---- helpers ---------------------------------------------------------------------------------- */
@@ -10228,7 +10230,8 @@ static void bitnet__gpu_session_free(bitnet_session *s) {
     bitnet__gsession *q = (bitnet__gsession *)s->gpu;
     if (!q) return;
     bitnet__free(q->stage);
-    bitnet_gpu_graph_free(q->graph);
+    bitnet_gpu_graph_free(q->graph[0]);
+    bitnet_gpu_graph_free(q->graph[1]);
     if (q->gpu) {
         if (q->mem) bitnet_gpu_free(q->gpu, q->mem);
         bitnet_gpu_close(q->gpu);
@@ -10277,23 +10280,26 @@ static bitnet_result bitnet__gpu_session_init(bitnet_session *s) {
     if (!q) return BITNET_ERR_OUT_OF_MEMORY;
     s->gpu = q;
     q->B = g->cc >= 80 ? s->n_batch : 1; /* below sm_80 prompts go through the decode step */
-    { /* the most positions whose K and V fit in the attention's shared memory (its layout: 16 bytes a
+    { /* the most positions whose K and V fit in the short form's shared memory (its layout: 16 bytes a
          position of scores, 4 * hd of K and V, and fixed parts), at least 16 */
         int hd = s->m->info.head_dim;
-        tmax = (g->smem_optin - 1024 - 8 * hd * (BITNET__GPU_ATT_THREADS / hd) - 12 * hd) / (16 + 4 * hd) / 16 * 16;
+        tmax = (g->smem_optin - 1024 - 8 * hd * (512 / hd) - 12 * hd) / (16 + 4 * hd) / 16 * 16;
         tmax = BITNET__MAX(16, tmax);
     }
     q->att_t = BITNET__MIN(BITNET__GPU_ATT_T, tmax);
     q->att_r = BITNET__GPU_ATT_R;
+    q->att_tile = BITNET__GPU_ATT_TILE;
     { /* BITNET_GPU_GEMV_ITEMS: tuning and tests only */
         const char *e = bitnet__getenv("BITNET_GPU_GEMV_ITEMS");
         q->gemv_items = e && atoi(e) >= 1 && atoi(e) <= 64 ? atoi(e) : 4; /* H100: 4 beat 8 by 2% and 16 by 40% */
         e = bitnet__getenv("BITNET_GPU_ATT_PRE"); /* the same: 0 .. 15 */
         q->att_pre = e && atoi(e) >= 0 && atoi(e) <= 15 ? atoi(e) : BITNET__GPU_ATT_PRE;
-        e = bitnet__getenv("BITNET_GPU_ATT_T"); /* the same, and tests (more ranges, tiles): 16 .. tmax */
+        e = bitnet__getenv("BITNET_GPU_ATT_T"); /* the same, and tests (the long form early): 16 .. tmax */
         if (e && atoi(e) >= 16 && atoi(e) <= tmax) q->att_t = atoi(e) / 16 * 16;
-        e = bitnet__getenv("BITNET_GPU_ATT_R"); /* the same: 16 .. 256 */
-        if (e && atoi(e) >= 16 && atoi(e) <= 256) q->att_r = atoi(e);
+        e = bitnet__getenv("BITNET_GPU_ATT_R"); /* the same: 8 .. 256 */
+        if (e && atoi(e) >= 8 && atoi(e) <= 256) q->att_r = atoi(e);
+        e = bitnet__getenv("BITNET_GPU_ATT_TILE"); /* the same, and tests (ranges in tiles): 16 .. 128 */
+        if (e && atoi(e) >= 16 && atoi(e) <= 128) q->att_tile = atoi(e) / 16 * 16;
     }
     split = (s->n_ctx + q->att_r - 1) / q->att_r;
     q->smax = BITNET__MIN(split, BITNET__GPU_ATT_SMAX);
@@ -10376,11 +10382,12 @@ static bitnet_result bitnet__gpu_attention(bitnet_session *s, int l) {
     bitnet__gpre4 p4;
     size_t layer = (size_t)l * (size_t)m->kv_dim * (size_t)s->n_ctx * 2;
     bitnet_devptr kc = q->kc + layer, vc = q->vc + layer, pos = q->io + 4;
-    bitnet_devptr kn = l + 1 < m->info.n_layers ? kc + m->kv_dim * (size_t)s->n_ctx * 2 : 0; /* the next layer's */
-    bitnet_devptr vn = kn ? vc + m->kv_dim * (size_t)s->n_ctx * 2 : 0;
-    unsigned T = (unsigned)q->att_t, smem = 16 * T + 8 * (unsigned)hd * (BITNET__GPU_ATT_THREADS / (unsigned)hd) +
-                                             4 * (unsigned)hd + 4 * (unsigned)hd * (T + 2); /* the kernel's layout */
-    void *args[19];
+    /* the short form: one block of 512 threads a head; the long one: ranges of about R positions, a
+       block of 128 threads each */
+    unsigned nt = q->form ? 128 : 512, T = (unsigned)(q->form ? q->att_tile : q->att_t);
+    unsigned smem = 16 * T + 8 * (unsigned)hd * (nt / (unsigned)hd) + 4 * (unsigned)hd + 4 * (unsigned)hd * (T + 2);
+    int Ti = (int)T;
+    void *args[17];
     w[0] = &L->o, w[1] = &L->gu, w[2] = &L->down, w[3] = l + 1 < m->info.n_layers ? &g->layers[l + 1].qkv : NULL;
     for (i = 0; i < 4; i++) {
         int on = (q->att_pre >> i & 1) && w[i];
@@ -10388,9 +10395,9 @@ static bitnet_result bitnet__gpu_attention(bitnet_session *s, int l) {
         p4.n[i] = on ? (unsigned long long)w[i]->n_pad * (unsigned long long)w[i]->k / 4 : 0;
     }
     args[0] = &q->qkv, args[1] = &q->rope, args[2] = &pos, args[3] = &kc, args[4] = &vc, args[5] = &s->n_ctx, args[6] = &nh,
-    args[7] = &nkv, args[8] = &hd, args[9] = &q->smax, args[10] = &q->att_t, args[11] = &q->att_r, args[12] = &q->part_o,
-    args[13] = &q->part_ml, args[14] = &q->ctr, args[15] = &q->att, args[16] = &p4, args[17] = &kn, args[18] = &vn;
-    return bitnet__gpu_launch(q->gpu, g->attn, (unsigned)nh, (unsigned)q->smax, BITNET__GPU_ATT_THREADS, 1, smem, args);
+    args[7] = &nkv, args[8] = &hd, args[9] = &q->smax, args[10] = &Ti, args[11] = &q->att_r, args[12] = &q->part_o,
+    args[13] = &q->part_ml, args[14] = &q->ctr, args[15] = &q->att, args[16] = &p4;
+    return bitnet__gpu_launch(q->gpu, g->attn, (unsigned)nh, q->form ? (unsigned)q->smax : 1u, nt, 1, smem, args);
 }
 
 /* 9. head: logits = head . rmsnorm(x_row) * output_norm, and its argmax into next */
@@ -10431,20 +10438,21 @@ static bitnet_result bitnet__gpu_step(bitnet_session *s) {
     return bitnet__gpu_head(s, q->x);                                                                     /* logits, next */
 }
 
-/* One decode step of token at pos: the graph, captured on first use. */
+/* One decode step of token at pos: the graph of its attention's form, captured on first use. */
 static bitnet_result bitnet__gpu_decode(bitnet_session *s, int32_t token, int32_t pos) {
     bitnet__gsession *q = (bitnet__gsession *)s->gpu;
     BITNET__TRY(bitnet__gpu_put_tokens(s, &token, 1, pos));
-    if (!q->graph) {
+    q->form = pos + 1 > q->att_t;
+    if (!q->graph[q->form]) {
         bitnet_result r, r2;
         BITNET__TRY(bitnet_gpu_graph_begin(q->gpu));
         r = bitnet__gpu_step(s);
-        r2 = bitnet_gpu_graph_end(q->gpu, &q->graph);
+        r2 = bitnet_gpu_graph_end(q->gpu, &q->graph[q->form]);
         BITNET__TRY(r);
         BITNET__TRY(r2);
     }
     q->have_next = 1;
-    return bitnet_gpu_graph_launch(q->gpu, q->graph);
+    return bitnet_gpu_graph_launch(q->gpu, q->graph[q->form]);
 }
 
 /* ---- prefill steps (m tokens, the rows of the batch buffers) --------------------------------------- */

@@ -154,15 +154,17 @@ static void random_model(int vocab, int dim, int layers, int heads, int kv, int 
     TEST_CHECKF(load_pair_weights(&r.w, &cpu, &gpu) == BITNET_OK, "%s", bitnet_last_error());
     if (cpu && gpu) {
         TEST_CHECK(bitnet_model_get_info(gpu, &info) == BITNET_OK && info.backend == BITNET_BACKEND_CUDA);
-        compare(cpu, gpu, 100, 60); /* decode reaches 160 positions: one attention range a head */
-        compare(cpu, gpu, 1, 3);    /* a single-token first call goes through the decode graph */
-        /* ranges of 16 positions (read at session creation): 32 ranges a head to combine, and past
-           32 * 16 positions two tiles a range */
+        compare(cpu, gpu, 100, 60); /* decode reaches 160 positions: the attention's long form */
+        compare(cpu, gpu, 1, 3);    /* a single-token first call goes through the decode graph (short form) */
+        /* the long form from 17 positions, in ranges and tiles of 16 (read at session creation): 32
+           ranges a head to combine, and past 32 * 16 positions two tiles a range */
         setenv("BITNET_GPU_ATT_T", "16", 1);
         setenv("BITNET_GPU_ATT_R", "16", 1);
+        setenv("BITNET_GPU_ATT_TILE", "16", 1);
         compare(cpu, gpu, 520, 20);
         unsetenv("BITNET_GPU_ATT_T");
         unsetenv("BITNET_GPU_ATT_R");
+        unsetenv("BITNET_GPU_ATT_TILE");
         greedy(cpu, gpu);
     }
     bitnet_model_free(gpu);

@@ -153,6 +153,13 @@ static double decode_tps(int32_t *gen) {
     return GEN / median(tt, 3);
 }
 
+/* The session's decode graphs (both attention forms), recaptured at their next steps. */
+static void drop_graphs(bitnet__gsession *gs) {
+    bitnet_gpu_graph_free(gs->graph[0]);
+    bitnet_gpu_graph_free(gs->graph[1]);
+    gs->graph[0] = gs->graph[1] = NULL;
+}
+
 /* Device time of one decode step: graph replays back to back at position pos. */
 static double step_us_at(int pos) {
     bitnet__gsession *gs = (bitnet__gsession *)G_s->gpu;
@@ -162,7 +169,7 @@ static double step_us_at(int pos) {
     CHECK(bitnet_session_eval(G_s, G_prompt, pos, NULL, 0));
     CHECK(bitnet_session_eval(G_s, G_prompt + pos, 1, NULL, 0));
     CHECK(bitnet_gpu_timer_begin(gs->gpu));
-    for (i = 0; i < 100; i++) CHECK(bitnet_gpu_graph_launch(gs->gpu, gs->graph));
+    for (i = 0; i < 100; i++) CHECK(bitnet_gpu_graph_launch(gs->gpu, gs->graph[gs->form]));
     CHECK(bitnet_gpu_timer_end(gs->gpu, &ms));
     return 10.0 * ms;
 }
@@ -218,8 +225,7 @@ static void set_pdl(int on) {
     bitnet__gmodel *gm = (bitnet__gmodel *)G_m->gpu;
     bitnet__gsession *gs = (bitnet__gsession *)G_s->gpu;
     gm->gemv_store->pdl = gm->gemv_res->pdl = gm->gemv_glu->pdl = gm->attn->pdl = gm->head_k->pdl = on;
-    bitnet_gpu_graph_free(gs->graph);
-    gs->graph = NULL;
+    drop_graphs(gs);
 }
 
 /* The forward module rebuilt with options; the session's graph is recaptured at its next step. */
@@ -304,7 +310,7 @@ static void host_overhead(void) {
         t0 = bitnet__now();
         for (i = 0; i < 100; i++) {
             if (k >= 1) CHECK(bitnet_gpu_upload(q->gpu, q->io, io, sizeof io));
-            if (k >= 2 || k == 0) CHECK(bitnet_gpu_graph_launch(q->gpu, q->graph));
+            if (k >= 2 || k == 0) CHECK(bitnet_gpu_graph_launch(q->gpu, q->graph[q->form]));
             if (k <= 2) CHECK(bitnet_gpu_sync(q->gpu));
             else if (k == 3) CHECK(bitnet_gpu_download(q->gpu, &tok, q->next, 4));
             else {
@@ -436,31 +442,28 @@ int main(int argc, char **argv) {
     measure("without programmatic dependent launch", gen_dev);
     set_pdl(1);
     measure("with programmatic dependent launch", gen_dev);
-    { /* decode attention: one range a head up to T positions, else ranges of about R (att_t, att_r; the
-         library: BITNET__GPU_ATT_T, _R), and what it pulls into L2 for the kernels after it (the
-         library: BITNET__GPU_ATT_PRE); 0: the default */
-        static const int cfg[][3] = {{0, 0, 0}, {192, 0, 1}, {128, 0, 1}, {64, 0, 1}, {0, 16, 1}, {0, 64, 1}};
-        int def = gs->att_pre, deft = gs->att_t, defr = gs->att_r;
+    { /* decode attention: one block a head up to T positions, else ranges of about R in tiles of TILE
+         (att_t, att_r, att_tile; the library: BITNET__GPU_ATT_T, _R, _TILE), and what it pulls into L2
+         for the kernels after it (the library: BITNET__GPU_ATT_PRE); 0: the default */
+        static const int cfg[][4] = {{0, 0, 0, 0}, {64, 0, 0, 1}, {128, 0, 0, 1}, {0, 8, 0, 1}, {0, 32, 0, 1}, {0, 0, 32, 1}};
+        int def = gs->att_pre, deft = gs->att_t, defr = gs->att_r, defl = gs->att_tile;
         for (j = 0; j < (int)(sizeof cfg / sizeof cfg[0]); j++) {
             char what[96];
-            gs->att_t = cfg[j][0] ? cfg[j][0] : deft, gs->att_r = cfg[j][1] ? cfg[j][1] : defr, gs->att_pre = cfg[j][2];
-            bitnet_gpu_graph_free(gs->graph);
-            gs->graph = NULL;
-            snprintf(what, sizeof what, "attention T %d R %d, L2 pull %d%s%s%s%s", gs->att_t, gs->att_r, cfg[j][2],
-                     cfg[j][2] & 1 ? " O" : "", cfg[j][2] & 2 ? " gate|up" : "", cfg[j][2] & 4 ? " down" : "",
-                     cfg[j][2] & 8 ? " next-QKV" : "");
+            gs->att_t = cfg[j][0] ? cfg[j][0] : deft, gs->att_r = cfg[j][1] ? cfg[j][1] : defr;
+            gs->att_tile = cfg[j][2] ? cfg[j][2] : defl, gs->att_pre = cfg[j][3];
+            drop_graphs(gs);
+            snprintf(what, sizeof what, "attention T %d R %d tile %d, L2 pull %d%s", gs->att_t, gs->att_r, gs->att_tile,
+                     cfg[j][3], cfg[j][3] & 1 ? " O" : "");
             measure(what, gen_dev);
         }
-        gs->att_pre = def, gs->att_t = deft, gs->att_r = defr;
-        bitnet_gpu_graph_free(gs->graph);
-        gs->graph = NULL;
+        gs->att_pre = def, gs->att_t = deft, gs->att_r = defr, gs->att_tile = defl;
+        drop_graphs(gs);
         printf("  per kernel, at position 180:\n");
         step_us_at(180);
         kernel_times();
     }
     gs->gemv_items = 4;
-    bitnet_gpu_graph_free(gs->graph);
-    gs->graph = NULL;
+    drop_graphs(gs);
     step_us();
 
     /* 5. the CPU on the same weights, and the CPU's own paths against each other */
