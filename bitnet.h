@@ -10075,6 +10075,7 @@ typedef struct bitnet__gsession {
     int B, smax, head_blocks, have_next;
     int att_t, att_r, att_tile;       /* the decode attention's forms: BITNET__GPU_ATT_T, _R, _TILE */
     int gemv_items;                   /* decode GEMV: K chunks a warp takes, at least (sets the warps a block) */
+    int gemv_warps;                   /* decode GEMV: warps a block, at most (0: the rule in bitnet__gpu_linear) */
     int att_pre;                      /* decode attention pulls into L2: 1 O, 2 gate||up, 4 down, 8 the next QKV (a mask) */
     bitnet_gpu_graph *graph[2];       /* the decode step, its attention in the short and the long form */
     int form;                         /* the form of the step being launched: 1 from att_t + 1 positions */
@@ -10292,6 +10293,8 @@ static bitnet_result bitnet__gpu_session_init(bitnet_session *s) {
     { /* BITNET_GPU_GEMV_ITEMS: tuning and tests only */
         const char *e = bitnet__getenv("BITNET_GPU_GEMV_ITEMS");
         q->gemv_items = e && atoi(e) >= 1 && atoi(e) <= 64 ? atoi(e) : 4; /* H100: 4 beat 8 by 2% and 16 by 40% */
+        e = bitnet__getenv("BITNET_GPU_GEMV_WARPS"); /* the same: 1 .. 16 */
+        q->gemv_warps = e && atoi(e) >= 1 && atoi(e) <= 16 ? atoi(e) : 0;
         e = bitnet__getenv("BITNET_GPU_ATT_PRE"); /* the same: 0 .. 15 */
         q->att_pre = e && atoi(e) >= 0 && atoi(e) <= 15 ? atoi(e) : BITNET__GPU_ATT_PRE;
         e = bitnet__getenv("BITNET_GPU_ATT_T"); /* the same, and tests (the long form early): 16 .. tmax */
@@ -10360,6 +10363,7 @@ static bitnet_result bitnet__gpu_linear(bitnet_session *s, bitnet_gpu_kernel *k,
     /* warps share a block's K chunks, 8 loads in flight per lane; over one wave of blocks
        (about 100 registers a thread) a block gets at most 8 warps */
     int warps = BITNET__MIN((int)groups > g->sm_count ? 8 : 16, BITNET__MAX(1, (items + q->gemv_items - 1) / q->gemv_items));
+    if (q->gemv_warps) warps = BITNET__MIN(warps, q->gemv_warps);
     unsigned smem = (unsigned)w->k + (unsigned)(warps * (w->glu ? 2 : 1) * 32 * 4);
     void *args[8];
     args[0] = (void *)&w->data, args[1] = &n_out, args[2] = &nc, args[3] = &segs, args[4] = &in, args[5] = &norm_w,

@@ -346,7 +346,7 @@ int main(int argc, char **argv) {
     /* other builds of the forward module worth comparing (measured before, all slower on the H100:
        -DBF_GEMV_U=4 or 10, -DBF_HEAD_U=5; every kernel pulling the next one's weights into L2); add
        options here to compare more */
-    static const char *builds_default[] = {"-DBF_GEMV_U=10"};
+    static const char *builds_default[] = {"-DBF_TRIG=1"};
     const char **builds = builds_default, *benv = getenv("BENCH_BUILDS"); /* BENCH_BUILDS="opts|opts|...": these instead */
     int n_builds = 1;
     static const char *bsplit[16];
@@ -465,6 +465,22 @@ int main(int argc, char **argv) {
     gs->gemv_items = 4;
     drop_graphs(gs);
     step_us();
+    { /* decode GEMV warps a block at most (the library: its rule; BITNET_GPU_GEMV_WARPS) in each build */
+        static const int wcap[] = {8, 4};
+        for (i = 0; i <= n_builds; i++) {
+            use_build(i ? builds[i - 1] : "");
+            for (j = 0; j < 2; j++) {
+                char what[96];
+                gs->gemv_warps = wcap[j];
+                drop_graphs(gs);
+                snprintf(what, sizeof what, "%s, GEMV warps <= %d", i ? builds[i - 1] : "default build", wcap[j]);
+                measure(what, gen_dev);
+            }
+        }
+        gs->gemv_warps = 0;
+        use_build("");
+        drop_graphs(gs);
+    }
 
     /* 5. the CPU on the same weights, and the CPU's own paths against each other */
     t0 = bitnet__now();
