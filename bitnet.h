@@ -6922,6 +6922,9 @@ enum { /* cuda.h values */
     X(cuMemGetInfo, 3020, 1, "cuMemGetInfo_v2", (size_t *free_bytes, size_t *total)) \
     X(cuMemAlloc, 3020, 1, "cuMemAlloc_v2", (bitnet_devptr *p, size_t bytes)) \
     X(cuMemFree, 3020, 1, "cuMemFree_v2", (bitnet_devptr p)) \
+    X(cuMemHostAlloc, 3020, 0, "cuMemHostAlloc", (void **p, size_t bytes, unsigned flags)) \
+    X(cuMemHostGetDevicePointer, 3020, 0, "cuMemHostGetDevicePointer_v2", (bitnet_devptr *d, void *p, unsigned flags)) \
+    X(cuMemFreeHost, 2000, 0, "cuMemFreeHost", (void *p)) \
     X(cuMemcpyHtoDAsync, 3020, 1, "cuMemcpyHtoDAsync_v2", (bitnet_devptr dst, const void *src, size_t n, bitnet__CUstream s)) \
     X(cuMemcpyDtoHAsync, 3020, 1, "cuMemcpyDtoHAsync_v2", (void *dst, bitnet_devptr src, size_t n, bitnet__CUstream s)) \
     X(cuMemcpyDtoDAsync, 3020, 1, "cuMemcpyDtoDAsync_v2", (bitnet_devptr dst, bitnet_devptr src, size_t n, bitnet__CUstream s)) \
@@ -8036,6 +8039,64 @@ BITNET_API bitnet_result bitnet_gpu_download(bitnet_gpu *gpu, void *dst, bitnet_
     if (res == BITNET_OK) res = bitnet__stream_wait(gpu, "bitnet_gpu_download");
     bitnet__ctx_pop();
     return res;
+}
+
+/* Page-locked host memory that the device reads and writes in place (*dev: its device address):
+   for host data a kernel needs without a copy each time (the decode step's embedding rows) and for
+   downloads that must not wait. */
+static bitnet_result bitnet__gpu_host_alloc(bitnet_gpu *gpu, size_t bytes, void **host, bitnet_devptr *dev) {
+    bitnet__CUresult r;
+    char what[96];
+    BITNET__CHECK_GPU(gpu);
+    *host = NULL, *dev = 0;
+    if (!bitnet__cuda.cu.cuMemHostAlloc || !bitnet__cuda.cu.cuMemHostGetDevicePointer || !bitnet__cuda.cu.cuMemFreeHost)
+        return bitnet__err(BITNET_ERR_UNSUPPORTED, "mapped host memory: the driver has no cuMemHostAlloc");
+    BITNET__TRY(bitnet__ctx_push(gpu->dev->ctx));
+    r = bitnet__cuda.cu.cuMemHostAlloc(host, bytes, 0x01 | 0x02); /* portable, mapped into the device */
+    if (r == 0 && (r = bitnet__cuda.cu.cuMemHostGetDevicePointer(dev, *host, 0)) != 0) {
+        bitnet__cuda.cu.cuMemFreeHost(*host);
+        *host = NULL;
+    }
+    bitnet__ctx_pop();
+    snprintf(what, sizeof what, "mapped host memory of %zu bytes", bytes);
+    return r ? bitnet__cu_fail(BITNET_ERR_OUT_OF_MEMORY, r, what) : BITNET_OK;
+}
+static void bitnet__gpu_host_free(bitnet_gpu *gpu, void *host) {
+    if (!host || !gpu || bitnet__ctx_push(gpu->dev->ctx) != BITNET_OK) return;
+    bitnet__cuda.cu.cuMemFreeHost(host);
+    bitnet__ctx_pop();
+}
+
+/* A download into page-locked memory (bitnet__gpu_host_alloc's) that returns at once, with a marker
+   after it on the stream: bitnet__gpu_mark_wait waits for the marker (and only for what came
+   before it), so work queued after the download runs on while the host waits. */
+static bitnet_result bitnet__gpu_download_mark(bitnet_gpu *gpu, void *dst, bitnet_devptr src, size_t bytes,
+                                               bitnet__CUevent *mark) {
+    bitnet__CUresult r;
+    bitnet_result res;
+    BITNET__TRY(bitnet__copy_args("bitnet__gpu_download_mark", gpu, dst, src, bytes, 1));
+    BITNET__TRY(bitnet__ctx_push(gpu->dev->ctx));
+    res = bitnet__enqueue_copy(gpu, 'd', dst, 0, src, 0, bytes);
+    if (res == BITNET_OK) {
+        bitnet__mutex_lock(&gpu->lock);
+        res = bitnet__event_get(gpu, mark);
+        r = res == BITNET_OK ? bitnet__cuda.cu.cuEventRecord(*mark, gpu->stream) : 0;
+        if (r != 0) bitnet__event_put(gpu, *mark);
+        bitnet__mutex_unlock(&gpu->lock);
+        if (r != 0) res = bitnet__cu_fail(BITNET_ERR_CUDA, r, "cuEventRecord after a download");
+    }
+    bitnet__ctx_pop();
+    return res;
+}
+static bitnet_result bitnet__gpu_mark_wait(bitnet_gpu *gpu, bitnet__CUevent mark) {
+    bitnet__CUresult r;
+    BITNET__TRY(bitnet__ctx_push(gpu->dev->ctx));
+    r = bitnet__cuda.cu.cuEventSynchronize(mark);
+    bitnet__mutex_lock(&gpu->lock);
+    bitnet__event_put(gpu, mark);
+    bitnet__mutex_unlock(&gpu->lock);
+    bitnet__ctx_pop();
+    return r ? bitnet__cu_fail(BITNET_ERR_CUDA, r, "waiting for a download (an earlier kernel or copy failed)") : BITNET_OK;
 }
 
 BITNET_API bitnet_result bitnet_gpu_copy(bitnet_gpu *gpu, bitnet_devptr dst, bitnet_devptr src, size_t bytes) {
@@ -10002,10 +10063,14 @@ BITNET_API bitnet_result bitnet_quantizer_summary(const bitnet_quantizer *qz, ch
 /* The forward pass on the GPU, the same steps in the same order as bitnet__cpu_forward, each
    step a bitnet__gpu_<step> function. Weights (ternary in the T32 layout of the ternary module,
    the fp16 embedding and head), the fp16 KV cache and every activation stay on the device.
-   - Decode (one token): one CUDA graph per session, captured at its first single-token step and
-     replayed after (H100, 2B-4T shapes: see BENCHMARKS.md); the position and the token's fp16
-     embedding row are read from device memory, so the host does one upload (256 + dim*2 bytes),
-     one graph launch and no synchronisation inside the token. Five kernels a layer (the forward
+   - Decode (one token): a CUDA graph per session and attention form (contexts up to att_t
+     positions, and longer ones), captured at first use and replayed after (H100, 2B-4T shapes:
+     see BENCHMARKS.md). Token and position are read from device memory (io), and the token's fp16
+     embedding row from the table in mapped host memory, so the host does one 8-byte upload and
+     one graph launch a token, with no synchronisation inside it; the head leaves the argmax and
+     the next position in io, so greedy decoding launches each step before the host has read the
+     token it feeds (bitnet__gpu_next_token). Without the mapped table each step uploads its row
+     too (256 + dim*2 bytes). Five kernels a layer (the forward
      module in bitnet_cuda_kernels.h): RMSNorm + int8 quantization run in the prologue of each
      ternary GEMV, RoPE and the KV append in the attention kernel, residual adds and
      relu(gate)^2 * up in GEMV epilogues; the head kernel also leaves the argmax on the device. On
@@ -10013,7 +10078,8 @@ BITNET_API bitnet_result bitnet_quantizer_summary(const bitnet_quantizer *qz, ch
      flag), so each one's launch and weight loads overlap the kernel before it.
    - The head: int8 rows with a scale each by default (the CPU's head, quantized on the host at
      load, half the bytes of fp16); fp16 with bitnet_model_desc.head_f16 or BITNET_HEAD=f16. The
-     device keeps no fp16 embedding table: rows come from the host with each step's upload.
+     device memory holds no fp16 embedding table (the mapped one is host memory: n_vocab * dim * 2
+     page-locked bytes).
    - Prefill (m >= 2 tokens, sm_80+): batches of up to n_batch tokens through
      bitnet_gpu_quantize_act and bitnet_gpu_ternary_matmul (int8 tensor cores), and this module's
      rope_kv and causal attention. Below sm_80 prompts run through the decode graph token by token.
@@ -10022,8 +10088,8 @@ BITNET_API bitnet_result bitnet_quantizer_summary(const bitnet_quantizer *qz, ch
    The model holds one bitnet_gpu handle for its weights; each session opens its own handle (its
    own stream and pool), so sessions on different threads never share a stream.
    Hooks for >>model: bitnet__gpu_model_init/free, bitnet__gpu_session_init/free,
-   bitnet__gpu_forward (bitnet__cpu_forward's contract) and bitnet__gpu_last_argmax (greedy
-   decoding without a logits download). */
+   bitnet__gpu_forward (bitnet__cpu_forward's contract) and bitnet__gpu_next_token (greedy
+   decoding without a logits download, a step ahead). */
 /* TEMPORARY: the section compiles once the CPU forward (>>cpu-forward, BITNET__MAX_BATCH) is on
    main; it also needs the GPU kernels' host API (>>api-gpu-kernels, BITNET_GPU_MAX_PARTS). */
 #if !defined(BITNET_NO_CUDA) && defined(BITNET__MAX_BATCH) && defined(BITNET_GPU_MAX_PARTS)
@@ -10045,7 +10111,9 @@ typedef struct bitnet__glayer {
 
 typedef struct bitnet__gmodel {
     bitnet_gpu *gpu;                  /* owns the weights */
-    bitnet_devptr mem;                /* head, norms (embedding rows come from the host, a token at a time) */
+    bitnet_devptr mem;                /* head, norms (the embedding stays in host memory) */
+    void *emb_host;                   /* the fp16 embedding in mapped host memory (or NULL: each step uploads its row) */
+    bitnet_devptr emb_dev;            /* its device address: the decode step reads its token's row from there */
     size_t bytes, ternary_bytes;
     bitnet_devptr head, head_scale, out_norm; /* head: fp16 rows, or int8 rows with head_scale (head_q8) */
     int head_q8;
@@ -10067,11 +10135,14 @@ typedef struct bitnet__gsession {
     bitnet_devptr part_o, part_ml;    /* decode attention splits, double: [n_heads][smax][hd], [n_heads][smax][2] */
     bitnet_devptr hv, hi;             /* head: each block's best value and index */
     bitnet_devptr ctr;                /* int [n_heads + 1]: attention (per block of heads) and head counters (their last blocks reset them) */
-    bitnet_devptr io;                 /* int [2]: the decode token and the position of a step, then: */
+    bitnet_devptr io;                 /* int [2]: the decode token and the position of a step (the head leaves the
+                                         next ones there), then: */
     bitnet_devptr erow;               /* fp16 [B][dim] at io + 256: the tokens' embedding rows (one upload with io) */
     bitnet_devptr iota;               /* int [B]: 0 .. B-1, the embed kernel's row indices */
     unsigned char *stage;             /* host: io and the rows, 256 + B * dim * 2 bytes */
-    bitnet_devptr next;               /* int: the head's argmax */
+    int32_t *pin;                     /* mapped host: the token downloads of bitnet__gpu_ahead (or NULL) */
+    bitnet_devptr pin_dev;
+    int32_t dev_pos;                  /* the position io[1] holds on the device, as far as the host knows (-1: not known) */
     int B, smax, head_blocks, have_next;
     int att_t, att_r, att_tile;       /* the decode attention's forms: BITNET__GPU_ATT_T, _R, _TILE */
     int gemv_items;                   /* decode GEMV: K chunks a warp takes, at least (sets the warps a block) */
@@ -10115,6 +10186,7 @@ static void bitnet__gpu_model_free(bitnet_model *m) {
             bitnet_gpu_ternary_free(g->gpu, &g->layers[l].down);
         }
         if (g->mem) bitnet_gpu_free(g->gpu, g->mem);
+        bitnet__gpu_host_free(g->gpu, g->emb_host);
         bitnet_gpu_close(g->gpu);
     }
     bitnet__free(g->layers);
@@ -10221,6 +10293,18 @@ static bitnet_result bitnet__gpu_model_init(bitnet_model *m, int device) {
         w[0] = W->w_down, n[0] = in->dim;
         BITNET__TRY(bitnet__gpu_ternary(g, w, n, 1, in->ffn_dim, 0, &L->down));
     }
+    { /* the embedding in mapped host memory: the decode step reads its row from there, so a step
+         needs nothing from the host and greedy decoding runs a step ahead (bitnet__gpu_ahead);
+         without it (no memory, an old driver, BITNET_GPU_HOST_EMB=0) each step uploads its row */
+        size_t bytes = (size_t)in->n_vocab * (size_t)in->dim * 2;
+        const char *e = bitnet__getenv("BITNET_GPU_HOST_EMB");
+        if (e && strcmp(e, "0") == 0)
+            bitnet__log(BITNET_LOG_INFO, "CUDA forward: BITNET_GPU_HOST_EMB=0: each decode step uploads its embedding row");
+        else if (bitnet__gpu_host_alloc(g->gpu, bytes, &g->emb_host, &g->emb_dev) == BITNET_OK)
+            memcpy(g->emb_host, m->tok_embd, bytes);
+        else
+            bitnet__log(BITNET_LOG_INFO, "CUDA forward: %s; each decode step uploads its embedding row", bitnet_last_error());
+    }
     BITNET__TRY(bitnet_gpu_sync(g->gpu));
     return bitnet_gpu_pool_trim(g->gpu); /* the upload's staging buffers */
 }
@@ -10234,6 +10318,7 @@ static void bitnet__gpu_session_free(bitnet_session *s) {
     bitnet_gpu_graph_free(q->graph[0]);
     bitnet_gpu_graph_free(q->graph[1]);
     if (q->gpu) {
+        bitnet__gpu_host_free(q->gpu, q->pin);
         if (q->mem) bitnet_gpu_free(q->gpu, q->mem);
         bitnet_gpu_close(q->gpu);
     }
@@ -10268,7 +10353,6 @@ static void bitnet__gsession_layout(bitnet__gsession *q, const bitnet_session *s
     q->ctr = bitnet__gtake(c, (size_t)in->n_heads + 1, 4);
     q->io = bitnet__gtake(c, 2, 4);   /* 256 bytes: */
     q->erow = bitnet__gtake(c, B * (size_t)in->dim, 2); /* right after io */
-    q->next = bitnet__gtake(c, 1, 4);
 }
 
 static bitnet_result bitnet__gpu_session_init(bitnet_session *s) {
@@ -10324,29 +10408,34 @@ static bitnet_result bitnet__gpu_session_init(bitnet_session *s) {
     for (i = 0; i < q->B; i++) ((int32_t *)q->stage)[i] = i; /* B * 4 bytes fit in the stage */
     BITNET__TRY(bitnet_gpu_upload(q->gpu, q->iota, q->stage, (size_t)q->B * 4));
     BITNET__TRY(bitnet_gpu_sync(q->gpu)); /* the stage is reused right away */
+    q->dev_pos = -1;
+    if (g->emb_dev && bitnet__gpu_host_alloc(q->gpu, 64, (void **)&q->pin, &q->pin_dev) != BITNET_OK) q->pin = NULL;
     return bitnet_gpu_upload(q->gpu, q->rope, s->rope, (size_t)s->n_ctx * (size_t)s->m->info.head_dim * 4);
 }
 
-/* io = {first token, position} and the m tokens' fp16 embedding rows from the host table, in one
-   upload (the device keeps no fp16 embedding: with the int8 head that saves n_vocab * dim * 2 bytes). */
-static bitnet_result bitnet__gpu_put_tokens(bitnet_session *s, const int32_t *tokens, int m, int32_t pos) {
+/* io = {first token, position} and, with rows, the m tokens' fp16 embedding rows from the host
+   table, in one upload (the device keeps no fp16 embedding: with the int8 head that saves
+   n_vocab * dim * 2 bytes; a decode step reads its row from the mapped table where there is one). */
+static bitnet_result bitnet__gpu_put_tokens(bitnet_session *s, const int32_t *tokens, int m, int32_t pos, int rows) {
     bitnet__gsession *q = (bitnet__gsession *)s->gpu;
     size_t row = (size_t)s->m->info.dim * 2;
     int t;
     ((int32_t *)q->stage)[0] = tokens[0], ((int32_t *)q->stage)[1] = pos;
-    for (t = 0; t < m; t++) memcpy(q->stage + 256 + (size_t)t * row, s->m->tok_embd + (size_t)tokens[t] * (row / 2), row);
-    return bitnet_gpu_upload(q->gpu, q->io, q->stage, 256 + (size_t)m * row);
+    for (t = 0; rows && t < m; t++) memcpy(q->stage + 256 + (size_t)t * row, s->m->tok_embd + (size_t)tokens[t] * (row / 2), row);
+    q->dev_pos = pos;
+    return bitnet_gpu_upload(q->gpu, q->io, q->stage, rows ? 256 + (size_t)m * row : 8);
 }
 
 /* ---- the steps ------------------------------------------------------------------------------------ */
 
-/* 1. embed: x[t] = the uploaded embedding row erow[idx[t]] as fp32, for m tokens (idx: q->iota) */
-static bitnet_result bitnet__gpu_embed(bitnet_session *s, bitnet_devptr tok, int m) {
+/* 1. embed: x[t] = row idx[t] of table as fp32, for m tokens (the uploaded rows erow with idx q->iota,
+   or in a decode step the mapped table with idx io) */
+static bitnet_result bitnet__gpu_embed(bitnet_session *s, bitnet_devptr table, bitnet_devptr idx, int m) {
     const bitnet__gmodel *g = (const bitnet__gmodel *)s->m->gpu;
     bitnet__gsession *q = (bitnet__gsession *)s->gpu;
     int dim = s->m->info.dim;
     void *args[4];
-    args[0] = &q->erow, args[1] = &dim, args[2] = &tok, args[3] = &q->x;
+    args[0] = &table, args[1] = &dim, args[2] = &idx, args[3] = &q->x;
     return bitnet__gpu_launch(q->gpu, g->embed, (unsigned)m, 1, 256, 1, 0, args);
 }
 
@@ -10404,19 +10493,20 @@ static bitnet_result bitnet__gpu_attention(bitnet_session *s, int l) {
     return bitnet__gpu_launch(q->gpu, g->attn, (unsigned)nh, q->form ? (unsigned)q->smax : 1u, nt, 1, smem, args);
 }
 
-/* 9. head: logits = head . rmsnorm(x_row) * output_norm, and its argmax into next */
-static bitnet_result bitnet__gpu_head(bitnet_session *s, bitnet_devptr x_row) {
+/* 9. head: logits = head . rmsnorm(x_row) * output_norm, and its argmax into io[0] (adv: a decode
+   step's, which also moves io[1] on to the next position) */
+static bitnet_result bitnet__gpu_head(bitnet_session *s, bitnet_devptr x_row, int adv) {
     const bitnet_model *m = s->m;
     const bitnet__gmodel *g = (const bitnet__gmodel *)m->gpu;
     bitnet__gsession *q = (bitnet__gsession *)s->gpu;
     int nv = m->info.n_vocab, dim = m->info.dim;
     float eps = m->info.norm_eps;
     bitnet_devptr ctr = q->ctr + 4 * (bitnet_devptr)m->info.n_heads;
-    void *args[12], **a = args;
+    void *args[13], **a = args;
     if (g->head_q8) *a++ = (void *)&g->head, *a++ = (void *)&g->head_scale;
     else *a++ = (void *)&g->head;
     a[0] = &nv, a[1] = &dim, a[2] = &x_row, a[3] = (void *)&g->out_norm, a[4] = &eps,
-    a[5] = &q->logits, a[6] = &q->hv, a[7] = &q->hi, a[8] = &ctr, a[9] = &q->next;
+    a[5] = &q->logits, a[6] = &q->hv, a[7] = &q->hi, a[8] = &ctr, a[9] = &q->io, a[10] = &adv;
     return bitnet__gpu_launch(q->gpu, g->head_k, (unsigned)q->head_blocks, 1, 256, 1, (unsigned)dim * (g->head_q8 ? 1 : 4), args);
 }
 
@@ -10428,7 +10518,8 @@ static bitnet_result bitnet__gpu_step(bitnet_session *s) {
     const bitnet__gmodel *g = (const bitnet__gmodel *)m->gpu;
     bitnet__gsession *q = (bitnet__gsession *)s->gpu;
     int l, nl = m->info.n_layers;
-    BITNET__TRY(bitnet__gpu_embed(s, q->iota, 1));                                                      /* x [dim] */
+    /* x [dim]: the row of the token in io from the mapped table, or the row put_tokens uploaded */
+    BITNET__TRY(g->emb_dev ? bitnet__gpu_embed(s, g->emb_dev, q->io, 1) : bitnet__gpu_embed(s, q->erow, q->iota, 1));
     for (l = 0; l < nl; l++) {
         const bitnet__glayer *L = &g->layers[l];
         /* attention block */
@@ -10439,13 +10530,13 @@ static bitnet_result bitnet__gpu_step(bitnet_session *s) {
         BITNET__TRY(bitnet__gpu_linear(s, g->gemv_glu, &L->gu, q->x, L->ffn_norm, q->h));                   /* h */
         BITNET__TRY(bitnet__gpu_linear(s, g->gemv_res, &L->down, q->h, L->ffn_sub_norm, q->x));             /* x += down */
     }
-    return bitnet__gpu_head(s, q->x);                                                                     /* logits, next */
+    return bitnet__gpu_head(s, q->x, 1);                                             /* logits; next token and position */
 }
 
-/* One decode step of token at pos: the graph of its attention's form, captured on first use. */
-static bitnet_result bitnet__gpu_decode(bitnet_session *s, int32_t token, int32_t pos) {
+/* Launches the decode step of the token and position in io (pos: that position): the graph of its
+   attention's form, captured on first use. */
+static bitnet_result bitnet__gpu_launch_step(bitnet_session *s, int32_t pos) {
     bitnet__gsession *q = (bitnet__gsession *)s->gpu;
-    BITNET__TRY(bitnet__gpu_put_tokens(s, &token, 1, pos));
     q->form = pos + 1 > q->att_t;
     if (!q->graph[q->form]) {
         bitnet_result r, r2;
@@ -10456,7 +10547,15 @@ static bitnet_result bitnet__gpu_decode(bitnet_session *s, int32_t token, int32_
         BITNET__TRY(r2);
     }
     q->have_next = 1;
+    q->dev_pos = pos + 1; /* where the head leaves io[1] */
     return bitnet_gpu_graph_launch(q->gpu, q->graph[q->form]);
+}
+
+/* One decode step of token at pos. */
+static bitnet_result bitnet__gpu_decode(bitnet_session *s, int32_t token, int32_t pos) {
+    const bitnet__gmodel *g = (const bitnet__gmodel *)s->m->gpu;
+    BITNET__TRY(bitnet__gpu_put_tokens(s, &token, 1, pos, !g->emb_dev));
+    return bitnet__gpu_launch_step(s, pos);
 }
 
 /* ---- prefill steps (m tokens, the rows of the batch buffers) --------------------------------------- */
@@ -10513,8 +10612,8 @@ static bitnet_result bitnet__gpu_prefill(bitnet_session *s, const int32_t *token
     bitnet__gsession *q = (bitnet__gsession *)s->gpu;
     int l, t, dim = md->info.dim;
     size_t nv = (size_t)md->info.n_vocab;
-    BITNET__TRY(bitnet__gpu_put_tokens(s, tokens, m, s->pos));
-    BITNET__TRY(bitnet__gpu_embed(s, q->iota, m));                                          /* x [m][dim] */
+    BITNET__TRY(bitnet__gpu_put_tokens(s, tokens, m, s->pos, 1));
+    BITNET__TRY(bitnet__gpu_embed(s, q->erow, q->iota, m));                                 /* x [m][dim] */
     for (l = 0; l < md->info.n_layers; l++) {
         const bitnet__glayer *L = &g->layers[l];
         bitnet__nvtx_push("bitnet layer"); /* closed below, or by bitnet__eval after an error */
@@ -10535,7 +10634,7 @@ static bitnet_result bitnet__gpu_prefill(bitnet_session *s, const int32_t *token
     q->have_next = 0;
     if (!logits) return BITNET_OK;
     for (t = all ? 0 : m - 1; t < m; t++) {
-        BITNET__TRY(bitnet__gpu_head(s, q->x + (bitnet_devptr)((size_t)t * (size_t)dim * 4)));
+        BITNET__TRY(bitnet__gpu_head(s, q->x + (bitnet_devptr)((size_t)t * (size_t)dim * 4), 0));
         BITNET__TRY(bitnet_gpu_download(q->gpu, logits + (all ? (size_t)t * nv : 0), q->logits, nv * 4));
     }
     q->have_next = 1;
@@ -10559,11 +10658,37 @@ static bitnet_result bitnet__gpu_forward(bitnet_session *s, const int32_t *token
 }
 
 /* Greedy decoding without moving logits: the argmax (lowest index among equals) of the last row
-   whose logits the GPU computed. */
-static BITNET__UNUSED bitnet_result bitnet__gpu_last_argmax(bitnet_session *s, int32_t *token) {
+   whose logits the GPU computed, which the head left in io[0]. With ahead (and the mapped
+   embedding), the decode step of that token at s->pos is launched before the token is read: the
+   device computes it while the host hands the token on, and *launched says so (the caller then
+   counts the token as evaluated if it keeps it; if not, the step was for nothing, and the next
+   eval puts its own token and position). */
+static bitnet_result bitnet__gpu_next_token(bitnet_session *s, int ahead, int32_t *token, int *launched) {
     bitnet__gsession *q = (bitnet__gsession *)s->gpu;
+    bitnet__CUevent mark;
+    bitnet_result r;
+    *launched = 0;
     if (!q || !q->have_next) return bitnet__err(BITNET_ERR_INVALID_STATE, "CUDA forward: no logits were computed on the device");
-    return bitnet_gpu_download(q->gpu, token, q->next, 4);
+    if (!ahead || !q->pin) return bitnet_gpu_download(q->gpu, token, q->io, 4);
+    if (q->dev_pos != s->pos) { /* a prefill leaves io[1] at its first position */
+        int32_t pos = s->pos;
+        BITNET__TRY(bitnet_gpu_upload(q->gpu, q->io + 4, &pos, 4));
+        q->dev_pos = pos;
+    }
+    q->form = s->pos + 1 > q->att_t;
+    if (!q->graph[q->form]) { /* captured before the download is queued */
+        BITNET__TRY(bitnet_gpu_graph_begin(q->gpu));
+        r = bitnet__gpu_step(s);
+        BITNET__TRY(bitnet_gpu_graph_end(q->gpu, &q->graph[q->form]));
+        BITNET__TRY(r);
+    }
+    BITNET__TRY(bitnet__gpu_download_mark(q->gpu, q->pin, q->io, 4, &mark));
+    r = bitnet__gpu_launch_step(s, s->pos);
+    if (bitnet__gpu_mark_wait(q->gpu, mark) != BITNET_OK && r == BITNET_OK) r = BITNET_ERR_CUDA;
+    if (r != BITNET_OK) return r;
+    *token = q->pin[0];
+    *launched = 1;
+    return BITNET_OK;
 }
 
 #endif /* BITNET__GPU_FORWARD */
@@ -11265,10 +11390,13 @@ BITNET_API bitnet_result bitnet_generate(bitnet_session *s, const int32_t *promp
         int32_t tok;
         const char *piece = NULL;
         size_t len = 0;
-        int is_stop = 0;
+        int is_stop = 0, launched = 0;
         bitnet_result r;
 #if defined(BITNET__GPU_FORWARD)
-        if (gpu_greedy) r = bitnet__gpu_last_argmax(s, &tok);
+        /* the step that feeds tok may start before tok is read, unless it will not be needed */
+        if (gpu_greedy)
+            r = bitnet__gpu_next_token(s, !(d.max_tokens && st.n_generated + 1 >= (size_t)d.max_tokens) &&
+                                              !(out && st.n_generated + 1 >= cap) && s->pos < s->n_ctx, &tok, &launched);
         else
 #endif
             r = bitnet_sample(s->logits, s->m->info.n_vocab, &d.sampler, s->tokens, (size_t)s->pos, &rng, &tok);
@@ -11287,7 +11415,8 @@ BITNET_API bitnet_result bitnet_generate(bitnet_session *s, const int32_t *promp
             bitnet__log(BITNET_LOG_WARN, "generation stopped: the context of %d positions is full", (int)s->n_ctx);
             break;
         }
-        BITNET__TRY(bitnet__eval(s, &tok, 1, gpu_greedy ? NULL : s->logits, 0));
+        if (launched) s->tokens[s->pos++] = tok; /* its step is on the device already */
+        else BITNET__TRY(bitnet__eval(s, &tok, 1, gpu_greedy ? NULL : s->logits, 0));
     }
     st.gen_seconds = bitnet__now() - t0;
     if (stats) *stats = st;

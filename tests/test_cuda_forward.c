@@ -127,6 +127,35 @@ static void greedy(bitnet_model *cpu, bitnet_model *gpu) {
             break;
         }
     if (same) printf("  greedy: %d identical tokens\n", N);
+    if (same) { /* a stop token: the GPU's step ahead for it is thrown away, and both sessions go on alike */
+        int32_t stop = oc[10], more[3] = {3, 1, 4};
+        size_t nv = (size_t)info.n_vocab, first = 0;
+        float *lc = (float *)malloc(nv * sizeof(float)), *lg = (float *)malloc(nv * sizeof(float));
+        while (oc[first] != stop) first++;
+        p.stop_tokens = &stop;
+        bitnet_session_reset(sc);
+        bitnet_session_reset(sg);
+        TEST_CHECK(bitnet_generate(sc, prompt, 5, &p, oc, (size_t)N, &stc) == BITNET_OK);
+        TEST_CHECKF(bitnet_generate(sg, prompt, 5, &p, og, (size_t)N, &stg) == BITNET_OK, "%s", bitnet_last_error());
+        TEST_CHECKF(stc.n_generated == first && stg.n_generated == first, "stop at %zu: CPU %zu, GPU %zu tokens", first,
+                    stc.n_generated, stg.n_generated);
+        TEST_CHECK(bitnet_session_pos(sc) == bitnet_session_pos(sg));
+        for (i = 0; i < 3; i++) more[i] %= info.n_vocab;
+        if (lc && lg) {
+            poison(lc, nv);
+            poison(lg, nv);
+            TEST_CHECK(bitnet_session_eval(sc, more, 3, lc, 0) == BITNET_OK);
+            TEST_CHECK(bitnet_session_eval(sg, more, 3, lg, 0) == BITNET_OK);
+            TEST_CHECKF(rel_l2(lg, lc, nv) <= TOL, "after the stop: relative L2 %g", rel_l2(lg, lc, nv));
+            poison(lc, nv);
+            poison(lg, nv);
+            TEST_CHECK(bitnet_session_eval(sc, more, 1, lc, 0) == BITNET_OK); /* a decode step: io put again */
+            TEST_CHECK(bitnet_session_eval(sg, more, 1, lg, 0) == BITNET_OK);
+            TEST_CHECKF(rel_l2(lg, lc, nv) <= TOL, "after the stop, one token: relative L2 %g", rel_l2(lg, lc, nv));
+        }
+        free(lc);
+        free(lg);
+    }
 done:
     bitnet_session_free(sc);
     bitnet_session_free(sg);
@@ -199,6 +228,13 @@ static void tiny_gguf(int head_f16) {
     bitnet_model_free(cpu);
 }
 static void test_tiny_gguf(void) { tiny_gguf(1); }
+/* Without the embedding in mapped host memory (read at model load): each decode step uploads its
+   row, and greedy decoding waits for each token before the next step. */
+static void test_tiny_gguf_uploaded_rows(void) {
+    setenv("BITNET_GPU_HOST_EMB", "0", 1);
+    tiny_gguf(1);
+    unsetenv("BITNET_GPU_HOST_EMB");
+}
 /* The default int8 head (rows quantized once, int8 activations) on both: the same integer dots. */
 static void test_tiny_gguf_head_q8(void) {
     if (getenv("BITNET_HEAD")) TEST_SKIP("BITNET_HEAD is set");
@@ -245,6 +281,7 @@ static void test_backend_cuda_without_gpu(void) {
 int main(void) {
     RUN_TEST(test_backend_cuda_without_gpu);
     RUN_TEST(test_tiny_gguf);
+    RUN_TEST(test_tiny_gguf_uploaded_rows);
     RUN_TEST(test_tiny_gguf_head_q8);
     RUN_TEST(test_random_hd128_gqa4);
     RUN_TEST(test_random_hd64);

@@ -132,23 +132,25 @@ static bitnet_model *G_m;
 static bitnet_session *G_s;
 static int32_t G_prompt[PREFILL];
 
-/* 64-token prompt, then GEN greedy tokens with the argmax on the device; tokens/s (median of 3). */
+/* 64-token prompt, then GEN greedy tokens with the argmax on the device (bitnet_generate: each step
+   launched a step ahead); tokens/s (median of 3). */
 static double decode_tps(int32_t *gen) {
-    double tt[3], t0;
-    int i, j;
-    int32_t tok;
+    static const int32_t no_stop[1] = {-1};
+    bitnet_generate_params gp;
+    bitnet_generate_stats st;
+    double tt[3];
+    int j;
+    memset(&gp, 0, sizeof gp);
+    gp.max_tokens = GEN;
+    gp.stop_tokens = no_stop; /* none */
     for (j = 0; j < 3; j++) {
         bitnet_session_reset(G_s);
-        CHECK(bitnet_session_eval(G_s, G_prompt, PROMPT - 1, NULL, 0));
-        CHECK(bitnet_session_eval(G_s, G_prompt + PROMPT - 1, 1, NULL, 0)); /* the prompt's last token: the decode graph */
-        CHECK(bitnet__gpu_last_argmax(G_s, &tok));
-        t0 = bitnet__now();
-        for (i = 0; i < GEN; i++) {
-            if (gen) gen[i] = tok;
-            CHECK(bitnet_session_eval(G_s, &tok, 1, NULL, 0));
-            CHECK(bitnet__gpu_last_argmax(G_s, &tok));
+        CHECK(bitnet_generate(G_s, G_prompt, PROMPT, &gp, gen, GEN, &st));
+        if (st.n_generated != GEN) {
+            fprintf(stderr, "decode: %zu of %d tokens\n", st.n_generated, GEN);
+            exit(1);
         }
-        tt[j] = bitnet__now() - t0;
+        tt[j] = st.gen_seconds;
     }
     return GEN / median(tt, 3);
 }
@@ -195,14 +197,14 @@ static void kernel_times(void) {
             const bitnet__glayer *L = &gm->layers[l];
             bitnet_result r = BITNET_OK;
             switch (kind) {
-            case 0: r = bitnet__gpu_embed(G_s, q->iota, 1); break;
+            case 0: r = bitnet__gpu_embed(G_s, q->erow, q->iota, 1); break;
             case 1: r = bitnet__gpu_linear(G_s, gm->gemv_store, &L->qkv, q->x, L->attn_norm, q->qkv); break;
             case 2: /* the attention alone: no L2 pulls */
             case 7: r = bitnet__gpu_attention(G_s, l); break; /* the step's pulls, with nothing to use them */
             case 3: r = bitnet__gpu_linear(G_s, gm->gemv_res, &L->o, q->att, L->attn_sub_norm, q->x); break;
             case 4: r = bitnet__gpu_linear(G_s, gm->gemv_glu, &L->gu, q->x, L->ffn_norm, q->h); break;
             case 5: r = bitnet__gpu_linear(G_s, gm->gemv_res, &L->down, q->h, L->ffn_sub_norm, q->x); break;
-            default: r = bitnet__gpu_head(G_s, q->x); break;
+            default: r = bitnet__gpu_head(G_s, q->x, 1); break;
             }
             CHECK(r);
         }
@@ -312,9 +314,9 @@ static void host_overhead(void) {
             if (k >= 1) CHECK(bitnet_gpu_upload(q->gpu, q->io, io, sizeof io));
             if (k >= 2 || k == 0) CHECK(bitnet_gpu_graph_launch(q->gpu, q->graph[q->form]));
             if (k <= 2) CHECK(bitnet_gpu_sync(q->gpu));
-            else if (k == 3) CHECK(bitnet_gpu_download(q->gpu, &tok, q->next, 4));
+            else if (k == 3) CHECK(bitnet_gpu_download(q->gpu, &tok, q->io, 4));
             else {
-                d2h(pinned, q->next, 4, bitnet_gpu_raw_stream(q->gpu));
+                d2h(pinned, q->io, 4, bitnet_gpu_raw_stream(q->gpu));
                 ssync(bitnet_gpu_raw_stream(q->gpu));
             }
         }

@@ -29,7 +29,7 @@ static void run_kind(int kind) {
     for (l = 0; l < nl; l++) {
         const bitnet__glayer *L = &g->layers[l];
         switch (kind) {
-        case 0: CHECK(bitnet__gpu_embed(G_s, q->iota, m)); break;
+        case 0: CHECK(bitnet__gpu_embed(G_s, q->erow, q->iota, m)); break;
         case 1: CHECK(bitnet__gpu_norm_quant(G_s, q->x, L->attn_norm, m, &q->a_dim)); break;
         case 2: CHECK(bitnet__gpu_linear_m(G_s, &L->qkv, &q->a_dim, q->qkv, 0)); break;
         case 3: CHECK(bitnet__gpu_rope_kv(G_s, l, m)); break;
@@ -40,7 +40,7 @@ static void run_kind(int kind) {
         case 8: CHECK(bitnet__gpu_linear_m(G_s, &L->gu, &q->a_dim, q->h, 0)); break;
         case 9: CHECK(bitnet__gpu_norm_quant(G_s, q->h, L->ffn_sub_norm, m, &q->a_ff)); break;
         case 10: CHECK(bitnet__gpu_linear_m(G_s, &L->down, &q->a_ff, q->qkv, 0)); break; /* (into qkv, m x dim fits) */
-        default: CHECK(bitnet__gpu_head(G_s, q->x)); break;
+        default: CHECK(bitnet__gpu_head(G_s, q->x, 0)); break;
         }
     }
 }

@@ -450,8 +450,8 @@ static void gpu_ops(bitnet_model *gm, int n_pre, int n_dec) {
     if (n_pre >= 2 && g->cc >= 80) {
         int m = n_pre;
         cur_path = "prefill";
-        GPU(bitnet__gpu_put_tokens(s, tok, m, 0)); /* io and the m embedding rows */
-        GPU(bitnet__gpu_embed(s, q->iota, m));
+        GPU(bitnet__gpu_put_tokens(s, tok, m, 0, 1)); /* io and the m embedding rows */
+        GPU(bitnet__gpu_embed(s, q->erow, q->iota, m));
         for (l = 0; l < in->n_layers; l++) {
             const bitnet__glayer *L = &g->layers[l];
             const bitnet__layer *W = &gm->layers[l];
@@ -494,7 +494,7 @@ static void gpu_ops(bitnet_model *gm, int n_pre, int n_dec) {
             mism(&st_lin, X, want, (size_t)m * dim, "down + residual");
         }
         for (t = 0; t < m; t++) {
-            GPU(bitnet__gpu_head(s, q->x + (bitnet_devptr)((size_t)t * dim * 4)));
+            GPU(bitnet__gpu_head(s, q->x + (bitnet_devptr)((size_t)t * dim * 4), 0));
             dl(s, lg, q->logits, nv * 4);
             check_head(s, X + (size_t)t * dim, lg);
         }
@@ -506,8 +506,8 @@ static void gpu_ops(bitnet_model *gm, int n_pre, int n_dec) {
     cur_path = "decode";
     for (t = s->pos; t < s->pos + n_dec && t < n; t++) {
         cur_pos = t;
-        GPU(bitnet__gpu_put_tokens(s, tok + t, 1, t));
-        GPU(bitnet__gpu_embed(s, q->iota, 1));
+        GPU(bitnet__gpu_put_tokens(s, tok + t, 1, t, 1));
+        GPU(bitnet__gpu_embed(s, q->erow, q->iota, 1));
         dl(s, X, q->x, (size_t)dim * 4);
         {
             float *e = (float *)malloc((size_t)dim * 4);
@@ -552,7 +552,7 @@ static void gpu_ops(bitnet_model *gm, int n_pre, int n_dec) {
             cpu_linear(gm, H, 1, ff, W->ffn_sub_norm, w3, n3, 1, L_RES, X2, want);
             mism(&st_lin, X, want, (size_t)dim, "down + residual (gemv)");
         }
-        GPU(bitnet__gpu_head(s, q->x));
+        GPU(bitnet__gpu_head(s, q->x, 1));
         dl(s, lg, q->logits, nv * 4);
         check_head(s, X, lg);
     }
