@@ -1386,7 +1386,7 @@ static const char bitnet_cuda_src_forward[] = BITNET_CUDA_SRC_KHELPERS
     "    __shared__ int s_last;\n"
     "    const int pos = *posp, len = pos + 1, tid = threadIdx.x, nt = blockDim.x, lane = tid & 31, wid = tid >> 5; /* posp: uploaded before the graph */\n"
     "    int nsplit = len <= T ? 1 : (len + R - 1) / R;\n"
-    "    nsplit = nsplit < smax ? nsplit : smax;\n"
+    "    nsplit = min(nsplit, min(smax, (int)gridDim.y)); /* (a grid of one range a head takes any context: in tiles) */\n"
     "    const int C = (len + nsplit - 1) / nsplit;\n"
     "    nsplit = (len + C - 1) / C; /* every range non-empty */\n"
     "    const int h = blockIdx.x, Gk = n_heads / n_kv, kvh = h / Gk, j = blockIdx.y;\n"
