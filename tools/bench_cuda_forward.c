@@ -198,12 +198,12 @@ static void kernel_times(void) {
             bitnet_result r = BITNET_OK;
             switch (kind) {
             case 0: r = bitnet__gpu_embed(G_s, q->erow, q->iota, 1); break;
-            case 1: r = bitnet__gpu_linear(G_s, gm->gemv_store, &L->qkv, q->x, L->attn_norm, q->qkv); break;
+            case 1: r = bitnet__gpu_linear(G_s, gm->gemv_store, &L->qkv, q->x, L->attn_norm, q->qkv, 0); break;
             case 2: /* the attention alone: no L2 pulls */
             case 7: r = bitnet__gpu_attention(G_s, l); break; /* the step's pulls, with nothing to use them */
-            case 3: r = bitnet__gpu_linear(G_s, gm->gemv_res, &L->o, q->att, L->attn_sub_norm, q->x); break;
-            case 4: r = bitnet__gpu_linear(G_s, gm->gemv_glu, &L->gu, q->x, L->ffn_norm, q->h); break;
-            case 5: r = bitnet__gpu_linear(G_s, gm->gemv_res, &L->down, q->h, L->ffn_sub_norm, q->x); break;
+            case 3: r = bitnet__gpu_linear(G_s, gm->gemv_res, &L->o, q->att, L->attn_sub_norm, q->x, 0); break;
+            case 4: r = bitnet__gpu_linear(G_s, gm->gemv_glu, &L->gu, q->x, L->ffn_norm, q->h, 0); break;
+            case 5: r = bitnet__gpu_linear(G_s, gm->gemv_res, &L->down, q->h, L->ffn_sub_norm, q->x, 0); break;
             default: r = bitnet__gpu_head(G_s, q->x, 1); break;
             }
             CHECK(r);
@@ -346,7 +346,7 @@ int main(int argc, char **argv) {
     /* other builds of the forward module worth comparing (measured before, all slower on the H100:
        -DBF_GEMV_U=4 or 10, -DBF_HEAD_U=5; every kernel pulling the next one's weights into L2); add
        options here to compare more */
-    static const char *builds_default[] = {"-DBF_TRIG=1"};
+    static const char *builds_default[] = {"-DBF_GEMV_U=10"};
     const char **builds = builds_default, *benv = getenv("BENCH_BUILDS"); /* BENCH_BUILDS="opts|opts|...": these instead */
     int n_builds = 1;
     static const char *bsplit[16];
@@ -465,20 +465,18 @@ int main(int argc, char **argv) {
     gs->gemv_items = 4;
     drop_graphs(gs);
     step_us();
-    { /* decode GEMV warps a block at most (the library: its rule; BITNET_GPU_GEMV_WARPS) in each build */
-        static const int wcap[] = {8, 4};
-        for (i = 0; i <= n_builds; i++) {
-            use_build(i ? builds[i - 1] : "");
-            for (j = 0; j < 2; j++) {
-                char what[96];
-                gs->gemv_warps = wcap[j];
-                drop_graphs(gs);
-                snprintf(what, sizeof what, "%s, GEMV warps <= %d", i ? builds[i - 1] : "default build", wcap[j]);
-                measure(what, gen_dev);
-            }
+    { /* kernels that let the next one start right after their wait (the library: BITNET__GPU_TRIG):
+         1 QKV, 2 attention, 4 O, 8 gate||up, 16 down */
+        static const int masks[] = {4, 2, 6, 8, 16, 1, 12, 31};
+        int def = gs->trig;
+        for (j = 0; j < (int)(sizeof masks / sizeof masks[0]); j++) {
+            char what[64];
+            gs->trig = masks[j];
+            drop_graphs(gs);
+            snprintf(what, sizeof what, "early trigger mask %d", masks[j]);
+            measure(what, gen_dev);
         }
-        gs->gemv_warps = 0;
-        use_build("");
+        gs->trig = def;
         drop_graphs(gs);
     }
 
