@@ -10103,7 +10103,6 @@ BITNET_API bitnet_result bitnet_quantizer_summary(const bitnet_quantizer *qz, ch
 #define BITNET__GPU_ATT_ROWS 32       /* prefill attention: rows (query x head) a block (the kernels' BF_PR) */
 #define BITNET__GPU_ATT_PK 32         /* prefill attention: keys a tile (the kernels' BF_PK; 32: two blocks an SM) */
 #define BITNET__GPU_ATT_PRE 1         /* decode attention: the weights it pulls into L2 (bitnet__gsession.att_pre) */
-#define BITNET__GPU_TRIG 0            /* decode: kernels that let the next start early (bitnet__gsession.trig) */
 
 typedef struct bitnet__glayer {
     bitnet_gpu_ternary qkv, o, gu, down; /* wq||wk||wv, wo, w_gate||w_up (glu), w_down */
@@ -10147,8 +10146,6 @@ typedef struct bitnet__gsession {
     int B, smax, head_blocks, have_next;
     int att_t, att_r, att_tile;       /* the decode attention's forms: BITNET__GPU_ATT_T, _R, _TILE */
     int gemv_items;                   /* decode GEMV: K chunks a warp takes, at least (sets the warps a block) */
-    int trig;                         /* decode kernels that let the next one start right after their wait (a mask:
-                                         1 QKV, 2 attention, 4 O, 8 gate||up, 16 down; BITNET__GPU_TRIG) */
     int att_pre;                      /* decode attention pulls into L2: 1 O, 2 gate||up, 4 down, 8 the next QKV (a mask) */
     bitnet_gpu_graph *graph[2];       /* the decode step, its attention in the short and the long form */
     int form;                         /* the form of the step being launched: 1 from att_t + 1 positions */
@@ -10379,8 +10376,6 @@ static bitnet_result bitnet__gpu_session_init(bitnet_session *s) {
     { /* BITNET_GPU_GEMV_ITEMS: tuning and tests only */
         const char *e = bitnet__getenv("BITNET_GPU_GEMV_ITEMS");
         q->gemv_items = e && atoi(e) >= 1 && atoi(e) <= 64 ? atoi(e) : 4; /* H100: 4 beat 8 by 2% and 16 by 40% */
-        e = bitnet__getenv("BITNET_GPU_TRIG"); /* the same: 0 .. 31 */
-        q->trig = e && atoi(e) >= 0 && atoi(e) <= 31 ? atoi(e) : BITNET__GPU_TRIG;
         e = bitnet__getenv("BITNET_GPU_ATT_PRE"); /* the same: 0 .. 15 */
         q->att_pre = e && atoi(e) >= 0 && atoi(e) <= 15 ? atoi(e) : BITNET__GPU_ATT_PRE;
         e = bitnet__getenv("BITNET_GPU_ATT_T"); /* the same, and tests (the long form early): 16 .. tmax */
@@ -10444,7 +10439,7 @@ static bitnet_result bitnet__gpu_embed(bitnet_session *s, bitnet_devptr table, b
 /* 2+3. norm_quant + linear for one token: out = W . int8(rmsnorm(in) * norm_w) with the matrix's
    epilogue (kernel: store, res (out += y), glu (relu(gate)^2 * up)) */
 static bitnet_result bitnet__gpu_linear(bitnet_session *s, bitnet_gpu_kernel *k, const bitnet_gpu_ternary *w,
-                                        bitnet_devptr in, bitnet_devptr norm_w, bitnet_devptr out, int trig) {
+                                        bitnet_devptr in, bitnet_devptr norm_w, bitnet_devptr out) {
     const bitnet__gmodel *g = (const bitnet__gmodel *)s->m->gpu;
     bitnet__gsession *q = (bitnet__gsession *)s->gpu;
     float eps = s->m->info.norm_eps;
@@ -10455,9 +10450,9 @@ static bitnet_result bitnet__gpu_linear(bitnet_session *s, bitnet_gpu_kernel *k,
        (about 100 registers a thread) a block gets at most 8 warps */
     int warps = BITNET__MIN((int)groups > g->sm_count ? 8 : 16, BITNET__MAX(1, (items + q->gemv_items - 1) / q->gemv_items));
     unsigned smem = (unsigned)w->k + (unsigned)(warps * (w->glu ? 2 : 1) * 32 * 4);
-    void *args[9];
+    void *args[8];
     args[0] = (void *)&w->data, args[1] = &n_out, args[2] = &nc, args[3] = &segs, args[4] = &in, args[5] = &norm_w,
-    args[6] = &eps, args[7] = &out, args[8] = &trig;
+    args[6] = &eps, args[7] = &out;
     return bitnet__gpu_launch(q->gpu, k, groups, 1, 32, (unsigned)warps, smem, args);
 }
 
@@ -10480,8 +10475,8 @@ static bitnet_result bitnet__gpu_attention(bitnet_session *s, int l) {
        block of 128 threads each */
     unsigned nt = q->form ? 128 : 512, T = (unsigned)(q->form ? q->att_tile : q->att_t);
     unsigned smem = 16 * T + 8 * (unsigned)hd * (nt / (unsigned)hd) + 4 * (unsigned)hd + 4 * (unsigned)hd * (T + 2);
-    int Ti = (int)T, trig = q->trig >> 1 & 1;
-    void *args[18];
+    int Ti = (int)T;
+    void *args[17];
     w[0] = &L->o, w[1] = &L->gu, w[2] = &L->down, w[3] = l + 1 < m->info.n_layers ? &g->layers[l + 1].qkv : NULL;
     for (i = 0; i < 4; i++) {
         int on = (q->att_pre >> i & 1) && w[i];
@@ -10490,7 +10485,7 @@ static bitnet_result bitnet__gpu_attention(bitnet_session *s, int l) {
     }
     args[0] = &q->qkv, args[1] = &q->rope, args[2] = &pos, args[3] = &kc, args[4] = &vc, args[5] = &s->n_ctx, args[6] = &nh,
     args[7] = &nkv, args[8] = &hd, args[9] = &q->smax, args[10] = &Ti, args[11] = &q->att_r, args[12] = &q->part_o,
-    args[13] = &q->part_ml, args[14] = &q->ctr, args[15] = &q->att, args[16] = &p4, args[17] = &trig;
+    args[13] = &q->part_ml, args[14] = &q->ctr, args[15] = &q->att, args[16] = &p4;
     return bitnet__gpu_launch(q->gpu, g->attn, (unsigned)nh, q->form ? (unsigned)q->smax : 1u, nt, 1, smem, args);
 }
 
@@ -10524,12 +10519,12 @@ static bitnet_result bitnet__gpu_step(bitnet_session *s) {
     for (l = 0; l < nl; l++) {
         const bitnet__glayer *L = &g->layers[l];
         /* attention block */
-        BITNET__TRY(bitnet__gpu_linear(s, g->gemv_store, &L->qkv, q->x, L->attn_norm, q->qkv, q->trig & 1)); /* qkv */
+        BITNET__TRY(bitnet__gpu_linear(s, g->gemv_store, &L->qkv, q->x, L->attn_norm, q->qkv));             /* qkv */
         BITNET__TRY(bitnet__gpu_attention(s, l));                                                          /* att [q_dim] */
-        BITNET__TRY(bitnet__gpu_linear(s, g->gemv_res, &L->o, q->att, L->attn_sub_norm, q->x, q->trig >> 2 & 1)); /* x += o */
+        BITNET__TRY(bitnet__gpu_linear(s, g->gemv_res, &L->o, q->att, L->attn_sub_norm, q->x));              /* x += o */
         /* feed-forward block */
-        BITNET__TRY(bitnet__gpu_linear(s, g->gemv_glu, &L->gu, q->x, L->ffn_norm, q->h, q->trig >> 3 & 1));  /* h */
-        BITNET__TRY(bitnet__gpu_linear(s, g->gemv_res, &L->down, q->h, L->ffn_sub_norm, q->x, q->trig >> 4 & 1)); /* x += down */
+        BITNET__TRY(bitnet__gpu_linear(s, g->gemv_glu, &L->gu, q->x, L->ffn_norm, q->h));                   /* h */
+        BITNET__TRY(bitnet__gpu_linear(s, g->gemv_res, &L->down, q->h, L->ffn_sub_norm, q->x));             /* x += down */
     }
     return bitnet__gpu_head(s, q->x, 1);                                             /* logits; next token and position */
 }

@@ -198,12 +198,12 @@ static void kernel_times(void) {
             bitnet_result r = BITNET_OK;
             switch (kind) {
             case 0: r = bitnet__gpu_embed(G_s, q->erow, q->iota, 1); break;
-            case 1: r = bitnet__gpu_linear(G_s, gm->gemv_store, &L->qkv, q->x, L->attn_norm, q->qkv, 0); break;
+            case 1: r = bitnet__gpu_linear(G_s, gm->gemv_store, &L->qkv, q->x, L->attn_norm, q->qkv); break;
             case 2: /* the attention alone: no L2 pulls */
             case 7: r = bitnet__gpu_attention(G_s, l); break; /* the step's pulls, with nothing to use them */
-            case 3: r = bitnet__gpu_linear(G_s, gm->gemv_res, &L->o, q->att, L->attn_sub_norm, q->x, 0); break;
-            case 4: r = bitnet__gpu_linear(G_s, gm->gemv_glu, &L->gu, q->x, L->ffn_norm, q->h, 0); break;
-            case 5: r = bitnet__gpu_linear(G_s, gm->gemv_res, &L->down, q->h, L->ffn_sub_norm, q->x, 0); break;
+            case 3: r = bitnet__gpu_linear(G_s, gm->gemv_res, &L->o, q->att, L->attn_sub_norm, q->x); break;
+            case 4: r = bitnet__gpu_linear(G_s, gm->gemv_glu, &L->gu, q->x, L->ffn_norm, q->h); break;
+            case 5: r = bitnet__gpu_linear(G_s, gm->gemv_res, &L->down, q->h, L->ffn_sub_norm, q->x); break;
             default: r = bitnet__gpu_head(G_s, q->x, 1); break;
             }
             CHECK(r);
@@ -465,20 +465,6 @@ int main(int argc, char **argv) {
     gs->gemv_items = 4;
     drop_graphs(gs);
     step_us();
-    { /* kernels that let the next one start right after their wait (the library: BITNET__GPU_TRIG):
-         1 QKV, 2 attention, 4 O, 8 gate||up, 16 down */
-        static const int masks[] = {4, 2, 6, 8, 16, 1, 12, 31};
-        int def = gs->trig;
-        for (j = 0; j < (int)(sizeof masks / sizeof masks[0]); j++) {
-            char what[64];
-            gs->trig = masks[j];
-            drop_graphs(gs);
-            snprintf(what, sizeof what, "early trigger mask %d", masks[j]);
-            measure(what, gen_dev);
-        }
-        gs->trig = def;
-        drop_graphs(gs);
-    }
 
     /* 5. the CPU on the same weights, and the CPU's own paths against each other */
     t0 = bitnet__now();
