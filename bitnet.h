@@ -10529,9 +10529,8 @@ static bitnet_result bitnet__gpu_step(bitnet_session *s) {
     return bitnet__gpu_head(s, q->x, 1);                                             /* logits; next token and position */
 }
 
-/* Launches the decode step of the token and position in io (pos: that position): the graph of its
-   attention's form, captured on first use. */
-static bitnet_result bitnet__gpu_launch_step(bitnet_session *s, int32_t pos) {
+/* The decode graph of a step at pos: its attention's form, captured on first use. */
+static bitnet_result bitnet__gpu_step_graph(bitnet_session *s, int32_t pos) {
     bitnet__gsession *q = (bitnet__gsession *)s->gpu;
     q->form = pos + 1 > q->att_t;
     if (!q->graph[q->form]) {
@@ -10542,6 +10541,13 @@ static bitnet_result bitnet__gpu_launch_step(bitnet_session *s, int32_t pos) {
         BITNET__TRY(r);
         BITNET__TRY(r2);
     }
+    return BITNET_OK;
+}
+
+/* Launches the decode step of the token and position in io (pos: that position). */
+static bitnet_result bitnet__gpu_launch_step(bitnet_session *s, int32_t pos) {
+    bitnet__gsession *q = (bitnet__gsession *)s->gpu;
+    BITNET__TRY(bitnet__gpu_step_graph(s, pos));
     q->have_next = 1;
     q->dev_pos = pos + 1; /* where the head leaves io[1] */
     return bitnet_gpu_graph_launch(q->gpu, q->graph[q->form]);
@@ -10671,13 +10677,7 @@ static bitnet_result bitnet__gpu_next_token(bitnet_session *s, int ahead, int32_
         BITNET__TRY(bitnet_gpu_upload(q->gpu, q->io + 4, &pos, 4));
         q->dev_pos = pos;
     }
-    q->form = s->pos + 1 > q->att_t;
-    if (!q->graph[q->form]) { /* captured before the download is queued */
-        BITNET__TRY(bitnet_gpu_graph_begin(q->gpu));
-        r = bitnet__gpu_step(s);
-        BITNET__TRY(bitnet_gpu_graph_end(q->gpu, &q->graph[q->form]));
-        BITNET__TRY(r);
-    }
+    BITNET__TRY(bitnet__gpu_step_graph(s, s->pos)); /* (a capture first: none with the download queued) */
     BITNET__TRY(bitnet__gpu_download_mark(q->gpu, q->pin, q->io, 4, &mark));
     r = bitnet__gpu_launch_step(s, s->pos);
     if (bitnet__gpu_mark_wait(q->gpu, mark) != BITNET_OK && r == BITNET_OK) r = BITNET_ERR_CUDA;
