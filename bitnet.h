@@ -10696,7 +10696,8 @@ static bitnet_result bitnet__gpu_next_token(bitnet_session *s, int ahead, int32_
      bitnet__gpu_model_free(bitnet_model *)
      bitnet__gpu_session_init(bitnet_session *)           KV cache and buffers (s->gpu)
      bitnet__gpu_session_free(bitnet_session *)
-     bitnet__gpu_forward(bitnet_session *, tokens, m, logits, all)  same contract as bitnet__cpu_forward */
+     bitnet__gpu_forward(bitnet_session *, tokens, m, logits, all)  same contract as bitnet__cpu_forward
+     bitnet__gpu_next_token(bitnet_session *, ahead, token, launched)  greedy: the device's argmax */
 
 static bitnet_result bitnet__model_own(bitnet_model *m, void *p) {
     void **grown;
