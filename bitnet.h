@@ -10098,7 +10098,6 @@ BITNET_API bitnet_result bitnet_quantizer_summary(const bitnet_quantizer *qz, ch
 #define BITNET__GPU_ATT_T 96          /* decode attention: contexts up to this many positions are one block a head */
 #define BITNET__GPU_ATT_R 16          /* decode attention: longer ones, ranges of about this many a block */
 #define BITNET__GPU_ATT_TILE 64       /* decode attention: positions a tile in that form (ranges can be longer) */
-#define BITNET__GPU_ATT_LT 128        /* decode attention: threads a block in that form */
 #define BITNET__GPU_ATT_SMAX 32       /* decode attention: ranges a head, at most (the kernel's s_w) */
 #define BITNET__GPU_PREFILL_MIN 2     /* tokens per call from which prefill takes the GEMM path */
 #define BITNET__GPU_ATT_ROWS 32       /* prefill attention: rows (query x head) a block (the kernels' BF_PR) */
@@ -10145,7 +10144,7 @@ typedef struct bitnet__gsession {
     bitnet_devptr pin_dev;
     int32_t dev_pos;                  /* the position io[1] holds on the device, as far as the host knows (-1: not known) */
     int B, smax, head_blocks, have_next;
-    int att_t, att_r, att_tile, att_lt; /* the decode attention's forms: BITNET__GPU_ATT_T, _R, _TILE, _LT */
+    int att_t, att_r, att_tile;       /* the decode attention's forms: BITNET__GPU_ATT_T, _R, _TILE */
     int gemv_items;                   /* decode GEMV: K chunks a warp takes, at least (sets the warps a block) */
     int att_pre;                      /* decode attention pulls into L2: 1 O, 2 gate||up, 4 down, 8 the next QKV (a mask) */
     bitnet_gpu_graph *graph[2];       /* the decode step, its attention in the short and the long form */
@@ -10374,7 +10373,6 @@ static bitnet_result bitnet__gpu_session_init(bitnet_session *s) {
     q->att_t = BITNET__MIN(BITNET__GPU_ATT_T, tmax);
     q->att_r = BITNET__GPU_ATT_R;
     q->att_tile = BITNET__GPU_ATT_TILE;
-    q->att_lt = BITNET__GPU_ATT_LT;
     { /* BITNET_GPU_GEMV_ITEMS: tuning and tests only */
         const char *e = bitnet__getenv("BITNET_GPU_GEMV_ITEMS");
         q->gemv_items = e && atoi(e) >= 1 && atoi(e) <= 64 ? atoi(e) : 4; /* H100: 4 beat 8 by 2% and 16 by 40% */
@@ -10386,8 +10384,6 @@ static bitnet_result bitnet__gpu_session_init(bitnet_session *s) {
         if (e && atoi(e) >= 8 && atoi(e) <= 256) q->att_r = atoi(e);
         e = bitnet__getenv("BITNET_GPU_ATT_TILE"); /* the same, and tests (ranges in tiles): 16 .. 128 */
         if (e && atoi(e) >= 16 && atoi(e) <= 128) q->att_tile = atoi(e) / 16 * 16;
-        e = bitnet__getenv("BITNET_GPU_ATT_LT"); /* the same: 128, 256 or 512 */
-        if (e && (atoi(e) == 128 || atoi(e) == 256 || atoi(e) == 512)) q->att_lt = atoi(e);
     }
     split = (s->n_ctx + q->att_r - 1) / q->att_r;
     q->smax = BITNET__MIN(split, BITNET__GPU_ATT_SMAX);
@@ -10477,7 +10473,7 @@ static bitnet_result bitnet__gpu_attention(bitnet_session *s, int l) {
     bitnet_devptr kc = q->kc + layer, vc = q->vc + layer, pos = q->io + 4;
     /* the short form: one block of 512 threads a head; the long one: ranges of about R positions, a
        block of 128 threads each */
-    unsigned nt = q->form ? (unsigned)q->att_lt : 512, T = (unsigned)(q->form ? q->att_tile : q->att_t);
+    unsigned nt = q->form ? 128 : 512, T = (unsigned)(q->form ? q->att_tile : q->att_t);
     unsigned smem = 16 * T + 8 * (unsigned)hd * (nt / (unsigned)hd) + 4 * (unsigned)hd + 4 * (unsigned)hd * (T + 2);
     int Ti = (int)T;
     void *args[17];

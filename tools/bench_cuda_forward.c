@@ -443,22 +443,20 @@ int main(int argc, char **argv) {
     set_pdl(1);
     measure("with programmatic dependent launch", gen_dev);
     { /* decode attention: one block a head up to T positions, else ranges of about R in tiles of TILE
-         with blocks of LT threads (att_t, att_r, att_tile, att_lt; the library: BITNET__GPU_ATT_T, _R, _TILE,
-         _LT), and what it pulls into L2
+         (att_t, att_r, att_tile; the library: BITNET__GPU_ATT_T, _R, _TILE), and what it pulls into L2
          for the kernels after it (the library: BITNET__GPU_ATT_PRE); 0: the default */
-        static const int cfg[][5] = {{0, 0, 0, 0, 0},     {128, 0, 0, 1, 0},   {0, 8, 0, 1, 0},   {0, 16, 0, 1, 256},
-                                     {0, 32, 0, 1, 256},  {0, 32, 0, 1, 512},  {0, 64, 0, 1, 512}, {0, 0, 32, 1, 0}};
-        int def = gs->att_pre, deft = gs->att_t, defr = gs->att_r, defl = gs->att_tile, deflt = gs->att_lt;
+        static const int cfg[][4] = {{0, 0, 0, 0}, {64, 0, 0, 1}, {128, 0, 0, 1}, {0, 8, 0, 1}, {0, 32, 0, 1}, {0, 0, 32, 1}};
+        int def = gs->att_pre, deft = gs->att_t, defr = gs->att_r, defl = gs->att_tile;
         for (j = 0; j < (int)(sizeof cfg / sizeof cfg[0]); j++) {
             char what[96];
             gs->att_t = cfg[j][0] ? cfg[j][0] : deft, gs->att_r = cfg[j][1] ? cfg[j][1] : defr;
-            gs->att_tile = cfg[j][2] ? cfg[j][2] : defl, gs->att_pre = cfg[j][3], gs->att_lt = cfg[j][4] ? cfg[j][4] : deflt;
+            gs->att_tile = cfg[j][2] ? cfg[j][2] : defl, gs->att_pre = cfg[j][3];
             drop_graphs(gs);
-            snprintf(what, sizeof what, "attention T %d R %d tile %d x%d, L2 pull %d", gs->att_t, gs->att_r, gs->att_tile,
-                     gs->att_lt, cfg[j][3]);
+            snprintf(what, sizeof what, "attention T %d R %d tile %d, L2 pull %d%s", gs->att_t, gs->att_r, gs->att_tile,
+                     cfg[j][3], cfg[j][3] & 1 ? " O" : "");
             measure(what, gen_dev);
         }
-        gs->att_pre = def, gs->att_t = deft, gs->att_r = defr, gs->att_tile = defl, gs->att_lt = deflt;
+        gs->att_pre = def, gs->att_t = deft, gs->att_r = defr, gs->att_tile = defl;
         drop_graphs(gs);
         printf("  per kernel, at position 180:\n");
         step_us_at(180);
