@@ -1381,7 +1381,7 @@ static const char bitnet_cuda_src_forward[] = BITNET_CUDA_SRC_KHELPERS
     "    extern __shared__ __align__(16) double bf_dsm[];\n"
     "    __shared__ double s_part[32], s_w[32], s_L;\n"
     "    __shared__ int s_last;\n"
-    "    const int pos = *posp, len = pos + 1, tid = threadIdx.x, nt = blockDim.x, lane = tid & 31, wid = tid >> 5; /* posp: uploaded before the graph */\n"
+    "    const int pos = *posp, len = pos + 1, tid = threadIdx.x, nt = blockDim.x, lane = tid & 31, wid = tid >> 5; /* posp: io[1] */\n"
     "    int nsplit = len <= T ? 1 : (len + R - 1) / R;\n"
     "    nsplit = min(nsplit, min(smax, (int)gridDim.y)); /* (a grid of one range a head takes any context: in tiles) */\n"
     "    const int C = (len + nsplit - 1) / nsplit;\n"
