@@ -436,6 +436,9 @@ int main(int argc, char **argv) {
     for (i = 0; i < n_builds; i++) {
         use_build(builds[i]);
         measure(builds[i], gen_dev);
+        printf("  per kernel, at position %d:\n", PROMPT + 1);
+        step_us();
+        kernel_times();
     }
     use_build("");
     set_pdl(0);
