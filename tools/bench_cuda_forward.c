@@ -344,9 +344,9 @@ int main(int argc, char **argv) {
     int i, j, same;
     size_t nv;
     /* other builds of the forward module worth comparing (measured before, all slower on the H100:
-       -DBF_GEMV_U=4 or 10, -DBF_HEAD_U=5; every kernel pulling the next one's weights into L2); add
-       options here to compare more */
-    static const char *builds_default[] = {"-DBF_GEMV_U=10"};
+       -DBF_GEMV_U=4, 5, 7, 8 (the default until session 5) or 10, -DBF_HEAD_U=5 or 8; every kernel
+       pulling the next one's weights into L2); add options here to compare more */
+    static const char *builds_default[] = {"-DBF_GEMV_U=8"};
     const char **builds = builds_default, *benv = getenv("BENCH_BUILDS"); /* BENCH_BUILDS="opts|opts|...": these instead */
     int n_builds = 1;
     static const char *bsplit[16];
