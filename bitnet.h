@@ -57,7 +57,7 @@
      BITNET_SEED=S, BITNET_DETERMINISTIC=1  seed for a zero sampler seed; a fixed one instead of the clock
      BITNET_GPU_PDL=0                     no programmatic dependent launch in the decode graph
      BITNET_TGEMV_SPLIT/_PDL/_TRIG, BITNET_GPU_GEMV_ITEMS  force a GEMV form (tests and A/B runs)
-     BITNET_GPU_GEMV_BULK=0               decode GEMVs without bulk copies on sm_90 (tests, A/B)
+     BITNET_GPU_GEMV_STAGE=0              decode GEMVs in the register form on sm_90 too (tests, A/B)
 
    ERRORS
      Every fallible function returns a bitnet_result (BITNET_OK = 0, errors negative in bands).
@@ -10124,7 +10124,7 @@ typedef struct bitnet__gmodel {
     int head_q8;
     bitnet__glayer *layers;
     int device, sm_count, cc, smem_optin; /* smem_optin: shared memory a block can have (bytes) */
-    bitnet_gpu_kernel *gemv[3];       /* decode GEMVs [BITNET__GEMV_STORE, _RES, _GLU] (the kernels' EPI) */
+    bitnet_gpu_kernel *gemv[2][3];    /* decode GEMVs [staged][BITNET__GEMV_STORE, _RES, _GLU] (the kernels' S and EPI) */
     bitnet_gpu_kernel *embed, *attn, *head_k, *rope_kv, *attn_prefill;
     int att_pk;                       /* attn_prefill's keys a tile: BITNET__GPU_ATT_PK (tools rebuild it with others) */
 } bitnet__gmodel;
@@ -10152,7 +10152,7 @@ typedef struct bitnet__gsession {
     int B, smax, head_blocks, have_next;
     int att_t, att_r, att_tile;       /* the decode attention's forms: BITNET__GPU_ATT_T, _R, _TILE */
     int gemv_items;                   /* decode GEMV: K chunks a warp takes, at least (sets the warps a block) */
-    int gemv_bulk;                    /* decode GEMV: items past the registers' by bulk copies (sm_90; BITNET_GPU_GEMV_BULK=0: none) */
+    int gemv_stage;                   /* decode GEMV: the staged form where it fits (sm_90; BITNET_GPU_GEMV_STAGE=0: never) */
     int att_pre;                      /* decode attention pulls into L2: 1 O, 2 gate||up, 4 down, 8 the next QKV (a mask) */
     bitnet_gpu_graph *graph[2];       /* the decode step, its attention in the short and the long form */
     int form;                         /* the form of the step being launched: 1 from att_t + 1 positions */
@@ -10252,10 +10252,10 @@ static bitnet_result bitnet__gpu_model_init(bitnet_model *m, int device) {
     g->smem_optin = BITNET__MAX(di.smem_per_block_optin, di.smem_per_block);
     BITNET__TRY(bitnet_gpu_open(device, &g->gpu));
     BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_fwd_embed", &g->embed));
-    for (l = 0; l < 3; l++) {
+    for (l = 0; l < 6; l++) {
         char name[40];
-        snprintf(name, sizeof name, "bitnet_k_fwd_gemv_%s", bitnet__gemv_names[l]);
-        BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, name, &g->gemv[l]));
+        snprintf(name, sizeof name, "bitnet_k_fwd_gemv_%s%s", bitnet__gemv_names[l % 3], l < 3 ? "" : "_s");
+        BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, name, &g->gemv[l / 3][l % 3]));
     }
     BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_fwd_attn_decode", &g->attn));
     g->head_q8 = m->head_q8 != NULL; /* quantized on the host by >>model, as for the CPU */
@@ -10267,7 +10267,8 @@ static bitnet_result bitnet__gpu_model_init(bitnet_model *m, int device) {
          each one's launch and weight loads overlap the kernel before it); BITNET_GPU_PDL=0: off */
         const char *e = bitnet__getenv("BITNET_GPU_PDL");
         int pdl = !(e && strcmp(e, "0") == 0);
-        g->gemv[0]->pdl = g->gemv[1]->pdl = g->gemv[2]->pdl = g->attn->pdl = g->head_k->pdl = pdl;
+        for (l = 0; l < 6; l++) g->gemv[l / 3][l % 3]->pdl = pdl;
+        g->attn->pdl = g->head_k->pdl = pdl;
     }
     memset(&c, 0, sizeof c);
     bitnet__gmodel_layout(g, m, &c);
@@ -10385,8 +10386,8 @@ static bitnet_result bitnet__gpu_session_init(bitnet_session *s) {
     { /* BITNET_GPU_GEMV_ITEMS: tuning and tests only */
         const char *e = bitnet__getenv("BITNET_GPU_GEMV_ITEMS");
         q->gemv_items = e && atoi(e) >= 1 && atoi(e) <= 64 ? atoi(e) : 4; /* H100: 4 beat 8 by 2% and 16 by 40% */
-        e = bitnet__getenv("BITNET_GPU_GEMV_BULK"); /* the same, and tests (both forms): 0 or 1 */
-        q->gemv_bulk = !(e && strcmp(e, "0") == 0);
+        e = bitnet__getenv("BITNET_GPU_GEMV_STAGE"); /* the same, and tests (both forms): 0 or 1 */
+        q->gemv_stage = !(e && strcmp(e, "0") == 0);
         e = bitnet__getenv("BITNET_GPU_ATT_PRE"); /* the same: 0 .. 15 */
         q->att_pre = e && atoi(e) >= 0 && atoi(e) <= 15 ? atoi(e) : BITNET__GPU_ATT_PRE;
         e = bitnet__getenv("BITNET_GPU_ATT_T"); /* the same, and tests (the long form early): 16 .. tmax */
@@ -10448,31 +10449,28 @@ static bitnet_result bitnet__gpu_embed(bitnet_session *s, bitnet_devptr table, b
 }
 
 /* 2+3. norm_quant + linear for one token: out = W . int8(rmsnorm(in) * norm_w) with the epilogue epi
-   (BITNET__GEMV_STORE, _RES: out += y, _GLU: relu(gate)^2 * up). */
-#define BITNET__GPU_GEMV_U 6 /* the kernel's BF_GEMV_U: 16-byte weight loads in flight a lane */
+   (BITNET__GEMV_STORE, _RES: out += y, _GLU: relu(gate)^2 * up). On sm_90 the staged form (the
+   block's weights copied into shared memory at entry) wherever a block's share fits in half an SM's
+   shared memory, so the next kernel's blocks still fit beside (H100, 2B-4T: every matrix). */
 static bitnet_result bitnet__gpu_linear(bitnet_session *s, int epi, const bitnet_gpu_ternary *w, bitnet_devptr in,
                                         bitnet_devptr norm_w, bitnet_devptr out) {
     const bitnet__gmodel *g = (const bitnet__gmodel *)s->m->gpu;
     bitnet__gsession *q = (bitnet__gsession *)s->gpu;
     float eps = s->m->info.norm_eps;
     bitnet__k_segs segs = bitnet__k_segs_of(w);
-    int n_out = (int)w->n, nc = (int)(w->k / 64), items = w->glu ? 2 * nc : nc, nreg = items;
+    int n_out = (int)w->n, nc = (int)(w->k / 64), items = w->glu ? 2 * nc : nc, staged;
     unsigned groups = (unsigned)((n_out + 31) / 32);
-    /* warps share a block's K chunks (96 registers a thread: two blocks of up to 10 warps fit an SM,
-       so the next kernel's blocks start beside this one's); over one wave of blocks a block gets at
-       most 8 warps */
+    /* warps share a block's K chunks; the register form keeps BF_GEMV_U = 6 loads in flight per lane
+       (98 registers a thread: two blocks of up to 10 warps fit an SM, so the next kernel's blocks
+       start beside this one's); over one wave of blocks a block gets at most 8 warps */
     int warps = BITNET__MIN((int)groups > g->sm_count ? 8 : 16, BITNET__MAX(1, (items + q->gemv_items - 1) / q->gemv_items));
     unsigned smem = (unsigned)w->k + (unsigned)(warps * (w->glu ? 2 : 1) * 32 * 4);
-    void *args[9];
-    /* sm_90: the items the registers' first loads do not cover go to the copy engine at entry (H100,
-       2B-4T: 32 of gate||up's 80 a block, 12 of down's 108), so none waits for a second DRAM trip */
-    if (q->gemv_bulk && g->cc >= 90 && items > BITNET__GPU_GEMV_U * warps) {
-        unsigned bulk = ((smem + 127) & ~127u) + (unsigned)(items - BITNET__GPU_GEMV_U * warps) * 512;
-        if (bulk <= (unsigned)g->smem_optin / 2) nreg = BITNET__GPU_GEMV_U * warps, smem = bulk;
-    }
-    args[0] = (void *)&w->data, args[1] = &n_out, args[2] = &nc, args[3] = &nreg, args[4] = &segs, args[5] = &in,
-    args[6] = &norm_w, args[7] = &eps, args[8] = &out;
-    return bitnet__gpu_launch(q->gpu, g->gemv[epi], groups, 1, 32, (unsigned)warps, smem, args);
+    unsigned smem_s = ((smem + 127) & ~127u) + (unsigned)items * 512;
+    void *args[8];
+    staged = q->gemv_stage && g->cc >= 90 && smem_s <= (unsigned)g->smem_optin / 2;
+    args[0] = (void *)&w->data, args[1] = &n_out, args[2] = &nc, args[3] = &segs, args[4] = &in, args[5] = &norm_w,
+    args[6] = &eps, args[7] = &out;
+    return bitnet__gpu_launch(q->gpu, g->gemv[staged][epi], groups, 1, 32, (unsigned)warps, staged ? smem_s : smem, args);
 }
 
 /* 4-6. rope + kv_store + attention for one token (layer l): q and k rotated at the position in

@@ -185,14 +185,9 @@ static void random_model(int vocab, int dim, int layers, int heads, int kv, int 
         TEST_CHECK(bitnet_model_get_info(gpu, &info) == BITNET_OK && info.backend == BITNET_BACKEND_CUDA);
         compare(cpu, gpu, 100, 60); /* decode reaches 160 positions: the attention's long form */
         compare(cpu, gpu, 1, 3);    /* a single-token first call goes through the decode graph (short form) */
-        /* decode GEMVs of one warp a block: on sm_90 the items past its first 6 loads come by bulk
-           copies (bench_cuda_forward checks 2B-4T's shapes, two items a piece); then without them */
-        setenv("BITNET_GPU_GEMV_ITEMS", "64", 1);
+        setenv("BITNET_GPU_GEMV_STAGE", "0", 1); /* the decode GEMVs' register form (sm_90 stages them) */
         compare(cpu, gpu, 100, 60);
-        setenv("BITNET_GPU_GEMV_BULK", "0", 1);
-        compare(cpu, gpu, 100, 60);
-        unsetenv("BITNET_GPU_GEMV_BULK");
-        unsetenv("BITNET_GPU_GEMV_ITEMS");
+        unsetenv("BITNET_GPU_GEMV_STAGE");
         /* the long form from 17 positions, in ranges and tiles of 16 (read at session creation): 32
            ranges a head to combine, and past 32 * 16 positions two tiles a range */
         setenv("BITNET_GPU_ATT_T", "16", 1);

@@ -226,7 +226,9 @@ static void kernel_times(void) {
 static void set_pdl(int on) {
     bitnet__gmodel *gm = (bitnet__gmodel *)G_m->gpu;
     bitnet__gsession *gs = (bitnet__gsession *)G_s->gpu;
-    gm->gemv[0]->pdl = gm->gemv[1]->pdl = gm->gemv[2]->pdl = gm->attn->pdl = gm->head_k->pdl = on;
+    int i;
+    for (i = 0; i < 6; i++) gm->gemv[i / 3][i % 3]->pdl = on;
+    gm->attn->pdl = gm->head_k->pdl = on;
     drop_graphs(gs);
 }
 
@@ -238,10 +240,10 @@ static void use_build(const char *opts) { /* (modules stay loaded until the hand
     int i;
     CHECK(bitnet_gpu_module_load(gm->gpu, bitnet_cuda_src_forward, opts, &mod));
     CHECK(bitnet_gpu_kernel_get(mod, "bitnet_k_fwd_embed", &gm->embed));
-    for (i = 0; i < 3; i++) {
+    for (i = 0; i < 6; i++) {
         char name[40];
-        snprintf(name, sizeof name, "bitnet_k_fwd_gemv_%s", bitnet__gemv_names[i]);
-        CHECK(bitnet_gpu_kernel_get(mod, name, &gm->gemv[i]));
+        snprintf(name, sizeof name, "bitnet_k_fwd_gemv_%s%s", bitnet__gemv_names[i % 3], i < 3 ? "" : "_s");
+        CHECK(bitnet_gpu_kernel_get(mod, name, &gm->gemv[i / 3][i % 3]));
     }
     CHECK(bitnet_gpu_kernel_get(mod, "bitnet_k_fwd_attn_decode", &gm->attn));
     CHECK(bitnet_gpu_kernel_get(mod, gm->head_q8 ? "bitnet_k_fwd_head_q8" : "bitnet_k_fwd_head", &gm->head_k));
@@ -444,15 +446,15 @@ int main(int argc, char **argv) {
         kernel_times();
     }
     use_build("");
-    gs->gemv_bulk = 0; /* the decode GEMVs without bulk copies (sm_90 has them) */
+    gs->gemv_stage = 0; /* the decode GEMVs' register form everywhere (sm_90 takes the staged one) */
     drop_graphs(gs);
-    measure("decode GEMVs without bulk copies", gen_dev);
+    measure("decode GEMVs in the register form", gen_dev);
     printf("  per kernel, at position %d:\n", PROMPT + 1);
     step_us();
     kernel_times();
-    gs->gemv_bulk = 1;
+    gs->gemv_stage = 1;
     drop_graphs(gs);
-    measure("decode GEMVs with bulk copies (the default)", gen_dev);
+    measure("decode GEMVs staged (the default)", gen_dev);
     set_pdl(0);
     measure("without programmatic dependent launch", gen_dev);
     set_pdl(1);
