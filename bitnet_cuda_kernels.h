@@ -2143,9 +2143,6 @@ static const char bitnet_cuda_src_forward[] = BITNET_CUDA_SRC_KHELPERS
     X(bitnet_k_fwd_gemv_store, forward) \
     X(bitnet_k_fwd_gemv_res, forward) \
     X(bitnet_k_fwd_gemv_glu, forward) \
-    X(bitnet_k_fwd_gemv_store_s, forward) \
-    X(bitnet_k_fwd_gemv_res_s, forward) \
-    X(bitnet_k_fwd_gemv_glu_s, forward) \
     X(bitnet_k_fwd_embed, forward) \
     X(bitnet_k_fwd_attn_decode, forward) \
     X(bitnet_k_fwd_rope_kv, forward) \
