@@ -57,7 +57,6 @@
      BITNET_SEED=S, BITNET_DETERMINISTIC=1  seed for a zero sampler seed; a fixed one instead of the clock
      BITNET_GPU_PDL=0                     no programmatic dependent launch in the decode graph
      BITNET_TGEMV_SPLIT/_PDL/_TRIG, BITNET_GPU_GEMV_ITEMS  force a GEMV form (tests and A/B runs)
-     BITNET_GPU_GEMV_STAGE=0              decode GEMVs in the register form on sm_90 too (tests, A/B)
 
    ERRORS
      Every fallible function returns a bitnet_result (BITNET_OK = 0, errors negative in bands).
@@ -10105,10 +10104,6 @@ BITNET_API bitnet_result bitnet_quantizer_summary(const bitnet_quantizer *qz, ch
 #define BITNET__GPU_ATT_PK 32         /* prefill attention: keys a tile (the kernels' BF_PK; 32: two blocks an SM) */
 #define BITNET__GPU_ATT_PRE 1         /* decode attention: the weights it pulls into L2 (bitnet__gsession.att_pre) */
 
-/* The decode GEMVs' epilogues: out = y, out += y, relu(gate)^2 * up (the kernels' EPI, name suffixes). */
-enum { BITNET__GEMV_STORE, BITNET__GEMV_RES, BITNET__GEMV_GLU };
-static const char *const bitnet__gemv_names[3] = {"store", "res", "glu"};
-
 typedef struct bitnet__glayer {
     bitnet_gpu_ternary qkv, o, gu, down; /* wq||wk||wv, wo, w_gate||w_up (glu), w_down */
     bitnet_devptr attn_norm, attn_sub_norm, ffn_norm, ffn_sub_norm;
@@ -10124,8 +10119,7 @@ typedef struct bitnet__gmodel {
     int head_q8;
     bitnet__glayer *layers;
     int device, sm_count, cc, smem_optin; /* smem_optin: shared memory a block can have (bytes) */
-    bitnet_gpu_kernel *gemv[2][3];    /* decode GEMVs [staged][BITNET__GEMV_STORE, _RES, _GLU] (the kernels' S and EPI) */
-    bitnet_gpu_kernel *embed, *attn, *head_k, *rope_kv, *attn_prefill;
+    bitnet_gpu_kernel *embed, *gemv_store, *gemv_res, *gemv_glu, *attn, *head_k, *rope_kv, *attn_prefill;
     int att_pk;                       /* attn_prefill's keys a tile: BITNET__GPU_ATT_PK (tools rebuild it with others) */
 } bitnet__gmodel;
 
@@ -10152,7 +10146,6 @@ typedef struct bitnet__gsession {
     int B, smax, head_blocks, have_next;
     int att_t, att_r, att_tile;       /* the decode attention's forms: BITNET__GPU_ATT_T, _R, _TILE */
     int gemv_items;                   /* decode GEMV: K chunks a warp takes, at least (sets the warps a block) */
-    int gemv_stage;                   /* decode GEMV: the staged form where it fits (sm_90; BITNET_GPU_GEMV_STAGE=0: never) */
     int att_pre;                      /* decode attention pulls into L2: 1 O, 2 gate||up, 4 down, 8 the next QKV (a mask) */
     bitnet_gpu_graph *graph[2];       /* the decode step, its attention in the short and the long form */
     int form;                         /* the form of the step being launched: 1 from att_t + 1 positions */
@@ -10252,11 +10245,9 @@ static bitnet_result bitnet__gpu_model_init(bitnet_model *m, int device) {
     g->smem_optin = BITNET__MAX(di.smem_per_block_optin, di.smem_per_block);
     BITNET__TRY(bitnet_gpu_open(device, &g->gpu));
     BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_fwd_embed", &g->embed));
-    for (l = 0; l < 6; l++) {
-        char name[40];
-        snprintf(name, sizeof name, "bitnet_k_fwd_gemv_%s%s", bitnet__gemv_names[l % 3], l < 3 ? "" : "_s");
-        BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, name, &g->gemv[l / 3][l % 3]));
-    }
+    BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_fwd_gemv_store", &g->gemv_store));
+    BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_fwd_gemv_res", &g->gemv_res));
+    BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_fwd_gemv_glu", &g->gemv_glu));
     BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_fwd_attn_decode", &g->attn));
     g->head_q8 = m->head_q8 != NULL; /* quantized on the host by >>model, as for the CPU */
     BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, g->head_q8 ? "bitnet_k_fwd_head_q8" : "bitnet_k_fwd_head", &g->head_k));
@@ -10267,8 +10258,7 @@ static bitnet_result bitnet__gpu_model_init(bitnet_model *m, int device) {
          each one's launch and weight loads overlap the kernel before it); BITNET_GPU_PDL=0: off */
         const char *e = bitnet__getenv("BITNET_GPU_PDL");
         int pdl = !(e && strcmp(e, "0") == 0);
-        for (l = 0; l < 6; l++) g->gemv[l / 3][l % 3]->pdl = pdl;
-        g->attn->pdl = g->head_k->pdl = pdl;
+        g->gemv_store->pdl = g->gemv_res->pdl = g->gemv_glu->pdl = g->attn->pdl = g->head_k->pdl = pdl;
     }
     memset(&c, 0, sizeof c);
     bitnet__gmodel_layout(g, m, &c);
@@ -10386,8 +10376,6 @@ static bitnet_result bitnet__gpu_session_init(bitnet_session *s) {
     { /* BITNET_GPU_GEMV_ITEMS: tuning and tests only */
         const char *e = bitnet__getenv("BITNET_GPU_GEMV_ITEMS");
         q->gemv_items = e && atoi(e) >= 1 && atoi(e) <= 64 ? atoi(e) : 4; /* H100: 4 beat 8 by 2% and 16 by 40% */
-        e = bitnet__getenv("BITNET_GPU_GEMV_STAGE"); /* the same, and tests (both forms): 0 or 1 */
-        q->gemv_stage = !(e && strcmp(e, "0") == 0);
         e = bitnet__getenv("BITNET_GPU_ATT_PRE"); /* the same: 0 .. 15 */
         q->att_pre = e && atoi(e) >= 0 && atoi(e) <= 15 ? atoi(e) : BITNET__GPU_ATT_PRE;
         e = bitnet__getenv("BITNET_GPU_ATT_T"); /* the same, and tests (the long form early): 16 .. tmax */
@@ -10448,29 +10436,25 @@ static bitnet_result bitnet__gpu_embed(bitnet_session *s, bitnet_devptr table, b
     return bitnet__gpu_launch(q->gpu, g->embed, (unsigned)m, 1, 256, 1, 0, args);
 }
 
-/* 2+3. norm_quant + linear for one token: out = W . int8(rmsnorm(in) * norm_w) with the epilogue epi
-   (BITNET__GEMV_STORE, _RES: out += y, _GLU: relu(gate)^2 * up). On sm_90 the staged form (the
-   block's weights copied into shared memory at entry) wherever a block's share fits in half an SM's
-   shared memory, so the next kernel's blocks still fit beside (H100, 2B-4T: every matrix). */
-static bitnet_result bitnet__gpu_linear(bitnet_session *s, int epi, const bitnet_gpu_ternary *w, bitnet_devptr in,
-                                        bitnet_devptr norm_w, bitnet_devptr out) {
+/* 2+3. norm_quant + linear for one token: out = W . int8(rmsnorm(in) * norm_w) with the matrix's
+   epilogue (kernel: store, res (out += y), glu (relu(gate)^2 * up)) */
+static bitnet_result bitnet__gpu_linear(bitnet_session *s, bitnet_gpu_kernel *k, const bitnet_gpu_ternary *w,
+                                        bitnet_devptr in, bitnet_devptr norm_w, bitnet_devptr out) {
     const bitnet__gmodel *g = (const bitnet__gmodel *)s->m->gpu;
     bitnet__gsession *q = (bitnet__gsession *)s->gpu;
     float eps = s->m->info.norm_eps;
     bitnet__k_segs segs = bitnet__k_segs_of(w);
-    int n_out = (int)w->n, nc = (int)(w->k / 64), items = w->glu ? 2 * nc : nc, staged;
+    int n_out = (int)w->n, nc = (int)(w->k / 64), items = w->glu ? 2 * nc : nc;
     unsigned groups = (unsigned)((n_out + 31) / 32);
-    /* warps share a block's K chunks; the register form keeps BF_GEMV_U = 6 loads in flight per lane
-       (98 registers a thread: two blocks of up to 10 warps fit an SM, so the next kernel's blocks
-       start beside this one's); over one wave of blocks a block gets at most 8 warps */
+    /* warps share a block's K chunks, BF_GEMV_U = 6 loads in flight per lane (98 registers a thread:
+       two blocks of up to 10 warps fit an SM, so the next kernel's blocks start beside this one's);
+       over one wave of blocks a block gets at most 8 warps */
     int warps = BITNET__MIN((int)groups > g->sm_count ? 8 : 16, BITNET__MAX(1, (items + q->gemv_items - 1) / q->gemv_items));
     unsigned smem = (unsigned)w->k + (unsigned)(warps * (w->glu ? 2 : 1) * 32 * 4);
-    unsigned smem_s = ((smem + 127) & ~127u) + (unsigned)items * 512;
     void *args[8];
-    staged = q->gemv_stage && g->cc >= 90 && smem_s <= (unsigned)g->smem_optin / 2;
     args[0] = (void *)&w->data, args[1] = &n_out, args[2] = &nc, args[3] = &segs, args[4] = &in, args[5] = &norm_w,
     args[6] = &eps, args[7] = &out;
-    return bitnet__gpu_launch(q->gpu, g->gemv[staged][epi], groups, 1, 32, (unsigned)warps, staged ? smem_s : smem, args);
+    return bitnet__gpu_launch(q->gpu, k, groups, 1, 32, (unsigned)warps, smem, args);
 }
 
 /* 4-6. rope + kv_store + attention for one token (layer l): q and k rotated at the position in
@@ -10536,12 +10520,12 @@ static bitnet_result bitnet__gpu_step(bitnet_session *s) {
     for (l = 0; l < nl; l++) {
         const bitnet__glayer *L = &g->layers[l];
         /* attention block */
-        BITNET__TRY(bitnet__gpu_linear(s, BITNET__GEMV_STORE, &L->qkv, q->x, L->attn_norm, q->qkv));        /* qkv */
+        BITNET__TRY(bitnet__gpu_linear(s, g->gemv_store, &L->qkv, q->x, L->attn_norm, q->qkv));             /* qkv */
         BITNET__TRY(bitnet__gpu_attention(s, l));                                                          /* att [q_dim] */
-        BITNET__TRY(bitnet__gpu_linear(s, BITNET__GEMV_RES, &L->o, q->att, L->attn_sub_norm, q->x));         /* x += o */
+        BITNET__TRY(bitnet__gpu_linear(s, g->gemv_res, &L->o, q->att, L->attn_sub_norm, q->x));              /* x += o */
         /* feed-forward block */
-        BITNET__TRY(bitnet__gpu_linear(s, BITNET__GEMV_GLU, &L->gu, q->x, L->ffn_norm, q->h));              /* h */
-        BITNET__TRY(bitnet__gpu_linear(s, BITNET__GEMV_RES, &L->down, q->h, L->ffn_sub_norm, q->x));        /* x += down */
+        BITNET__TRY(bitnet__gpu_linear(s, g->gemv_glu, &L->gu, q->x, L->ffn_norm, q->h));                   /* h */
+        BITNET__TRY(bitnet__gpu_linear(s, g->gemv_res, &L->down, q->h, L->ffn_sub_norm, q->x));             /* x += down */
     }
     return bitnet__gpu_head(s, q->x, 1);                                             /* logits; next token and position */
 }

@@ -198,12 +198,12 @@ static void kernel_times(void) {
             bitnet_result r = BITNET_OK;
             switch (kind) {
             case 0: r = bitnet__gpu_embed(G_s, q->erow, q->iota, 1); break;
-            case 1: r = bitnet__gpu_linear(G_s, BITNET__GEMV_STORE, &L->qkv, q->x, L->attn_norm, q->qkv); break;
+            case 1: r = bitnet__gpu_linear(G_s, gm->gemv_store, &L->qkv, q->x, L->attn_norm, q->qkv); break;
             case 2: /* the attention alone: no L2 pulls */
             case 7: r = bitnet__gpu_attention(G_s, l); break; /* the step's pulls, with nothing to use them */
-            case 3: r = bitnet__gpu_linear(G_s, BITNET__GEMV_RES, &L->o, q->att, L->attn_sub_norm, q->x); break;
-            case 4: r = bitnet__gpu_linear(G_s, BITNET__GEMV_GLU, &L->gu, q->x, L->ffn_norm, q->h); break;
-            case 5: r = bitnet__gpu_linear(G_s, BITNET__GEMV_RES, &L->down, q->h, L->ffn_sub_norm, q->x); break;
+            case 3: r = bitnet__gpu_linear(G_s, gm->gemv_res, &L->o, q->att, L->attn_sub_norm, q->x); break;
+            case 4: r = bitnet__gpu_linear(G_s, gm->gemv_glu, &L->gu, q->x, L->ffn_norm, q->h); break;
+            case 5: r = bitnet__gpu_linear(G_s, gm->gemv_res, &L->down, q->h, L->ffn_sub_norm, q->x); break;
             default: r = bitnet__gpu_head(G_s, q->x, 1); break;
             }
             CHECK(r);
@@ -226,9 +226,7 @@ static void kernel_times(void) {
 static void set_pdl(int on) {
     bitnet__gmodel *gm = (bitnet__gmodel *)G_m->gpu;
     bitnet__gsession *gs = (bitnet__gsession *)G_s->gpu;
-    int i;
-    for (i = 0; i < 6; i++) gm->gemv[i / 3][i % 3]->pdl = on;
-    gm->attn->pdl = gm->head_k->pdl = on;
+    gm->gemv_store->pdl = gm->gemv_res->pdl = gm->gemv_glu->pdl = gm->attn->pdl = gm->head_k->pdl = on;
     drop_graphs(gs);
 }
 
@@ -237,14 +235,11 @@ static void use_build(const char *opts) { /* (modules stay loaded until the hand
     bitnet__gmodel *gm = (bitnet__gmodel *)G_m->gpu;
     bitnet_gpu_module *mod;
     double t0 = bitnet__now();
-    int i;
     CHECK(bitnet_gpu_module_load(gm->gpu, bitnet_cuda_src_forward, opts, &mod));
     CHECK(bitnet_gpu_kernel_get(mod, "bitnet_k_fwd_embed", &gm->embed));
-    for (i = 0; i < 6; i++) {
-        char name[40];
-        snprintf(name, sizeof name, "bitnet_k_fwd_gemv_%s%s", bitnet__gemv_names[i % 3], i < 3 ? "" : "_s");
-        CHECK(bitnet_gpu_kernel_get(mod, name, &gm->gemv[i / 3][i % 3]));
-    }
+    CHECK(bitnet_gpu_kernel_get(mod, "bitnet_k_fwd_gemv_store", &gm->gemv_store));
+    CHECK(bitnet_gpu_kernel_get(mod, "bitnet_k_fwd_gemv_res", &gm->gemv_res));
+    CHECK(bitnet_gpu_kernel_get(mod, "bitnet_k_fwd_gemv_glu", &gm->gemv_glu));
     CHECK(bitnet_gpu_kernel_get(mod, "bitnet_k_fwd_attn_decode", &gm->attn));
     CHECK(bitnet_gpu_kernel_get(mod, gm->head_q8 ? "bitnet_k_fwd_head_q8" : "bitnet_k_fwd_head", &gm->head_k));
     CHECK(bitnet_gpu_kernel_get(mod, "bitnet_k_fwd_rope_kv", &gm->rope_kv));
@@ -446,15 +441,6 @@ int main(int argc, char **argv) {
         kernel_times();
     }
     use_build("");
-    gs->gemv_stage = 0; /* the decode GEMVs' register form everywhere (sm_90 takes the staged one) */
-    drop_graphs(gs);
-    measure("decode GEMVs in the register form", gen_dev);
-    printf("  per kernel, at position %d:\n", PROMPT + 1);
-    step_us();
-    kernel_times();
-    gs->gemv_stage = 1;
-    drop_graphs(gs);
-    measure("decode GEMVs staged (the default)", gen_dev);
     set_pdl(0);
     measure("without programmatic dependent launch", gen_dev);
     set_pdl(1);

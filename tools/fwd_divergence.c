@@ -523,7 +523,7 @@ static void gpu_ops(bitnet_model *gm, int n_pre, int n_dec) {
             int n3[3];
             cur_layer = l;
             dl(s, X, q->x, (size_t)dim * 4);
-            GPU(bitnet__gpu_linear(s, BITNET__GEMV_STORE, &L->qkv, q->x, L->attn_norm, q->qkv));
+            GPU(bitnet__gpu_linear(s, g->gemv_store, &L->qkv, q->x, L->attn_norm, q->qkv));
             dl(s, QKV, q->qkv, ldq * 4);
             w3[0] = W->wq, w3[1] = W->wk, w3[2] = W->wv, n3[0] = qd, n3[1] = kvd, n3[2] = kvd;
             cpu_linear(gm, X, 1, dim, W->attn_norm, w3, n3, 3, L_STORE, NULL, want);
@@ -536,17 +536,17 @@ static void gpu_ops(bitnet_model *gm, int n_pre, int n_dec) {
             memcpy(Q2, QKV, ldq * 4); /* the kernel rotates q internally: the CPU's rotation stands in */
             for (i = 0; i < in->n_heads; i++) bitnet__rope_head(Q2 + (size_t)i * hd, s->rope + (size_t)t * hd, hd / 2);
             check_attn(s, Q2, ldq, KC, VC, t, 1, ATT);
-            GPU(bitnet__gpu_linear(s, BITNET__GEMV_RES, &L->o, q->att, L->attn_sub_norm, q->x));
+            GPU(bitnet__gpu_linear(s, g->gemv_res, &L->o, q->att, L->attn_sub_norm, q->x));
             dl(s, X2, q->x, (size_t)dim * 4);
             w3[0] = W->wo, n3[0] = dim;
             cpu_linear(gm, ATT, 1, qd, W->attn_sub_norm, w3, n3, 1, L_RES, X, want);
             mism(&st_lin, X2, want, (size_t)dim, "o + residual (gemv)");
-            GPU(bitnet__gpu_linear(s, BITNET__GEMV_GLU, &L->gu, q->x, L->ffn_norm, q->h));
+            GPU(bitnet__gpu_linear(s, g->gemv_glu, &L->gu, q->x, L->ffn_norm, q->h));
             dl(s, H, q->h, (size_t)ff * 4);
             w3[0] = W->w_gate, w3[1] = W->w_up, n3[0] = n3[1] = ff;
             cpu_linear(gm, X2, 1, dim, W->ffn_norm, w3, n3, 2, L_GLU, NULL, want);
             mism(&st_lin, H, want, (size_t)ff, "relu2(gate) * up (gemv)");
-            GPU(bitnet__gpu_linear(s, BITNET__GEMV_RES, &L->down, q->h, L->ffn_sub_norm, q->x));
+            GPU(bitnet__gpu_linear(s, g->gemv_res, &L->down, q->h, L->ffn_sub_norm, q->x));
             dl(s, X, q->x, (size_t)dim * 4);
             w3[0] = W->w_down, n3[0] = dim;
             cpu_linear(gm, H, 1, ff, W->ffn_sub_norm, w3, n3, 1, L_RES, X2, want);
