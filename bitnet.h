@@ -56,8 +56,6 @@
      BITNET_HEAD=q8|f16                   the LM head: int8 rows with scales (default) or exact fp16
      BITNET_SEED=S, BITNET_DETERMINISTIC=1  seed for a zero sampler seed; a fixed one instead of the clock
      BITNET_GPU_PDL=0                     no programmatic dependent launch in the decode graph
-     BITNET_GPU_HOST_EMB=0|copy           decode rows uploaded each step / a mapped copy of the embedding
-                                          (default: the model's table registered in place for the device)
      BITNET_TGEMV_SPLIT/_PDL/_TRIG, BITNET_GPU_GEMV_ITEMS  force a GEMV form (tests and A/B runs)
 
    ERRORS
@@ -6927,8 +6925,6 @@ enum { /* cuda.h values */
     X(cuMemHostAlloc, 3020, 0, "cuMemHostAlloc", (void **p, size_t bytes, unsigned flags)) \
     X(cuMemHostGetDevicePointer, 3020, 0, "cuMemHostGetDevicePointer_v2", (bitnet_devptr *d, void *p, unsigned flags)) \
     X(cuMemFreeHost, 2000, 0, "cuMemFreeHost", (void *p)) \
-    X(cuMemHostRegister, 6050, 0, "cuMemHostRegister_v2", (void *p, size_t bytes, unsigned flags)) \
-    X(cuMemHostUnregister, 4000, 0, "cuMemHostUnregister", (void *p)) \
     X(cuMemcpyHtoDAsync, 3020, 1, "cuMemcpyHtoDAsync_v2", (bitnet_devptr dst, const void *src, size_t n, bitnet__CUstream s)) \
     X(cuMemcpyDtoHAsync, 3020, 1, "cuMemcpyDtoHAsync_v2", (void *dst, bitnet_devptr src, size_t n, bitnet__CUstream s)) \
     X(cuMemcpyDtoDAsync, 3020, 1, "cuMemcpyDtoDAsync_v2", (bitnet_devptr dst, bitnet_devptr src, size_t n, bitnet__CUstream s)) \
@@ -8068,36 +8064,6 @@ static bitnet_result bitnet__gpu_host_alloc(bitnet_gpu *gpu, size_t bytes, void 
 static void bitnet__gpu_host_free(bitnet_gpu *gpu, void *host) {
     if (!host || !gpu || bitnet__ctx_push(gpu->dev->ctx) != BITNET_OK) return;
     bitnet__cuda.cu.cuMemFreeHost(host);
-    bitnet__ctx_pop();
-}
-/* Host memory the caller owns (read only here; a read-only file mapping too), page-locked and mapped
-   into the device in place: the whole pages around [p, p + bytes); *base is what
-   bitnet__gpu_host_unregister takes, *dev the device address of p. */
-static bitnet_result bitnet__gpu_host_register(bitnet_gpu *gpu, const void *p, size_t bytes, void **base, bitnet_devptr *dev) {
-    bitnet__CUresult r;
-    uintptr_t pg = 4096, a, b;
-    BITNET__CHECK_GPU(gpu);
-    *base = NULL, *dev = 0;
-#if defined(_SC_PAGESIZE)
-    if (sysconf(_SC_PAGESIZE) > 0) pg = (uintptr_t)sysconf(_SC_PAGESIZE);
-#endif
-    a = (uintptr_t)p & ~(pg - 1), b = ((uintptr_t)p + bytes + pg - 1) & ~(pg - 1);
-    if (!bitnet__cuda.cu.cuMemHostRegister || !bitnet__cuda.cu.cuMemHostUnregister || !bitnet__cuda.cu.cuMemHostGetDevicePointer)
-        return bitnet__err(BITNET_ERR_UNSUPPORTED, "registering host memory: the driver has no cuMemHostRegister");
-    BITNET__TRY(bitnet__ctx_push(gpu->dev->ctx));
-    /* portable, mapped into the device, read only (the device never writes it) */
-    r = bitnet__cuda.cu.cuMemHostRegister((void *)a, (size_t)(b - a), 0x01 | 0x02 | 0x08);
-    if (r == 0 && (r = bitnet__cuda.cu.cuMemHostGetDevicePointer(dev, (void *)a, 0)) != 0)
-        bitnet__cuda.cu.cuMemHostUnregister((void *)a);
-    bitnet__ctx_pop();
-    if (r) return bitnet__cu_fail(BITNET_ERR_CUDA, r, "registering host memory for the device");
-    *base = (void *)a;
-    *dev += (bitnet_devptr)((uintptr_t)p - a);
-    return BITNET_OK;
-}
-static void bitnet__gpu_host_unregister(bitnet_gpu *gpu, void *base) {
-    if (!base || !gpu || bitnet__ctx_push(gpu->dev->ctx) != BITNET_OK) return;
-    bitnet__cuda.cu.cuMemHostUnregister(base);
     bitnet__ctx_pop();
 }
 
@@ -10146,8 +10112,7 @@ typedef struct bitnet__glayer {
 typedef struct bitnet__gmodel {
     bitnet_gpu *gpu;                  /* owns the weights */
     bitnet_devptr mem;                /* head, norms (the embedding stays in host memory) */
-    void *emb_reg;                    /* the model's fp16 embedding, registered in place (bitnet__gpu_host_register's base) */
-    void *emb_host;                   /* or a copy of it in mapped host memory (NULL both: each step uploads its row) */
+    void *emb_host;                   /* the fp16 embedding in mapped host memory (or NULL: each step uploads its row) */
     bitnet_devptr emb_dev;            /* its device address: the decode step reads its token's row from there */
     size_t bytes, ternary_bytes;
     bitnet_devptr head, head_scale, out_norm; /* head: fp16 rows, or int8 rows with head_scale (head_q8) */
@@ -10219,7 +10184,6 @@ static void bitnet__gpu_model_free(bitnet_model *m) {
             bitnet_gpu_ternary_free(g->gpu, &g->layers[l].down);
         }
         if (g->mem) bitnet_gpu_free(g->gpu, g->mem);
-        bitnet__gpu_host_unregister(g->gpu, g->emb_reg);
         bitnet__gpu_host_free(g->gpu, g->emb_host);
         bitnet_gpu_close(g->gpu);
     }
@@ -10327,24 +10291,19 @@ static bitnet_result bitnet__gpu_model_init(bitnet_model *m, int device) {
         w[0] = W->w_down, n[0] = in->dim;
         BITNET__TRY(bitnet__gpu_ternary(g, w, n, 1, in->ffn_dim, 0, &L->down));
     }
-    { /* the embedding mapped into the device: the decode step reads its row from there, so a step
-         needs nothing from the host and greedy decoding runs a step ahead (bitnet__gpu_next_token).
-         The model's own table is registered in place; where the driver refuses (an old one, memory
-         already registered) or BITNET_GPU_HOST_EMB=copy, a copy in mapped host memory; without
-         either (or BITNET_GPU_HOST_EMB=0) each step uploads its row */
+    { /* the embedding in mapped host memory: the decode step reads its row from there, so a step
+         needs nothing from the host and greedy decoding runs a step ahead (bitnet__gpu_next_token);
+         without it (no memory, an old driver, BITNET_GPU_HOST_EMB=0) each step uploads its row.
+         (Registering the model's own table in place instead of this copy stalled decode on 2B-4T
+         in session 6: BENCHMARKS.md.) */
         size_t bytes = (size_t)in->n_vocab * (size_t)in->dim * 2;
         const char *e = bitnet__getenv("BITNET_GPU_HOST_EMB");
-        int copy = 0;
-        if (e && strcmp(e, "0") == 0) {
+        if (e && strcmp(e, "0") == 0)
             bitnet__log(BITNET_LOG_INFO, "CUDA forward: BITNET_GPU_HOST_EMB=0: each decode step uploads its embedding row");
-        } else if ((copy = e && strcmp(e, "copy") == 0) ||
-                   bitnet__gpu_host_register(g->gpu, m->tok_embd, bytes, &g->emb_reg, &g->emb_dev) != BITNET_OK) {
-            bitnet__log(BITNET_LOG_INFO, "CUDA forward: %s; the embedding is copied", copy ? "BITNET_GPU_HOST_EMB=copy" : bitnet_last_error());
-            if (bitnet__gpu_host_alloc(g->gpu, bytes, &g->emb_host, &g->emb_dev) == BITNET_OK)
-                memcpy(g->emb_host, m->tok_embd, bytes);
-            else
-                bitnet__log(BITNET_LOG_INFO, "CUDA forward: %s; each decode step uploads its embedding row", bitnet_last_error());
-        }
+        else if (bitnet__gpu_host_alloc(g->gpu, bytes, &g->emb_host, &g->emb_dev) == BITNET_OK)
+            memcpy(g->emb_host, m->tok_embd, bytes);
+        else
+            bitnet__log(BITNET_LOG_INFO, "CUDA forward: %s; each decode step uploads its embedding row", bitnet_last_error());
     }
     BITNET__TRY(bitnet_gpu_sync(g->gpu));
     return bitnet_gpu_pool_trim(g->gpu); /* the upload's staging buffers */

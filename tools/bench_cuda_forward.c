@@ -372,8 +372,6 @@ int main(int argc, char **argv) {
     G_m = load(path, &s, BITNET_BACKEND_CUDA);
     printf("GPU model ready in %.2f s (weights uploaded and repacked, modules compiled or read from the cache)\n",
            bitnet__now() - t0);
-    printf("embedding for the decode steps: %s\n", gm->emb_reg ? "the model's table, registered in place"
-           : gm->emb_host ? "a copy in mapped host memory" : "uploaded row by row");
     bitnet_model_get_info(G_m, &info);
     nv = (size_t)info.n_vocab;
     for (i = 0; i < PREFILL; i++) G_prompt[i] = (int32_t)((1000 + 7919 * (size_t)i) % nv);
