@@ -193,6 +193,7 @@ typedef enum bitnet_isa {
 } bitnet_isa;
 BITNET_API const char *bitnet_isa_name(bitnet_isa isa);
 BITNET_API int bitnet_cpu_has_isa(bitnet_isa isa);              /* 1 when this CPU and build can run it */
+BITNET_API int bitnet_cpu_has_amx(void);                        /* 1 when AVX-512 prompt GEMMs can use AMX tiles */
 BITNET_API bitnet_isa bitnet_cpu_isa(void);                     /* the active path */
 BITNET_API bitnet_result bitnet_cpu_set_isa(bitnet_isa isa);    /* AUTO = BITNET_CPU, else the best */
 /* Threads of the kernel pool (the caller counts as one). Set it before running kernels; 1 stops
@@ -3431,6 +3432,96 @@ BITNET__KERN_AVX512 static void bitnet__pf_block_avx512(const uint8_t *buf, size
     }
 }
 
+/* AMX, I2_S, prefill: the same blocks through the tile unit. tdpbsud adds the s8 x u8 dot products
+   of an A tile (16 activation rows x 64 columns, row-major: the activations as they are) and a B
+   tile (64 weights x 16 weight rows in 4-byte groups: exactly the unpacked block, [k/4][32][4],
+   16 of its rows a tile at a stride of 128 bytes) into 16 x 16 int32 sums. Four tiles of sums (32
+   activation rows x the block's 32 weight rows) stay in the unit over all of k: about 8 times the
+   multiply rate of vpdpbusd. The int32 sums and the epilogue are the reference's, so the bits are
+   too. The OS grants the tile state per process (arch_prctl); each thread loads the tile
+   configuration and releases it when its items are done. Inline assembly: compilers' tile
+   intrinsics differ, the instructions do not. BITNET_CPU_AMX=0 turns the path off (tests, A/B). */
+#if defined(__linux__) && !defined(BITNET_NO_AMX) && \
+    ((defined(__clang__) && __clang_major__ >= 12) || (!defined(__clang__) && __GNUC__ >= 11))
+#define BITNET__AMX 1
+#define BITNET__KERN_AMX __attribute__((target("avx2,fma,avx512f,avx512bw,avx512vl,avx512vnni,amx-tile,amx-int8")))
+static int bitnet__amx_state; /* 0: not asked yet, 1: usable, -1: not */
+static int bitnet__amx_usable(void) {
+    int s = __atomic_load_n(&bitnet__amx_state, __ATOMIC_ACQUIRE);
+    if (!s) {
+        unsigned a, b, c, d;
+        long r = -1;
+        if (bitnet_cpu_has_isa(BITNET_ISA_AVX512) && __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d >> 24 & 1) && (d >> 25 & 1) &&
+            bitnet__x86_xcr0_has(0x60000)) /* AMX-TILE, AMX-INT8; the OS saves the tile state */
+            /* arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA): the tile data for this process */
+            __asm__ volatile("syscall" : "=a"(r) : "0"(158L), "D"(0x1023L), "S"(18L) : "rcx", "r11", "memory");
+        s = r == 0 ? 1 : -1;
+        __atomic_store_n(&bitnet__amx_state, s, __ATOMIC_RELEASE);
+    }
+    return s > 0;
+}
+/* Palette 1, all 8 tiles 16 rows x 64 bytes: tmm0-3 the sums, tmm4-5 activations, tmm6-7 weights. */
+BITNET__KERN_AMX static void bitnet__amx_begin(void) {
+    unsigned char cfg[64];
+    int i;
+    memset(cfg, 0, sizeof cfg);
+    cfg[0] = 1;
+    for (i = 0; i < 8; i++) cfg[16 + 2 * i] = 64, cfg[48 + i] = 16;
+    __asm__ volatile("ldtilecfg %0" ::"m"(cfg));
+}
+BITNET__KERN_AMX static void bitnet__amx_end(void) { __asm__ volatile("tilerelease" ::: "memory"); }
+
+/* Activation rows [0, m) (a: row-major, m x k) against one unpacked block of nr weight rows.
+   scratch: 32 * k bytes (the last rows, zero-padded to 32) and 32 x 32 int32 sums, 64-byte aligned.
+   The packed weights of the next blocks (next, next_bytes) are prefetched along the way. */
+BITNET__KERN_AMX static void bitnet__pf_block_amx(const uint8_t *buf, size_t k, const int8_t *a, const float *a_scale,
+                                                  const int32_t *a_sum, size_t m, float ws, size_t nr, float *out, size_t n,
+                                                  uint8_t *scratch, const uint8_t *next, size_t next_bytes) {
+    const __mmask16 m0 = (__mmask16)(nr >= 16 ? 0xffff : (1u << nr) - 1);
+    const __mmask16 m1 = (__mmask16)(nr >= 32 ? 0xffff : nr > 16 ? (1u << (nr - 16)) - 1 : 0);
+    int32_t *sums = (int32_t *)(void *)(scratch + 32 * k);
+    const size_t chunks = (m + 31) / 32, pf_per = (next_bytes / 64 + chunks - 1) / chunks;
+    size_t t, c, i, pf = 0;
+    for (t = 0; t < m; t += 32) {
+        const size_t mt = BITNET__MIN((size_t)32, m - t);
+        const int8_t *at = a + t * k;
+        if (mt < 32) {
+            memcpy(scratch, at, mt * k);
+            memset(scratch + mt * k, 0, (32 - mt) * k);
+            at = (const int8_t *)scratch;
+        }
+        for (i = 0; i < pf_per && pf < next_bytes; i++, pf += 64) _mm_prefetch((const char *)(next + pf), _MM_HINT_T1);
+        __asm__ volatile("tilezero %%tmm0\n\ttilezero %%tmm1\n\ttilezero %%tmm2\n\ttilezero %%tmm3" ::: "memory");
+        for (c = 0; c < k; c += 64) {
+            const uint8_t *b = buf + c * 32; /* 4-column group c / 4, 128 bytes a group */
+            __asm__ volatile("tileloadd (%0,%1,1), %%tmm4\n\t"
+                             "tileloadd (%2,%1,1), %%tmm5\n\t"
+                             "tileloadd (%3,%4,1), %%tmm6\n\t"
+                             "tileloadd (%5,%4,1), %%tmm7\n\t"
+                             "tdpbsud %%tmm6, %%tmm4, %%tmm0\n\t"
+                             "tdpbsud %%tmm7, %%tmm4, %%tmm1\n\t"
+                             "tdpbsud %%tmm6, %%tmm5, %%tmm2\n\t"
+                             "tdpbsud %%tmm7, %%tmm5, %%tmm3"
+                             ::"r"(at + c), "r"((long)k), "r"(at + 16 * k + c), "r"(b), "r"(128L), "r"(b + 64)
+                             : "memory");
+        }
+        __asm__ volatile("tilestored %%tmm0, (%0,%1,1)\n\t"
+                         "tilestored %%tmm1, (%2,%1,1)\n\t"
+                         "tilestored %%tmm2, (%3,%1,1)\n\t"
+                         "tilestored %%tmm3, (%4,%1,1)"
+                         ::"r"(sums), "r"(128L), "r"(sums + 16), "r"(sums + 512), "r"(sums + 528)
+                         : "memory");
+        for (i = 0; i < mt; i++) {
+            bitnet__pf_epi_avx512(_mm512_loadu_si512((const void *)(sums + 32 * i)), a_sum[t + i], a_scale[t + i], ws, m0,
+                                  out + (t + i) * n);
+            if (m1)
+                bitnet__pf_epi_avx512(_mm512_loadu_si512((const void *)(sums + 32 * i + 16)), a_sum[t + i], a_scale[t + i], ws,
+                                      m1, out + (t + i) * n + 16);
+        }
+    }
+}
+#endif
+
 /* AVX2, I2_S: (byte >> s) & 3 for s = 6, 4, 2, 0 gives the codes of 4 runs of 32 contiguous
    weights; vpmaddubsw (u8 codes x s8 activations) pairs stay within int16 (4 * 2 * 2 * 128). */
 #define BITNET__ZERO256(r, t) __m256i acc##r##t = _mm256_setzero_si256();
@@ -3618,7 +3709,7 @@ typedef struct bitnet__gemm_job {
     int q8;                          /* 0: I2_S weights, 1: int8 weights */
     bitnet__tile_fn tile;            /* NULL: the scalar reference */
     int tile_t;                      /* activation rows per tile */
-    int pf;                          /* 1: the AVX-512 prefill path, items of BITNET__PF_ROWS rows */
+    int pf;                          /* the prefill path, items of BITNET__PF_ROWS rows: 1 AVX-512, 2 AMX */
     int8_t *ap;                      /* pf: the activations packed by bitnet__pf_pack */
     size_t pf_bytes;                 /* pf: each thread's unpacked block and partial sums */
     const uint8_t *w;
@@ -3675,6 +3766,9 @@ static void bitnet__gemm_task(void *arg, int ith, int nth) {
 #if defined(BITNET__X86_SIMD)
     /* the unpacked block of this thread; without it the thread uses the tiles (same bits) */
     if (j->pf) buf = (uint8_t *)bitnet__malloc(j->pf_bytes);
+#if defined(BITNET__AMX)
+    if (buf && j->pf == 2) bitnet__amx_begin();
+#endif
 #endif
     for (;;) {
 #if defined(BITNET__POOL)
@@ -3688,6 +3782,13 @@ static void bitnet__gemm_task(void *arg, int ith, int nth) {
             const size_t r0 = it * BITNET__PF_ROWS, nr = BITNET__MIN((size_t)BITNET__PF_ROWS, j->n - r0);
             const size_t r2 = BITNET__MIN(j->n, r0 + (size_t)(1 + BITNET__PF_AHEAD) * BITNET__PF_ROWS);
             bitnet__i2s_unpack32_avx512(j->w + r0 * j->row_bytes, j->row_bytes, nr, j->k, buf);
+#if defined(BITNET__AMX)
+            if (j->pf == 2) {
+                bitnet__pf_block_amx(buf, j->k, j->a, j->a_scale, j->a_sum, j->m, j->w_scale, nr, j->out + r0, j->n,
+                                     buf + BITNET__PF_ROWS * j->k, j->w + (r0 + nr) * j->row_bytes, (r2 - r0 - nr) * j->row_bytes);
+                continue;
+            }
+#endif
             bitnet__pf_block_avx512(buf, j->k, j->ap, j->a_scale, j->a_sum, j->m, j->w_scale, nr, j->out + r0, j->n,
                                     (int32_t *)(void *)(buf + BITNET__PF_ROWS * j->k), j->w + (r0 + nr) * j->row_bytes,
                                     (r2 - r0 - nr) * j->row_bytes);
@@ -3700,7 +3801,30 @@ static void bitnet__gemm_task(void *arg, int ith, int nth) {
             bitnet__gemm_block(j, r0, BITNET__MIN(j->n, r0 + j->rows_per_item), t0, BITNET__MIN(j->m, t0 + j->toks_per_item));
         }
     }
+#if defined(BITNET__AMX)
+    if (buf && j->pf == 2) bitnet__amx_end();
+#endif
     bitnet__free(buf);
+}
+
+/* Whether an I2_S GEMM takes the AMX prefill path (AVX-512 active, enough activation rows, the tile
+   unit granted, BITNET_CPU_AMX not 0). */
+static int bitnet__gemm_amx(const bitnet__gemm_job *j) {
+#if defined(BITNET__AMX)
+    const char *e = bitnet__getenv("BITNET_CPU_AMX");
+    return bitnet_cpu_isa() == BITNET_ISA_AVX512 && !j->q8 && j->m >= BITNET__PF_MIN_M && !(e && strcmp(e, "0") == 0) &&
+           bitnet__amx_usable();
+#else
+    (void)j;
+    return 0;
+#endif
+}
+BITNET_API int bitnet_cpu_has_amx(void) {
+#if defined(BITNET__AMX)
+    return bitnet__amx_usable();
+#else
+    return 0;
+#endif
 }
 
 /* Picks the tile for the active ISA, cuts the work and runs it on the pool. Row blocks hold
@@ -3747,8 +3871,16 @@ static void bitnet__gemm_run(bitnet__gemm_job *j) {
 #if defined(BITNET__X86_SIMD)
     if (bitnet_cpu_isa() == BITNET_ISA_AVX512 && !j->q8 && j->m >= BITNET__PF_MIN_M) {
         /* one item per 32 weight rows, all activation rows; a failed allocation here leaves the
-           tiles, one in a thread makes that thread run its items with the tiles (same bits) */
+           tiles, one in a thread makes that thread run its items with the tiles (same bits). AMX
+           reads the activations as they are; each thread's buffer holds the unpacked block, the
+           last activation rows padded to 32 and 32 x 32 sums. */
         size_t ap_bytes, acc_bytes;
+#if defined(BITNET__AMX)
+        if (bitnet__gemm_amx(j) && bitnet__mul_size(j->k, 2 * BITNET__PF_ROWS, &j->pf_bytes) &&
+            bitnet__add_size(j->pf_bytes, 32 * 32 * 4, &j->pf_bytes))
+            j->pf = 2;
+        else
+#endif
         if (bitnet__mul_size(j->m + BITNET__PF_T, j->k, &ap_bytes) && bitnet__mul_size(j->m, sizeof(int32_t), &acc_bytes) &&
             bitnet__add_size(acc_bytes, j->k, &j->pf_bytes) && bitnet__mul_size(j->pf_bytes, BITNET__PF_ROWS, &j->pf_bytes) &&
             (j->ap = (int8_t *)bitnet__malloc(ap_bytes)) != NULL) {
@@ -3760,6 +3892,8 @@ static void bitnet__gemm_run(bitnet__gemm_job *j) {
             if (nth > 1) bitnet__parallel(bitnet__pf_pack, &pk);
             else bitnet__pf_pack(&pk, 0, 1);
             j->pf = 1;
+        }
+        if (j->pf) {
             j->rows_per_item = BITNET__PF_ROWS;
             j->toks_per_item = j->m;
             j->tok_items = 1;
@@ -3787,7 +3921,8 @@ BITNET_API bitnet_result bitnet_gemm_i2s(const void *w, size_t w_bytes, size_t n
     j.a_sum = a_sum;
     memcpy(&j.w_scale, (const uint8_t *)w + n * k / 4, 4);
     j.out = out;
-    BITNET__KSTAT_ISA("cpu_gemm_i2s", bitnet_cpu_isa(), bitnet__gemm_run(&j));
+    if (bitnet__gemm_amx(&j)) BITNET__KSTAT("cpu_gemm_i2s_amx", bitnet__gemm_run(&j));
+    else BITNET__KSTAT_ISA("cpu_gemm_i2s", bitnet_cpu_isa(), bitnet__gemm_run(&j));
     return BITNET_OK;
 }
 

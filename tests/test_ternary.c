@@ -69,21 +69,27 @@ static bitnet_result run(problem *p, float *out) {
     return bitnet_gemm_i2s(p->w, p->w_bytes, p->n, p->k, p->a, p->a_scale, p->a_sum, p->m, out);
 }
 
-/* The scalar path on one thread gives ref; every available path and thread count must match it. */
+/* The scalar path on one thread gives ref; every available path and thread count must match it
+   (AVX-512 twice: with the prefill's AMX form where the CPU has it, and with BITNET_CPU_AMX=0). */
 static void check_all_paths(problem *p, const int *threads, int n_threads) {
-    int isa, t;
+    int isa, t, amx;
     TEST_CHECK(bitnet_cpu_set_isa(BITNET_ISA_SCALAR) == BITNET_OK);
     TEST_CHECK(bitnet_set_num_threads(1) == BITNET_OK);
     TEST_CHECK(run(p, p->ref) == BITNET_OK);
     for (isa = BITNET_ISA_SCALAR; isa < BITNET_ISA_COUNT; isa++) {
         if (!bitnet_cpu_has_isa((bitnet_isa)isa)) continue;
         TEST_CHECK(bitnet_cpu_set_isa((bitnet_isa)isa) == BITNET_OK);
-        for (t = 0; t < n_threads; t++) {
-            TEST_CHECK(bitnet_set_num_threads(threads[t]) == BITNET_OK);
-            memset(p->out, 0xff, p->m * p->n * sizeof(float));
-            TEST_CHECK(run(p, p->out) == BITNET_OK);
-            TEST_CHECKF(memcmp(p->out, p->ref, p->m * p->n * sizeof(float)) == 0, "%s, %d threads, %s m=%zu n=%zu k=%zu",
-                        bitnet_isa_name((bitnet_isa)isa), threads[t], p->w_scales ? "q8" : "i2s", p->m, p->n, p->k);
+        for (amx = 0; amx < (isa == BITNET_ISA_AVX512 ? 2 : 1); amx++) {
+            if (amx) setenv("BITNET_CPU_AMX", "0", 1);
+            for (t = 0; t < n_threads; t++) {
+                TEST_CHECK(bitnet_set_num_threads(threads[t]) == BITNET_OK);
+                memset(p->out, 0xff, p->m * p->n * sizeof(float));
+                TEST_CHECK(run(p, p->out) == BITNET_OK);
+                TEST_CHECKF(memcmp(p->out, p->ref, p->m * p->n * sizeof(float)) == 0, "%s%s, %d threads, %s m=%zu n=%zu k=%zu",
+                            bitnet_isa_name((bitnet_isa)isa), amx ? " (BITNET_CPU_AMX=0)" : "", threads[t],
+                            p->w_scales ? "q8" : "i2s", p->m, p->n, p->k);
+            }
+            unsetenv("BITNET_CPU_AMX");
         }
     }
     TEST_CHECK(bitnet_cpu_set_isa(BITNET_ISA_AUTO) == BITNET_OK);
@@ -196,9 +202,10 @@ static void test_i2s_prefill_extremes(void) {
     problem_free(&p);
 }
 
-/* A failed scratch allocation in the prefill path falls back to the tiles: same bits. The 1st
-   allocation is the packed activations (all of the GEMM falls back), the 2nd and 3rd the
-   threads' unpacked blocks (one thread falls back). */
+/* A failed scratch allocation in the prefill path falls back to the tiles: same bits. Without AMX
+   the 1st allocation is the packed activations (all of the GEMM falls back), the 2nd and 3rd the
+   threads' unpacked blocks (one thread falls back); with AMX (nothing packed) the 1st and 2nd are
+   the threads' buffers. Run both ways. */
 static void test_i2s_prefill_alloc_failure(void) {
     problem p;
     int f;
@@ -211,15 +218,52 @@ static void test_i2s_prefill_alloc_failure(void) {
     TEST_CHECK(bitnet_cpu_set_isa(BITNET_ISA_AUTO) == BITNET_OK);
     TEST_CHECK(bitnet_set_num_threads(2) == BITNET_OK);
     TEST_CHECK(run(&p, p.out) == BITNET_OK); /* the pool is up before the faults */
-    for (f = 1; f <= 3; f++) {
-        snprintf(spec, sizeof spec, "host_alloc:%d", f);
+    for (f = 1; f <= 6; f++) {
+        if (f == 4) setenv("BITNET_CPU_AMX", "0", 1);
+        snprintf(spec, sizeof spec, "host_alloc:%d", (f - 1) % 3 + 1);
         memset(p.out, 0xff, p.m * p.n * sizeof(float));
         TEST_CHECK(bitnet_set_fault(spec) == BITNET_OK);
         TEST_CHECK(run(&p, p.out) == BITNET_OK);
         TEST_CHECK(bitnet_set_fault("") == BITNET_OK);
-        TEST_CHECKF(memcmp(p.out, p.ref, p.m * p.n * sizeof(float)) == 0, "%s", spec);
+        TEST_CHECKF(memcmp(p.out, p.ref, p.m * p.n * sizeof(float)) == 0, "%s%s", spec, f > 3 ? " (BITNET_CPU_AMX=0)" : "");
     }
+    unsetenv("BITNET_CPU_AMX");
     TEST_CHECK(bitnet_set_num_threads(0) == BITNET_OK);
+    problem_free(&p);
+}
+
+/* Launches recorded under name since the last reset. */
+static uint64_t stat_launches(const char *name) {
+    bitnet_kernel_stat ks[64];
+    size_t n = 0, i;
+    TEST_CHECK(bitnet_kernel_stats(ks, 64, &n) == BITNET_OK);
+    for (i = 0; i < n; i++)
+        if (strcmp(ks[i].name, name) == 0) return ks[i].launches;
+    return 0;
+}
+
+/* Prompt-sized GEMMs on AVX-512 take the AMX path exactly where bitnet_cpu_has_amx says the tile
+   unit is there (the kernel statistics name the path that ran), and BITNET_CPU_AMX=0 keeps VNNI. */
+static void test_i2s_prefill_amx_dispatch(void) {
+    problem p;
+    if (!bitnet_cpu_has_isa(BITNET_ISA_AVX512)) TEST_SKIP("no AVX-512 path on this CPU or build");
+    test_seed(23);
+    make_i2s(&p, 40, 256, 48);
+    TEST_CHECK(bitnet_cpu_set_isa(BITNET_ISA_AVX512) == BITNET_OK);
+    bitnet_kernel_stats_reset();
+    TEST_CHECK(run(&p, p.out) == BITNET_OK);
+    TEST_CHECKF(stat_launches("cpu_gemm_i2s_amx") == (uint64_t)(bitnet_cpu_has_amx() ? 1 : 0), "AMX %s, amx launches %llu",
+                bitnet_cpu_has_amx() ? "usable" : "not usable", (unsigned long long)stat_launches("cpu_gemm_i2s_amx"));
+    setenv("BITNET_CPU_AMX", "0", 1);
+    bitnet_kernel_stats_reset();
+    TEST_CHECK(run(&p, p.out) == BITNET_OK);
+    TEST_CHECK(stat_launches("cpu_gemm_i2s_amx") == 0 && stat_launches("cpu_gemm_i2s_avx512") == 1);
+    unsetenv("BITNET_CPU_AMX");
+    p.m = 31; /* below the prompt path */
+    bitnet_kernel_stats_reset();
+    TEST_CHECK(run(&p, p.out) == BITNET_OK);
+    TEST_CHECK(stat_launches("cpu_gemm_i2s_amx") == 0 && stat_launches("cpu_gemm_i2s_avx512") == 1);
+    TEST_CHECK(bitnet_cpu_set_isa(BITNET_ISA_AUTO) == BITNET_OK);
     problem_free(&p);
 }
 
@@ -552,6 +596,7 @@ int main(void) {
     RUN_TEST(test_i2s_prefill_tails);
     RUN_TEST(test_i2s_prefill_extremes);
     RUN_TEST(test_i2s_prefill_alloc_failure);
+    RUN_TEST(test_i2s_prefill_amx_dispatch);
     RUN_TEST(test_i2s_gemv_13824x2560);
     RUN_TEST(test_i2s_gemv_2560x6912);
     RUN_TEST(test_i2s_extremes);
