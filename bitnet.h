@@ -39,10 +39,12 @@
      BITNET_NO_SIMD       impl    scalar kernels only
      BITNET_NO_THREADS    impl    no thread pool
      BITNET_NO_MMAP       impl    read GGUF files into memory instead of mapping them
+     BITNET_NO_AMX        impl    no AMX code (Linux x86-64 with GCC 11+ / clang 12+ has it)
      BITNET_MALLOC/BITNET_FREE impl  default allocator (both or neither); bitnet_set_allocator overrides
 
    OPTIONS (environment, read at first use)
      BITNET_CPU=scalar|avx2|avx512|neon   force a CPU path (an error if the CPU lacks it)
+     BITNET_CPU_AMX=0                     prompt GEMMs on AVX-512 VNNI even where AMX tiles are there
      BITNET_NUM_THREADS=N                 thread count, default the online cores
      BITNET_FAULT=host_alloc:N            make the Nth host allocation fail (testing); also
                                           device_alloc:N, nvrtc, module_load (comma-separated)

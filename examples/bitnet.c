@@ -19,7 +19,8 @@ static int cmd_help(int argc, char **argv);
 
 static int cmd_version(int argc, char **argv) {
     (void)argc; (void)argv;
-    printf("bitnet %s (cpu path %s)\n", BITNET_VERSION_STRING, bitnet_isa_name(bitnet_cpu_isa()));
+    printf("bitnet %s (cpu path %s%s)\n", BITNET_VERSION_STRING, bitnet_isa_name(bitnet_cpu_isa()),
+           bitnet_cpu_isa() == BITNET_ISA_AVX512 && bitnet_cpu_has_amx() ? ", AMX tiles for prompts" : "");
     return 0;
 }
 
