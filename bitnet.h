@@ -45,6 +45,7 @@
    OPTIONS (environment, read at first use)
      BITNET_CPU=scalar|avx2|avx512|neon   force a CPU path (an error if the CPU lacks it)
      BITNET_CPU_AMX=0                     prompt GEMMs on AVX-512 VNNI even where AMX tiles are there
+                                          (read at each GEMM: tests and A/B runs switch it)
      BITNET_NUM_THREADS=N                 thread count, default the online cores
      BITNET_FAULT=host_alloc:N            make the Nth host allocation fail (testing); also
                                           device_alloc:N, nvrtc, module_load (comma-separated)
@@ -3474,7 +3475,7 @@ BITNET__KERN_AMX static void bitnet__amx_begin(void) {
 BITNET__KERN_AMX static void bitnet__amx_end(void) { __asm__ volatile("tilerelease" ::: "memory"); }
 
 /* Activation rows [0, m) (a: row-major, m x k) against one unpacked block of nr weight rows.
-   scratch: 32 * k bytes (the last rows, zero-padded to 32) and 32 x 32 int32 sums, 64-byte aligned.
+   scratch: 32 * k bytes (the last rows, zero-padded to 32), then 32 x 32 int32 sums.
    The packed weights of the next blocks (next, next_bytes) are prefetched along the way. */
 BITNET__KERN_AMX static void bitnet__pf_block_amx(const uint8_t *buf, size_t k, const int8_t *a, const float *a_scale,
                                                   const int32_t *a_sum, size_t m, float ws, size_t nr, float *out, size_t n,
