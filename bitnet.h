@@ -3474,19 +3474,31 @@ BITNET__KERN_AMX static void bitnet__amx_begin(void) {
 }
 BITNET__KERN_AMX static void bitnet__amx_end(void) { __asm__ volatile("tilerelease" ::: "memory"); }
 
-/* Activation rows [0, m) (a: row-major, m x k) against one unpacked block of nr weight rows.
-   scratch: 32 * k bytes (the last rows, zero-padded to 32), then 32 x 32 int32 sums.
+/* bitnet__epilogue of activation row i of a 32 x 32 block of sums (its two halves under m0, m1). */
+BITNET__KERN_AMX BITNET__AINLINE void bitnet__amx_epi(const int32_t *sums, size_t i, int32_t corr, float a_scale, float ws,
+                                                    __mmask16 m0, __mmask16 m1, float *out) {
+    bitnet__pf_epi_avx512(_mm512_loadu_si512((const void *)(sums + 32 * i)), corr, a_scale, ws, m0, out);
+    if (m1) bitnet__pf_epi_avx512(_mm512_loadu_si512((const void *)(sums + 32 * i + 16)), corr, a_scale, ws, m1, out + 16);
+}
+/* Activation rows [0, m) (a: row-major, m x k) against one unpacked block of nr weight rows, 32 at a
+   time. The epilogue of each 32 rows runs one row per 64 columns inside the next 32 rows' tile loop,
+   so the vector unit's divisions overlap the tile unit's work (run after the loop, the epilogue took
+   a fifth of the time; overlapped, the GEMM is 6% faster: BENCHMARKS.md).
+   scratch: 32 * k bytes (the last rows, zero-padded to 32), then two 32 x 32 int32 blocks of sums.
    The packed weights of the next blocks (next, next_bytes) are prefetched along the way. */
 BITNET__KERN_AMX static void bitnet__pf_block_amx(const uint8_t *buf, size_t k, const int8_t *a, const float *a_scale,
                                                   const int32_t *a_sum, size_t m, float ws, size_t nr, float *out, size_t n,
                                                   uint8_t *scratch, const uint8_t *next, size_t next_bytes) {
     const __mmask16 m0 = (__mmask16)(nr >= 16 ? 0xffff : (1u << nr) - 1);
     const __mmask16 m1 = (__mmask16)(nr >= 32 ? 0xffff : nr > 16 ? (1u << (nr - 16)) - 1 : 0);
-    int32_t *sums = (int32_t *)(void *)(scratch + 32 * k);
+    int32_t *sums[2];
     const size_t chunks = (m + 31) / 32, pf_per = (next_bytes / 64 + chunks - 1) / chunks;
-    size_t t, c, i, pf = 0;
+    size_t t, c, i, pf = 0, pt = 0, pn = 0, pe = 0; /* the previous 32 rows: first row, count, done */
+    sums[0] = (int32_t *)(void *)(scratch + 32 * k), sums[1] = sums[0] + 32 * 32;
     for (t = 0; t < m; t += 32) {
         const size_t mt = BITNET__MIN((size_t)32, m - t);
+        const int32_t *ps = sums[(t / 32 + 1) & 1];
+        int32_t *cs = sums[(t / 32) & 1];
         const int8_t *at = a + t * k;
         if (mt < 32) {
             memcpy(scratch, at, mt * k);
@@ -3507,21 +3519,19 @@ BITNET__KERN_AMX static void bitnet__pf_block_amx(const uint8_t *buf, size_t k, 
                              "tdpbsud %%tmm7, %%tmm5, %%tmm3"
                              ::"r"(at + c), "r"((long)k), "r"(at + 16 * k + c), "r"(b), "r"(128L), "r"(b + 64)
                              : "memory");
+            if (pe < pn) bitnet__amx_epi(ps, pe, a_sum[pt + pe], a_scale[pt + pe], ws, m0, m1, out + (pt + pe) * n), pe++;
         }
+        for (; pe < pn; pe++) bitnet__amx_epi(ps, pe, a_sum[pt + pe], a_scale[pt + pe], ws, m0, m1, out + (pt + pe) * n);
         __asm__ volatile("tilestored %%tmm0, (%0,%1,1)\n\t"
                          "tilestored %%tmm1, (%2,%1,1)\n\t"
                          "tilestored %%tmm2, (%3,%1,1)\n\t"
                          "tilestored %%tmm3, (%4,%1,1)"
-                         ::"r"(sums), "r"(128L), "r"(sums + 16), "r"(sums + 512), "r"(sums + 528)
+                         ::"r"(cs), "r"(128L), "r"(cs + 16), "r"(cs + 512), "r"(cs + 528)
                          : "memory");
-        for (i = 0; i < mt; i++) {
-            bitnet__pf_epi_avx512(_mm512_loadu_si512((const void *)(sums + 32 * i)), a_sum[t + i], a_scale[t + i], ws, m0,
-                                  out + (t + i) * n);
-            if (m1)
-                bitnet__pf_epi_avx512(_mm512_loadu_si512((const void *)(sums + 32 * i + 16)), a_sum[t + i], a_scale[t + i], ws,
-                                      m1, out + (t + i) * n + 16);
-        }
+        pt = t, pn = mt, pe = 0;
     }
+    for (; pe < pn; pe++)
+        bitnet__amx_epi(sums[(pt / 32) & 1], pe, a_sum[pt + pe], a_scale[pt + pe], ws, m0, m1, out + (pt + pe) * n);
 }
 #endif
 
@@ -3876,11 +3886,11 @@ static void bitnet__gemm_run(bitnet__gemm_job *j) {
         /* one item per 32 weight rows, all activation rows; a failed allocation here leaves the
            tiles, one in a thread makes that thread run its items with the tiles (same bits). AMX
            reads the activations as they are; each thread's buffer holds the unpacked block, the
-           last activation rows padded to 32 and 32 x 32 sums. */
+           last activation rows padded to 32 and two 32 x 32 blocks of sums. */
         size_t ap_bytes, acc_bytes;
 #if defined(BITNET__AMX)
         if (bitnet__gemm_amx(j) && bitnet__mul_size(j->k, 2 * BITNET__PF_ROWS, &j->pf_bytes) &&
-            bitnet__add_size(j->pf_bytes, 32 * 32 * 4, &j->pf_bytes))
+            bitnet__add_size(j->pf_bytes, 2 * 32 * 32 * 4, &j->pf_bytes))
             j->pf = 2;
         else
 #endif
