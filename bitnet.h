@@ -3722,6 +3722,7 @@ typedef struct bitnet__gemm_job {
     int q8;                          /* 0: I2_S weights, 1: int8 weights */
     bitnet__tile_fn tile;            /* NULL: the scalar reference */
     int tile_t;                      /* activation rows per tile */
+    int amx;                         /* the caller's choice (bitnet__gemm_amx): the prefill path on AMX tiles */
     int pf;                          /* the prefill path, items of BITNET__PF_ROWS rows: 1 AVX-512, 2 AMX */
     int8_t *ap;                      /* pf: the activations packed by bitnet__pf_pack */
     size_t pf_bytes;                 /* pf: each thread's unpacked block and partial sums */
@@ -3889,7 +3890,7 @@ static void bitnet__gemm_run(bitnet__gemm_job *j) {
            last activation rows padded to 32 and two 32 x 32 blocks of sums. */
         size_t ap_bytes, acc_bytes;
 #if defined(BITNET__AMX)
-        if (bitnet__gemm_amx(j) && bitnet__mul_size(j->k, 2 * BITNET__PF_ROWS, &j->pf_bytes) &&
+        if (j->amx && bitnet__mul_size(j->k, 2 * BITNET__PF_ROWS, &j->pf_bytes) &&
             bitnet__add_size(j->pf_bytes, 2 * 32 * 32 * 4, &j->pf_bytes))
             j->pf = 2;
         else
@@ -3934,7 +3935,8 @@ BITNET_API bitnet_result bitnet_gemm_i2s(const void *w, size_t w_bytes, size_t n
     j.a_sum = a_sum;
     memcpy(&j.w_scale, (const uint8_t *)w + n * k / 4, 4);
     j.out = out;
-    if (bitnet__gemm_amx(&j)) BITNET__KSTAT("cpu_gemm_i2s_amx", bitnet__gemm_run(&j));
+    j.amx = bitnet__gemm_amx(&j); /* once: the statistic names the path that runs */
+    if (j.amx) BITNET__KSTAT("cpu_gemm_i2s_amx", bitnet__gemm_run(&j));
     else BITNET__KSTAT_ISA("cpu_gemm_i2s", bitnet_cpu_isa(), bitnet__gemm_run(&j));
     return BITNET_OK;
 }
@@ -10522,8 +10524,8 @@ static bitnet_result bitnet__gpu_session_init(bitnet_session *s) {
     { /* the most positions whose K and V fit in the short form's shared memory (with 1 KB for its
          static part), in steps of 16, at least 16 */
         unsigned hd = (unsigned)s->m->info.head_dim, fixed = bitnet__gatt_smem(hd, 512, 0) + 1024;
-        tmax = g->smem_optin > (int)fixed ? (int)(((unsigned)g->smem_optin - fixed) / (bitnet__gatt_smem(hd, 512, 1) -
-               bitnet__gatt_smem(hd, 512, 0)) / 16 * 16) : 0;
+        unsigned per = bitnet__gatt_smem(hd, 512, 1) - bitnet__gatt_smem(hd, 512, 0); /* bytes a position */
+        tmax = g->smem_optin > (int)fixed ? (int)(((unsigned)g->smem_optin - fixed) / per / 16 * 16) : 0;
         tmax = BITNET__MAX(16, tmax);
     }
     q->att_t = BITNET__MIN(BITNET__GPU_ATT_T, tmax);
