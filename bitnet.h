@@ -10252,7 +10252,6 @@ BITNET_API bitnet_result bitnet_quantizer_summary(const bitnet_quantizer *qz, ch
 #define BITNET__GPU_PREFILL_MIN 2     /* tokens per call from which prefill takes the GEMM path */
 #define BITNET__GPU_ATT_ROWS 32       /* prefill attention: rows (query x head) a block (the kernels' BF_PR) */
 #define BITNET__GPU_ATT_PK 32         /* prefill attention: keys a tile (the kernels' BF_PK; 32: two blocks an SM) */
-#define BITNET__GPU_ATT_PRE 1         /* decode attention: the weights it pulls into L2 (bitnet__gsession.att_pre) */
 
 typedef struct bitnet__glayer {
     bitnet_gpu_ternary qkv, o, gu, down; /* wq||wk||wv, wo, w_gate||w_up (glu), w_down */
@@ -10295,7 +10294,6 @@ typedef struct bitnet__gsession {
     int B, smax, head_blocks, have_next;
     int att_t, att_r, att_tile;       /* the decode attention's forms: BITNET__GPU_ATT_T, _R, _TILE */
     int gemv_items;                   /* decode GEMV: K chunks a warp takes, at least (sets the warps a block) */
-    int att_pre;                      /* decode attention pulls into L2: 1 O, 2 gate||up, 4 down, 8 the next QKV (a mask) */
     bitnet_gpu_graph *graph[2];       /* the decode step, its attention in the short and the long form */
     int form;                         /* the form of the step being launched: 1 from att_t + 1 positions */
 } bitnet__gsession;
@@ -10534,8 +10532,6 @@ static bitnet_result bitnet__gpu_session_init(bitnet_session *s) {
     { /* BITNET_GPU_GEMV_ITEMS: tuning and tests only */
         const char *e = bitnet__getenv("BITNET_GPU_GEMV_ITEMS");
         q->gemv_items = e && atoi(e) >= 1 && atoi(e) <= 64 ? atoi(e) : 4; /* H100: 4 beat 8 by 2% and 16 by 40% */
-        e = bitnet__getenv("BITNET_GPU_ATT_PRE"); /* the same: 0 .. 15 */
-        q->att_pre = e && atoi(e) >= 0 && atoi(e) <= 15 ? atoi(e) : BITNET__GPU_ATT_PRE;
         e = bitnet__getenv("BITNET_GPU_ATT_T"); /* the same, and tests (the long form early): 16 .. tmax */
         if (e && atoi(e) >= 16 && atoi(e) <= tmax) q->att_t = atoi(e) / 16 * 16;
         e = bitnet__getenv("BITNET_GPU_ATT_R"); /* the same: 8 .. 256 */
@@ -10619,18 +10615,12 @@ static bitnet_result bitnet__gpu_linear(bitnet_session *s, bitnet_gpu_kernel *k,
 }
 
 /* 4-6. rope + kv_store + attention for one token (layer l): q and k rotated at the position in
-   io[1], k and v appended to the cache, att = softmax(q K^T / sqrt(hd)) V over the positions so far.
-   The kernel also pulls the weights of the kernels after it (the mask q->att_pre) into L2: it reads
-   little from DRAM itself, so they stream in while it runs. */
-typedef struct bitnet__gpre4 { bitnet_devptr p[4]; unsigned long long n[4]; } bitnet__gpre4; /* the kernel's bf_pre4 */
+   io[1], k and v appended to the cache, att = softmax(q K^T / sqrt(hd)) V over the positions so far. */
 static bitnet_result bitnet__gpu_attention(bitnet_session *s, int l) {
     const bitnet_model *m = s->m;
     const bitnet__gmodel *g = (const bitnet__gmodel *)m->gpu;
     bitnet__gsession *q = (bitnet__gsession *)s->gpu;
-    int hd = m->info.head_dim, nh = m->info.n_heads, nkv = m->info.n_kv_heads, i;
-    const bitnet__glayer *L = &g->layers[l];
-    const bitnet_gpu_ternary *w[4];
-    bitnet__gpre4 p4;
+    int hd = m->info.head_dim, nh = m->info.n_heads, nkv = m->info.n_kv_heads;
     size_t layer = (size_t)l * (size_t)m->kv_dim * (size_t)s->n_ctx * 2;
     bitnet_devptr kc = q->kc + layer, vc = q->vc + layer, pos = q->io + 4;
     /* the short form: one block of 512 threads a head; the long one: ranges of about R positions, a
@@ -10638,16 +10628,10 @@ static bitnet_result bitnet__gpu_attention(bitnet_session *s, int l) {
     unsigned nt = q->form ? 128 : 512, T = (unsigned)(q->form ? q->att_tile : q->att_t);
     unsigned smem = bitnet__gatt_smem((unsigned)hd, nt, T);
     int Ti = (int)T;
-    void *args[17];
-    w[0] = &L->o, w[1] = &L->gu, w[2] = &L->down, w[3] = l + 1 < m->info.n_layers ? &g->layers[l + 1].qkv : NULL;
-    for (i = 0; i < 4; i++) {
-        int on = (q->att_pre >> i & 1) && w[i];
-        p4.p[i] = on ? w[i]->data : 0;
-        p4.n[i] = on ? (unsigned long long)w[i]->n_pad * (unsigned long long)w[i]->k / 4 : 0;
-    }
+    void *args[16];
     args[0] = &q->qkv, args[1] = &q->rope, args[2] = &pos, args[3] = &kc, args[4] = &vc, args[5] = &s->n_ctx, args[6] = &nh,
     args[7] = &nkv, args[8] = &hd, args[9] = &q->smax, args[10] = &Ti, args[11] = &q->att_r, args[12] = &q->part_o,
-    args[13] = &q->part_ml, args[14] = &q->ctr, args[15] = &q->att, args[16] = &p4;
+    args[13] = &q->part_ml, args[14] = &q->ctr, args[15] = &q->att;
     return bitnet__gpu_launch(q->gpu, g->attn, (unsigned)nh, q->form ? (unsigned)q->smax : 1u, nt, 1, smem, args);
 }
 
@@ -10668,9 +10652,10 @@ static bitnet_result bitnet__gpu_head(bitnet_session *s, bitnet_devptr x_row, in
     return bitnet__gpu_launch(q->gpu, g->head_k, (unsigned)q->head_blocks, 1, 256, 1, (unsigned)dim * (g->head_q8 ? 1 : 4), args);
 }
 
-/* One token's forward, as launched into the decode graph (token and position in io). The attention
-   pulls the O matrix into L2 (q->att_pre; H100: 1% a step; pulling gate||up or down as well cost more
-   than it saved, and so did every kernel pulling the next one's weights: BENCHMARKS.md). */
+/* One token's forward, as launched into the decode graph (token and position in io). Nothing pulls
+   weights into L2 ahead of their kernel: on the H100 every way measured (the attention pulling the
+   next matrices, each kernel the next one's, a graph branch beside the chain) was no faster, or
+   slower (BENCHMARKS.md). */
 static bitnet_result bitnet__gpu_step(bitnet_session *s) {
     const bitnet_model *m = s->m;
     const bitnet__gmodel *g = (const bitnet__gmodel *)m->gpu;

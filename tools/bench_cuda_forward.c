@@ -181,17 +181,13 @@ static double step_us(void) { return step_us_at(PROMPT + 1); }
 static void kernel_times(void) {
     bitnet__gmodel *gm = (bitnet__gmodel *)G_m->gpu;
     bitnet__gsession *q = (bitnet__gsession *)G_s->gpu;
-    static const char *names[8] = {"embed", "qkv gemv", "attention", "o gemv (+res)", "gate|up gemv", "down gemv (+res)", "head",
-                                   "attention+L2 pull"};
+    static const char *names[7] = {"embed", "qkv gemv", "attention", "o gemv (+res)", "gate|up gemv", "down gemv (+res)", "head"};
     int kind, l, i, nl = G_m->info.n_layers;
     double total = 0;
-    for (kind = 0; kind < 8; kind++) {
+    for (kind = 0; kind < 7; kind++) {
         bitnet_gpu_graph *gr = NULL;
         double ms;
         int n = (kind == 0 || kind == 6) ? 1 : nl;
-        int pre = q->att_pre;
-        if (kind == 7 && !pre) continue;
-        if (kind == 2) q->att_pre = 0; /* while the graph is captured */
         CHECK(bitnet_gpu_graph_begin(q->gpu));
         for (l = 0; l < n; l++) {
             const bitnet__glayer *L = &gm->layers[l];
@@ -199,8 +195,7 @@ static void kernel_times(void) {
             switch (kind) {
             case 0: r = bitnet__gpu_embed(G_s, q->erow, q->iota, 1); break;
             case 1: r = bitnet__gpu_linear(G_s, gm->gemv_store, &L->qkv, q->x, L->attn_norm, q->qkv); break;
-            case 2: /* the attention alone: no L2 pulls */
-            case 7: r = bitnet__gpu_attention(G_s, l); break; /* the step's pulls, with nothing to use them */
+            case 2: r = bitnet__gpu_attention(G_s, l); break;
             case 3: r = bitnet__gpu_linear(G_s, gm->gemv_res, &L->o, q->att, L->attn_sub_norm, q->x); break;
             case 4: r = bitnet__gpu_linear(G_s, gm->gemv_glu, &L->gu, q->x, L->ffn_norm, q->h); break;
             case 5: r = bitnet__gpu_linear(G_s, gm->gemv_res, &L->down, q->h, L->ffn_sub_norm, q->x); break;
@@ -209,14 +204,13 @@ static void kernel_times(void) {
             CHECK(r);
         }
         CHECK(bitnet_gpu_graph_end(q->gpu, &gr));
-        q->att_pre = pre;
         CHECK(bitnet_gpu_graph_launch(q->gpu, gr)); /* warm */
         CHECK(bitnet_gpu_timer_begin(q->gpu));
         for (i = 0; i < 20; i++) CHECK(bitnet_gpu_graph_launch(q->gpu, gr));
         CHECK(bitnet_gpu_timer_end(q->gpu, &ms));
         bitnet_gpu_graph_free(gr);
         printf("    %-18s %7.2f us a launch, %7.1f us a step\n", names[kind], 1000.0 * ms / 20 / n, 1000.0 * ms / 20);
-        if (kind < 7) total += 1000.0 * ms / 20;
+        total += 1000.0 * ms / 20;
     }
     printf("    sum: %.1f us a step\n", total);
 }
@@ -259,29 +253,57 @@ static void measure(const char *what, const int32_t *ref) {
 
 /* The floor: a graph of 152 empty kernels (one decode step's count). */
 static void empty_graph(void) {
+    /* 0: empty; 1: empty, waiting and triggering under PDL; 2: a chain under PDL: every block reads
+       the 2560 floats the kernel before wrote, sums their squares over the block, writes its 32 */
+    static const char *src =
+        "extern \"C\" __global__ void bitnet_k_empty(int x) { (void)x; }\n"
+        "extern \"C\" __global__ void bitnet_k_empty_pdl(int x) {\n"
+        "    (void)x; asm volatile(\"griddepcontrol.wait;\" ::: \"memory\"); asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\"); }\n"
+        "extern \"C\" __global__ void bitnet_k_chain(const float *x, float *y) {\n"
+        "    __shared__ double sh[32];\n"
+        "    asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");\n"
+        "    double s = 0.0;\n"
+        "    for (int i = threadIdx.x; i < 640; i += blockDim.x) { float4 v = ((const float4 *)x)[i]; s += (double)v.x * v.x + (double)v.y * v.y + (double)v.z * v.z + (double)v.w * v.w; }\n"
+        "    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);\n"
+        "    if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = s;\n"
+        "    __syncthreads();\n"
+        "    s = 0.0; for (int i = 0; i < (int)(blockDim.x >> 5); i++) s += sh[i];\n"
+        "    asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\");\n"
+        "    if (threadIdx.x < 32 && blockIdx.x < 80) y[blockIdx.x * 32 + threadIdx.x] = (float)(s * 1e-9) + x[blockIdx.x * 32 + threadIdx.x];\n"
+        "}\n";
     bitnet__gsession *q = (bitnet__gsession *)G_s->gpu;
     bitnet_gpu_module *mod;
     bitnet_gpu_kernel *k;
     bitnet_gpu_graph *gr = NULL;
     unsigned grid[3] = {132, 1, 1}, block[3] = {256, 1, 1};
     double ms;
-    int i, n = 2 + 5 * G_m->info.n_layers;
-    CHECK(bitnet_gpu_module_load(q->gpu, "extern \"C\" __global__ void bitnet_k_empty(int x) { (void)x; }\n", "", &mod));
-    CHECK(bitnet_gpu_kernel_get(mod, "bitnet_k_empty", &k));
-    CHECK(bitnet_gpu_graph_begin(q->gpu));
-    for (i = 0; i < n; i++) {
-        void *args[1];
-        args[0] = &i;
-        CHECK(bitnet_gpu_launch(q->gpu, k, grid, block, 0, args));
+    int i, v, n = 2 + 5 * G_m->info.n_layers;
+    bitnet_devptr buf[2];
+    static const char *what[3] = {"empty kernels", "empty kernels under PDL (wait, trigger)",
+                                  "chain kernels under PDL (wait, read 2560 floats, block sum, write 32)"};
+    CHECK(bitnet_gpu_module_load(q->gpu, src, "", &mod));
+    CHECK(bitnet_gpu_alloc(q->gpu, 2560 * 4, &buf[0]));
+    CHECK(bitnet_gpu_alloc(q->gpu, 2560 * 4, &buf[1]));
+    CHECK(bitnet_gpu_memset(q->gpu, buf[0], 0, 2560 * 4));
+    CHECK(bitnet_gpu_memset(q->gpu, buf[1], 0, 2560 * 4));
+    for (v = 0; v < 3; v++) {
+        CHECK(bitnet_gpu_kernel_get(mod, v == 0 ? "bitnet_k_empty" : v == 1 ? "bitnet_k_empty_pdl" : "bitnet_k_chain", &k));
+        k->pdl = v > 0;
+        CHECK(bitnet_gpu_graph_begin(q->gpu));
+        for (i = 0; i < n; i++) {
+            void *args[2];
+            args[0] = v == 2 ? (void *)&buf[i & 1] : (void *)&i, args[1] = &buf[(i + 1) & 1];
+            CHECK(bitnet_gpu_launch(q->gpu, k, grid, block, 0, args));
+        }
+        CHECK(bitnet_gpu_graph_end(q->gpu, &gr));
+        CHECK(bitnet_gpu_graph_launch(q->gpu, gr));
+        CHECK(bitnet_gpu_timer_begin(q->gpu));
+        for (i = 0; i < 20; i++) CHECK(bitnet_gpu_graph_launch(q->gpu, gr));
+        CHECK(bitnet_gpu_timer_end(q->gpu, &ms));
+        printf("  floor: a graph of %d %s (132 x 256 threads) takes %.1f us, %.2f us a node\n", n, what[v], 1000.0 * ms / 20,
+               1000.0 * ms / 20 / n);
+        bitnet_gpu_graph_free(gr);
     }
-    CHECK(bitnet_gpu_graph_end(q->gpu, &gr));
-    CHECK(bitnet_gpu_graph_launch(q->gpu, gr));
-    CHECK(bitnet_gpu_timer_begin(q->gpu));
-    for (i = 0; i < 20; i++) CHECK(bitnet_gpu_graph_launch(q->gpu, gr));
-    CHECK(bitnet_gpu_timer_end(q->gpu, &ms));
-    printf("  floor: a graph of %d empty kernels (132 x 256 threads) takes %.1f us, %.2f us a node\n", n, 1000.0 * ms / 20,
-           1000.0 * ms / 20 / n);
-    bitnet_gpu_graph_free(gr);
 }
 
 /* The host's part of a decode step: 25 steps from position PROMPT (graph replays move the position
@@ -446,20 +468,18 @@ int main(int argc, char **argv) {
     set_pdl(1);
     measure("with programmatic dependent launch", gen_dev);
     { /* decode attention: one block a head up to T positions, else ranges of about R in tiles of TILE
-         (att_t, att_r, att_tile; the library: BITNET__GPU_ATT_T, _R, _TILE), and what it pulls into L2
-         for the kernels after it (the library: BITNET__GPU_ATT_PRE); 0: the default */
-        static const int cfg[][4] = {{0, 0, 0, 0}, {64, 0, 0, 1}, {128, 0, 0, 1}, {0, 8, 0, 1}, {0, 32, 0, 1}, {0, 0, 32, 1}};
-        int def = gs->att_pre, deft = gs->att_t, defr = gs->att_r, defl = gs->att_tile;
+         (att_t, att_r, att_tile; the library: BITNET__GPU_ATT_T, _R, _TILE); 0: the default */
+        static const int cfg[][3] = {{64, 0, 0}, {128, 0, 0}, {0, 8, 0}, {0, 32, 0}, {0, 0, 32}};
+        int deft = gs->att_t, defr = gs->att_r, defl = gs->att_tile;
         for (j = 0; j < (int)(sizeof cfg / sizeof cfg[0]); j++) {
             char what[96];
             gs->att_t = cfg[j][0] ? cfg[j][0] : deft, gs->att_r = cfg[j][1] ? cfg[j][1] : defr;
-            gs->att_tile = cfg[j][2] ? cfg[j][2] : defl, gs->att_pre = cfg[j][3];
+            gs->att_tile = cfg[j][2] ? cfg[j][2] : defl;
             drop_graphs(gs);
-            snprintf(what, sizeof what, "attention T %d R %d tile %d, L2 pull %d%s", gs->att_t, gs->att_r, gs->att_tile,
-                     cfg[j][3], cfg[j][3] & 1 ? " O" : "");
+            snprintf(what, sizeof what, "attention T %d R %d tile %d", gs->att_t, gs->att_r, gs->att_tile);
             measure(what, gen_dev);
         }
-        gs->att_pre = def, gs->att_t = deft, gs->att_r = defr, gs->att_tile = defl;
+        gs->att_t = deft, gs->att_r = defr, gs->att_tile = defl;
         drop_graphs(gs);
         printf("  per kernel, at position 180:\n");
         step_us_at(180);
