@@ -469,7 +469,7 @@ int main(int argc, char **argv) {
     measure("with programmatic dependent launch", gen_dev);
     { /* decode attention: one block a head up to T positions, else ranges of about R in tiles of TILE
          (att_t, att_r, att_tile; the library: BITNET__GPU_ATT_T, _R, _TILE); 0: the default */
-        static const int cfg[][3] = {{64, 0, 0}, {128, 0, 0}, {0, 8, 0}, {0, 32, 0}, {0, 0, 32}};
+        static const int cfg[][3] = {{64, 0, 0}, {128, 0, 0}, {0, 16, 0}, {0, 32, 0}, {0, 0, 32}};
         int deft = gs->att_t, defr = gs->att_r, defl = gs->att_tile;
         for (j = 0; j < (int)(sizeof cfg / sizeof cfg[0]); j++) {
             char what[96];
