@@ -1385,7 +1385,6 @@ static const char bitnet_cuda_src_forward[] = BITNET_CUDA_SRC_KHELPERS
     "    unsigned short *krow = vs + T * hd, *vrow = krow + hd;              /* this token's k and v (ranges over T) */\n"
     "    const unsigned short *kbase = kc + (long long)kvh * n_ctx * hd, *vbase = vc + (long long)kvh * n_ctx * hd;\n"
     "    bf_kv_tile(ks, vs, kbase, vbase, p0, min(T, p1 - p0), hd, pos); /* earlier steps' rows */\n"
-
     "    const float *cs = rope + (long long)pos * hd;\n"
     "    float c = 0.0f, sn = 0.0f; /* this thread's rope pair: constant, so before the wait */\n"
     "    if (tid < half) c = cs[2 * tid], sn = cs[2 * tid + 1];\n"

@@ -251,10 +251,10 @@ static void measure(const char *what, const int32_t *ref) {
            !ref ? "" : same == GEN ? ", same tokens" : " (TOKENS DIFFER)");
 }
 
-/* The floor: a graph of 152 empty kernels (one decode step's count). */
+/* The floors: graphs of 152 kernels (one decode step's count) that are 0: empty; 1: empty, waiting
+   and triggering under PDL; 2: a chain under PDL: every block reads the 2560 floats the kernel
+   before wrote, sums their squares over the block, writes its 32 (a GEMV without weights). */
 static void empty_graph(void) {
-    /* 0: empty; 1: empty, waiting and triggering under PDL; 2: a chain under PDL: every block reads
-       the 2560 floats the kernel before wrote, sums their squares over the block, writes its 32 */
     static const char *src =
         "extern \"C\" __global__ void bitnet_k_empty(int x) { (void)x; }\n"
         "extern \"C\" __global__ void bitnet_k_empty_pdl(int x) {\n"
@@ -304,6 +304,8 @@ static void empty_graph(void) {
                1000.0 * ms / 20 / n);
         bitnet_gpu_graph_free(gr);
     }
+    CHECK(bitnet_gpu_free(q->gpu, buf[0]));
+    CHECK(bitnet_gpu_free(q->gpu, buf[1]));
 }
 
 /* The host's part of a decode step: 25 steps from position PROMPT (graph replays move the position
