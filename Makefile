@@ -38,12 +38,18 @@ test: all $(TESTS)
 test-gpu: all $(TESTS)
 	@BITNET_REQUIRE_GPU=1 BUILD=$(BUILD) tests/run.sh $(TESTS)
 
-# The header must stay valid C++ and warning-free as C11, and the tools (built on the GPU
-# machine, several on the implementation's internals) must keep compiling with it.
+# The header must stay valid C++ and warning-free as C11, with every compile-time option, and
+# the tools (built on the GPU machine, several on the implementation's internals) must keep
+# compiling with it.
+OPTION_SETS := -DBITNET_STATIC -DBITNET_NO_CUDA -DBITNET_NO_SIMD -DBITNET_NO_THREADS -DBITNET_NO_MMAP -DBITNET_NO_AMX \
+               "-DBITNET_MALLOC=malloc -DBITNET_FREE=free"
 cxx-check:
 	@mkdir -p $(BUILD)
 	$(CXX) -x c++ -std=c++11 -Wall -Wextra -Werror -c -o $(BUILD)/impl_cxx.o tests/impl.c
 	$(CC) -std=c11 -Wall -Wextra -Werror -c -o $(BUILD)/impl_c11.o tests/impl.c
+	@for o in $(OPTION_SETS); do echo "$(CC) and $(CXX) -Werror $$o"; \
+	  $(CC) -std=c11 -Wall -Wextra -Werror $$o -c -o $(BUILD)/impl_opt.o tests/impl.c || exit 1; \
+	  $(CXX) -x c++ -std=c++11 -Wall -Wextra -Werror $$o -c -o $(BUILD)/impl_opt.o tests/impl.c || exit 1; done
 	@for f in tools/*.c; do echo "$(CC) -fsyntax-only $$f"; $(CC) -std=c11 -Wall -Wextra -Werror -fsyntax-only $$f || exit 1; done
 
 # libFuzzer: every tests/fuzz_NAME.c, built with clang and run FUZZ_SECONDS each, seeded from

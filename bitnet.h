@@ -104,7 +104,11 @@
 
 #ifndef BITNET_API
 #ifdef BITNET_STATIC
+#if defined(__GNUC__) || defined(__clang__)
+#define BITNET_API static __attribute__((unused)) /* the functions a program does not call are no warnings */
+#else
 #define BITNET_API static
+#endif
 #else
 #define BITNET_API extern
 #endif
@@ -8191,6 +8195,7 @@ BITNET_API bitnet_result bitnet_gpu_download(bitnet_gpu *gpu, void *dst, bitnet_
     return res;
 }
 
+#if !defined(BITNET_NO_CUDA) /* the four helpers below serve only >>cuda-forward */
 /* Page-locked host memory that the device reads and writes in place (*dev: its device address):
    for host data a kernel needs without a copy each time (the decode step's embedding rows) and for
    downloads that must not wait. */
@@ -8248,6 +8253,7 @@ static bitnet_result bitnet__gpu_mark_wait(bitnet_gpu *gpu, bitnet__CUevent mark
     bitnet__ctx_pop();
     return r ? bitnet__cu_fail(BITNET_ERR_CUDA, r, "waiting for a download (an earlier kernel or copy failed)") : BITNET_OK;
 }
+#endif
 
 BITNET_API bitnet_result bitnet_gpu_copy(bitnet_gpu *gpu, bitnet_devptr dst, bitnet_devptr src, size_t bytes) {
     bitnet_result res;
@@ -10240,9 +10246,7 @@ BITNET_API bitnet_result bitnet_quantizer_summary(const bitnet_quantizer *qz, ch
    Hooks for >>model: bitnet__gpu_model_init/free, bitnet__gpu_session_init/free,
    bitnet__gpu_forward (bitnet__cpu_forward's contract) and bitnet__gpu_next_token (greedy
    decoding without a logits download, a step ahead). */
-/* TEMPORARY: the section compiles once the CPU forward (>>cpu-forward, BITNET__MAX_BATCH) is on
-   main; it also needs the GPU kernels' host API (>>api-gpu-kernels, BITNET_GPU_MAX_PARTS). */
-#if !defined(BITNET_NO_CUDA) && defined(BITNET__MAX_BATCH) && defined(BITNET_GPU_MAX_PARTS)
+#if !defined(BITNET_NO_CUDA)
 #define BITNET__GPU_FORWARD 1
 
 #define BITNET__GPU_ATT_T 96          /* decode attention: contexts up to this many positions are one block a head */
