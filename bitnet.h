@@ -7012,6 +7012,11 @@ static bitnet_result bitnet__cpu_forward(bitnet_session *s, const int32_t *token
    here with the values of cuda.h / nvrtc.h (CUDA 13.0). The entry points live in a struct, so the
    library never defines or exports a cu* or nvrtc* symbol. */
 #ifndef BITNET_NO_CUDA
+#if defined(__has_include)
+#if !__has_include("bitnet_cuda_kernels.h")
+#error "bitnet.h: put bitnet_cuda_kernels.h (the GPU kernels' sources) beside it, or define BITNET_NO_CUDA for a CPU-only build"
+#endif
+#endif
 #include "bitnet_cuda_kernels.h"
 #else
 #define BITNET_CUDA_MODULES(X)
