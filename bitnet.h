@@ -10960,25 +10960,37 @@ static bitnet_result bitnet__weights_to_hugepages(bitnet_model *m, const bitnet_
 /* The CPU head as int8 rows with one scale each, quantized once at load: decode then reads
    n_vocab * dim bytes instead of twice that. A row is quantized like an activation row
    (q = round(x * 127 / absmax), so |q| <= 127), and its scale is absmax / 127. Slabs of rows
-   go through fp32 scratch so progress can be reported between them. */
+   go through fp32 scratch (the rows of a slab on the thread pool) so progress can be reported
+   between them. */
+typedef struct bitnet__hq { const uint16_t *src; float *f; int8_t *q; float *scale; size_t dim, r0; int bad; } bitnet__hq;
+static void bitnet__head_row(void *ctx, int i) {
+    bitnet__hq *c = (bitnet__hq *)ctx;
+    size_t r = c->r0 + (size_t)i, dim = c->dim;
+    float *f = c->f + (size_t)i * dim;
+    if (bitnet_convert_fp16_to_fp32(c->src + r * dim, f, dim) != BITNET_OK ||
+        bitnet_quantize_act(f, 1, dim, c->q + r * dim, c->scale + r, NULL) != BITNET_OK)
+        c->bad = 1; /* (not with these arguments) */
+    else
+        c->scale[r] = 1.0f / c->scale[r];
+}
 static bitnet_result bitnet__head_quantize(bitnet_model *m, const bitnet_model_desc *d) {
-    size_t nv = (size_t)m->info.n_vocab, dim = (size_t)m->info.dim, rows = BITNET__MAX((size_t)1, ((size_t)1 << 22) / dim), r, i;
-    float *f;
-    bitnet_result res = BITNET_OK;
+    size_t nv = (size_t)m->info.n_vocab, dim = (size_t)m->info.dim, rows = BITNET__MAX((size_t)1, ((size_t)1 << 22) / dim), r;
+    bitnet__hq c;
+    c.bad = 0, c.dim = dim, c.src = m->head_f16;
     m->head_q8 = (int8_t *)bitnet__malloc(nv * dim);
     if (m->head_q8) bitnet__hugepages(m->head_q8, nv * dim);
     m->head_scale = (float *)bitnet__malloc(nv * sizeof(float));
-    f = (float *)bitnet__malloc(BITNET__MIN(rows, nv) * dim * sizeof(float));
-    if (!m->head_q8 || !m->head_scale || !f) res = BITNET_ERR_OUT_OF_MEMORY;
-    for (r = 0; r < nv && res == BITNET_OK; r += rows) {
+    c.f = (float *)bitnet__malloc(BITNET__MIN(rows, nv) * dim * sizeof(float));
+    c.q = m->head_q8, c.scale = m->head_scale;
+    if (!m->head_q8 || !m->head_scale || !c.f) c.bad = 2;
+    for (r = 0; r < nv && !c.bad; r += rows) {
         size_t n = BITNET__MIN(rows, nv - r);
-        res = bitnet_convert_fp16_to_fp32(m->head_f16 + r * dim, f, n * dim);
-        if (res == BITNET_OK) res = bitnet_quantize_act(f, n, dim, m->head_q8 + r * dim, m->head_scale + r, NULL);
-        for (i = r; i < r + n; i++) m->head_scale[i] = 1.0f / m->head_scale[i];
+        c.r0 = r;
+        bitnet__for_rows((int)n, dim * 4, bitnet__head_row, &c);
         bitnet__progress(d, 0.4f + 0.6f * (float)(r + n) / (float)nv);
     }
-    bitnet__free(f);
-    return res;
+    bitnet__free(c.f);
+    return c.bad == 2 ? BITNET_ERR_OUT_OF_MEMORY : c.bad ? bitnet__err(BITNET_ERR_INVALID_STATE, "quantizing the head failed") : BITNET_OK;
 }
 
 /* Validates the shapes, takes the pointers, prepares the head for the backend already chosen. */
