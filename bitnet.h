@@ -10928,7 +10928,14 @@ static void bitnet__release_mapped(const void *p, size_t n) {
 }
 
 /* The ternary matrices of a mapped file, copied once into anonymous memory on large pages (see
-   above), and the mapped pages they came from released. */
+   above), and the mapped pages they came from released; a layer's seven on the thread pool. */
+typedef struct bitnet__wcopy { const void **mat[7]; uint8_t *dst[7]; size_t n[7]; } bitnet__wcopy;
+static void bitnet__wcopy_one(void *ctx, int i) {
+    bitnet__wcopy *c = (bitnet__wcopy *)ctx;
+    memcpy(c->dst[i], *c->mat[i], c->n[i]);
+    bitnet__release_mapped(*c->mat[i], c->n[i]);
+    *c->mat[i] = c->dst[i];
+}
 static bitnet_result bitnet__weights_to_hugepages(bitnet_model *m, const bitnet_model_desc *d) {
     const bitnet_model_info *in = &m->info;
     size_t dim = (size_t)in->dim, ff = (size_t)in->ffn_dim, qd = (size_t)m->q_dim, kvd = (size_t)m->kv_dim;
@@ -10936,6 +10943,7 @@ static bitnet_result bitnet__weights_to_hugepages(bitnet_model *m, const bitnet_
     size_t per_layer = 0, off = 0, bytes[7];
     int l, i;
     uint8_t *arena;
+    bitnet__wcopy c;
     for (i = 0; i < 7; i++) per_layer += (bytes[i] = (bitnet_i2s_bytes(n[i], k[i]) + 63) & ~(size_t)63);
     if (per_layer > SIZE_MAX / (size_t)in->n_layers) return bitnet__err(BITNET_ERR_OVERFLOW, "model: weights overflow");
     arena = (uint8_t *)bitnet__malloc(per_layer * (size_t)in->n_layers);
@@ -10943,15 +10951,13 @@ static bitnet_result bitnet__weights_to_hugepages(bitnet_model *m, const bitnet_
     bitnet__hugepages(arena, per_layer * (size_t)in->n_layers);
     for (l = 0; l < in->n_layers; l++) {
         bitnet__layer *L = &m->layers[l];
-        const void **mat[7];
-        mat[0] = &L->wq, mat[1] = &L->wk, mat[2] = &L->wv, mat[3] = &L->wo, mat[4] = &L->w_gate, mat[5] = &L->w_up;
-        mat[6] = &L->w_down;
+        c.mat[0] = &L->wq, c.mat[1] = &L->wk, c.mat[2] = &L->wv, c.mat[3] = &L->wo, c.mat[4] = &L->w_gate,
+        c.mat[5] = &L->w_up, c.mat[6] = &L->w_down;
         for (i = 0; i < 7; i++) {
-            memcpy(arena + off, *mat[i], bitnet_i2s_bytes(n[i], k[i]));
-            bitnet__release_mapped(*mat[i], bitnet_i2s_bytes(n[i], k[i]));
-            *mat[i] = arena + off;
+            c.dst[i] = arena + off, c.n[i] = bitnet_i2s_bytes(n[i], k[i]);
             off += bytes[i];
         }
+        bitnet__for_rows(7, per_layer / 7, bitnet__wcopy_one, &c);
         bitnet__progress(d, 0.1f + 0.3f * (float)(l + 1) / (float)in->n_layers);
     }
     return BITNET_OK;
