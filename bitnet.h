@@ -105,7 +105,7 @@
 #ifndef BITNET_API
 #ifdef BITNET_STATIC
 #if defined(__GNUC__) || defined(__clang__)
-#define BITNET_API static __attribute__((unused)) /* the functions a program does not call are no warnings */
+#define BITNET_API static __attribute__((unused)) /* no warning for the functions a program does not call */
 #else
 #define BITNET_API static
 #endif
