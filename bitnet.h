@@ -7694,6 +7694,12 @@ BITNET_API int bitnet_gpu_available(void) {
 }
 
 /* ---- devices --------------------------------------------------------------------------------- */
+/* 'a' (the arch-specific target, e.g. sm_90a for wgmma) for a module that asks for it on this cc,
+   when the NVRTC for cc knows such targets (CUDA 12 and newer); else 0. */
+static char bitnet__arch_suffix(int a_sm, int cc) {
+    return a_sm && a_sm == cc && bitnet__nvrtc_for(cc)->version >= 12000 ? 'a' : 0;
+}
+
 /* The JIT target for compute capability cc (10*major+minor) with the loaded NVRTC: the exact sm
    when NVRTC supports it (a cubin), else PTX for the highest supported arch below it. */
 static bitnet_result bitnet__jit_pick(int cc, char suffix, int want_ptx, char *target, size_t cap, int *cubin) {
@@ -8576,13 +8582,13 @@ BITNET_API void *bitnet_gpu_raw_function(bitnet_gpu_kernel *k) { return k ? (voi
 /* >>nvrtc ===================================================================================== */
 
 /* The built-in modules and kernels of bitnet_cuda_kernels.h (a sentinel keeps the arrays non-empty). */
-typedef struct bitnet__builtin_mod { const char *name, *source; int min_sm; } bitnet__builtin_mod;
+typedef struct bitnet__builtin_mod { const char *name, *source; int min_sm, a_sm; } bitnet__builtin_mod;
 typedef struct bitnet__builtin_fn { const char *kernel, *module; } bitnet__builtin_fn;
 static const bitnet__builtin_mod bitnet__builtins[] = {
-#define BITNET__MOD_ROW(name, src, sm) {#name, src, sm},
+#define BITNET__MOD_ROW(name, src, sm, a_sm) {#name, src, sm, a_sm},
     BITNET_CUDA_MODULES(BITNET__MOD_ROW)
 #undef BITNET__MOD_ROW
-    {NULL, NULL, 0}};
+    {NULL, NULL, 0, 0}};
 static const bitnet__builtin_fn bitnet__builtin_fns[] = {
 #define BITNET__FN_ROW(kernel, module) {#kernel, #module},
     BITNET_CUDA_KERNELS(BITNET__FN_ROW)
@@ -8844,7 +8850,7 @@ done:
 }
 
 static bitnet_result bitnet__jit_compile_only(const char *name, const char *prefix, const char *source, const char *options,
-                                              const char *arch, int min_sm, int minimal, int use_cache,
+                                              const char *arch, int min_sm, int a_sm, int minimal, int use_cache,
                                               bitnet_gpu_jit_info *info) {
     int cc = 0, ptx = 0, cubin;
     char suffix = 0, target[32];
@@ -8856,6 +8862,7 @@ static bitnet_result bitnet__jit_compile_only(const char *name, const char *pref
     BITNET__TRY(bitnet__parse_arch(arch, &cc, &suffix, &ptx));
     BITNET__TRY(bitnet__nvrtc_load());
     if (cc < min_sm) return bitnet__err(BITNET_ERR_UNSUPPORTED, "module '%s' needs sm_%d or newer, not %s", name, min_sm, arch);
+    if (!suffix) suffix = bitnet__arch_suffix(a_sm, cc);
     BITNET__TRY(bitnet__jit_pick(cc, suffix, ptx, target, sizeof target, &cubin));
     memset(&q, 0, sizeof q);
     q.name = name, q.prefix = prefix, q.source = source, q.options = options;
@@ -8870,19 +8877,20 @@ BITNET_API bitnet_result bitnet_gpu_jit_builtin(int module, const char *arch, in
     if (module < 0 || module >= BITNET__N_BUILTINS)
         return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_gpu_jit_builtin: module %d of %d", module, BITNET__N_BUILTINS);
     return bitnet__jit_compile_only(bitnet__builtins[module].name, bitnet_cuda_src_common, bitnet__builtins[module].source, "",
-                                    arch, bitnet__builtins[module].min_sm, 1, use_cache, info);
+                                    arch, bitnet__builtins[module].min_sm, bitnet__builtins[module].a_sm, 1, use_cache, info);
 }
 
 BITNET_API bitnet_result bitnet_gpu_jit_source(const char *source, const char *options, const char *arch, int use_cache,
                                                bitnet_gpu_jit_info *info) {
     BITNET__CHECK_PTR(source);
     if (!*source) return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_gpu_jit_source: empty source");
-    return bitnet__jit_compile_only("custom", NULL, source, options, arch, 0, 0, use_cache, info);
+    return bitnet__jit_compile_only("custom", NULL, source, options, arch, 0, 0, 0, use_cache, info);
 }
 
 /* ---- modules on a device ------------------------------------------------------------------ */
 static bitnet_result bitnet__module_create(bitnet__gpu_dev *dv, bitnet_gpu *owner, const char *name, const char *prefix,
-                                           const char *source, const char *options, int minimal, bitnet_gpu_module **out) {
+                                           const char *source, const char *options, int minimal, char suffix,
+                                           bitnet_gpu_module **out) {
     bitnet__jit_req q;
     bitnet_gpu_jit_info info;
     unsigned char *img;
@@ -8896,7 +8904,7 @@ static bitnet_result bitnet__module_create(bitnet__gpu_dev *dv, bitnet_gpu *owne
     *out = NULL;
     BITNET__TRY(bitnet__nvrtc_load());
     snprintf(target, sizeof target, "%s", dv->target);
-    if (!target[0]) BITNET__TRY(bitnet__jit_pick(dv->cc, 0, 0, target, sizeof target, &cubin));
+    if (!target[0] || suffix) BITNET__TRY(bitnet__jit_pick(dv->cc, suffix, 0, target, sizeof target, &cubin));
     memset(&q, 0, sizeof q);
     q.name = name, q.prefix = prefix, q.source = source, q.options = options;
     q.target = target, q.cubin = cubin, q.minimal = minimal, q.use_cache = 1, q.cc = dv->cc;
@@ -8970,7 +8978,7 @@ BITNET_API bitnet_result bitnet_gpu_module_load(bitnet_gpu *gpu, const char *sou
     BITNET__CHECK_PTR(out);
     *out = NULL;
     if (!*source) return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_gpu_module_load: empty source");
-    BITNET__TRY(bitnet__module_create(gpu->dev, gpu, "custom", NULL, source, options, 0, &m));
+    BITNET__TRY(bitnet__module_create(gpu->dev, gpu, "custom", NULL, source, options, 0, 0, &m));
     bitnet__mutex_lock(&gpu->lock);
     m->next = gpu->modules;
     gpu->modules = m;
@@ -9039,7 +9047,7 @@ static bitnet_result bitnet__builtin_module(bitnet__gpu_dev *dv, int i, bitnet_g
                               bitnet__builtins[i].name, bitnet__builtins[i].min_sm, dv->ordinal, dv->cc);
         else
             res = bitnet__module_create(dv, NULL, bitnet__builtins[i].name, bitnet_cuda_src_common, bitnet__builtins[i].source,
-                                        "", 1, &dv->builtin[i]);
+                                        "", 1, bitnet__arch_suffix(bitnet__builtins[i].a_sm, dv->cc), &dv->builtin[i]);
     }
     *out = dv->builtin[i];
     bitnet__mutex_unlock(&dv->lock);
@@ -9822,6 +9830,39 @@ static bitnet_result bitnet__tgemv_bulk(bitnet_gpu *gpu, const bitnet_gpu_ternar
     return bitnet__launch(gpu, k, grid, block, smem, args, pdl); /* a choice per call: k->pdl is not touched */
 }
 
+/* M > 8 on sm_90: the wgmma GEMM (bitnet_k_tgemm90_n<TN>, module tgemm built for sm_90a), tiles
+   of 128 rows x TN tokens. BITNET_TGEMM_WG=0 sends the call to the mma.sync kernel; BITNET_TGEMM_TN
+   = 64, 128 or 256 forces the tile (32: the mma.sync kernel). BITNET_ERR_UNSUPPORTED (nothing
+   launched) sends the call to the mma.sync kernel. */
+#define BITNET__WG_STAGES 4 /* BN_WG_STAGES of the kernel source */
+static bitnet_result bitnet__tgemm90(bitnet_gpu *gpu, const bitnet_gpu_ternary *w, const bitnet_gpu_act *a,
+                                     bitnet__k_segs *segs, bitnet_devptr out, int ot, bitnet_devptr residual) {
+    const char *wg_env = bitnet__getenv("BITNET_TGEMM_WG"), *tn_env = bitnet__getenv("BITNET_TGEMM_TN");
+    int n_out = (int)w->n, nc = (int)(w->k / 64), glu = w->glu, mm = (int)a->m, tn;
+    long long lda = (long long)w->k, ldo = (long long)w->n;
+    unsigned grid[3], block[3], smem, ring, epi;
+    bitnet_gpu_kernel *k;
+    char name[32];
+    void *args[15];
+    if ((wg_env && !atoi(wg_env)) || (a->q | w->data) % 16 || a->m > 0x7fffffff) return BITNET_ERR_UNSUPPORTED;
+    tn = a->m > 128 ? 256 : a->m > 64 ? 128 : 64;
+    if (tn_env) {
+        if (atoi(tn_env) == 32) return BITNET_ERR_UNSUPPORTED;
+        if (atoi(tn_env) == 64 || atoi(tn_env) == 128 || atoi(tn_env) == 256) tn = atoi(tn_env);
+    }
+    snprintf(name, sizeof name, "bitnet_k_tgemm90_n%d", tn);
+    BITNET__TRY(bitnet_gpu_builtin_kernel(gpu, name, &k));
+    if (!strchr(k->mod->jit.target, 'a')) return BITNET_ERR_UNSUPPORTED; /* NVRTC without sm_90a: empty kernels */
+    ring = BITNET__WG_STAGES * (unsigned)(tn * 128 + 128 * 32), epi = (unsigned)tn * 132 * 4 + 4096;
+    smem = ring > epi ? ring : epi;
+    args[0] = (void *)&w->data, args[1] = &n_out, args[2] = &nc, args[3] = segs, args[4] = &glu;
+    args[5] = (void *)&a->q, args[6] = &lda, args[7] = (void *)&a->scale, args[8] = (void *)&a->sum, args[9] = &mm;
+    args[10] = &out, args[11] = &ldo, args[12] = &ot, args[13] = &residual, args[14] = &ldo;
+    grid[0] = (unsigned)(w->n_pad / 128), grid[1] = (unsigned)((a->m + (size_t)tn - 1) / (size_t)tn), grid[2] = 1;
+    block[0] = 256, block[1] = block[2] = 1; /* two warpgroups */
+    return bitnet__launch(gpu, k, grid, block, smem, args, 0);
+}
+
 static bitnet_result bitnet__tmm_issue(bitnet_gpu *gpu, const bitnet_gpu_ternary *w, const bitnet_gpu_act *a,
                                        bitnet_devptr out, bitnet_precision out_type, bitnet_devptr residual) {
     bitnet__k_segs segs = bitnet__k_segs_of(w);
@@ -9829,6 +9870,10 @@ static bitnet_result bitnet__tmm_issue(bitnet_gpu *gpu, const bitnet_gpu_ternary
     long long lda = (long long)w->k, ldo = (long long)w->n;
     size_t m0, m = a->m;
     ot = out_type == BITNET_PRECISION_AUTO ? (int)BITNET_PRECISION_FP32 : (int)out_type;
+    if (m > 8 && gpu->dev->cc == 90) {
+        bitnet_result r = bitnet__tgemm90(gpu, w, a, &segs, out, ot, residual);
+        if (r != BITNET_ERR_UNSUPPORTED) return r;
+    }
     if (m > 8 && gpu->dev->cc >= 80) {
         /* tiles of 128 tokens, or of 64 or 32 while the grid is under four blocks an SM (H100, M = 512,
            2B-4T: see BENCHMARKS.md); BITNET_TGEMM_TN=32|64|128 forces one (A/B, tests) */

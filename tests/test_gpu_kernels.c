@@ -292,15 +292,28 @@ static void test_gpu_ternary_gemv_splits(void) {
     for (v = 0; v < 3; v++) unsetenv(vars[v]);
 }
 
+/* M > 8 through each GEMM form: on sm_90 the wgmma kernel with each token tile (BITNET_TGEMM_TN
+   64, 128, 256, and the default) and the mma.sync kernel (BITNET_TGEMM_WG=0); elsewhere the
+   mma.sync kernel each time. Odd rows and tokens, partial token tiles, fused parts, glu, K of one
+   stage and K longer than the ring. */
 static void test_gpu_ternary_gemm(void) {
     static const tcase cases[] = {
         {2, {200, 77, 0}, 640, 13, 0}, {1, {300, 0, 0}, 2560, 130, 0}, {2, {160, 160, 0}, 384, 70, 1},
         {3, {2560, 640, 640}, 2560, 37, 0}, {2, {64, 64, 0}, 512, 9, 1}, {1, {129, 0, 0}, 128, 257, 0},
+        {2, {96, 96, 0}, 6912, 300, 1}, {1, {250, 0, 0}, 1280, 513, 0},
     };
-    size_t i;
+    static const char *const forms[][2] = {{NULL, NULL}, {"1", "64"}, {"1", "128"}, {"1", "256"}, {"0", NULL}};
+    size_t i, f;
     NEED_GPU();
-    for (i = 0; i < sizeof cases / sizeof cases[0]; i++)
-        if (!small_only() || cases[i].rows[0] * cases[i].k * cases[i].m <= 200 * 640 * 70) check_ternary_case(&cases[i]);
+    for (f = 0; f < sizeof forms / sizeof forms[0]; f++) {
+        if (forms[f][0]) setenv("BITNET_TGEMM_WG", forms[f][0], 1);
+        else unsetenv("BITNET_TGEMM_WG");
+        if (forms[f][1]) setenv("BITNET_TGEMM_TN", forms[f][1], 1);
+        else unsetenv("BITNET_TGEMM_TN");
+        for (i = 0; i < sizeof cases / sizeof cases[0]; i++)
+            if (!small_only() || cases[i].rows[0] * cases[i].k * cases[i].m <= 200 * 640 * 70) check_ternary_case(&cases[i]);
+    }
+    unsetenv("BITNET_TGEMM_WG"), unsetenv("BITNET_TGEMM_TN");
 }
 
 /* Three problems in one batch (one barrier), then the same one twice more: identical results. */

@@ -77,7 +77,7 @@ dev)
 #include "bitnet_cuda_kernels.h"
 int main(int argc, char **argv) {
     char p[512]; FILE *f;
-#define W(name, sym, sm) snprintf(p, sizeof p, "%s/" #name ".cu", argv[1]); f = fopen(p, "w"); \
+#define W(name, sym, sm, a_sm) snprintf(p, sizeof p, "%s/" #name ".cu", argv[1]); f = fopen(p, "w"); \
     fputs(bitnet_cuda_src_common, f); fputs(sym, f); fclose(f);
     BITNET_CUDA_MODULES(W)
     return 0;

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The wgmma GEMM (issue 5, M = 512) on the GPU machine, in one call: build; tests/test_gpu_kernels
+# (every GEMM form against the CPU); bench-kernels with the wgmma kernel and with the mma.sync one
+# (BITNET_TGEMM_WG=0), alternating; then 2B-4T prefill (`bitnet bench --prompt-tokens 512`) and
+# tests/test_cuda_forward. Logs in $OUT.
+#   OUT=$OUT TIKTOKEN=.dev/llama3-tokenizer.tiktoken tools/gpu_wgmma.sh [quick]
+set -u
+OUT=${OUT:-/tmp/gpu_wgmma}
+mkdir -p "$OUT"
+export BITNET_CACHE_DIR=/tmp/bitnet-jit-cache
+step() { # step NAME TIMEOUT CMD...: output to $OUT/NAME.log
+  local name=$1 lim=$2; shift 2
+  local t0=$(date +%s)
+  timeout "$lim" "$@" >"$OUT/$name.log" 2>&1; local rc=$?
+  echo "== $name: exit $rc, $(( $(date +%s) - t0 )) s"
+  return $rc
+}
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
+step build 300 make -j"$(nproc)" all build/tests/test_gpu_kernels build/tests/test_cuda_forward || { tail -30 "$OUT/build.log"; exit 1; }
+BITNET_REQUIRE_GPU=1 step test-gpu-kernels 240 build/tests/test_gpu_kernels
+grep -E "FAIL|passed, " "$OUT/test-gpu-kernels.log" | head -20
+for i in 1 2; do
+  step bench-wg$i 150 build/bitnet bench-kernels --backend cuda --json "$OUT/bench-wg$i.json"
+  grep -E " 512 " "$OUT/bench-wg$i.log"
+  [ "${1:-}" = quick ] && break
+  BITNET_TGEMM_WG=0 step bench-mma$i 150 build/bitnet bench-kernels --backend cuda
+  grep -E " 512 " "$OUT/bench-mma$i.log" | grep "bitnet.h"
+done
+[ "${1:-}" = quick ] && exit 0
+step gen-model 120 build/bitnet gen-model --preset 2b4t --seed 1 ${TIKTOKEN:+--tiktoken "$TIKTOKEN"} -o /tmp/2b4t.gguf
+for v in 1 0 1 0; do
+  BITNET_TGEMM_WG=$v step prefill-wg$v 120 build/bitnet bench -m /tmp/2b4t.gguf --backend cuda --prompt-tokens 512 --gen-tokens 16 --runs 3
+  echo "WG=$v: $(grep -iE "prompt|prefill" "$OUT/prefill-wg$v.log" | tail -2 | tr '\n' ' ')"
+done
+BITNET_REQUIRE_GPU=1 step test-cuda-forward 200 build/tests/test_cuda_forward
+grep -E "FAIL|passed, " "$OUT/test-cuda-forward.log" | tail -5
