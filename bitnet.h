@@ -9834,7 +9834,7 @@ static bitnet_result bitnet__tgemv_bulk(bitnet_gpu *gpu, const bitnet_gpu_ternar
    of 128 rows x TN tokens. BITNET_TGEMM_WG=0 sends the call to the mma.sync kernel; BITNET_TGEMM_TN
    = 64, 128 or 256 forces the tile (32: the mma.sync kernel). BITNET_ERR_UNSUPPORTED (nothing
    launched) sends the call to the mma.sync kernel. */
-#define BITNET__WG_STAGES 4 /* BN_WG_STAGES of the kernel source */
+#define BITNET__WG_STAGES 5 /* BN_WG_STAGES of the kernel source */
 static bitnet_result bitnet__tgemm90(bitnet_gpu *gpu, const bitnet_gpu_ternary *w, const bitnet_gpu_act *a,
                                      bitnet__k_segs *segs, bitnet_devptr out, int ot, bitnet_devptr residual) {
     const char *wg_env = bitnet__getenv("BITNET_TGEMM_WG"), *tn_env = bitnet__getenv("BITNET_TGEMM_TN");
