@@ -3,7 +3,8 @@
 # (every GEMM form against the CPU); bench-kernels with the wgmma kernel and with the mma.sync one
 # (BITNET_TGEMM_WG=0), alternating; then 2B-4T prefill (`bitnet bench --prompt-tokens 512`) and
 # tests/test_cuda_forward. Logs in $OUT.
-#   OUT=$OUT TIKTOKEN=.dev/llama3-tokenizer.tiktoken tools/gpu_wgmma.sh [quick]
+#   OUT=$OUT TIKTOKEN=.dev/llama3-tokenizer.tiktoken tools/gpu_wgmma.sh [quick|ncu]
+# ncu: Nsight Compute on the GEMM of bench-kernels' 13824x2560, M = 512 (both kernels).
 set -u
 OUT=${OUT:-/tmp/gpu_wgmma}
 mkdir -p "$OUT"
@@ -17,6 +18,18 @@ step() { # step NAME TIMEOUT CMD...: output to $OUT/NAME.log
 }
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
 step build 300 make -j"$(nproc)" all build/tests/test_gpu_kernels build/tests/test_cuda_forward || { tail -30 "$OUT/build.log"; exit 1; }
+if [ "${1:-}" = ncu ]; then
+  ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  cc -O2 -std=c11 -o build/gemm_once tools/gemm_once.c -lm -ldl -lpthread
+  for v in 1 0; do
+    BITNET_TGEMM_WG=$v build/gemm_once 13824 2560 512 50
+    BITNET_TGEMM_WG=$v timeout 200 "$ncu" -k regex:'tgemm' --launch-skip 2 --launch-count 1 \
+      --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis \
+      --section ComputeWorkloadAnalysis build/gemm_once 13824 2560 512 > "$OUT/ncu-wg$v.txt" 2>&1
+    grep -E 'bitnet_k_|Duration|Throughput|Achieved Occupancy|Registers Per|Stall|Warp Cycles Per Issued|Issued Warp|Block Size|Grid Size|No Eligible|L2 Hit|Theoretical Occ|Shared Memory|Waves Per|Pipe|Executed Ipc' "$OUT/ncu-wg$v.txt" | grep -v '^    ---' | head -70
+  done
+  exit 0
+fi
 BITNET_REQUIRE_GPU=1 step test-gpu-kernels 240 build/tests/test_gpu_kernels
 grep -E "FAIL|passed, " "$OUT/test-gpu-kernels.log" | head -20
 for i in 1 2; do
