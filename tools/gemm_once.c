@@ -17,7 +17,7 @@ int main(int argc, char **argv) {
     bitnet_gpu_act a;
     bitnet_gpu_i2s_part part;
     bitnet_devptr dx, out;
-    double t0;
+    double t0 = 0;
     uint32_t s = 1;
     if (!codes || !i2s || !x || reps < 2) return 1;
     for (i = 0; i < n * k; i++) s = s * 1664525u + 1013904223u, codes[i] = (int8_t)((s >> 24) % 3) - 1;
