@@ -9840,7 +9840,7 @@ static bitnet_result bitnet__tgemm90(bitnet_gpu *gpu, const bitnet_gpu_ternary *
     const char *wg_env = bitnet__getenv("BITNET_TGEMM_WG"), *tn_env = bitnet__getenv("BITNET_TGEMM_TN");
     int n_out = (int)w->n, nc = (int)(w->k / 64), glu = w->glu, mm = (int)a->m, tn;
     long long lda = (long long)w->k, ldo = (long long)w->n;
-    unsigned grid[3], block[3], smem, ring, epi;
+    unsigned grid[3], block[3], smem;
     bitnet_gpu_kernel *k;
     char name[32];
     void *args[15];
@@ -9850,11 +9850,10 @@ static bitnet_result bitnet__tgemm90(bitnet_gpu *gpu, const bitnet_gpu_ternary *
         if (atoi(tn_env) == 32) return BITNET_ERR_UNSUPPORTED;
         if (atoi(tn_env) == 64 || atoi(tn_env) == 128 || atoi(tn_env) == 256) tn = atoi(tn_env);
     }
-    snprintf(name, sizeof name, "bitnet_k_tgemm90_n%d", tn);
+    snprintf(name, sizeof name, "bitnet_k_tgemm90_n%d_r1", tn);
     BITNET__TRY(bitnet_gpu_builtin_kernel(gpu, name, &k));
     if (!strchr(k->mod->jit.target, 'a')) return BITNET_ERR_UNSUPPORTED; /* NVRTC without sm_90a: empty kernels */
-    ring = BITNET__WG_STAGES * (unsigned)(tn * 128 + 128 * 32), epi = (unsigned)tn * 132 * 4 + 4096;
-    smem = ring > epi ? ring : epi;
+    smem = BITNET__WG_STAGES * (unsigned)(tn * 128 + 128 * 32) + (unsigned)tn * 8; /* the ring, token scales and sums */
     args[0] = (void *)&w->data, args[1] = &n_out, args[2] = &nc, args[3] = segs, args[4] = &glu;
     args[5] = (void *)&a->q, args[6] = &lda, args[7] = (void *)&a->scale, args[8] = (void *)&a->sum, args[9] = &mm;
     args[10] = &out, args[11] = &ldo, args[12] = &ot, args[13] = &residual, args[14] = &ldo;
