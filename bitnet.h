@@ -9831,9 +9831,9 @@ static bitnet_result bitnet__tgemv_bulk(bitnet_gpu *gpu, const bitnet_gpu_ternar
 }
 
 /* M > 8 on sm_90: the wgmma GEMM (bitnet_k_tgemm90_n<TN>, module tgemm built for sm_90a), tiles
-   of 128 rows x TN tokens. BITNET_TGEMM_WG=0 sends the call to the mma.sync kernel; BITNET_TGEMM_TN
-   = 64, 128 or 256 forces the tile (32: the mma.sync kernel). BITNET_ERR_UNSUPPORTED (nothing
-   launched) sends the call to the mma.sync kernel. */
+   of 128 rows x TN tokens (128; 64 up to 64 tokens). BITNET_TGEMM_WG=0 sends the call to the
+   mma.sync kernel; BITNET_TGEMM_TN = 64 or 128 forces the tile (32: the mma.sync kernel).
+   BITNET_ERR_UNSUPPORTED (nothing launched) sends the call to the mma.sync kernel. */
 #define BITNET__WG_STAGES 5 /* BN_WG_STAGES of the kernel source */
 static bitnet_result bitnet__tgemm90(bitnet_gpu *gpu, const bitnet_gpu_ternary *w, const bitnet_gpu_act *a,
                                      bitnet__k_segs *segs, bitnet_devptr out, int ot, bitnet_devptr residual) {
@@ -9845,12 +9845,10 @@ static bitnet_result bitnet__tgemm90(bitnet_gpu *gpu, const bitnet_gpu_ternary *
     char name[32];
     void *args[15];
     if ((wg_env && !atoi(wg_env)) || (a->q | w->data) % 16 || a->m > 0x7fffffff) return BITNET_ERR_UNSUPPORTED;
-    tn = a->m > 128 ? 256 : a->m > 64 ? 128 : 64;
-    if (tn_env) {
-        if (atoi(tn_env) == 32) return BITNET_ERR_UNSUPPORTED;
-        if (atoi(tn_env) == 64 || atoi(tn_env) == 128 || atoi(tn_env) == 256) tn = atoi(tn_env);
-    }
-    snprintf(name, sizeof name, "bitnet_k_tgemm90_n%d_r1", tn);
+    tn = a->m > 64 ? 128 : 64;
+    if (tn_env && atoi(tn_env) == 32) return BITNET_ERR_UNSUPPORTED;
+    if (tn_env && (atoi(tn_env) == 64 || atoi(tn_env) == 128)) tn = atoi(tn_env);
+    snprintf(name, sizeof name, "bitnet_k_tgemm90_n%d", tn);
     BITNET__TRY(bitnet_gpu_builtin_kernel(gpu, name, &k));
     if (!strchr(k->mod->jit.target, 'a')) return BITNET_ERR_UNSUPPORTED; /* NVRTC without sm_90a: empty kernels */
     smem = BITNET__WG_STAGES * (unsigned)(tn * 128 + 128 * 32) + (unsigned)tn * 8; /* the ring, token scales and sums */

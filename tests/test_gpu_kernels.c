@@ -293,7 +293,7 @@ static void test_gpu_ternary_gemv_splits(void) {
 }
 
 /* M > 8 through each GEMM form: on sm_90 the wgmma kernel with each token tile (BITNET_TGEMM_TN
-   64, 128, 256, and the default) and the mma.sync kernel (BITNET_TGEMM_WG=0); elsewhere the
+   64, 128, and the default) and the mma.sync kernel (BITNET_TGEMM_WG=0); elsewhere the
    mma.sync kernel each time. Odd rows and tokens, partial token tiles, fused parts, glu, K of one
    stage and K longer than the ring. */
 static void test_gpu_ternary_gemm(void) {
@@ -302,7 +302,7 @@ static void test_gpu_ternary_gemm(void) {
         {3, {2560, 640, 640}, 2560, 37, 0}, {2, {64, 64, 0}, 512, 9, 1}, {1, {129, 0, 0}, 128, 257, 0},
         {2, {96, 96, 0}, 6912, 300, 1}, {1, {250, 0, 0}, 1280, 513, 0},
     };
-    static const char *const forms[][2] = {{NULL, NULL}, {"1", "64"}, {"1", "128"}, {"1", "256"}, {"0", NULL}};
+    static const char *const forms[][2] = {{NULL, NULL}, {"1", "64"}, {"1", "128"}, {"0", NULL}};
     size_t i, f;
     NEED_GPU();
     for (f = 0; f < sizeof forms / sizeof forms[0]; f++) {
