@@ -52,3 +52,7 @@ for v in 1 0 1 0; do
 done
 BITNET_REQUIRE_GPU=1 step test-cuda-forward 200 build/tests/test_cuda_forward
 grep -E "FAIL|passed, " "$OUT/test-cuda-forward.log" | tail -5
+for tool in memcheck racecheck; do
+  BITNET_REQUIRE_GPU=1 BITNET_TEST_SMALL=1 step sanitizer-$tool 200 compute-sanitizer --tool $tool --error-exitcode 9 build/tests/test_gpu_kernels
+  echo "compute-sanitizer $tool: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer-$tool.log" | tail -1) | $(grep -E 'passed, ' "$OUT/sanitizer-$tool.log" | tail -1)"
+done
