@@ -60,6 +60,8 @@
      BITNET_SEED=S, BITNET_DETERMINISTIC=1  seed for a zero sampler seed; a fixed one instead of the clock
      BITNET_GPU_PDL=0                     no programmatic dependent launch in the decode graph
      BITNET_TGEMV_SPLIT/_PDL/_TRIG, BITNET_GPU_GEMV_ITEMS  force a GEMV form (tests and A/B runs)
+     BITNET_TGEMM_WG=0, BITNET_TGEMM_TN=32|64|128  the prefill GEMM: mma.sync instead of wgmma (sm_90);
+                                          the token tile (tests and A/B runs)
 
    ERRORS
      Every fallible function returns a bitnet_result (BITNET_OK = 0, errors negative in bands).
@@ -484,7 +486,8 @@ BITNET_API bitnet_result bitnet_gpu_quantize_act(bitnet_gpu *gpu, bitnet_devptr 
                                                  bitnet_devptr norm_weight, float eps, bitnet_gpu_act *a);
 /* out (a->m x w->n, row-major, out_type; AUTO = FP32) = residual (same shape and type, or 0) + the
    W2A8 product bitnet_gemm_i2s computes, bit for bit in fp32 (fp16 / bf16: that value rounded).
-   m <= 8 runs the streaming GEMV, larger m int8 tensor cores from sm_80. residual may be out. */
+   m <= 8 runs the streaming GEMV, larger m int8 tensor cores from sm_80 (wgmma on sm_90). residual
+   may be out. */
 BITNET_API bitnet_result bitnet_gpu_ternary_matmul(bitnet_gpu *gpu, const bitnet_gpu_ternary *w, const bitnet_gpu_act *a,
                                                    bitnet_devptr out, bitnet_precision out_type, bitnet_devptr residual);
 /* A list of such problems, issued in order with one barrier at the end; all are checked first. */

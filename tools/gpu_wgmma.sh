@@ -48,7 +48,7 @@ done
 step gen-model 120 build/bitnet gen-model --preset 2b4t --seed 1 ${TIKTOKEN:+--tiktoken "$TIKTOKEN"} -o /tmp/2b4t.gguf
 for v in 1 0 1 0; do
   BITNET_TGEMM_WG=$v step prefill-wg$v 120 build/bitnet bench -m /tmp/2b4t.gguf --backend cuda --prompt-tokens 512 --gen-tokens 16 --runs 3
-  echo "WG=$v: $(grep -iE "prompt|prefill" "$OUT/prefill-wg$v.log" | tail -2 | tr '\n' ' ')"
+  echo "WG=$v: $(grep -E "^cuda" "$OUT/prefill-wg$v.log" | tail -1)"
 done
 BITNET_REQUIRE_GPU=1 step test-cuda-forward 200 build/tests/test_cuda_forward
 grep -E "FAIL|passed, " "$OUT/test-cuda-forward.log" | tail -5
