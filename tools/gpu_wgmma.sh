@@ -22,11 +22,12 @@ if [ "${1:-}" = ncu ]; then
   ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
   cc -O2 -std=c11 -o build/gemm_once tools/gemm_once.c -lm -ldl -lpthread
   for v in 1 0; do
-    BITNET_TGEMM_WG=$v build/gemm_once 13824 2560 512 50
+    BITNET_TGEMM_WG=$v build/gemm_once ${NCU_SHAPE:-13824 2560 512} 50
     BITNET_TGEMM_WG=$v timeout 200 "$ncu" -k regex:'tgemm' --launch-skip 2 --launch-count 1 \
-      --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis \
-      --section ComputeWorkloadAnalysis build/gemm_once 13824 2560 512 > "$OUT/ncu-wg$v.txt" 2>&1
-    grep -E 'bitnet_k_|Duration|Throughput|Achieved Occupancy|Registers Per|Stall|Warp Cycles Per Issued|Issued Warp|Block Size|Grid Size|No Eligible|L2 Hit|Theoretical Occ|Shared Memory|Waves Per|Pipe|Executed Ipc' "$OUT/ncu-wg$v.txt" | grep -v '^    ---' | head -70
+      --section SpeedOfLight --section LaunchStats --section Occupancy --section MemoryWorkloadAnalysis \
+      --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,regex:sm__pipe_tensor_op_.*cycles_active.avg.pct_of_peak_sustained_active,lts__t_bytes.sum.per_second,lts__throughput.avg.pct_of_peak_sustained_elapsed,sm__inst_executed.sum' \
+      build/gemm_once ${NCU_SHAPE:-13824 2560 512} 3 > "$OUT/ncu-wg$v.txt" 2>&1
+    grep -E 'bitnet_k_|Duration|Throughput|Achieved Occupancy|Registers Per|Block Size|Grid Size|L2 Hit|stalled|pipe_tensor|lts__|inst_executed' "$OUT/ncu-wg$v.txt" | grep -v '^    ---' | awk '$NF != "0" && $NF != "0.00"' | head -60
   done
   exit 0
 fi
