@@ -9825,8 +9825,6 @@ static bitnet_result bitnet__tgemv_bulk(bitnet_gpu *gpu, const bitnet_gpu_ternar
     smem = (unsigned)rg * ncl * 512 + ncl * 64 + (pieces + 1) * 8;
     snprintf(name, sizeof name, "bitnet_k_tgemv_b%d", p);
     BITNET__TRY(bitnet_gpu_builtin_kernel(gpu, name, &k));
-    if (bitnet__getenv("BITNET_TGEMV_CARVEOUT") && bitnet__cuda.cu.cuFuncSetAttribute) /* A/B knob (temporary) */
-        bitnet__cuda.cu.cuFuncSetAttribute(k->fn, 9 /* preferred shared memory carveout */, atoi(bitnet__getenv("BITNET_TGEMV_CARVEOUT")));
     args[0] = (void *)&w->data, args[1] = &n_out, args[2] = &nc, args[3] = (void *)segs, args[4] = &glu;
     args[5] = (void *)&a->q, args[6] = (void *)&a->scale, args[7] = (void *)&a->sum, args[8] = &out, args[9] = &ot;
     args[10] = &residual, args[11] = &trig;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # M = 1 GEMV A/B on the GPU machine, in one call: this tree against a base tree (.base/: bitnet.h,
 # bitnet_cuda_kernels.h, examples/bitnet.c exported from a commit), `bench-kernels --quick`
-# alternating (and with BITNET_TGEMV_CARVEOUT=100), then the full bench-kernels with bitnet.cpp's
+# alternating (environment for this tree's runs: $NEW_ENV), then the full bench-kernels with bitnet.cpp's
 # kernel side by side (.bitnetcpp/: gpu/bitnet_kernels/bitnet_kernels.{cu,h} of a fetched
 # microsoft/BitNet, never committed). Logs in $OUT.
 #   OUT=$OUT tools/gpu_gemv_ab.sh
@@ -23,8 +23,7 @@ quick() { # quick NAME BINARY [ENV...]
 }
 for i in 1 2; do
   [ -x /tmp/base_bitnet ] && quick base$i /tmp/base_bitnet
-  quick new$i build/bitnet
-  quick new-carve$i build/bitnet BITNET_TGEMV_CARVEOUT=100
+  quick new$i build/bitnet ${NEW_ENV:-}
 done
 wait $bpid
 timeout 200 build/bitnet bench-kernels --backend cuda $( [ -f /tmp/libbitnet.so ] && echo --bitnetcpp /tmp/libbitnet.so ) \
