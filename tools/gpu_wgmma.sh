@@ -3,7 +3,9 @@
 # (every GEMM form against the CPU); bench-kernels with the wgmma kernel and with the mma.sync one
 # (BITNET_TGEMM_WG=0), alternating; then 2B-4T prefill (`bitnet bench --prompt-tokens 512`) and
 # tests/test_cuda_forward. Logs in $OUT.
-#   OUT=$OUT TIKTOKEN=.dev/llama3-tokenizer.tiktoken tools/gpu_wgmma.sh [quick|ncu]
+#   OUT=$OUT TIKTOKEN=.dev/llama3-tokenizer.tiktoken tools/gpu_wgmma.sh [quick|ncu|final]
+# final: make test-gpu, then 2B-4T `bitnet bench` (prefill with each GEMM, decode), the cuda = cpu
+# determinism check, and bench-kernels.
 # ncu: Nsight Compute on the GEMM of bench-kernels' 13824x2560, M = 512 (both kernels).
 set -u
 OUT=${OUT:-/tmp/gpu_wgmma}
@@ -18,6 +20,20 @@ step() { # step NAME TIMEOUT CMD...: output to $OUT/NAME.log
 }
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
 step build 300 make -j"$(nproc)" all build/tests/test_gpu_kernels build/tests/test_cuda_forward || { tail -30 "$OUT/build.log"; exit 1; }
+if [ "${1:-}" = final ]; then
+  step test-gpu 420 make -j"$(nproc)" test-gpu
+  grep -E "^(FAIL|  FAIL)|passed, " "$OUT/test-gpu.log" | tail -14
+  step gen-model 120 build/bitnet gen-model --preset 2b4t --seed 1 ${TIKTOKEN:+--tiktoken "$TIKTOKEN"} -o /tmp/2b4t.gguf
+  for v in 1 0 1 0; do
+    BITNET_TGEMM_WG=$v step prefill-wg$v 120 build/bitnet bench -m /tmp/2b4t.gguf --backend cuda --prompt-tokens 512 --gen-tokens 16 --runs 3
+    echo "WG=$v: $(grep -E "^cuda" "$OUT/prefill-wg$v.log" | tail -1)"
+  done
+  step decode 200 build/bitnet bench -m /tmp/2b4t.gguf --backend all --prompt-tokens 64,512 --gen-tokens 128 --runs 2 --check-determinism --require-gpu
+  grep -E "^(cuda|cpu)|determinism" "$OUT/decode.log"
+  step bench-kernels 150 build/bitnet bench-kernels --backend cuda --json "$OUT/bench-kernels.json"
+  grep -E " 512 |copy bandwidth" "$OUT/bench-kernels.log"
+  exit 0
+fi
 if [ "${1:-}" = ncu ]; then
   ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
   cc -O2 -std=c11 -o build/gemm_once tools/gemm_once.c -lm -ldl -lpthread
