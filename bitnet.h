@@ -311,6 +311,7 @@ BITNET_API bitnet_result bitnet_gpu_builtin_load_all(bitnet_gpu *gpu);
 BITNET_API int bitnet_gpu_builtin_count(void);                 /* modules in bitnet_cuda_kernels.h */
 BITNET_API const char *bitnet_gpu_builtin_name(int i);         /* NULL when out of range */
 BITNET_API int bitnet_gpu_builtin_min_sm(int i);               /* lowest arch it runs on, e.g. 70 */
+BITNET_API int bitnet_gpu_builtin_a_sm(int i); /* the arch it is built for with its 'a' target (90: sm_90a), or 0 */
 
 /* ---- backends, preflight, devices ---- */
 /* BITNET_GPU_FAKE ("cuda", "cuda,rocm", "" for none) replaces detection for tests; the result
@@ -8603,6 +8604,7 @@ typedef char bitnet__builtins_fit[BITNET__N_BUILTINS <= BITNET__N_BUILTINS_MAX ?
 BITNET_API int bitnet_gpu_builtin_count(void) { return BITNET__N_BUILTINS; }
 BITNET_API const char *bitnet_gpu_builtin_name(int i) { return i >= 0 && i < BITNET__N_BUILTINS ? bitnet__builtins[i].name : NULL; }
 BITNET_API int bitnet_gpu_builtin_min_sm(int i) { return i >= 0 && i < BITNET__N_BUILTINS ? bitnet__builtins[i].min_sm : -1; }
+BITNET_API int bitnet_gpu_builtin_a_sm(int i) { return i >= 0 && i < BITNET__N_BUILTINS ? bitnet__builtins[i].a_sm : -1; }
 
 /* FNV-1a, 64 bits: cache keys and binary fingerprints. */
 #define BITNET__FNV_INIT 0xcbf29ce484222325ull
