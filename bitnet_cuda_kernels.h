@@ -927,7 +927,7 @@ static const char bitnet_cuda_src_tgemm[] = BITNET_CUDA_SRC_KHELPERS
     "#endif\n"
     "}\n"
     "#define BN_TGEMM90(TN)                                                                                             \\\n"
-    "    extern \"C\" __global__ void __launch_bounds__(256, (TN) == 64 ? 3 : 2) bitnet_k_tgemm90_n##TN(BN_TGEMM_ARGS) {                    \\\n"
+    "    extern \"C\" __global__ void __launch_bounds__(256, 1) bitnet_k_tgemm90_n##TN(BN_TGEMM_ARGS) {                    \\\n"
     "        bn_tgemm90<TN>(w, n_out, nc, segs, glu, a, lda, a_scale, a_sum, m, out, ldo, out_type, res, ldr);          \\\n"
     "    }\n"
     "BN_TGEMM90(128)\n"
