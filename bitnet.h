@@ -9843,7 +9843,7 @@ static bitnet_result bitnet__tgemv_bulk(bitnet_gpu *gpu, const bitnet_gpu_ternar
 static bitnet_result bitnet__tgemm90(bitnet_gpu *gpu, const bitnet_gpu_ternary *w, const bitnet_gpu_act *a,
                                      bitnet__k_segs *segs, bitnet_devptr out, int ot, bitnet_devptr residual) {
     const char *wg_env = bitnet__getenv("BITNET_TGEMM_WG"), *tn_env = bitnet__getenv("BITNET_TGEMM_TN");
-    int n_out = (int)w->n, nc = (int)(w->k / 64), glu = w->glu, mm = (int)a->m, tn, ws;
+    int n_out = (int)w->n, nc = (int)(w->k / 64), glu = w->glu, mm = (int)a->m, tn;
     long long lda = (long long)w->k, ldo = (long long)w->n;
     unsigned grid[3], block[3], smem;
     bitnet_gpu_kernel *k;
@@ -9853,17 +9853,15 @@ static bitnet_result bitnet__tgemm90(bitnet_gpu *gpu, const bitnet_gpu_ternary *
     tn = a->m > 64 ? 128 : 64;
     if (tn_env && atoi(tn_env) == 32) return BITNET_ERR_UNSUPPORTED;
     if (tn_env && (atoi(tn_env) == 64 || atoi(tn_env) == 128)) tn = atoi(tn_env);
-    ws = tn == 128 && bitnet__getenv("BITNET_TGEMM_WS") && atoi(bitnet__getenv("BITNET_TGEMM_WS"));
-    snprintf(name, sizeof name, ws ? "bitnet_k_tgemm90w_n%d" : "bitnet_k_tgemm90_n%d", tn);
+    snprintf(name, sizeof name, "bitnet_k_tgemm90_n%d", tn);
     BITNET__TRY(bitnet_gpu_builtin_kernel(gpu, name, &k));
     if (!strchr(k->mod->jit.target, 'a')) return BITNET_ERR_UNSUPPORTED; /* NVRTC without sm_90a: empty kernels */
     smem = BITNET__WG_STAGES * (unsigned)(tn * 128 + 128 * 32) + (unsigned)tn * 8; /* the ring, token scales and sums */
-    if (ws) smem = 5 * 32768 + 6 * 4096 + 1024 + 80; /* BN_WS_SMEM */
     args[0] = (void *)&w->data, args[1] = &n_out, args[2] = &nc, args[3] = segs, args[4] = &glu;
     args[5] = (void *)&a->q, args[6] = &lda, args[7] = (void *)&a->scale, args[8] = (void *)&a->sum, args[9] = &mm;
     args[10] = &out, args[11] = &ldo, args[12] = &ot, args[13] = &residual, args[14] = &ldo;
     grid[0] = (unsigned)(w->n_pad / 128), grid[1] = (unsigned)((a->m + (size_t)tn - 1) / (size_t)tn), grid[2] = 1;
-    block[0] = ws ? 384 : 256, block[1] = block[2] = 1; /* two warpgroups (ws: a producer and two consumers) */
+    block[0] = 256, block[1] = block[2] = 1; /* two warpgroups */
     return bitnet__launch(gpu, k, grid, block, smem, args, 0);
 }
 

@@ -302,7 +302,7 @@ static void test_gpu_ternary_gemm(void) {
         {3, {2560, 640, 640}, 2560, 37, 0}, {2, {64, 64, 0}, 512, 9, 1}, {1, {129, 0, 0}, 128, 257, 0},
         {2, {96, 96, 0}, 6912, 300, 1}, {1, {250, 0, 0}, 1280, 513, 0},
     };
-    static const char *const forms[][3] = {{NULL, NULL, NULL}, {"1", "64", NULL}, {"1", "128", NULL}, {"1", "128", "1"}, {"0", NULL, NULL}};
+    static const char *const forms[][2] = {{NULL, NULL}, {"1", "64"}, {"1", "128"}, {"0", NULL}};
     size_t i, f;
     NEED_GPU();
     for (f = 0; f < sizeof forms / sizeof forms[0]; f++) {
@@ -310,12 +310,10 @@ static void test_gpu_ternary_gemm(void) {
         else unsetenv("BITNET_TGEMM_WG");
         if (forms[f][1]) setenv("BITNET_TGEMM_TN", forms[f][1], 1);
         else unsetenv("BITNET_TGEMM_TN");
-        if (forms[f][2]) setenv("BITNET_TGEMM_WS", forms[f][2], 1);
-        else unsetenv("BITNET_TGEMM_WS");
         for (i = 0; i < sizeof cases / sizeof cases[0]; i++)
             if (!small_only() || cases[i].rows[0] * cases[i].k * cases[i].m <= 200 * 640 * 70) check_ternary_case(&cases[i]);
     }
-    unsetenv("BITNET_TGEMM_WG"), unsetenv("BITNET_TGEMM_TN"), unsetenv("BITNET_TGEMM_WS");
+    unsetenv("BITNET_TGEMM_WG"), unsetenv("BITNET_TGEMM_TN");
 }
 
 /* Three problems in one batch (one barrier), then the same one twice more: identical results. */
