@@ -9800,7 +9800,7 @@ static bitnet_result bitnet__tgemv_bulk(bitnet_gpu *gpu, const bitnet_gpu_ternar
     const char *env = bitnet__getenv("BITNET_TGEMV_SPLIT"), *pdl_env = bitnet__getenv("BITNET_TGEMV_PDL");
     const char *trig_env = bitnet__getenv("BITNET_TGEMV_TRIG");
     int rg = w->glu ? 2 : 1, n_out = (int)w->n, nc = (int)(w->k / 64), glu = w->glu, p = 1, force = env ? atoi(env) : -1;
-    int trig, pdl, small, big, l2;
+    int trig, pdl, small, big;
     double bytes;
     unsigned units = (unsigned)((w->n + 31) / 32), ncl, pieces, grid[3], block[3], smem;
     bitnet_gpu_kernel *k;
@@ -9822,12 +9822,13 @@ static bitnet_result bitnet__tgemv_bulk(bitnet_gpu *gpu, const bitnet_gpu_ternar
     pdl = pdl_env ? atoi(pdl_env) != 0 : small || big;
     trig = trig_env ? atoi(trig_env) : small ? 1 : 2;
     if (trig < 0 || trig > 2) trig = 0;
-    l2 = bitnet__getenv("BITNET_TGEMV_L2") && atoi(bitnet__getenv("BITNET_TGEMV_L2")); /* A/B (temporary) */
-    if (l2 && !trig_env) trig = 0;
     if (force < 0 && (!pdl || (!small && !big))) return BITNET_ERR_UNSUPPORTED;
     pieces = (unsigned)rg * ((ncl + 7) / 8); /* BITNET_TGEMV_PIECE */
-    smem = l2 ? ncl * 64 : (unsigned)rg * ncl * 512 + ncl * 64 + (pieces + 1) * 8;
-    if (l2) trig |= 16;
+    smem = (unsigned)rg * ncl * 512 + ncl * 64 + (pieces + 1) * 8;
+    if (bitnet__getenv("BITNET_TGEMV_BPS") && atoi(bitnet__getenv("BITNET_TGEMV_BPS")) > 0) { /* A/B (temporary) */
+        unsigned cap = 228u * 1024u / (unsigned)atoi(bitnet__getenv("BITNET_TGEMV_BPS")) - 1024u;
+        if (cap > smem) smem = cap;
+    }
     snprintf(name, sizeof name, "bitnet_k_tgemv_b%d", p);
     BITNET__TRY(bitnet_gpu_builtin_kernel(gpu, name, &k));
     args[0] = (void *)&w->data, args[1] = &n_out, args[2] = &nc, args[3] = (void *)segs, args[4] = &glu;
