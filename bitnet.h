@@ -59,7 +59,7 @@
      BITNET_HEAD=q8|f16                   the LM head: int8 rows with scales (default) or exact fp16
      BITNET_SEED=S, BITNET_DETERMINISTIC=1  seed for a zero sampler seed; a fixed one instead of the clock
      BITNET_GPU_PDL=0                     no programmatic dependent launch in the decode graph
-     BITNET_TGEMV_SPLIT/_PDL/_TRIG, BITNET_GPU_GEMV_ITEMS  force a GEMV form (tests and A/B runs)
+     BITNET_TGEMV_SPLIT/_PDL/_TRIG/_BPS, BITNET_GPU_GEMV_ITEMS  force a GEMV form (tests and A/B runs)
      BITNET_TGEMM_WG=0, BITNET_TGEMM_TN=32|64|128  the prefill GEMM: mma.sync instead of wgmma (sm_90);
                                           the token tile (tests and A/B runs)
 
@@ -9795,12 +9795,13 @@ static bitnet_result bitnet__tmm_check(const char *fn, const bitnet_gpu_ternary 
 #define BITNET__TGEMV_BULK_LINES 192
 #define BITNET__TGEMV_PDL_SMALL 3e6 /* weight bytes: up to here PDL with the late trigger */
 #define BITNET__TGEMV_PDL_BIG 6e6   /* from here PDL with the trigger at entry */
+#define BITNET__TGEMV_BIG_BPS 5     /* and at most this many blocks an SM (a shared-memory pad) */
 static bitnet_result bitnet__tgemv_bulk(bitnet_gpu *gpu, const bitnet_gpu_ternary *w, const bitnet_gpu_act *a,
                                         const bitnet__k_segs *segs, bitnet_devptr out, int ot, bitnet_devptr residual) {
     const char *env = bitnet__getenv("BITNET_TGEMV_SPLIT"), *pdl_env = bitnet__getenv("BITNET_TGEMV_PDL");
-    const char *trig_env = bitnet__getenv("BITNET_TGEMV_TRIG");
+    const char *trig_env = bitnet__getenv("BITNET_TGEMV_TRIG"), *bps_env = bitnet__getenv("BITNET_TGEMV_BPS");
     int rg = w->glu ? 2 : 1, n_out = (int)w->n, nc = (int)(w->k / 64), glu = w->glu, p = 1, force = env ? atoi(env) : -1;
-    int trig, pdl, small, big;
+    int trig, pdl, small, big, bps;
     double bytes;
     unsigned units = (unsigned)((w->n + 31) / 32), ncl, pieces, grid[3], block[3], smem;
     bitnet_gpu_kernel *k;
@@ -9816,18 +9817,23 @@ static bitnet_result bitnet__tgemv_bulk(bitnet_gpu *gpu, const bitnet_gpu_ternar
        -> 8.07); small matrices want the trigger once the block's weights are in (2560x2560 3.37 ->
        2.66 us, 3840x2560 3.69 -> 3.02; at entry they lose ~1 us); in between (2560x6912, 4.4 MB) and
        without PDL the older kernel is as fast or faster. PDL is only a launch choice: the kernel
-       waits before it touches anything another kernel writes, either way. */
+       waits before it touches anything another kernel writes, either way. From 6 MB the block's
+       shared memory is also padded so at most BITNET__TGEMV_BIG_BPS blocks share an SM (session 8,
+       trigger at entry: 13824x2560 5.81 -> 4.68 us, 20480x3200 8.82 -> 8.26, 55296x5120 29.33 ->
+       27.32; 3, 4, 6, 7 or 8 blocks an SM, or the later triggers, are slower for one shape or
+       another: BENCHMARKS.md). BITNET_TGEMV_BPS=N sets the bound (0: no padding), for A/B runs. */
     bytes = (double)units * rg * nc * 512;
     small = bytes <= BITNET__TGEMV_PDL_SMALL, big = bytes >= BITNET__TGEMV_PDL_BIG;
     pdl = pdl_env ? atoi(pdl_env) != 0 : small || big;
-    trig = trig_env ? atoi(trig_env) : small ? 1 : 2;
+    trig = trig_env ? atoi(trig_env) : small ? 1 : 0;
     if (trig < 0 || trig > 2) trig = 0;
     if (force < 0 && (!pdl || (!small && !big))) return BITNET_ERR_UNSUPPORTED;
     pieces = (unsigned)rg * ((ncl + 7) / 8); /* BITNET_TGEMV_PIECE */
     smem = (unsigned)rg * ncl * 512 + ncl * 64 + (pieces + 1) * 8;
-    if (bitnet__getenv("BITNET_TGEMV_BPS") && atoi(bitnet__getenv("BITNET_TGEMV_BPS")) > 0) { /* A/B (temporary) */
-        unsigned cap = 228u * 1024u / (unsigned)atoi(bitnet__getenv("BITNET_TGEMV_BPS")) - 1024u;
-        if (cap > smem) smem = cap;
+    bps = bps_env ? atoi(bps_env) : big ? BITNET__TGEMV_BIG_BPS : 0;
+    if (bps > 0) { /* the SM's shared memory: the per-block opt-in plus the 1 KiB it reserves a block */
+        unsigned pad = ((unsigned)gpu->dev->smem_optin + 1024u) / (unsigned)bps - 1024u;
+        if (pad > smem && pad <= (unsigned)gpu->dev->smem_optin) smem = pad;
     }
     snprintf(name, sizeof name, "bitnet_k_tgemv_b%d", p);
     BITNET__TRY(bitnet_gpu_builtin_kernel(gpu, name, &k));

@@ -269,7 +269,8 @@ static void test_gpu_ternary_gemv(void) {
 }
 
 /* M = 1 through each form of the sm_90 bulk-copy GEMV (BITNET_TGEMV_SPLIT forces the blocks per
-   unit, 0 the older kernel; with and without PDL, both trigger points): odd rows, fused parts, glu, K that does not split evenly, and slabs
+   unit, 0 the older kernel; with and without PDL, each trigger point, with and without the
+   shared-memory pad): odd rows, fused parts, glu, K that does not split evenly, and slabs
    too large for one block (the dispatch then splits further). Other GPUs take the older kernel. */
 static void test_gpu_ternary_gemv_splits(void) {
     static const tcase cases[] = {
@@ -277,19 +278,19 @@ static void test_gpu_ternary_gemv_splits(void) {
         {1, {1000, 0, 0}, 6912, 1, 0}, {2, {96, 96, 0}, 6912, 1, 1},     {2, {200, 77, 0}, 640, 1, 0},
         {1, {300, 0, 0}, 3200, 1, 0},
     };
-    /* split, PDL launch, trigger point */
-    static const char *const forms[][3] = {{"0", "0", "0"}, {"1", "1", "0"}, {"1", "1", "1"}, {"1", "0", "0"},
-                                           {"2", "1", "1"}, {"4", "0", "0"}, {"8", "1", "0"},
-                                           {"1", "1", "2"}, {"2", "1", "2"}};
-    static const char *const vars[3] = {"BITNET_TGEMV_SPLIT", "BITNET_TGEMV_PDL", "BITNET_TGEMV_TRIG"};
+    /* split, PDL launch, trigger point, blocks an SM (a shared-memory pad; 0: none) */
+    static const char *const forms[][4] = {{"0", "0", "0", "0"}, {"1", "1", "0", "5"}, {"1", "1", "1", "0"}, {"1", "0", "0", "3"},
+                                           {"2", "1", "1", "0"}, {"4", "0", "0", "0"}, {"8", "1", "0", "5"},
+                                           {"1", "1", "2", "0"}, {"2", "1", "2", "0"}};
+    static const char *const vars[4] = {"BITNET_TGEMV_SPLIT", "BITNET_TGEMV_PDL", "BITNET_TGEMV_TRIG", "BITNET_TGEMV_BPS"};
     size_t i, s, v;
     NEED_GPU();
     for (s = 0; s < sizeof forms / sizeof forms[0]; s++) {
-        for (v = 0; v < 3; v++) setenv(vars[v], forms[s][v], 1);
+        for (v = 0; v < 4; v++) setenv(vars[v], forms[s][v], 1);
         for (i = 0; i < sizeof cases / sizeof cases[0]; i++)
             if (!small_only() || cases[i].rows[0] * cases[i].k <= 300 * 3200) check_ternary_case(&cases[i]);
     }
-    for (v = 0; v < 3; v++) unsetenv(vars[v]);
+    for (v = 0; v < 4; v++) unsetenv(vars[v]);
 }
 
 /* M > 8 through each GEMM form: on sm_90 the wgmma kernel with each token tile (BITNET_TGEMM_TN
