@@ -9846,30 +9846,23 @@ static bitnet_result bitnet__tgemv_bulk(bitnet_gpu *gpu, const bitnet_gpu_ternar
 }
 
 /* M > 8 on sm_90: the wgmma GEMM (bitnet_k_tgemm90_n<TN>, module tgemm built for sm_90a), tiles
-   of 128 rows x TN tokens (128; 64 up to 64 tokens). BITNET_TGEMM_WG=0 sends the call to the
-   mma.sync kernel; BITNET_TGEMM_TN = 64 or 128 forces the tile (32: the mma.sync kernel).
-   BITNET_ERR_UNSUPPORTED (nothing launched) sends the call to the mma.sync kernel. */
+   of 128 rows x TN tokens (128; 64 up to 64 tokens), with the mma.sync kernel's arguments.
+   BITNET_TGEMM_WG=0 sends the call to the mma.sync kernel; tn_force (BITNET_TGEMM_TN) 64 or 128
+   forces the tile, 32 the mma.sync kernel. BITNET_ERR_UNSUPPORTED (nothing launched) sends the call
+   to the mma.sync kernel. */
 #define BITNET__WG_STAGES 5 /* BN_WG_STAGES of the kernel source */
-static bitnet_result bitnet__tgemm90(bitnet_gpu *gpu, const bitnet_gpu_ternary *w, const bitnet_gpu_act *a,
-                                     bitnet__k_segs *segs, bitnet_devptr out, int ot, bitnet_devptr residual) {
-    const char *wg_env = bitnet__getenv("BITNET_TGEMM_WG"), *tn_env = bitnet__getenv("BITNET_TGEMM_TN");
-    int n_out = (int)w->n, nc = (int)(w->k / 64), glu = w->glu, mm = (int)a->m, tn;
-    long long lda = (long long)w->k, ldo = (long long)w->n;
+static bitnet_result bitnet__tgemm90(bitnet_gpu *gpu, const bitnet_gpu_ternary *w, const bitnet_gpu_act *a, int tn_force,
+                                     void **args) {
+    const char *wg_env = bitnet__getenv("BITNET_TGEMM_WG");
+    int tn = tn_force == 64 || tn_force == 128 ? tn_force : a->m > 64 ? 128 : 64;
     unsigned grid[3], block[3], smem;
     bitnet_gpu_kernel *k;
     char name[32];
-    void *args[15];
-    if ((wg_env && !atoi(wg_env)) || (a->q | w->data) % 16 || a->m > 0x7fffffff) return BITNET_ERR_UNSUPPORTED;
-    tn = a->m > 64 ? 128 : 64;
-    if (tn_env && atoi(tn_env) == 32) return BITNET_ERR_UNSUPPORTED;
-    if (tn_env && (atoi(tn_env) == 64 || atoi(tn_env) == 128)) tn = atoi(tn_env);
+    if ((wg_env && !atoi(wg_env)) || tn_force == 32 || (a->q | w->data) % 16) return BITNET_ERR_UNSUPPORTED;
     snprintf(name, sizeof name, "bitnet_k_tgemm90_n%d", tn);
     BITNET__TRY(bitnet_gpu_builtin_kernel(gpu, name, &k));
     if (!strchr(k->mod->jit.target, 'a')) return BITNET_ERR_UNSUPPORTED; /* NVRTC without sm_90a: empty kernels */
     smem = BITNET__WG_STAGES * (unsigned)(tn * 128 + 128 * 32) + (unsigned)tn * 8; /* the ring, token scales and sums */
-    args[0] = (void *)&w->data, args[1] = &n_out, args[2] = &nc, args[3] = segs, args[4] = &glu;
-    args[5] = (void *)&a->q, args[6] = &lda, args[7] = (void *)&a->scale, args[8] = (void *)&a->sum, args[9] = &mm;
-    args[10] = &out, args[11] = &ldo, args[12] = &ot, args[13] = &residual, args[14] = &ldo;
     grid[0] = (unsigned)(w->n_pad / 128), grid[1] = (unsigned)((a->m + (size_t)tn - 1) / (size_t)tn), grid[2] = 1;
     block[0] = 256, block[1] = block[2] = 1; /* two warpgroups */
     return bitnet__launch(gpu, k, grid, block, smem, args, 0);
@@ -9882,22 +9875,22 @@ static bitnet_result bitnet__tmm_issue(bitnet_gpu *gpu, const bitnet_gpu_ternary
     long long lda = (long long)w->k, ldo = (long long)w->n;
     size_t m0, m = a->m;
     ot = out_type == BITNET_PRECISION_AUTO ? (int)BITNET_PRECISION_FP32 : (int)out_type;
-    if (m > 8 && gpu->dev->cc == 90) {
-        bitnet_result r = bitnet__tgemm90(gpu, w, a, &segs, out, ot, residual);
-        if (r != BITNET_ERR_UNSUPPORTED) return r;
-    }
     if (m > 8 && gpu->dev->cc >= 80) {
-        /* tiles of 128 tokens, or of 64 or 32 while the grid is under four blocks an SM (H100, M = 512,
-           2B-4T: see BENCHMARKS.md); BITNET_TGEMM_TN=32|64|128 forces one (A/B, tests) */
+        /* mma.sync: tiles of 128 tokens, or of 64 or 32 while the grid is under four blocks an SM (H100,
+           M = 512, 2B-4T: see BENCHMARKS.md); BITNET_TGEMM_TN=32|64|128 forces one (A/B, tests) */
         const char *tn_env = bitnet__getenv("BITNET_TGEMM_TN");
         size_t rows = w->n_pad / 128, want = (size_t)bitnet__gk_sm_count(gpu) * 4;
-        int mm = (int)m, tn = 128;
-        void *args[15];
-        while (tn > 32 && rows * ((m + (size_t)tn - 1) / (size_t)tn) < want) tn /= 2;
-        if (tn_env && (atoi(tn_env) == 32 || atoi(tn_env) == 64 || atoi(tn_env) == 128)) tn = atoi(tn_env);
+        int mm = (int)m, tn = 128, tn_force = tn_env ? atoi(tn_env) : 0;
+        void *args[15]; /* BN_TGEMM_ARGS, the wgmma kernel's too */
         args[0] = (void *)&w->data, args[1] = &n_out, args[2] = &nc, args[3] = &segs, args[4] = &glu;
         args[5] = (void *)&a->q, args[6] = &lda, args[7] = (void *)&a->scale, args[8] = (void *)&a->sum, args[9] = &mm;
         args[10] = &out, args[11] = &ldo, args[12] = &ot, args[13] = &residual, args[14] = &ldo;
+        if (gpu->dev->cc == 90) {
+            bitnet_result r = bitnet__tgemm90(gpu, w, a, tn_force, args);
+            if (r != BITNET_ERR_UNSUPPORTED) return r;
+        }
+        while (tn > 32 && rows * ((m + (size_t)tn - 1) / (size_t)tn) < want) tn /= 2;
+        if (tn_force == 32 || tn_force == 64 || tn_force == 128) tn = tn_force;
         return bitnet__gk_launch(gpu, tn == 32 ? "bitnet_k_tgemm_n32" : tn == 64 ? "bitnet_k_tgemm_n64" : "bitnet_k_tgemm", (unsigned)rows,
                                  (unsigned)((m + (size_t)tn - 1) / (size_t)tn), 1, 128, 1, args);
     }
