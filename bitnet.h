@@ -9827,6 +9827,7 @@ static bitnet_result bitnet__tgemv_bulk(bitnet_gpu *gpu, const bitnet_gpu_ternar
     pdl = pdl_env ? atoi(pdl_env) != 0 : small || big;
     trig = trig_env ? atoi(trig_env) : small ? 1 : 0;
     if (trig < 0 || trig > 2) trig = 0;
+    if (bitnet__getenv("BITNET_TGEMV_PRE")) trig |= atoi(bitnet__getenv("BITNET_TGEMV_PRE")) << 4;
     if (force < 0 && (!pdl || (!small && !big))) return BITNET_ERR_UNSUPPORTED;
     pieces = (unsigned)rg * ((ncl + 7) / 8); /* BITNET_TGEMV_PIECE */
     smem = (unsigned)rg * ncl * 512 + ncl * 64 + (pieces + 1) * 8;
