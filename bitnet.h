@@ -9895,6 +9895,19 @@ static bitnet_result bitnet__tmm_issue(bitnet_gpu *gpu, const bitnet_gpu_ternary
         return bitnet__gk_launch(gpu, tn == 32 ? "bitnet_k_tgemm_n32" : tn == 64 ? "bitnet_k_tgemm_n64" : "bitnet_k_tgemm", (unsigned)rows,
                                  (unsigned)((m + (size_t)tn - 1) / (size_t)tn), 1, 128, 1, args);
     }
+    if (m == 1 && gpu->dev->cc >= 90 && bitnet__getenv("BITNET_TGEMV_REG")) { /* A/B: register loads under PDL */
+        int groups = (n_out + 31) / 32, rg = glu ? 2 : 1, wpg = atoi(bitnet__getenv("BITNET_TGEMV_REG")), mm = 1;
+        bitnet_gpu_kernel *k;
+        unsigned grid[3] = {0, 1, 1}, block[3] = {32, 0, 1};
+        void *args[15];
+        wpg = BITNET__MIN(BITNET__MIN(wpg, 32 / rg), nc);
+        args[0] = (void *)&w->data, args[1] = &n_out, args[2] = &nc, args[3] = &segs, args[4] = &glu;
+        args[5] = (void *)&a->q, args[6] = &lda, args[7] = (void *)&a->scale, args[8] = (void *)&a->sum, args[9] = &mm;
+        args[10] = &out, args[11] = &ldo, args[12] = &ot, args[13] = &residual, args[14] = &ldo;
+        BITNET__TRY(bitnet_gpu_builtin_kernel(gpu, "bitnet_k_tgemv_p1", &k));
+        grid[0] = (unsigned)groups, block[1] = (unsigned)(wpg * rg);
+        return bitnet__launch(gpu, k, grid, block, 0, args, 1);
+    }
     if (m == 1 && gpu->dev->cc >= 90) {
         bitnet_result r = bitnet__tgemv_bulk(gpu, w, a, &segs, out, ot, residual);
         if (r != BITNET_ERR_UNSUPPORTED) return r;

@@ -253,13 +253,12 @@ static const char bitnet_cuda_src_ternary[] = BITNET_CUDA_SRC_KHELPERS
     "   (glu: even warps the gate group, odd warps the up group). Integer partial sums meet in shared\n"
     "   memory; warp 0 applies the epilogue. Four accumulators per token, one per bit pair (plane i\n"
     "   holds 4^i times its sum), so decoding is one AND per dp4a. Needs K <= 262144. */\n"
-    "template <int MT>\n"
+    "template <int MT, int U = BITNET_TGEMV_UNROLL>\n"
     "BN_DEV void bn_tgemv(const uint4 *__restrict__ w, int n_out, int nc, const bitnet_k_segs &segs, int glu,\n"
     "                     const signed char *__restrict__ a, long long lda, const float *__restrict__ a_scale,\n"
     "                     const int *__restrict__ a_sum, int m, void *out, long long ldo, int out_type,\n"
     "                     const void *res, long long ldr) {\n"
     "    __shared__ int red[4096];\n"
-    "    const int U = BITNET_TGEMV_UNROLL;\n"
     "    const int lane = threadIdx.x, wid = threadIdx.y, nw = blockDim.y;\n"
     "    const int rg = glu ? 2 : 1, wk = wid / rg, nwk = nw / rg;\n"
     "    const long long group = (long long)blockIdx.x * rg + (wid % rg);\n"
@@ -274,6 +273,9 @@ static const char bitnet_cuda_src_ternary[] = BITNET_CUDA_SRC_KHELPERS
     "            int c = c0 + u * nwk;\n"
     "            wv[u] = c < nc ? bn_ld_stream(wp + (long long)c * 32) : make_uint4(0u, 0u, 0u, 0u);\n"
     "        }\n"
+    "#if __CUDA_ARCH__ >= 900\n"
+    "        if (c0 == wk) asm volatile(\"griddepcontrol.wait;\" ::: \"memory\"); /* under PDL: the first weights before the wait */\n"
+    "#endif\n"
     "#pragma unroll\n"
     "        for (int u = 0; u < U; u++) {\n"
     "            int c = c0 + u * nwk;\n"
@@ -335,6 +337,14 @@ static const char bitnet_cuda_src_ternary[] = BITNET_CUDA_SRC_KHELPERS
     "BN_TGEMV(2)\n"
     "BN_TGEMV(4)\n"
     "BN_TGEMV(8)\n"
+    "extern \"C\" __global__ void bitnet_k_tgemv_p1(const uint4 *__restrict__ w, int n_out, int nc, bitnet_k_segs segs, int glu,\n"
+    "    const signed char *__restrict__ a, long long lda, const float *__restrict__ a_scale, const int *__restrict__ a_sum, int m,\n"
+    "    void *out, long long ldo, int out_type, const void *res, long long ldr) {\n"
+    "#if __CUDA_ARCH__ >= 900\n"
+    "    asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\");\n"
+    "#endif\n"
+    "    bn_tgemv<1, 8>(w, n_out, nc, segs, glu, a, lda, a_scale, a_sum, m, out, ldo, out_type, res, ldr);\n"
+    "}\n"
     "/* W2A8 GEMV for one token, sm_90 bulk-copy form (bitnet_k_tgemv_b<P>). A block owns one unit (a\n"
     "   32-row group, or a glu gate/up pair of groups: rg groups, contiguous in T32) and a contiguous\n"
     "   range of its chunks; a cluster of P blocks splits K and adds its integer partials through\n"
@@ -2246,6 +2256,7 @@ static const char bitnet_cuda_src_forward[] = BITNET_CUDA_SRC_KHELPERS
     X(bitnet_k_tgemv_m2, ternary) \
     X(bitnet_k_tgemv_m4, ternary) \
     X(bitnet_k_tgemv_m8, ternary) \
+    X(bitnet_k_tgemv_p1, ternary) \
     X(bitnet_k_tgemv_b1, ternary) \
     X(bitnet_k_tgemv_b2, ternary) \
     X(bitnet_k_tgemv_b4, ternary) \
