@@ -9904,7 +9904,9 @@ static bitnet_result bitnet__tmm_issue(bitnet_gpu *gpu, const bitnet_gpu_ternary
         args[0] = (void *)&w->data, args[1] = &n_out, args[2] = &nc, args[3] = &segs, args[4] = &glu;
         args[5] = (void *)&a->q, args[6] = &lda, args[7] = (void *)&a->scale, args[8] = (void *)&a->sum, args[9] = &mm;
         args[10] = &out, args[11] = &ldo, args[12] = &ot, args[13] = &residual, args[14] = &ldo;
-        BITNET__TRY(bitnet_gpu_builtin_kernel(gpu, "bitnet_k_tgemv_p1", &k));
+        char pname[32];
+        snprintf(pname, sizeof pname, "bitnet_k_tgemv_p1_u%d", bitnet__getenv("BITNET_TGEMV_REG_U") ? atoi(bitnet__getenv("BITNET_TGEMV_REG_U")) : 8);
+        BITNET__TRY(bitnet_gpu_builtin_kernel(gpu, pname, &k));
         grid[0] = (unsigned)groups, block[1] = (unsigned)(wpg * rg);
         return bitnet__launch(gpu, k, grid, block, 0, args, 1);
     }

@@ -337,14 +337,21 @@ static const char bitnet_cuda_src_ternary[] = BITNET_CUDA_SRC_KHELPERS
     "BN_TGEMV(2)\n"
     "BN_TGEMV(4)\n"
     "BN_TGEMV(8)\n"
-    "extern \"C\" __global__ void bitnet_k_tgemv_p1(const uint4 *__restrict__ w, int n_out, int nc, bitnet_k_segs segs, int glu,\n"
-    "    const signed char *__restrict__ a, long long lda, const float *__restrict__ a_scale, const int *__restrict__ a_sum, int m,\n"
-    "    void *out, long long ldo, int out_type, const void *res, long long ldr) {\n"
+    "#define BN_TGEMV_P(U)                                                                                             \\\n"
+    "    extern \"C\" __global__ void bitnet_k_tgemv_p1_u##U(const uint4 *__restrict__ w, int n_out, int nc, bitnet_k_segs segs, \\\n"
+    "        int glu, const signed char *__restrict__ a, long long lda, const float *__restrict__ a_scale,             \\\n"
+    "        const int *__restrict__ a_sum, int m, void *out, long long ldo, int out_type, const void *res, long long ldr) { \\\n"
+    "        BN_PDL_LAUNCH();                                                                                          \\\n"
+    "        bn_tgemv<1, U>(w, n_out, nc, segs, glu, a, lda, a_scale, a_sum, m, out, ldo, out_type, res, ldr);          \\\n"
+    "    }\n"
     "#if __CUDA_ARCH__ >= 900\n"
-    "    asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\");\n"
+    "#define BN_PDL_LAUNCH() asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\")\n"
+    "#else\n"
+    "#define BN_PDL_LAUNCH()\n"
     "#endif\n"
-    "    bn_tgemv<1, 8>(w, n_out, nc, segs, glu, a, lda, a_scale, a_sum, m, out, ldo, out_type, res, ldr);\n"
-    "}\n"
+    "BN_TGEMV_P(4)\n"
+    "BN_TGEMV_P(8)\n"
+    "BN_TGEMV_P(16)\n"
     "/* W2A8 GEMV for one token, sm_90 bulk-copy form (bitnet_k_tgemv_b<P>). A block owns one unit (a\n"
     "   32-row group, or a glu gate/up pair of groups: rg groups, contiguous in T32) and a contiguous\n"
     "   range of its chunks; a cluster of P blocks splits K and adds its integer partials through\n"
@@ -2256,7 +2263,9 @@ static const char bitnet_cuda_src_forward[] = BITNET_CUDA_SRC_KHELPERS
     X(bitnet_k_tgemv_m2, ternary) \
     X(bitnet_k_tgemv_m4, ternary) \
     X(bitnet_k_tgemv_m8, ternary) \
-    X(bitnet_k_tgemv_p1, ternary) \
+    X(bitnet_k_tgemv_p1_u4, ternary) \
+    X(bitnet_k_tgemv_p1_u8, ternary) \
+    X(bitnet_k_tgemv_p1_u16, ternary) \
     X(bitnet_k_tgemv_b1, ternary) \
     X(bitnet_k_tgemv_b2, ternary) \
     X(bitnet_k_tgemv_b4, ternary) \
