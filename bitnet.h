@@ -7104,6 +7104,8 @@ enum { /* cuda.h values */
     X(cuModuleUnload, 2000, 1, "cuModuleUnload", (bitnet__CUmodule m)) \
     X(cuModuleGetFunction, 2000, 1, "cuModuleGetFunction", (bitnet__CUfunction *f, bitnet__CUmodule m, const char *name)) \
     X(cuFuncSetAttribute, 9000, 0, "cuFuncSetAttribute", (bitnet__CUfunction f, int attr, int value)) \
+    X(cuOccupancyMaxActiveBlocksPerMultiprocessor, 6050, 0, "cuOccupancyMaxActiveBlocksPerMultiprocessor", \
+        (int *blocks, bitnet__CUfunction f, int block_size, size_t dyn_smem)) \
     X(cuLaunchKernel, 4000, 1, "cuLaunchKernel", (bitnet__CUfunction f, unsigned gx, unsigned gy, unsigned gz, \
         unsigned bx, unsigned by, unsigned bz, unsigned smem, bitnet__CUstream s, void **args, void **extra)) \
     X(cuLaunchKernelEx, 12000, 0, "cuLaunchKernelEx", (const void *config, bitnet__CUfunction f, void **args, void **extra)) \
@@ -7892,6 +7894,7 @@ struct bitnet_gpu_kernel {
     int kid;                            /* statistics slot */
     unsigned smem_set;                  /* dynamic shared memory opted in so far */
     int pdl;                            /* sm_90: bitnet_gpu_launch uses programmatic dependent launch (set once, at load) */
+    signed char occ[33];                /* blocks an SM by warps a block, 0 unknown, -1 no answer (bitnet__occupancy) */
     char name[64];
     bitnet_gpu_kernel *next;
 };
@@ -9785,65 +9788,65 @@ static bitnet_result bitnet__tmm_check(const char *fn, const bitnet_gpu_ternary 
     return BITNET_OK;
 }
 
-/* M = 1 on sm_90: the bulk-copy GEMV (bitnet_k_tgemv_b<P>), launched with programmatic dependent
-   launch, so it asks for its weights while the previous kernel in the stream still runs (mid sizes
-   take the older kernel; see below). P, the blocks (a cluster) that split K for one unit, is 1
-   unless a unit's slab exceeds BITNET__TGEMV_BULK_LINES lines (clusters measured slower on H100).
-   Environment, for tests and A/B runs: BITNET_TGEMV_SPLIT forces P (1, 2, 4, 8) or 0 for the older
-   kernel; BITNET_TGEMV_PDL 0/1 and BITNET_TGEMV_TRIG 0/1/2 (trigger at entry / after the block's
-   weights / after each warp's first piece) force the launch. BITNET_ERR_UNSUPPORTED (nothing launched) sends the call to the older kernel. */
-#define BITNET__TGEMV_BULK_LINES 192
-#define BITNET__TGEMV_PDL_SMALL 3e6 /* weight bytes: up to here PDL with the late trigger */
-#define BITNET__TGEMV_PDL_BIG 6e6   /* from here PDL with the trigger at entry */
-#define BITNET__TGEMV_BIG_BPS 5     /* and at most this many blocks an SM (a shared-memory pad) */
-static bitnet_result bitnet__tgemv_bulk(bitnet_gpu *gpu, const bitnet_gpu_ternary *w, const bitnet_gpu_act *a,
-                                        const bitnet__k_segs *segs, bitnet_devptr out, int ot, bitnet_devptr residual) {
-    const char *env = bitnet__getenv("BITNET_TGEMV_SPLIT"), *pdl_env = bitnet__getenv("BITNET_TGEMV_PDL");
-    const char *trig_env = bitnet__getenv("BITNET_TGEMV_TRIG"), *bps_env = bitnet__getenv("BITNET_TGEMV_BPS");
-    int rg = w->glu ? 2 : 1, n_out = (int)w->n, nc = (int)(w->k / 64), glu = w->glu, p = 1, force = env ? atoi(env) : -1;
-    int trig, pdl, small, big, bps;
-    double bytes;
-    unsigned units = (unsigned)((w->n + 31) / 32), ncl, pieces, grid[3], block[3], smem;
+/* M = 1 on sm_90: the GEMV kernel launched with programmatic dependent launch
+   (bitnet_k_tgemv_p1_u<U>), so it asks for its weights while the previous kernel in the stream
+   still runs. The shape: the most warps a 32-row group (and loads a lane) with which one wave holds
+   every group, so each block has its first weights in flight before the wait; with more groups
+   than that (many waves anyway) 16 warps and 8 loads. Measured on the H100 (bench-kernels, graph
+   replay, BENCHMARKS.md session 9) against the bulk-copy kernel this replaced: 2560x6912 4.94 ->
+   3.98 us, 20480x3200 8.35 -> 7.05, 55296x5120 27.43 -> 26.11, 13824x2560 4.77 -> 4.74.
+   Environment, for tests and A/B runs: BITNET_TGEMV_PDL=0 sends M = 1 to the plain launch below;
+   BITNET_TGEMV_WARPS (1-32) and BITNET_TGEMV_U (4, 8) force the shape.
+   BITNET_ERR_UNSUPPORTED (nothing launched) sends the call to the plain launch. */
+/* Blocks of k that fit an SM at once with `warps` warps a block and no dynamic shared memory
+   (asked of the driver once, then kept); -1 when the driver cannot tell. */
+static int bitnet__occupancy(bitnet_gpu *gpu, bitnet_gpu_kernel *k, int warps) {
+    bitnet__gpu_dev *dv = gpu->dev;
+    int n;
+    if (warps < 1 || warps > 32) return -1;
+    bitnet__mutex_lock(&dv->lock);
+    if (!k->occ[warps]) {
+        int per_sm = 0;
+        k->occ[warps] = -1;
+        if (bitnet__cuda.cu.cuOccupancyMaxActiveBlocksPerMultiprocessor && bitnet__ctx_push(dv->ctx) == BITNET_OK) {
+            if (bitnet__cuda.cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k->fn, 32 * warps, 0) == 0 && per_sm > 0)
+                k->occ[warps] = (signed char)BITNET__MIN(per_sm, 127);
+            bitnet__ctx_pop();
+        }
+    }
+    n = k->occ[warps];
+    bitnet__mutex_unlock(&dv->lock);
+    return n;
+}
+
+static bitnet_result bitnet__tgemv_pdl(bitnet_gpu *gpu, const bitnet_gpu_ternary *w, void **args) {
+    static const int shapes[][2] = {{16, 8}, {12, 8}, {8, 4}, {6, 4}, {4, 4}}; /* warps a group, loads a lane */
+    const char *pdl_env = bitnet__getenv("BITNET_TGEMV_PDL"), *w_env = bitnet__getenv("BITNET_TGEMV_WARPS");
+    const char *u_env = bitnet__getenv("BITNET_TGEMV_U");
+    int rg = w->glu ? 2 : 1, nc = (int)(w->k / 64), groups = (int)((w->n + 31) / 32), sms = bitnet__gk_sm_count(gpu);
+    int wpg = 16, u = 8, i;
+    unsigned grid[3], block[3];
     bitnet_gpu_kernel *k;
     char name[32];
-    void *args[12];
-    if (force == 0 || (a->q | w->data) % 16) return BITNET_ERR_UNSUPPORTED;
-    if (force == 1 || force == 2 || force == 4 || force == 8) p = force;
-    while (p < 8 && (unsigned)rg * (unsigned)((nc + p - 1) / p) > BITNET__TGEMV_BULK_LINES) p *= 2;
-    ncl = (unsigned)((nc + p - 1) / p);
-    if (rg * ncl > BITNET__TGEMV_BULK_LINES || units * (unsigned)p > 0x7fffffffu) return BITNET_ERR_UNSUPPORTED;
-    /* Measured on the H100 (bench-kernels, graph replay): with PDL and the trigger at entry the next
-       GEMV's weights stream in early (a win from 8.8 MB: 13824x2560 5.95 -> 5.40 us, 20480x3200 8.81
-       -> 8.07); small matrices want the trigger once the block's weights are in (2560x2560 3.37 ->
-       2.66 us, 3840x2560 3.69 -> 3.02; at entry they lose ~1 us); in between (2560x6912, 4.4 MB) and
-       without PDL the older kernel is as fast or faster. PDL is only a launch choice: the kernel
-       waits before it touches anything another kernel writes, either way. From 6 MB the block's
-       shared memory is also padded so at most BITNET__TGEMV_BIG_BPS blocks share an SM (session 8,
-       trigger at entry: 13824x2560 5.81 -> 4.68 us, 20480x3200 8.82 -> 8.26, 55296x5120 29.33 ->
-       27.32; 3, 4, 6, 7 or 8 blocks an SM, or the later triggers, are slower for one shape or
-       another: BENCHMARKS.md). BITNET_TGEMV_BPS=N sets the bound (0: no padding), for A/B runs. */
-    bytes = (double)units * rg * nc * 512;
-    small = bytes <= BITNET__TGEMV_PDL_SMALL, big = bytes >= BITNET__TGEMV_PDL_BIG;
-    pdl = pdl_env ? atoi(pdl_env) != 0 : small || big;
-    trig = trig_env ? atoi(trig_env) : small ? 1 : 0;
-    if (trig < 0 || trig > 2) trig = 0;
-    if (bitnet__getenv("BITNET_TGEMV_PRE")) trig |= atoi(bitnet__getenv("BITNET_TGEMV_PRE")) << 4;
-    if (force < 0 && (!pdl || (!small && !big))) return BITNET_ERR_UNSUPPORTED;
-    pieces = (unsigned)rg * ((ncl + 7) / 8); /* BITNET_TGEMV_PIECE */
-    smem = (unsigned)rg * ncl * 512 + ncl * 64 + (pieces + 1) * 8;
-    bps = bps_env ? atoi(bps_env) : big ? BITNET__TGEMV_BIG_BPS : 0;
-    if (bps > 0) { /* the SM's shared memory: the per-block opt-in plus the 1 KiB it reserves a block */
-        unsigned pad = ((unsigned)gpu->dev->smem_optin + 1024u) / (unsigned)bps - 1024u;
-        if (pad > smem && pad <= (unsigned)gpu->dev->smem_optin) smem = pad;
+    if ((pdl_env && !atoi(pdl_env)) || !bitnet__cuda.cu.cuLaunchKernelEx) return BITNET_ERR_UNSUPPORTED;
+    for (i = 0; i < (int)(sizeof shapes / sizeof shapes[0]); i++) {
+        int per_sm;
+        snprintf(name, sizeof name, "bitnet_k_tgemv_p1_u%d", shapes[i][1]);
+        BITNET__TRY(bitnet_gpu_builtin_kernel(gpu, name, &k));
+        if ((per_sm = bitnet__occupancy(gpu, k, shapes[i][0] * rg)) < 0) break;
+        if ((long long)per_sm * sms >= groups) {
+            wpg = shapes[i][0], u = shapes[i][1];
+            break;
+        }
     }
-    snprintf(name, sizeof name, "bitnet_k_tgemv_b%d", p);
+    if (w_env && atoi(w_env) >= 1 && atoi(w_env) <= 32) wpg = atoi(w_env);
+    if (u_env && (atoi(u_env) == 4 || atoi(u_env) == 8)) u = atoi(u_env);
+    wpg = BITNET__MIN(BITNET__MIN(wpg, 32 / rg), nc);
+    snprintf(name, sizeof name, "bitnet_k_tgemv_p1_u%d", u);
     BITNET__TRY(bitnet_gpu_builtin_kernel(gpu, name, &k));
-    args[0] = (void *)&w->data, args[1] = &n_out, args[2] = &nc, args[3] = (void *)segs, args[4] = &glu;
-    args[5] = (void *)&a->q, args[6] = (void *)&a->scale, args[7] = (void *)&a->sum, args[8] = &out, args[9] = &ot;
-    args[10] = &residual, args[11] = &trig;
-    grid[0] = units * (unsigned)p, grid[1] = grid[2] = 1;
-    block[0] = 256, block[1] = block[2] = 1; /* BN_TB_WARPS warps */
-    return bitnet__launch(gpu, k, grid, block, smem, args, pdl); /* a choice per call: k->pdl is not touched */
+    grid[0] = (unsigned)groups, grid[1] = grid[2] = 1;
+    block[0] = 32, block[1] = (unsigned)(wpg * rg), block[2] = 1;
+    return bitnet__launch(gpu, k, grid, block, 0, args, 1);
 }
 
 /* M > 8 on sm_90: the wgmma GEMM (bitnet_k_tgemm90_n<TN>, module tgemm built for sm_90a), tiles
@@ -9895,23 +9898,14 @@ static bitnet_result bitnet__tmm_issue(bitnet_gpu *gpu, const bitnet_gpu_ternary
         return bitnet__gk_launch(gpu, tn == 32 ? "bitnet_k_tgemm_n32" : tn == 64 ? "bitnet_k_tgemm_n64" : "bitnet_k_tgemm", (unsigned)rows,
                                  (unsigned)((m + (size_t)tn - 1) / (size_t)tn), 1, 128, 1, args);
     }
-    if (m == 1 && gpu->dev->cc >= 90 && bitnet__getenv("BITNET_TGEMV_REG")) { /* A/B: register loads under PDL */
-        int groups = (n_out + 31) / 32, rg = glu ? 2 : 1, wpg = atoi(bitnet__getenv("BITNET_TGEMV_REG")), mm = 1;
-        bitnet_gpu_kernel *k;
-        unsigned grid[3] = {0, 1, 1}, block[3] = {32, 0, 1};
-        void *args[15];
-        wpg = BITNET__MIN(BITNET__MIN(wpg, 32 / rg), nc);
-        args[0] = (void *)&w->data, args[1] = &n_out, args[2] = &nc, args[3] = &segs, args[4] = &glu;
-        args[5] = (void *)&a->q, args[6] = &lda, args[7] = (void *)&a->scale, args[8] = (void *)&a->sum, args[9] = &mm;
-        args[10] = &out, args[11] = &ldo, args[12] = &ot, args[13] = &residual, args[14] = &ldo;
-        char pname[32];
-        snprintf(pname, sizeof pname, "bitnet_k_tgemv_p1_u%d", bitnet__getenv("BITNET_TGEMV_REG_U") ? atoi(bitnet__getenv("BITNET_TGEMV_REG_U")) : 8);
-        BITNET__TRY(bitnet_gpu_builtin_kernel(gpu, pname, &k));
-        grid[0] = (unsigned)groups, block[1] = (unsigned)(wpg * rg);
-        return bitnet__launch(gpu, k, grid, block, 0, args, 1);
-    }
     if (m == 1 && gpu->dev->cc >= 90) {
-        bitnet_result r = bitnet__tgemv_bulk(gpu, w, a, &segs, out, ot, residual);
+        int one = 1;
+        void *args[15];
+        bitnet_result r;
+        args[0] = (void *)&w->data, args[1] = &n_out, args[2] = &nc, args[3] = &segs, args[4] = &glu;
+        args[5] = (void *)&a->q, args[6] = &lda, args[7] = (void *)&a->scale, args[8] = (void *)&a->sum, args[9] = &one;
+        args[10] = &out, args[11] = &ldo, args[12] = &ot, args[13] = &residual, args[14] = &ldo;
+        r = bitnet__tgemv_pdl(gpu, w, args);
         if (r != BITNET_ERR_UNSUPPORTED) return r;
     }
     /* GEMV, 8 tokens at a time (before sm_80 this covers every m) */

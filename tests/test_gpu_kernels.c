@@ -268,29 +268,31 @@ static void test_gpu_ternary_gemv(void) {
         if (!small_only() || cases[i].rows[0] * cases[i].k <= 300 * 384) check_ternary_case(&cases[i]);
 }
 
-/* M = 1 through each form of the sm_90 bulk-copy GEMV (BITNET_TGEMV_SPLIT forces the blocks per
-   unit, 0 the older kernel; with and without PDL, each trigger point, with and without the
-   shared-memory pad): odd rows, fused parts, glu, K that does not split evenly, and slabs
-   too large for one block (the dispatch then splits further). Other GPUs take the older kernel. */
+/* M = 1 through each launch of the GEMV: plain (BITNET_TGEMV_PDL=0, every GPU), and on sm_90
+   under programmatic dependent launch with the shape the dispatch picks and with forced ones
+   (BITNET_TGEMV_WARPS a group, BITNET_TGEMV_U loads a lane; 3 and 5 warps split K unevenly): odd
+   rows, fused parts, glu, K of one chunk a warp and of many, more groups than a wave holds. */
 static void test_gpu_ternary_gemv_splits(void) {
     static const tcase cases[] = {
         {1, {37, 0, 0}, 128, 1, 0},  {3, {2560, 640, 640}, 2560, 1, 0}, {2, {70, 70, 0}, 384, 1, 1},
         {1, {1000, 0, 0}, 6912, 1, 0}, {2, {96, 96, 0}, 6912, 1, 1},     {2, {200, 77, 0}, 640, 1, 0},
-        {1, {300, 0, 0}, 3200, 1, 0},
+        {1, {300, 0, 0}, 3200, 1, 0},  {1, {4300, 0, 0}, 128, 1, 0},     {2, {4250, 4250, 0}, 128, 1, 1},
+        {1, {9001, 0, 0}, 384, 1, 0},
     };
-    /* split, PDL launch, trigger point, blocks an SM (a shared-memory pad; 0: none) */
-    static const char *const forms[][4] = {{"0", "0", "0", "0"}, {"1", "1", "0", "5"}, {"1", "1", "1", "0"}, {"1", "0", "0", "3"},
-                                           {"2", "1", "1", "0"}, {"4", "0", "0", "0"}, {"8", "1", "0", "5"},
-                                           {"1", "1", "2", "0"}, {"2", "1", "2", "0"}};
-    static const char *const vars[4] = {"BITNET_TGEMV_SPLIT", "BITNET_TGEMV_PDL", "BITNET_TGEMV_TRIG", "BITNET_TGEMV_BPS"};
+    /* PDL launch, warps a group, loads a lane ("": the dispatch's choice) */
+    static const char *const forms[][3] = {{"0", "", ""},  {"", "", ""},   {"1", "16", "8"}, {"1", "8", "4"},
+                                           {"1", "3", "4"}, {"1", "5", "8"}, {"1", "1", "4"}};
+    static const char *const vars[3] = {"BITNET_TGEMV_PDL", "BITNET_TGEMV_WARPS", "BITNET_TGEMV_U"};
     size_t i, s, v;
     NEED_GPU();
     for (s = 0; s < sizeof forms / sizeof forms[0]; s++) {
-        for (v = 0; v < 4; v++) setenv(vars[v], forms[s][v], 1);
+        for (v = 0; v < 3; v++)
+            if (forms[s][v][0]) setenv(vars[v], forms[s][v], 1);
+            else unsetenv(vars[v]);
         for (i = 0; i < sizeof cases / sizeof cases[0]; i++)
             if (!small_only() || cases[i].rows[0] * cases[i].k <= 300 * 3200) check_ternary_case(&cases[i]);
     }
-    for (v = 0; v < 4; v++) unsetenv(vars[v]);
+    for (v = 0; v < 3; v++) unsetenv(vars[v]);
 }
 
 /* M > 8 through each GEMM form: on sm_90 the wgmma kernel with each token tile (BITNET_TGEMM_TN

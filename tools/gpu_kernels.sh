@@ -58,7 +58,7 @@ tune)
   timeout 200 build/bitnet bench-kernels --backend cuda ${BNCPP:+--bitnetcpp $BNCPP} --json "$OUT/bench-kernels.json" \
     >"$OUT/bench-kernels.log" 2>"$OUT/bench-kernels.err"; echo "bench-kernels: exit $?"
   grep -v "^bitnet info" "$OUT/bench-kernels.log"
-  IFS=';' read -ra cfgs <<<"${CONFIGS:-BITNET_TGEMV_SPLIT=0;BITNET_TGEMV_SPLIT=1 BITNET_TGEMV_PDL=1 BITNET_TGEMV_TRIG=0;BITNET_TGEMV_SPLIT=1 BITNET_TGEMV_PDL=1 BITNET_TGEMV_TRIG=1;BITNET_TGEMV_SPLIT=1 BITNET_TGEMV_PDL=1 BITNET_TGEMV_TRIG=2}"
+  IFS=';' read -ra cfgs <<<"${CONFIGS:-BITNET_TGEMV_PDL=0;BITNET_TGEMV_PDL=1;BITNET_TGEMV_WARPS=16 BITNET_TGEMV_U=8;BITNET_TGEMV_WARPS=8 BITNET_TGEMV_U=4}"
   for cfg in "${cfgs[@]}"; do
     env $cfg timeout 60 build/bitnet bench-kernels --backend cuda --quick >>"$OUT/quick.log" 2>&1
     echo "$cfg:"; grep -E "^[0-9]+x[0-9]+ +1 " "$OUT/quick.log" | tail -6
