@@ -9788,16 +9788,6 @@ static bitnet_result bitnet__tmm_check(const char *fn, const bitnet_gpu_ternary 
     return BITNET_OK;
 }
 
-/* M = 1 on sm_90: the GEMV kernel launched with programmatic dependent launch
-   (bitnet_k_tgemv_p1_u<U>), so it asks for its weights while the previous kernel in the stream
-   still runs. The shape: the most warps a 32-row group (and loads a lane) with which one wave holds
-   every group, so each block has its first weights in flight before the wait; with more groups
-   than that (many waves anyway) 16 warps and 8 loads. Measured on the H100 (bench-kernels, graph
-   replay, BENCHMARKS.md session 9) against the bulk-copy kernel this replaced: 2560x6912 4.94 ->
-   3.98 us, 20480x3200 8.35 -> 7.05, 55296x5120 27.43 -> 26.11, 13824x2560 4.77 -> 4.74.
-   Environment, for tests and A/B runs: BITNET_TGEMV_PDL=0 sends M = 1 to the plain launch below;
-   BITNET_TGEMV_WARPS (1-32) and BITNET_TGEMV_U (4, 8) force the shape.
-   BITNET_ERR_UNSUPPORTED (nothing launched) sends the call to the plain launch. */
 /* Blocks of k that fit an SM at once with `warps` warps a block and no dynamic shared memory
    (asked of the driver once, then kept); -1 when the driver cannot tell. */
 static int bitnet__occupancy(bitnet_gpu *gpu, bitnet_gpu_kernel *k, int warps) {
@@ -9819,6 +9809,16 @@ static int bitnet__occupancy(bitnet_gpu *gpu, bitnet_gpu_kernel *k, int warps) {
     return n;
 }
 
+/* M = 1 on sm_90: the GEMV kernel launched with programmatic dependent launch
+   (bitnet_k_tgemv_p1_u<U>), so it asks for its weights while the previous kernel in the stream
+   still runs. The shape: the most warps a 32-row group (and loads a lane) with which one wave holds
+   every group, so each block has its first weights in flight before the wait; with more groups
+   than that (many waves anyway) 16 warps and 8 loads. Measured on the H100 (bench-kernels, graph
+   replay, BENCHMARKS.md session 9) against the bulk-copy kernel this replaced: 2560x6912 4.94 ->
+   3.98 us, 20480x3200 8.35 -> 7.05, 55296x5120 27.43 -> 26.11, 13824x2560 4.77 -> 4.74.
+   Environment, for tests and A/B runs: BITNET_TGEMV_PDL=0 sends M = 1 to the plain launch below;
+   BITNET_TGEMV_WARPS (1-32) and BITNET_TGEMV_U (4, 8) force the shape.
+   BITNET_ERR_UNSUPPORTED (nothing launched) sends the call to the plain launch. */
 static bitnet_result bitnet__tgemv_pdl(bitnet_gpu *gpu, const bitnet_gpu_ternary *w, void **args) {
     static const int shapes[][2] = {{16, 8}, {12, 8}, {8, 4}, {6, 4}, {4, 4}}; /* warps a group, loads a lane */
     const char *pdl_env = bitnet__getenv("BITNET_TGEMV_PDL"), *w_env = bitnet__getenv("BITNET_TGEMV_WARPS");
