@@ -9826,14 +9826,13 @@ static bitnet_result bitnet__tgemv_pdl(bitnet_gpu *gpu, const bitnet_gpu_ternary
     int rg = w->glu ? 2 : 1, nc = (int)(w->k / 64), groups = (int)((w->n + 31) / 32), sms = bitnet__gk_sm_count(gpu);
     int wpg = 16, u = 8, i;
     unsigned grid[3], block[3];
-    bitnet_gpu_kernel *k;
-    char name[32];
+    bitnet_gpu_kernel *k4, *k8;
     if ((pdl_env && !atoi(pdl_env)) || !bitnet__cuda.cu.cuLaunchKernelEx) return BITNET_ERR_UNSUPPORTED;
+    BITNET__TRY(bitnet_gpu_builtin_kernel(gpu, "bitnet_k_tgemv_p1_u4", &k4));
+    BITNET__TRY(bitnet_gpu_builtin_kernel(gpu, "bitnet_k_tgemv_p1_u8", &k8));
     for (i = 0; i < (int)(sizeof shapes / sizeof shapes[0]); i++) {
-        int per_sm;
-        snprintf(name, sizeof name, "bitnet_k_tgemv_p1_u%d", shapes[i][1]);
-        BITNET__TRY(bitnet_gpu_builtin_kernel(gpu, name, &k));
-        if ((per_sm = bitnet__occupancy(gpu, k, shapes[i][0] * rg)) < 0) break;
+        int per_sm = bitnet__occupancy(gpu, shapes[i][1] == 8 ? k8 : k4, shapes[i][0] * rg);
+        if (per_sm < 0) break;
         if ((long long)per_sm * sms >= groups) {
             wpg = shapes[i][0], u = shapes[i][1];
             break;
@@ -9842,11 +9841,9 @@ static bitnet_result bitnet__tgemv_pdl(bitnet_gpu *gpu, const bitnet_gpu_ternary
     if (w_env && atoi(w_env) >= 1 && atoi(w_env) <= 32) wpg = atoi(w_env);
     if (u_env && (atoi(u_env) == 4 || atoi(u_env) == 8)) u = atoi(u_env);
     wpg = BITNET__MIN(BITNET__MIN(wpg, 32 / rg), nc);
-    snprintf(name, sizeof name, "bitnet_k_tgemv_p1_u%d", u);
-    BITNET__TRY(bitnet_gpu_builtin_kernel(gpu, name, &k));
     grid[0] = (unsigned)groups, grid[1] = grid[2] = 1;
     block[0] = 32, block[1] = (unsigned)(wpg * rg), block[2] = 1;
-    return bitnet__launch(gpu, k, grid, block, 0, args, 1);
+    return bitnet__launch(gpu, u == 8 ? k8 : k4, grid, block, 0, args, 1);
 }
 
 /* M > 8 on sm_90: the wgmma GEMM (bitnet_k_tgemm90_n<TN>, module tgemm built for sm_90a), tiles
@@ -9878,17 +9875,18 @@ static bitnet_result bitnet__tmm_issue(bitnet_gpu *gpu, const bitnet_gpu_ternary
     int n_out = (int)w->n, nc = (int)(w->k / 64), glu = w->glu, ot;
     long long lda = (long long)w->k, ldo = (long long)w->n;
     size_t m0, m = a->m;
+    int mm = (int)m;
+    void *args[15]; /* BN_TGEMM_ARGS: the GEMMs' and the single-token GEMV's, for all of a */
     ot = out_type == BITNET_PRECISION_AUTO ? (int)BITNET_PRECISION_FP32 : (int)out_type;
+    args[0] = (void *)&w->data, args[1] = &n_out, args[2] = &nc, args[3] = &segs, args[4] = &glu;
+    args[5] = (void *)&a->q, args[6] = &lda, args[7] = (void *)&a->scale, args[8] = (void *)&a->sum, args[9] = &mm;
+    args[10] = &out, args[11] = &ldo, args[12] = &ot, args[13] = &residual, args[14] = &ldo;
     if (m > 8 && gpu->dev->cc >= 80) {
         /* mma.sync: tiles of 128 tokens, or of 64 or 32 while the grid is under four blocks an SM (H100,
            M = 512, 2B-4T: see BENCHMARKS.md); BITNET_TGEMM_TN=32|64|128 forces one (A/B, tests) */
         const char *tn_env = bitnet__getenv("BITNET_TGEMM_TN");
         size_t rows = w->n_pad / 128, want = (size_t)bitnet__gk_sm_count(gpu) * 4;
-        int mm = (int)m, tn = 128, tn_force = tn_env ? atoi(tn_env) : 0;
-        void *args[15]; /* BN_TGEMM_ARGS, the wgmma kernel's too */
-        args[0] = (void *)&w->data, args[1] = &n_out, args[2] = &nc, args[3] = &segs, args[4] = &glu;
-        args[5] = (void *)&a->q, args[6] = &lda, args[7] = (void *)&a->scale, args[8] = (void *)&a->sum, args[9] = &mm;
-        args[10] = &out, args[11] = &ldo, args[12] = &ot, args[13] = &residual, args[14] = &ldo;
+        int tn = 128, tn_force = tn_env ? atoi(tn_env) : 0;
         if (gpu->dev->cc == 90) {
             bitnet_result r = bitnet__tgemm90(gpu, w, a, tn_force, args);
             if (r != BITNET_ERR_UNSUPPORTED) return r;
@@ -9899,33 +9897,24 @@ static bitnet_result bitnet__tmm_issue(bitnet_gpu *gpu, const bitnet_gpu_ternary
                                  (unsigned)((m + (size_t)tn - 1) / (size_t)tn), 1, 128, 1, args);
     }
     if (m == 1 && gpu->dev->cc >= 90) {
-        int one = 1;
-        void *args[15];
-        bitnet_result r;
-        args[0] = (void *)&w->data, args[1] = &n_out, args[2] = &nc, args[3] = &segs, args[4] = &glu;
-        args[5] = (void *)&a->q, args[6] = &lda, args[7] = (void *)&a->scale, args[8] = (void *)&a->sum, args[9] = &one;
-        args[10] = &out, args[11] = &ldo, args[12] = &ot, args[13] = &residual, args[14] = &ldo;
-        r = bitnet__tgemv_pdl(gpu, w, args);
+        bitnet_result r = bitnet__tgemv_pdl(gpu, w, args);
         if (r != BITNET_ERR_UNSUPPORTED) return r;
     }
     /* GEMV, 8 tokens at a time (before sm_80 this covers every m) */
     for (m0 = 0; m0 < m; m0 += 8) {
-        int mm = (int)BITNET__MIN(m - m0, (size_t)8), mt = mm == 1 ? 1 : mm == 2 ? 2 : mm <= 4 ? 4 : 8;
-        int rg = glu ? 2 : 1, groups = (n_out + 31) / 32, sms = bitnet__gk_sm_count(gpu), wpg = 8, cap;
+        int mt, rg = glu ? 2 : 1, groups = (n_out + 31) / 32, sms = bitnet__gk_sm_count(gpu), wpg = 8, cap;
         size_t es = ot == BITNET_PRECISION_FP32 ? 4 : 2;
         bitnet_devptr q = a->q + m0 * w->k, sc = a->scale + m0 * 4, su = a->sum + m0 * 4;
         bitnet_devptr o = out + m0 * w->n * es, r = residual ? residual + m0 * w->n * es : 0;
         char name[32];
-        void *args[15];
+        mm = (int)BITNET__MIN(m - m0, (size_t)8), mt = mm == 1 ? 1 : mm == 2 ? 2 : mm <= 4 ? 4 : 8;
         /* warps per 32-row group: enough warps in flight on the whole GPU (measured on H100: small
            matrices want 32, large ones 8 to 16) */
         while (wpg < 32 && (size_t)groups * wpg < (size_t)sms * 24) wpg *= 2;
         cap = BITNET__MIN(32, 128 / mt) / rg;
         wpg = BITNET__MIN(BITNET__MIN(wpg, cap), nc);
         snprintf(name, sizeof name, "bitnet_k_tgemv_m%d", mt);
-        args[0] = (void *)&w->data, args[1] = &n_out, args[2] = &nc, args[3] = &segs, args[4] = &glu;
-        args[5] = &q, args[6] = &lda, args[7] = &sc, args[8] = &su, args[9] = &mm;
-        args[10] = &o, args[11] = &ldo, args[12] = &ot, args[13] = &r, args[14] = &ldo;
+        args[5] = &q, args[7] = &sc, args[8] = &su, args[10] = &o, args[13] = &r; /* this slice of the tokens */
         BITNET__TRY(bitnet__gk_launch(gpu, name, (unsigned)groups, 1, 1, 32, (unsigned)(wpg * rg), args));
     }
     return BITNET_OK;
