@@ -10666,8 +10666,7 @@ static bitnet_result bitnet__gpu_linear(bitnet_session *s, bitnet_gpu_kernel *k,
        two blocks of up to 10 warps fit an SM, so the next kernel's blocks start beside this one's);
        over one wave of blocks a block gets at most 8 warps */
     int warps = BITNET__MIN((int)groups > g->sm_count ? 8 : 16, BITNET__MAX(1, (items + q->gemv_items - 1) / q->gemv_items));
-    int per = (items + warps - 1) / warps; /* items a warp, at most: each warp quantizes its own chunks */
-    unsigned smem = (unsigned)(64 * warps * per + warps * (w->glu ? 2 : 1) * 32 * 4);
+    unsigned smem = (unsigned)w->k + (unsigned)(warps * (w->glu ? 2 : 1) * 32 * 4);
     void *args[8];
     args[0] = (void *)&w->data, args[1] = &n_out, args[2] = &nc, args[3] = &segs, args[4] = &in, args[5] = &norm_w,
     args[6] = &eps, args[7] = &out;
