@@ -90,17 +90,6 @@ static const char bitnet_cuda_src_util[] =
     "BN_DEV int bn_dp4a_us(unsigned int a, int b, int c) {\n" \
     "    int d; asm(\"dp4a.u32.s32 %0, %1, %2, %3;\" : \"=r\"(d) : \"r\"(a), \"r\"(b), \"r\"(c)); return d;\n" \
     "}\n" \
-    "/* RMSNorm's factor as the CPU computes it, (float)(1 / sqrt(ss / k + eps)) in double, but\n" \
-    "   without its three slow double operations on the critical path: y = rsqrt(ss * rk + eps) (rk = 1 / k,\n" \
-    "   computed ahead) is within about 2^-49 of that value, so both round to the same float unless y is\n" \
-    "   near a rounding boundary of floats (the 29 bits a double carries past a float's within 2^8 of the\n" \
-    "   midpoint 2^28: about one call in 10^6), or outside the normal floats; then the exact path runs. */\n" \
-    "BN_DEV float bn_rms_r(double ss, int k, double rk, float eps) {\n" \
-    "    const double y = rsqrt(fma(ss, rk, (double)eps));\n" \
-    "    const long long low = __double_as_longlong(y) & 0x1fffffffll;\n" \
-    "    if (y > 1e-36 && y < 1e36 && (low - 0x10000000ll > 256 || 0x10000000ll - low > 256)) return (float)y;\n" \
-    "    return (float)__ddiv_rn(1.0, __dsqrt_rn(__dadd_rn(__ddiv_rn(ss, (double)k), (double)eps)));\n" \
-    "}\n" \
     "/* The CPU's epilogue, operation for operation (no contraction): (acc - sum) / a_scale * w_scale. */\n" \
     "BN_DEV float bn_dequant(int acc, int asum, float ascale, float wscale) {\n" \
     "    return __fmul_rn(__fdiv_rn((float)(acc - asum), ascale), wscale);\n" \
@@ -222,7 +211,7 @@ static const char bitnet_cuda_src_ternary[] = BITNET_CUDA_SRC_KHELPERS
     "            ss = __dadd_rn(ss, __dmul_rn(v, v));\n"
     "        }\n"
     "        ss = bn_block_sum_d(ss, shd);\n"
-    "        r = bn_rms_r(ss, k, 1.0 / (double)k, eps);\n"
+    "        r = (float)__ddiv_rn(1.0, sqrt(__dadd_rn(__ddiv_rn(ss, (double)k), (double)eps)));\n"
     "    }\n"
     "#pragma unroll\n"
     "    for (int u = 0; u < BN_QA_R; u++) {\n"
@@ -1198,6 +1187,10 @@ static const char bitnet_cuda_src_forward[] = BITNET_CUDA_SRC_KHELPERS
     "    ss = 0.0, mx = 0.0f;\n"
     "    for (int i = 0; i < nw; i++) ss += red.d[i], mx = fmaxf(mx, red.f[i]);\n"
     "}\n"
+    "/* r = 1 / sqrt(mean(x^2) + eps) from the double sum of squares, rounded to float once. */\n"
+    "BF_DEV float bf_rms_r(double ss, int k, float eps) {\n"
+    "    return (float)__ddiv_rn(1.0, __dsqrt_rn(__dadd_rn(__ddiv_rn(ss, (double)k), (double)eps)));\n"
+    "}\n"
     "BF_DEV double bf_sq2(double ss, float a, float b) {\n"
     "    return __dadd_rn(__dadd_rn(ss, __dmul_rn((double)a, (double)a)), __dmul_rn((double)b, (double)b));\n"
     "}\n"
@@ -1231,7 +1224,6 @@ static const char bitnet_cuda_src_forward[] = BITNET_CUDA_SRC_KHELPERS
     "BF_DEV void bf_norm_quant(const float *x, const float *__restrict__ w, const float4 *wv, int k, float eps, signed char *q,\n"
     "                          float &scale, int &mysum, bf_red &red) {\n"
     "    const int t = bf_tid(), nt = bf_nthreads(), k4 = k >> 2;\n"
-    "    const double rk = 1.0 / (double)k; /* (beside the loads of x) */\n"
     "    const float4 *x4 = (const float4 *)x, *w4 = (const float4 *)w;\n"
     "    float4 xv[BF_NQ];\n"
     "#pragma unroll\n"
@@ -1253,7 +1245,7 @@ static const char bitnet_cuda_src_forward[] = BITNET_CUDA_SRC_KHELPERS
     "        mx = bf_amax4(mx, bf_mul4(v, w4[i]));\n"
     "    }\n"
     "    bf_block_ss_max(ss, mx, red);\n"
-    "    const float r = bn_rms_r(ss, k, rk, eps), amax = __fmul_rn(mx, r), s = __fdiv_rn(127.0f, amax > 1e-5f ? amax : 1e-5f);\n"
+    "    const float r = bf_rms_r(ss, k, eps), amax = __fmul_rn(mx, r), s = __fdiv_rn(127.0f, amax > 1e-5f ? amax : 1e-5f);\n"
     "    const float4 r4 = make_float4(r, r, r, r);\n"
     "    int acc = 0;\n"
     "#pragma unroll\n"
@@ -1968,7 +1960,7 @@ static const char bitnet_cuda_src_forward[] = BITNET_CUDA_SRC_KHELPERS
     "        double ss = 0.0;\n"
     "        for (int i = t; i < dim; i += blockDim.x) ss = __dadd_rn(ss, __dmul_rn((double)x[i], (double)x[i]));\n"
     "        ss = bn_block_sum_d(ss, red.d);\n"
-    "        const float r = bn_rms_r(ss, dim, 1.0 / (double)dim, eps);\n"
+    "        const float r = (float)__ddiv_rn(1.0, __dsqrt_rn(__dadd_rn(__ddiv_rn(ss, (double)dim), (double)eps)));\n"
     "        for (int i = t; i < dim; i += blockDim.x) bf_fsm[i] = __fmul_rn(__fmul_rn(x[i], nw[i]), r);\n"
     "        __syncthreads();\n"
     "    }\n"
