@@ -256,7 +256,8 @@ BITNET_API bitnet_result bitnet_gemm_q8(const int8_t *w, const float *w_scale, s
                                         size_t m, float *out);
 /* fp32 reference GEMM: out[m][n] = a[m][k] . w[n][k] (weights row-major, like a linear layer). */
 BITNET_API bitnet_result bitnet_gemm_f32(const float *w, size_t n, size_t k, const float *a, size_t m, float *out);
-/* out = (x * weight) / sqrt(mean(x^2) + eps), per row of k, as (x * weight) * r (out may alias x). */
+/* out = x * weight / sqrt(mean(x^2) + eps) per row of k, computed as (x * weight) * r with r in
+   float (out may alias x). */
 BITNET_API bitnet_result bitnet_rmsnorm(const float *x, const float *weight, size_t m, size_t k, float eps, float *out);
 /* In-place softmax per row of k. */
 BITNET_API bitnet_result bitnet_softmax(float *x, size_t m, size_t k);
@@ -1595,10 +1596,11 @@ static void bitnet__quantize_act_row_scalar(const float *x, size_t k, int8_t *q,
 /* The row quantizers below take an optional RMSNorm: with w set, the row quantized is
    y = (x * w) * r (exactly as bitnet_rmsnorm computes it), so bitnet__rmsnorm_quantize needs no
    float buffer. x * w comes first because rounding is monotonic: max|y| is then exactly
-   max|x * w| * r, so the GPU takes the sum of squares and the absmax in one pass. Every SIMD path matches the scalar oracle bit for bit: max|x| is a max (order
-   free; NaN ignored as the scalar compare ignores it), the product x*s is one IEEE multiply,
-   NaN becomes 0, the clamp to [-128, 127] comes before rounding (same result, since rounding is
-   monotonic), and the rounding is the same magic-number addition. */
+   max|x * w| * r, so the GPU takes the sum of squares and the absmax in one reduction. Every SIMD
+   path matches the scalar oracle bit for bit: max|x| is a max (order free; NaN ignored as the
+   scalar compare ignores it), the product x*s is one IEEE multiply, NaN becomes 0, the clamp to
+   [-128, 127] comes before rounding (same result, since rounding is monotonic), and the rounding
+   is the same magic-number addition. */
 typedef void (*bitnet__qrow_fn)(const float *x, const float *w, float r, size_t k, int8_t *q, float *scale,
                                 int32_t *sum);
 
