@@ -10664,9 +10664,8 @@ static bitnet_result bitnet__gpu_linear(bitnet_session *s, bitnet_gpu_kernel *k,
     bitnet__k_segs segs = bitnet__k_segs_of(w);
     int n_out = (int)w->n, nc = (int)(w->k / 64), items = w->glu ? 2 * nc : nc;
     unsigned groups = (unsigned)((n_out + 31) / 32);
-    /* warps share a block's K chunks, BF_GEMV_U = 6 loads in flight per lane (98 registers a thread:
-       two blocks of up to 10 warps fit an SM, so the next kernel's blocks start beside this one's);
-       over one wave of blocks a block gets at most 8 warps */
+    /* warps share a block's K chunks, at least gemv_items each; 6 loads in flight a lane (gate||up:
+       10) before the wait. Over one wave of blocks a block gets at most 8 warps */
     int warps = BITNET__MIN((int)groups > g->sm_count ? 8 : 16, BITNET__MAX(1, (items + q->gemv_items - 1) / q->gemv_items));
     unsigned smem = (unsigned)w->k + (unsigned)(warps * (w->glu ? 2 : 1) * 32 * 4);
     void *args[8];
