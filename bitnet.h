@@ -256,8 +256,7 @@ BITNET_API bitnet_result bitnet_gemm_q8(const int8_t *w, const float *w_scale, s
                                         size_t m, float *out);
 /* fp32 reference GEMM: out[m][n] = a[m][k] . w[n][k] (weights row-major, like a linear layer). */
 BITNET_API bitnet_result bitnet_gemm_f32(const float *w, size_t n, size_t k, const float *a, size_t m, float *out);
-/* out = x * weight / sqrt(mean(x^2) + eps) per row of k, computed as (x * weight) * r with r in
-   float (out may alias x). */
+/* out = x / sqrt(mean(x^2) + eps) * weight, per row of k (out may alias x). */
 BITNET_API bitnet_result bitnet_rmsnorm(const float *x, const float *weight, size_t m, size_t k, float eps, float *out);
 /* In-place softmax per row of k. */
 BITNET_API bitnet_result bitnet_softmax(float *x, size_t m, size_t k);
@@ -1594,13 +1593,11 @@ static void bitnet__quantize_act_row_scalar(const float *x, size_t k, int8_t *q,
 }
 
 /* The row quantizers below take an optional RMSNorm: with w set, the row quantized is
-   y = (x * w) * r (exactly as bitnet_rmsnorm computes it), so bitnet__rmsnorm_quantize needs no
-   float buffer. x * w comes first because rounding is monotonic: max|y| is then exactly
-   max|x * w| * r, so the GPU takes the sum of squares and the absmax in one reduction. Every SIMD
-   path matches the scalar oracle bit for bit: max|x| is a max (order free; NaN ignored as the
-   scalar compare ignores it), the product x*s is one IEEE multiply, NaN becomes 0, the clamp to
-   [-128, 127] comes before rounding (same result, since rounding is monotonic), and the rounding
-   is the same magic-number addition. */
+   y = x * r * w (exactly as bitnet_rmsnorm computes it), so bitnet__rmsnorm_quantize needs no
+   float buffer. Every SIMD path matches the scalar oracle bit for bit: max|x| is a max (order
+   free; NaN ignored as the scalar compare ignores it), the product x*s is one IEEE multiply,
+   NaN becomes 0, the clamp to [-128, 127] comes before rounding (same result, since rounding is
+   monotonic), and the rounding is the same magic-number addition. */
 typedef void (*bitnet__qrow_fn)(const float *x, const float *w, float r, size_t k, int8_t *q, float *scale,
                                 int32_t *sum);
 
@@ -1610,12 +1607,12 @@ static void bitnet__quantize_row_scalar(const float *x, const float *w, float r,
     int32_t acc = 0;
     size_t i;
     for (i = 0; i < k; i++) {
-        float a = fabsf(w ? x[i] * w[i] * r : x[i]);
+        float a = fabsf(w ? x[i] * r * w[i] : x[i]);
         if (a > amax) amax = a;
     }
     s = 127.0f / (amax > 1e-5f ? amax : 1e-5f);
     for (i = 0; i < k; i++) {
-        int v = bitnet__quant_i8((w ? x[i] * w[i] * r : x[i]) * s);
+        int v = bitnet__quant_i8((w ? x[i] * r * w[i] : x[i]) * s);
         q[i] = (int8_t)v;
         acc += v;
     }
@@ -1641,21 +1638,21 @@ BITNET__AVX2_FN static void bitnet__quantize_row_avx2(const float *x, const floa
     for (i = 0; i + 16 <= k; i += 16) { /* two chains: max has a 4-cycle latency */
         __m256 v = _mm256_loadu_ps(x + i), v1 = _mm256_loadu_ps(x + i + 8);
         if (w) {
-            v = _mm256_mul_ps(_mm256_mul_ps(v, _mm256_loadu_ps(w + i)), vr);
-            v1 = _mm256_mul_ps(_mm256_mul_ps(v1, _mm256_loadu_ps(w + i + 8)), vr);
+            v = _mm256_mul_ps(_mm256_mul_ps(v, vr), _mm256_loadu_ps(w + i));
+            v1 = _mm256_mul_ps(_mm256_mul_ps(v1, vr), _mm256_loadu_ps(w + i + 8));
         }
         mx = _mm256_max_ps(_mm256_and_ps(v, absm), mx); /* a NaN lane keeps mx */
         mx1 = _mm256_max_ps(_mm256_and_ps(v1, absm), mx1);
     }
     for (; i + 8 <= k; i += 8) {
         __m256 v = _mm256_loadu_ps(x + i);
-        if (w) v = _mm256_mul_ps(_mm256_mul_ps(v, _mm256_loadu_ps(w + i)), vr);
+        if (w) v = _mm256_mul_ps(_mm256_mul_ps(v, vr), _mm256_loadu_ps(w + i));
         mx = _mm256_max_ps(_mm256_and_ps(v, absm), mx);
     }
     _mm256_storeu_ps(t, _mm256_max_ps(mx, mx1));
     for (j = 0; j < 8; j++) amax = t[j] > amax ? t[j] : amax;
     for (; i < k; i++) {
-        float a = fabsf(w ? x[i] * w[i] * r : x[i]);
+        float a = fabsf(w ? x[i] * r * w[i] : x[i]);
         if (a > amax) amax = a;
     }
     s = 127.0f / (amax > 1e-5f ? amax : 1e-5f);
@@ -1664,7 +1661,7 @@ BITNET__AVX2_FN static void bitnet__quantize_row_avx2(const float *x, const floa
         __m256i b[4];
         for (j = 0; j < 4; j++) {
             __m256 v = _mm256_loadu_ps(x + i + 8 * j);
-            if (w) v = _mm256_mul_ps(_mm256_mul_ps(v, _mm256_loadu_ps(w + i + 8 * j)), vr);
+            if (w) v = _mm256_mul_ps(_mm256_mul_ps(v, vr), _mm256_loadu_ps(w + i + 8 * j));
             v = _mm256_mul_ps(v, vs);
             v = _mm256_and_ps(v, _mm256_cmp_ps(v, v, _CMP_ORD_Q)); /* NaN -> 0 */
             v = _mm256_min_ps(_mm256_max_ps(v, lo), hi);
@@ -1679,7 +1676,7 @@ BITNET__AVX2_FN static void bitnet__quantize_row_avx2(const float *x, const floa
     _mm256_storeu_si256((__m256i *)ti, vacc);
     for (acc = 0, j = 0; j < 8; j++) acc += ti[j];
     for (; i < k; i++) {
-        int v = bitnet__quant_i8((w ? x[i] * w[i] * r : x[i]) * s);
+        int v = bitnet__quant_i8((w ? x[i] * r * w[i] : x[i]) * s);
         q[i] = (int8_t)v;
         acc += v;
     }
@@ -1699,8 +1696,8 @@ BITNET__AVX512_FN static void bitnet__quantize_row_avx512(const float *x, const 
     for (i = 0; i + 32 <= k; i += 32) { /* two chains: max has a 4-cycle latency */
         __m512 v = _mm512_loadu_ps(x + i), v1 = _mm512_loadu_ps(x + i + 16);
         if (w) {
-            v = _mm512_mul_ps(_mm512_mul_ps(v, _mm512_loadu_ps(w + i)), vr);
-            v1 = _mm512_mul_ps(_mm512_mul_ps(v1, _mm512_loadu_ps(w + i + 16)), vr);
+            v = _mm512_mul_ps(_mm512_mul_ps(v, vr), _mm512_loadu_ps(w + i));
+            v1 = _mm512_mul_ps(_mm512_mul_ps(v1, vr), _mm512_loadu_ps(w + i + 16));
         }
         mx = _mm512_max_ps(_mm512_abs_ps(v), mx); /* a NaN lane keeps mx */
         mx1 = _mm512_max_ps(_mm512_abs_ps(v1), mx1);
@@ -1708,7 +1705,7 @@ BITNET__AVX512_FN static void bitnet__quantize_row_avx512(const float *x, const 
     for (; i < k; i += 16) { /* masked-off lanes load 0, which changes neither max nor sum */
         __mmask16 m = bitnet__mask16(k - i);
         __m512 v = _mm512_maskz_loadu_ps(m, x + i);
-        if (w) v = _mm512_mul_ps(_mm512_mul_ps(v, _mm512_maskz_loadu_ps(m, w + i)), vr);
+        if (w) v = _mm512_mul_ps(_mm512_mul_ps(v, vr), _mm512_maskz_loadu_ps(m, w + i));
         mx = _mm512_max_ps(_mm512_abs_ps(v), mx);
     }
     amax = _mm512_reduce_max_ps(_mm512_max_ps(mx, mx1));
@@ -1718,7 +1715,7 @@ BITNET__AVX512_FN static void bitnet__quantize_row_avx512(const float *x, const 
         __mmask16 m = bitnet__mask16(k - i);
         __m512 v = _mm512_maskz_loadu_ps(m, x + i);
         __m512i b;
-        if (w) v = _mm512_mul_ps(_mm512_mul_ps(v, _mm512_maskz_loadu_ps(m, w + i)), vr);
+        if (w) v = _mm512_mul_ps(_mm512_mul_ps(v, vr), _mm512_maskz_loadu_ps(m, w + i));
         v = _mm512_mul_ps(v, vs);
         v = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), v); /* NaN -> 0 */
         v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
@@ -1745,13 +1742,13 @@ static void bitnet__quantize_row_neon(const float *x, const float *w, float r, s
     int j;
     for (i = 0; i + 4 <= k; i += 4) {
         float32x4_t v = vld1q_f32(x + i);
-        if (w) v = vmulq_f32(vmulq_f32(v, vld1q_f32(w + i)), vr);
+        if (w) v = vmulq_f32(vmulq_f32(v, vr), vld1q_f32(w + i));
         v = vabsq_f32(v);
         mx = vbslq_f32(vcgtq_f32(v, mx), v, mx); /* the scalar compare: a NaN lane keeps mx */
     }
     amax = vmaxvq_f32(mx);
     for (; i < k; i++) {
-        float a = fabsf(w ? x[i] * w[i] * r : x[i]);
+        float a = fabsf(w ? x[i] * r * w[i] : x[i]);
         if (a > amax) amax = a;
     }
     s = 127.0f / (amax > 1e-5f ? amax : 1e-5f);
@@ -1761,7 +1758,7 @@ static void bitnet__quantize_row_neon(const float *x, const float *w, float r, s
         for (j = 0; j < 4; j++) {
             float32x4_t v = vld1q_f32(x + i + 4 * j);
             int32x4_t b;
-            if (w) v = vmulq_f32(vmulq_f32(v, vld1q_f32(w + i + 4 * j)), vr);
+            if (w) v = vmulq_f32(vmulq_f32(v, vr), vld1q_f32(w + i + 4 * j));
             v = vmulq_f32(v, vs);
             v = vbslq_f32(vceqq_f32(v, v), v, zero); /* NaN -> 0 */
             v = vminq_f32(vmaxq_f32(v, lo), hi);
@@ -1773,7 +1770,7 @@ static void bitnet__quantize_row_neon(const float *x, const float *w, float r, s
     }
     acc = vaddvq_s32(vacc);
     for (; i < k; i++) {
-        int v = bitnet__quant_i8((w ? x[i] * w[i] * r : x[i]) * s);
+        int v = bitnet__quant_i8((w ? x[i] * r * w[i] : x[i]) * s);
         q[i] = (int8_t)v;
         acc += v;
     }
@@ -2200,7 +2197,7 @@ BITNET__AVX2_FN static double bitnet__hsum_pd_avx2(__m256d v) {
 }
 #endif
 
-/* ---- RMSNorm: r = 1/sqrt(mean(x^2) + eps) from a double sum; out = (x * w) * r ---------------- */
+/* ---- RMSNorm: r = 1/sqrt(mean(x^2) + eps) from a double sum; out = x * r * w ------------------ */
 static double bitnet__sumsq_scalar(const float *x, size_t k) {
     double ss = 0;
     size_t c;
@@ -2209,7 +2206,7 @@ static double bitnet__sumsq_scalar(const float *x, size_t k) {
 }
 static void bitnet__scale_mul_scalar(const float *x, float r, const float *w, size_t k, float *out) {
     size_t c;
-    for (c = 0; c < k; c++) out[c] = x[c] * w[c] * r;
+    for (c = 0; c < k; c++) out[c] = x[c] * r * w[c];
 }
 
 #if defined(BITNET__X86_SIMD)
@@ -2230,8 +2227,8 @@ BITNET__AVX2_FN static void bitnet__scale_mul_avx2(const float *x, float r, cons
     const __m256 vr = _mm256_set1_ps(r);
     size_t c = 0;
     for (; c + 8 <= k; c += 8)
-        _mm256_storeu_ps(out + c, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + c), _mm256_loadu_ps(w + c)), vr));
-    for (; c < k; c++) out[c] = x[c] * w[c] * r;
+        _mm256_storeu_ps(out + c, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + c), vr), _mm256_loadu_ps(w + c)));
+    for (; c < k; c++) out[c] = x[c] * r * w[c];
 }
 BITNET__AVX512_FN static double bitnet__sumsq_avx512(const float *x, size_t k) {
     __m512d a0 = _mm512_setzero_pd(), a1 = _mm512_setzero_pd();
@@ -2251,8 +2248,8 @@ BITNET__AVX512_FN static void bitnet__scale_mul_avx512(const float *x, float r, 
     size_t c;
     for (c = 0; c < k; c += 16) {
         __mmask16 m = bitnet__mask16(k - c);
-        __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + c), _mm512_maskz_loadu_ps(m, w + c));
-        _mm512_mask_storeu_ps(out + c, m, _mm512_mul_ps(v, vr));
+        __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + c), vr);
+        _mm512_mask_storeu_ps(out + c, m, _mm512_mul_ps(v, _mm512_maskz_loadu_ps(m, w + c)));
     }
 }
 #endif
@@ -2274,8 +2271,8 @@ static double bitnet__sumsq_neon(const float *x, size_t k) {
 static void bitnet__scale_mul_neon(const float *x, float r, const float *w, size_t k, float *out) {
     const float32x4_t vr = vdupq_n_f32(r);
     size_t c = 0;
-    for (; c + 4 <= k; c += 4) vst1q_f32(out + c, vmulq_f32(vmulq_f32(vld1q_f32(x + c), vld1q_f32(w + c)), vr));
-    for (; c < k; c++) out[c] = x[c] * w[c] * r;
+    for (; c + 4 <= k; c += 4) vst1q_f32(out + c, vmulq_f32(vmulq_f32(vld1q_f32(x + c), vr), vld1q_f32(w + c)));
+    for (; c < k; c++) out[c] = x[c] * r * w[c];
 }
 #endif
 

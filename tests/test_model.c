@@ -105,11 +105,9 @@ static bitnet_model *tm_model(tmodel *t, int head_f16) {
 /* ---- the float reference ---------------------------------------------------------------------- */
 static void ref_rmsnorm(const float *x, const float *w, int k, float eps, float *out) {
     double ss = 0;
-    float r;
     int i;
     for (i = 0; i < k; i++) ss += (double)x[i] * x[i];
-    r = (float)(1.0 / sqrt(ss / k + eps));
-    for (i = 0; i < k; i++) out[i] = x[i] * w[i] * r; /* x * w first, as bitnet_rmsnorm */
+    for (i = 0; i < k; i++) out[i] = (float)(x[i] / sqrt(ss / k + eps)) * w[i];
 }
 /* x -> its int8 quantization, dequantized: what a BitNet linear sees */
 static void ref_fakequant(float *x, int k) {
