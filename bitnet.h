@@ -10589,7 +10589,7 @@ static bitnet_result bitnet__gpu_session_init(bitnet_session *s) {
     q->att_tile = BITNET__GPU_ATT_TILE;
     { /* BITNET_GPU_GEMV_ITEMS: tuning and tests only */
         const char *e = bitnet__getenv("BITNET_GPU_GEMV_ITEMS");
-        q->gemv_items = e && atoi(e) >= 1 && atoi(e) <= 64 ? atoi(e) : 5; /* H100: 5 beat 4 by 1.5%, 6 by 2% (session 10) */
+        q->gemv_items = e && atoi(e) >= 1 && atoi(e) <= 64 ? atoi(e) : 4; /* H100: 4 beat 8 by 2% and 16 by 40% */
         e = bitnet__getenv("BITNET_GPU_ATT_T"); /* the same, and tests (the long form early): 16 .. tmax */
         if (e && atoi(e) >= 16 && atoi(e) <= tmax) q->att_t = atoi(e) / 16 * 16;
         e = bitnet__getenv("BITNET_GPU_ATT_R"); /* the same: 8 .. 256 */
@@ -10661,8 +10661,9 @@ static bitnet_result bitnet__gpu_linear(bitnet_session *s, bitnet_gpu_kernel *k,
     bitnet__k_segs segs = bitnet__k_segs_of(w);
     int n_out = (int)w->n, nc = (int)(w->k / 64), items = w->glu ? 2 * nc : nc;
     unsigned groups = (unsigned)((n_out + 31) / 32);
-    /* warps share a block's K chunks, at least gemv_items each; 6 loads in flight a lane (gate||up:
-       10) before the wait. Over one wave of blocks a block gets at most 8 warps */
+    /* warps share a block's K chunks, BF_GEMV_U = 6 loads in flight per lane (98 registers a thread:
+       two blocks of up to 10 warps fit an SM, so the next kernel's blocks start beside this one's);
+       over one wave of blocks a block gets at most 8 warps */
     int warps = BITNET__MIN((int)groups > g->sm_count ? 8 : 16, BITNET__MAX(1, (items + q->gemv_items - 1) / q->gemv_items));
     unsigned smem = (unsigned)w->k + (unsigned)(warps * (w->glu ? 2 : 1) * 32 * 4);
     void *args[8];

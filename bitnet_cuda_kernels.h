@@ -12,7 +12,7 @@
 #ifndef BITNET_CUDA_KERNELS_H
 #define BITNET_CUDA_KERNELS_H
 
-#define BITNET_CUDA_KERNELS_VERSION 4
+#define BITNET_CUDA_KERNELS_VERSION 3
 
 /* >>kernels-common: types and helpers shared by every module (prepended by the loader) */
 static const char bitnet_cuda_src_common[] =
@@ -1254,15 +1254,15 @@ static const char bitnet_cuda_src_forward[] = BITNET_CUDA_SRC_KHELPERS
     "/* ---- decode GEMV: out[n_out] from the T32 matrix w and the activations normalised and\n"
     "   quantized in the prologue. Block (32, W): block b owns row group b (32 rows; lane = row), or for\n"
     "   gate||up (EPI 2) the interleaved pair of groups 2b, 2b+1; warps share that work's K chunks,\n"
-    "   whose first U loads a lane are issued before the prologue runs. EPI 0: out = y (per-segment scales);\n"
+    "   whose first loads are issued before the prologue runs. EPI 0: out = y (per-segment scales);\n"
     "   1: out += y (the residual); 2: out = relu(gate)^2 * up. Dynamic shared memory: k + 8*32*W bytes. */\n"
-    "template <int EPI, int U>\n"
+    "template <int EPI>\n"
     "BF_DEV void bf_gemv(const uint4 *__restrict__ w, int n_out, int nc, const bitnet_k_segs &segs, const float *x,\n"
     "                    const float *__restrict__ nw, float eps, float *out) {\n"
     "    extern __shared__ __align__(16) unsigned char bf_smem[];\n"
     "    __shared__ bf_red red;\n"
     "    __shared__ int psum[32];\n"
-    "    const int G = EPI == 2 ? 2 : 1;\n"
+    "    const int G = EPI == 2 ? 2 : 1, U = BF_GEMV_U;\n"
     "    const int lane = threadIdx.x, wid = threadIdx.y, W = blockDim.y, k = nc * 64, ni = G * nc;\n"
     "    signed char *a = (signed char *)bf_smem;\n"
     "    int *part = (int *)(bf_smem + k);\n"
@@ -1334,21 +1334,15 @@ static const char bitnet_cuda_src_forward[] = BITNET_CUDA_SRC_KHELPERS
     "    }\n"
     "}\n"
     "\n"
-    "#define BF_GEMV(NAME, EPI, U)                                                                                       \\\n"
+    "#define BF_GEMV(NAME, EPI)                                                                                          \\\n"
     "    extern \"C\" __global__ void __launch_bounds__(512) bitnet_k_fwd_gemv_##NAME(                                     \\\n"
     "        const uint4 *__restrict__ w, int n_out, int nc, bitnet_k_segs segs, const float *x, const float *__restrict__ nw, \\\n"
     "        float eps, float *out) {                                                                                    \\\n"
-    "        bf_gemv<EPI, U>(w, n_out, nc, segs, x, nw, eps, out);                                                       \\\n"
+    "        bf_gemv<EPI>(w, n_out, nc, segs, x, nw, eps, out);                                                          \\\n"
     "    }\n"
-    "#ifndef BF_GEMV_U_GLU /* gate||up: a 2B-4T warp's 10 chunks all in flight (H100: 7.50 -> 7.08 us, decode +1.1%) */\n"
-    "#define BF_GEMV_U_GLU 10\n"
-    "#endif\n"
-    "#ifndef BF_GEMV_U_RES /* O and down (7, all of down's chunks: each 0.6 us slower) */\n"
-    "#define BF_GEMV_U_RES BF_GEMV_U\n"
-    "#endif\n"
-    "BF_GEMV(store, 0, BF_GEMV_U)\n"
-    "BF_GEMV(res, 1, BF_GEMV_U_RES)\n"
-    "BF_GEMV(glu, 2, BF_GEMV_U_GLU)\n"
+    "BF_GEMV(store, 0)\n"
+    "BF_GEMV(res, 1)\n"
+    "BF_GEMV(glu, 2)\n"
     "\n"
     "/* x[t] = the fp16 embedding row of tokens[t] as fp32; grid m. */\n"
     "extern \"C\" __global__ void bitnet_k_fwd_embed(const unsigned short *__restrict__ emb, int dim, const int *__restrict__ tokens,\n"
