@@ -86,6 +86,19 @@ static const char bitnet_cuda_src_util[] =
     "#endif\n" \
     "    return v;\n" \
     "}\n" \
+    "/* Programmatic dependent launch (sm_90; no-ops otherwise and when launched plainly): a kernel\n" \
+    "   lets the next one start (bn_pdl_launch) and waits for the previous one to finish and its writes\n" \
+    "   to show (bn_pdl_wait) before it reads what that one wrote or writes anything. */\n" \
+    "BN_DEV void bn_pdl_launch() {\n" \
+    "#if __CUDA_ARCH__ >= 900\n" \
+    "    asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\");\n" \
+    "#endif\n" \
+    "}\n" \
+    "BN_DEV void bn_pdl_wait() {\n" \
+    "#if __CUDA_ARCH__ >= 900\n" \
+    "    asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");\n" \
+    "#endif\n" \
+    "}\n" \
     "/* Unsigned 2-bit codes times signed int8 activations. */\n" \
     "BN_DEV int bn_dp4a_us(unsigned int a, int b, int c) {\n" \
     "    int d; asm(\"dp4a.u32.s32 %0, %1, %2, %3;\" : \"=r\"(d) : \"r\"(a), \"r\"(b), \"r\"(c)); return d;\n" \
@@ -276,9 +289,7 @@ static const char bitnet_cuda_src_ternary[] = BITNET_CUDA_SRC_KHELPERS
     "            int c = c0 + u * nwk;\n"
     "            wv[u] = c < nc ? bn_ld_stream(wp + (long long)c * 32) : make_uint4(0u, 0u, 0u, 0u);\n"
     "        }\n"
-    "#if __CUDA_ARCH__ >= 900\n"
-    "        if (c0 == wk) asm volatile(\"griddepcontrol.wait;\" ::: \"memory\"); /* under PDL: the first weights before the wait */\n"
-    "#endif\n"
+    "        if (c0 == wk) bn_pdl_wait(); /* under PDL: the first weights before the wait */\n"
     "#pragma unroll\n"
     "        for (int u = 0; u < U; u++) {\n"
     "            int c = c0 + u * nwk;\n"
@@ -347,14 +358,10 @@ static const char bitnet_cuda_src_ternary[] = BITNET_CUDA_SRC_KHELPERS
     "        bitnet_k_segs segs, int glu, const signed char *__restrict__ a, long long lda,                           \\\n"
     "        const float *__restrict__ a_scale, const int *__restrict__ a_sum, int m, void *out, long long ldo,        \\\n"
     "        int out_type, const void *res, long long ldr) {                                                           \\\n"
-    "        BN_PDL_LAUNCH();                                                                                          \\\n"
+    "        bn_pdl_launch();                                                                                          \\\n"
     "        bn_tgemv<1, U>(w, n_out, nc, segs, glu, a, lda, a_scale, a_sum, m, out, ldo, out_type, res, ldr);          \\\n"
     "    }\n"
-    "#if __CUDA_ARCH__ >= 900\n"
-    "#define BN_PDL_LAUNCH() asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\")\n"
-    "#else\n"
-    "#define BN_PDL_LAUNCH()\n"
-    "#endif\n"
+
     "BN_TGEMV_P(4)\n"
     "BN_TGEMV_P(8)\n"
     "\n"
@@ -1138,22 +1145,10 @@ static const char bitnet_cuda_src_forward[] = BITNET_CUDA_SRC_KHELPERS
     "#endif\n"
     "    return v;\n"
     "}\n"
-    "/* Programmatic dependent launch (sm_90; no-ops otherwise and when launched plainly): a kernel\n"
-    "   lets the next one start (bf_pdl_launch, once its own work is done: earlier, right after its wait\n"
-    "   or at its start, the kernels further ahead crowd the critical path; measured for every kernel\n"
-    "   and each alone, BENCHMARKS.md), and waits for the previous one to finish and\n"
-    "   its writes to show (bf_pdl_wait) before it reads what that one wrote or writes anything; only\n"
-    "   weights, the rope table and earlier steps' KV rows are read before the wait. */\n"
-    "BF_DEV void bf_pdl_launch() {\n"
-    "#if __CUDA_ARCH__ >= 900\n"
-    "    asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\");\n"
-    "#endif\n"
-    "}\n"
-    "BF_DEV void bf_pdl_wait() {\n"
-    "#if __CUDA_ARCH__ >= 900\n"
-    "    asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");\n"
-    "#endif\n"
-    "}\n"
+    "/* Programmatic dependent launch (bn_pdl_launch / bn_pdl_wait): a decode kernel lets the next one\n"
+    "   start once its own work is done (earlier, right after its wait or at its start, the kernels\n"
+    "   further ahead crowd the critical path; measured for every kernel and each alone, BENCHMARKS.md);\n"
+    "   only weights, the rope table and earlier steps' KV rows are read before the wait. */\n"
     "/* Loads that skip L1: data other blocks of this kernel wrote. */\n"
     "BF_DEV float bf_ldcg_f(const float *p) { float v; asm volatile(\"ld.global.cg.f32 %0, [%1];\" : \"=f\"(v) : \"l\"(p)); return v; }\n"
     "BF_DEV int bf_ldcg_i(const int *p) { int v; asm volatile(\"ld.global.cg.s32 %0, [%1];\" : \"=r\"(v) : \"l\"(p)); return v; }\n"
@@ -1276,7 +1271,7 @@ static const char bitnet_cuda_src_forward[] = BITNET_CUDA_SRC_KHELPERS
     "    }\n"
     "    float4 nwv[BF_NQ];\n"
     "    bf_norm_w(nw, k, nwv);\n"
-    "    bf_pdl_wait(); /* x, out and the activations of the kernel before */\n"
+    "    bn_pdl_wait(); /* x, out and the activations of the kernel before */\n"
     "    const int f = blockIdx.x * 32 + lane;\n"
     "    const float res = EPI == 1 && wid == 0 && f < n_out ? out[f] : 0.0f; /* the residual: its latency beside the prologue's */\n"
     "    float ascale;\n"
@@ -1312,7 +1307,7 @@ static const char bitnet_cuda_src_forward[] = BITNET_CUDA_SRC_KHELPERS
     "            }\n"
     "        }\n"
     "    }\n"
-    "    bf_pdl_launch();\n"
+    "    bn_pdl_launch();\n"
     "    part[(wid * G) * 32 + lane] = c0[0] + (c0[1] >> 2) + (c0[2] >> 4) + (c0[3] >> 6);\n"
     "    if (G == 2) part[(wid * G + 1) * 32 + lane] = c1[0] + (c1[1] >> 2) + (c1[2] >> 4) + (c1[3] >> 6);\n"
     "    __syncthreads();\n"
@@ -1347,8 +1342,8 @@ static const char bitnet_cuda_src_forward[] = BITNET_CUDA_SRC_KHELPERS
     "/* x[t] = the fp16 embedding row of tokens[t] as fp32; grid m. */\n"
     "extern \"C\" __global__ void bitnet_k_fwd_embed(const unsigned short *__restrict__ emb, int dim, const int *__restrict__ tokens,\n"
     "                                            float *__restrict__ x) {\n"
-    "    bf_pdl_launch();\n"
-    "    bf_pdl_wait();\n"
+    "    bn_pdl_launch();\n"
+    "    bn_pdl_wait();\n"
     "    const long long row = tokens[blockIdx.x];\n"
     "    for (int i = threadIdx.x; i < dim; i += blockDim.x)\n"
     "        x[(long long)blockIdx.x * dim + i] = bn_h2f(emb[row * dim + i]);\n"
@@ -1436,7 +1431,7 @@ static const char bitnet_cuda_src_forward[] = BITNET_CUDA_SRC_KHELPERS
     "    const float *cs = rope + (long long)pos * hd;\n"
     "    float c = 0.0f, sn = 0.0f; /* this thread's rope pair: constant, so before the wait */\n"
     "    if (tid < half) c = cs[2 * tid], sn = cs[2 * tid + 1];\n"
-    "    bf_pdl_wait(); /* qkv */\n"
+    "    bn_pdl_wait(); /* qkv */\n"
     "    if (tid < half) { /* pair (tid, tid + half) of the query, and in the last range of k and v */\n"
     "        const float *q = qkv + (long long)h * hd;\n"
     "        const float qa = q[tid], qb = q[tid + half];\n"
@@ -1525,7 +1520,7 @@ static const char bitnet_cuda_src_forward[] = BITNET_CUDA_SRC_KHELPERS
     "            acc = a0;\n"
     "        }\n"
     "    }\n"
-    "    bf_pdl_launch();\n"
+    "    bn_pdl_launch();\n"
     "    if (ps < nps) pv[ps * hd + d] = acc; /* the position lanes meet in pv */\n"
     "    __syncthreads();\n"
     "    if (tid < hd) {\n"
@@ -1949,7 +1944,7 @@ static const char bitnet_cuda_src_forward[] = BITNET_CUDA_SRC_KHELPERS
     "    extern __shared__ __align__(16) float bf_fsm[];\n"
     "    __shared__ bf_red red;\n"
     "    const int t = threadIdx.x, lane = t & 31, wid = t >> 5;\n"
-    "    bf_pdl_wait();\n"
+    "    bn_pdl_wait();\n"
     "    { /* xn = x * r * nw, as bitnet_rmsnorm */\n"
     "        double ss = 0.0;\n"
     "        for (int i = t; i < dim; i += blockDim.x) ss = __dadd_rn(ss, __dmul_rn((double)x[i], (double)x[i]));\n"
@@ -2023,7 +2018,7 @@ static const char bitnet_cuda_src_forward[] = BITNET_CUDA_SRC_KHELPERS
     "            }\n"
     "    float4 nwv[BF_NQ];\n"
     "    bf_norm_w(nw, dim, nwv);\n"
-    "    bf_pdl_wait();\n"
+    "    bn_pdl_wait();\n"
     "    float ascale;\n"
     "    int asum;\n"
     "    signed char *a = (signed char *)bf_fsm;\n"
