@@ -10710,10 +10710,10 @@ static bitnet_result bitnet__gpu_head(bitnet_session *s, bitnet_devptr x_row, in
     return bitnet__gpu_launch(q->gpu, g->head_k, (unsigned)q->head_blocks, 1, 256, 1, (unsigned)dim * (g->head_q8 ? 1 : 4), args);
 }
 
-/* One token's forward, as launched into the decode graph (token and position in io). Nothing pulls
-   weights into L2 ahead of their kernel: on the H100 every way measured (the attention pulling the
-   next matrices, each kernel the next one's, a graph branch beside the chain) was no faster, or
-   slower (BENCHMARKS.md). */
+/* One token's forward, as launched into the decode graph (token and position in io). No kernel pulls
+   another's weights into L2: on the H100 every way measured (the attention pulling the next
+   matrices, each kernel the next one's, a graph branch beside the chain) was no faster, or slower
+   (BENCHMARKS.md); a GEMV asks the L2 only for its own weights, before its wait. */
 static bitnet_result bitnet__gpu_step(bitnet_session *s) {
     const bitnet_model *m = s->m;
     const bitnet__gmodel *g = (const bitnet__gmodel *)m->gpu;
