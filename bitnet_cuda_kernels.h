@@ -87,8 +87,8 @@ static const char bitnet_cuda_src_util[] =
     "    return v;\n" \
     "}\n" \
     "/* Asks the L2 to fetch p's line, holding no register: weights read after bn_pdl_wait then come\n" \
-    "   from the L2, not DRAM, on the critical path. (Decode GEMVs: one per lane's 16 bytes measured\n" \
-    "   faster on the H100 than one per 128 bytes.) */\n" \
+    "   from the L2, not DRAM, on the critical path. (H100: for the decode GEMVs one per lane's 16\n" \
+    "   bytes beat one per 128 bytes; for the prefill GEMM one per 128 and per 32 bytes measured the same.) */\n" \
     "BN_DEV void bn_prefetch_l2(const void *p) { asm volatile(\"prefetch.global.L2 [%0];\" :: \"l\"(p)); }\n" \
     "/* Programmatic dependent launch (sm_90; no-ops otherwise and when launched plainly): a kernel\n" \
     "   lets the next one start (bn_pdl_launch) and waits for the previous one to finish and its writes\n" \
@@ -365,7 +365,6 @@ static const char bitnet_cuda_src_ternary[] = BITNET_CUDA_SRC_KHELPERS
     "        bn_pdl_launch();                                                                                          \\\n"
     "        bn_tgemv<1, U>(w, n_out, nc, segs, glu, a, lda, a_scale, a_sum, m, out, ldo, out_type, res, ldr);          \\\n"
     "    }\n"
-
     "BN_TGEMV_P(4)\n"
     "BN_TGEMV_P(8)\n"
     "\n"
