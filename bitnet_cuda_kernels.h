@@ -147,8 +147,25 @@ static const char bitnet_cuda_src_util[] =
     "BN_DEV void bn_cp_async16(unsigned int dst, const void *src, int bytes) {\n" \
     "    asm volatile(\"cp.async.cg.shared.global [%0], [%1], 16, %2;\\n\" :: \"r\"(dst), \"l\"(src), \"r\"(bytes));\n" \
     "}\n" \
-    "BN_DEV void bn_cp_commit() { asm volatile(\"cp.async.commit_group;\\n\" ::); }\n" \
-    "template <int N> BN_DEV void bn_cp_wait() { asm volatile(\"cp.async.wait_group %0;\\n\" :: \"n\"(N)); }\n" \
+    "/* 4 bytes global -> shared without holding the thread up (below sm_80 a plain copy; commit and\n" \
+    "   wait are no-ops there) */\n" \
+    "BN_DEV void bn_cp_async4(void *dst, const void *src) {\n" \
+    "#if __CUDA_ARCH__ >= 800\n" \
+    "    asm volatile(\"cp.async.ca.shared.global [%0], [%1], 4;\\n\" :: \"r\"(bn_smem_addr(dst)), \"l\"(src) : \"memory\");\n" \
+    "#else\n" \
+    "    *(unsigned int *)dst = *(const unsigned int *)src;\n" \
+    "#endif\n" \
+    "}\n" \
+    "BN_DEV void bn_cp_commit() {\n" \
+    "#if __CUDA_ARCH__ >= 800\n" \
+    "    asm volatile(\"cp.async.commit_group;\\n\" ::);\n" \
+    "#endif\n" \
+    "}\n" \
+    "template <int N> BN_DEV void bn_cp_wait() {\n" \
+    "#if __CUDA_ARCH__ >= 800\n" \
+    "    asm volatile(\"cp.async.wait_group %0;\\n\" :: \"n\"(N));\n" \
+    "#endif\n" \
+    "}\n" \
     "BN_DEV void bn_ldsm_x4(unsigned int addr, unsigned int &r0, unsigned int &r1, unsigned int &r2, unsigned int &r3) {\n" \
     "    asm volatile(\"ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\\n\"\n" \
     "                 : \"=r\"(r0), \"=r\"(r1), \"=r\"(r2), \"=r\"(r3) : \"r\"(addr));\n" \
@@ -272,7 +289,10 @@ static const char bitnet_cuda_src_ternary[] = BITNET_CUDA_SRC_KHELPERS
     "   token, one per bit pair (plane i holds 4^i times its sum), so decoding is one AND per dp4a.\n"
     "   Launched with programmatic dependent launch (sm_90), a warp asks for its first U chunks of\n"
     "   weights before griddepcontrol.wait (a no-op otherwise), so they stream in while the previous\n"
-    "   kernel ends. Needs K <= 262144. */\n"
+    "   kernel ends; where at most one chunk a warp is left it asks the L2 for that one too (more than\n"
+    "   one measured slower: 20480x3200). After the wait the first token's scale and sum are copied\n"
+    "   into shared memory beside the dot products, not read in the epilogue (BENCHMARKS.md session\n"
+    "   12: 13824x2560 4.76 -> 4.58 us). Needs K <= 262144. */\n"
     "template <int MT, int U = BITNET_TGEMV_UNROLL>\n"
     "BN_DEV void bn_tgemv(const uint4 *__restrict__ w, int n_out, int nc, const bitnet_k_segs &segs, int glu,\n"
     "                     const signed char *__restrict__ a, long long lda, const float *__restrict__ a_scale,\n"
@@ -283,6 +303,8 @@ static const char bitnet_cuda_src_ternary[] = BITNET_CUDA_SRC_KHELPERS
     "    const int rg = glu ? 2 : 1, wk = wid / rg, nwk = nw / rg;\n"
     "    const long long group = (long long)blockIdx.x * rg + (wid % rg);\n"
     "    const uint4 *wp = w + group * nc * 32 + lane;\n"
+    "    __shared__ float s_sc; /* the first token's scale and sum */\n"
+    "    __shared__ int s_su;\n"
     "    int acc[MT][4];\n"
     "#pragma unroll\n"
     "    for (int mm = 0; mm < MT; mm++) acc[mm][0] = acc[mm][1] = acc[mm][2] = acc[mm][3] = 0;\n"
@@ -293,7 +315,11 @@ static const char bitnet_cuda_src_ternary[] = BITNET_CUDA_SRC_KHELPERS
     "            int c = c0 + u * nwk;\n"
     "            wv[u] = c < nc ? bn_ld_stream(wp + (long long)c * 32) : make_uint4(0u, 0u, 0u, 0u);\n"
     "        }\n"
-    "        if (c0 == wk) bn_pdl_wait(); /* under PDL: the first weights before the wait */\n"
+    "        if (c0 == wk) {\n"
+    "            if (nc - U * nwk <= nwk) for (int c = wk + U * nwk; c < nc; c += nwk) bn_prefetch_l2(wp + (long long)c * 32);\n"
+    "            bn_pdl_wait(); /* under PDL: the first weights before the wait */\n"
+    "            if (wid == 0 && lane == 0) bn_cp_async4(&s_sc, a_scale), bn_cp_async4(&s_su, a_sum), bn_cp_commit();\n"
+    "        }\n"
     "#pragma unroll\n"
     "        for (int u = 0; u < U; u++) {\n"
     "            int c = c0 + u * nwk;\n"
@@ -319,24 +345,26 @@ static const char bitnet_cuda_src_ternary[] = BITNET_CUDA_SRC_KHELPERS
     "#pragma unroll\n"
     "    for (int mm = 0; mm < MT; mm++)\n"
     "        red[(wid * MT + mm) * 32 + lane] = acc[mm][0] + (acc[mm][1] >> 2) + (acc[mm][2] >> 4) + (acc[mm][3] >> 6);\n"
+    "    bn_cp_wait<0>(); /* s_sc, s_su */\n"
     "    __syncthreads();\n"
     "    if (wid != 0) return;\n"
     "    const int f = blockIdx.x * 32 + lane;\n"
     "    if (f >= n_out) return;\n"
     "    const float ws0 = glu ? segs.scale[0] : bn_seg_scale(segs, f), ws1 = segs.scale[1];\n"
     "    for (int mm = 0; mm < m; mm++) { /* a plain loop: small code for every MT */\n"
-    "        int s0 = 0, s1 = 0;\n"
+    "        int s0 = 0, s1 = 0, su = mm ? a_sum[mm] : s_su;\n"
+    "        const float sc = mm ? a_scale[mm] : s_sc;\n"
     "        for (int ww = 0; ww < nw; ww++) {\n"
     "            int v = red[(ww * MT + mm) * 32 + lane];\n"
     "            if (glu && (ww & 1)) s1 += v; else s0 += v;\n"
     "        }\n"
     "        float y;\n"
     "        if (glu) {\n"
-    "            float g = bn_dequant(s0, a_sum[mm], a_scale[mm], ws0), up = bn_dequant(s1, a_sum[mm], a_scale[mm], ws1);\n"
+    "            float g = bn_dequant(s0, su, sc, ws0), up = bn_dequant(s1, su, sc, ws1);\n"
     "            g = g > 0.0f ? g : 0.0f;\n"
     "            y = __fmul_rn(__fmul_rn(g, g), up);\n"
     "        } else {\n"
-    "            y = bn_dequant(s0, a_sum[mm], a_scale[mm], ws0);\n"
+    "            y = bn_dequant(s0, su, sc, ws0);\n"
     "        }\n"
     "        if (res) y = __fadd_rn(bn_load(res, mm * ldr + f, out_type), y);\n"
     "        bn_store(out, mm * ldo + f, y, out_type);\n"
