@@ -142,13 +142,22 @@ static const char bitnet_cuda_src_util[] =
     "BN_DEV double bn_block_sum_d(double v, double *sh) { return bn_block_reduce(v, sh, bn_op_add()); }\n" \
     "BN_DEV float bn_block_max_f(float v, float *sh) { return bn_block_reduce(v, sh, bn_op_max()); }\n" \
     "BN_DEV int bn_block_sum_i(int v, int *sh) { return bn_block_reduce(v, sh, bn_op_add()); }\n" \
-    "/* sm_80+ building blocks: cp.async ring and ldmatrix (only emitted where used) */\n" \
+    "/* Global -> shared copies that do not hold the thread up (cp.async from sm_80; below, plain\n" \
+    "   copies, and commit and wait do nothing): bn_cp_async16 to a shared-window address (sm_80+:\n" \
+    "   the GEMM rings), bn_cp16 to a pointer, bytes 16 or 0 to zero dst; bn_cp_async4 4 bytes.\n" \
+    "   bn_cp_commit closes this thread's group of copies; bn_cp_wait<N> waits until all but its N\n" \
+    "   newest groups have landed. ldmatrix: sm_80+. (Only what a module uses is emitted.) */\n" \
     "BN_DEV unsigned int bn_smem_addr(const void *p) { return (unsigned int)__cvta_generic_to_shared(p); }\n" \
     "BN_DEV void bn_cp_async16(unsigned int dst, const void *src, int bytes) {\n" \
-    "    asm volatile(\"cp.async.cg.shared.global [%0], [%1], 16, %2;\\n\" :: \"r\"(dst), \"l\"(src), \"r\"(bytes));\n" \
+    "    asm volatile(\"cp.async.cg.shared.global [%0], [%1], 16, %2;\\n\" :: \"r\"(dst), \"l\"(src), \"r\"(bytes) : \"memory\");\n" \
     "}\n" \
-    "/* 4 bytes global -> shared without holding the thread up (below sm_80 a plain copy; commit and\n" \
-    "   wait are no-ops there) */\n" \
+    "BN_DEV void bn_cp16(void *dst, const void *src, int bytes) {\n" \
+    "#if __CUDA_ARCH__ >= 800\n" \
+    "    bn_cp_async16(bn_smem_addr(dst), src, bytes);\n" \
+    "#else\n" \
+    "    *(uint4 *)dst = bytes ? *(const uint4 *)src : make_uint4(0u, 0u, 0u, 0u);\n" \
+    "#endif\n" \
+    "}\n" \
     "BN_DEV void bn_cp_async4(void *dst, const void *src) {\n" \
     "#if __CUDA_ARCH__ >= 800\n" \
     "    asm volatile(\"cp.async.ca.shared.global [%0], [%1], 4;\\n\" :: \"r\"(bn_smem_addr(dst)), \"l\"(src) : \"memory\");\n" \
@@ -158,12 +167,12 @@ static const char bitnet_cuda_src_util[] =
     "}\n" \
     "BN_DEV void bn_cp_commit() {\n" \
     "#if __CUDA_ARCH__ >= 800\n" \
-    "    asm volatile(\"cp.async.commit_group;\\n\" ::);\n" \
+    "    asm volatile(\"cp.async.commit_group;\\n\" ::: \"memory\");\n" \
     "#endif\n" \
     "}\n" \
     "template <int N> BN_DEV void bn_cp_wait() {\n" \
     "#if __CUDA_ARCH__ >= 800\n" \
-    "    asm volatile(\"cp.async.wait_group %0;\\n\" :: \"n\"(N));\n" \
+    "    asm volatile(\"cp.async.wait_group %0;\\n\" :: \"n\"(N) : \"memory\");\n" \
     "#endif\n" \
     "}\n" \
     "BN_DEV void bn_ldsm_x4(unsigned int addr, unsigned int &r0, unsigned int &r1, unsigned int &r2, unsigned int &r3) {\n" \
@@ -1389,27 +1398,6 @@ static const char bitnet_cuda_src_forward[] = BITNET_CUDA_SRC_KHELPERS
     "    y1 = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));\n"
     "}\n"
     "\n"
-    "/* 16-byte global -> shared copies that do not hold the thread up (cp.async from sm_80; below, a\n"
-    "   plain copy): bytes 16, or 0 to zero dst. bf_cp_commit closes this thread's group of copies;\n"
-    "   bf_cp_wait<N> waits until all but its N newest groups have landed. */\n"
-    "BF_DEV void bf_cp16(void *dst, const void *src, int bytes) {\n"
-    "#if __CUDA_ARCH__ >= 800\n"
-    "    asm volatile(\"cp.async.cg.shared.global [%0], [%1], 16, %2;\" ::\"r\"((unsigned int)__cvta_generic_to_shared(dst)), \"l\"(src),\n"
-    "                 \"r\"(bytes) : \"memory\");\n"
-    "#else\n"
-    "    *(uint4 *)dst = bytes ? *(const uint4 *)src : make_uint4(0u, 0u, 0u, 0u);\n"
-    "#endif\n"
-    "}\n"
-    "BF_DEV void bf_cp_commit() {\n"
-    "#if __CUDA_ARCH__ >= 800\n"
-    "    asm volatile(\"cp.async.commit_group;\" ::: \"memory\");\n"
-    "#endif\n"
-    "}\n"
-    "template <int N> BF_DEV void bf_cp_wait() {\n"
-    "#if __CUDA_ARCH__ >= 800\n"
-    "    asm volatile(\"cp.async.wait_group %0;\" ::\"n\"(N) : \"memory\");\n"
-    "#endif\n"
-    "}\n"
     "/* Rows [t0, t0 + n) of one kv head's K and V into ks, vs (hd fp16 each), except row skip. */\n"
     "BF_DEV void bf_kv_tile(unsigned short *ks, unsigned short *vs, const unsigned short *kb, const unsigned short *vb, int t0,\n"
     "                       int n, int hd, int skip) {\n"
@@ -1417,8 +1405,8 @@ static const char bitnet_cuda_src_forward[] = BITNET_CUDA_SRC_KHELPERS
     "    for (int e = threadIdx.x; e < n * per; e += blockDim.x) {\n"
     "        const int r = e / per, c = (e - r * per) * 8;\n"
     "        if (t0 + r == skip) continue;\n"
-    "        bf_cp16(ks + r * hd + c, kb + (long long)(t0 + r) * hd + c, 16);\n"
-    "        bf_cp16(vs + r * hd + c, vb + (long long)(t0 + r) * hd + c, 16);\n"
+    "        bn_cp16(ks + r * hd + c, kb + (long long)(t0 + r) * hd + c, 16);\n"
+    "        bn_cp16(vs + r * hd + c, vb + (long long)(t0 + r) * hd + c, 16);\n"
     "    }\n"
     "}\n"
     "\n"
@@ -1497,8 +1485,8 @@ static const char bitnet_cuda_src_forward[] = BITNET_CUDA_SRC_KHELPERS
     "            __syncthreads();\n"
     "            bf_kv_tile(ks, vs, kbase, vbase, t0, n, hd, pos);\n"
     "        }\n"
-    "        bf_cp_commit();\n"
-    "        bf_cp_wait<0>();\n"
+    "        bn_cp_commit();\n"
+    "        bn_cp_wait<0>();\n"
     "        __syncthreads(); /* the tile and qs */\n"
     "        if (t0 != p0 && pos >= t0 && pos < t0 + T) { /* this token's row in a later tile */\n"
     "            for (int i = tid; i < hd; i += nt) ks[(pos - t0) * hd + i] = krow[i], vs[(pos - t0) * hd + i] = vrow[i];\n"
@@ -1670,12 +1658,12 @@ static const char bitnet_cuda_src_forward[] = BITNET_CUDA_SRC_KHELPERS
     "#endif\n"
     "}\n"
     "/* Rows [0, nk) of an fp16 tile [BF_PK][hd] from global src into raw (shared), rows nk.. zero\n"
-    "   (bf_cp16; bf_cp_commit closes the group). */\n"
+    "   (bn_cp16; bn_cp_commit closes the group). */\n"
     "BF_DEV void bf_tile_fetch(unsigned short *raw, const unsigned short *src, int hd, int nk) {\n"
     "    const int per = hd >> 3;\n"
     "    for (int e = threadIdx.x; e < BF_PK * per; e += blockDim.x) {\n"
     "        const int r = e / per, c = (e - r * per) * 8;\n"
-    "        bf_cp16(raw + r * hd + c, src + (r < nk ? (long long)r * hd + c : 0), r < nk ? 16 : 0);\n"
+    "        bn_cp16(raw + r * hd + c, src + (r < nk ? (long long)r * hd + c : 0), r < nk ? 16 : 0);\n"
     "    }\n"
     "}\n"
     "/* the fp16 tile raw [BF_PK][hd] to double at dst (row stride ld) */\n"
@@ -1707,9 +1695,9 @@ static const char bitnet_cuda_src_forward[] = BITNET_CUDA_SRC_KHELPERS
     "    const unsigned short *kb = kc + (long long)kvh * n_ctx * hd, *vb = vc + (long long)kvh * n_ctx * hd;\n"
     "    const int kend = pos0 + q0 + nq; /* keys [0, kend) */\n"
     "    bf_tile_fetch(kraw, kb, hd, min(BF_PK, kend));\n"
-    "    bf_cp_commit();\n"
+    "    bn_cp_commit();\n"
     "    bf_tile_fetch(vraw, vb, hd, min(BF_PK, kend));\n"
-    "    bf_cp_commit();\n"
+    "    bn_cp_commit();\n"
     "    {\n"
     "        const int q4 = hd >> 2;\n"
     "#pragma unroll 8\n"
@@ -1739,12 +1727,12 @@ static const char bitnet_cuda_src_forward[] = BITNET_CUDA_SRC_KHELPERS
     "#endif\n"
     "    for (int k0 = 0; k0 < kend; k0 += BF_PK) {\n"
     "        const int nk = min(BF_PK, kend - k0), nk1 = min(BF_PK, kend - k0 - BF_PK); /* nk1: the next tile's */\n"
-    "        bf_cp_wait<1>(); /* this tile's K (its V may still be in flight) */\n"
+    "        bn_cp_wait<1>(); /* this tile's K (its V may still be in flight) */\n"
     "        __syncthreads();   /* ... from every thread; the previous tile's V and P are no longer read */\n"
     "        bf_tile_widen(kv, ld, kraw, hd);\n"
     "        __syncthreads();\n"
     "        if (nk1 > 0) bf_tile_fetch(kraw, kb + (long long)(k0 + BF_PK) * hd, hd, nk1);\n"
-    "        bf_cp_commit(); /* (empty past the last tile: the wait counts stay right) */\n"
+    "        bn_cp_commit(); /* (empty past the last tile: the wait counts stay right) */\n"
     "#if BF_PM16\n"
     "        double s[BF_PR / 16][BF_PK / 32][2][4]; /* two partial sums (even and odd 8-dim steps): shorter chains */\n"
     "#pragma unroll\n"
@@ -1846,12 +1834,12 @@ static const char bitnet_cuda_src_forward[] = BITNET_CUDA_SRC_KHELPERS
     "                s_alpha[r] = alpha;\n"
     "            }\n"
     "        }\n"
-    "        bf_cp_wait<1>(); /* this tile's V (the next K may still be in flight) */\n"
+    "        bn_cp_wait<1>(); /* this tile's V (the next K may still be in flight) */\n"
     "        __syncthreads();\n"
     "        bf_tile_widen(kv, ld, vraw, hd); /* V over K (read before the barrier above) */\n"
     "        __syncthreads();\n"
     "        if (nk1 > 0) bf_tile_fetch(vraw, vb + (long long)(k0 + BF_PK) * hd, hd, nk1);\n"
-    "        bf_cp_commit();\n"
+    "        bn_cp_commit();\n"
     "#if BF_PM16\n"
     "#pragma unroll\n"
     "        for (int i = 0; i < BF_PR / 16; i++) {\n"
