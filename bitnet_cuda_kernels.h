@@ -124,7 +124,9 @@ static const char bitnet_cuda_src_util[] =
     "    return v;\n" \
     "}\n" \
     "/* Block-wide reductions (any blockDim.x*y*z up to 1024); every thread gets the result. The\n" \
-    "   cross-warp pass starts from 0: sums, and maxima of non-negative values (absmax). */\n" \
+    "   cross-warp pass starts from 0: sums, and maxima of non-negative values (absmax). sh serves one\n" \
+    "   reduction a kernel: nothing reads it before, so no barrier precedes its writes (each such\n" \
+    "   barrier is on the decode prologue's path). */\n" \
     "struct bn_op_add { template <class T> __device__ __forceinline__ T operator()(T a, T b) const { return a + b; } };\n" \
     "struct bn_op_max { __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); } };\n" \
     "template <class T, class Op> BN_DEV T bn_block_reduce(T v, T *sh, Op op) {\n" \
@@ -132,7 +134,6 @@ static const char bitnet_cuda_src_util[] =
     "    int nt = blockDim.x * blockDim.y * blockDim.z;\n" \
     "#pragma unroll\n" \
     "    for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));\n" \
-    "    __syncthreads();\n" \
     "    if ((t & 31) == 0) sh[t >> 5] = v;\n" \
     "    __syncthreads();\n" \
     "    v = T(0);\n" \
