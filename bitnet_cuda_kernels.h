@@ -111,6 +111,20 @@ static const char bitnet_cuda_src_util[] =
     "BN_DEV float bn_dequant(int acc, int asum, float ascale, float wscale) {\n" \
     "    return __fmul_rn(__fdiv_rn((float)(acc - asum), ascale), wscale);\n" \
     "}\n" \
+    "/* The CPU's RMSNorm factor, bit for bit: r = (float)(1 / sqrt(ss / k + eps)), each step rounded in\n" \
+    "   double. Fast path (two operations fewer on the decode prologue's path): t = ss * inv_k + eps\n" \
+    "   (inv_k = 1.0 / k) and y = rsqrt(t) (1 ulp) are within 2^-50 of 1 / sqrt(ss / k + eps), and so is\n" \
+    "   the CPU's double, whose four operations each round once; when y is more than 2^-46 (relative)\n" \
+    "   from both midpoints around its float, both round to that float. Otherwise (about one sum in a\n" \
+    "   million, and non-finite sums: the compares fail) the CPU's own sequence runs. */\n" \
+    "BN_DEV float bn_rms_r(double ss, int k, double inv_k, float eps) {\n" \
+    "    const double y = rsqrt(__dadd_rn(__dmul_rn(ss, inv_k), (double)eps));\n" \
+    "    const float f = __double2float_rn(y);\n" \
+    "    const double lo = 0.5 * ((double)f + (double)__int_as_float(__float_as_int(f) - 1));\n" \
+    "    const double hi = 0.5 * ((double)f + (double)__int_as_float(__float_as_int(f) + 1)), m = y * (1.0 / 70368744177664.0); /* 2^-46 */\n" \
+    "    if (y - lo > m && hi - y > m) return f;\n" \
+    "    return (float)__ddiv_rn(1.0, __dsqrt_rn(__dadd_rn(__ddiv_rn(ss, (double)k), (double)eps)));\n" \
+    "}\n" \
     "BN_DEV float bn_seg_scale(const bitnet_k_segs &s, int row) {\n" \
     "    float sc = s.scale[0];\n" \
     "#pragma unroll\n" \
@@ -255,7 +269,7 @@ static const char bitnet_cuda_src_ternary[] = BITNET_CUDA_SRC_KHELPERS
     "            ss = __dadd_rn(ss, __dmul_rn(v, v));\n"
     "        }\n"
     "        ss = bn_block_sum_d(ss, shd);\n"
-    "        r = (float)__ddiv_rn(1.0, sqrt(__dadd_rn(__ddiv_rn(ss, (double)k), (double)eps)));\n"
+    "        r = bn_rms_r(ss, k, 1.0 / (double)k, eps);\n"
     "    }\n"
     "#pragma unroll\n"
     "    for (int u = 0; u < BN_QA_R; u++) {\n"
@@ -1239,6 +1253,7 @@ static const char bitnet_cuda_src_forward[] = BITNET_CUDA_SRC_KHELPERS
     "        const int i = t + j * nt;\n"
     "        xv[j] = i < k4 ? x4[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);\n"
     "    }\n"
+    "    const double inv_k = 1.0 / (double)k; /* beside the loads' latency */\n"
     "    double ss = 0.0;\n"
     "#pragma unroll\n"
     "    for (int j = 0; j < BF_NQ; j++) {\n"
@@ -1255,7 +1270,7 @@ static const char bitnet_cuda_src_forward[] = BITNET_CUDA_SRC_KHELPERS
     "        ss = __dadd_rn(ss, __dmul_rn((double)v.w, (double)v.w));\n"
     "    }\n"
     "    ss = bn_block_sum_d(ss, red.d);\n"
-    "    const float r = (float)__ddiv_rn(1.0, __dsqrt_rn(__dadd_rn(__ddiv_rn(ss, (double)k), (double)eps)));\n"
+    "    const float r = bn_rms_r(ss, k, inv_k, eps);\n"
     "    float amax = 0.0f;\n"
     "#pragma unroll\n"
     "    for (int j = 0; j < BF_NQ; j++) {\n"
@@ -1986,7 +2001,7 @@ static const char bitnet_cuda_src_forward[] = BITNET_CUDA_SRC_KHELPERS
     "        double ss = 0.0;\n"
     "        for (int i = t; i < dim; i += blockDim.x) ss = __dadd_rn(ss, __dmul_rn((double)x[i], (double)x[i]));\n"
     "        ss = bn_block_sum_d(ss, red.d);\n"
-    "        const float r = (float)__ddiv_rn(1.0, __dsqrt_rn(__dadd_rn(__ddiv_rn(ss, (double)dim), (double)eps)));\n"
+    "        const float r = bn_rms_r(ss, dim, 1.0 / (double)dim, eps);\n"
     "        for (int i = t; i < dim; i += blockDim.x) bf_fsm[i] = __fmul_rn(__fmul_rn(x[i], r), nw[i]);\n"
     "        __syncthreads();\n"
     "    }\n"

@@ -164,6 +164,60 @@ static void test_gpu_quantize_act(void) {
     }
 }
 
+/* A float a whose row [a, 0, ..., 0] (k wide) has its RMSNorm factor 1 / sqrt(a^2 / k + eps), in
+   double as the CPU computes it, within 2^-48 (relative) of a midpoint between two floats: there
+   the GPU's fast path (bn_rms_r) must hand over to the exact sequence. Scans floats up from a0. */
+static float near_tie_a(size_t k, float eps, float a0) {
+    uint32_t u;
+    float a;
+    memcpy(&u, &a0, 4);
+    for (a = a0; u < 0x7f000000u; u++) {
+        double y, lo, hi;
+        float f;
+        memcpy(&a, &u, 4);
+        y = 1.0 / sqrt((double)a * a / (double)k + (double)eps);
+        f = (float)y;
+        lo = 0.5 * ((double)f + nextafterf(f, 0.0f)), hi = 0.5 * ((double)f + nextafterf(f, INFINITY));
+        if (fmin(y - lo, hi - y) < y / 281474976710656.0) return a; /* 2^48 */
+    }
+    return 0.0f;
+}
+
+static void test_gpu_rms_near_ties(void) {
+    enum { M = 4 };
+    static const size_t ks[] = {2560, 6912, 1000};
+    size_t s, i, r;
+    NEED_GPU();
+    for (s = 0; s < sizeof ks / sizeof ks[0]; s++) {
+        size_t k = ks[s];
+        float *x = (float *)xmalloc(M * k * 4), *y = (float *)xmalloc(M * k * 4), *nw = (float *)xmalloc(k * 4), sc[M], gsc[M];
+        int8_t *q = (int8_t *)xmalloc(M * k), *gq = (int8_t *)xmalloc(M * k);
+        int32_t su[M], gsu[M];
+        bitnet_gpu_act a;
+        bitnet_devptr dx, dnw;
+        memset(x, 0, M * k * 4);
+        for (r = 0; r < M; r++) {
+            x[r * k] = near_tie_a(k, 1e-5f, test_rand_float(0.5f, 50.0f));
+            TEST_CHECKF(x[r * k] != 0.0f, "no near tie found for k=%zu", k);
+        }
+        for (i = 0; i < k; i++) nw[i] = test_rand_float(0.5f, 1.5f);
+        dx = upload(x, M * k * 4);
+        dnw = upload(nw, k * 4);
+        TEST_CHECK(dx && dnw && bitnet_gpu_act_alloc(G, M, k, &a) == BITNET_OK);
+        TEST_CHECK(bitnet_gpu_memset(G, a.scale, 0xFF, M * 4) == BITNET_OK);
+        TEST_CHECKF(bitnet_gpu_quantize_act(G, dx, M, k, dnw, 1e-5f, &a) == BITNET_OK, "%s", bitnet_last_error());
+        TEST_CHECK(bitnet_gpu_download(G, gq, a.q, M * k) == BITNET_OK && bitnet_gpu_download(G, gsc, a.scale, M * 4) == BITNET_OK &&
+                   bitnet_gpu_download(G, gsu, a.sum, M * 4) == BITNET_OK);
+        TEST_CHECK(bitnet_rmsnorm(x, nw, M, k, 1e-5f, y) == BITNET_OK);
+        TEST_CHECK(bitnet_quantize_act(y, M, k, q, sc, su) == BITNET_OK);
+        TEST_CHECKF(memcmp(q, gq, M * k) == 0 && memcmp(sc, gsc, sizeof sc) == 0 && memcmp(su, gsu, sizeof su) == 0,
+                    "k=%zu: scales %a %a / %a %a", k, sc[0], gsc[0], sc[1], gsc[1]);
+        bitnet_gpu_act_free(G, &a);
+        bitnet_gpu_free(G, dx), bitnet_gpu_free(G, dnw);
+        free(x), free(y), free(nw), free(q), free(gq);
+    }
+}
+
 /* ---- GPU: W2A8 matmul ------------------------------------------------------------------------ */
 
 typedef struct tcase { int parts; size_t rows[3]; size_t k, m; int glu; } tcase;
@@ -586,6 +640,7 @@ int main(void) {
     gpu_ok = bitnet_gpu_available() && bitnet_gpu_open(0, &G) == BITNET_OK;
     if (!gpu_ok) bitnet_gpu_preflight(gpu_reason, sizeof gpu_reason);
     RUN_TEST(test_gpu_quantize_act);
+    RUN_TEST(test_gpu_rms_near_ties);
     RUN_TEST(test_gpu_ternary_gemv);
     RUN_TEST(test_gpu_ternary_gemv_splits);
     RUN_TEST(test_gpu_ternary_gemm);
