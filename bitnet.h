@@ -10305,7 +10305,7 @@ BITNET_API bitnet_result bitnet_quantizer_summary(const bitnet_quantizer *qz, ch
 
 #define BITNET__GPU_ATT_T 128         /* decode attention: contexts up to this many positions are one block a head (H100: 128 beat 96 by 1%) */
 #define BITNET__GPU_ATT_R 8           /* decode attention: longer ones, ranges of about this many a block (H100: 8 beat 16 by 1.3%) */
-#define BITNET__GPU_ATT_TILE 64       /* decode attention: positions a tile in that form (ranges can be longer) */
+#define BITNET__GPU_ATT_TILE 32       /* decode attention: positions a tile in that form (ranges can be longer; H100: 32 beat 64 by 0.5%) */
 #define BITNET__GPU_ATT_SMAX 32       /* decode attention: ranges a head, at most (the kernel's s_w) */
 #define BITNET__GPU_PREFILL_MIN 2     /* tokens per call from which prefill takes the GEMM path */
 #define BITNET__GPU_ATT_ROWS 32       /* prefill attention: rows (query x head) a block (the kernels' BF_PR) */
