@@ -121,7 +121,8 @@ static const char bitnet_cuda_src_util[] =
     "    const double y = rsqrt(__dadd_rn(__dmul_rn(ss, inv_k), (double)eps));\n" \
     "    const float f = __double2float_rn(y);\n" \
     "    const double lo = 0.5 * ((double)f + (double)__int_as_float(__float_as_int(f) - 1));\n" \
-    "    const double hi = 0.5 * ((double)f + (double)__int_as_float(__float_as_int(f) + 1)), m = y * (1.0 / 70368744177664.0); /* 2^-46 */\n" \
+    "    const double hi = 0.5 * ((double)f + (double)__int_as_float(__float_as_int(f) + 1));\n" \
+    "    const double m = y * (1.0 / 70368744177664.0); /* 2^-46 */\n" \
     "    if (y - lo > m && hi - y > m) return f;\n" \
     "    return (float)__ddiv_rn(1.0, __dsqrt_rn(__dadd_rn(__ddiv_rn(ss, (double)k), (double)eps)));\n" \
     "}\n" \
