@@ -169,11 +169,10 @@ static void test_gpu_quantize_act(void) {
    the GPU's fast path (bn_rms_r) must hand over to the exact sequence. Scans floats up from a0. */
 static float near_tie_a(size_t k, float eps, float a0) {
     uint32_t u;
-    float a;
     memcpy(&u, &a0, 4);
-    for (a = a0; u < 0x7f000000u; u++) {
+    for (; u < 0x7f000000u; u++) {
         double y, lo, hi;
-        float f;
+        float f, a;
         memcpy(&a, &u, 4);
         y = 1.0 / sqrt((double)a * a / (double)k + (double)eps);
         f = (float)y;
@@ -204,7 +203,8 @@ static void test_gpu_rms_near_ties(void) {
         dx = upload(x, M * k * 4);
         dnw = upload(nw, k * 4);
         TEST_CHECK(dx && dnw && bitnet_gpu_act_alloc(G, M, k, &a) == BITNET_OK);
-        TEST_CHECK(bitnet_gpu_memset(G, a.scale, 0xFF, M * 4) == BITNET_OK);
+        TEST_CHECK(bitnet_gpu_memset(G, a.q, 0x77, M * k) == BITNET_OK && bitnet_gpu_memset(G, a.scale, 0xFF, M * 4) == BITNET_OK &&
+                   bitnet_gpu_memset(G, a.sum, 0xFF, M * 4) == BITNET_OK);
         TEST_CHECKF(bitnet_gpu_quantize_act(G, dx, M, k, dnw, 1e-5f, &a) == BITNET_OK, "%s", bitnet_last_error());
         TEST_CHECK(bitnet_gpu_download(G, gq, a.q, M * k) == BITNET_OK && bitnet_gpu_download(G, gsc, a.scale, M * 4) == BITNET_OK &&
                    bitnet_gpu_download(G, gsu, a.sum, M * 4) == BITNET_OK);
