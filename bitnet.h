@@ -6419,12 +6419,47 @@ static size_t bitnet__top_k(bitnet__scand *c, size_t n, size_t k) {
     return k;
 }
 
+/* Steps 5-7 of bitnet_sample, on the n >= 1 candidates c (values logit / temperature) that passed
+   min-p: top-k, softmax over what is left, top-p, the draw. The GPU's sampled decoding enters here
+   with the device's k best (bitnet__gpu_sample): the same logits give the same token either way. */
+static int32_t bitnet__sample_from(bitnet__scand *c, size_t n, const bitnet_sampler_params *d, uint64_t *rng) {
+    size_t i, keep;
+    double sum, r, acc;
+    float mx;
+    int32_t out;
+    /* 5. top-k (sorts what it keeps); top-p needs the order too */
+    if (d->top_k > 0) n = bitnet__top_k(c, n, (size_t)d->top_k);
+    else if (d->top_p > 0 && d->top_p < 1) qsort(c, n, sizeof *c, bitnet__scand_cmp);
+    /* 6. softmax over the candidates, then top-p: the smallest prefix whose mass reaches top_p */
+    mx = c[0].logit;
+    for (i = 1; i < n; i++) mx = c[i].logit > mx ? c[i].logit : mx;
+    sum = 0;
+    for (i = 0; i < n; i++) sum += (c[i].logit = expf(c[i].logit - mx)); /* now unnormalised probabilities */
+    keep = n;
+    if (d->top_p > 0 && d->top_p < 1) {
+        acc = 0;
+        for (i = 0; i < n; i++) {
+            acc += c[i].logit;
+            if (acc >= (double)d->top_p * sum) { keep = i + 1; break; }
+        }
+        for (sum = 0, i = 0; i < keep; i++) sum += c[i].logit;
+    }
+    /* 7. draw */
+    r = bitnet__rng_uniform(rng) * sum;
+    acc = 0;
+    out = c[keep - 1].id;
+    for (i = 0; i < keep; i++) {
+        acc += c[i].logit;
+        if (r < acc) { out = c[i].id; break; }
+    }
+    return out;
+}
+
 BITNET_API bitnet_result bitnet_sample(float *logits, int32_t n_vocab, const bitnet_sampler_params *p,
                                        const int32_t *history, size_t n_history, uint64_t *rng, int32_t *out) {
     bitnet_sampler_params d;
     bitnet__scand *c;
-    size_t n, i, keep;
-    double sum, r, acc;
+    size_t n, i;
     float mx;
     BITNET__CHECK_PTR(logits);
     BITNET__CHECK_PTR(out);
@@ -6460,8 +6495,10 @@ BITNET_API bitnet_result bitnet_sample(float *logits, int32_t n_vocab, const bit
     if (!rng) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_sample: rng is NULL and temperature is %g", (double)d.temperature);
     c = (bitnet__scand *)bitnet__malloc((size_t)n_vocab * sizeof *c);
     if (!c) return BITNET_ERR_OUT_OF_MEMORY;
-    /* 3. temperature; 4. min-p needs only the maximum, so it prunes before any sorting */
-    mx = logits[bitnet__argmax(logits, n_vocab)] / d.temperature;
+    /* 3. temperature; 4. min-p needs only the maximum (of the values that are not NaN), so it
+       prunes before any sorting */
+    for (mx = -INFINITY, i = 0; i < (size_t)n_vocab; i++) mx = logits[i] > mx ? logits[i] : mx;
+    mx /= d.temperature;
     {
         float floor_logit = d.min_p > 0 ? mx + logf(d.min_p) : -INFINITY;
         for (i = n = 0; i < (size_t)n_vocab; i++) {
@@ -6473,31 +6510,7 @@ BITNET_API bitnet_result bitnet_sample(float *logits, int32_t n_vocab, const bit
         bitnet__free(c);
         return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_sample: the logits are all NaN");
     }
-    /* 5. top-k (sorts what it keeps); top-p needs the order too */
-    if (d.top_k > 0) n = bitnet__top_k(c, n, (size_t)d.top_k);
-    else if (d.top_p > 0 && d.top_p < 1) qsort(c, n, sizeof *c, bitnet__scand_cmp);
-    /* 6. softmax over the candidates, then top-p: the smallest prefix whose mass reaches top_p */
-    mx = c[0].logit;
-    for (i = 1; i < n; i++) mx = c[i].logit > mx ? c[i].logit : mx;
-    sum = 0;
-    for (i = 0; i < n; i++) sum += (c[i].logit = expf(c[i].logit - mx)); /* now unnormalised probabilities */
-    keep = n;
-    if (d.top_p > 0 && d.top_p < 1) {
-        acc = 0;
-        for (i = 0; i < n; i++) {
-            acc += c[i].logit;
-            if (acc >= (double)d.top_p * sum) { keep = i + 1; break; }
-        }
-        for (sum = 0, i = 0; i < keep; i++) sum += c[i].logit;
-    }
-    /* 7. draw */
-    r = bitnet__rng_uniform(rng) * sum;
-    acc = 0;
-    *out = c[keep - 1].id;
-    for (i = 0; i < keep; i++) {
-        acc += c[i].logit;
-        if (r < acc) { *out = c[i].id; break; }
-    }
+    *out = bitnet__sample_from(c, n, &d, rng);
     bitnet__free(c);
     return BITNET_OK;
 }
@@ -10298,8 +10311,9 @@ BITNET_API bitnet_result bitnet_quantizer_summary(const bitnet_quantizer *qz, ch
    The model holds one bitnet_gpu handle for its weights; each session opens its own handle (its
    own stream and pool), so sessions on different threads never share a stream.
    Hooks for >>model: bitnet__gpu_model_init/free, bitnet__gpu_session_init/free,
-   bitnet__gpu_forward (bitnet__cpu_forward's contract) and bitnet__gpu_next_token (greedy
-   decoding without a logits download, a step ahead). */
+   bitnet__gpu_forward (bitnet__cpu_forward's contract), bitnet__gpu_next_token (greedy
+   decoding without a logits download, a step ahead) and bitnet__gpu_sample (sampling with top-k
+   from the k best logits the device picked, not all of them). */
 #if !defined(BITNET_NO_CUDA)
 #define BITNET__GPU_FORWARD 1
 
@@ -10310,6 +10324,8 @@ BITNET_API bitnet_result bitnet_quantizer_summary(const bitnet_quantizer *qz, ch
 #define BITNET__GPU_PREFILL_MIN 2     /* tokens per call from which prefill takes the GEMM path */
 #define BITNET__GPU_ATT_ROWS 32       /* prefill attention: rows (query x head) a block (the kernels' BF_PR) */
 #define BITNET__GPU_ATT_PK 32         /* prefill attention: keys a tile (the kernels' BF_PK; 32: two blocks an SM) */
+#define BITNET__GPU_TOPK_MAX 128      /* bitnet__gpu_sample: top_k at most (the topk kernel's BF_TK_S / 32 blocks) */
+#define BITNET__GPU_TOPK_BLOCKS 32    /* the topk kernel's grid, at most */
 
 typedef struct bitnet__glayer {
     bitnet_gpu_ternary qkv, o, gu, down; /* wq||wk||wv, wo, w_gate||w_up (glu), w_down */
@@ -10326,7 +10342,7 @@ typedef struct bitnet__gmodel {
     int head_q8;
     bitnet__glayer *layers;
     int device, sm_count, cc, smem_optin; /* smem_optin: shared memory a block can have (bytes) */
-    bitnet_gpu_kernel *embed, *gemv_store, *gemv_res, *gemv_glu, *attn, *head_k, *rope_kv, *attn_prefill;
+    bitnet_gpu_kernel *embed, *gemv_store, *gemv_res, *gemv_glu, *attn, *head_k, *rope_kv, *attn_prefill, *topk;
     int att_pk;                       /* attn_prefill's keys a tile: BITNET__GPU_ATT_PK (tools rebuild it with others) */
 } bitnet__gmodel;
 
@@ -10341,7 +10357,8 @@ typedef struct bitnet__gsession {
     bitnet_devptr logits;             /* fp32 [n_vocab] */
     bitnet_devptr part_o, part_ml;    /* decode attention splits, double: [n_heads][smax][hd], [n_heads][smax][2] */
     bitnet_devptr hv, hi;             /* head: each block's best value and index */
-    bitnet_devptr ctr;                /* int [n_heads + 1]: attention (per block of heads) and head counters (their last blocks reset them) */
+    bitnet_devptr ctr;                /* int [n_heads + 2]: attention (per block of heads), head and topk counters (their last blocks reset them) */
+    bitnet_devptr tk_part, tk_res;    /* topk: the blocks' k best keys, u64 [32][128]; the result, int [1 + 2 * 128] */
     bitnet_devptr io;                 /* int [2]: the decode token and the position of a step (the head leaves the
                                          next ones there), then: */
     bitnet_devptr erow;               /* fp16 [B][dim] at io + 256: the tokens' embedding rows (one upload with io) */
@@ -10458,6 +10475,7 @@ static bitnet_result bitnet__gpu_model_init(bitnet_model *m, int device) {
     BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, g->head_q8 ? "bitnet_k_fwd_head_q8" : "bitnet_k_fwd_head", &g->head_k));
     BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_fwd_rope_kv", &g->rope_kv));
     BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_fwd_attn_prefill", &g->attn_prefill));
+    BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_fwd_topk", &g->topk));
     g->att_pk = BITNET__GPU_ATT_PK;
     { /* sm_90: programmatic dependent launch for the kernels that wait with griddepcontrol (decode:
          each one's launch and weight loads overlap the kernel before it); BITNET_GPU_PDL=0: off */
@@ -10556,7 +10574,9 @@ static void bitnet__gsession_layout(bitnet__gsession *q, const bitnet_session *s
     q->hv = bitnet__gtake(c, (size_t)q->head_blocks * 2, 4); /* room for twice the blocks (tuning) */
     q->hi = bitnet__gtake(c, (size_t)q->head_blocks * 2, 4);
     q->iota = bitnet__gtake(c, B, 4);
-    q->ctr = bitnet__gtake(c, (size_t)in->n_heads + 1, 4);
+    q->ctr = bitnet__gtake(c, (size_t)in->n_heads + 2, 4);
+    q->tk_part = bitnet__gtake(c, BITNET__GPU_TOPK_BLOCKS * BITNET__GPU_TOPK_MAX, 8);
+    q->tk_res = bitnet__gtake(c, 1 + 2 * BITNET__GPU_TOPK_MAX, 4);
     q->io = bitnet__gtake(c, 2, 4);   /* 256 bytes: */
     q->erow = bitnet__gtake(c, B * (size_t)in->dim, 2); /* right after io */
 }
@@ -10611,7 +10631,7 @@ static bitnet_result bitnet__gpu_session_init(bitnet_session *s) {
     if (q->erow != q->io + 256) return bitnet__err(BITNET_ERR_INVALID_STATE, "CUDA session: the embedding rows do not follow io");
     /* poison: a read of anything no kernel wrote shows up as NaN (0xffff is an fp16 NaN too) */
     BITNET__TRY(bitnet_gpu_memset(q->gpu, q->mem, 0xff, q->bytes));
-    BITNET__TRY(bitnet_gpu_memset(q->gpu, q->ctr, 0, ((size_t)s->m->info.n_heads + 1) * 4));
+    BITNET__TRY(bitnet_gpu_memset(q->gpu, q->ctr, 0, ((size_t)s->m->info.n_heads + 2) * 4));
     q->stage = (unsigned char *)bitnet__malloc(256 + (size_t)q->B * (size_t)s->m->info.dim * 2);
     if (!q->stage) return BITNET_ERR_OUT_OF_MEMORY;
     for (i = 0; i < q->B; i++) ((int32_t *)q->stage)[i] = i; /* B * 4 bytes fit in the stage */
@@ -10892,6 +10912,40 @@ static bitnet_result bitnet__gpu_next_token(bitnet_session *s, int ahead, int32_
     return BITNET_OK;
 }
 
+/* Sampling with top_k in 2 .. BITNET__GPU_TOPK_MAX (bitnet_generate's choice): the topk kernel picks
+   the k best of the last logits row the device computed, by logit / temperature and then lower id,
+   and the host runs min-p and bitnet_sample's last steps on them. Those steps see nothing else of
+   the row (top-k keeps only these, min-p a prefix of them), so this draws the token bitnet_sample
+   would from the whole row, with 1 + 2k words downloaded instead of n_vocab. */
+static bitnet_result bitnet__gpu_sample(bitnet_session *s, const bitnet_sampler_params *d, uint64_t *rng, int32_t *token) {
+    const bitnet__gmodel *g = (const bitnet__gmodel *)s->m->gpu;
+    bitnet__gsession *q = (bitnet__gsession *)s->gpu;
+    int32_t res[1 + 2 * BITNET__GPU_TOPK_MAX];
+    bitnet__scand c[BITNET__GPU_TOPK_MAX];
+    int n = s->m->info.n_vocab, k = d->top_k, blocks, i, cnt;
+    float temp = d->temperature, floor_logit;
+    bitnet_devptr ctr;
+    void *args[7];
+    if (!q || !q->have_next) return bitnet__err(BITNET_ERR_INVALID_STATE, "CUDA forward: no logits were computed on the device");
+    if (k < 1 || k > BITNET__GPU_TOPK_MAX || !(temp > 0))
+        return bitnet__err(BITNET_ERR_INVALID_ARG, "CUDA sampling: top_k %d (1 .. %d) and temperature %g (> 0)", k,
+                           BITNET__GPU_TOPK_MAX, (double)temp);
+    ctr = q->ctr + 4 * ((bitnet_devptr)s->m->info.n_heads + 1);
+    blocks = BITNET__MIN(BITNET__GPU_TOPK_BLOCKS, (n + 4095) / 4096); /* a sort of 4096 keys a block, if they fit */
+    args[0] = &q->logits, args[1] = &n, args[2] = &temp, args[3] = &k, args[4] = &q->tk_part, args[5] = &ctr, args[6] = &q->tk_res;
+    BITNET__TRY(bitnet__gpu_launch(q->gpu, g->topk, (unsigned)blocks, 1, 1024, 1, 4096 * 8, args));
+    BITNET__TRY(bitnet_gpu_download(q->gpu, res, q->tk_res, (size_t)(1 + 2 * k) * 4));
+    cnt = res[0];
+    if (cnt < 0 || cnt > k) return bitnet__err(BITNET_ERR_CUDA, "CUDA sampling: the topk kernel returned %d candidates", cnt);
+    if (cnt == 0) return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_sample: the logits are all NaN");
+    for (i = 0; i < cnt; i++) memcpy(&c[i].logit, &res[1 + 2 * i], 4), c[i].id = res[2 + 2 * i];
+    /* 4. min-p from the best value, as bitnet_sample computes it; the best itself always passes */
+    floor_logit = d->min_p > 0 ? c[0].logit + logf(d->min_p) : -INFINITY;
+    for (i = 1; i < cnt && c[i].logit >= floor_logit; i++) {}
+    *token = bitnet__sample_from(c, (size_t)i, d, rng);
+    return BITNET_OK;
+}
+
 #endif /* BITNET__GPU_FORWARD */
 
 /* >>model ===================================================================================== */
@@ -10902,7 +10956,8 @@ static bitnet_result bitnet__gpu_next_token(bitnet_session *s, int ahead, int32_
      bitnet__gpu_session_init(bitnet_session *)           KV cache and buffers (s->gpu)
      bitnet__gpu_session_free(bitnet_session *)
      bitnet__gpu_forward(bitnet_session *, tokens, m, logits, all)  same contract as bitnet__cpu_forward
-     bitnet__gpu_next_token(bitnet_session *, ahead, token, launched)  greedy: the device's argmax */
+     bitnet__gpu_next_token(bitnet_session *, ahead, token, launched)  greedy: the device's argmax
+     bitnet__gpu_sample(bitnet_session *, sampler, rng, token)         top-k sampling from the device's k best */
 
 static bitnet_result bitnet__model_own(bitnet_model *m, void *p) {
     void **grown;
@@ -11576,7 +11631,7 @@ BITNET_API bitnet_result bitnet_generate(bitnet_session *s, const int32_t *promp
     size_t n_stop, i;
     uint64_t rng;
     double t0;
-    int gpu_greedy = 0;
+    int gpu_greedy = 0, gpu_topk = 0;
     BITNET__CHECK_PTR(s);
     if (n_prompt && !prompt) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_generate: prompt is NULL");
     if (out && cap == 0) return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_generate: out has no room (cap 0)");
@@ -11600,6 +11655,12 @@ BITNET_API bitnet_result bitnet_generate(bitnet_session *s, const int32_t *promp
     /* greedy on the GPU: the head kernel leaves the argmax on the device, so no logits move */
     gpu_greedy = s->m->info.backend == BITNET_BACKEND_CUDA && (d.sampler.temperature == 0 || d.sampler.top_k == 1) &&
                  !(d.sampler.repeat_penalty > 0 && d.sampler.repeat_penalty != 1);
+    /* top-k sampling on the GPU: the device picks the k best, so only those move (BITNET_GPU_TOPK=0:
+       the whole row, for tests) */
+    gpu_topk = s->m->info.backend == BITNET_BACKEND_CUDA && !gpu_greedy && d.sampler.temperature > 0 &&
+               d.sampler.top_k > 1 && d.sampler.top_k <= BITNET__GPU_TOPK_MAX &&
+               !(d.sampler.repeat_penalty > 0 && d.sampler.repeat_penalty != 1) &&
+               !(bitnet__getenv("BITNET_GPU_TOPK") && strcmp(bitnet__getenv("BITNET_GPU_TOPK"), "0") == 0);
 #endif
     t0 = bitnet__now();
     if (n_prompt) BITNET__TRY(bitnet__eval(s, prompt, n_prompt, s->logits, 0));
@@ -11617,6 +11678,8 @@ BITNET_API bitnet_result bitnet_generate(bitnet_session *s, const int32_t *promp
         if (gpu_greedy)
             r = bitnet__gpu_next_token(s, !(d.max_tokens && st.n_generated + 1 >= (size_t)d.max_tokens) &&
                                               !(out && st.n_generated + 1 >= cap) && s->pos < s->n_ctx, &tok, &launched);
+        else if (gpu_topk)
+            r = bitnet__gpu_sample(s, &d.sampler, &rng, &tok);
         else
 #endif
             r = bitnet_sample(s->logits, s->m->info.n_vocab, &d.sampler, s->tokens, (size_t)s->pos, &rng, &tok);
@@ -11636,7 +11699,7 @@ BITNET_API bitnet_result bitnet_generate(bitnet_session *s, const int32_t *promp
             break;
         }
         if (launched) s->tokens[s->pos++] = tok; /* its step is on the device already */
-        else BITNET__TRY(bitnet__eval(s, &tok, 1, gpu_greedy ? NULL : s->logits, 0));
+        else BITNET__TRY(bitnet__eval(s, &tok, 1, gpu_greedy || gpu_topk ? NULL : s->logits, 0));
     }
     st.gen_seconds = bitnet__now() - t0;
     if (stats) *stats = st;

@@ -5,7 +5,8 @@
    in many: combined, and in tiles), and greedy generations agree token for token for 64 tokens:
    quantized activations, integer dot products, RoPE and the fp16 cache match the CPU bit for bit, attention
    is computed in double on both and rounded to float once (so both give the same floats), and only
-   the fp16 head's float sums differ in order (about 1e-7). Host buffers are
+   the fp16 head's float sums differ in order (about 1e-7). Sampled generation on the GPU, top-k from
+   the device's k best, draws the tokens the host sampler draws from the whole row. Host buffers are
    poisoned with NaN before each call. Skipped without a GPU; a failure under BITNET_REQUIRE_GPU=1. */
 #define _GNU_SOURCE /* setenv */
 #include "../bitnet.h"
@@ -161,6 +162,49 @@ done:
     bitnet_session_free(sg);
 }
 
+/* Sampled generation on the GPU: top-k from the device's k best (bitnet__gpu_sample) against the
+   whole logits row downloaded and sampled on the host (BITNET_GPU_TOPK=0): the same seed gives the
+   same tokens, with top-k at 2, 40 and 128 (the most), with and without top-p and min-p. */
+static void sampled(bitnet_model *gpu) {
+    static const float cfg[][4] = {{0.8f, 40, 0.95f, 0.05f}, {1.5f, 128, 1.0f, 0.0f}, {0.3f, 2, 0.0f, 0.2f}};
+    const int N = 64;
+    int32_t prompt[5] = {1, 17, 42, 5, 99}, a[64], b[64], never = -1;
+    bitnet_session *sg = NULL;
+    bitnet_session_desc sd;
+    bitnet_generate_params p;
+    bitnet_generate_stats sa, sb;
+    bitnet_model_info info;
+    int c, i, agree = 0;
+    bitnet_model_get_info(gpu, &info);
+    for (i = 0; i < 5; i++) prompt[i] %= info.n_vocab;
+    memset(&sd, 0, sizeof sd);
+    sd.n_ctx = 128;
+    TEST_CHECK(bitnet_session_create(gpu, &sd, &sg) == BITNET_OK);
+    if (!sg) return;
+    for (c = 0; c < 3; c++) {
+        memset(&p, 0, sizeof p);
+        p.max_tokens = N;
+        p.stop_tokens = &never;
+        p.n_stop = 1;
+        p.sampler.temperature = cfg[c][0], p.sampler.top_k = (int32_t)cfg[c][1], p.sampler.top_p = cfg[c][2];
+        p.sampler.min_p = cfg[c][3], p.sampler.seed = 7 + (uint64_t)c;
+        memset(a, 0xff, sizeof a), memset(b, 0xff, sizeof b);
+        bitnet_session_reset(sg);
+        TEST_CHECKF(bitnet_generate(sg, prompt, 5, &p, a, (size_t)N, &sa) == BITNET_OK, "%s", bitnet_last_error());
+        setenv("BITNET_GPU_TOPK", "0", 1);
+        bitnet_session_reset(sg);
+        TEST_CHECKF(bitnet_generate(sg, prompt, 5, &p, b, (size_t)N, &sb) == BITNET_OK, "%s", bitnet_last_error());
+        unsetenv("BITNET_GPU_TOPK");
+        TEST_CHECK(sa.n_generated == (size_t)N && sb.n_generated == (size_t)N);
+        for (i = 0; i < N && a[i] == b[i]; i++) {}
+        agree += i == N;
+        TEST_CHECKF(i == N, "sampler %d (temperature %g, top-k %d): token %d differs: device's k best %d, whole row %d", c,
+                    (double)cfg[c][0], (int)cfg[c][1], i, i < N ? (int)a[i] : 0, i < N ? (int)b[i] : 0);
+    }
+    printf("  sampled: top-k on the device and on the whole row agree for %d tokens with %d of 3 samplers\n", N, agree);
+    bitnet_session_free(sg);
+}
+
 static bitnet_result load_pair_weights(const bitnet_model_weights *w, bitnet_model **cpu, bitnet_model **gpu) {
     bitnet_model_desc d;
     bitnet_result r;
@@ -195,6 +239,7 @@ static void random_model(int vocab, int dim, int layers, int heads, int kv, int 
         unsetenv("BITNET_GPU_ATT_R");
         unsetenv("BITNET_GPU_ATT_TILE");
         greedy(cpu, gpu);
+        sampled(gpu);
     }
     bitnet_model_free(gpu);
     bitnet_model_free(cpu);
@@ -223,6 +268,7 @@ static void tiny_gguf(int head_f16) {
         TEST_CHECK(bitnet_model_get_info(gpu, &info) == BITNET_OK && info.head_bits == (head_f16 ? 16 : 8));
         compare(cpu, gpu, 70, 30);
         greedy(cpu, gpu);
+        sampled(gpu);
     }
     bitnet_model_free(gpu);
     bitnet_model_free(cpu);

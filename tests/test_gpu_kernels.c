@@ -629,6 +629,79 @@ static void test_gpu_quantizer_fallback(void) { /* the GPU check first, so a ski
     test_gpu_quantizer_fallback_body();
 }
 
+/* ---- GPU: sampling candidates (the forward module's topk) ------------------------------------ */
+
+typedef struct tk_cand { float v; int32_t id; } tk_cand;
+static int tk_cmp(const void *pa, const void *pb) { /* the host sampler's order: larger value, then lower id */
+    const tk_cand *a = (const tk_cand *)pa, *b = (const tk_cand *)pb;
+    if (a->v != b->v) return a->v > b->v ? -1 : 1;
+    return (a->id > b->id) - (a->id < b->id);
+}
+
+/* The k best of logits / temp, NaN left out, against a sort on the host: vocabularies below one
+   block's 4096 keys and over them (several rounds a block), grids of 1 and 32 blocks,
+   many ties, NaN (at index 0 too), infinities and signed zeros. Each result poisoned first; two
+   launches in a row (the last block resets the counter). */
+static void test_gpu_topk(void) {
+    static const int ns[] = {7, 50, 777, 9000, 128256, 140001}, ks[] = {2, 40, 128};
+    bitnet_gpu_kernel *kern = NULL;
+    int ni, ki, pat, nn = small_only() ? 4 : (int)(sizeof ns / sizeof ns[0]);
+    NEED_GPU();
+    TEST_CHECKF(bitnet_gpu_builtin_kernel(G, "bitnet_k_fwd_topk", &kern) == BITNET_OK, "%s", bitnet_last_error());
+    if (!kern) return;
+    for (ni = 0; ni < nn; ni++)
+        for (pat = 0; pat < 3; pat++) {
+            int n = ns[ni], i;
+            float *l = (float *)xmalloc((size_t)n * 4), temp = pat == 1 ? 1.0f : 0.7f;
+            tk_cand *ref = (tk_cand *)xmalloc((size_t)n * sizeof *ref);
+            int nref = 0;
+            bitnet_devptr dl, part = 0, ctr = 0, res = 0;
+            for (i = 0; i < n; i++) /* 0: random; 1: few distinct values (ties); 2: random with specials */
+                l[i] = pat == 1 ? (float)test_rand_int(-3, 2) : test_rand_float(-20.0f, 20.0f);
+            if (pat == 2) {
+                l[0] = NAN;
+                for (i = 1; i < n; i += 5) {
+                    int r = test_rand_int(0, 5);
+                    l[i] = r == 0 ? NAN : r == 1 ? INFINITY : r == 2 ? -INFINITY : r == 3 ? 0.0f : r == 4 ? -0.0f : l[i];
+                }
+            }
+            for (i = 0; i < n; i++) {
+                float v = l[i] / temp;
+                if (v == v) ref[nref].v = v, ref[nref++].id = i;
+            }
+            qsort(ref, (size_t)nref, sizeof *ref, tk_cmp);
+            dl = upload(l, (size_t)n * 4);
+            TEST_CHECK(dl && bitnet_gpu_alloc(G, 32 * 128 * 8, &part) == BITNET_OK && bitnet_gpu_alloc(G, 4, &ctr) == BITNET_OK &&
+                       bitnet_gpu_memset(G, ctr, 0, 4) == BITNET_OK);
+            for (ki = 0; ki < (int)(sizeof ks / sizeof ks[0]) && dl && part && ctr; ki++) {
+                int k = ks[ki], g, rep;
+                for (g = 0; g < 2; g++)
+                    for (rep = 0; rep < 2; rep++) {
+                        unsigned grid[3] = {g ? 32u : 1u, 1, 1}, block[3] = {1024, 1, 1};
+                        int32_t *got = (int32_t *)xmalloc((size_t)(1 + 2 * k) * 4), want = nref < k ? nref : k, bad = 0;
+                        void *args[7];
+                        res = poisoned((size_t)(1 + 2 * k) * 4);
+                        args[0] = &dl, args[1] = &n, args[2] = &temp, args[3] = &k, args[4] = &part, args[5] = &ctr, args[6] = &res;
+                        TEST_CHECKF(res && bitnet_gpu_launch(G, kern, grid, block, 4096 * 8, args) == BITNET_OK, "%s", bitnet_last_error());
+                        TEST_CHECK(bitnet_gpu_download(G, got, res, (size_t)(1 + 2 * k) * 4) == BITNET_OK);
+                        for (i = 0; i < k; i++) {
+                            float v;
+                            memcpy(&v, &got[1 + 2 * i], 4);
+                            if (i < want ? !(v == ref[i].v && got[2 + 2 * i] == ref[i].id) : got[2 + 2 * i] != -1) bad++;
+                        }
+                        TEST_CHECKF(got[0] == want && bad == 0, "n=%d pattern %d k=%d blocks %u launch %d: count %d (want %d), %d of %d differ",
+                                    n, pat, k, grid[0], rep, (int)got[0], (int)want, (int)bad, k);
+                        bitnet_gpu_free(G, res);
+                        free(got);
+                    }
+            }
+            if (dl) bitnet_gpu_free(G, dl);
+            if (part) bitnet_gpu_free(G, part);
+            if (ctr) bitnet_gpu_free(G, ctr);
+            free(l), free(ref);
+        }
+}
+
 int main(void) {
     (void)test_rand_u64;
     test_seed(20261122);
@@ -651,6 +724,7 @@ int main(void) {
     RUN_TEST(test_gpu_detect_precision);
     RUN_TEST(test_gpu_quantize_ternary_and_pack);
     RUN_TEST(test_gpu_quantizer_fallback);
+    RUN_TEST(test_gpu_topk);
     if (gpu_ok) bitnet_gpu_close(G);
     return test_summary();
 }
