@@ -10324,8 +10324,8 @@ BITNET_API bitnet_result bitnet_quantizer_summary(const bitnet_quantizer *qz, ch
 #define BITNET__GPU_PREFILL_MIN 2     /* tokens per call from which prefill takes the GEMM path */
 #define BITNET__GPU_ATT_ROWS 32       /* prefill attention: rows (query x head) a block (the kernels' BF_PR) */
 #define BITNET__GPU_ATT_PK 32         /* prefill attention: keys a tile (the kernels' BF_PK; 32: two blocks an SM) */
-#define BITNET__GPU_TOPK_MAX 128      /* bitnet__gpu_sample: top_k at most (the topk kernel's BF_TK_S / 32 blocks) */
-#define BITNET__GPU_TOPK_BLOCKS 32    /* the topk kernel's grid, at most */
+#define BITNET__GPU_TOPK_MAX 128      /* bitnet__gpu_sample: top_k at most (the topk kernel keeps 128 a warp) */
+#define BITNET__GPU_TOPK_BLOCKS 32    /* the topk kernel's grid, at most (its last block merges one block a warp) */
 
 typedef struct bitnet__glayer {
     bitnet_gpu_ternary qkv, o, gu, down; /* wq||wk||wv, wo, w_gate||w_up (glu), w_down */
@@ -10931,9 +10931,9 @@ static bitnet_result bitnet__gpu_sample(bitnet_session *s, const bitnet_sampler_
         return bitnet__err(BITNET_ERR_INVALID_ARG, "CUDA sampling: top_k %d (1 .. %d) and temperature %g (> 0)", k,
                            BITNET__GPU_TOPK_MAX, (double)temp);
     ctr = q->ctr + 4 * ((bitnet_devptr)s->m->info.n_heads + 1);
-    blocks = BITNET__MIN(BITNET__GPU_TOPK_BLOCKS, (n + 4095) / 4096); /* a sort of 4096 keys a block, if they fit */
+    blocks = BITNET__MIN(BITNET__GPU_TOPK_BLOCKS, (n + 4095) / 4096); /* 128 keys a warp, more where that is not enough */
     args[0] = &q->logits, args[1] = &n, args[2] = &temp, args[3] = &k, args[4] = &q->tk_part, args[5] = &ctr, args[6] = &q->tk_res;
-    BITNET__TRY(bitnet__gpu_launch(q->gpu, g->topk, (unsigned)blocks, 1, 1024, 1, 4096 * 8, args));
+    BITNET__TRY(bitnet__gpu_launch(q->gpu, g->topk, (unsigned)blocks, 1, 1024, 1, 0, args));
     BITNET__TRY(bitnet_gpu_download(q->gpu, res, q->tk_res, (size_t)(1 + 2 * k) * 4));
     cnt = res[0];
     if (cnt < 0 || cnt > k) return bitnet__err(BITNET_ERR_CUDA, "CUDA sampling: the topk kernel returned %d candidates", cnt);

@@ -155,6 +155,47 @@ static double decode_tps(int32_t *gen) {
     return GEN / median(tt, 3);
 }
 
+/* Sampled decoding as bitnet_generate runs it on the GPU (top-k from the device's k best), tokens/s
+   (median of 3), and the topk kernel alone (device time a launch, 100 back to back). */
+static double sampled_tps(double *topk_us) {
+    bitnet__gsession *gs = (bitnet__gsession *)G_s->gpu;
+    bitnet_generate_params p;
+    bitnet_generate_stats st;
+    bitnet_sampler_params sp;
+    int32_t never = -1, tok;
+    uint64_t rng = bitnet_rng_seed(1);
+    double tt[3], ms;
+    int j;
+    memset(&p, 0, sizeof p);
+    p.max_tokens = GEN, p.stop_tokens = &never, p.n_stop = 1;
+    p.sampler.temperature = 0.8f, p.sampler.top_k = 40, p.sampler.top_p = 0.95f, p.sampler.min_p = 0.05f, p.sampler.seed = 1;
+    for (j = 0; j < 3; j++) {
+        bitnet_session_reset(G_s);
+        CHECK(bitnet_generate(G_s, G_prompt, PROMPT, &p, NULL, 0, &st));
+        tt[j] = st.gen_seconds / (double)st.n_generated;
+    }
+    sp = p.sampler;
+    CHECK(bitnet_gpu_timer_begin(gs->gpu));
+    for (j = 0; j < 100; j++) CHECK(bitnet__gpu_sample(G_s, &sp, &rng, &tok));
+    CHECK(bitnet_gpu_timer_end(gs->gpu, &ms));
+    topk_us[0] = 1000.0 * ms / 100;
+    { /* the kernel alone, as bitnet__gpu_sample launches it */
+        bitnet__gmodel *gm = (bitnet__gmodel *)G_m->gpu;
+        int n = G_m->info.n_vocab, k = 40;
+        float temp = 0.8f;
+        bitnet_devptr ctr = gs->ctr + 4 * ((bitnet_devptr)G_m->info.n_heads + 1);
+        void *args[7];
+        args[0] = &gs->logits, args[1] = &n, args[2] = &temp, args[3] = &k, args[4] = &gs->tk_part, args[5] = &ctr, args[6] = &gs->tk_res;
+        CHECK(bitnet_gpu_timer_begin(gs->gpu));
+        for (j = 0; j < 100; j++)
+            CHECK(bitnet__gpu_launch(gs->gpu, gm->topk, (unsigned)BITNET__MIN(BITNET__GPU_TOPK_BLOCKS, (n + 4095) / 4096), 1, 1024,
+                                     1, 0, args));
+        CHECK(bitnet_gpu_timer_end(gs->gpu, &ms));
+        topk_us[1] = 1000.0 * ms / 100;
+    }
+    return 1.0 / median(tt, 3);
+}
+
 /* The session's decode graphs (both attention forms), recaptured at their next steps. */
 static void drop_graphs(bitnet__gsession *gs) {
     bitnet_gpu_graph_free(gs->graph[0]);
@@ -428,6 +469,12 @@ int main(int argc, char **argv) {
         tt[j] = bitnet__now() - t0;
     }
     printf("decode, logits to the host and sampled there: %.1f tokens/s\n", GEN / median(tt, 3));
+    {
+        double tk[2], stps = sampled_tps(tk);
+        printf("decode, sampled as bitnet_generate does it on the GPU (temperature 0.8, top-k 40, top-p 0.95, min-p 0.05: "
+               "the device's 40 best to the host): %.1f tokens/s; a draw %.1f us (kernel, download, host), the topk kernel alone %.1f us\n",
+               stps, tk[0], tk[1]);
+    }
     printf("decode step on the device: %.1f us (graph replays back to back; %d kernels a step)\n", step_us(),
            2 + 5 * info.n_layers);
     kernel_times();
