@@ -6419,6 +6419,21 @@ static size_t bitnet__top_k(bitnet__scand *c, size_t n, size_t k) {
     return k;
 }
 
+/* The tokens the repetition penalty applies to: the distinct ids in [0, n_vocab) among the last
+   last_n (0: 64) of history, ascending, in a new array of *n (freed by the caller). */
+static bitnet_result bitnet__penalty_ids(const int32_t *history, size_t n_history, int32_t last_n, int32_t n_vocab,
+                                         int32_t **out, size_t *n) {
+    size_t win = last_n ? (size_t)last_n : 64, from = n_history > win ? n_history - win : 0, i, m = 0;
+    int32_t *ids = (int32_t *)bitnet__malloc((n_history - from + 1) * sizeof *ids);
+    if (!ids) return BITNET_ERR_OUT_OF_MEMORY;
+    memcpy(ids, history + from, (n_history - from) * sizeof *ids);
+    qsort(ids, n_history - from, sizeof *ids, bitnet__i32_cmp);
+    for (i = 0; i < n_history - from; i++)
+        if (ids[i] >= 0 && ids[i] < n_vocab && (m == 0 || ids[m - 1] != ids[i])) ids[m++] = ids[i];
+    *out = ids, *n = m;
+    return BITNET_OK;
+}
+
 /* Steps 5-7 of bitnet_sample, on the n >= 1 candidates c (values logit / temperature) that passed
    min-p: top-k, softmax over what is left, top-p, the draw. The GPU's sampled decoding enters here
    with the device's k best (bitnet__gpu_sample): the same logits give the same token either way. */
@@ -6475,16 +6490,11 @@ BITNET_API bitnet_result bitnet_sample(float *logits, int32_t n_vocab, const bit
     /* 1. repetition penalty (CTRL style: divide positive logits, multiply negative ones), once per
        distinct token among the last repeat_last_n of history */
     if (d.repeat_penalty > 0 && d.repeat_penalty != 1 && n_history) {
-        size_t win = d.repeat_last_n ? (size_t)d.repeat_last_n : 64, from = n_history > win ? n_history - win : 0;
-        int32_t *ids = (int32_t *)bitnet__malloc((n_history - from) * sizeof *ids);
-        if (!ids) return BITNET_ERR_OUT_OF_MEMORY;
-        memcpy(ids, history + from, (n_history - from) * sizeof *ids);
-        qsort(ids, n_history - from, sizeof *ids, bitnet__i32_cmp);
-        for (i = 0; i < n_history - from; i++) {
-            int32_t t = ids[i];
-            if (t < 0 || t >= n_vocab || (i > 0 && ids[i - 1] == t)) continue;
-            logits[t] = logits[t] > 0 ? logits[t] / d.repeat_penalty : logits[t] * d.repeat_penalty;
-        }
+        int32_t *ids;
+        size_t m;
+        BITNET__TRY(bitnet__penalty_ids(history, n_history, d.repeat_last_n, n_vocab, &ids, &m));
+        for (i = 0; i < m; i++)
+            logits[ids[i]] = logits[ids[i]] > 0 ? logits[ids[i]] / d.repeat_penalty : logits[ids[i]] * d.repeat_penalty;
         bitnet__free(ids);
     }
     /* 2. greedy: temperature 0 or top-k 1 */
@@ -10342,7 +10352,7 @@ typedef struct bitnet__gmodel {
     int head_q8;
     bitnet__glayer *layers;
     int device, sm_count, cc, smem_optin; /* smem_optin: shared memory a block can have (bytes) */
-    bitnet_gpu_kernel *embed, *gemv_store, *gemv_res, *gemv_glu, *attn, *head_k, *rope_kv, *attn_prefill, *topk;
+    bitnet_gpu_kernel *embed, *gemv_store, *gemv_res, *gemv_glu, *attn, *head_k, *rope_kv, *attn_prefill, *topk, *penalize;
     int att_pk;                       /* attn_prefill's keys a tile: BITNET__GPU_ATT_PK (tools rebuild it with others) */
 } bitnet__gmodel;
 
@@ -10359,6 +10369,7 @@ typedef struct bitnet__gsession {
     bitnet_devptr hv, hi;             /* head: each block's best value and index */
     bitnet_devptr ctr;                /* int [n_heads + 2]: attention (per block of heads), head and topk counters (their last blocks reset them) */
     bitnet_devptr tk_part, tk_res;    /* topk: the blocks' k best keys, u64 [32][128]; the result, int [1 + 2 * 128] */
+    bitnet_devptr tk_ids;             /* int [n_ctx]: the ids the repetition penalty applies to */
     bitnet_devptr io;                 /* int [2]: the decode token and the position of a step (the head leaves the
                                          next ones there), then: */
     bitnet_devptr erow;               /* fp16 [B][dim] at io + 256: the tokens' embedding rows (one upload with io) */
@@ -10476,6 +10487,7 @@ static bitnet_result bitnet__gpu_model_init(bitnet_model *m, int device) {
     BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_fwd_rope_kv", &g->rope_kv));
     BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_fwd_attn_prefill", &g->attn_prefill));
     BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_fwd_topk", &g->topk));
+    BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_fwd_penalize", &g->penalize));
     g->att_pk = BITNET__GPU_ATT_PK;
     { /* sm_90: programmatic dependent launch for the kernels that wait with griddepcontrol (decode:
          each one's launch and weight loads overlap the kernel before it); BITNET_GPU_PDL=0: off */
@@ -10577,6 +10589,7 @@ static void bitnet__gsession_layout(bitnet__gsession *q, const bitnet_session *s
     q->ctr = bitnet__gtake(c, (size_t)in->n_heads + 2, 4);
     q->tk_part = bitnet__gtake(c, BITNET__GPU_TOPK_BLOCKS * BITNET__GPU_TOPK_MAX, 8);
     q->tk_res = bitnet__gtake(c, 1 + 2 * BITNET__GPU_TOPK_MAX, 4);
+    q->tk_ids = bitnet__gtake(c, (size_t)s->n_ctx, 4);
     q->io = bitnet__gtake(c, 2, 4);   /* 256 bytes: */
     q->erow = bitnet__gtake(c, B * (size_t)in->dim, 2); /* right after io */
 }
@@ -10912,12 +10925,14 @@ static bitnet_result bitnet__gpu_next_token(bitnet_session *s, int ahead, int32_
     return BITNET_OK;
 }
 
-/* Sampling with top_k in 2 .. BITNET__GPU_TOPK_MAX (bitnet_generate's choice): the topk kernel picks
-   the k best of the last logits row the device computed, by logit / temperature and then lower id,
-   and the host runs min-p and bitnet_sample's last steps on them. Those steps see nothing else of
-   the row (top-k keeps only these, min-p a prefix of them), so this draws the token bitnet_sample
-   would from the whole row, with 1 + 2k words downloaded instead of n_vocab. */
-static bitnet_result bitnet__gpu_sample(bitnet_session *s, const bitnet_sampler_params *d, uint64_t *rng, int32_t *token) {
+/* Sampling with top_k in 2 .. BITNET__GPU_TOPK_MAX (bitnet_generate's choice) from the last logits
+   row the device computed: the repetition penalty in place there (the ids from the host), then the
+   topk kernel picks the k best by logit / temperature and then lower id, and the host runs min-p
+   and bitnet_sample's last steps on them. Those steps see nothing else of the row (top-k keeps only
+   these, min-p a prefix of them), so this draws the token bitnet_sample would from the whole row
+   and history, with 1 + 2k words downloaded instead of n_vocab. */
+static bitnet_result bitnet__gpu_sample(bitnet_session *s, const bitnet_sampler_params *d, const int32_t *history,
+                                        size_t n_history, uint64_t *rng, int32_t *token) {
     const bitnet__gmodel *g = (const bitnet__gmodel *)s->m->gpu;
     bitnet__gsession *q = (bitnet__gsession *)s->gpu;
     int32_t res[1 + 2 * BITNET__GPU_TOPK_MAX];
@@ -10930,6 +10945,20 @@ static bitnet_result bitnet__gpu_sample(bitnet_session *s, const bitnet_sampler_
     if (k < 1 || k > BITNET__GPU_TOPK_MAX || !(temp > 0))
         return bitnet__err(BITNET_ERR_INVALID_ARG, "CUDA sampling: top_k %d (1 .. %d) and temperature %g (> 0)", k,
                            BITNET__GPU_TOPK_MAX, (double)temp);
+    if (d->repeat_penalty > 0 && d->repeat_penalty != 1 && n_history) { /* 1. as bitnet_sample does it */
+        int32_t *ids;
+        size_t m;
+        bitnet_result r;
+        float pen = d->repeat_penalty;
+        int nids;
+        BITNET__TRY(bitnet__penalty_ids(history, n_history, d->repeat_last_n, n, &ids, &m));
+        r = m ? bitnet_gpu_upload(q->gpu, q->tk_ids, ids, m * 4) : BITNET_OK; /* (m <= n_ctx: its room) */
+        bitnet__free(ids);
+        BITNET__TRY(r);
+        nids = (int)m;
+        args[0] = &q->logits, args[1] = &q->tk_ids, args[2] = &nids, args[3] = &pen;
+        if (m) BITNET__TRY(bitnet__gpu_launch(q->gpu, g->penalize, (unsigned)((m + 255) / 256), 1, 256, 1, 0, args));
+    }
     ctr = q->ctr + 4 * ((bitnet_devptr)s->m->info.n_heads + 1);
     blocks = BITNET__MIN(BITNET__GPU_TOPK_BLOCKS, (n + 4095) / 4096); /* 128 keys a warp, more where that is not enough */
     args[0] = &q->logits, args[1] = &n, args[2] = &temp, args[3] = &k, args[4] = &q->tk_part, args[5] = &ctr, args[6] = &q->tk_res;
@@ -10957,7 +10986,7 @@ static bitnet_result bitnet__gpu_sample(bitnet_session *s, const bitnet_sampler_
      bitnet__gpu_session_free(bitnet_session *)
      bitnet__gpu_forward(bitnet_session *, tokens, m, logits, all)  same contract as bitnet__cpu_forward
      bitnet__gpu_next_token(bitnet_session *, ahead, token, launched)  greedy: the device's argmax
-     bitnet__gpu_sample(bitnet_session *, sampler, rng, token)         top-k sampling from the device's k best */
+     bitnet__gpu_sample(bitnet_session *, sampler, history, n, rng, token)  top-k sampling from the device's k best */
 
 static bitnet_result bitnet__model_own(bitnet_model *m, void *p) {
     void **grown;
@@ -11658,9 +11687,7 @@ BITNET_API bitnet_result bitnet_generate(bitnet_session *s, const int32_t *promp
     /* top-k sampling on the GPU: the device picks the k best, so only those move (BITNET_GPU_TOPK=0:
        the whole row, for tests) */
     gpu_topk = s->m->info.backend == BITNET_BACKEND_CUDA && !gpu_greedy && d.sampler.temperature > 0 &&
-               d.sampler.top_k > 1 && d.sampler.top_k <= BITNET__GPU_TOPK_MAX &&
-               !(d.sampler.repeat_penalty > 0 && d.sampler.repeat_penalty != 1) &&
-               !(bitnet__getenv("BITNET_GPU_TOPK") && strcmp(bitnet__getenv("BITNET_GPU_TOPK"), "0") == 0);
+               d.sampler.top_k > 1 && d.sampler.top_k <= BITNET__GPU_TOPK_MAX && !(bitnet__getenv("BITNET_GPU_TOPK") && strcmp(bitnet__getenv("BITNET_GPU_TOPK"), "0") == 0);
 #endif
     t0 = bitnet__now();
     if (n_prompt) BITNET__TRY(bitnet__eval(s, prompt, n_prompt, s->logits, 0));
@@ -11679,7 +11706,7 @@ BITNET_API bitnet_result bitnet_generate(bitnet_session *s, const int32_t *promp
             r = bitnet__gpu_next_token(s, !(d.max_tokens && st.n_generated + 1 >= (size_t)d.max_tokens) &&
                                               !(out && st.n_generated + 1 >= cap) && s->pos < s->n_ctx, &tok, &launched);
         else if (gpu_topk)
-            r = bitnet__gpu_sample(s, &d.sampler, &rng, &tok);
+            r = bitnet__gpu_sample(s, &d.sampler, s->tokens, (size_t)s->pos, &rng, &tok);
         else
 #endif
             r = bitnet_sample(s->logits, s->m->info.n_vocab, &d.sampler, s->tokens, (size_t)s->pos, &rng, &tok);

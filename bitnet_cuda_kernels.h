@@ -2246,6 +2246,13 @@ static const char bitnet_cuda_src_forward[] = BITNET_CUDA_SRC_KHELPERS
     "#pragma unroll\n"
     "    for (int o = 16; o > 0; o >>= 1) cnt += __shfl_xor_sync(0xffffffffu, cnt, o);\n"
     "    if (lane == 0) res[0] = cnt, *counter = 0;\n"
+    "}\n"
+    "/* The repetition penalty on the n distinct ids, as bitnet_sample: logits / pen where positive, else * pen. */\n"
+    "extern \"C\" __global__ void bitnet_k_fwd_penalize(float *logits, const int *ids, int n, float pen) {\n"
+    "    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {\n"
+    "        const float l = logits[ids[i]];\n"
+    "        logits[ids[i]] = l > 0.0f ? __fdiv_rn(l, pen) : __fmul_rn(l, pen);\n"
+    "    }\n"
     "}\n";
 /* >>kernels-forward:end */
 
@@ -2302,6 +2309,7 @@ static const char bitnet_cuda_src_forward[] = BITNET_CUDA_SRC_KHELPERS
     X(bitnet_k_fwd_attn_prefill, forward) \
     X(bitnet_k_fwd_head, forward) \
     X(bitnet_k_fwd_head_q8, forward) \
-    X(bitnet_k_fwd_topk, forward)
+    X(bitnet_k_fwd_topk, forward) \
+    X(bitnet_k_fwd_penalize, forward)
 
 #endif /* BITNET_CUDA_KERNELS_H */

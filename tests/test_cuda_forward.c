@@ -164,9 +164,11 @@ done:
 
 /* Sampled generation on the GPU: top-k from the device's k best (bitnet__gpu_sample) against the
    whole logits row downloaded and sampled on the host (BITNET_GPU_TOPK=0): the same seed gives the
-   same tokens, with top-k at 2, 40 and 128 (the most), with and without top-p and min-p. */
+   same tokens, with top-k at 2, 40, 64 and 128 (the most), with and without top-p, min-p and the
+   repetition penalty (above and below 1; windows of 16 and the default 64). */
 static void sampled(bitnet_model *gpu) {
-    static const float cfg[][4] = {{0.8f, 40, 0.95f, 0.05f}, {1.5f, 128, 1.0f, 0.0f}, {0.3f, 2, 0.0f, 0.2f}};
+    static const float cfg[][6] = {{0.8f, 40, 0.95f, 0.05f, 0, 0}, {1.5f, 128, 1.0f, 0.0f, 0, 0}, {0.3f, 2, 0.0f, 0.2f, 0, 0},
+                                   {1.0f, 40, 0.9f, 0.0f, 1.3f, 16}, {0.9f, 64, 0.0f, 0.02f, 0.8f, 0}};
     const int N = 64;
     int32_t prompt[5] = {1, 17, 42, 5, 99}, a[64], b[64], never = -1;
     bitnet_session *sg = NULL;
@@ -181,13 +183,14 @@ static void sampled(bitnet_model *gpu) {
     sd.n_ctx = 128;
     TEST_CHECK(bitnet_session_create(gpu, &sd, &sg) == BITNET_OK);
     if (!sg) return;
-    for (c = 0; c < 3; c++) {
+    for (c = 0; c < 5; c++) {
         memset(&p, 0, sizeof p);
         p.max_tokens = N;
         p.stop_tokens = &never;
         p.n_stop = 1;
         p.sampler.temperature = cfg[c][0], p.sampler.top_k = (int32_t)cfg[c][1], p.sampler.top_p = cfg[c][2];
         p.sampler.min_p = cfg[c][3], p.sampler.seed = 7 + (uint64_t)c;
+        p.sampler.repeat_penalty = cfg[c][4], p.sampler.repeat_last_n = (int32_t)cfg[c][5];
         memset(a, 0xff, sizeof a), memset(b, 0xff, sizeof b);
         bitnet_session_reset(sg);
         TEST_CHECKF(bitnet_generate(sg, prompt, 5, &p, a, (size_t)N, &sa) == BITNET_OK, "%s", bitnet_last_error());
@@ -201,7 +204,7 @@ static void sampled(bitnet_model *gpu) {
         TEST_CHECKF(i == N, "sampler %d (temperature %g, top-k %d): token %d differs: device's k best %d, whole row %d", c,
                     (double)cfg[c][0], (int)cfg[c][1], i, i < N ? (int)a[i] : 0, i < N ? (int)b[i] : 0);
     }
-    printf("  sampled: top-k on the device and on the whole row agree for %d tokens with %d of 3 samplers\n", N, agree);
+    printf("  sampled: top-k on the device and on the whole row agree for %d tokens with %d of 5 samplers\n", N, agree);
     bitnet_session_free(sg);
 }
 

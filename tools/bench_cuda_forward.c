@@ -176,7 +176,7 @@ static double sampled_tps(double *topk_us) {
     }
     sp = p.sampler;
     CHECK(bitnet_gpu_timer_begin(gs->gpu));
-    for (j = 0; j < 100; j++) CHECK(bitnet__gpu_sample(G_s, &sp, &rng, &tok));
+    for (j = 0; j < 100; j++) CHECK(bitnet__gpu_sample(G_s, &sp, NULL, 0, &rng, &tok));
     CHECK(bitnet_gpu_timer_end(gs->gpu, &ms));
     topk_us[0] = 1000.0 * ms / 100;
     { /* the kernel alone, as bitnet__gpu_sample launches it */
