@@ -10926,6 +10926,18 @@ static bitnet_result bitnet__gpu_next_token(bitnet_session *s, int ahead, int32_
     return BITNET_OK;
 }
 
+/* The topk kernel on the logits row: its k best by logit / temp into tk_res ({count, (value, id)
+   pairs}); a block per 4096 logits (128 keys a warp), at most 32, more keys a warp past that. */
+static bitnet_result bitnet__gpu_topk(bitnet_session *s, float temp, int k) {
+    const bitnet__gmodel *g = (const bitnet__gmodel *)s->m->gpu;
+    bitnet__gsession *q = (bitnet__gsession *)s->gpu;
+    int n = s->m->info.n_vocab;
+    bitnet_devptr ctr = q->ctr + 4 * ((bitnet_devptr)s->m->info.n_heads + 1);
+    void *args[7];
+    args[0] = &q->logits, args[1] = &n, args[2] = &temp, args[3] = &k, args[4] = &q->tk_part, args[5] = &ctr, args[6] = &q->tk_res;
+    return bitnet__gpu_launch(q->gpu, g->topk, (unsigned)BITNET__MIN(BITNET__GPU_TOPK_BLOCKS, (n + 4095) / 4096), 1, 1024, 1, 0, args);
+}
+
 /* Sampling with top_k in 2 .. BITNET__GPU_TOPK_MAX (bitnet_generate's choice) from the last logits
    row the device computed: the repetition penalty in place there (the ids from the host), then the
    topk kernel picks the k best by logit / temperature and then lower id, and the host runs min-p
@@ -10938,10 +10950,8 @@ static bitnet_result bitnet__gpu_sample(bitnet_session *s, const bitnet_sampler_
     bitnet__gsession *q = (bitnet__gsession *)s->gpu;
     int32_t res[1 + 2 * BITNET__GPU_TOPK_MAX];
     bitnet__scand c[BITNET__GPU_TOPK_MAX];
-    int n = s->m->info.n_vocab, k = d->top_k, blocks, i, cnt;
+    int n = s->m->info.n_vocab, k = d->top_k, i, cnt;
     float temp = d->temperature, floor_logit;
-    bitnet_devptr ctr;
-    void *args[7];
     if (!q || !q->have_next) return bitnet__err(BITNET_ERR_INVALID_STATE, "CUDA forward: no logits were computed on the device");
     if (k < 1 || k > BITNET__GPU_TOPK_MAX || !(temp > 0))
         return bitnet__err(BITNET_ERR_INVALID_ARG, "CUDA sampling: top_k %d (1 .. %d) and temperature %g (> 0)", k,
@@ -10952,6 +10962,7 @@ static bitnet_result bitnet__gpu_sample(bitnet_session *s, const bitnet_sampler_
         bitnet_result r;
         float pen = d->repeat_penalty;
         int nids;
+        void *args[4];
         BITNET__TRY(bitnet__penalty_ids(history, n_history, d->repeat_last_n, n, &ids, &m));
         r = m ? bitnet_gpu_upload(q->gpu, q->tk_ids, ids, m * 4) : BITNET_OK; /* (m <= n_ctx: its room) */
         bitnet__free(ids);
@@ -10960,10 +10971,7 @@ static bitnet_result bitnet__gpu_sample(bitnet_session *s, const bitnet_sampler_
         args[0] = &q->logits, args[1] = &q->tk_ids, args[2] = &nids, args[3] = &pen;
         if (m) BITNET__TRY(bitnet__gpu_launch(q->gpu, g->penalize, (unsigned)((m + 255) / 256), 1, 256, 1, 0, args));
     }
-    ctr = q->ctr + 4 * ((bitnet_devptr)s->m->info.n_heads + 1);
-    blocks = BITNET__MIN(BITNET__GPU_TOPK_BLOCKS, (n + 4095) / 4096); /* 128 keys a warp, more where that is not enough */
-    args[0] = &q->logits, args[1] = &n, args[2] = &temp, args[3] = &k, args[4] = &q->tk_part, args[5] = &ctr, args[6] = &q->tk_res;
-    BITNET__TRY(bitnet__gpu_launch(q->gpu, g->topk, (unsigned)blocks, 1, 1024, 1, 0, args));
+    BITNET__TRY(bitnet__gpu_topk(s, temp, k));
     BITNET__TRY(bitnet_gpu_download(q->gpu, res, q->tk_res, (size_t)(1 + 2 * k) * 4));
     cnt = res[0];
     if (cnt < 0 || cnt > k) return bitnet__err(BITNET_ERR_CUDA, "CUDA sampling: the topk kernel returned %d candidates", cnt);
@@ -11687,8 +11695,11 @@ BITNET_API bitnet_result bitnet_generate(bitnet_session *s, const int32_t *promp
                  !(d.sampler.repeat_penalty > 0 && d.sampler.repeat_penalty != 1);
     /* top-k sampling on the GPU: the device picks the k best, so only those move (BITNET_GPU_TOPK=0:
        the whole row, for tests) */
-    gpu_topk = s->m->info.backend == BITNET_BACKEND_CUDA && !gpu_greedy && d.sampler.temperature > 0 &&
-               d.sampler.top_k > 1 && d.sampler.top_k <= BITNET__GPU_TOPK_MAX && !(bitnet__getenv("BITNET_GPU_TOPK") && strcmp(bitnet__getenv("BITNET_GPU_TOPK"), "0") == 0);
+    {
+        const char *e = bitnet__getenv("BITNET_GPU_TOPK");
+        gpu_topk = s->m->info.backend == BITNET_BACKEND_CUDA && !gpu_greedy && d.sampler.temperature > 0 &&
+                   d.sampler.top_k > 1 && d.sampler.top_k <= BITNET__GPU_TOPK_MAX && !(e && strcmp(e, "0") == 0);
+    }
 #endif
     t0 = bitnet__now();
     if (n_prompt) BITNET__TRY(bitnet__eval(s, prompt, n_prompt, s->logits, 0));
