@@ -6420,6 +6420,19 @@ static size_t bitnet__top_k(bitnet__scand *c, size_t n, size_t k) {
     return k;
 }
 
+/* The sampler's parameters in range (bitnet_sample, and bitnet_generate before any GPU path). */
+static bitnet_result bitnet__sampler_check(const bitnet_sampler_params *d, const char *who) {
+    if (!(d->temperature >= 0) || !(d->top_p >= 0 && d->top_p <= 1) || !(d->min_p >= 0 && d->min_p <= 1) ||
+        !(d->repeat_penalty >= 0) || d->top_k < 0 || d->repeat_last_n < 0)
+        return bitnet__err(BITNET_ERR_INVALID_ARG, "%s: bad sampler parameters (temperature %g, top_k %d, top_p %g, "
+                           "min_p %g, repeat_penalty %g, repeat_last_n %d)", who, (double)d->temperature, (int)d->top_k,
+                           (double)d->top_p, (double)d->min_p, (double)d->repeat_penalty, (int)d->repeat_last_n);
+    return BITNET_OK;
+}
+
+/* Greedy: temperature 0 or top-k 1 (the argmax, after the repetition penalty). */
+static int bitnet__sampler_greedy(const bitnet_sampler_params *d) { return d->temperature == 0 || d->top_k == 1; }
+
 /* The tokens the repetition penalty applies to: the distinct ids in [0, n_vocab) among the last
    last_n (0: 64) of history, ascending, in a new array of *n (freed by the caller). */
 static bitnet_result bitnet__penalty_ids(const int32_t *history, size_t n_history, int32_t last_n, int32_t n_vocab,
@@ -6483,11 +6496,7 @@ BITNET_API bitnet_result bitnet_sample(float *logits, int32_t n_vocab, const bit
     if (n_history && !history) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_sample: history is NULL but n_history is %zu", n_history);
     memset(&d, 0, sizeof d);
     if (p) d = *p;
-    if (!(d.temperature >= 0) || !(d.top_p >= 0 && d.top_p <= 1) || !(d.min_p >= 0 && d.min_p <= 1) ||
-        !(d.repeat_penalty >= 0) || d.top_k < 0 || d.repeat_last_n < 0)
-        return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_sample: bad parameters (temperature %g, top_k %d, top_p %g, "
-                           "min_p %g, repeat_penalty %g, repeat_last_n %d)", (double)d.temperature, (int)d.top_k,
-                           (double)d.top_p, (double)d.min_p, (double)d.repeat_penalty, (int)d.repeat_last_n);
+    BITNET__TRY(bitnet__sampler_check(&d, "bitnet_sample"));
     /* 1. repetition penalty (CTRL style: divide positive logits, multiply negative ones), once per
        distinct token among the last repeat_last_n of history */
     if (d.repeat_penalty > 0 && d.repeat_penalty != 1 && n_history) {
@@ -6499,7 +6508,7 @@ BITNET_API bitnet_result bitnet_sample(float *logits, int32_t n_vocab, const bit
         bitnet__free(ids);
     }
     /* 2. greedy: temperature 0 or top-k 1 */
-    if (d.temperature == 0 || d.top_k == 1) {
+    if (bitnet__sampler_greedy(&d)) {
         *out = bitnet__argmax(logits, n_vocab);
         return BITNET_OK;
     }
@@ -10938,20 +10947,21 @@ static bitnet_result bitnet__gpu_topk(bitnet_session *s, float temp, int k) {
     return bitnet__gpu_launch(q->gpu, g->topk, (unsigned)BITNET__MIN(BITNET__GPU_TOPK_BLOCKS, (n + 4095) / 4096), 1, 1024, 1, 0, args);
 }
 
-/* Sampling with top_k in 2 .. BITNET__GPU_TOPK_MAX (bitnet_generate's choice) from the last logits
-   row the device computed: the repetition penalty in place there (the ids from the host), then the
-   topk kernel picks the k best by logit / temperature and then lower id, and the host runs min-p
-   and bitnet_sample's last steps on them. Those steps see nothing else of the row (top-k keeps only
-   these, min-p a prefix of them), so this draws the token bitnet_sample would from the whole row
-   and history, with 1 + 2k words downloaded instead of n_vocab. */
+/* Sampling with top_k in 2 .. BITNET__GPU_TOPK_MAX, or greedy with the repetition penalty
+   (bitnet_generate's choice), from the last logits row the device computed: the penalty in place
+   there (the ids from the host), then the topk kernel picks the k best (greedy: the one best) by
+   logit / temperature and then lower id, and the host runs min-p and bitnet_sample's last steps on
+   them. Those steps see nothing else of the row (top-k keeps only these, min-p a prefix of them),
+   so this draws the token bitnet_sample would from the whole row and history, with 1 + 2k words
+   downloaded instead of n_vocab. */
 static bitnet_result bitnet__gpu_sample(bitnet_session *s, const bitnet_sampler_params *d, const int32_t *history,
                                         size_t n_history, uint64_t *rng, int32_t *token) {
     const bitnet__gmodel *g = (const bitnet__gmodel *)s->m->gpu;
     bitnet__gsession *q = (bitnet__gsession *)s->gpu;
     int32_t res[1 + 2 * BITNET__GPU_TOPK_MAX];
     bitnet__scand c[BITNET__GPU_TOPK_MAX];
-    int n = s->m->info.n_vocab, k = d->top_k, i, cnt;
-    float temp = d->temperature, floor_logit;
+    int n = s->m->info.n_vocab, greedy = bitnet__sampler_greedy(d), k = greedy ? 1 : d->top_k, i, cnt;
+    float temp = greedy ? 1.0f : d->temperature, floor_logit;
     if (!q || !q->have_next) return bitnet__err(BITNET_ERR_INVALID_STATE, "CUDA forward: no logits were computed on the device");
     if (k < 1 || k > BITNET__GPU_TOPK_MAX || !(temp > 0))
         return bitnet__err(BITNET_ERR_INVALID_ARG, "CUDA sampling: top_k %d (1 .. %d) and temperature %g (> 0)", k,
@@ -10975,6 +10985,10 @@ static bitnet_result bitnet__gpu_sample(bitnet_session *s, const bitnet_sampler_
     BITNET__TRY(bitnet_gpu_download(q->gpu, res, q->tk_res, (size_t)(1 + 2 * k) * 4));
     cnt = res[0];
     if (cnt < 0 || cnt > k) return bitnet__err(BITNET_ERR_CUDA, "CUDA sampling: the topk kernel returned %d candidates", cnt);
+    if (greedy) { /* (all NaN: token 0, as the device's argmax gives) */
+        *token = cnt ? res[2] : 0;
+        return BITNET_OK;
+    }
     if (cnt == 0) return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_sample: the logits are all NaN");
     for (i = 0; i < cnt; i++) memcpy(&c[i].logit, &res[1 + 2 * i], 4), c[i].id = res[2 + 2 * i];
     /* 4. min-p from the best value, as bitnet_sample computes it; the best itself always passes */
@@ -11677,6 +11691,7 @@ BITNET_API bitnet_result bitnet_generate(bitnet_session *s, const int32_t *promp
     if (p) d = *p;
     if (d.max_tokens < 0) return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_generate: max_tokens %d", (int)d.max_tokens);
     if (d.n_stop && !d.stop_tokens) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_generate: stop_tokens is NULL");
+    BITNET__TRY(bitnet__sampler_check(&d.sampler, "bitnet_generate"));
     BITNET__TRY(bitnet__check_tokens(s, prompt ? prompt : stop_default, n_prompt));
     if (!n_prompt && !s->has_logits)
         return bitnet__err(BITNET_ERR_INVALID_STATE, "bitnet_generate: no prompt, and nothing evaluated to continue from");
@@ -11690,15 +11705,15 @@ BITNET_API bitnet_result bitnet_generate(bitnet_session *s, const int32_t *promp
     }
     rng = bitnet_rng_seed(d.sampler.seed ? d.sampler.seed : bitnet__default_seed());
 #if defined(BITNET__GPU_FORWARD)
-    /* greedy on the GPU: the head kernel leaves the argmax on the device, so no logits move */
-    gpu_greedy = s->m->info.backend == BITNET_BACKEND_CUDA && (d.sampler.temperature == 0 || d.sampler.top_k == 1) &&
-                 !(d.sampler.repeat_penalty > 0 && d.sampler.repeat_penalty != 1);
-    /* top-k sampling on the GPU: the device picks the k best, so only those move (BITNET_GPU_TOPK=0:
-       the whole row, for tests) */
     {
         const char *e = bitnet__getenv("BITNET_GPU_TOPK");
-        gpu_topk = s->m->info.backend == BITNET_BACKEND_CUDA && !gpu_greedy && d.sampler.temperature > 0 &&
-                   d.sampler.top_k > 1 && d.sampler.top_k <= BITNET__GPU_TOPK_MAX && !(e && strcmp(e, "0") == 0);
+        const int cuda = s->m->info.backend == BITNET_BACKEND_CUDA, greedy = bitnet__sampler_greedy(&d.sampler);
+        /* greedy on the GPU: the head kernel leaves the argmax on the device, so no logits move */
+        gpu_greedy = cuda && greedy && !(d.sampler.repeat_penalty > 0 && d.sampler.repeat_penalty != 1);
+        /* top-k sampling, and greedy with the penalty: the device picks the k best, so only those
+           move (BITNET_GPU_TOPK=0: the whole row, for tests) */
+        gpu_topk = cuda && !gpu_greedy && (greedy || (d.sampler.top_k > 1 && d.sampler.top_k <= BITNET__GPU_TOPK_MAX)) &&
+                   !(e && strcmp(e, "0") == 0);
     }
 #endif
     t0 = bitnet__now();

@@ -165,10 +165,23 @@ done:
 /* Sampled generation on the GPU: top-k from the device's k best (bitnet__gpu_sample) against the
    whole logits row downloaded and sampled on the host (BITNET_GPU_TOPK=0): the same seed gives the
    same tokens, with top-k at 2, 40, 64 and 128 (the most), with and without top-p, min-p and the
-   repetition penalty (above and below 1; windows of 16 and the default 64). */
+   repetition penalty (above and below 1; windows of 16 and the default 64), and greedy with the
+   penalty (temperature 0, and top-k 1), which takes the device's one best. */
+static uint64_t topk_launches(void) { /* the topk kernel's launches in this process */
+    static bitnet_gpu_stats st; /* (large) */
+    uint64_t n = 0;
+    int i;
+    if (bitnet_gpu_stats_get(NULL, &st) != BITNET_OK) return 0;
+    for (i = 0; i < st.n_kernels; i++)
+        if (strstr(st.kernels[i].name, "fwd_topk")) n += st.kernels[i].launches;
+    return n;
+}
+
 static void sampled(bitnet_model *gpu) {
     static const float cfg[][6] = {{0.8f, 40, 0.95f, 0.05f, 0, 0}, {1.5f, 128, 1.0f, 0.0f, 0, 0}, {0.3f, 2, 0.0f, 0.2f, 0, 0},
-                                   {1.0f, 40, 0.9f, 0.0f, 1.3f, 16}, {0.9f, 64, 0.0f, 0.02f, 0.8f, 0}};
+                                   {1.0f, 40, 0.9f, 0.0f, 1.3f, 16}, {0.9f, 64, 0.0f, 0.02f, 0.8f, 0},
+                                   {0.0f, 40, 0.95f, 0.05f, 1.3f, 0}, {0.7f, 1, 0.0f, 0.0f, 0.8f, 8}};
+    const int NC = (int)(sizeof cfg / sizeof cfg[0]);
     const int N = 24; /* (24 each: compute-sanitizer's racecheck runs this binary within its time limit) */
     int32_t prompt[5] = {1, 17, 42, 5, 99}, a[24], b[24], never = -1;
     bitnet_session *sg = NULL;
@@ -177,13 +190,14 @@ static void sampled(bitnet_model *gpu) {
     bitnet_generate_stats sa, sb;
     bitnet_model_info info;
     int c, i, agree = 0;
+    uint64_t n0, n1;
     bitnet_model_get_info(gpu, &info);
     for (i = 0; i < 5; i++) prompt[i] %= info.n_vocab;
     memset(&sd, 0, sizeof sd);
     sd.n_ctx = 128;
     TEST_CHECK(bitnet_session_create(gpu, &sd, &sg) == BITNET_OK);
     if (!sg) return;
-    for (c = 0; c < 5; c++) {
+    for (c = 0; c < NC; c++) {
         memset(&p, 0, sizeof p);
         p.max_tokens = N;
         p.stop_tokens = &never;
@@ -193,18 +207,23 @@ static void sampled(bitnet_model *gpu) {
         p.sampler.repeat_penalty = cfg[c][4], p.sampler.repeat_last_n = (int32_t)cfg[c][5];
         memset(a, 0xff, sizeof a), memset(b, 0xff, sizeof b);
         bitnet_session_reset(sg);
+        n0 = topk_launches();
         TEST_CHECKF(bitnet_generate(sg, prompt, 5, &p, a, (size_t)N, &sa) == BITNET_OK, "%s", bitnet_last_error());
+        n1 = topk_launches();
         setenv("BITNET_GPU_TOPK", "0", 1);
         bitnet_session_reset(sg);
         TEST_CHECKF(bitnet_generate(sg, prompt, 5, &p, b, (size_t)N, &sb) == BITNET_OK, "%s", bitnet_last_error());
         unsetenv("BITNET_GPU_TOPK");
+        /* the device's path ran once a token, the whole row's never */
+        TEST_CHECKF(n1 - n0 == (uint64_t)N && topk_launches() == n1, "sampler %d: topk launched %d times, then %d",
+                    c, (int)(n1 - n0), (int)(topk_launches() - n1));
         TEST_CHECK(sa.n_generated == (size_t)N && sb.n_generated == (size_t)N);
         for (i = 0; i < N && a[i] == b[i]; i++) {}
         agree += i == N;
         TEST_CHECKF(i == N, "sampler %d (temperature %g, top-k %d): token %d differs: device's k best %d, whole row %d", c,
                     (double)cfg[c][0], (int)cfg[c][1], i, i < N ? (int)a[i] : 0, i < N ? (int)b[i] : 0);
     }
-    printf("  sampled: top-k on the device and on the whole row agree for %d tokens with %d of 5 samplers\n", N, agree);
+    printf("  sampled: top-k on the device and on the whole row agree for %d tokens with %d of %d samplers\n", N, agree, NC);
     bitnet_session_free(sg);
 }
 
