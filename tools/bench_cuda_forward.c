@@ -275,11 +275,11 @@ static void use_build(const char *opts) { /* (modules stay loaded until the hand
 
 static void measure(const char *what, const int32_t *ref) {
     int32_t gen[GEN];
-    double tps = decode_tps(gen), us2 = step_us_at(180), us = step_us();
+    double tps = decode_tps(gen), us2 = step_us_at(180), us3 = step_us_at(500), us = step_us();
     int i, same;
     for (i = 0, same = 0; ref && i < GEN && gen[i] == ref[i]; i++) same++;
-    printf("  %-44s decode %7.1f tokens/s, device step %7.1f us (at 180: %7.1f)%s\n", what, tps, us, us2,
-           !ref ? "" : same == GEN ? ", same tokens" : " (TOKENS DIFFER)");
+    printf("  %-44s decode %7.1f tokens/s, device step %7.1f us (at 180: %7.1f, at 500: %7.1f)%s\n", what, tps, us, us2,
+           us3, !ref ? "" : same == GEN ? ", same tokens" : " (TOKENS DIFFER)");
 }
 
 /* The floors: graphs of 152 kernels (one decode step's count) that are 0: empty; 1: empty, waiting
