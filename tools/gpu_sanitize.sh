@@ -9,7 +9,9 @@
 #   tools/gpu_sanitize.sh                      all three tools
 #   tools/gpu_sanitize.sh memcheck initcheck   some of them (split across calls if time is short)
 # Environment: OUT (default ./gpu-sanitize-out), JOBS (parallel pairs, default 12), PAIR_TIMEOUT
-# (seconds per pair, default 340), TESTS (binaries, default every build/tests/test_*),
+# (seconds per pair, default 480: racecheck on test_cuda_forward took 409 s, H100, 2026-11-27),
+# GIT_COMMIT (the commit the tree is, where its .git is absent or stale, as on the device machine),
+# TESTS (binaries, default every build/tests/test_*),
 # BITNET_TEST_THREAD_TOKENS (tokens per thread in test_hostile's thread test, default 32 here) and
 # BITNET_TEST_THREAD_ROUNDS (test_gpu_runtime's 8 threads' rounds, default 20 here): the full 200
 # are `make test-gpu`'s; racecheck would take over 5 minutes on them (H100, 2025.3.1).
@@ -28,7 +30,7 @@ OUT=${OUT:-$PWD/gpu-sanitize-out}
 mkdir -p "$OUT"
 tools="${*:-memcheck racecheck initcheck}"
 JOBS=${JOBS:-12}
-PAIR_TIMEOUT=${PAIR_TIMEOUT:-340}
+PAIR_TIMEOUT=${PAIR_TIMEOUT:-480}
 export BITNET_REQUIRE_GPU=1 BITNET_TEST_THREAD_TOKENS=${BITNET_TEST_THREAD_TOKENS:-32}
 export BITNET_TEST_THREAD_ROUNDS=${BITNET_TEST_THREAD_ROUNDS:-20}
 logdir=$(mktemp -d)/sanitize_logs
@@ -88,7 +90,7 @@ log "run $(echo "$pairs" | wc -l) pairs, $JOBS at a time, ${PAIR_TIMEOUT}s each 
 echo "$pairs" | xargs -P "$JOBS" -L 1 bash -c 'run_pair "$0" "$1"' > "$logdir/summary.unsorted"
 
 {
-  echo "gpu_sanitize: $(date -u +%FT%TZ), commit $(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown), $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"
+  echo "gpu_sanitize: $(date -u +%FT%TZ), commit ${GIT_COMMIT:-$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)}, $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"
   echo "tools: $tools; BITNET_REQUIRE_GPU=1; BITNET_TEST_THREAD_TOKENS=$BITNET_TEST_THREAD_TOKENS; BITNET_TEST_THREAD_ROUNDS=$BITNET_TEST_THREAD_ROUNDS; pair limit ${PAIR_TIMEOUT}s"
   printf '%-10s %-22s %-12s %-9s %-7s %-8s %s\n' tool binary "errors" "exit" time verdict tests
   sort "$logdir/summary.unsorted"
