@@ -407,6 +407,11 @@ static void test_generate(void) {
     TEST_CHECK(memcmp(a, b, sizeof a) == 0);
     /* continuing needs logits; a generate that ends on a sampled token leaves none */
     TEST_CHECK(bitnet_generate(s, NULL, 0, &gp, a, 16, &st) == BITNET_ERR_INVALID_STATE);
+    /* sampler parameters out of range are refused before any work, on every backend's path */
+    gp.sampler.top_p = 1.5f;
+    bitnet_session_reset(s);
+    TEST_CHECK(bitnet_generate(s, prompt, 4, &gp, a, 16, &st) == BITNET_ERR_INVALID_ARG &&
+               strstr(bitnet_last_error(), "bitnet_generate: bad sampler parameters") && bitnet_session_pos(s) == 0);
 done:
     bitnet_session_free(s);
     bitnet_model_free(m);
