@@ -6371,6 +6371,11 @@ static int bitnet__scand_cmp(const void *pa, const void *pb) {
     return bitnet__scand_before(a, b) ? -1 : (bitnet__scand_before(b, a) ? 1 : 0);
 }
 
+static int bitnet__scand_id_cmp(const void *pa, const void *pb) { /* by id: the order bitnet_sample finds them in */
+    const bitnet__scand *a = (const bitnet__scand *)pa, *b = (const bitnet__scand *)pb;
+    return (a->id > b->id) - (a->id < b->id);
+}
+
 static int bitnet__i32_cmp(const void *a, const void *b) {
     int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
     return (x > y) - (x < y);
@@ -10947,20 +10952,23 @@ static bitnet_result bitnet__gpu_topk(bitnet_session *s, float temp, int k) {
     return bitnet__gpu_launch(q->gpu, g->topk, (unsigned)BITNET__MIN(BITNET__GPU_TOPK_BLOCKS, (n + 4095) / 4096), 1, 1024, 1, 0, args);
 }
 
-/* Sampling with top_k in 2 .. BITNET__GPU_TOPK_MAX, or greedy with the repetition penalty
-   (bitnet_generate's choice), from the last logits row the device computed: the penalty in place
-   there (the ids from the host), then the topk kernel picks the k best (greedy: the one best) by
-   logit / temperature and then lower id, and the host runs min-p and bitnet_sample's last steps on
-   them. Those steps see nothing else of the row (top-k keeps only these, min-p a prefix of them),
-   so this draws the token bitnet_sample would from the whole row and history, with 1 + 2k words
-   downloaded instead of n_vocab. */
+/* Sampling with top_k in 2 .. BITNET__GPU_TOPK_MAX, greedy with the repetition penalty, or min-p
+   with top_k 0 or above the most (bitnet_generate's choice), from the last logits row the device
+   computed: the penalty in place there (the ids from the host), then the topk kernel picks the k
+   best (greedy: the one best; min-p: the most it keeps) by logit / temperature and then lower id,
+   and the host runs min-p and bitnet_sample's last steps on them. Those steps see nothing else of
+   the row (top-k keeps only these, min-p a prefix of them), so this draws the token bitnet_sample
+   would from the whole row and history, with 1 + 2k words downloaded instead of n_vocab. Where
+   min-p alone decides and all k pass it, more might: that token takes the whole row. */
 static bitnet_result bitnet__gpu_sample(bitnet_session *s, const bitnet_sampler_params *d, const int32_t *history,
                                         size_t n_history, uint64_t *rng, int32_t *token) {
     const bitnet__gmodel *g = (const bitnet__gmodel *)s->m->gpu;
     bitnet__gsession *q = (bitnet__gsession *)s->gpu;
     int32_t res[1 + 2 * BITNET__GPU_TOPK_MAX];
     bitnet__scand c[BITNET__GPU_TOPK_MAX];
-    int n = s->m->info.n_vocab, greedy = bitnet__sampler_greedy(d), k = greedy ? 1 : d->top_k, i, cnt;
+    int n = s->m->info.n_vocab, greedy = bitnet__sampler_greedy(d), i, cnt;
+    int wide = !greedy && (d->top_k == 0 || d->top_k > BITNET__GPU_TOPK_MAX); /* min-p sets the candidates */
+    int k = greedy ? 1 : wide ? BITNET__GPU_TOPK_MAX : d->top_k;
     float temp = greedy ? 1.0f : d->temperature, floor_logit;
     if (!q || !q->have_next) return bitnet__err(BITNET_ERR_INVALID_STATE, "CUDA forward: no logits were computed on the device");
     if (k < 1 || k > BITNET__GPU_TOPK_MAX || !(temp > 0))
@@ -10994,6 +11002,13 @@ static bitnet_result bitnet__gpu_sample(bitnet_session *s, const bitnet_sampler_
     /* 4. min-p from the best value, as bitnet_sample computes it; the best itself always passes */
     floor_logit = d->min_p > 0 ? c[0].logit + logf(d->min_p) : -INFINITY;
     for (i = 1; i < cnt && c[i].logit >= floor_logit; i++) {}
+    if (wide && i == k) { /* min-p may pass more than the k: the whole row (its penalty applied already) */
+        bitnet_sampler_params d1 = *d;
+        d1.repeat_penalty = 1;
+        BITNET__TRY(bitnet_gpu_download(q->gpu, s->logits, q->logits, (size_t)n * 4));
+        return bitnet_sample(s->logits, n, &d1, history, n_history, rng, token);
+    }
+    if (d->top_k == 0 && !(d->top_p > 0 && d->top_p < 1)) qsort(c, (size_t)i, sizeof *c, bitnet__scand_id_cmp); /* (nothing sorts) */
     *token = bitnet__sample_from(c, (size_t)i, d, rng);
     return BITNET_OK;
 }
@@ -11710,9 +11725,10 @@ BITNET_API bitnet_result bitnet_generate(bitnet_session *s, const int32_t *promp
         const int cuda = s->m->info.backend == BITNET_BACKEND_CUDA, greedy = bitnet__sampler_greedy(&d.sampler);
         /* greedy on the GPU: the head kernel leaves the argmax on the device, so no logits move */
         gpu_greedy = cuda && greedy && !(d.sampler.repeat_penalty > 0 && d.sampler.repeat_penalty != 1);
-        /* top-k sampling, and greedy with the penalty: the device picks the k best, so only those
-           move (BITNET_GPU_TOPK=0: the whole row, for tests) */
-        gpu_topk = cuda && !gpu_greedy && (greedy || (d.sampler.top_k > 1 && d.sampler.top_k <= BITNET__GPU_TOPK_MAX)) &&
+        /* top-k sampling, greedy with the penalty, and min-p without a top-k the device keeps: the
+           device picks the k best, so only those move (BITNET_GPU_TOPK=0: the whole row, for tests) */
+        gpu_topk = cuda && !gpu_greedy &&
+                   (greedy || (d.sampler.top_k > 1 && d.sampler.top_k <= BITNET__GPU_TOPK_MAX) || d.sampler.min_p > 0) &&
                    !(e && strcmp(e, "0") == 0);
     }
 #endif

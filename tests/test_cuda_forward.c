@@ -165,8 +165,9 @@ done:
 /* Sampled generation on the GPU: top-k from the device's k best (bitnet__gpu_sample) against the
    whole logits row downloaded and sampled on the host (BITNET_GPU_TOPK=0): the same seed gives the
    same tokens, with top-k at 2, 40, 64 and 128 (the most), with and without top-p, min-p and the
-   repetition penalty (above and below 1; windows of 16 and the default 64), and greedy with the
-   penalty (temperature 0, and top-k 1), which takes the device's one best. */
+   repetition penalty (above and below 1; windows of 16 and the default 64), greedy with the
+   penalty (temperature 0, and top-k 1), which takes the device's one best, and min-p with no top-k
+   or one above 128 (the device's 128 best, or the whole row where min-p passes all of them). */
 static uint64_t topk_launches(void) { /* the topk kernel's launches in this process */
     static bitnet_gpu_stats st; /* (large) */
     uint64_t n = 0;
@@ -180,7 +181,8 @@ static uint64_t topk_launches(void) { /* the topk kernel's launches in this proc
 static void sampled(bitnet_model *gpu) {
     static const float cfg[][6] = {{0.8f, 40, 0.95f, 0.05f, 0, 0}, {1.5f, 128, 1.0f, 0.0f, 0, 0}, {0.3f, 2, 0.0f, 0.2f, 0, 0},
                                    {1.0f, 40, 0.9f, 0.0f, 1.3f, 16}, {0.9f, 64, 0.0f, 0.02f, 0.8f, 0},
-                                   {0.0f, 40, 0.95f, 0.05f, 1.3f, 0}, {0.7f, 1, 0.0f, 0.0f, 0.8f, 8}};
+                                   {0.0f, 40, 0.95f, 0.05f, 1.3f, 0}, {0.7f, 1, 0.0f, 0.0f, 0.8f, 8},
+                                   {0.8f, 0, 0.95f, 0.05f, 1.2f, 0}, {1.0f, 200, 0.0f, 0.01f, 0, 0}, {1.0f, 0, 0.0f, 0.01f, 0, 0}};
     const int NC = (int)(sizeof cfg / sizeof cfg[0]);
     const int N = 24; /* (24 each: compute-sanitizer's racecheck runs this binary within its time limit) */
     int32_t prompt[5] = {1, 17, 42, 5, 99}, a[24], b[24], never = -1;
