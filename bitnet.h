@@ -6371,11 +6371,6 @@ static int bitnet__scand_cmp(const void *pa, const void *pb) {
     return bitnet__scand_before(a, b) ? -1 : (bitnet__scand_before(b, a) ? 1 : 0);
 }
 
-static int bitnet__scand_id_cmp(const void *pa, const void *pb) { /* by id: the order bitnet_sample finds them in */
-    const bitnet__scand *a = (const bitnet__scand *)pa, *b = (const bitnet__scand *)pb;
-    return (a->id > b->id) - (a->id < b->id);
-}
-
 static int bitnet__i32_cmp(const void *a, const void *b) {
     int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
     return (x > y) - (x < y);
@@ -10950,6 +10945,11 @@ static bitnet_result bitnet__gpu_topk(bitnet_session *s, float temp, int k) {
     void *args[7];
     args[0] = &q->logits, args[1] = &n, args[2] = &temp, args[3] = &k, args[4] = &q->tk_part, args[5] = &ctr, args[6] = &q->tk_res;
     return bitnet__gpu_launch(q->gpu, g->topk, (unsigned)BITNET__MIN(BITNET__GPU_TOPK_BLOCKS, (n + 4095) / 4096), 1, 1024, 1, 0, args);
+}
+
+static int bitnet__scand_id_cmp(const void *pa, const void *pb) { /* by id: the order bitnet_sample finds them in */
+    const bitnet__scand *a = (const bitnet__scand *)pa, *b = (const bitnet__scand *)pb;
+    return (a->id > b->id) - (a->id < b->id);
 }
 
 /* Sampling with top_k in 2 .. BITNET__GPU_TOPK_MAX, greedy with the repetition penalty, or min-p
