@@ -6433,6 +6433,12 @@ static bitnet_result bitnet__sampler_check(const bitnet_sampler_params *d, const
 /* Greedy: temperature 0 or top-k 1 (the argmax, after the repetition penalty). */
 static int bitnet__sampler_greedy(const bitnet_sampler_params *d) { return d->temperature == 0 || d->top_k == 1; }
 
+/* The repetition penalty is on (1 and 0 leave the logits alone). */
+static int bitnet__sampler_penalty(const bitnet_sampler_params *d) { return d->repeat_penalty > 0 && d->repeat_penalty != 1; }
+
+/* Min-p's floor under the best value mx (both logit / temperature): the one expression every path uses. */
+static float bitnet__min_p_floor(float mx, float min_p) { return min_p > 0 ? mx + logf(min_p) : -INFINITY; }
+
 /* The tokens the repetition penalty applies to: the distinct ids in [0, n_vocab) among the last
    last_n (0: 64) of history, ascending, in a new array of *n (freed by the caller). */
 static bitnet_result bitnet__penalty_ids(const int32_t *history, size_t n_history, int32_t last_n, int32_t n_vocab,
@@ -6499,7 +6505,7 @@ BITNET_API bitnet_result bitnet_sample(float *logits, int32_t n_vocab, const bit
     BITNET__TRY(bitnet__sampler_check(&d, "bitnet_sample"));
     /* 1. repetition penalty (CTRL style: divide positive logits, multiply negative ones), once per
        distinct token among the last repeat_last_n of history */
-    if (d.repeat_penalty > 0 && d.repeat_penalty != 1 && n_history) {
+    if (bitnet__sampler_penalty(&d) && n_history) {
         int32_t *ids;
         size_t m;
         BITNET__TRY(bitnet__penalty_ids(history, n_history, d.repeat_last_n, n_vocab, &ids, &m));
@@ -6520,7 +6526,7 @@ BITNET_API bitnet_result bitnet_sample(float *logits, int32_t n_vocab, const bit
     for (mx = -INFINITY, i = 0; i < (size_t)n_vocab; i++) mx = logits[i] > mx ? logits[i] : mx;
     mx /= d.temperature;
     {
-        float floor_logit = d.min_p > 0 ? mx + logf(d.min_p) : -INFINITY;
+        float floor_logit = bitnet__min_p_floor(mx, d.min_p);
         for (i = n = 0; i < (size_t)n_vocab; i++) {
             float l = logits[i] / d.temperature;
             if (l >= floor_logit && l == l) c[n].logit = l, c[n++].id = (int32_t)i;
@@ -10332,8 +10338,8 @@ BITNET_API bitnet_result bitnet_quantizer_summary(const bitnet_quantizer *qz, ch
    own stream and pool), so sessions on different threads never share a stream.
    Hooks for >>model: bitnet__gpu_model_init/free, bitnet__gpu_session_init/free,
    bitnet__gpu_forward (bitnet__cpu_forward's contract), bitnet__gpu_next_token (greedy
-   decoding without a logits download, a step ahead) and bitnet__gpu_sample (sampling with top-k
-   from the k best logits the device picked, not all of them). */
+   decoding without a logits download, a step ahead) and bitnet__gpu_sample (top-k, min-p, and
+   greedy with a repetition penalty, from the k best logits the device picked, not all of them). */
 #if !defined(BITNET_NO_CUDA)
 #define BITNET__GPU_FORWARD 1
 
@@ -10974,7 +10980,7 @@ static bitnet_result bitnet__gpu_sample(bitnet_session *s, const bitnet_sampler_
     if (k < 1 || k > BITNET__GPU_TOPK_MAX || !(temp > 0))
         return bitnet__err(BITNET_ERR_INVALID_ARG, "CUDA sampling: top_k %d (1 .. %d) and temperature %g (> 0)", k,
                            BITNET__GPU_TOPK_MAX, (double)temp);
-    if (d->repeat_penalty > 0 && d->repeat_penalty != 1 && n_history) { /* 1. as bitnet_sample does it */
+    if (bitnet__sampler_penalty(d) && n_history) { /* 1. as bitnet_sample does it */
         int32_t *ids;
         size_t m;
         bitnet_result r;
@@ -11000,7 +11006,7 @@ static bitnet_result bitnet__gpu_sample(bitnet_session *s, const bitnet_sampler_
     if (cnt == 0) return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_sample: the logits are all NaN");
     for (i = 0; i < cnt; i++) memcpy(&c[i].logit, &res[1 + 2 * i], 4), c[i].id = res[2 + 2 * i];
     /* 4. min-p from the best value, as bitnet_sample computes it; the best itself always passes */
-    floor_logit = d->min_p > 0 ? c[0].logit + logf(d->min_p) : -INFINITY;
+    floor_logit = bitnet__min_p_floor(c[0].logit, d->min_p);
     for (i = 1; i < cnt && c[i].logit >= floor_logit; i++) {}
     if (wide && i == k) { /* min-p may pass more than the k: the whole row (its penalty applied already) */
         bitnet_sampler_params d1 = *d;
@@ -11024,7 +11030,7 @@ static bitnet_result bitnet__gpu_sample(bitnet_session *s, const bitnet_sampler_
      bitnet__gpu_session_free(bitnet_session *)
      bitnet__gpu_forward(bitnet_session *, tokens, m, logits, all)  same contract as bitnet__cpu_forward
      bitnet__gpu_next_token(bitnet_session *, ahead, token, launched)  greedy: the device's argmax
-     bitnet__gpu_sample(bitnet_session *, sampler, history, n, rng, token)  top-k sampling from the device's k best */
+     bitnet__gpu_sample(bitnet_session *, sampler, history, n, rng, token)  sampling from the device's k best */
 
 static bitnet_result bitnet__model_own(bitnet_model *m, void *p) {
     void **grown;
@@ -11724,7 +11730,7 @@ BITNET_API bitnet_result bitnet_generate(bitnet_session *s, const int32_t *promp
         const char *e = bitnet__getenv("BITNET_GPU_TOPK");
         const int cuda = s->m->info.backend == BITNET_BACKEND_CUDA, greedy = bitnet__sampler_greedy(&d.sampler);
         /* greedy on the GPU: the head kernel leaves the argmax on the device, so no logits move */
-        gpu_greedy = cuda && greedy && !(d.sampler.repeat_penalty > 0 && d.sampler.repeat_penalty != 1);
+        gpu_greedy = cuda && greedy && !bitnet__sampler_penalty(&d.sampler);
         /* top-k sampling, greedy with the penalty, and min-p without a top-k the device keeps: the
            device picks the k best, so only those move (BITNET_GPU_TOPK=0: the whole row, for tests) */
         gpu_topk = cuda && !gpu_greedy &&
