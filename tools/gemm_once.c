@@ -1,7 +1,8 @@
 /* One ternary GEMM shape on the GPU, for profilers (tools/gpu_wgmma.sh ncu): uploads random
    N x K weights and M quantized tokens, then runs bitnet_gpu_ternary_matmul REPS times (default 5)
    and prints the mean wall time of the last REPS - 1 (host clock, launches back to back).
-     build/gemm_once N K M [REPS]      (BITNET_TGEMM_WG / BITNET_TGEMM_TN pick the kernel) */
+     build/gemm_once N K M [REPS [fp32|fp16|bf16]]   (the output type, fp32 by default;
+                                                       BITNET_TGEMM_WG / BITNET_TGEMM_TN pick the kernel) */
 #define BITNET_IMPLEMENTATION
 #include "../bitnet.h"
 
@@ -9,6 +10,9 @@ int main(int argc, char **argv) {
     size_t n = argc > 3 ? (size_t)atol(argv[1]) : 13824, k = argc > 3 ? (size_t)atol(argv[2]) : 2560;
     size_t m = argc > 3 ? (size_t)atol(argv[3]) : 512, i, wb = bitnet_i2s_bytes(n, k);
     int reps = argc > 4 ? atoi(argv[4]) : 5, r;
+    const char *ot = argc > 5 ? argv[5] : "fp32";
+    bitnet_precision prec = strcmp(ot, "bf16") == 0 ? BITNET_PRECISION_BF16 : strcmp(ot, "fp16") == 0 ? BITNET_PRECISION_FP16
+                                                                                                   : BITNET_PRECISION_FP32;
     int8_t *codes = (int8_t *)malloc(n * k);
     uint8_t *i2s = (uint8_t *)malloc(wb);
     float *x = (float *)malloc(m * k * 4);
@@ -32,13 +36,14 @@ int main(int argc, char **argv) {
     }
     for (r = 0; r < reps; r++) {
         if (r == 1) bitnet_gpu_sync(gpu), t0 = bitnet__now();
-        if (bitnet_gpu_ternary_matmul(gpu, &w, &a, out, BITNET_PRECISION_FP32, 0) != BITNET_OK) {
+        if (bitnet_gpu_ternary_matmul(gpu, &w, &a, out, prec, 0) != BITNET_OK) {
             fprintf(stderr, "gemm_once: %s\n", bitnet_last_error());
             return 1;
         }
     }
     bitnet_gpu_sync(gpu);
-    printf("%zux%zu M=%zu: %.2f us a call (host clock, %d calls back to back)\n", n, k, m, (bitnet__now() - t0) * 1e6 / (reps - 1), reps - 1);
+    printf("%zux%zu M=%zu %s out: %.2f us a call (host clock, %d calls back to back)\n", n, k, m, ot,
+           (bitnet__now() - t0) * 1e6 / (reps - 1), reps - 1);
     bitnet_gpu_close(gpu);
     return 0;
 }
