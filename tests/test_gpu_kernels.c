@@ -223,8 +223,9 @@ static void test_gpu_rms_near_ties(void) {
 typedef struct tcase { int parts; size_t rows[3]; size_t k, m; int glu; } tcase;
 
 /* Random I2_S parts, the CPU reference (bitnet_gemm_i2s per part), and the GPU for every output
-   type with and without a residual. Returns the number of mismatching values. */
-static void check_ternary_case(const tcase *c) {
+   type with and without a residual. big: token 0's activations times 1e33 (its int8 scale ~4e-32,
+   which the wgmma epilogue's division by a reciprocal does not take). */
+static void check_ternary(const tcase *c, int big) {
     size_t k = c->k, m = c->m, nrows = 0, nout, i, j;
     uint8_t *i2s[3];
     bitnet_gpu_i2s_part parts[3];
@@ -246,6 +247,8 @@ static void check_ternary_case(const tcase *c) {
         free(codes);
     }
     rand_floats(x, m * k, 3.0f);
+    if (big)
+        for (i = 0; i < k; i++) x[i] *= 1e33f;
     TEST_CHECK(bitnet_quantize_act(x, m, k, q, sc, su) == BITNET_OK);
     for (p = 0; p < c->parts; p++)
         TEST_CHECK(bitnet_gemm_i2s(i2s[p], parts[p].bytes, c->rows[p], k, q, sc, su, m, part_out[p]) == BITNET_OK);
@@ -309,6 +312,7 @@ static void check_ternary_case(const tcase *c) {
     for (p = 0; p < c->parts; p++) free(i2s[p]), free(part_out[p]);
     free(x), free(sc), free(q), free(su), free(ref);
 }
+static void check_ternary_case(const tcase *c) { check_ternary(c, 0); }
 
 static void test_gpu_ternary_gemv(void) {
     static const tcase cases[] = {
@@ -352,13 +356,14 @@ static void test_gpu_ternary_gemv_splits(void) {
 /* M > 8 through each GEMM form: on sm_90 the wgmma kernel with each token tile (BITNET_TGEMM_TN
    64, 128, and the default) and the mma.sync kernel (BITNET_TGEMM_WG=0); elsewhere the
    mma.sync kernel each time. Odd rows and tokens, partial token tiles, fused parts, glu, K of one
-   stage and K longer than the ring. */
+   stage and K longer than the ring, a token of huge activations. */
 static void test_gpu_ternary_gemm(void) {
     static const tcase cases[] = {
         {2, {200, 77, 0}, 640, 13, 0}, {1, {300, 0, 0}, 2560, 130, 0}, {2, {160, 160, 0}, 384, 70, 1},
         {3, {2560, 640, 640}, 2560, 37, 0}, {2, {64, 64, 0}, 512, 9, 1}, {1, {129, 0, 0}, 128, 257, 0},
         {2, {96, 96, 0}, 6912, 300, 1}, {1, {250, 0, 0}, 1280, 513, 0},
     };
+    static const tcase huge = {1, {384, 0, 0}, 640, 256, 0}; /* token 0 huge: its tile's epilogue takes the calls */
     static const char *const forms[][2] = {{NULL, NULL}, {"1", "64"}, {"1", "128"}, {"0", NULL}};
     size_t i, f;
     NEED_GPU();
@@ -369,6 +374,7 @@ static void test_gpu_ternary_gemm(void) {
         else unsetenv("BITNET_TGEMM_TN");
         for (i = 0; i < sizeof cases / sizeof cases[0]; i++)
             if (!small_only() || cases[i].rows[0] * cases[i].k * cases[i].m <= 200 * 640 * 70) check_ternary_case(&cases[i]);
+        if (!small_only()) check_ternary(&huge, 1);
     }
     unsetenv("BITNET_TGEMM_WG"), unsetenv("BITNET_TGEMM_TN");
 }
