@@ -61,8 +61,9 @@
      BITNET_GPU_PDL=0                     no programmatic dependent launch in the decode graph
      BITNET_GPU_TOPK=0                    GPU sampling downloads the whole logits row (tests, A/B)
      BITNET_TGEMV_PDL=0, BITNET_TGEMV_WARPS=N, BITNET_TGEMV_U=4|8, BITNET_GPU_GEMV_ITEMS  force a GEMV form (tests, A/B)
-     BITNET_TGEMM_WG=0, BITNET_TGEMM_TN=32|64|128  the prefill GEMM: mma.sync instead of wgmma (sm_90);
-                                          the token tile (tests and A/B runs)
+     BITNET_TGEMM_WG=0, BITNET_TGEMM_TN=32|64|128, BITNET_TGEMM_SPLIT=N  the prefill GEMM: mma.sync
+                                          instead of wgmma (sm_90); the token tile; blocks a tile's K
+                                          is split over, 1 none (tests and A/B runs)
 
    ERRORS
      Every fallible function returns a bitnet_result (BITNET_OK = 0, errors negative in bands).
