@@ -9933,7 +9933,7 @@ static bitnet_result bitnet__tgemm90(bitnet_gpu *gpu, const bitnet_gpu_ternary *
     void *xargs[17];
     char name[32];
     if ((wg_env && !atoi(wg_env)) || tn_force == 32 || (a->q | w->data) % 16) return BITNET_ERR_UNSUPPORTED;
-    smem = BITNET__WG_STAGES * (unsigned)(tn * 128 + 128 * 32) + (unsigned)tn * 12 + 16; /* the ring; token scales, reciprocals, sums; flags */
+    smem = BITNET__WG_STAGES * (unsigned)(tn * 128 + 128 * 32) + (unsigned)tn * 12 + 16; /* the ring; token scales, reciprocals, sums; a flag */
     grid[0] = (unsigned)(w->n_pad / 128), grid[1] = (unsigned)((a->m + (size_t)tn - 1) / (size_t)tn);
     tiles = (size_t)grid[0] * grid[1];
     if (2 * tiles <= sms) split = 4;

@@ -191,6 +191,24 @@ static const char bitnet_cuda_src_util[] =
     "    asm volatile(\"cp.async.wait_group %0;\\n\" :: \"n\"(N) : \"memory\");\n" \
     "#endif\n" \
     "}\n" \
+    "/* A load that skips L1: data other blocks of this kernel wrote. */\n" \
+    "BN_DEV int bn_ldcg_i(const int *p) { int v; asm volatile(\"ld.global.cg.s32 %0, [%1];\" : \"=r\"(v) : \"l\"(p)); return v; }\n" \
+    "/* A grid's n blocks (or those sharing counter) each leave a part, then call this from every thread:\n" \
+    "   it is true in the last block to arrive only, which then reads every part (ld.cg: the L2, where\n" \
+    "   the others' writes are) and finds counter reset for the next launch. (The decode attention\n" \
+    "   writes the same steps out: see there.) */\n" \
+    "BN_DEV bool bn_last_block(int *counter, int n) {\n" \
+    "    __shared__ int s_last;\n" \
+    "    __threadfence(); /* this block's parts before its arrival */\n" \
+    "    __syncthreads();\n" \
+    "    if (threadIdx.x + blockDim.x * threadIdx.y == 0) {\n" \
+    "        s_last = atomicAdd(counter, 1) == n - 1;\n" \
+    "        if (s_last) *counter = 0; /* (every block has arrived) */\n" \
+    "    }\n" \
+    "    __syncthreads();\n" \
+    "    if (s_last) __threadfence(); /* the others' parts after their arrivals */\n" \
+    "    return s_last;\n" \
+    "}\n" \
     "BN_DEV void bn_ldsm_x4(unsigned int addr, unsigned int &r0, unsigned int &r1, unsigned int &r2, unsigned int &r3) {\n" \
     "    asm volatile(\"ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\\n\"\n" \
     "                 : \"=r\"(r0), \"=r\"(r1), \"=r\"(r2), \"=r\"(r3) : \"r\"(addr));\n" \
@@ -782,7 +800,6 @@ static const char bitnet_cuda_src_tgemm[] = BITNET_CUDA_SRC_KHELPERS
     "    unsigned char *smem = bn_wg_dyn;\n"
     "    float *sas = (float *)(smem + S * BN_WG_STAGE(TN)), *sry = sas + TN; /* a token's scale, its reciprocal */\n"
     "    int *ssu = (int *)(sry + TN), *s_odd = ssu + TN; /* a token's sum; a scale outside bn_div_y's range */\n"
-    "    int *s_last = s_odd + 1;                         /* split K: this block sums the parts */\n"
     "    const int tid = threadIdx.x, lane = tid & 31, g = lane >> 2, t = lane & 3, wi = (tid >> 5) & 3, wg = tid >> 7;\n"
     "    const long long n0 = (long long)blockIdx.x * 128;\n"
     "    const int m0 = blockIdx.y * TN, ns = nc / 2; /* stages of 128 K */\n"
@@ -859,28 +876,18 @@ static const char bitnet_cuda_src_tgemm[] = BITNET_CUDA_SRC_KHELPERS
     "    for (int kt = k0; kt < k1; kt++) stage(kt);\n"
     "    bn_wg_wait_d(d, TN / 2);\n"
     "    if (SPLIT && gridDim.z > 1) { /* K split over gridDim.z blocks (few tiles): each leaves its int32 sums in\n"
-    "                                    ws, and the last of the tile to finish (ctr, reset by it) adds the others' */\n"
+    "                                    ws, and the last of the tile to finish adds the others' */\n"
     "        const long long tile = (long long)blockIdx.y * gridDim.x + blockIdx.x;\n"
     "        int *part = ws + (tile * gridDim.z + z) * (TN / 2) * 256 + tid; /* [tile][z][i][thread] */\n"
     "#pragma unroll\n"
     "        for (int i = 0; i < TN / 2; i++) part[i * 256] = d[i];\n"
-    "        __threadfence();\n"
-    "        __syncthreads();\n"
-    "        if (tid == 0) *s_last = atomicAdd(ctr + tile, 1) == (int)gridDim.z - 1;\n"
-    "        __syncthreads();\n"
-    "        if (!*s_last) return;\n"
-    "        __threadfence();\n"
+    "        if (!bn_last_block(ctr + tile, (int)gridDim.z)) return;\n"
     "        for (int q = 0; q < (int)gridDim.z; q++) {\n"
     "            if (q == z) continue;\n"
     "            const int *o = ws + (tile * gridDim.z + q) * (TN / 2) * 256 + tid;\n"
     "#pragma unroll\n"
-    "            for (int i = 0; i < TN / 2; i++) {\n"
-    "                int v;\n"
-    "                asm volatile(\"ld.global.cg.b32 %0, [%1];\" : \"=r\"(v) : \"l\"(o + i * 256));\n"
-    "                d[i] += v;\n"
-    "            }\n"
+    "            for (int i = 0; i < TN / 2; i++) d[i] += bn_ldcg_i(o + i * 256);\n"
     "        }\n"
-    "        if (tid == 0) ctr[tile] = 0;\n"
     "    }\n"
     "\n"
     "    /* epilogue from the registers: d[4j + e] is (row ra, token 8j + 2t + e), d[4j + 2 + e] row ra + rb */\n"
@@ -1293,25 +1300,7 @@ static const char bitnet_cuda_src_forward[] = BITNET_CUDA_SRC_KHELPERS
     "   the wait. */\n"
     "/* Loads that skip L1: data other blocks of this kernel wrote. */\n"
     "BF_DEV float bf_ldcg_f(const float *p) { float v; asm volatile(\"ld.global.cg.f32 %0, [%1];\" : \"=f\"(v) : \"l\"(p)); return v; }\n"
-    "BF_DEV int bf_ldcg_i(const int *p) { int v; asm volatile(\"ld.global.cg.s32 %0, [%1];\" : \"=r\"(v) : \"l\"(p)); return v; }\n"
     "BF_DEV double bf_ldcg_d(const double *p) { double v; asm volatile(\"ld.global.cg.f64 %0, [%1];\" : \"=d\"(v) : \"l\"(p)); return v; }\n"
-    "/* A grid's n blocks (or those sharing counter) each leave a part, then call this from every thread:\n"
-    "   it is true in the last block to arrive only, which then reads every part (ld.cg: the L2, where\n"
-    "   the others' writes are) and finds counter reset for the next launch. (The decode attention\n"
-    "   writes the same steps out: see there.) */\n"
-    "BF_DEV bool bf_last_block(int *counter, int n) {\n"
-    "    __shared__ int s_last;\n"
-    "    __threadfence(); /* this block's parts before its arrival */\n"
-    "    __syncthreads();\n"
-    "    if (bf_tid() == 0) {\n"
-    "        s_last = atomicAdd(counter, 1) == n - 1;\n"
-    "        if (s_last) *counter = 0; /* (every block has arrived) */\n"
-    "    }\n"
-    "    __syncthreads();\n"
-    "    if (s_last) __threadfence(); /* the others' parts after their arrivals */\n"
-    "    return s_last;\n"
-    "}\n"
-    "\n"
     "struct bf_red { double d[32]; float f[32]; };\n"
     "\n"
     "/* Four int8 codes round_half_even(clamp(y * s)) (NaN: 0), packed; acc += their sum. */\n"
@@ -1689,7 +1678,7 @@ static const char bitnet_cuda_src_forward[] = BITNET_CUDA_SRC_KHELPERS
     "    }\n"
     "    if (nsplit == 1) return;\n"
     "    if (tid == 0) part_ml[((long long)h * smax + j) * 2] = m, part_ml[((long long)h * smax + j) * 2 + 1] = l;\n"
-    "    /* (bf_last_block's steps written out: through the helper this kernel ran 3.9 us slower a launch\n"
+    "    /* (bn_last_block's steps written out: through the helper this kernel ran 3.9 us slower a launch\n"
     "       past 512 positions on an H100, as it does at 97 registers; see the kernel's head) */\n"
     "    __threadfence();\n"
     "    __syncthreads();\n"
@@ -2083,10 +2072,10 @@ static const char bitnet_cuda_src_forward[] = BITNET_CUDA_SRC_KHELPERS
     "    const int t = threadIdx.x;\n"
     "    bf_argmax_block(best, besti, s_v, s_i);\n"
     "    if (t == 0) part_v[blockIdx.x] = best, part_i[blockIdx.x] = besti;\n"
-    "    if (!bf_last_block(counter, (int)gridDim.x)) return;\n"
+    "    if (!bn_last_block(counter, (int)gridDim.x)) return;\n"
     "    best = -BF_INF;\n"
     "    besti = 0x7fffffff;\n"
-    "    for (int b = t; b < (int)gridDim.x; b += blockDim.x) bf_argmax_pick(best, besti, bf_ldcg_f(part_v + b), bf_ldcg_i(part_i + b));\n"
+    "    for (int b = t; b < (int)gridDim.x; b += blockDim.x) bf_argmax_pick(best, besti, bf_ldcg_f(part_v + b), bn_ldcg_i(part_i + b));\n"
     "    bf_argmax_block(best, besti, s_v, s_i); /* (s_v's first reads all came before the barrier above) */\n"
     "    if (t != 0) return;\n"
     "    io[0] = besti == 0x7fffffff ? 0 : besti;\n"
@@ -2323,7 +2312,7 @@ static const char bitnet_cuda_src_forward[] = BITNET_CUDA_SRC_KHELPERS
     "    if (w == 0)\n"
     "#pragma unroll\n"
     "        for (int r = 0; r < 4; r++) part[(long long)blockIdx.x * 128 + 4 * lane + r] = e[r];\n"
-    "    if (!bf_last_block(counter, G)) return;\n"
+    "    if (!bn_last_block(counter, G)) return;\n"
     "#pragma unroll\n"
     "    for (int r = 0; r < 4; r++) {\n"
     "        e[r] = 0ull;\n"
