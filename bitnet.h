@@ -10392,7 +10392,7 @@ BITNET_API bitnet_result bitnet_quantizer_summary(const bitnet_quantizer *qz, ch
 #define BITNET__GPU_ATT_SMAX 32       /* decode attention: ranges a head, at most (the kernel's s_w) */
 #define BITNET__GPU_PREFILL_MIN 2     /* tokens per call from which prefill takes the GEMM path */
 #define BITNET__GPU_ATT_ROWS 32       /* prefill attention: rows (query x head) a block (the kernels' BF_PR) */
-#define BITNET__GPU_ATT_PK 32         /* prefill attention: keys a tile (the kernels' BF_PK; 32: two blocks an SM) */
+#define BITNET__GPU_ATT_PK 32         /* prefill attention: keys a tile (the kernels' BF_PK; 32: three blocks an SM) */
 #define BITNET__GPU_TOPK_MAX 128      /* bitnet__gpu_sample: top_k at most (the topk kernel keeps 128 a warp) */
 #define BITNET__GPU_TOPK_BLOCKS 32    /* the topk kernel's grid, at most (its last block merges one block a warp) */
 
@@ -10897,7 +10897,7 @@ static bitnet_result bitnet__gpu_attention_m(bitnet_session *s, int l, int m) {
     long long ldq = md->q_dim + 2 * md->kv_dim, ldo = md->q_dim;
     size_t layer = (size_t)l * (size_t)md->kv_dim * (size_t)s->n_ctx * 2;
     bitnet_devptr kc = q->kc + layer, vc = q->vc + layer, pos = q->io + 4;
-    unsigned smem = (unsigned)((BITNET__GPU_ATT_ROWS * (hd + 4) + pk * (hd + 4) + BITNET__GPU_ATT_ROWS * (pk + 4)) * 8 + pk * hd * 4);
+    unsigned smem = (unsigned)((BITNET__GPU_ATT_ROWS * (hd + 4) + BITNET__GPU_ATT_ROWS * (pk + 4)) * 8 + 4 * pk * (hd + 8) * 2);
     void *args[12];
     args[0] = &q->qkv, args[1] = &ldq, args[2] = &kc, args[3] = &vc, args[4] = &pos, args[5] = &m, args[6] = &s->n_ctx,
     args[7] = &nh, args[8] = &nkv, args[9] = &hd, args[10] = &q->att, args[11] = &ldo;
