@@ -10897,8 +10897,12 @@ static bitnet_result bitnet__gpu_attention_m(bitnet_session *s, int l, int m) {
     long long ldq = md->q_dim + 2 * md->kv_dim, ldo = md->q_dim;
     size_t layer = (size_t)l * (size_t)md->kv_dim * (size_t)s->n_ctx * 2;
     bitnet_devptr kc = q->kc + layer, vc = q->vc + layer, pos = q->io + 4;
-    unsigned smem = (unsigned)((BITNET__GPU_ATT_ROWS * (hd + 4) + BITNET__GPU_ATT_ROWS * (pk + 4)) * 8 + 4 * pk * (hd + 8) * 2);
+    unsigned smem = (unsigned)((BITNET__GPU_ATT_ROWS * (hd + 4) + BITNET__GPU_ATT_ROWS * (pk + 4)) * 8 + 4 * pk * hd * 2);
     void *args[12];
+    /* A prompt's first batch (blocks of 1 to m / pk key tiles) waits for its heaviest blocks: at most
+       two blocks an SM (by asking for a third of an SM's shared memory); later ones (a prefix at
+       least as long as the batch) go three an SM where they fit. H100: BENCHMARKS.md, session 18. */
+    if (s->pos < m) smem = BITNET__MAX(smem, (unsigned)g->smem_optin / 3 + 1);
     args[0] = &q->qkv, args[1] = &ldq, args[2] = &kc, args[3] = &vc, args[4] = &pos, args[5] = &m, args[6] = &s->n_ctx,
     args[7] = &nh, args[8] = &nkv, args[9] = &hd, args[10] = &q->att, args[11] = &ldo;
     return bitnet__gpu_launch(q->gpu, g->attn_prefill, (unsigned)((m + qt - 1) / qt), (unsigned)nkv, 128, 1, smem, args);

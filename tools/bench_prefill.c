@@ -26,6 +26,7 @@ static void run_kind(int kind) {
     bitnet__gmodel *g = (bitnet__gmodel *)G_m->gpu;
     bitnet__gsession *q = (bitnet__gsession *)G_s->gpu;
     int l, nl = (kind == 0 || kind == 11) ? 1 : G_m->info.n_layers, m = G_n;
+    G_s->pos -= m; /* where the prefill's batch started, as the launches saw it */
     for (l = 0; l < nl; l++) {
         const bitnet__glayer *L = &g->layers[l];
         switch (kind) {
@@ -43,6 +44,7 @@ static void run_kind(int kind) {
         default: CHECK(bitnet__gpu_head(G_s, q->x, 0)); break;
         }
     }
+    G_s->pos += m;
 }
 
 static double time_kind(int kind) { /* us for all layers, median of 5 */
