@@ -127,7 +127,7 @@ static void test_nvrtc_modules(void) {
 /* ---- GPU: activation quantization ----------------------------------------------------------- */
 
 static void test_gpu_quantize_act(void) {
-    static const size_t shapes[][2] = {{1, 128}, {3, 2560}, {7, 1000}, {2, 6912}, {5, 33}};
+    static const size_t shapes[][2] = {{1, 128}, {3, 2560}, {7, 1000}, {2, 6912}, {5, 33}, {600, 2560}, {600, 3600}}; /* (600: 128-thread rows) */
     size_t s;
     NEED_GPU();
     for (s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
