@@ -51,6 +51,11 @@ static const char bitnet_cuda_src_util[] =
     "#define BN_BF16 3\n" \
     "/* Row segments of a fused ternary matrix, passed by value: rows [end[i-1], end[i]) use scale[i]. */\n" \
     "struct bitnet_k_segs { int n; int end[8]; float scale[8]; };\n" \
+    "/* BitNet's gated activation relu(g)^2 * u, rounded step by step as the CPU rounds it */\n" \
+    "BN_DEV float bn_relu2_mul(float g, float u) {\n" \
+    "    g = g > 0.0f ? g : 0.0f;\n" \
+    "    return __fmul_rn(__fmul_rn(g, g), u);\n" \
+    "}\n" \
     "\n" \
     "BN_DEV unsigned short bn_f2h(float f) { unsigned short h; asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f)); return h; }\n" \
     "BN_DEV float bn_h2f(unsigned short h) { float f; asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(f) : \"h\"(h)); return f; }\n" \
@@ -404,8 +409,7 @@ static const char bitnet_cuda_src_ternary[] = BITNET_CUDA_SRC_KHELPERS
     "        float y;\n"
     "        if (glu) {\n"
     "            float g = bn_dequant(s0, su, sc, ws0), up = bn_dequant(s1, su, sc, ws1);\n"
-    "            g = g > 0.0f ? g : 0.0f;\n"
-    "            y = __fmul_rn(__fmul_rn(g, g), up);\n"
+    "            y = bn_relu2_mul(g, up);\n"
     "        } else {\n"
     "            y = bn_dequant(s0, su, sc, ws0);\n"
     "        }\n"
@@ -664,8 +668,7 @@ static const char bitnet_cuda_src_tgemm[] = BITNET_CUDA_SRC_KHELPERS
     "                if (col >= n_out) continue;\n"
     "                float gv = bn_dequant(sr[gr], ssu[tl], sas[tl], srs[gr]);\n"
     "                float uv = bn_dequant(sr[gr + 32], ssu[tl], sas[tl], srs[gr + 32]);\n"
-    "                gv = gv > 0.0f ? gv : 0.0f;\n"
-    "                y = __fmul_rn(__fmul_rn(gv, gv), uv);\n"
+    "                y = bn_relu2_mul(gv, uv);\n"
     "            } else {\n"
     "                col = n0 + rl;\n"
     "                if (col >= n_out) continue;\n"
@@ -774,8 +777,7 @@ static const char bitnet_cuda_src_tgemm[] = BITNET_CUDA_SRC_KHELPERS
     "        if (tok + o >= m) return;\n"
     "        float ya = bn_dequant(d[4 * i + e], su[o], sa[o], wsa), yb = bn_dequant(d[4 * i + 2 + e], su[o], sa[o], wsb);\n"
     "        if (glu) {\n"
-    "            ya = ya > 0.0f ? ya : 0.0f;\n"
-    "            ya = __fmul_rn(__fmul_rn(ya, ya), yb);\n"
+    "            ya = bn_relu2_mul(ya, yb);\n"
     "        }\n"
     "        if (ca < n_out) {\n"
     "            if (res) ya = __fadd_rn(bn_load(res, (tok + o) * ldr + ca, out_type), ya);\n"
@@ -910,8 +912,7 @@ static const char bitnet_cuda_src_tgemm[] = BITNET_CUDA_SRC_KHELPERS
     "                float ya = __fmul_rn(bn_div_y((float)(d[4 * j + e] - su), sa, ry), wsa);\n"
     "                float yb = __fmul_rn(bn_div_y((float)(d[4 * j + 2 + e] - su), sa, ry), wsb);\n"
     "                if (glu) {\n"
-    "                    ya = ya > 0.0f ? ya : 0.0f;\n"
-    "                    ya = __fmul_rn(__fmul_rn(ya, ya), yb);\n"
+    "                    ya = bn_relu2_mul(ya, yb);\n"
     "                    if (res) ya = __fadd_rn(((const float *)res)[row * ldr + ca], ya);\n"
     "                    o[row * ldo] = ya;\n"
     "                } else {\n"
@@ -1476,8 +1477,7 @@ static const char bitnet_cuda_src_forward[] = BITNET_CUDA_SRC_KHELPERS
     "    }\n"
     "    if (EPI == 2) {\n"
     "        float g = bn_dequant(s0, asum, ascale, segs.scale[0]), up = bn_dequant(s1, asum, ascale, segs.scale[1]);\n"
-    "        g = g > 0.0f ? g : 0.0f;\n"
-    "        out[f] = __fmul_rn(__fmul_rn(g, g), up);\n"
+    "        out[f] = bn_relu2_mul(g, up);\n"
     "    } else {\n"
     "        const float y = bn_dequant(s0, asum, ascale, bn_seg_scale(segs, f));\n"
     "        out[f] = EPI == 1 ? __fadd_rn(res, y) : y;\n"
