@@ -10398,7 +10398,7 @@ BITNET_API bitnet_result bitnet_quantizer_summary(const bitnet_quantizer *qz, ch
 #define BITNET__GPU_ATT_SMAX 32       /* decode attention: ranges a head, at most (the kernel's s_w) */
 #define BITNET__GPU_PREFILL_MIN 2     /* tokens per call from which prefill takes the GEMM path */
 #define BITNET__GPU_ATT_ROWS 32       /* prefill attention: rows (query x head) a block (the kernels' BF_PR) */
-#define BITNET__GPU_ATT_PK 32         /* prefill attention: keys a tile (the kernels' BF_PK; 32: three blocks an SM) */
+#define BITNET__GPU_ATT_PK 32         /* prefill attention: keys a tile (the kernels' BF_PK; 32: three blocks fit an SM) */
 #define BITNET__GPU_TOPK_MAX 128      /* bitnet__gpu_sample: top_k at most (the topk kernel keeps 128 a warp) */
 #define BITNET__GPU_TOPK_BLOCKS 32    /* the topk kernel's grid, at most (its last block merges one block a warp) */
 
