@@ -10759,9 +10759,10 @@ static bitnet_result bitnet__gpu_linear(bitnet_session *s, bitnet_gpu_kernel *k,
     bitnet__k_segs segs = bitnet__k_segs_of(w);
     int n_out = (int)w->n, nc = (int)(w->k / 64), items = w->glu ? 2 * nc : nc;
     unsigned groups = (unsigned)((n_out + 31) / 32);
-    /* warps share a block's K chunks, BF_GEMV_U = 6 loads in flight per lane (98 registers a thread:
-       two blocks of up to 10 warps fit an SM, so the next kernel's blocks start beside this one's);
-       over one wave of blocks a block gets at most 8 warps */
+    /* warps share a block's K chunks, BF_GEMV_U = 6 loads in flight per lane (98 registers a thread,
+       allocated as 104: one block of 10 or more warps an SM; capped at 96 so two 10-warp blocks share
+       an SM, the step was 1-3% slower: BENCHMARKS.md session 19); over one wave of blocks a block
+       gets at most 8 warps */
     int warps = BITNET__MIN((int)groups > g->sm_count ? 8 : 16, BITNET__MAX(1, (items + q->gemv_items - 1) / q->gemv_items));
     unsigned smem = (unsigned)w->k + (unsigned)(warps * (w->glu ? 2 : 1) * 32 * 4);
     void *args[8];
