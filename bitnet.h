@@ -10431,6 +10431,7 @@ typedef struct bitnet__gsession {
     bitnet_gpu_act a_dim, a_q, a_ff;  /* prefill: int8 activations of k = dim, q_dim, ffn_dim (one buffer) */
     bitnet_devptr logits;             /* fp32 [n_vocab] */
     bitnet_devptr part_o, part_ml;    /* decode attention splits, double: [n_heads][smax][hd], [n_heads][smax][2] */
+    bitnet_devptr pf_part, pf_ctr;    /* prefill attention's cut blocks: double [nqb/2][n_kv][2][ROWS][hd + 2], int [nqb][n_kv] */
     bitnet_devptr hv, hi;             /* head: each block's best value and index */
     bitnet_devptr ctr;                /* int [n_heads + 2]: attention (per block of heads), head and topk counters (their last blocks reset them) */
     bitnet_devptr tk_part, tk_res;    /* topk: the blocks' k best keys, u64 [32][128]; the result, int [1 + 2 * 128] */
@@ -10627,6 +10628,12 @@ static void bitnet__gpu_session_free(bitnet_session *s) {
     s->gpu = NULL;
 }
 
+/* The prefill attention's cut blocks, at most: half of a batch's query blocks (bitnet__gpu_attention_m) */
+static size_t bitnet__gatt_cuts(int B, const bitnet_model_info *in) {
+    size_t qt = (size_t)BITNET__GPU_ATT_ROWS / (size_t)(in->n_heads / in->n_kv_heads);
+    return ((size_t)B + qt - 1) / qt / 2 + 1;
+}
+
 static void bitnet__gsession_layout(bitnet__gsession *q, const bitnet_session *s, bitnet__gcarve *c) {
     const bitnet_model *m = s->m;
     const bitnet_model_info *in = &m->info;
@@ -10652,6 +10659,9 @@ static void bitnet__gsession_layout(bitnet__gsession *q, const bitnet_session *s
     q->hi = bitnet__gtake(c, (size_t)q->head_blocks * 2, 4);
     q->iota = bitnet__gtake(c, B, 4);
     q->ctr = bitnet__gtake(c, (size_t)in->n_heads + 2, 4);
+    q->pf_part = bitnet__gtake(c, bitnet__gatt_cuts(q->B, in) * (size_t)in->n_kv_heads * 2 * BITNET__GPU_ATT_ROWS *
+                                      ((size_t)in->head_dim + 2), 8);
+    q->pf_ctr = bitnet__gtake(c, bitnet__gatt_cuts(q->B, in) * (size_t)in->n_kv_heads, 4);
     q->tk_part = bitnet__gtake(c, BITNET__GPU_TOPK_BLOCKS * BITNET__GPU_TOPK_MAX, 8);
     q->tk_res = bitnet__gtake(c, 1 + 2 * BITNET__GPU_TOPK_MAX, 4);
     q->tk_ids = bitnet__gtake(c, (size_t)s->n_ctx, 4);
@@ -10710,6 +10720,7 @@ static bitnet_result bitnet__gpu_session_init(bitnet_session *s) {
     /* poison: a read of anything no kernel wrote shows up as NaN (0xffff is an fp16 NaN too) */
     BITNET__TRY(bitnet_gpu_memset(q->gpu, q->mem, 0xff, q->bytes));
     BITNET__TRY(bitnet_gpu_memset(q->gpu, q->ctr, 0, ((size_t)s->m->info.n_heads + 2) * 4));
+    BITNET__TRY(bitnet_gpu_memset(q->gpu, q->pf_ctr, 0, bitnet__gatt_cuts(q->B, &s->m->info) * (size_t)s->m->info.n_kv_heads * 4));
     q->stage = (unsigned char *)bitnet__malloc(256 + (size_t)q->B * (size_t)s->m->info.dim * 2);
     if (!q->stage) return BITNET_ERR_OUT_OF_MEMORY;
     for (i = 0; i < q->B; i++) ((int32_t *)q->stage)[i] = i; /* B * 4 bytes fit in the stage */
@@ -10907,14 +10918,29 @@ static bitnet_result bitnet__gpu_attention_m(bitnet_session *s, int l, int m) {
     size_t layer = (size_t)l * (size_t)md->kv_dim * (size_t)s->n_ctx * 2;
     bitnet_devptr kc = q->kc + layer, vc = q->vc + layer, pos = q->io + 4;
     unsigned smem = (unsigned)((BITNET__GPU_ATT_ROWS * (hd + 4) + BITNET__GPU_ATT_ROWS * (pk + 4)) * 8 + 4 * pk * hd * 2);
-    void *args[12];
-    /* A prompt's first batch (blocks of 1 to m / pk key tiles) waits for its heaviest blocks: at most
-       two blocks an SM (by asking for a third of an SM's shared memory); later ones (a prefix at
-       least as long as the batch) go three an SM where they fit. H100: BENCHMARKS.md, session 18. */
-    if (s->pos < m) smem = BITNET__MAX(smem, (unsigned)g->smem_optin / 3 + 1);
+    int nqb = (m + qt - 1) / qt, cut = 0, b;
+    const char *cut_env = bitnet__getenv("BITNET_GPU_ATT_CUT");
+    void *args[15];
+    /* A prompt's first batch (blocks of 1 to m / pk key tiles) waits for its heaviest blocks: those
+       with more than half the heaviest one's tiles are cut in two; later batches (a prefix at least
+       as long as the batch) go whole. Three blocks an SM where they fit. BITNET_GPU_ATT_CUT=0 (A/B):
+       no cuts, and two blocks an SM for a first batch (by asking for a third of an SM's shared
+       memory), as before. H100, 512 tokens, 30 layers: 3,390 us uncut at two an SM, 3,642 uncut at
+       three, 3,490 cut at two, 2,946 cut at three (BENCHMARKS.md, sessions 18-19). */
+    if (s->pos < m && cut_env && strcmp(cut_env, "0") == 0) {
+        smem = BITNET__MAX(smem, (unsigned)g->smem_optin / 3 + 1);
+    } else if (s->pos < m) { /* query block b (heaviest first) sees keys [0, pos + its last query] */
+        long long t0 = ((long long)s->pos + m + pk - 1) / pk;
+        for (b = 0; b < nqb && (size_t)b < bitnet__gatt_cuts(q->B, &md->info); b++) {
+            long long q0 = (long long)(nqb - 1 - b) * qt, nt = ((long long)s->pos + q0 + BITNET__MIN(qt, m - (int)q0) + pk - 1) / pk;
+            if (nt < 2 || 2 * nt <= t0 + 1) break;
+            cut++;
+        }
+    }
     args[0] = &q->qkv, args[1] = &ldq, args[2] = &kc, args[3] = &vc, args[4] = &pos, args[5] = &m, args[6] = &s->n_ctx,
-    args[7] = &nh, args[8] = &nkv, args[9] = &hd, args[10] = &q->att, args[11] = &ldo;
-    return bitnet__gpu_launch(q->gpu, g->attn_prefill, (unsigned)((m + qt - 1) / qt), (unsigned)nkv, 128, 1, smem, args);
+    args[7] = &nh, args[8] = &nkv, args[9] = &hd, args[10] = &q->att, args[11] = &ldo, args[12] = &cut, args[13] = &q->pf_part,
+    args[14] = &q->pf_ctr;
+    return bitnet__gpu_launch(q->gpu, g->attn_prefill, (unsigned)(nqb + cut), (unsigned)nkv, 128, 1, smem, args);
 }
 
 /* Prefill of m tokens at s->pos: the GEMM path, in the CPU's step order. */
