@@ -10920,19 +10920,22 @@ static bitnet_result bitnet__gpu_attention_m(bitnet_session *s, int l, int m) {
     unsigned smem = (unsigned)((BITNET__GPU_ATT_ROWS * (hd + 4) + BITNET__GPU_ATT_ROWS * (pk + 4)) * 8 + 4 * pk * hd * 2);
     int nqb = (m + qt - 1) / qt, cut = 0, b;
     const char *cut_env = bitnet__getenv("BITNET_GPU_ATT_CUT");
+    int no_cuts = cut_env && strcmp(cut_env, "0") == 0;
     void *args[15];
     /* A prompt's first batch (blocks of 1 to m / pk key tiles) waits for its heaviest blocks: those
-       with more than half the heaviest one's tiles, and 4 at least, are cut in two; later batches (a
-       prefix at least as long as the batch) go whole. Three blocks an SM where they fit.
-       BITNET_GPU_ATT_CUT=0 (A/B): no cuts, and two blocks an SM for a first batch (by asking for a
-       third of an SM's shared memory), as before. H100, 512 tokens, 30 layers: 3,390 us uncut at two
-       an SM, 3,642 uncut at three, 3,490 cut at two, 2,946 cut at three (BENCHMARKS.md, sessions
-       18-19). */
-    if (s->pos < m && cut_env && strcmp(cut_env, "0") == 0) {
+       with more than half the heaviest one's tiles, and 4 at least, are cut in two. A later batch (a
+       prefix at least as long as the batch: blocks of about equal work) has its heaviest cut while
+       the grid fits one wave. Three blocks an SM where they fit. BITNET_GPU_ATT_CUT=0 (A/B): no cuts,
+       and two blocks an SM for a first batch (by asking for a third of an SM's shared memory), as
+       before. H100, 512 tokens, 30 layers: 3,390 us uncut at two an SM, 3,642 uncut at three, 3,490
+       cut at two, 2,946 cut at three (BENCHMARKS.md, sessions 18-19). */
+    if (no_cuts && s->pos < m) {
         smem = BITNET__MAX(smem, (unsigned)g->smem_optin / 3 + 1);
-    } else if (s->pos < m) { /* query block b (heaviest first) sees keys [0, pos + its last query] */
+    } else if (!no_cuts) { /* query block b (heaviest first) sees keys [0, pos + its last query] */
         long long t0 = ((long long)s->pos + m + pk - 1) / pk;
-        for (b = 0; b < nqb && (size_t)b < bitnet__gatt_cuts(q->B, &md->info); b++) {
+        int per_sm = (int)(((size_t)g->smem_optin + 1024) / ((size_t)smem + 2048)); /* blocks an SM (shared memory) */
+        int cap = s->pos < m ? nqb : BITNET__MAX(0, per_sm * g->sm_count / nkv - nqb);
+        for (b = 0; b < BITNET__MIN(nqb, cap) && (size_t)b < bitnet__gatt_cuts(q->B, &md->info); b++) {
             long long q0 = (long long)(nqb - 1 - b) * qt, nt = ((long long)s->pos + q0 + BITNET__MIN(qt, m - (int)q0) + pk - 1) / pk;
             if (nt < 4 || 2 * nt <= t0 + 1) break; /* each half two tiles at least (64 tokens: cuts lost 5%) */
             cut++;
