@@ -10431,7 +10431,7 @@ typedef struct bitnet__gsession {
     bitnet_gpu_act a_dim, a_q, a_ff;  /* prefill: int8 activations of k = dim, q_dim, ffn_dim (one buffer) */
     bitnet_devptr logits;             /* fp32 [n_vocab] */
     bitnet_devptr part_o, part_ml;    /* decode attention splits, double: [n_heads][smax][hd], [n_heads][smax][2] */
-    bitnet_devptr pf_part, pf_ctr;    /* prefill attention's cut blocks: double [nqb/2][n_kv][2][ROWS][hd + 2], int [nqb][n_kv] */
+    bitnet_devptr pf_part, pf_ctr;    /* prefill attention's cut blocks: double [cuts][n_kv][2 pieces][ROWS][hd + 2], int [cuts][n_kv] */
     bitnet_devptr hv, hi;             /* head: each block's best value and index */
     bitnet_devptr ctr;                /* int [n_heads + 2]: attention (per block of heads), head and topk counters (their last blocks reset them) */
     bitnet_devptr tk_part, tk_res;    /* topk: the blocks' k best keys, u64 [32][128]; the result, int [1 + 2 * 128] */
@@ -10628,7 +10628,8 @@ static void bitnet__gpu_session_free(bitnet_session *s) {
     s->gpu = NULL;
 }
 
-/* The prefill attention's cut blocks, at most: half of a batch's query blocks (bitnet__gpu_attention_m) */
+/* The prefill attention's cut query blocks in two pieces, at most (half of a batch's; S x pieces stays under
+   twice this: bitnet__gpu_attention_m) */
 static size_t bitnet__gatt_cuts(int B, const bitnet_model_info *in) {
     size_t qt = (size_t)BITNET__GPU_ATT_ROWS / (size_t)(in->n_heads / in->n_kv_heads);
     return ((size_t)B + qt - 1) / qt / 2 + 1;
@@ -10918,33 +10919,39 @@ static bitnet_result bitnet__gpu_attention_m(bitnet_session *s, int l, int m) {
     size_t layer = (size_t)l * (size_t)md->kv_dim * (size_t)s->n_ctx * 2;
     bitnet_devptr kc = q->kc + layer, vc = q->vc + layer, pos = q->io + 4;
     unsigned smem = (unsigned)((BITNET__GPU_ATT_ROWS * (hd + 4) + BITNET__GPU_ATT_ROWS * (pk + 4)) * 8 + 4 * pk * hd * 2);
-    int nqb = (m + qt - 1) / qt, cut = 0, b;
+    int nqb = (m + qt - 1) / qt, cut = 0, pieces = 2, b;
     const char *cut_env = bitnet__getenv("BITNET_GPU_ATT_CUT");
     int no_cuts = cut_env && strcmp(cut_env, "0") == 0;
-    void *args[15];
-    /* A prompt's first batch (blocks of 1 to m / pk key tiles) waits for its heaviest blocks: those
-       with more than half the heaviest one's tiles, and 4 at least, are cut in two. A later batch (a
-       prefix at least as long as the batch: blocks of about equal work) has its heaviest cut while
-       the grid fits one wave. Three blocks an SM where they fit. BITNET_GPU_ATT_CUT=0 (A/B): no cuts,
-       and two blocks an SM for a first batch (by asking for a third of an SM's shared memory), as
-       before. H100, 512 tokens, 30 layers: 3,390 us uncut at two an SM, 3,642 uncut at three, 3,490
-       cut at two, 2,946 cut at three (BENCHMARKS.md, sessions 18-19). */
+    void *args[16];
+    /* Cuts: the heaviest query blocks (first in the grid) in `pieces` blocks each, over even runs of
+       their key tiles (at least two tiles a piece). A prompt's first batch (blocks of 1 to m / pk key
+       tiles) waits for its heaviest blocks: those with more than half the heaviest one's tiles are
+       cut in two. A later batch (after a prefix at least as long: blocks of about equal work) has
+       its heaviest cut in two while the grid fits one wave of blocks, or, when even twice its blocks
+       fit, every block in up to four (a short turn after a long context). Three blocks an SM where
+       they fit. BITNET_GPU_ATT_CUT=0 (A/B): no cuts, and two blocks an SM for a first batch (by asking
+       for a third of an SM's shared memory), as before. H100, 512 tokens, 30 layers: 3,390 us uncut
+       at two an SM, 3,642 uncut at three, 3,490 cut at two, 2,946 cut at three (BENCHMARKS.md,
+       sessions 18-19). */
     if (no_cuts && s->pos < m) {
         smem = BITNET__MAX(smem, (unsigned)g->smem_optin / 3 + 1);
     } else if (!no_cuts) { /* query block b (heaviest first) sees keys [0, pos + its last query] */
         long long t0 = ((long long)s->pos + m + pk - 1) / pk;
-        int per_sm = (int)(((size_t)g->smem_optin + 1024) / ((size_t)smem + 2048)); /* blocks an SM (shared memory) */
-        int cap = s->pos < m ? nqb : BITNET__MAX(0, per_sm * g->sm_count / nkv - nqb);
-        for (b = 0; b < BITNET__MIN(nqb, cap) && (size_t)b < bitnet__gatt_cuts(q->B, &md->info); b++) {
+        int slots = (int)(((size_t)g->smem_optin + 1024) / ((size_t)smem + 2048)) * g->sm_count; /* blocks a wave (shared memory) */
+        int cap = nqb;
+        if (s->pos >= m && 2 * nqb * nkv <= slots) pieces = BITNET__MIN(4, slots / (nqb * nkv));
+        else if (s->pos >= m) cap = BITNET__MAX(0, slots / nkv - nqb);
+        cap = BITNET__MIN(cap, 2 * (int)bitnet__gatt_cuts(q->B, &md->info) / pieces); /* the buffers' room */
+        for (b = 0; b < BITNET__MIN(nqb, cap); b++) {
             long long q0 = (long long)(nqb - 1 - b) * qt, nt = ((long long)s->pos + q0 + BITNET__MIN(qt, m - (int)q0) + pk - 1) / pk;
-            if (nt < 4 || 2 * nt <= t0 + 1) break; /* each half two tiles at least (64 tokens: cuts lost 5%) */
+            if (nt < 2 * pieces || (s->pos < m && 2 * nt <= t0 + 1)) break; /* (64 tokens: cuts of 2-tile blocks lost 5%) */
             cut++;
         }
     }
     args[0] = &q->qkv, args[1] = &ldq, args[2] = &kc, args[3] = &vc, args[4] = &pos, args[5] = &m, args[6] = &s->n_ctx,
-    args[7] = &nh, args[8] = &nkv, args[9] = &hd, args[10] = &q->att, args[11] = &ldo, args[12] = &cut, args[13] = &q->pf_part,
-    args[14] = &q->pf_ctr;
-    return bitnet__gpu_launch(q->gpu, g->attn_prefill, (unsigned)(nqb + cut), (unsigned)nkv, 128, 1, smem, args);
+    args[7] = &nh, args[8] = &nkv, args[9] = &hd, args[10] = &q->att, args[11] = &ldo, args[12] = &cut, args[13] = &pieces,
+    args[14] = &q->pf_part, args[15] = &q->pf_ctr;
+    return bitnet__gpu_launch(q->gpu, g->attn_prefill, (unsigned)(nqb + cut * (pieces - 1)), (unsigned)nkv, 128, 1, smem, args);
 }
 
 /* Prefill of m tokens at s->pos: the GEMM path, in the CPU's step order. */

@@ -7,7 +7,9 @@
    (median of 5), on the real activations the prefill left behind. Then the attention kernel in
    other builds of the forward module (-D options: keys a tile), each checked against a double
    attention computed here on the host from the same rotated queries and fp16 cache (sampled rows
-   of the last layer); and the GEMMs with each token tile forced (BITNET_TGEMM_TN). */
+   of the last layer); and the GEMMs with each token tile forced (BITNET_TGEMM_TN); last, a 32-token
+   turn after 3000 positions with the attention's cuts off and on (BITNET_GPU_ATT_CUT), timed and
+   checked the same way. */
 #define _POSIX_C_SOURCE 200809L /* setenv */
 #define BITNET_IMPLEMENTATION
 #include "../bitnet.h"
@@ -184,6 +186,26 @@ int main(int argc, char **argv) {
         CHECK(bitnet_session_eval(G_s, toks + 300, (size_t)G_n - 300, lg, 0));
         printf("attention, %d tokens after 300 (a second prefill call): last layer vs host double: worst %.3g\n", G_n - 300,
                check_attention(G_n - 300, 300));
+    }
+    if (G_n >= 500) { /* a short turn after a long context: 32 tokens at position 3000 (filled in 500-token calls), the
+                         prefill attention's cuts off and on */
+        int32_t *tl = (int32_t *)malloc(3032 * 4);
+        int j, on;
+        for (j = 0; j < 3032; j++) tl[j] = toks[j % G_n];
+        for (on = 0; on < 2; on++) {
+            if (on) unsetenv("BITNET_GPU_ATT_CUT");
+            else setenv("BITNET_GPU_ATT_CUT", "0", 1);
+            for (k = 0; k < 5; k++) {
+                bitnet_session_reset(G_s);
+                for (j = 0; j < 3000; j += 500) CHECK(bitnet_session_eval(G_s, tl + j, 500, j == 2500 ? lg : NULL, 0)); /* (logits: done) */
+                t0 = bitnet__now();
+                CHECK(bitnet_session_eval(G_s, tl + 3000, 32, lg, 0));
+                tt[k] = bitnet__now() - t0;
+            }
+            printf("a 32-token turn after 3000 positions, cuts %s: %.3f ms (median of 5)", on ? "on" : "off", 1000 * median(tt, 5));
+            printf("; last layer vs host double: worst %.3g\n", check_attention(32, 3000));
+        }
+        free(tl);
     }
     bitnet_session_free(G_s);
     bitnet_model_free(G_m);
