@@ -10431,7 +10431,8 @@ typedef struct bitnet__gsession {
     bitnet_gpu_act a_dim, a_q, a_ff;  /* prefill: int8 activations of k = dim, q_dim, ffn_dim (one buffer) */
     bitnet_devptr logits;             /* fp32 [n_vocab] */
     bitnet_devptr part_o, part_ml;    /* decode attention splits, double: [n_heads][smax][hd], [n_heads][smax][2] */
-    bitnet_devptr pf_part, pf_ctr;    /* prefill attention's cut blocks: double [cuts][n_kv][2 pieces][ROWS][hd + 2], int [cuts][n_kv] */
+    bitnet_devptr pf_part, pf_ctr;    /* prefill attention's cut blocks (cuts: bitnet__gatt_cuts): double [2 cuts n_kv][ROWS][hd + 2]
+                                         (a cut block's pieces side by side), int [cuts][n_kv] */
     bitnet_devptr hv, hi;             /* head: each block's best value and index */
     bitnet_devptr ctr;                /* int [n_heads + 2]: attention (per block of heads), head and topk counters (their last blocks reset them) */
     bitnet_devptr tk_part, tk_res;    /* topk: the blocks' k best keys, u64 [32][128]; the result, int [1 + 2 * 128] */
