@@ -10430,11 +10430,12 @@ typedef struct bitnet__gsession {
     bitnet_devptr x, qkv, att, h;     /* fp32 [B][dim], [B][q+2kv], [B][q_dim], [B][ffn_dim] */
     bitnet_gpu_act a_dim, a_q, a_ff;  /* prefill: int8 activations of k = dim, q_dim, ffn_dim (one buffer) */
     bitnet_devptr logits;             /* fp32 [n_vocab] */
-    bitnet_devptr part_o, part_ml;    /* decode attention splits, double: [n_heads][smax][hd], [n_heads][smax][2] */
-    bitnet_devptr pf_part, pf_ctr;    /* prefill attention's cut blocks (cuts: bitnet__gatt_cuts): double [2 cuts n_kv][ROWS][hd + 2]
-                                         (a cut block's pieces side by side), int [cuts][n_kv] */
+    bitnet_devptr att_part;           /* the attention's partials, double: decode ranges [n_heads][smax][hd] then
+                                         [n_heads][smax][2] (max, sum); or prefill pieces (cuts: bitnet__gatt_cuts)
+                                         [2 cuts n_kv][ROWS][hd + 2] (a cut block's pieces side by side) */
     bitnet_devptr hv, hi;             /* head: each block's best value and index */
-    bitnet_devptr ctr;                /* int [n_heads + 2]: attention (per block of heads), head and topk counters (their last blocks reset them) */
+    bitnet_devptr ctr;                /* int [n_heads + 2 + cuts n_kv]: decode attention (a head), head, topk and prefill
+                                         attention (a cut block) counters; their last blocks reset them */
     bitnet_devptr tk_part, tk_res;    /* topk: the blocks' k best keys, u64 [32][128]; the result, int [1 + 2 * 128] */
     bitnet_devptr tk_ids;             /* int [n_ctx]: the ids the repetition penalty applies to */
     bitnet_devptr io;                 /* int [2]: the decode token and the position of a step (the head leaves the
@@ -10636,6 +10637,16 @@ static size_t bitnet__gatt_cuts(int B, const bitnet_model_info *in) {
     return ((size_t)B + qt - 1) / qt / 2 + 1;
 }
 
+/* The attention's partials (doubles): the larger of the decode ranges' and the prefill pieces' */
+static size_t bitnet__gatt_part(const bitnet__gsession *q, const bitnet_model_info *in) {
+    size_t dec = (size_t)in->n_heads * (size_t)q->smax * ((size_t)in->head_dim + 2);
+    size_t pre = bitnet__gatt_cuts(q->B, in) * (size_t)in->n_kv_heads * 2 * BITNET__GPU_ATT_ROWS * ((size_t)in->head_dim + 2);
+    return BITNET__MAX(dec, pre);
+}
+static size_t bitnet__gctr_count(const bitnet__gsession *q, const bitnet_model_info *in) {
+    return (size_t)in->n_heads + 2 + bitnet__gatt_cuts(q->B, in) * (size_t)in->n_kv_heads;
+}
+
 static void bitnet__gsession_layout(bitnet__gsession *q, const bitnet_session *s, bitnet__gcarve *c) {
     const bitnet_model *m = s->m;
     const bitnet_model_info *in = &m->info;
@@ -10655,15 +10666,11 @@ static void bitnet__gsession_layout(bitnet__gsession *q, const bitnet_session *s
     q->a_q = q->a_dim, q->a_q.k = (size_t)m->q_dim;
     q->a_ff = q->a_dim, q->a_ff.k = (size_t)in->ffn_dim;
     q->logits = bitnet__gtake(c, (size_t)in->n_vocab, 4);
-    q->part_o = bitnet__gtake(c, (size_t)in->n_heads * (size_t)q->smax * (size_t)in->head_dim, 8); /* double */
-    q->part_ml = bitnet__gtake(c, (size_t)in->n_heads * (size_t)q->smax * 2, 8);
+    q->att_part = bitnet__gtake(c, bitnet__gatt_part(q, in), 8); /* double */
     q->hv = bitnet__gtake(c, (size_t)q->head_blocks * 2, 4); /* room for twice the blocks (tuning) */
     q->hi = bitnet__gtake(c, (size_t)q->head_blocks * 2, 4);
     q->iota = bitnet__gtake(c, B, 4);
-    q->ctr = bitnet__gtake(c, (size_t)in->n_heads + 2, 4);
-    q->pf_part = bitnet__gtake(c, bitnet__gatt_cuts(q->B, in) * (size_t)in->n_kv_heads * 2 * BITNET__GPU_ATT_ROWS *
-                                      ((size_t)in->head_dim + 2), 8);
-    q->pf_ctr = bitnet__gtake(c, bitnet__gatt_cuts(q->B, in) * (size_t)in->n_kv_heads, 4);
+    q->ctr = bitnet__gtake(c, bitnet__gctr_count(q, in), 4);
     q->tk_part = bitnet__gtake(c, BITNET__GPU_TOPK_BLOCKS * BITNET__GPU_TOPK_MAX, 8);
     q->tk_res = bitnet__gtake(c, 1 + 2 * BITNET__GPU_TOPK_MAX, 4);
     q->tk_ids = bitnet__gtake(c, (size_t)s->n_ctx, 4);
@@ -10721,8 +10728,7 @@ static bitnet_result bitnet__gpu_session_init(bitnet_session *s) {
     if (q->erow != q->io + 256) return bitnet__err(BITNET_ERR_INVALID_STATE, "CUDA session: the embedding rows do not follow io");
     /* poison: a read of anything no kernel wrote shows up as NaN (0xffff is an fp16 NaN too) */
     BITNET__TRY(bitnet_gpu_memset(q->gpu, q->mem, 0xff, q->bytes));
-    BITNET__TRY(bitnet_gpu_memset(q->gpu, q->ctr, 0, ((size_t)s->m->info.n_heads + 2) * 4));
-    BITNET__TRY(bitnet_gpu_memset(q->gpu, q->pf_ctr, 0, bitnet__gatt_cuts(q->B, &s->m->info) * (size_t)s->m->info.n_kv_heads * 4));
+    BITNET__TRY(bitnet_gpu_memset(q->gpu, q->ctr, 0, bitnet__gctr_count(q, &s->m->info) * 4));
     q->stage = (unsigned char *)bitnet__malloc(256 + (size_t)q->B * (size_t)s->m->info.dim * 2);
     if (!q->stage) return BITNET_ERR_OUT_OF_MEMORY;
     for (i = 0; i < q->B; i++) ((int32_t *)q->stage)[i] = i; /* B * 4 bytes fit in the stage */
@@ -10793,6 +10799,7 @@ static bitnet_result bitnet__gpu_attention(bitnet_session *s, int l) {
     int hd = m->info.head_dim, nh = m->info.n_heads, nkv = m->info.n_kv_heads;
     size_t layer = (size_t)l * (size_t)m->kv_dim * (size_t)s->n_ctx * 2;
     bitnet_devptr kc = q->kc + layer, vc = q->vc + layer, pos = q->io + 4;
+    bitnet_devptr part_ml = q->att_part + 8 * (bitnet_devptr)nh * (bitnet_devptr)q->smax * (bitnet_devptr)hd;
     /* the short form: one block of 512 threads a head; the long one: ranges of about R positions, a
        block of 128 threads each */
     unsigned nt = q->form ? 128 : 512, T = (unsigned)(q->form ? q->att_tile : q->att_t);
@@ -10800,8 +10807,8 @@ static bitnet_result bitnet__gpu_attention(bitnet_session *s, int l) {
     int Ti = (int)T;
     void *args[16];
     args[0] = &q->qkv, args[1] = &q->rope, args[2] = &pos, args[3] = &kc, args[4] = &vc, args[5] = &s->n_ctx, args[6] = &nh,
-    args[7] = &nkv, args[8] = &hd, args[9] = &q->smax, args[10] = &Ti, args[11] = &q->att_r, args[12] = &q->part_o,
-    args[13] = &q->part_ml, args[14] = &q->ctr, args[15] = &q->att;
+    args[7] = &nkv, args[8] = &hd, args[9] = &q->smax, args[10] = &Ti, args[11] = &q->att_r, args[12] = &q->att_part,
+    args[13] = &part_ml, args[14] = &q->ctr, args[15] = &q->att;
     return bitnet__gpu_launch(q->gpu, g->attn, (unsigned)nh, q->form ? (unsigned)q->smax : 1u, nt, 1, smem, args);
 }
 
@@ -10918,7 +10925,7 @@ static bitnet_result bitnet__gpu_attention_m(bitnet_session *s, int l, int m) {
     int qt = BITNET__GPU_ATT_ROWS / (nh / nkv), pk = g->att_pk; /* queries a block, keys a tile (the build's BF_PK) */
     long long ldq = md->q_dim + 2 * md->kv_dim, ldo = md->q_dim;
     size_t layer = (size_t)l * (size_t)md->kv_dim * (size_t)s->n_ctx * 2;
-    bitnet_devptr kc = q->kc + layer, vc = q->vc + layer, pos = q->io + 4;
+    bitnet_devptr kc = q->kc + layer, vc = q->vc + layer, pos = q->io + 4, ctr = q->ctr + 4 * ((bitnet_devptr)nh + 2);
     unsigned smem = (unsigned)((BITNET__GPU_ATT_ROWS * (hd + 4) + BITNET__GPU_ATT_ROWS * (pk + 4)) * 8 + 4 * pk * hd * 2);
     int nqb = (m + qt - 1) / qt, cut = 0, pieces = 2, b;
     const char *cut_env = bitnet__getenv("BITNET_GPU_ATT_CUT");
@@ -10951,7 +10958,7 @@ static bitnet_result bitnet__gpu_attention_m(bitnet_session *s, int l, int m) {
     }
     args[0] = &q->qkv, args[1] = &ldq, args[2] = &kc, args[3] = &vc, args[4] = &pos, args[5] = &m, args[6] = &s->n_ctx,
     args[7] = &nh, args[8] = &nkv, args[9] = &hd, args[10] = &q->att, args[11] = &ldo, args[12] = &cut, args[13] = &pieces,
-    args[14] = &q->pf_part, args[15] = &q->pf_ctr;
+    args[14] = &q->att_part, args[15] = &ctr;
     return bitnet__gpu_launch(q->gpu, g->attn_prefill, (unsigned)(nqb + cut * (pieces - 1)), (unsigned)nkv, 128, 1, smem, args);
 }
 
