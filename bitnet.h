@@ -10392,7 +10392,7 @@ BITNET_API bitnet_result bitnet_quantizer_summary(const bitnet_quantizer *qz, ch
 #if !defined(BITNET_NO_CUDA)
 #define BITNET__GPU_FORWARD 1
 
-#define BITNET__GPU_ATT_T 128         /* decode attention: contexts up to this many positions are one block a head (H100: 128 beat 96 by 1%) */
+#define BITNET__GPU_ATT_T 128         /* decode attention: contexts up to this many positions take the short form (16 warps x BF_SW) */
 #define BITNET__GPU_ATT_R 8           /* decode attention: longer ones, ranges of about this many a block (H100: 8 beat 16 by 1.3%) */
 #define BITNET__GPU_ATT_TILE 32       /* decode attention: positions a tile in that form (ranges can be longer; H100: 32 beat 64 by 0.5%) */
 #define BITNET__GPU_ATT_SMAX 32       /* decode attention: ranges a head, at most (the kernel's s_w) */
@@ -10418,6 +10418,7 @@ typedef struct bitnet__gmodel {
     bitnet__glayer *layers;
     int device, sm_count, cc, smem_optin; /* smem_optin: shared memory a block can have (bytes) */
     bitnet_gpu_kernel *embed, *gemv_store, *gemv_res, *gemv_glu, *attn, *head_k, *rope_kv, *attn_prefill, *topk, *penalize;
+    bitnet_gpu_kernel *attn_short;   /* the decode attention's short form for head_dim 32, 64 or 128 (else NULL: attn's) */
     int att_pk;                       /* attn_prefill's keys a tile: BITNET__GPU_ATT_PK (tools rebuild it with others) */
 } bitnet__gmodel;
 
@@ -10550,6 +10551,11 @@ static bitnet_result bitnet__gpu_model_init(bitnet_model *m, int device) {
     BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_fwd_gemv_res", &g->gemv_res));
     BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_fwd_gemv_glu", &g->gemv_glu));
     BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_fwd_attn_decode", &g->attn));
+    if (m->info.head_dim == 32 || m->info.head_dim == 64 || m->info.head_dim == 128) {
+        char name[40];
+        snprintf(name, sizeof name, "bitnet_k_fwd_attn_short_d%d", (int)m->info.head_dim / 32);
+        BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, name, &g->attn_short));
+    }
     g->head_q8 = m->head_q8 != NULL; /* quantized on the host by >>model, as for the CPU */
     BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, g->head_q8 ? "bitnet_k_fwd_head_q8" : "bitnet_k_fwd_head", &g->head_k));
     BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_fwd_rope_kv", &g->rope_kv));
@@ -10562,6 +10568,7 @@ static bitnet_result bitnet__gpu_model_init(bitnet_model *m, int device) {
         const char *e = bitnet__getenv("BITNET_GPU_PDL");
         int pdl = !(e && strcmp(e, "0") == 0);
         g->gemv_store->pdl = g->gemv_res->pdl = g->gemv_glu->pdl = g->attn->pdl = g->head_k->pdl = pdl;
+        if (g->attn_short) g->attn_short->pdl = pdl;
     }
     memset(&c, 0, sizeof c);
     bitnet__gmodel_layout(g, m, &c);
@@ -10688,27 +10695,20 @@ static bitnet_result bitnet__gpu_session_init(bitnet_session *s) {
     const bitnet__gmodel *g = (const bitnet__gmodel *)s->m->gpu;
     bitnet__gsession *q;
     bitnet__gcarve c;
-    int split, i, tmax;
+    int split, i;
     if (!g) return bitnet__err(BITNET_ERR_INVALID_STATE, "CUDA session: the model has no GPU weights");
     q = (bitnet__gsession *)bitnet__calloc(1, sizeof *q);
     if (!q) return BITNET_ERR_OUT_OF_MEMORY;
     s->gpu = q;
     q->B = g->cc >= 80 ? s->n_batch : 1; /* below sm_80 prompts go through the decode step */
-    { /* the most positions whose K and V fit in the short form's shared memory (with 1 KB for its
-         static part), in steps of 16, at least 16 */
-        unsigned hd = (unsigned)s->m->info.head_dim, fixed = bitnet__gatt_smem(hd, 512, 0) + 1024;
-        unsigned per = bitnet__gatt_smem(hd, 512, 1) - bitnet__gatt_smem(hd, 512, 0); /* bytes a position */
-        tmax = g->smem_optin > (int)fixed ? (int)(((unsigned)g->smem_optin - fixed) / per / 16 * 16) : 0;
-        tmax = BITNET__MAX(16, tmax);
-    }
-    q->att_t = BITNET__MIN(BITNET__GPU_ATT_T, tmax);
+    q->att_t = g->attn_short ? BITNET__GPU_ATT_T : 0; /* (other head sizes: the long form throughout) */
     q->att_r = BITNET__GPU_ATT_R;
     q->att_tile = BITNET__GPU_ATT_TILE;
     { /* BITNET_GPU_GEMV_ITEMS: tuning and tests only */
         const char *e = bitnet__getenv("BITNET_GPU_GEMV_ITEMS");
         q->gemv_items = e && atoi(e) >= 1 && atoi(e) <= 64 ? atoi(e) : 4; /* H100: 4 beat 8 by 2% and 16 by 40% */
-        e = bitnet__getenv("BITNET_GPU_ATT_T"); /* the same, and tests (the long form early): 16 .. tmax */
-        if (e && atoi(e) >= 16 && atoi(e) <= tmax) q->att_t = atoi(e) / 16 * 16;
+        e = bitnet__getenv("BITNET_GPU_ATT_T"); /* the same, and tests (the long form early): 16 .. ATT_T */
+        if (e && q->att_t && atoi(e) >= 16 && atoi(e) <= BITNET__GPU_ATT_T) q->att_t = atoi(e) / 16 * 16;
         e = bitnet__getenv("BITNET_GPU_ATT_R"); /* the same: 8 .. 256 */
         if (e && atoi(e) >= 8 && atoi(e) <= 256) q->att_r = atoi(e);
         e = bitnet__getenv("BITNET_GPU_ATT_TILE"); /* the same, and tests (ranges in tiles): 16 .. 128 */
@@ -10800,16 +10800,18 @@ static bitnet_result bitnet__gpu_attention(bitnet_session *s, int l) {
     size_t layer = (size_t)l * (size_t)m->kv_dim * (size_t)s->n_ctx * 2;
     bitnet_devptr kc = q->kc + layer, vc = q->vc + layer, pos = q->io + 4;
     bitnet_devptr part_ml = q->att_part + 8 * (bitnet_devptr)nh * (bitnet_devptr)q->smax * (bitnet_devptr)hd;
-    /* the short form: one block of 512 threads a head; the long one: ranges of about R positions, a
-       block of 128 threads each */
-    unsigned nt = q->form ? 128 : 512, T = (unsigned)(q->form ? q->att_tile : q->att_t);
-    unsigned smem = bitnet__gatt_smem((unsigned)hd, nt, T);
-    int Ti = (int)T;
+    unsigned smem = bitnet__gatt_smem((unsigned)hd, 128, (unsigned)q->att_tile);
     void *args[16];
     args[0] = &q->qkv, args[1] = &q->rope, args[2] = &pos, args[3] = &kc, args[4] = &vc, args[5] = &s->n_ctx, args[6] = &nh,
-    args[7] = &nkv, args[8] = &hd, args[9] = &q->smax, args[10] = &Ti, args[11] = &q->att_r, args[12] = &q->att_part,
+    args[7] = &nkv;
+    if (!q->form) { /* the short form: one block of 16 warps a head */
+        args[8] = &q->att;
+        return bitnet__gpu_launch(q->gpu, g->attn_short, (unsigned)nh, 1, 512, 1, 0, args);
+    }
+    /* the long form: ranges of about R positions, a block of 128 threads each */
+    args[8] = &hd, args[9] = &q->smax, args[10] = &q->att_tile, args[11] = &q->att_r, args[12] = &q->att_part,
     args[13] = &part_ml, args[14] = &q->ctr, args[15] = &q->att;
-    return bitnet__gpu_launch(q->gpu, g->attn, (unsigned)nh, q->form ? (unsigned)q->smax : 1u, nt, 1, smem, args);
+    return bitnet__gpu_launch(q->gpu, g->attn, (unsigned)nh, (unsigned)q->smax, 128, 1, smem, args);
 }
 
 /* 9. head: logits = head . rmsnorm(x_row) * output_norm, and its argmax into io[0] (adv: a decode
