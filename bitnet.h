@@ -10447,10 +10447,11 @@ typedef struct bitnet__gsession {
     int32_t *pin;                     /* mapped host: the token downloads of bitnet__gpu_next_token (or NULL) */
     int32_t dev_pos;                  /* the position io[1] holds on the device, as far as the host knows (-1: not known) */
     int B, smax, head_blocks, have_next;
-    int att_t, att_r, att_tile;       /* the decode attention's forms: BITNET__GPU_ATT_T, _R, _TILE */
+    int att_t, att_w, att_r, att_tile; /* the decode attention's forms: BITNET__GPU_ATT_T, att_w (positions over warps in
+                                         ranges, at most), BITNET__GPU_ATT_R, _TILE */
     int gemv_items;                   /* decode GEMV: K chunks a warp takes, at least (sets the warps a block) */
-    bitnet_gpu_graph *graph[2];       /* the decode step, its attention in the short and the long form */
-    int form;                         /* the form of the step being launched: 1 from att_t + 1 positions */
+    bitnet_gpu_graph *graph[3];       /* the decode step, its attention over warps in one range or several, or the long form */
+    int form;                         /* the form of the step being launched: 1 from att_t + 1 positions, 2 from att_w + 1 */
 } bitnet__gsession;
 
 /* ---- helpers ---------------------------------------------------------------------------------- */
@@ -10628,6 +10629,7 @@ static void bitnet__gpu_session_free(bitnet_session *s) {
     bitnet__free(q->stage);
     bitnet_gpu_graph_free(q->graph[0]);
     bitnet_gpu_graph_free(q->graph[1]);
+    bitnet_gpu_graph_free(q->graph[2]);
     if (q->gpu) {
         bitnet__gpu_host_free(q->gpu, q->pin);
         if (q->mem) bitnet_gpu_free(q->gpu, q->mem);
@@ -10716,6 +10718,12 @@ static bitnet_result bitnet__gpu_session_init(bitnet_session *s) {
     }
     split = (s->n_ctx + q->att_r - 1) / q->att_r;
     q->smax = BITNET__MIN(split, BITNET__GPU_ATT_SMAX);
+    /* ranges over warps (up to ATT_T positions each) while one wave of blocks, one an SM, holds them; then the long form */
+    q->att_w = q->att_t ? BITNET__GPU_ATT_T * BITNET__MIN(q->smax, BITNET__MAX(1, g->sm_count / s->m->info.n_heads)) : 0;
+    {
+        const char *e = bitnet__getenv("BITNET_GPU_ATT_W"); /* tuning, and tests (the long form early): 0 .. ATT_T smax */
+        if (e && q->att_t && atoi(e) >= 0 && atoi(e) <= BITNET__GPU_ATT_T * q->smax) q->att_w = atoi(e) / BITNET__GPU_ATT_T * BITNET__GPU_ATT_T;
+    }
     q->head_blocks = 2 * g->sm_count; /* persistent: two 256-thread blocks per SM, one wave */
     BITNET__TRY(bitnet_gpu_open(g->device, &q->gpu));
     memset(&c, 0, sizeof c);
@@ -10804,9 +10812,10 @@ static bitnet_result bitnet__gpu_attention(bitnet_session *s, int l) {
     void *args[16];
     args[0] = &q->qkv, args[1] = &q->rope, args[2] = &pos, args[3] = &kc, args[4] = &vc, args[5] = &s->n_ctx, args[6] = &nh,
     args[7] = &nkv;
-    if (!q->form) { /* the short form: one block of 16 warps a head */
-        args[8] = &q->att;
-        return bitnet__gpu_launch(q->gpu, g->attn_short, (unsigned)nh, 1, 512, 1, 0, args);
+    if (q->form < 2) { /* over warps: blocks of 16 warps, one range a head or up to att_w / ATT_T */
+        args[8] = &q->smax, args[9] = &q->att_part, args[10] = &part_ml, args[11] = &q->ctr, args[12] = &q->att;
+        return bitnet__gpu_launch(q->gpu, g->attn_short, (unsigned)nh, q->form ? (unsigned)(q->att_w / BITNET__GPU_ATT_T) : 1u, 512,
+                                  1, 0, args);
     }
     /* the long form: ranges of about R positions, a block of 128 threads each */
     args[8] = &hd, args[9] = &q->smax, args[10] = &q->att_tile, args[11] = &q->att_r, args[12] = &q->att_part,
@@ -10858,7 +10867,7 @@ static bitnet_result bitnet__gpu_step(bitnet_session *s) {
 /* The decode graph of a step at pos: its attention's form, captured on first use. */
 static bitnet_result bitnet__gpu_step_graph(bitnet_session *s, int32_t pos) {
     bitnet__gsession *q = (bitnet__gsession *)s->gpu;
-    q->form = pos + 1 > q->att_t;
+    q->form = pos + 1 <= q->att_t ? 0 : pos + 1 <= q->att_w ? 1 : 2;
     if (!q->graph[q->form]) {
         bitnet_result r, r2;
         BITNET__TRY(bitnet_gpu_graph_begin(q->gpu));

@@ -1,8 +1,8 @@
 /* The GPU forward pass (>>cuda-forward) against the CPU one on the same weights: the committed
    tiny GGUF and random models built in memory (head_dim 128 with 4 query heads per kv head as in
    2B-4T, head_dim 64). Logits of every position agree within 1e-5 relative L2 through both GPU
-   paths, the batched prefill (GEMM) and the decode graph (its attention in one range a head, and
-   in many: combined, and in tiles), and greedy generations agree token for token for 64 tokens:
+   paths, the batched prefill (GEMM) and the decode graph (its attention over warps in one range a
+   head or several, and the long form in many ranges: combined, and in tiles), and greedy generations agree token for token for 64 tokens:
    quantized activations, integer dot products, RoPE and the fp16 cache match the CPU bit for bit, attention
    is computed in double on both and rounded to float once (so both give the same floats), and only
    the fp16 head's float sums differ in order (about 1e-7). Sampled generation on the GPU, top-k from
@@ -251,15 +251,18 @@ static void random_model(int vocab, int dim, int layers, int heads, int kv, int 
     TEST_CHECKF(load_pair_weights(&r.w, &cpu, &gpu) == BITNET_OK, "%s", bitnet_last_error());
     if (cpu && gpu) {
         TEST_CHECK(bitnet_model_get_info(gpu, &info) == BITNET_OK && info.backend == BITNET_BACKEND_CUDA);
-        compare(cpu, gpu, 100, 60); /* decode reaches 160 positions: the attention's long form */
-        compare(cpu, gpu, 1, 3);    /* a single-token first call goes through the decode graph (short form) */
+        compare(cpu, gpu, 100, 60); /* decode reaches 160 positions: the attention over warps in two ranges */
+        compare(cpu, gpu, 1, 3);    /* a single-token first call goes through the decode graph (one range) */
+        compare(cpu, gpu, 520, 20); /* over warps in five ranges (where a wave of blocks holds them) */
         /* the long form from 17 positions, in ranges and tiles of 16 (read at session creation): 32
            ranges a head to combine, and past 32 * 16 positions two tiles a range */
         setenv("BITNET_GPU_ATT_T", "16", 1);
+        setenv("BITNET_GPU_ATT_W", "16", 1);
         setenv("BITNET_GPU_ATT_R", "16", 1);
         setenv("BITNET_GPU_ATT_TILE", "16", 1);
         compare(cpu, gpu, 520, 20);
         unsetenv("BITNET_GPU_ATT_T");
+        unsetenv("BITNET_GPU_ATT_W");
         unsetenv("BITNET_GPU_ATT_R");
         unsetenv("BITNET_GPU_ATT_TILE");
         greedy(cpu, gpu);

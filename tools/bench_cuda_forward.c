@@ -190,7 +190,8 @@ static double sampled_tps(double *topk_us) {
 static void drop_graphs(bitnet__gsession *gs) {
     bitnet_gpu_graph_free(gs->graph[0]);
     bitnet_gpu_graph_free(gs->graph[1]);
-    gs->graph[0] = gs->graph[1] = NULL;
+    bitnet_gpu_graph_free(gs->graph[2]);
+    gs->graph[0] = gs->graph[1] = gs->graph[2] = NULL;
 }
 
 /* Device time of one decode step: 25 graph replays back to back from position pos (each moves it on). */
