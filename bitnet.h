@@ -10392,7 +10392,7 @@ BITNET_API bitnet_result bitnet_quantizer_summary(const bitnet_quantizer *qz, ch
 #if !defined(BITNET_NO_CUDA)
 #define BITNET__GPU_FORWARD 1
 
-#define BITNET__GPU_ATT_T 128         /* decode attention: contexts up to this many positions take the short form (16 warps x BF_SW) */
+#define BITNET__GPU_ATT_T 128         /* decode attention over warps: positions a range, at most (16 warps x BF_SW) */
 #define BITNET__GPU_ATT_R 8           /* decode attention: longer ones, ranges of about this many a block (H100: 8 beat 16 by 1.3%) */
 #define BITNET__GPU_ATT_TILE 32       /* decode attention: positions a tile in that form (ranges can be longer; H100: 32 beat 64 by 0.5%) */
 #define BITNET__GPU_ATT_SMAX 32       /* decode attention: ranges a head, at most (the kernel's s_w) */
@@ -10418,7 +10418,7 @@ typedef struct bitnet__gmodel {
     bitnet__glayer *layers;
     int device, sm_count, cc, smem_optin; /* smem_optin: shared memory a block can have (bytes) */
     bitnet_gpu_kernel *embed, *gemv_store, *gemv_res, *gemv_glu, *attn, *head_k, *rope_kv, *attn_prefill, *topk, *penalize;
-    bitnet_gpu_kernel *attn_short;   /* the decode attention's short form for head_dim 32, 64 or 128 (else NULL: attn's) */
+    bitnet_gpu_kernel *attn_warps;   /* the decode attention over warps for head_dim 32, 64 or 128 (else NULL: attn throughout) */
     int att_pk;                       /* attn_prefill's keys a tile: BITNET__GPU_ATT_PK (tools rebuild it with others) */
 } bitnet__gmodel;
 
@@ -10554,8 +10554,8 @@ static bitnet_result bitnet__gpu_model_init(bitnet_model *m, int device) {
     BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_fwd_attn_decode", &g->attn));
     if (m->info.head_dim == 32 || m->info.head_dim == 64 || m->info.head_dim == 128) {
         char name[40];
-        snprintf(name, sizeof name, "bitnet_k_fwd_attn_short_d%d", (int)m->info.head_dim / 32);
-        BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, name, &g->attn_short));
+        snprintf(name, sizeof name, "bitnet_k_fwd_attn_warps_d%d", (int)m->info.head_dim / 32);
+        BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, name, &g->attn_warps));
     }
     g->head_q8 = m->head_q8 != NULL; /* quantized on the host by >>model, as for the CPU */
     BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, g->head_q8 ? "bitnet_k_fwd_head_q8" : "bitnet_k_fwd_head", &g->head_k));
@@ -10569,7 +10569,7 @@ static bitnet_result bitnet__gpu_model_init(bitnet_model *m, int device) {
         const char *e = bitnet__getenv("BITNET_GPU_PDL");
         int pdl = !(e && strcmp(e, "0") == 0);
         g->gemv_store->pdl = g->gemv_res->pdl = g->gemv_glu->pdl = g->attn->pdl = g->head_k->pdl = pdl;
-        if (g->attn_short) g->attn_short->pdl = pdl;
+        if (g->attn_warps) g->attn_warps->pdl = pdl;
     }
     memset(&c, 0, sizeof c);
     bitnet__gmodel_layout(g, m, &c);
@@ -10703,7 +10703,7 @@ static bitnet_result bitnet__gpu_session_init(bitnet_session *s) {
     if (!q) return BITNET_ERR_OUT_OF_MEMORY;
     s->gpu = q;
     q->B = g->cc >= 80 ? s->n_batch : 1; /* below sm_80 prompts go through the decode step */
-    q->att_t = g->attn_short ? BITNET__GPU_ATT_T : 0; /* (other head sizes: the long form throughout) */
+    q->att_t = g->attn_warps ? BITNET__GPU_ATT_T : 0; /* (other head sizes: the long form throughout) */
     q->att_r = BITNET__GPU_ATT_R;
     q->att_tile = BITNET__GPU_ATT_TILE;
     { /* BITNET_GPU_GEMV_ITEMS: tuning and tests only */
@@ -10814,7 +10814,7 @@ static bitnet_result bitnet__gpu_attention(bitnet_session *s, int l) {
     args[7] = &nkv;
     if (q->form < 2) { /* over warps: blocks of 16 warps, one range a head or up to att_w / ATT_T */
         args[8] = &q->smax, args[9] = &q->att_part, args[10] = &part_ml, args[11] = &q->ctr, args[12] = &q->att;
-        return bitnet__gpu_launch(q->gpu, g->attn_short, (unsigned)nh, q->form ? (unsigned)(q->att_w / BITNET__GPU_ATT_T) : 1u, 512,
+        return bitnet__gpu_launch(q->gpu, g->attn_warps, (unsigned)nh, q->form ? (unsigned)(q->att_w / BITNET__GPU_ATT_T) : 1u, 512,
                                   1, 0, args);
     }
     /* the long form: ranges of about R positions, a block of 128 threads each */

@@ -1529,11 +1529,11 @@ static const char bitnet_cuda_src_forward[] = BITNET_CUDA_SRC_KHELPERS
     "/* ---- decode attention. Grid (n_heads, smax), block of any multiple of 32 threads >= hd: block\n"
     "   (h, j) takes query head h over range j of the context. A context of len = pos + 1 <= T positions\n"
     "   is one range a head, with nothing to combine; a longer one is cut into nsplit <= smax even ranges\n"
-    "   of about R positions. The host launches it, in blocks of 128 threads, for contexts past the\n"
-    "   short form's (bitnet_k_fwd_attn_short_d*, below): many small blocks, since one SM has only so many\n"
-    "   loads in flight for a block's copies of many rows. A range's K and V rows (earlier steps') are\n"
-    "   copied into shared memory before griddepcontrol.wait, and the block works on its positions at\n"
-    "   once: a score per group of 8 lanes, an exp per thread, P.V per (dimension, position lane)\n"
+    "   of about R positions. The host launches it, in blocks of 128 threads, for contexts longer than\n"
+    "   the attention over warps takes (bitnet_k_fwd_attn_warps_d*, below): many small blocks, since one\n"
+    "   SM has only so many loads in flight for a block's copies of many rows. A range's K and V rows\n"
+    "   (earlier steps') are copied into shared memory before griddepcontrol.wait, and the block works on\n"
+    "   its positions at once: a score per group of 8 lanes, an exp per thread, P.V per (dimension, position lane)\n"
     "   thread; ranges longer than T go in tiles of T with an online softmax. The blocks of the last\n"
     "   range compute this token's k (rotated) and v rounded to fp16 as the cache holds them and use\n"
     "   them from shared memory; the one of the kv head's first query head stores them in the cache.\n"
@@ -1758,7 +1758,7 @@ static const char bitnet_cuda_src_forward[] = BITNET_CUDA_SRC_KHELPERS
     "    }\n"
     "}\n"
     "template <int DPL>\n"
-    "BF_DEV void bf_attn_short(const float *__restrict__ qkv, const float *__restrict__ rope, const int *__restrict__ posp,\n"
+    "BF_DEV void bf_attn_warps(const float *__restrict__ qkv, const float *__restrict__ rope, const int *__restrict__ posp,\n"
     "                          unsigned short *kc, unsigned short *vc, int n_ctx, int n_heads, int n_kv, int smax, double *part_o,\n"
     "                          double *part_ml, int *counter, float *out) {\n"
     "    const int hd = 32 * DPL;\n"
@@ -1897,16 +1897,16 @@ static const char bitnet_cuda_src_forward[] = BITNET_CUDA_SRC_KHELPERS
     "        out[(long long)h * hd + threadIdx.x] = (float)(O / L);\n"
     "    }\n"
     "}\n"
-    "#define BF_ATTN_SHORT(DPL)                                                                                        \\\n"
-    "    extern \"C\" __global__ void __launch_bounds__(512) bitnet_k_fwd_attn_short_d##DPL(                              \\\n"
+    "#define BF_ATTN_WARPS(DPL)                                                                                        \\\n"
+    "    extern \"C\" __global__ void __launch_bounds__(512) bitnet_k_fwd_attn_warps_d##DPL(                              \\\n"
     "        const float *__restrict__ qkv, const float *__restrict__ rope, const int *__restrict__ posp, unsigned short *kc, \\\n"
     "        unsigned short *vc, int n_ctx, int n_heads, int n_kv, int smax, double *part_o, double *part_ml, int *counter,   \\\n"
     "        float *out) {                                                                                               \\\n"
-    "        bf_attn_short<DPL>(qkv, rope, posp, kc, vc, n_ctx, n_heads, n_kv, smax, part_o, part_ml, counter, out);       \\\n"
+    "        bf_attn_warps<DPL>(qkv, rope, posp, kc, vc, n_ctx, n_heads, n_kv, smax, part_o, part_ml, counter, out);       \\\n"
     "    }\n"
-    "BF_ATTN_SHORT(1)\n"
-    "BF_ATTN_SHORT(2)\n"
-    "BF_ATTN_SHORT(4)\n"
+    "BF_ATTN_WARPS(1)\n"
+    "BF_ATTN_WARPS(2)\n"
+    "BF_ATTN_WARPS(4)\n"
     "\n"
     "/* ---- prefill: RoPE of q (in place) and k, k and v into the fp16 cache at pos0 + t; grid m. */\n"
     "extern \"C\" __global__ void bitnet_k_fwd_rope_kv(float *qkv, long long ldq, const float *__restrict__ rope,\n"
@@ -2620,9 +2620,9 @@ static const char bitnet_cuda_src_forward[] = BITNET_CUDA_SRC_KHELPERS
     X(bitnet_k_fwd_gemv_glu, forward) \
     X(bitnet_k_fwd_embed, forward) \
     X(bitnet_k_fwd_attn_decode, forward) \
-    X(bitnet_k_fwd_attn_short_d1, forward) \
-    X(bitnet_k_fwd_attn_short_d2, forward) \
-    X(bitnet_k_fwd_attn_short_d4, forward) \
+    X(bitnet_k_fwd_attn_warps_d1, forward) \
+    X(bitnet_k_fwd_attn_warps_d2, forward) \
+    X(bitnet_k_fwd_attn_warps_d4, forward) \
     X(bitnet_k_fwd_rope_kv, forward) \
     X(bitnet_k_fwd_attn_prefill, forward) \
     X(bitnet_k_fwd_head, forward) \

@@ -341,7 +341,7 @@ static void empty_graph(void) {
 }
 
 /* The host's part of a decode step: 25 steps from position PROMPT (graph replays move the position
-   on by one, and stay in the attention's short form), each way timed on the host. */
+   on by one, and stay in the attention's one-range form), each way timed on the host. */
 static void host_overhead(void) {
     bitnet__gsession *q = (bitnet__gsession *)G_s->gpu;
     const int n = 25;
