@@ -10361,9 +10361,9 @@ BITNET_API bitnet_result bitnet_quantizer_summary(const bitnet_quantizer *qz, ch
 /* The forward pass on the GPU, the same steps in the same order as bitnet__cpu_forward, each
    step a bitnet__gpu_<step> function. Weights (ternary in the T32 layout of the ternary module,
    the fp16 embedding and head), the fp16 KV cache and every activation stay on the device.
-   - Decode (one token): a CUDA graph per session and attention form (contexts up to att_t
-     positions, and longer ones), captured at first use and replayed after (H100, 2B-4T shapes:
-     see BENCHMARKS.md). Token and position are read from device memory (io), and the token's fp16
+   - Decode (one token): a CUDA graph per session and attention form (contexts in one range over
+     warps, in several, and longer ones in the long form), captured at first use and replayed after
+     (H100, 2B-4T shapes: see BENCHMARKS.md). Token and position are read from device memory (io), and the token's fp16
      embedding row from the table in mapped host memory, so the host does one 8-byte upload and
      one graph launch a token, with no synchronisation inside it; the head leaves the argmax and
      the next position in io, so greedy decoding launches each step before the host has read the
@@ -10373,7 +10373,9 @@ BITNET_API bitnet_result bitnet_quantizer_summary(const bitnet_quantizer *qz, ch
      ternary GEMV, RoPE and the KV append in the attention kernel, residual adds and
      relu(gate)^2 * up in GEMV epilogues; the head kernel also leaves the argmax on the device. On
      sm_90 the kernels go out with programmatic dependent launch (the launch path's per-kernel
-     flag), so each one's launch and weight loads overlap the kernel before it.
+     flag), so each one's launch and weight loads overlap the kernel before it. A kernel reads what
+     an earlier one wrote only after its wait, and never by the read-only path (ld.global.nc): it
+     may start while that one still writes (BENCHMARKS.md, session 20).
    - The head: int8 rows with a scale each by default (the CPU's head, quantized on the host at
      load, half the bytes of fp16); fp16 with bitnet_model_desc.head_f16 or BITNET_HEAD=f16. The
      device memory holds no fp16 embedding table (the mapped one is host memory: n_vocab * dim * 2
@@ -10709,7 +10711,7 @@ static bitnet_result bitnet__gpu_session_init(bitnet_session *s) {
     { /* BITNET_GPU_GEMV_ITEMS: tuning and tests only */
         const char *e = bitnet__getenv("BITNET_GPU_GEMV_ITEMS");
         q->gemv_items = e && atoi(e) >= 1 && atoi(e) <= 64 ? atoi(e) : 4; /* H100: 4 beat 8 by 2% and 16 by 40% */
-        e = bitnet__getenv("BITNET_GPU_ATT_T"); /* the same, and tests (the long form early): 16 .. ATT_T */
+        e = bitnet__getenv("BITNET_GPU_ATT_T"); /* the same, and tests (several ranges early): 16 .. ATT_T */
         if (e && q->att_t && atoi(e) >= 16 && atoi(e) <= BITNET__GPU_ATT_T) q->att_t = atoi(e) / 16 * 16;
         e = bitnet__getenv("BITNET_GPU_ATT_R"); /* the same: 8 .. 256 */
         if (e && atoi(e) >= 8 && atoi(e) <= 256) q->att_r = atoi(e);
@@ -10722,7 +10724,8 @@ static bitnet_result bitnet__gpu_session_init(bitnet_session *s) {
     q->att_w = q->att_t ? BITNET__GPU_ATT_T * BITNET__MIN(q->smax, BITNET__MAX(1, g->sm_count / s->m->info.n_heads)) : 0;
     {
         const char *e = bitnet__getenv("BITNET_GPU_ATT_W"); /* tuning, and tests (the long form early): 0 .. ATT_T smax */
-        if (e && q->att_t && atoi(e) >= 0 && atoi(e) <= BITNET__GPU_ATT_T * q->smax) q->att_w = atoi(e) / BITNET__GPU_ATT_T * BITNET__GPU_ATT_T;
+        if (e && q->att_t && atoi(e) >= 0 && atoi(e) <= BITNET__GPU_ATT_T * q->smax)
+            q->att_w = atoi(e) / BITNET__GPU_ATT_T * BITNET__GPU_ATT_T;
     }
     q->head_blocks = 2 * g->sm_count; /* persistent: two 256-thread blocks per SM, one wave */
     BITNET__TRY(bitnet_gpu_open(g->device, &q->gpu));
