@@ -1,5 +1,6 @@
 /* GPU runtime. Without a GPU: loader failures (BITNET_LIBCUDA, BITNET_NVRTC), the BITNET_GPU_FAKE
-   matrix, NVRTC for sm_70/80/90, the JIT cache (hit, miss, corrupt, read-only), fault injection.
+   matrix, NVRTC for sm_70/80/90, BITNET_CUDA_KERNELS against the compiled kernels, the JIT cache (hit,
+   miss, corrupt, read-only), fault injection.
    With a GPU (skipped without one; failures under BITNET_REQUIRE_GPU=1): device info against
    nvidia-smi, copies, kernels, 8 threads x 200 ordered rounds, the pool, BITNET_MEMORY_LIMIT,
    custom kernels, graphs, timing. Tests that need their own environment run in a forked child
@@ -440,6 +441,97 @@ static void test_jit_cache(void) {
     }
     make_tmp(dir, sizeof dir, "cache");
     setenv("BITNET_CACHE_DIR", dir, 1);
+}
+
+/* BITNET_CUDA_KERNELS against the compiled modules: bitnet_gpu_builtin_kernel finds a kernel through
+   that list, so a kernel left out of it, or listed under an old name, would otherwise fail only on a
+   GPU. Every listed kernel must be a bitnet_k_ function symbol of its module's sm_90 cubin (read from
+   the JIT cache: a 32-byte header, then the ELF), and every such symbol must be listed. */
+#define KL_MAX 256
+static int kl_n;
+static char kl_name[KL_MAX][64], kl_mod[KL_MAX][32];
+static void kl_read(void) { /* the X(kernel, module) rows of bitnet_cuda_kernels.h */
+    char line[512], *a, *b, *c;
+    FILE *f = fopen("bitnet_cuda_kernels.h", "r");
+    kl_n = 0;
+    if (!f) return;
+    while (fgets(line, sizeof line, f) && kl_n < KL_MAX)
+        if ((a = strstr(line, "    X(bitnet_k_")) == line && (b = strchr(a, ',')) && (c = strchr(b, ')'))) {
+            *b = *c = 0;
+            snprintf(kl_name[kl_n], sizeof kl_name[0], "%.63s", a + 6);
+            snprintf(kl_mod[kl_n++], sizeof kl_mod[0], "%.31s", b + 2);
+        }
+    fclose(f);
+}
+static uint64_t le(const unsigned char *p, int n) {
+    uint64_t v = 0;
+    while (n--) v = v << 8 | p[n];
+    return v;
+}
+/* The names of the ELF64 image's function symbols that start with bitnet_k_ (NULL-terminated, in out). */
+static int elf_kernels(const unsigned char *e, size_t n, const char **out, int cap) {
+    uint64_t shoff, i, k;
+    int found = 0, shn, shsz;
+    if (n < 64 || memcmp(e, "\177ELF", 4) || e[4] != 2) return -1;
+    shoff = le(e + 0x28, 8), shsz = (int)le(e + 0x3a, 2), shn = (int)le(e + 0x3c, 2);
+    if (shoff > n || (uint64_t)shn * (uint64_t)shsz > n - shoff || shsz < 64) return -1;
+    for (i = 0; i < (uint64_t)shn; i++) {
+        const unsigned char *sh = e + shoff + i * (uint64_t)shsz, *st;
+        uint64_t off = le(sh + 0x18, 8), size = le(sh + 0x20, 8), link = le(sh + 0x28, 4), soff, ssize;
+        if (le(sh + 4, 4) != 2 || off > n || size > n - off || link >= (uint64_t)shn) continue; /* SHT_SYMTAB */
+        st = e + shoff + link * (uint64_t)shsz, soff = le(st + 0x18, 8), ssize = le(st + 0x20, 8);
+        if (soff > n || ssize > n - soff) return -1;
+        for (k = 0; k + 24 <= size; k += 24) {
+            const unsigned char *sym = e + off + k;
+            uint64_t name = le(sym, 4);
+            const char *s = (const char *)e + soff + name;
+            if ((sym[4] & 15) != 2 || name >= ssize || !memchr(s, 0, (size_t)(ssize - name))) continue; /* STT_FUNC */
+            if (strncmp(s, "bitnet_k_", 9) == 0 && found < cap - 1) out[found++] = s;
+        }
+    }
+    out[found] = NULL;
+    return found;
+}
+static void test_builtin_kernel_list(void) {
+    char dir[512];
+    const char *why = nvrtc_missing(), *syms[KL_MAX];
+    int i, j, k, listed = 0;
+    if (why) TEST_SKIP("no NVRTC here: %s", why);
+    if (nvrtc_min > 90) TEST_SKIP("NVRTC %d cannot build sm_90", nvrtc_version);
+    kl_read();
+    TEST_CHECKF(kl_n > 30, "%d kernels read from bitnet_cuda_kernels.h (run from the repository root)", kl_n);
+    make_tmp(dir, sizeof dir, "kernel-list");
+    setenv("BITNET_CACHE_DIR", dir, 1);
+    unsetenv("BITNET_CUDA_CACHE");
+    for (i = 0; i < bitnet_gpu_builtin_count(); i++) {
+        bitnet_gpu_jit_info info;
+        unsigned char *img = NULL;
+        long size;
+        FILE *f;
+        int n = -1;
+        if (bitnet_gpu_builtin_min_sm(i) > 90) continue;
+        TEST_CHECKF(bitnet_gpu_jit_builtin(i, "sm_90", 1, &info) == BITNET_OK && info.cubin, "module %s: %s",
+                    bitnet_gpu_builtin_name(i), bitnet_last_error());
+        size = file_size(info.cache_file);
+        if (size == (long)info.bytes + 32 && (img = (unsigned char *)malloc((size_t)size)) && (f = fopen(info.cache_file, "rb"))) {
+            if (fread(img, 1, (size_t)size, f) == (size_t)size) n = elf_kernels(img + 32, info.bytes, syms, KL_MAX);
+            fclose(f);
+        }
+        TEST_CHECKF(n > 0, "module %s: no kernels read from %s", bitnet_gpu_builtin_name(i), info.cache_file);
+        for (k = 0; k < n; k++) {
+            for (j = 0; j < kl_n && strcmp(kl_name[j], syms[k]); j++) {}
+            TEST_CHECKF(j < kl_n && strcmp(kl_mod[j], bitnet_gpu_builtin_name(i)) == 0,
+                        "%s of module %s is not listed under it in BITNET_CUDA_KERNELS", syms[k], bitnet_gpu_builtin_name(i));
+        }
+        for (j = 0; j < kl_n; j++) {
+            if (strcmp(kl_mod[j], bitnet_gpu_builtin_name(i))) continue;
+            for (k = 0; k < n && strcmp(kl_name[j], syms[k]); k++) {}
+            TEST_CHECKF(k < n, "%s is listed under module %s but not in its cubin", kl_name[j], kl_mod[j]);
+            listed++;
+        }
+        free(img);
+    }
+    TEST_CHECKF(listed == kl_n, "%d of %d listed kernels belong to a module built for sm_90", listed, kl_n);
 }
 
 static void test_jit_fault_nvrtc(void) {
@@ -895,6 +987,7 @@ int main(void) {
     RUN_TEST(test_nvrtc_sm90);
     RUN_TEST(test_nvrtc_ptx_fallback);
     RUN_TEST(test_jit_cache);
+    RUN_TEST(test_builtin_kernel_list);
     RUN_TEST(test_jit_fault_nvrtc);
     RUN_TEST(test_jit_errors_carry_the_log);
 
