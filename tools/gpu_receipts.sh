@@ -6,6 +6,8 @@
 #   cd <repo> && OUT=/tmp/out GIT_COMMIT=<hash> tools/gpu_receipts.sh
 # GIT_COMMIT: the commit the tree is (the receipts carry it); needed where the tree is a copy
 # without .git, as on the device machine, else the receipts say "unknown".
+# Nothing else may use the GPU meanwhile: a compute-sanitizer run beside it (session 20) slowed
+# every kernel about 3.5x and the receipt failed its gate. Run sanitizers before or after.
 set -uo pipefail
 out=${OUT:-/tmp/receipts-out}; mkdir -p "$out"
 tag=${TAG:-h100}

@@ -5,6 +5,7 @@
 # Writes $OUT/sanitize_summary.txt (one line per tool per binary: sanitizer errors, the tests'
 # own result, exit code, PASS/FAIL/TIMEOUT) and $OUT/sanitize_logs.tgz (every log).
 # A pair passes when the sanitizer reports 0 errors, the binary ends with "0 failed", and it exits 0.
+# Never beside a benchmark: the sanitized kernels slow everything on the GPU (about 3.5x, session 20).
 # Usage (repository root, on a machine with a GPU):
 #   tools/gpu_sanitize.sh                      all three tools
 #   tools/gpu_sanitize.sh memcheck initcheck   some of them (split across calls if time is short)
