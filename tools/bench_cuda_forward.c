@@ -507,19 +507,22 @@ int main(int argc, char **argv) {
     measure("without programmatic dependent launch", gen_dev);
     set_pdl(1);
     measure("with programmatic dependent launch", gen_dev);
-    { /* decode attention: one block a head up to T positions, else ranges of about R in tiles of TILE
-         (att_t, att_r, att_tile; the library: BITNET__GPU_ATT_T, _R, _TILE); 0: the default */
-        static const int cfg[][3] = {{64, 0, 0}, {128, 0, 0}, {0, 16, 0}, {0, 32, 0}, {0, 0, 32}};
-        int deft = gs->att_t, defr = gs->att_r, defl = gs->att_tile;
+    { /* decode attention: over warps in one range up to T positions and in ranges up to W, else the long
+         form, ranges of about R in tiles of TILE (att_t, att_w, att_r, att_tile; the library:
+         BITNET__GPU_ATT_T, a wave of ranges, BITNET__GPU_ATT_R, _TILE); 0: the default, W -1: no ranges
+         over warps, -2: as many as smax allows */
+        static const int cfg[][4] = {{64, 0, 0, 0}, {0, 0, 0, -1}, {0, 0, 0, -2}, {0, 16, 0, -1}, {0, 32, 0, -1}, {0, 0, 32, -1}};
+        int deft = gs->att_t, defw = gs->att_w, defr = gs->att_r, defl = gs->att_tile;
         for (j = 0; j < (int)(sizeof cfg / sizeof cfg[0]); j++) {
             char what[96];
             gs->att_t = cfg[j][0] ? cfg[j][0] : deft, gs->att_r = cfg[j][1] ? cfg[j][1] : defr;
             gs->att_tile = cfg[j][2] ? cfg[j][2] : defl;
+            gs->att_w = cfg[j][3] == -1 ? 0 : cfg[j][3] == -2 && deft ? BITNET__GPU_ATT_T * gs->smax : defw;
             drop_graphs(gs);
-            snprintf(what, sizeof what, "attention T %d R %d tile %d", gs->att_t, gs->att_r, gs->att_tile);
+            snprintf(what, sizeof what, "attention T %d W %d R %d tile %d", gs->att_t, gs->att_w, gs->att_r, gs->att_tile);
             measure(what, gen_dev);
         }
-        gs->att_t = deft, gs->att_r = defr, gs->att_tile = defl;
+        gs->att_t = deft, gs->att_w = defw, gs->att_r = defr, gs->att_tile = defl;
         drop_graphs(gs);
         printf("  per kernel, at position 180:\n");
         step_us_at(180);
