@@ -2,12 +2,12 @@
    tiny GGUF and random models built in memory (head_dim 128 with 4 query heads per kv head as in
    2B-4T, head_dim 64). Logits of every position agree within 1e-5 relative L2 through both GPU
    paths, the batched prefill (GEMM) and the decode graph (its attention over warps in one range a
-   head or several, and the long form in many ranges: combined, and in tiles), and greedy generations agree token for token for 64 tokens:
-   quantized activations, integer dot products, RoPE and the fp16 cache match the CPU bit for bit, attention
-   is computed in double on both and rounded to float once (so both give the same floats), and only
-   the fp16 head's float sums differ in order (about 1e-7). Sampled generation on the GPU, top-k from
-   the device's k best, draws the tokens the host sampler draws from the whole row. Host buffers are
-   poisoned with NaN before each call. Skipped without a GPU; a failure under BITNET_REQUIRE_GPU=1. */
+   head or several, and the long form in many ranges: combined, and in tiles), and greedy
+   generations agree token for token for 64 tokens: quantized activations, integer dot products,
+   RoPE and the fp16 cache match the CPU bit for bit, attention is computed in double on both and
+   rounded to float once (so both give the same floats), and only the fp16 head's float sums differ
+   in order (about 1e-7). Sampled generation on the GPU, top-k from the device's k best, draws the
+   tokens the host sampler draws from the whole row. Host buffers are poisoned with NaN before each call. Skipped without a GPU; a failure under BITNET_REQUIRE_GPU=1. */
 #define _GNU_SOURCE /* setenv */
 #include "../bitnet.h"
 #include "harness.h"
