@@ -7,7 +7,8 @@
    RoPE and the fp16 cache match the CPU bit for bit, attention is computed in double on both and
    rounded to float once (so both give the same floats), and only the fp16 head's float sums differ
    in order (about 1e-7). Sampled generation on the GPU, top-k from the device's k best, draws the
-   tokens the host sampler draws from the whole row. Host buffers are poisoned with NaN before each call. Skipped without a GPU; a failure under BITNET_REQUIRE_GPU=1. */
+   tokens the host sampler draws from the whole row. Host buffers are poisoned with NaN before each
+   call. Skipped without a GPU; a failure under BITNET_REQUIRE_GPU=1. */
 #define _GNU_SOURCE /* setenv */
 #include "../bitnet.h"
 #include "harness.h"
