@@ -253,6 +253,7 @@ static void set_pdl(int on) {
     bitnet__gmodel *gm = (bitnet__gmodel *)G_m->gpu;
     bitnet__gsession *gs = (bitnet__gsession *)G_s->gpu;
     gm->gemv_store->pdl = gm->gemv_res->pdl = gm->gemv_glu->pdl = gm->attn->pdl = gm->head_k->pdl = on;
+    if (gm->attn_warps) gm->attn_warps->pdl = on;
     drop_graphs(gs);
 }
 
@@ -267,6 +268,11 @@ static void use_build(const char *opts) { /* (modules stay loaded until the hand
     CHECK(bitnet_gpu_kernel_get(mod, "bitnet_k_fwd_gemv_res", &gm->gemv_res));
     CHECK(bitnet_gpu_kernel_get(mod, "bitnet_k_fwd_gemv_glu", &gm->gemv_glu));
     CHECK(bitnet_gpu_kernel_get(mod, "bitnet_k_fwd_attn_decode", &gm->attn));
+    if (gm->attn_warps) {
+        char name[64];
+        snprintf(name, sizeof name, "bitnet_k_fwd_attn_warps_d%d", G_m->info.head_dim / 32);
+        CHECK(bitnet_gpu_kernel_get(mod, name, &gm->attn_warps));
+    }
     CHECK(bitnet_gpu_kernel_get(mod, gm->head_q8 ? "bitnet_k_fwd_head_q8" : "bitnet_k_fwd_head", &gm->head_k));
     CHECK(bitnet_gpu_kernel_get(mod, "bitnet_k_fwd_rope_kv", &gm->rope_kv));
     CHECK(bitnet_gpu_kernel_get(mod, "bitnet_k_fwd_attn_prefill", &gm->attn_prefill));
