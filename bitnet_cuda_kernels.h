@@ -143,26 +143,51 @@ static const char bitnet_cuda_src_util[] =
     "    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);\n" \
     "    return v;\n" \
     "}\n" \
-    "/* Block-wide reductions (any blockDim.x*y*z up to 1024); every thread gets the result. The\n" \
-    "   cross-warp pass starts from 0: sums, and maxima of non-negative values (absmax). sh serves one\n" \
-    "   reduction a kernel: nothing reads it before, so no barrier precedes its writes (each such\n" \
-    "   barrier is on the decode prologue's path). */\n" \
-    "struct bn_op_add { template <class T> __device__ __forceinline__ T operator()(T a, T b) const { return a + b; } };\n" \
-    "struct bn_op_max { __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); } };\n" \
-    "template <class T, class Op> BN_DEV T bn_block_reduce(T v, T *sh, Op op) {\n" \
-    "    int t = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);\n" \
-    "    int nt = blockDim.x * blockDim.y * blockDim.z;\n" \
+    "/* Block-wide reductions (any blockDim.x*y*z up to 1024); every thread gets the result. sh serves\n" \
+    "   one reduction a kernel: nothing reads it before, so no barrier precedes its writes (each such\n" \
+    "   barrier is on the decode prologue's path). The double sum adds the warps' sums in warp order. */\n" \
+    "BN_DEV int bn_tid_nt(int &nt) {\n" \
+    "    nt = blockDim.x * blockDim.y * blockDim.z;\n" \
+    "    return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);\n" \
+    "}\n" \
+    "BN_DEV double bn_block_sum_d(double v, double *sh) {\n" \
+    "    int nt, t = bn_tid_nt(nt);\n" \
     "#pragma unroll\n" \
-    "    for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));\n" \
+    "    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);\n" \
     "    if ((t & 31) == 0) sh[t >> 5] = v;\n" \
     "    __syncthreads();\n" \
-    "    v = T(0);\n" \
-    "    for (int i = 0; i < (nt + 31) / 32; i++) v = op(v, sh[i]);\n" \
+    "    v = 0.0;\n" \
+    "    for (int i = 0; i < (nt + 31) / 32; i++) v += sh[i];\n" \
     "    return v;\n" \
     "}\n" \
-    "BN_DEV double bn_block_sum_d(double v, double *sh) { return bn_block_reduce(v, sh, bn_op_add()); }\n" \
-    "BN_DEV float bn_block_max_f(float v, float *sh) { return bn_block_reduce(v, sh, bn_op_max()); }\n" \
-    "BN_DEV int bn_block_sum_i(int v, int *sh) { return bn_block_reduce(v, sh, bn_op_add()); }\n" \
+    "/* A warp's integer sum or unsigned maximum: one instruction from sm_80 (redux.sync), any order\n" \
+    "   gives the same result; bn_block_u the block's, over the warps' in shared memory. */\n" \
+    "template <bool MAX> BN_DEV unsigned int bn_warp_u(unsigned int v) {\n" \
+    "#if __CUDA_ARCH__ >= 800\n" \
+    "    if (MAX) asm(\"redux.sync.max.u32 %0, %0, 0xffffffff;\" : \"+r\"(v));\n" \
+    "    else asm(\"redux.sync.add.u32 %0, %0, 0xffffffff;\" : \"+r\"(v));\n" \
+    "#else\n" \
+    "#pragma unroll\n" \
+    "    for (int o = 16; o > 0; o >>= 1) {\n" \
+    "        const unsigned int u = __shfl_xor_sync(0xffffffffu, v, o);\n" \
+    "        v = MAX ? max(v, u) : v + u;\n" \
+    "    }\n" \
+    "#endif\n" \
+    "    return v;\n" \
+    "}\n" \
+    "template <bool MAX> BN_DEV unsigned int bn_block_u(unsigned int v, unsigned int *sh) {\n" \
+    "    int nt, t = bn_tid_nt(nt);\n" \
+    "    v = bn_warp_u<MAX>(v);\n" \
+    "    if ((t & 31) == 0) sh[t >> 5] = v;\n" \
+    "    __syncthreads();\n" \
+    "    return bn_warp_u<MAX>((t & 31) < (nt + 31) / 32 ? sh[t & 31] : 0u);\n" \
+    "}\n" \
+    "BN_DEV int bn_block_sum_i(int v, int *sh) { return (int)bn_block_u<false>((unsigned int)v, (unsigned int *)sh); }\n" \
+    "/* The block's absmax: fmaxf over non-negative floats from 0 (NaN ignored) is the integer maximum\n" \
+    "   of their bits with NaN and -0 taken as 0. */\n" \
+    "BN_DEV float bn_block_max_f(float v, float *sh) {\n" \
+    "    return __uint_as_float(bn_block_u<true>(v > 0.0f ? __float_as_uint(v) : 0u, (unsigned int *)sh));\n" \
+    "}\n" \
     "/* Global -> shared copies that do not hold the thread up (cp.async from sm_80; below, plain\n" \
     "   copies, and commit and wait do nothing): bn_cp_async16 to a shared-window address (sm_80+:\n" \
     "   the GEMM rings), bn_cp16 to a pointer, bytes 16 or 0 to zero dst; bn_cp_async4 4 bytes.\n" \
@@ -1269,6 +1294,7 @@ static const char bitnet_cuda_src_forward[] = BITNET_CUDA_SRC_KHELPERS
     "#define BF_GEMV_U 6        /* 16-byte weight loads in flight per lane (H100: 6 beat 8 by 2%; 98 registers, not 104,\n"
     "                              though both allocate as 104) */\n"
     "#endif\n"
+
     "#ifndef BF_HEAD_U\n"
     "#define BF_HEAD_U 10       /* head: 16-byte loads in flight per lane (10 cover a 2560-wide row) */\n"
     "#endif\n"
@@ -1436,7 +1462,7 @@ static const char bitnet_cuda_src_forward[] = BITNET_CUDA_SRC_KHELPERS
     "    int asum;\n"
     "    bf_norm_quant(x, nw, nwv, k, eps, a, ascale, asum, red);\n"
     "#pragma unroll\n"
-    "    for (int o = 16; o > 0; o >>= 1) asum += __shfl_xor_sync(0xffffffffu, asum, o);\n"
+    "    asum = (int)bn_warp_u<false>((unsigned int)asum);\n"
     "    if (lane == 0) psum[wid] = asum; /* the codes' sum, added up below with the partial dot products */\n"
     "    __syncthreads();\n"
     "    int c0[4] = {0, 0, 0, 0}, c1[4] = {0, 0, 0, 0}; /* group 0 / 1; plane j holds 4^j times its sum */\n"
