@@ -1294,7 +1294,6 @@ static const char bitnet_cuda_src_forward[] = BITNET_CUDA_SRC_KHELPERS
     "#define BF_GEMV_U 6        /* 16-byte weight loads in flight per lane (H100: 6 beat 8 by 2%; 98 registers, not 104,\n"
     "                              though both allocate as 104) */\n"
     "#endif\n"
-
     "#ifndef BF_HEAD_U\n"
     "#define BF_HEAD_U 10       /* head: 16-byte loads in flight per lane (10 cover a 2560-wide row) */\n"
     "#endif\n"
@@ -1460,7 +1459,6 @@ static const char bitnet_cuda_src_forward[] = BITNET_CUDA_SRC_KHELPERS
     "    float ascale;\n"
     "    int asum;\n"
     "    bf_norm_quant(x, nw, nwv, k, eps, a, ascale, asum, red);\n"
-    "#pragma unroll\n"
     "    asum = (int)bn_warp_u<false>((unsigned int)asum);\n"
     "    if (lane == 0) psum[wid] = asum; /* the codes' sum, added up below with the partial dot products */\n"
     "    __syncthreads();\n"
