@@ -142,6 +142,12 @@ static void test_gpu_quantize_act(void) {
         rand_floats(x, m * k, test_rand_float(0.1f, 20.0f));
         x[0] = 0.5f / 63.5f; /* ties and zeros */
         if (k > 3) x[1] = 0.0f;
+        if (m >= 6 && k > 9) { /* rows with NaN (ignored by the absmax), only signed zeros, +-inf */
+            x[2 * k + 5] = NAN;
+            for (i = 0; i < k; i++) x[3 * k + i] = i & 1 ? -0.0f : 0.0f;
+            x[4 * k + 7] = INFINITY;
+            x[5 * k + 9] = -INFINITY, x[5 * k + 3] = NAN;
+        }
         for (i = 0; i < k; i++) nw[i] = test_rand_float(0.5f, 1.5f);
         dx = upload(x, m * k * 4);
         dnw = upload(nw, k * 4);
