@@ -507,6 +507,9 @@ int main(int argc, char **argv) {
         printf("  per kernel, at position %d:\n", PROMPT + 1);
         step_us();
         kernel_times();
+        printf("  per kernel, at position 180:\n");
+        step_us_at(180);
+        kernel_times();
     }
     use_build("");
     set_pdl(0);
