@@ -10,7 +10,8 @@
 #   tools/gpu_sanitize.sh                      all three tools
 #   tools/gpu_sanitize.sh memcheck initcheck   some of them (split across calls if time is short)
 # Environment: OUT (default ./gpu-sanitize-out), JOBS (parallel pairs, default 12), PAIR_TIMEOUT
-# (seconds per pair, default 480: racecheck on test_cuda_forward took 409 s, H100, 2026-11-27),
+# (seconds per pair, default 480: racecheck on test_cuda_forward took 409-437 s alone, H100, 2026-11-27;
+# beside 22 other pairs at JOBS=16 it ran past 300 s, so give the long pairs a call of their own with TESTS),
 # GIT_COMMIT (the commit the tree is, where its .git is absent or stale, as on the device machine),
 # TESTS (binaries, default every build/tests/test_*),
 # BITNET_TEST_THREAD_TOKENS (tokens per thread in test_hostile's thread test, default 32 here) and
