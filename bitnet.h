@@ -59,6 +59,7 @@
      BITNET_HEAD=q8|f16                   the LM head: int8 rows with scales (default) or exact fp16
      BITNET_SEED=S, BITNET_DETERMINISTIC=1  seed for a zero sampler seed; a fixed one instead of the clock
      BITNET_GPU_PDL=0                     no programmatic dependent launch in the decode graph
+     BITNET_GPU_NO_CLUSTER=1              sm_90: the decode attention's ranges combined by a last block, not a cluster
      BITNET_GPU_TOPK=0                    GPU sampling downloads the whole logits row (tests, A/B)
      BITNET_TGEMV_PDL=0, BITNET_TGEMV_WARPS=N, BITNET_TGEMV_U=4|8, BITNET_GPU_GEMV_ITEMS  force a GEMV form (tests, A/B)
      BITNET_TGEMM_WG=0, BITNET_TGEMM_TN=32|64|128, BITNET_TGEMM_SPLIT=N  the prefill GEMM: mma.sync
@@ -7149,6 +7150,7 @@ enum { /* cuda.h values */
     X(cuLaunchKernel, 4000, 1, "cuLaunchKernel", (bitnet__CUfunction f, unsigned gx, unsigned gy, unsigned gz, \
         unsigned bx, unsigned by, unsigned bz, unsigned smem, bitnet__CUstream s, void **args, void **extra)) \
     X(cuLaunchKernelEx, 12000, 0, "cuLaunchKernelEx", (const void *config, bitnet__CUfunction f, void **args, void **extra)) \
+    X(cuOccupancyMaxActiveClusters, 12000, 0, "cuOccupancyMaxActiveClusters", (int *n, bitnet__CUfunction f, const void *config)) \
     X(cuStreamBeginCapture, 10010, 0, "cuStreamBeginCapture_v2", (bitnet__CUstream s, int mode)) \
     X(cuStreamEndCapture, 10000, 0, "cuStreamEndCapture", (bitnet__CUstream s, bitnet__CUgraph *g)) \
     X(cuGraphInstantiateWithFlags, 11040, 0, "cuGraphInstantiateWithFlags", (bitnet__CUgraphExec *e, bitnet__CUgraph g, unsigned long long flags)) \
@@ -8340,8 +8342,9 @@ BITNET_API bitnet_result bitnet_gpu_memset(bitnet_gpu *gpu, bitnet_devptr dst, i
 
 /* CUlaunchAttribute (an id, then a 64-byte value union at offset 8) and CUlaunchConfig, for
    cuLaunchKernelEx with programmatic stream serialization (attribute 6): the kernel may start
-   before the previous one in the stream ends, and waits for it with griddepcontrol.wait. */
-typedef struct bitnet__cu_launch_attr { int id, pad, value; char rest[60]; } bitnet__cu_launch_attr;
+   before the previous one in the stream ends, and waits for it with griddepcontrol.wait; and with
+   a cluster dimension (attribute 4: x, y, z blocks a thread-block cluster). */
+typedef struct bitnet__cu_launch_attr { int id, pad; unsigned v[16]; } bitnet__cu_launch_attr;
 typedef struct bitnet__cu_launch_config {
     unsigned grid[3], block[3], smem;
     bitnet__CUstream stream;
@@ -8350,9 +8353,10 @@ typedef struct bitnet__cu_launch_config {
 } bitnet__cu_launch_config;
 
 /* The one launch path: the only call of cuLaunchKernel(Ex), which also counts and times. pdl: launch
-   with programmatic stream serialization (sm_90; only for kernels that wait with griddepcontrol). */
+   with programmatic stream serialization (sm_90; only for kernels that wait with griddepcontrol).
+   cly > 1: clusters of 1 x cly blocks (sm_90; grid[1] a multiple of it; the caller checked the device). */
 static bitnet_result bitnet__launch(bitnet_gpu *gpu, bitnet_gpu_kernel *k, const unsigned grid[3], const unsigned block[3],
-                                   unsigned shared_bytes, void **args, int pdl) {
+                                   unsigned shared_bytes, void **args, int pdl, unsigned cly) {
     bitnet__gpu_dev *dv;
     bitnet__CUresult r = 0;
     bitnet__CUevent ev[2] = {NULL, NULL};
@@ -8402,15 +8406,17 @@ static bitnet_result bitnet__launch(bitnet_gpu *gpu, bitnet_gpu_kernel *k, const
             bitnet__cuda.cu.cuEventRecord(ev[0], gpu->stream);
         }
     }
-    if (pdl && dv->cc >= 90 && bitnet__cuda.cu.cuLaunchKernelEx) {
-        bitnet__cu_launch_attr at;
+    if ((pdl || cly > 1) && dv->cc >= 90 && bitnet__cuda.cu.cuLaunchKernelEx) {
+        bitnet__cu_launch_attr at[2];
         bitnet__cu_launch_config cfg;
-        memset(&at, 0, sizeof at);
+        unsigned n = 0;
+        memset(at, 0, sizeof at);
         memset(&cfg, 0, sizeof cfg);
-        at.id = 6, at.value = 1;
+        if (pdl) at[n].id = 6, at[n].v[0] = 1, n++;
+        if (cly > 1) at[n].id = 4, at[n].v[0] = 1, at[n].v[1] = cly, at[n].v[2] = 1, n++;
         memcpy(cfg.grid, grid, sizeof cfg.grid);
         memcpy(cfg.block, block, sizeof cfg.block);
-        cfg.smem = shared_bytes, cfg.stream = gpu->stream, cfg.attrs = &at, cfg.n_attrs = 1;
+        cfg.smem = shared_bytes, cfg.stream = gpu->stream, cfg.attrs = at, cfg.n_attrs = n;
         r = bitnet__cuda.cu.cuLaunchKernelEx(&cfg, k->fn, args, NULL);
     } else {
         r = bitnet__cuda.cu.cuLaunchKernel(k->fn, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared_bytes,
@@ -8450,7 +8456,7 @@ static bitnet_result bitnet__launch(bitnet_gpu *gpu, bitnet_gpu_kernel *k, const
 
 BITNET_API bitnet_result bitnet_gpu_launch(bitnet_gpu *gpu, bitnet_gpu_kernel *k, const unsigned grid[3],
                                            const unsigned block[3], unsigned shared_bytes, void **args) {
-    return bitnet__launch(gpu, k, grid, block, shared_bytes, args, k ? k->pdl : 0);
+    return bitnet__launch(gpu, k, grid, block, shared_bytes, args, k ? k->pdl : 0, 1);
 }
 
 BITNET_API bitnet_result bitnet_gpu_set_timing(bitnet_gpu *gpu, int on) {
@@ -9892,7 +9898,7 @@ static bitnet_result bitnet__tgemv_pdl(bitnet_gpu *gpu, const bitnet_gpu_ternary
     wpg = BITNET__MIN(BITNET__MIN(wpg, 32 / rg), nc);
     grid[0] = (unsigned)groups, grid[1] = grid[2] = 1;
     block[0] = 32, block[1] = (unsigned)(wpg * rg), block[2] = 1;
-    return bitnet__launch(gpu, u == 8 ? k8 : k4, grid, block, 0, args, 1);
+    return bitnet__launch(gpu, u == 8 ? k8 : k4, grid, block, 0, args, 1, 1);
 }
 
 /* M > 8 on sm_90: the wgmma GEMM (bitnet_k_tgemm90_n<TN>, module tgemm built for sm_90a), tiles
@@ -9954,7 +9960,7 @@ static bitnet_result bitnet__tgemm90(bitnet_gpu *gpu, const bitnet_gpu_ternary *
     block[0] = 256, block[1] = block[2] = 1; /* two warpgroups */
     memcpy(xargs, args, 15 * sizeof *xargs);
     xargs[15] = &ws, xargs[16] = &ctr;
-    return bitnet__launch(gpu, k, grid, block, smem, xargs, 0);
+    return bitnet__launch(gpu, k, grid, block, smem, xargs, 0, 1);
 }
 
 static bitnet_result bitnet__tmm_issue(bitnet_gpu *gpu, const bitnet_gpu_ternary *w, const bitnet_gpu_act *a,
@@ -10398,6 +10404,7 @@ BITNET_API bitnet_result bitnet_quantizer_summary(const bitnet_quantizer *qz, ch
 #define BITNET__GPU_ATT_R 8           /* decode attention: longer ones, ranges of about this many a block (H100: 8 beat 16 by 1.3%) */
 #define BITNET__GPU_ATT_TILE 32       /* decode attention: positions a tile in that form (ranges can be longer; H100: 32 beat 64 by 0.5%) */
 #define BITNET__GPU_ATT_SMAX 32       /* decode attention: ranges a head, at most (the kernel's s_w) */
+#define BITNET__GPU_ATT_CLMAX 8       /* decode attention over warps on sm_90: ranges a head as one cluster, at most (BF_CLMAX) */
 #define BITNET__GPU_PREFILL_MIN 2     /* tokens per call from which prefill takes the GEMM path */
 #define BITNET__GPU_ATT_ROWS 32       /* prefill attention: rows (query x head) a block (the kernels' BF_PR) */
 #define BITNET__GPU_ATT_PK 32         /* prefill attention: keys a tile (the kernels' BF_PK; 32: three blocks fit an SM) */
@@ -10452,8 +10459,11 @@ typedef struct bitnet__gsession {
     int att_t, att_w, att_r, att_tile; /* the decode attention's forms: BITNET__GPU_ATT_T, att_w (positions over warps in
                                          ranges, at most), BITNET__GPU_ATT_R, _TILE */
     int gemv_items;                   /* decode GEMV: K chunks a warp takes, at least (sets the warps a block) */
-    bitnet_gpu_graph *graph[3];       /* the decode step, its attention over warps in one range or several, or the long form */
-    int form;                         /* the form of the step being launched: 1 from att_t + 1 positions, 2 from att_w + 1 */
+    bitnet_gpu_graph *graph[2 + BITNET__GPU_ATT_CLMAX]; /* the decode step by its attention's form (below) */
+    int form;                         /* the form of the step being launched: 0 over warps in one range, 1 in ranges
+                                         from att_t + 1 positions (their last block combines them), 2 the long form from
+                                         att_w + 1; 1 + n: n ranges as one cluster (att_cl) */
+    int att_cl;                       /* sm_90: the ranges over warps as clusters, up to BITNET__GPU_ATT_CLMAX */
 } bitnet__gsession;
 
 /* ---- helpers ---------------------------------------------------------------------------------- */
@@ -10464,6 +10474,21 @@ static bitnet_result bitnet__gpu_launch(bitnet_gpu *g, bitnet_gpu_kernel *k, uns
     grid[0] = gx, grid[1] = gy, grid[2] = 1;
     block[0] = bx, block[1] = by, block[2] = 1;
     return bitnet_gpu_launch(g, k, grid, block, smem, args);
+}
+
+/* The same launch with clusters of 1 x cly blocks (grid gx x cly; sm_90) */
+static bitnet_result bitnet__gpu_launch_cl(bitnet_gpu *g, bitnet_gpu_kernel *k, unsigned gx, unsigned cly, unsigned bx, void **args) {
+    unsigned grid[3], block[3];
+    grid[0] = gx, grid[1] = cly, grid[2] = 1;
+    block[0] = bx, block[1] = 1, block[2] = 1;
+    return bitnet__launch(g, k, grid, block, 0, args, k->pdl, cly);
+}
+
+/* The decode attention's ranges over warps for len positions (the kernels' bf_att_ranges): at most ny
+   and smax, even, each non-empty */
+static int bitnet__att_ranges(int len, int smax, int ny) {
+    int n = BITNET__MIN((len + BITNET__GPU_ATT_T - 1) / BITNET__GPU_ATT_T, BITNET__MIN(smax, ny)), c = (len + n - 1) / n;
+    return (len + c - 1) / c;
 }
 
 /* Carves one allocation into 256-byte aligned pieces; a first pass with base 0 sizes it. */
@@ -10627,11 +10652,10 @@ static bitnet_result bitnet__gpu_model_init(bitnet_model *m, int device) {
 
 static void bitnet__gpu_session_free(bitnet_session *s) {
     bitnet__gsession *q = (bitnet__gsession *)s->gpu;
+    int i;
     if (!q) return;
     bitnet__free(q->stage);
-    bitnet_gpu_graph_free(q->graph[0]);
-    bitnet_gpu_graph_free(q->graph[1]);
-    bitnet_gpu_graph_free(q->graph[2]);
+    for (i = 0; i < (int)(sizeof q->graph / sizeof q->graph[0]); i++) bitnet_gpu_graph_free(q->graph[i]);
     if (q->gpu) {
         bitnet__gpu_host_free(q->gpu, q->pin);
         if (q->mem) bitnet_gpu_free(q->gpu, q->mem);
@@ -10695,6 +10719,29 @@ static unsigned bitnet__gatt_smem(unsigned hd, unsigned nt, unsigned T) {
     return 16 * T + 8 * hd * (nt / hd) + 4 * hd + 4 * hd * (T + 2);
 }
 
+/* The most ranges (up to nmax) whose clusters of 512-thread attention blocks a wave holds nh of (the
+   driver's count, on an idle device) */
+static int bitnet__gpu_att_clusters(const bitnet__gmodel *g, int nh, int nmax) {
+    int n;
+    if (!bitnet__cuda.cu.cuOccupancyMaxActiveClusters) return nmax;
+    for (n = 2; n <= nmax; n++) {
+        bitnet__cu_launch_attr at;
+        bitnet__cu_launch_config cfg;
+        int fit = 0;
+        memset(&at, 0, sizeof at);
+        memset(&cfg, 0, sizeof cfg);
+        at.id = 4, at.v[0] = 1, at.v[1] = (unsigned)n, at.v[2] = 1;
+        cfg.grid[0] = (unsigned)nh, cfg.grid[1] = (unsigned)n, cfg.grid[2] = 1;
+        cfg.block[0] = 512, cfg.block[1] = cfg.block[2] = 1;
+        cfg.attrs = &at, cfg.n_attrs = 1;
+        if (bitnet__ctx_push(g->gpu->dev->ctx) != BITNET_OK) return nmax;
+        if (bitnet__cuda.cu.cuOccupancyMaxActiveClusters(&fit, g->attn_warps->fn, &cfg) != 0) fit = nh; /* (not known: as asked) */
+        bitnet__ctx_pop();
+        if (fit < nh) return n - 1;
+    }
+    return nmax;
+}
+
 static bitnet_result bitnet__gpu_session_init(bitnet_session *s) {
     const bitnet__gmodel *g = (const bitnet__gmodel *)s->m->gpu;
     bitnet__gsession *q;
@@ -10726,6 +10773,13 @@ static bitnet_result bitnet__gpu_session_init(bitnet_session *s) {
         const char *e = bitnet__getenv("BITNET_GPU_ATT_W"); /* tuning, and tests (the long form early): 0 .. ATT_T smax */
         if (e && q->att_t && atoi(e) >= 0 && atoi(e) <= BITNET__GPU_ATT_T * q->smax)
             q->att_w = atoi(e) / BITNET__GPU_ATT_T * BITNET__GPU_ATT_T;
+    }
+    /* sm_90: a head's ranges over warps as one cluster (combined in distributed shared memory, not by a last block) */
+    q->att_cl = g->cc >= 90 && g->attn_warps && bitnet__cuda.cu.cuLaunchKernelEx && !bitnet__getenv("BITNET_GPU_NO_CLUSTER");
+    if (q->att_cl) {
+        int n = bitnet__gpu_att_clusters(g, s->m->info.n_heads, BITNET__MIN(q->att_w / BITNET__GPU_ATT_T, BITNET__GPU_ATT_CLMAX));
+        if (n >= 2) q->att_w = n * BITNET__GPU_ATT_T;
+        else q->att_cl = 0;
     }
     q->head_blocks = 2 * g->sm_count; /* persistent: two 256-thread blocks per SM, one wave */
     BITNET__TRY(bitnet_gpu_open(g->device, &q->gpu));
@@ -10815,6 +10869,10 @@ static bitnet_result bitnet__gpu_attention(bitnet_session *s, int l) {
     void *args[16];
     args[0] = &q->qkv, args[1] = &q->rope, args[2] = &pos, args[3] = &kc, args[4] = &vc, args[5] = &s->n_ctx, args[6] = &nh,
     args[7] = &nkv;
+    if (q->form > 2) { /* over warps, a head's form - 1 ranges as one cluster */
+        args[8] = &q->smax, args[9] = &q->att_part, args[10] = &part_ml, args[11] = &q->ctr, args[12] = &q->att;
+        return bitnet__gpu_launch_cl(q->gpu, g->attn_warps, (unsigned)nh, (unsigned)(q->form - 1), 512, args);
+    }
     if (q->form < 2) { /* over warps: blocks of 16 warps, one range a head or up to att_w / ATT_T */
         args[8] = &q->smax, args[9] = &q->att_part, args[10] = &part_ml, args[11] = &q->ctr, args[12] = &q->att;
         return bitnet__gpu_launch(q->gpu, g->attn_warps, (unsigned)nh, q->form ? (unsigned)(q->att_w / BITNET__GPU_ATT_T) : 1u, 512,
@@ -10871,6 +10929,10 @@ static bitnet_result bitnet__gpu_step(bitnet_session *s) {
 static bitnet_result bitnet__gpu_step_graph(bitnet_session *s, int32_t pos) {
     bitnet__gsession *q = (bitnet__gsession *)s->gpu;
     q->form = pos + 1 <= q->att_t ? 0 : pos + 1 <= q->att_w ? 1 : 2;
+    if (q->form == 1 && q->att_cl) {
+        int n = bitnet__att_ranges(pos + 1, q->smax, q->att_w / BITNET__GPU_ATT_T);
+        if (n > 1) q->form = 1 + n;
+    }
     if (!q->graph[q->form]) {
         bitnet_result r, r2;
         BITNET__TRY(bitnet_gpu_graph_begin(q->gpu));

@@ -252,9 +252,12 @@ static void random_model(int vocab, int dim, int layers, int heads, int kv, int 
     TEST_CHECKF(load_pair_weights(&r.w, &cpu, &gpu) == BITNET_OK, "%s", bitnet_last_error());
     if (cpu && gpu) {
         TEST_CHECK(bitnet_model_get_info(gpu, &info) == BITNET_OK && info.backend == BITNET_BACKEND_CUDA);
-        compare(cpu, gpu, 100, 60); /* decode reaches 160 positions: the attention over warps in two ranges */
+        compare(cpu, gpu, 100, 60); /* decode reaches 160 positions: the attention over warps in two ranges (sm_90: a cluster) */
         compare(cpu, gpu, 1, 3);    /* a single-token first call goes through the decode graph (one range) */
         compare(cpu, gpu, 520, 20); /* over warps in five ranges (where a wave of blocks holds them) */
+        setenv("BITNET_GPU_NO_CLUSTER", "1", 1); /* sm_90: the ranges combined by their last block, as on older GPUs */
+        compare(cpu, gpu, 100, 60);
+        unsetenv("BITNET_GPU_NO_CLUSTER");
         /* the long form from 17 positions, in ranges and tiles of 16 (read at session creation): 32
            ranges a head to combine, and past 32 * 16 positions two tiles a range */
         setenv("BITNET_GPU_ATT_T", "16", 1);
