@@ -224,6 +224,75 @@ static void test_gpu_rms_near_ties(void) {
     }
 }
 
+/* The decode GEMV (the forward module's bitnet_k_fwd_gemv_store: RMSNorm, int8 quantization and the
+   ternary dot products in one kernel) against bitnet_rmsnorm_quantize + bitnet_gemm_i2s, bit for
+   bit. Cases: random; two elements that |x * w| and |y| order differently (found by search: a
+   prologue that took max|y| from the largest |x * w| would be wrong, BENCHMARKS.md sessions 11 and
+   23); an exact tie; x all zero; a norm weight of 1e37. Element ti sits in the part the prologue
+   reads again when k = 6912 runs on 8 warps, in registers on 16. */
+static int order_differs(const float *x, const float *nw, size_t k, size_t i, size_t j, float *y) {
+    double pi = fabs((double)x[i] * nw[i]), pj = fabs((double)x[j] * nw[j]);
+    if (bitnet_rmsnorm(x, nw, 1, k, 1e-5f, y) != BITNET_OK) return 0;
+    return (pi > pj && fabsf(y[j]) > fabsf(y[i])) || (pj > pi && fabsf(y[i]) > fabsf(y[j]));
+}
+static void test_gpu_decode_gemv_prologue(void) {
+    enum { N = 70 };
+    static const size_t ks[] = {2560, 6912};
+    static const unsigned warps[] = {8, 16};
+    bitnet_gpu_kernel *kern = NULL;
+    size_t s, c, v, i;
+    NEED_GPU();
+    TEST_CHECKF(bitnet_gpu_builtin_kernel(G, "bitnet_k_fwd_gemv_store", &kern) == BITNET_OK, "%s", bitnet_last_error());
+    for (s = 0; kern && s < sizeof ks / sizeof ks[0]; s++) {
+        size_t k = ks[s], bytes = bitnet_i2s_bytes(N, k), ti = k - 3, tj = 5;
+        int8_t *codes = (int8_t *)xmalloc(N * k), *q = (int8_t *)xmalloc(k);
+        uint8_t *i2s = (uint8_t *)xmalloc(bytes);
+        float *x = (float *)xmalloc(k * 4), *nw = (float *)xmalloc(k * 4), *y = (float *)xmalloc(k * 4), ref[N], out[N], sc, eps = 1e-5f;
+        int32_t su;
+        int n_out = N, nc = (int)(k / 64);
+        bitnet_gpu_i2s_part part;
+        bitnet_gpu_ternary w;
+        struct { int32_t n; int32_t end[8]; float scale[8]; } segs; /* the kernel's bitnet_k_segs */
+        rand_codes(codes, N * k);
+        TEST_CHECK(bitnet_i2s_pack(codes, N, k, 0.7f, i2s, bytes) == BITNET_OK);
+        part.data = i2s, part.bytes = bytes, part.n = N;
+        TEST_CHECKF(bitnet_gpu_ternary_upload(G, &part, 1, k, 0, &w) == BITNET_OK, "%s", bitnet_last_error());
+        memset(&segs, 0, sizeof segs);
+        segs.n = 1, segs.end[0] = (int32_t)w.part_end[0], segs.scale[0] = w.part_scale[0];
+        for (c = 0; c < 5; c++) {
+            int tries = 0;
+            rand_floats(x, k, 1.0f);
+            for (i = 0; i < k; i++) nw[i] = test_rand_float(0.5f, 1.5f);
+            if (c == 1) { /* the top two by |x * w| in the other order by |y| */
+                do {
+                    x[ti] = test_rand_float(8.0f, 9.0f), nw[tj] = test_rand_float(0.9f, 1.1f);
+                    x[tj] = nextafterf((float)((double)x[ti] * nw[ti] / nw[tj]), (float)test_rand_int(-1, 1) * INFINITY);
+                } while (!order_differs(x, nw, k, ti, tj, y) && ++tries < 100000);
+                TEST_CHECKF(tries < 100000, "k=%zu: no pair found", k);
+            }
+            if (c == 2) x[ti] = x[tj] = -9.0f, nw[ti] = nw[tj];
+            if (c == 3) memset(x, 0, k * 4);
+            if (c == 4) x[tj] = 5e-37f, nw[tj] = 1e37f;
+            TEST_CHECK(bitnet_rmsnorm_quantize(x, nw, 1, k, eps, q, &sc, &su) == BITNET_OK);
+            TEST_CHECK(bitnet_gemm_i2s(i2s, bytes, N, k, q, &sc, &su, 1, ref) == BITNET_OK);
+            for (v = 0; v < sizeof warps / sizeof warps[0]; v++) {
+                bitnet_devptr dx = upload(x, k * 4), dnw = upload(nw, k * 4), dout = poisoned(N * 4);
+                unsigned grid[3] = {(N + 31) / 32, 1, 1}, block[3] = {32, warps[v], 1}, smem = (unsigned)k + warps[v] * 32 * 4;
+                void *args[8];
+                args[0] = &w.data, args[1] = &n_out, args[2] = &nc, args[3] = &segs, args[4] = &dx, args[5] = &dnw, args[6] = &eps,
+                args[7] = &dout;
+                TEST_CHECK(dx && dnw && dout);
+                TEST_CHECKF(bitnet_gpu_launch(G, kern, grid, block, smem, args) == BITNET_OK, "%s", bitnet_last_error());
+                TEST_CHECK(bitnet_gpu_download(G, out, dout, sizeof out) == BITNET_OK);
+                TEST_CHECKF(memcmp(out, ref, sizeof ref) == 0, "k=%zu case %zu, %u warps: %a vs %a", k, c, warps[v], out[0], ref[0]);
+                bitnet_gpu_free(G, dx), bitnet_gpu_free(G, dnw), bitnet_gpu_free(G, dout);
+            }
+        }
+        bitnet_gpu_ternary_free(G, &w);
+        free(codes), free(q), free(i2s), free(x), free(nw), free(y);
+    }
+}
+
 /* ---- GPU: W2A8 matmul ------------------------------------------------------------------------ */
 
 typedef struct tcase { int parts; size_t rows[3]; size_t k, m; int glu; } tcase;
@@ -730,6 +799,7 @@ int main(void) {
     if (!gpu_ok) bitnet_gpu_preflight(gpu_reason, sizeof gpu_reason);
     RUN_TEST(test_gpu_quantize_act);
     RUN_TEST(test_gpu_rms_near_ties);
+    RUN_TEST(test_gpu_decode_gemv_prologue);
     RUN_TEST(test_gpu_ternary_gemv);
     RUN_TEST(test_gpu_ternary_gemv_splits);
     RUN_TEST(test_gpu_ternary_gemm);
