@@ -247,7 +247,8 @@ static void test_gpu_decode_gemv_prologue(void) {
         size_t k = ks[s], bytes = bitnet_i2s_bytes(N, k), ti = k - 3, tj = 5;
         int8_t *codes = (int8_t *)xmalloc(N * k), *q = (int8_t *)xmalloc(k);
         uint8_t *i2s = (uint8_t *)xmalloc(bytes);
-        float *x = (float *)xmalloc(k * 4), *nw = (float *)xmalloc(k * 4), *y = (float *)xmalloc(k * 4), ref[N], out[N], sc, eps = 1e-5f;
+        float *x = (float *)xmalloc(k * 4), *nw = (float *)xmalloc(k * 4), *y = (float *)xmalloc(k * 4);
+        float ref[N], out[N], sc, eps = 1e-5f;
         int32_t su;
         int n_out = N, nc = (int)(k / 64);
         bitnet_gpu_i2s_part part;
@@ -266,6 +267,7 @@ static void test_gpu_decode_gemv_prologue(void) {
             if (c == 1) { /* the top two by |x * w| in the other order by |y| */
                 do {
                     x[ti] = test_rand_float(8.0f, 9.0f), nw[tj] = test_rand_float(0.9f, 1.1f);
+                    /* x[tj] * nw[tj] about x[ti] * nw[ti]; 0 * INFINITY (NaN) gives a NaN x[tj]: no pair, the next try */
                     x[tj] = nextafterf((float)((double)x[ti] * nw[ti] / nw[tj]), (float)test_rand_int(-1, 1) * INFINITY);
                 } while (!order_differs(x, nw, k, ti, tj, y) && ++tries < 100000);
                 TEST_CHECKF(tries < 100000, "k=%zu: no pair found", k);
