@@ -2,7 +2,8 @@
 # Nsight Compute on one decode step's kernels (2B-4T, random weights): duration, throughput,
 # occupancy and warp stall reasons of the attention, the GEMVs and the int8 head. Logs to $OUT.
 # PROMPT (default 64) sets where decoding starts: 64 is over warps in one range, 200 in two
-# (a step after 128 positions costs ~3 us a layer more: the ranges' combine by their last block, BENCHMARKS.md session 22).
+# (past 128 positions a head's ranges are combined: on sm_90 in a cluster, elsewhere by their last block,
+# ~3 us a layer more, BENCHMARKS.md sessions 22 and 23).
 set -u
 OUT=${OUT:-/tmp/gpu_ncu}
 mkdir -p "$OUT"
