@@ -7243,13 +7243,17 @@ static BITNET__PRINTF(3, 4) void bitnet__strcatf(char *buf, size_t cap, const ch
     va_end(ap);
 }
 
-/* Copies s into d, truncating; d always ends in a NUL. */
+/* Copies s into d; d always ends in a NUL, and a copy that had to be cut ends in "...". */
 static void bitnet__strlcpy(char *d, size_t cap, const char *s) {
     size_t n = strlen(s);
     if (!cap) return;
-    if (n >= cap) n = cap - 1;
-    memcpy(d, s, n);
-    d[n] = 0;
+    if (n < cap) {
+        memcpy(d, s, n + 1);
+        return;
+    }
+    memcpy(d, s, cap - 1);
+    d[cap - 1] = 0;
+    if (cap > 3) memcpy(d + cap - 4, "...", 3);
 }
 
 /* ---- process-wide state: the driver and NVRTC, each loaded once ----------------------------- */
@@ -11242,7 +11246,7 @@ static bitnet_result bitnet__resolve_backend(bitnet_backend want, bitnet_model_i
         return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_model_load: backend %d is not AUTO, CPU or CUDA", (int)want);
     bitnet_clear_error();
     gpu_ok = bitnet_gpu_available();
-    snprintf(why, sizeof why, "%.190s", bitnet_last_error()[0] ? bitnet_last_error() : "no usable CUDA device");
+    bitnet__strlcpy(why, sizeof why, bitnet_last_error()[0] ? bitnet_last_error() : "no usable CUDA device");
 #if !defined(BITNET__GPU_FORWARD)
     if (gpu_ok) snprintf(why, sizeof why, "this build has no GPU forward pass");
     gpu_ok = 0;
@@ -11431,6 +11435,7 @@ static bitnet_result bitnet__model_build(bitnet_model *m, const bitnet_model_wei
 #if defined(BITNET__GPU_FORWARD)
     if (in->backend == BITNET_BACKEND_CUDA) { /* the same int8 head by default: quantized here, uploaded, freed */
         bitnet_result r;
+        char why[184];
         if (!(d && d->head_f16) && !(env && strcmp(env, "f16") == 0)) {
             BITNET__TRY(bitnet__head_quantize(m, d));
             in->head_bits = 8;
@@ -11448,8 +11453,8 @@ static bitnet_result bitnet__model_build(bitnet_model *m, const bitnet_model_wei
         if (d && d->backend == BITNET_BACKEND_CUDA) return r;
         /* AUTO: a GPU that fails here (device memory, NVRTC, a module load) leaves the CPU, and says so */
         in->backend = BITNET_BACKEND_CPU;
-        snprintf(in->backend_reason, sizeof in->backend_reason, "CUDA failed (%s: %.180s); using the CPU",
-                 bitnet_result_string(r), bitnet_last_error());
+        bitnet__strlcpy(why, sizeof why, bitnet_last_error()); /* (all of it stays in bitnet_last_error) */
+        snprintf(in->backend_reason, sizeof in->backend_reason, "CUDA failed (%s: %s); using the CPU", bitnet_result_string(r), why);
         bitnet__log(BITNET_LOG_WARN, "model: %s", in->backend_reason);
     }
 #endif

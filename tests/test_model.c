@@ -562,6 +562,7 @@ static void test_backend(void) {
     bitnet_model *m = NULL;
     bitnet_model_desc d;
     bitnet_model_info info;
+    char cause[1024];
     tm_build(&t, 32, 128, 1, 2, 2, 128, 5);
     memset(&d, 0, sizeof d);
     if (bitnet_gpu_available()) { /* AUTO takes the GPU and says so (the no-GPU errors need no GPU) */
@@ -574,6 +575,9 @@ static void test_backend(void) {
         tm_free(&t);
         return;
     }
+    bitnet_clear_error();
+    TEST_CHECK(!bitnet_gpu_available());
+    snprintf(cause, sizeof cause, "%s", bitnet_last_error()); /* why AUTO will take the CPU, in full */
     d.backend = BITNET_BACKEND_CUDA;
     TEST_CHECK(bitnet_model_from_weights(&t.w, &d, &m) == BITNET_ERR_BACKEND && m == NULL);
     TEST_CHECK(strstr(bitnet_last_error(), "cuda") != NULL);
@@ -581,6 +585,18 @@ static void test_backend(void) {
     TEST_CHECK(bitnet_model_from_weights(&t.w, &d, &m) == BITNET_OK);
     TEST_CHECK(bitnet_model_get_info(m, &info) == BITNET_OK && info.backend == BITNET_BACKEND_CPU);
     TEST_CHECKF(strstr(info.backend_reason, "CPU") != NULL, "reason: %s", info.backend_reason);
+    { /* the cause in the reason is whole, or its start cut with "..." (never cut mid-sentence unmarked) */
+        const char *pre = "CUDA unavailable: ", *tail = "; using the CPU", *c = strstr(info.backend_reason, pre);
+        size_t n = strlen(info.backend_reason), nc;
+        TEST_CHECKF(c && n > strlen(tail) && strcmp(info.backend_reason + n - strlen(tail), tail) == 0, "reason: %s", info.backend_reason);
+        if (c) {
+            c += strlen(pre);
+            nc = (size_t)(info.backend_reason + n - strlen(tail) - c);
+            TEST_CHECKF((nc == strlen(cause) && strncmp(c, cause, nc) == 0) ||
+                            (nc > 3 && strncmp(c + nc - 3, "...", 3) == 0 && strncmp(c, cause, nc - 3) == 0),
+                        "reason: %s\ncause: %s", info.backend_reason, cause);
+        }
+    }
     bitnet_model_free(m);
     d.backend = (bitnet_backend)7;
     TEST_CHECK(bitnet_model_from_weights(&t.w, &d, &m) == BITNET_ERR_INVALID_ARG);
