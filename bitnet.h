@@ -8349,6 +8349,7 @@ BITNET_API bitnet_result bitnet_gpu_memset(bitnet_gpu *gpu, bitnet_devptr dst, i
    before the previous one in the stream ends, and waits for it with griddepcontrol.wait; and with
    a cluster dimension (attribute 4: x, y, z blocks a thread-block cluster). */
 typedef struct bitnet__cu_launch_attr { int id, pad; unsigned v[16]; } bitnet__cu_launch_attr;
+static void bitnet__cluster_attr(bitnet__cu_launch_attr *a, unsigned cly) { a->id = 4, a->v[0] = 1, a->v[1] = cly, a->v[2] = 1; }
 typedef struct bitnet__cu_launch_config {
     unsigned grid[3], block[3], smem;
     bitnet__CUstream stream;
@@ -8417,7 +8418,7 @@ static bitnet_result bitnet__launch(bitnet_gpu *gpu, bitnet_gpu_kernel *k, const
         memset(at, 0, sizeof at);
         memset(&cfg, 0, sizeof cfg);
         if (pdl) at[n].id = 6, at[n].v[0] = 1, n++;
-        if (cly > 1) at[n].id = 4, at[n].v[0] = 1, at[n].v[1] = cly, at[n].v[2] = 1, n++;
+        if (cly > 1) bitnet__cluster_attr(&at[n++], cly);
         memcpy(cfg.grid, grid, sizeof cfg.grid);
         memcpy(cfg.block, block, sizeof cfg.block);
         cfg.smem = shared_bytes, cfg.stream = gpu->stream, cfg.attrs = at, cfg.n_attrs = n;
@@ -10488,8 +10489,8 @@ static bitnet_result bitnet__gpu_launch_cl(bitnet_gpu *g, bitnet_gpu_kernel *k, 
     return bitnet__launch(g, k, grid, block, 0, args, k->pdl, cly);
 }
 
-/* The decode attention's ranges over warps for len positions (the kernels' bf_att_ranges): at most ny
-   and smax, even, each non-empty */
+/* The decode attention's ranges over warps for len positions (bf_attn_warps' nsplit, the same rule): at
+   most ny and smax, even, each non-empty */
 static int bitnet__att_ranges(int len, int smax, int ny) {
     int n = BITNET__MIN((len + BITNET__GPU_ATT_T - 1) / BITNET__GPU_ATT_T, BITNET__MIN(smax, ny)), c = (len + n - 1) / n;
     return (len + c - 1) / c;
@@ -10734,7 +10735,7 @@ static int bitnet__gpu_att_clusters(const bitnet__gmodel *g, int nh, int nmax) {
         int fit = 0;
         memset(&at, 0, sizeof at);
         memset(&cfg, 0, sizeof cfg);
-        at.id = 4, at.v[0] = 1, at.v[1] = (unsigned)n, at.v[2] = 1;
+        bitnet__cluster_attr(&at, (unsigned)n);
         cfg.grid[0] = (unsigned)nh, cfg.grid[1] = (unsigned)n, cfg.grid[2] = 1;
         cfg.block[0] = 512, cfg.block[1] = cfg.block[2] = 1;
         cfg.attrs = &at, cfg.n_attrs = 1;
@@ -10873,12 +10874,9 @@ static bitnet_result bitnet__gpu_attention(bitnet_session *s, int l) {
     void *args[16];
     args[0] = &q->qkv, args[1] = &q->rope, args[2] = &pos, args[3] = &kc, args[4] = &vc, args[5] = &s->n_ctx, args[6] = &nh,
     args[7] = &nkv;
-    if (q->form > 2) { /* over warps, a head's form - 1 ranges as one cluster */
+    if (q->form != 2) { /* over warps: blocks of 16 warps, one range a head, up to att_w / ATT_T, or form - 1 as one cluster */
         args[8] = &q->smax, args[9] = &q->att_part, args[10] = &part_ml, args[11] = &q->ctr, args[12] = &q->att;
-        return bitnet__gpu_launch_cl(q->gpu, g->attn_warps, (unsigned)nh, (unsigned)(q->form - 1), 512, args);
-    }
-    if (q->form < 2) { /* over warps: blocks of 16 warps, one range a head or up to att_w / ATT_T */
-        args[8] = &q->smax, args[9] = &q->att_part, args[10] = &part_ml, args[11] = &q->ctr, args[12] = &q->att;
+        if (q->form > 2) return bitnet__gpu_launch_cl(q->gpu, g->attn_warps, (unsigned)nh, (unsigned)(q->form - 1), 512, args);
         return bitnet__gpu_launch(q->gpu, g->attn_warps, (unsigned)nh, q->form ? (unsigned)(q->att_w / BITNET__GPU_ATT_T) : 1u, 512,
                                   1, 0, args);
     }
