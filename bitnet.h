@@ -10473,20 +10473,13 @@ typedef struct bitnet__gsession {
 
 /* ---- helpers ---------------------------------------------------------------------------------- */
 
+/* A launch of gx x gy blocks of bx x by threads, as clusters of 1 x cly blocks where cly > 1 (sm_90) */
 static bitnet_result bitnet__gpu_launch(bitnet_gpu *g, bitnet_gpu_kernel *k, unsigned gx, unsigned gy, unsigned bx,
-                                        unsigned by, unsigned smem, void **args) {
+                                        unsigned by, unsigned smem, unsigned cly, void **args) {
     unsigned grid[3], block[3];
     grid[0] = gx, grid[1] = gy, grid[2] = 1;
     block[0] = bx, block[1] = by, block[2] = 1;
-    return bitnet_gpu_launch(g, k, grid, block, smem, args);
-}
-
-/* The same launch with clusters of 1 x cly blocks (grid gx x cly; sm_90) */
-static bitnet_result bitnet__gpu_launch_cl(bitnet_gpu *g, bitnet_gpu_kernel *k, unsigned gx, unsigned cly, unsigned bx, void **args) {
-    unsigned grid[3], block[3];
-    grid[0] = gx, grid[1] = cly, grid[2] = 1;
-    block[0] = bx, block[1] = 1, block[2] = 1;
-    return bitnet__launch(g, k, grid, block, 0, args, k->pdl, cly);
+    return bitnet__launch(g, k, grid, block, smem, args, k ? k->pdl : 0, cly ? cly : 1);
 }
 
 /* The decode attention's ranges over warps for len positions (bf_attn_warps' nsplit, the same rule): at
@@ -10835,7 +10828,7 @@ static bitnet_result bitnet__gpu_embed(bitnet_session *s, bitnet_devptr table, b
     int dim = s->m->info.dim;
     void *args[4];
     args[0] = &table, args[1] = &dim, args[2] = &idx, args[3] = &q->x;
-    return bitnet__gpu_launch(q->gpu, g->embed, (unsigned)m, 1, 256, 1, 0, args);
+    return bitnet__gpu_launch(q->gpu, g->embed, (unsigned)m, 1, 256, 1, 0, 1, args);
 }
 
 /* 2+3. norm_quant + linear for one token: out = W . int8(rmsnorm(in) * norm_w) with the matrix's
@@ -10857,7 +10850,7 @@ static bitnet_result bitnet__gpu_linear(bitnet_session *s, bitnet_gpu_kernel *k,
     void *args[8];
     args[0] = (void *)&w->data, args[1] = &n_out, args[2] = &nc, args[3] = &segs, args[4] = &in, args[5] = &norm_w,
     args[6] = &eps, args[7] = &out;
-    return bitnet__gpu_launch(q->gpu, k, groups, 1, 32, (unsigned)warps, smem, args);
+    return bitnet__gpu_launch(q->gpu, k, groups, 1, 32, (unsigned)warps, smem, 1, args);
 }
 
 /* 4-6. rope + kv_store + attention for one token (layer l): q and k rotated at the position in
@@ -10876,14 +10869,13 @@ static bitnet_result bitnet__gpu_attention(bitnet_session *s, int l) {
     args[7] = &nkv;
     if (q->form != 2) { /* over warps: blocks of 16 warps, one range a head, up to att_w / ATT_T, or form - 1 as one cluster */
         args[8] = &q->smax, args[9] = &q->att_part, args[10] = &part_ml, args[11] = &q->ctr, args[12] = &q->att;
-        if (q->form > 2) return bitnet__gpu_launch_cl(q->gpu, g->attn_warps, (unsigned)nh, (unsigned)(q->form - 1), 512, args);
-        return bitnet__gpu_launch(q->gpu, g->attn_warps, (unsigned)nh, q->form ? (unsigned)(q->att_w / BITNET__GPU_ATT_T) : 1u, 512,
-                                  1, 0, args);
+        const unsigned ny = q->form > 2 ? (unsigned)(q->form - 1) : q->form ? (unsigned)(q->att_w / BITNET__GPU_ATT_T) : 1u;
+        return bitnet__gpu_launch(q->gpu, g->attn_warps, (unsigned)nh, ny, 512, 1, 0, q->form > 2 ? ny : 1, args);
     }
     /* the long form: ranges of about R positions, a block of 128 threads each */
     args[8] = &hd, args[9] = &q->smax, args[10] = &q->att_tile, args[11] = &q->att_r, args[12] = &q->att_part,
     args[13] = &part_ml, args[14] = &q->ctr, args[15] = &q->att;
-    return bitnet__gpu_launch(q->gpu, g->attn, (unsigned)nh, (unsigned)q->smax, 128, 1, smem, args);
+    return bitnet__gpu_launch(q->gpu, g->attn, (unsigned)nh, (unsigned)q->smax, 128, 1, smem, 1, args);
 }
 
 /* 9. head: logits = head . rmsnorm(x_row) * output_norm, and its argmax into io[0] (adv: a decode
@@ -10900,7 +10892,7 @@ static bitnet_result bitnet__gpu_head(bitnet_session *s, bitnet_devptr x_row, in
     else *a++ = (void *)&g->head;
     a[0] = &nv, a[1] = &dim, a[2] = &x_row, a[3] = (void *)&g->out_norm, a[4] = &eps,
     a[5] = &q->logits, a[6] = &q->hv, a[7] = &q->hi, a[8] = &ctr, a[9] = &q->io, a[10] = &adv;
-    return bitnet__gpu_launch(q->gpu, g->head_k, (unsigned)q->head_blocks, 1, 256, 1, (unsigned)dim * (g->head_q8 ? 1 : 4), args);
+    return bitnet__gpu_launch(q->gpu, g->head_k, (unsigned)q->head_blocks, 1, 256, 1, (unsigned)dim * (g->head_q8 ? 1 : 4), 1, args);
 }
 
 /* One token's forward, as launched into the decode graph (token and position in io). No kernel pulls
@@ -10991,7 +10983,7 @@ static bitnet_result bitnet__gpu_rope_kv(bitnet_session *s, int l, int m) {
     args[7] = &nh, args[8] = &nkv, args[9] = &hd;
     /* 512 threads a token: a thread's loop is a chain of dependent loads (H100, 64 tokens: 128 threads took
        6.8 us a launch) */
-    return bitnet__gpu_launch(q->gpu, g->rope_kv, (unsigned)m, 1, 512, 1, 0, args);
+    return bitnet__gpu_launch(q->gpu, g->rope_kv, (unsigned)m, 1, 512, 1, 0, 1, args);
 }
 
 /* 6. attention for m tokens, causal: blocks of BITNET__GPU_ATT_ROWS rows (query x head) of one kv head */
@@ -11037,7 +11029,7 @@ static bitnet_result bitnet__gpu_attention_m(bitnet_session *s, int l, int m) {
     args[0] = &q->qkv, args[1] = &ldq, args[2] = &kc, args[3] = &vc, args[4] = &pos, args[5] = &m, args[6] = &s->n_ctx,
     args[7] = &nh, args[8] = &nkv, args[9] = &hd, args[10] = &q->att, args[11] = &ldo, args[12] = &cut, args[13] = &pieces,
     args[14] = &q->att_part, args[15] = &ctr;
-    return bitnet__gpu_launch(q->gpu, g->attn_prefill, (unsigned)(nqb + cut * (pieces - 1)), (unsigned)nkv, 128, 1, smem, args);
+    return bitnet__gpu_launch(q->gpu, g->attn_prefill, (unsigned)(nqb + cut * (pieces - 1)), (unsigned)nkv, 128, 1, smem, 1, args);
 }
 
 /* Prefill of m tokens at s->pos: the GEMM path, in the CPU's step order. */
@@ -11129,7 +11121,7 @@ static bitnet_result bitnet__gpu_topk(bitnet_session *s, float temp, int k) {
     bitnet_devptr ctr = q->ctr + 4 * ((bitnet_devptr)s->m->info.n_heads + 1);
     void *args[7];
     args[0] = &q->logits, args[1] = &n, args[2] = &temp, args[3] = &k, args[4] = &q->tk_part, args[5] = &ctr, args[6] = &q->tk_res;
-    return bitnet__gpu_launch(q->gpu, g->topk, (unsigned)BITNET__MIN(BITNET__GPU_TOPK_BLOCKS, (n + 4095) / 4096), 1, 1024, 1, 0, args);
+    return bitnet__gpu_launch(q->gpu, g->topk, (unsigned)BITNET__MIN(BITNET__GPU_TOPK_BLOCKS, (n + 4095) / 4096), 1, 1024, 1, 0, 1, args);
 }
 
 static int bitnet__scand_id_cmp(const void *pa, const void *pb) { /* by id: the order bitnet_sample finds them in */
@@ -11172,7 +11164,7 @@ static bitnet_result bitnet__gpu_sample(bitnet_session *s, const bitnet_sampler_
         BITNET__TRY(r);
         nids = (int)m;
         args[0] = &q->logits, args[1] = &q->tk_ids, args[2] = &nids, args[3] = &pen;
-        if (m) BITNET__TRY(bitnet__gpu_launch(q->gpu, g->penalize, (unsigned)((m + 255) / 256), 1, 256, 1, 0, args));
+        if (m) BITNET__TRY(bitnet__gpu_launch(q->gpu, g->penalize, (unsigned)((m + 255) / 256), 1, 256, 1, 0, 1, args));
     }
     BITNET__TRY(bitnet__gpu_topk(s, temp, k));
     BITNET__TRY(bitnet_gpu_download(q->gpu, res, q->tk_res, (size_t)(1 + 2 * k) * 4));
