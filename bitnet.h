@@ -6456,6 +6456,22 @@ static bitnet_result bitnet__penalty_ids(const int32_t *history, size_t n_histor
     return BITNET_OK;
 }
 
+/* e^x for x <= 0 (the softmax of a draw) in double arithmetic whose every step is exact or correctly
+   rounded in IEEE (fma, rint, ldexp), rounded to float: the CUDA forward's bf_exp_det is this, so
+   a draw on the device and one here give the same token. */
+static float bitnet__exp_det(float x) {
+    static const double inv[12] = {1.0 / 39916800.0, 1.0 / 3628800.0, 1.0 / 362880.0, 1.0 / 40320.0, 1.0 / 5040.0,
+                                   1.0 / 720.0, 1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0};
+    double t, n, r, p = 1.0 / 479001600.0;
+    int i;
+    if (!(x >= -104.0f)) return x == x ? 0.0f : x; /* (NaN stays NaN, as expf keeps it) */
+    t = (double)x, n = rint(t * 1.4426950408889634);
+    r = fma(n, -0.6931471805599453, t);
+    r = fma(n, -2.3190468138462996e-17, r);
+    for (i = 0; i < 12; i++) p = fma(p, r, inv[i]);
+    return (float)ldexp(p, (int)n);
+}
+
 /* Steps 5-7 of bitnet_sample, on the n >= 1 candidates c (values logit / temperature) that passed
    min-p: top-k, softmax over what is left, top-p, the draw. The GPU's sampled decoding enters here
    with the device's k best (bitnet__gpu_sample): the same logits give the same token either way. */
@@ -6471,7 +6487,7 @@ static int32_t bitnet__sample_from(bitnet__scand *c, size_t n, const bitnet_samp
     mx = c[0].logit;
     for (i = 1; i < n; i++) mx = c[i].logit > mx ? c[i].logit : mx;
     sum = 0;
-    for (i = 0; i < n; i++) sum += (c[i].logit = expf(c[i].logit - mx)); /* now unnormalised probabilities */
+    for (i = 0; i < n; i++) sum += (c[i].logit = bitnet__exp_det(c[i].logit - mx)); /* now unnormalised probabilities */
     keep = n;
     if (d->top_p > 0 && d->top_p < 1) {
         acc = 0;
@@ -10453,8 +10469,9 @@ typedef struct bitnet__gsession {
                                          attention (a cut block) counters; their last blocks reset them */
     bitnet_devptr tk_part, tk_res;    /* topk: the blocks' k best keys, u64 [32][128]; the result, int [1 + 2 * 128] */
     bitnet_devptr tk_ids;             /* int [n_ctx]: the ids the repetition penalty applies to */
-    bitnet_devptr io;                 /* int [2]: the decode token and the position of a step (the head leaves the
-                                         next ones there), then: */
+    bitnet_devptr tk_uni;             /* double [n_ctx + 2]: the uniforms of draws on the device (bitnet__gpu_draw) */
+    bitnet_devptr io;                 /* int [4]: the decode token and the position of a step (the head, or a draw,
+                                         leaves the next ones there), a draw's uniform index and error flag, then: */
     bitnet_devptr erow;               /* fp16 [B][dim] at io + 256: the tokens' embedding rows (one upload with io) */
     bitnet_devptr iota;               /* int [B]: 0 .. B-1, the embed kernel's row indices */
     unsigned char *stage;             /* host: io and the rows, 256 + B * dim * 2 bytes */
@@ -10464,7 +10481,10 @@ typedef struct bitnet__gsession {
     int att_t, att_w, att_r, att_tile; /* the decode attention's forms: BITNET__GPU_ATT_T, att_w (positions over warps in
                                          ranges, at most), BITNET__GPU_ATT_R, _TILE */
     int gemv_items;                   /* decode GEMV: K chunks a warp takes, at least (sets the warps a block) */
-    bitnet_gpu_graph *graph[2 + BITNET__GPU_ATT_CLMAX]; /* the decode step by its attention's form (below) */
+    bitnet_gpu_graph *graph[2][2 + BITNET__GPU_ATT_CLMAX]; /* the decode step by its attention's form (below);
+                                         [1]: ending with a draw (draw) */
+    int draw;                         /* decode steps end with the device's draw of the next token, with: */
+    bitnet_sampler_params dr;         /* the sampler the [1] graphs were captured with (their topk arguments) */
     int form;                         /* the form of the step being launched: 0 over warps in one range, 1 in ranges
                                          from att_t + 1 positions (their last block combines them), 2 the long form from
                                          att_w + 1; 1 + n: n ranges as one cluster (att_cl) */
@@ -10653,7 +10673,7 @@ static void bitnet__gpu_session_free(bitnet_session *s) {
     int i;
     if (!q) return;
     bitnet__free(q->stage);
-    for (i = 0; i < (int)(sizeof q->graph / sizeof q->graph[0]); i++) bitnet_gpu_graph_free(q->graph[i]);
+    for (i = 0; i < 2 * (2 + BITNET__GPU_ATT_CLMAX); i++) bitnet_gpu_graph_free(q->graph[i & 1][i >> 1]);
     if (q->gpu) {
         bitnet__gpu_host_free(q->gpu, q->pin);
         if (q->mem) bitnet_gpu_free(q->gpu, q->mem);
@@ -10707,7 +10727,8 @@ static void bitnet__gsession_layout(bitnet__gsession *q, const bitnet_session *s
     q->tk_part = bitnet__gtake(c, BITNET__GPU_TOPK_BLOCKS * BITNET__GPU_TOPK_MAX, 8);
     q->tk_res = bitnet__gtake(c, 1 + 2 * BITNET__GPU_TOPK_MAX, 4);
     q->tk_ids = bitnet__gtake(c, (size_t)s->n_ctx, 4);
-    q->io = bitnet__gtake(c, 2, 4);   /* 256 bytes: */
+    q->tk_uni = bitnet__gtake(c, (size_t)s->n_ctx + 2, 8);
+    q->io = bitnet__gtake(c, 4, 4);   /* 256 bytes: */
     q->erow = bitnet__gtake(c, B * (size_t)in->dim, 2); /* right after io */
 }
 
@@ -10895,6 +10916,24 @@ static bitnet_result bitnet__gpu_head(bitnet_session *s, bitnet_devptr x_row, in
     return bitnet__gpu_launch(q->gpu, g->head_k, (unsigned)q->head_blocks, 1, 256, 1, (unsigned)dim * (g->head_q8 ? 1 : 4), 1, args);
 }
 
+/* The topk kernel on the logits row: the k best by logit / temp into tk_res ({count, (value, id)
+   pairs}) for sampler d (greedy: the one best; min-p without a top-k the device keeps: the most it
+   keeps); a block per 4096 logits (128 keys a warp), at most 32, more keys a warp past that. With
+   q->draw, the kernel then draws the next token into io[0] (bf_draw: bitnet_sample's last steps). */
+static bitnet_result bitnet__gpu_topk(bitnet_session *s, const bitnet_sampler_params *d) {
+    const bitnet__gmodel *g = (const bitnet__gmodel *)s->m->gpu;
+    bitnet__gsession *q = (bitnet__gsession *)s->gpu;
+    int n = s->m->info.n_vocab, greedy = bitnet__sampler_greedy(d), nuni = s->n_ctx + 2;
+    int k = greedy ? 1 : d->top_k == 0 || d->top_k > BITNET__GPU_TOPK_MAX ? BITNET__GPU_TOPK_MAX : d->top_k;
+    float temp = greedy ? 1.0f : d->temperature, min_p = d->min_p, lmp = min_p > 0 ? logf(min_p) : 0.0f, top_p = d->top_p;
+    bitnet_devptr ctr = q->ctr + 4 * ((bitnet_devptr)s->m->info.n_heads + 1), uni = q->draw ? q->tk_uni : 0;
+    void *args[13];
+    if (!(temp > 0)) return bitnet__err(BITNET_ERR_INVALID_ARG, "CUDA sampling: temperature %g (> 0)", (double)temp);
+    args[0] = &q->logits, args[1] = &n, args[2] = &temp, args[3] = &k, args[4] = &q->tk_part, args[5] = &ctr, args[6] = &q->tk_res,
+    args[7] = &uni, args[8] = &nuni, args[9] = &q->io, args[10] = &min_p, args[11] = &lmp, args[12] = &top_p;
+    return bitnet__gpu_launch(q->gpu, g->topk, (unsigned)BITNET__MIN(BITNET__GPU_TOPK_BLOCKS, (n + 4095) / 4096), 1, 1024, 1, 0, 1, args);
+}
+
 /* One token's forward, as launched into the decode graph (token and position in io). No kernel pulls
    another's weights into L2: on the H100 every way measured (the attention pulling the next
    matrices, each kernel the next one's, a graph branch beside the chain) was no faster, or slower
@@ -10927,11 +10966,12 @@ static bitnet_result bitnet__gpu_step_graph(bitnet_session *s, int32_t pos) {
         int n = bitnet__att_ranges(pos + 1, q->smax, q->att_w / BITNET__GPU_ATT_T);
         if (n > 1) q->form = 1 + n;
     }
-    if (!q->graph[q->form]) {
+    if (!q->graph[q->draw][q->form]) {
         bitnet_result r, r2;
         BITNET__TRY(bitnet_gpu_graph_begin(q->gpu));
         r = bitnet__gpu_step(s);
-        r2 = bitnet_gpu_graph_end(q->gpu, &q->graph[q->form]);
+        if (r == BITNET_OK && q->draw) r = bitnet__gpu_topk(s, &q->dr);
+        r2 = bitnet_gpu_graph_end(q->gpu, &q->graph[q->draw][q->form]);
         BITNET__TRY(r);
         BITNET__TRY(r2);
     }
@@ -10944,7 +10984,7 @@ static bitnet_result bitnet__gpu_launch_step(bitnet_session *s, int32_t pos) {
     BITNET__TRY(bitnet__gpu_step_graph(s, pos));
     q->have_next = 1;
     q->dev_pos = pos + 1; /* where the head leaves io[1] */
-    return bitnet_gpu_graph_launch(q->gpu, q->graph[q->form]);
+    return bitnet_gpu_graph_launch(q->gpu, q->graph[q->draw][q->form]);
 }
 
 /* One decode step of token at pos. */
@@ -11094,39 +11134,62 @@ static bitnet_result bitnet__gpu_next_token(bitnet_session *s, int ahead, int32_
     bitnet__gsession *q = (bitnet__gsession *)s->gpu;
     bitnet__CUevent mark;
     bitnet_result r;
+    int32_t io[4];
     *launched = 0;
     if (!q || !q->have_next) return bitnet__err(BITNET_ERR_INVALID_STATE, "CUDA forward: no logits were computed on the device");
-    if (!ahead || !q->pin) return bitnet_gpu_download(q->gpu, token, q->io, 4);
+    if (!ahead || !q->pin) {
+        BITNET__TRY(bitnet_gpu_download(q->gpu, io, q->io, 16));
+        if (q->draw && io[3]) return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_sample: the logits are all NaN");
+        *token = io[0];
+        return BITNET_OK;
+    }
     if (q->dev_pos != s->pos) { /* a prefill leaves io[1] at its first position */
         int32_t pos = s->pos;
         BITNET__TRY(bitnet_gpu_upload(q->gpu, q->io + 4, &pos, 4));
         q->dev_pos = pos;
     }
     BITNET__TRY(bitnet__gpu_step_graph(s, s->pos)); /* (a capture first: none with the download queued) */
-    BITNET__TRY(bitnet__gpu_download_mark(q->gpu, q->pin, q->io, 4, &mark));
+    BITNET__TRY(bitnet__gpu_download_mark(q->gpu, q->pin, q->io, 16, &mark));
     r = bitnet__gpu_launch_step(s, s->pos);
     if (bitnet__gpu_mark_wait(q->gpu, mark) != BITNET_OK && r == BITNET_OK) r = BITNET_ERR_CUDA;
     if (r != BITNET_OK) return r;
+    if (q->draw && q->pin[3]) return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_sample: the logits are all NaN");
     *token = q->pin[0];
     *launched = 1;
     return BITNET_OK;
 }
 
-/* The topk kernel on the logits row: its k best by logit / temp into tk_res ({count, (value, id)
-   pairs}); a block per 4096 logits (128 keys a warp), at most 32, more keys a warp past that. */
-static bitnet_result bitnet__gpu_topk(bitnet_session *s, float temp, int k) {
-    const bitnet__gmodel *g = (const bitnet__gmodel *)s->m->gpu;
-    bitnet__gsession *q = (bitnet__gsession *)s->gpu;
-    int n = s->m->info.n_vocab;
-    bitnet_devptr ctr = q->ctr + 4 * ((bitnet_devptr)s->m->info.n_heads + 1);
-    void *args[7];
-    args[0] = &q->logits, args[1] = &n, args[2] = &temp, args[3] = &k, args[4] = &q->tk_part, args[5] = &ctr, args[6] = &q->tk_res;
-    return bitnet__gpu_launch(q->gpu, g->topk, (unsigned)BITNET__MIN(BITNET__GPU_TOPK_BLOCKS, (n + 4095) / 4096), 1, 1024, 1, 0, 1, args);
-}
-
 static int bitnet__scand_id_cmp(const void *pa, const void *pb) { /* by id: the order bitnet_sample finds them in */
     const bitnet__scand *a = (const bitnet__scand *)pa, *b = (const bitnet__scand *)pb;
     return (a->id > b->id) - (a->id < b->id);
+}
+
+/* Sampled decoding on the device (bitnet_generate: top_k 2 .. BITNET__GPU_TOPK_MAX, no repetition
+   penalty, the mapped embedding): the host draws the uniforms, in the order bitnet_sample would (one
+   a token), and uploads them; every decode step then ends with the topk
+   kernel and its draw (the [1] graphs), which leaves the next token in io[0] as the greedy head
+   does, so bitnet__gpu_next_token runs the next step ahead alike. This draws the first token from
+   the logits on the device; bitnet_generate turns q->draw off when it returns. */
+static bitnet_result bitnet__gpu_draw_begin(bitnet_session *s, const bitnet_sampler_params *d, uint64_t *rng) {
+    bitnet__gsession *q = (bitnet__gsession *)s->gpu;
+    size_t n = (size_t)s->n_ctx + 2, i; /* more than a generation draws (a step ahead draws one more) */
+    int32_t zero[2] = {0, 0};
+    double *u = (double *)bitnet__malloc(n * sizeof *u);
+    bitnet_result r;
+    if (!u) return BITNET_ERR_OUT_OF_MEMORY;
+    for (i = 0; i < n; i++) u[i] = bitnet__rng_uniform(rng);
+    r = bitnet_gpu_upload(q->gpu, q->tk_uni, u, n * sizeof *u);
+    if (r == BITNET_OK) r = bitnet_gpu_sync(q->gpu); /* (u is freed next) */
+    bitnet__free(u);
+    BITNET__TRY(r);
+    BITNET__TRY(bitnet_gpu_upload(q->gpu, q->io + 8, zero, 8)); /* uniform index, error flag */
+    if (d->temperature != q->dr.temperature || d->top_k != q->dr.top_k || d->top_p != q->dr.top_p || d->min_p != q->dr.min_p) {
+        int f;
+        for (f = 0; f < 2 + BITNET__GPU_ATT_CLMAX; f++) bitnet_gpu_graph_free(q->graph[1][f]), q->graph[1][f] = NULL;
+        q->dr = *d;
+    }
+    q->draw = 1;
+    return bitnet__gpu_topk(s, d);
 }
 
 /* Sampling with top_k in 2 .. BITNET__GPU_TOPK_MAX, greedy with the repetition penalty, or min-p
@@ -11146,11 +11209,8 @@ static bitnet_result bitnet__gpu_sample(bitnet_session *s, const bitnet_sampler_
     int n = s->m->info.n_vocab, greedy = bitnet__sampler_greedy(d), i, cnt;
     int wide = !greedy && (d->top_k == 0 || d->top_k > BITNET__GPU_TOPK_MAX); /* min-p sets the candidates */
     int k = greedy ? 1 : wide ? BITNET__GPU_TOPK_MAX : d->top_k;
-    float temp = greedy ? 1.0f : d->temperature, floor_logit;
+    float floor_logit;
     if (!q || !q->have_next) return bitnet__err(BITNET_ERR_INVALID_STATE, "CUDA forward: no logits were computed on the device");
-    if (k < 1 || k > BITNET__GPU_TOPK_MAX || !(temp > 0))
-        return bitnet__err(BITNET_ERR_INVALID_ARG, "CUDA sampling: top_k %d (1 .. %d) and temperature %g (> 0)", k,
-                           BITNET__GPU_TOPK_MAX, (double)temp);
     if (bitnet__sampler_penalty(d) && n_history) { /* 1. as bitnet_sample does it */
         int32_t *ids;
         size_t m;
@@ -11166,7 +11226,7 @@ static bitnet_result bitnet__gpu_sample(bitnet_session *s, const bitnet_sampler_
         args[0] = &q->logits, args[1] = &q->tk_ids, args[2] = &nids, args[3] = &pen;
         if (m) BITNET__TRY(bitnet__gpu_launch(q->gpu, g->penalize, (unsigned)((m + 255) / 256), 1, 256, 1, 0, 1, args));
     }
-    BITNET__TRY(bitnet__gpu_topk(s, temp, k));
+    BITNET__TRY(bitnet__gpu_topk(s, d));
     BITNET__TRY(bitnet_gpu_download(q->gpu, res, q->tk_res, (size_t)(1 + 2 * k) * 4));
     cnt = res[0];
     if (cnt < 0 || cnt > k) return bitnet__err(BITNET_ERR_CUDA, "CUDA sampling: the topk kernel returned %d candidates", cnt);
@@ -11876,7 +11936,8 @@ BITNET_API bitnet_result bitnet_generate(bitnet_session *s, const int32_t *promp
     size_t n_stop, i;
     uint64_t rng;
     double t0;
-    int gpu_greedy = 0, gpu_topk = 0;
+    int gpu_greedy = 0, gpu_topk = 0, gpu_draw = 0;
+    bitnet_result r = BITNET_OK;
     BITNET__CHECK_PTR(s);
     if (n_prompt && !prompt) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_generate: prompt is NULL");
     if (out && cap == 0) return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_generate: out has no room (cap 0)");
@@ -11908,10 +11969,17 @@ BITNET_API bitnet_result bitnet_generate(bitnet_session *s, const int32_t *promp
         gpu_topk = cuda && !gpu_greedy &&
                    (greedy || (d.sampler.top_k > 1 && d.sampler.top_k <= BITNET__GPU_TOPK_MAX) || d.sampler.min_p > 0) &&
                    !(e && strcmp(e, "0") == 0);
+        /* top-k sampling without the penalty, drawn on the device (BITNET_GPU_TOPK=1: on the host) */
+        gpu_draw = gpu_topk && !greedy && d.sampler.top_k > 1 && d.sampler.top_k <= BITNET__GPU_TOPK_MAX &&
+                   !bitnet__sampler_penalty(&d.sampler) && !(e && strcmp(e, "1") == 0);
     }
 #endif
     t0 = bitnet__now();
     if (n_prompt) BITNET__TRY(bitnet__eval(s, prompt, n_prompt, s->logits, 0));
+#if defined(BITNET__GPU_FORWARD)
+    if (gpu_draw && (!((bitnet__gsession *)s->gpu)->pin || !((bitnet__gsession *)s->gpu)->have_next)) gpu_draw = 0;
+    if (gpu_draw && (r = bitnet__gpu_draw_begin(s, &d.sampler, &rng)) != BITNET_OK) goto end;
+#endif
     st.n_prompt = n_prompt;
     st.prompt_seconds = bitnet__now() - t0;
     t0 = bitnet__now();
@@ -11920,10 +11988,9 @@ BITNET_API bitnet_result bitnet_generate(bitnet_session *s, const int32_t *promp
         const char *piece = NULL;
         size_t len = 0;
         int is_stop = 0, launched = 0;
-        bitnet_result r;
 #if defined(BITNET__GPU_FORWARD)
         /* the step that feeds tok may start before tok is read, unless it will not be needed */
-        if (gpu_greedy)
+        if (gpu_greedy || gpu_draw)
             r = bitnet__gpu_next_token(s, !(d.max_tokens && st.n_generated + 1 >= (size_t)d.max_tokens) &&
                                               !(out && st.n_generated + 1 >= cap) && s->pos < s->n_ctx, &tok, &launched);
         else if (gpu_topk)
@@ -11932,11 +11999,20 @@ BITNET_API bitnet_result bitnet_generate(bitnet_session *s, const int32_t *promp
 #endif
             r = bitnet_sample(s->logits, s->m->info.n_vocab, &d.sampler, s->tokens, (size_t)s->pos, &rng, &tok);
         s->has_logits = 0; /* sampling rewrote them */
-        if (r != BITNET_OK) return r;
+        if (r != BITNET_OK) goto end;
         for (i = 0; i < n_stop; i++) is_stop |= tok == stop[i];
         if (is_stop) break;
         if (out) out[st.n_generated] = tok;
         st.n_generated++;
+#if defined(BITNET__GPU_FORWARD)
+        /* a sampled token's step starts before the host hands the token on (as greedy's does), unless
+           no further token is wanted; if on_token stops here, the step is thrown away as greedy's is */
+        if (gpu_topk && !gpu_draw && !(d.max_tokens && st.n_generated >= (size_t)d.max_tokens) &&
+            !(out && st.n_generated >= cap) && s->pos < s->n_ctx) {
+            if ((r = bitnet__gpu_decode(s, tok, s->pos)) != BITNET_OK) goto end;
+            launched = 1;
+        }
+#endif
         if (d.on_token) {
             if (s->m->tok && bitnet_token_piece(s->m->tok, tok, &piece, &len) != BITNET_OK) piece = NULL, len = 0;
             if (d.on_token(tok, piece, len, d.user)) break;
@@ -11947,11 +12023,15 @@ BITNET_API bitnet_result bitnet_generate(bitnet_session *s, const int32_t *promp
             break;
         }
         if (launched) s->tokens[s->pos++] = tok; /* its step is on the device already */
-        else BITNET__TRY(bitnet__eval(s, &tok, 1, gpu_greedy || gpu_topk ? NULL : s->logits, 0));
+        else if ((r = bitnet__eval(s, &tok, 1, gpu_greedy || gpu_topk ? NULL : s->logits, 0)) != BITNET_OK) goto end;
     }
     st.gen_seconds = bitnet__now() - t0;
     if (stats) *stats = st;
-    return BITNET_OK;
+end:
+#if defined(BITNET__GPU_FORWARD)
+    if (gpu_draw) ((bitnet__gsession *)s->gpu)->draw = 0; /* (other evals: the plain step) */
+#endif
+    return r;
 }
 
 /* >>receipt =================================================================================== */

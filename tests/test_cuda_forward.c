@@ -163,9 +163,9 @@ done:
     bitnet_session_free(sg);
 }
 
-/* Sampled generation on the GPU: top-k from the device's k best (bitnet__gpu_sample) against the
-   whole logits row downloaded and sampled on the host (BITNET_GPU_TOPK=0): the same seed gives the
-   same tokens, with top-k at 2, 40, 64 and 128 (the most), with and without top-p, min-p and the
+/* Sampled generation on the GPU: drawn on the device (bf_draw, top-k without the penalty) or on the
+   host from the device's k best (bitnet__gpu_sample; BITNET_GPU_TOPK=1 forces it) against the whole
+   logits row downloaded and sampled on the host (BITNET_GPU_TOPK=0): the same seed gives the same tokens, with top-k at 2, 40, 64 and 128 (the most), with and without top-p, min-p and the
    repetition penalty (above and below 1; windows of 16 and the default 64), greedy with the
    penalty (temperature 0, and top-k 1), which takes the device's one best, and min-p with no top-k
    or one above 128 (the device's 128 best, or the whole row where min-p passes all of them). */
@@ -179,6 +179,52 @@ static uint64_t topk_launches(void) { /* the topk kernel's launches in this proc
     return n;
 }
 
+/* A sampled token's step starts before on_token sees the token; when on_token stops, that step is
+   thrown away: the session stays at the last kept token, and what it evaluates next gives the logits
+   of a session that never ran the step (here: another token at that position). */
+static int stop_at_7(int32_t token, const char *piece, size_t len, void *user) {
+    (void)token, (void)piece, (void)len;
+    return ++*(int *)user == 7;
+}
+static void stop_after_7(bitnet_model *gpu, bitnet_session *sg) {
+    int32_t prompt[5] = {1, 17, 42, 5, 99}, toks[16], never = -1, other = 3;
+    bitnet_session *sr = NULL;
+    bitnet_session_desc sd;
+    bitnet_generate_params p;
+    bitnet_generate_stats st;
+    bitnet_model_info info;
+    float *lg, *lr;
+    int i, seen = 0;
+    size_t nv;
+    bitnet_model_get_info(gpu, &info);
+    nv = (size_t)info.n_vocab;
+    for (i = 0; i < 5; i++) prompt[i] %= info.n_vocab;
+    other %= info.n_vocab;
+    memset(&p, 0, sizeof p);
+    p.max_tokens = 16, p.stop_tokens = &never, p.n_stop = 1, p.on_token = stop_at_7, p.user = &seen;
+    p.sampler.temperature = 0.8f, p.sampler.top_k = 40, p.sampler.top_p = 0.95f, p.sampler.min_p = 0.05f, p.sampler.seed = 11;
+    bitnet_session_reset(sg);
+    TEST_CHECKF(bitnet_generate(sg, prompt, 5, &p, toks, 16, &st) == BITNET_OK, "%s", bitnet_last_error());
+    TEST_CHECKF(st.n_generated == 7 && bitnet_session_pos(sg) == 11, "on_token stop: %zu tokens, position %d", st.n_generated,
+                (int)bitnet_session_pos(sg));
+    memset(&sd, 0, sizeof sd);
+    sd.n_ctx = 128;
+    lg = (float *)malloc(nv * sizeof(float)), lr = (float *)malloc(nv * sizeof(float));
+    TEST_CHECK(bitnet_session_create(gpu, &sd, &sr) == BITNET_OK);
+    if (sr && lg && lr && st.n_generated == 7) {
+        int32_t seq[12];
+        memcpy(seq, prompt, sizeof prompt), memcpy(seq + 5, toks, 6 * sizeof *toks);
+        poison(lg, nv), poison(lr, nv);
+        TEST_CHECK(bitnet_session_eval(sg, &other, 1, lg, 0) == BITNET_OK);
+        TEST_CHECK(bitnet_session_eval(sr, seq, 5, NULL, 0) == BITNET_OK); /* as generate ran them */
+        for (i = 5; i < 11; i++) TEST_CHECK(bitnet_session_eval(sr, seq + i, 1, NULL, 0) == BITNET_OK);
+        TEST_CHECK(bitnet_session_eval(sr, &other, 1, lr, 0) == BITNET_OK);
+        TEST_CHECKF(rel_l2(lg, lr, nv) <= TOL, "after on_token stopped: relative L2 %g", rel_l2(lg, lr, nv));
+    }
+    free(lg), free(lr);
+    bitnet_session_free(sr);
+}
+
 static void sampled(bitnet_model *gpu) {
     static const float cfg[][6] = {{0.8f, 40, 0.95f, 0.05f, 0, 0}, {1.5f, 128, 1.0f, 0.0f, 0, 0}, {0.3f, 2, 0.0f, 0.2f, 0, 0},
                                    {1.0f, 40, 0.9f, 0.0f, 1.3f, 16}, {0.9f, 64, 0.0f, 0.02f, 0.8f, 0},
@@ -186,14 +232,14 @@ static void sampled(bitnet_model *gpu) {
                                    {0.8f, 0, 0.95f, 0.05f, 1.2f, 0}, {1.0f, 200, 0.0f, 0.01f, 0, 0}, {1.0f, 0, 0.0f, 0.01f, 0, 0}};
     const int NC = (int)(sizeof cfg / sizeof cfg[0]);
     const int N = 24; /* (24 each: compute-sanitizer's racecheck runs this binary within its time limit) */
-    int32_t prompt[5] = {1, 17, 42, 5, 99}, a[24], b[24], never = -1;
+    int32_t prompt[5] = {1, 17, 42, 5, 99}, a[24], b[24], h[24], never = -1;
     bitnet_session *sg = NULL;
     bitnet_session_desc sd;
     bitnet_generate_params p;
     bitnet_generate_stats sa, sb;
     bitnet_model_info info;
     int c, i, agree = 0;
-    uint64_t n0, n1;
+    uint64_t n0, n1, extra;
     bitnet_model_get_info(gpu, &info);
     for (i = 0; i < 5; i++) prompt[i] %= info.n_vocab;
     memset(&sd, 0, sizeof sd);
@@ -213,13 +259,24 @@ static void sampled(bitnet_model *gpu) {
         n0 = topk_launches();
         TEST_CHECKF(bitnet_generate(sg, prompt, 5, &p, a, (size_t)N, &sa) == BITNET_OK, "%s", bitnet_last_error());
         n1 = topk_launches();
+        extra = 0;
         setenv("BITNET_GPU_TOPK", "0", 1);
         bitnet_session_reset(sg);
         TEST_CHECKF(bitnet_generate(sg, prompt, 5, &p, b, (size_t)N, &sb) == BITNET_OK, "%s", bitnet_last_error());
         unsetenv("BITNET_GPU_TOPK");
+        if (cfg[c][0] > 0 && cfg[c][1] > 1 && cfg[c][1] <= 128 && (cfg[c][4] == 0 || cfg[c][4] == 1)) { /* drawn on the device above */
+            setenv("BITNET_GPU_TOPK", "1", 1);
+            memset(h, 0xff, sizeof h);
+            bitnet_session_reset(sg);
+            TEST_CHECKF(bitnet_generate(sg, prompt, 5, &p, h, (size_t)N, &sb) == BITNET_OK, "%s", bitnet_last_error());
+            unsetenv("BITNET_GPU_TOPK");
+            for (i = 0; i < N && h[i] == b[i]; i++) {}
+            TEST_CHECKF(i == N, "sampler %d drawn on the host: token %d differs from the whole row's", c, i);
+            extra = (uint64_t)N; /* (its topk launches) */
+        }
         /* the device's path ran once a token, the whole row's never */
-        TEST_CHECKF(n1 - n0 == (uint64_t)N && topk_launches() == n1, "sampler %d: topk launched %d times, then %d",
-                    c, (int)(n1 - n0), (int)(topk_launches() - n1));
+        TEST_CHECKF(n1 - n0 == (uint64_t)N && topk_launches() == n1 + extra, "sampler %d: topk launched %d times, then %d",
+                    c, (int)(n1 - n0), (int)(topk_launches() - n1 - extra));
         TEST_CHECK(sa.n_generated == (size_t)N && sb.n_generated == (size_t)N);
         for (i = 0; i < N && a[i] == b[i]; i++) {}
         agree += i == N;
@@ -227,6 +284,7 @@ static void sampled(bitnet_model *gpu) {
                     (double)cfg[c][0], (int)cfg[c][1], i, i < N ? (int)a[i] : 0, i < N ? (int)b[i] : 0);
     }
     printf("  sampled: top-k on the device and on the whole row agree for %d tokens with %d of %d samplers\n", N, agree, NC);
+    stop_after_7(gpu, sg);
     bitnet_session_free(sg);
 }
 
