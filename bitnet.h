@@ -10613,7 +10613,7 @@ static bitnet_result bitnet__gpu_model_init(bitnet_model *m, int device) {
          each one's launch and weight loads overlap the kernel before it); BITNET_GPU_PDL=0: off */
         const char *e = bitnet__getenv("BITNET_GPU_PDL");
         int pdl = !(e && strcmp(e, "0") == 0);
-        g->gemv_store->pdl = g->gemv_res->pdl = g->gemv_glu->pdl = g->attn->pdl = g->head_k->pdl = pdl;
+        g->gemv_store->pdl = g->gemv_res->pdl = g->gemv_glu->pdl = g->attn->pdl = g->head_k->pdl = g->topk->pdl = pdl;
         if (g->attn_warps) g->attn_warps->pdl = pdl;
     }
     memset(&c, 0, sizeof c);
