@@ -60,7 +60,7 @@
      BITNET_SEED=S, BITNET_DETERMINISTIC=1  seed for a zero sampler seed; a fixed one instead of the clock
      BITNET_GPU_PDL=0                     no programmatic dependent launch in the decode graph
      BITNET_GPU_NO_CLUSTER=1              sm_90: the decode attention's ranges combined by a last block, not a cluster
-     BITNET_GPU_TOPK=0                    GPU sampling downloads the whole logits row (tests, A/B)
+     BITNET_GPU_TOPK=0 | 1                GPU sampling downloads the whole logits row | draws on the host (tests, A/B)
      BITNET_TGEMV_PDL=0, BITNET_TGEMV_WARPS=N, BITNET_TGEMV_U=4|8, BITNET_GPU_GEMV_ITEMS  force a GEMV form (tests, A/B)
      BITNET_TGEMM_WG=0, BITNET_TGEMM_TN=32|64|128, BITNET_TGEMM_SPLIT=N  the prefill GEMM: mma.sync
                                           instead of wgmma (sm_90); the token tile; blocks a tile's K
