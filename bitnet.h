@@ -6474,7 +6474,8 @@ static float bitnet__exp_det(float x) {
 
 /* Steps 5-7 of bitnet_sample, on the n >= 1 candidates c (values logit / temperature) that passed
    min-p: top-k, softmax over what is left, top-p, the draw. The GPU's sampled decoding enters here
-   with the device's k best (bitnet__gpu_sample): the same logits give the same token either way. */
+   with the device's k best (bitnet__gpu_sample), or runs the same steps on the device (bf_draw, its
+   twin: change both): the same logits give the same token every way. */
 static int32_t bitnet__sample_from(bitnet__scand *c, size_t n, const bitnet_sampler_params *d, uint64_t *rng) {
     size_t i, keep;
     double sum, r, acc;
@@ -10469,7 +10470,7 @@ typedef struct bitnet__gsession {
                                          attention (a cut block) counters; their last blocks reset them */
     bitnet_devptr tk_part, tk_res;    /* topk: the blocks' k best keys, u64 [32][128]; the result, int [1 + 2 * 128] */
     bitnet_devptr tk_ids;             /* int [n_ctx]: the ids the repetition penalty applies to */
-    bitnet_devptr tk_uni;             /* double [n_ctx + 2]: the uniforms of draws on the device (bitnet__gpu_draw) */
+    bitnet_devptr tk_uni;             /* double [n_ctx + 2]: the uniforms of draws on the device (bitnet__gpu_draw_begin) */
     bitnet_devptr io;                 /* int [4]: the decode token and the position of a step (the head, or a draw,
                                          leaves the next ones there), a draw's uniform index and error flag, then: */
     bitnet_devptr erow;               /* fp16 [B][dim] at io + 256: the tokens' embedding rows (one upload with io) */
@@ -11166,10 +11167,10 @@ static int bitnet__scand_id_cmp(const void *pa, const void *pb) { /* by id: the 
 
 /* Sampled decoding on the device (bitnet_generate: top_k 2 .. BITNET__GPU_TOPK_MAX, no repetition
    penalty, the mapped embedding): the host draws the uniforms, in the order bitnet_sample would (one
-   a token), and uploads them; every decode step then ends with the topk
-   kernel and its draw (the [1] graphs), which leaves the next token in io[0] as the greedy head
-   does, so bitnet__gpu_next_token runs the next step ahead alike. This draws the first token from
-   the logits on the device; bitnet_generate turns q->draw off when it returns. */
+   a token), and uploads them; every decode step then ends with the topk kernel and its draw (the [1]
+   graphs), which leaves the next token in io[0] as the greedy head does, so bitnet__gpu_next_token
+   runs the next step ahead alike. This draws the first token from the logits on the device;
+   bitnet_generate turns q->draw off when it returns. */
 static bitnet_result bitnet__gpu_draw_begin(bitnet_session *s, const bitnet_sampler_params *d, uint64_t *rng) {
     bitnet__gsession *q = (bitnet__gsession *)s->gpu;
     size_t n = (size_t)s->n_ctx + 2, i; /* more than a generation draws (a step ahead draws one more) */
