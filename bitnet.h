@@ -6441,11 +6441,14 @@ static int bitnet__sampler_penalty(const bitnet_sampler_params *d) { return d->r
 /* Min-p's floor under the best value mx (both logit / temperature): the one expression every path uses. */
 static float bitnet__min_p_floor(float mx, float min_p) { return min_p > 0 ? mx + logf(min_p) : -INFINITY; }
 
+/* The repetition penalty's window: the last last_n tokens of history (0: 64) */
+static size_t bitnet__penalty_win(int32_t last_n) { return last_n ? (size_t)last_n : 64; }
+
 /* The tokens the repetition penalty applies to: the distinct ids in [0, n_vocab) among the last
    last_n (0: 64) of history, ascending, in a new array of *n (freed by the caller). */
 static bitnet_result bitnet__penalty_ids(const int32_t *history, size_t n_history, int32_t last_n, int32_t n_vocab,
                                          int32_t **out, size_t *n) {
-    size_t win = last_n ? (size_t)last_n : 64, from = n_history > win ? n_history - win : 0, i, m = 0;
+    size_t win = bitnet__penalty_win(last_n), from = n_history > win ? n_history - win : 0, i, m = 0;
     int32_t *ids = (int32_t *)bitnet__malloc((n_history - from + 1) * sizeof *ids);
     if (!ids) return BITNET_ERR_OUT_OF_MEMORY;
     memcpy(ids, history + from, (n_history - from) * sizeof *ids);
@@ -10469,7 +10472,8 @@ typedef struct bitnet__gsession {
     bitnet_devptr ctr;                /* int [n_heads + 2 + cuts n_kv]: decode attention (a head), head, topk and prefill
                                          attention (a cut block) counters; their last blocks reset them */
     bitnet_devptr tk_part, tk_res;    /* topk: the blocks' k best keys, u64 [32][128]; the result, int [1 + 2 * 128] */
-    bitnet_devptr tk_ids;             /* int [n_ctx]: the ids the repetition penalty applies to */
+    bitnet_devptr tk_ids;             /* int [n_ctx]: the repetition penalty's history (the tokens by position where
+                                         the device draws, else the host's window of them) */
     bitnet_devptr tk_uni;             /* double [n_ctx + 2]: the uniforms of draws on the device (bitnet__gpu_draw_begin) */
     bitnet_devptr io;                 /* int [4]: the decode token and the position of a step (the head, or a draw,
                                          leaves the next ones there), a draw's uniform index and error flag, then: */
@@ -10920,7 +10924,8 @@ static bitnet_result bitnet__gpu_head(bitnet_session *s, bitnet_devptr x_row, in
 /* The topk kernel on the logits row: the k best by logit / temp into tk_res ({count, (value, id)
    pairs}) for sampler d (greedy: the one best; min-p without a top-k the device keeps: the most it
    keeps); a block per 4096 logits (128 keys a warp), at most 32, more keys a warp past that. With
-   q->draw, the kernel then draws the next token into io[0] (bf_draw: bitnet_sample's last steps). */
+   q->draw, the kernel then draws the next token into io[0] and the history tk_ids (bf_draw:
+   bitnet_sample's last steps). */
 static bitnet_result bitnet__gpu_topk(bitnet_session *s, const bitnet_sampler_params *d) {
     const bitnet__gmodel *g = (const bitnet__gmodel *)s->m->gpu;
     bitnet__gsession *q = (bitnet__gsession *)s->gpu;
@@ -10928,11 +10933,28 @@ static bitnet_result bitnet__gpu_topk(bitnet_session *s, const bitnet_sampler_pa
     int k = greedy ? 1 : d->top_k == 0 || d->top_k > BITNET__GPU_TOPK_MAX ? BITNET__GPU_TOPK_MAX : d->top_k;
     float temp = greedy ? 1.0f : d->temperature, min_p = d->min_p, lmp = min_p > 0 ? logf(min_p) : 0.0f, top_p = d->top_p;
     bitnet_devptr ctr = q->ctr + 4 * ((bitnet_devptr)s->m->info.n_heads + 1), uni = q->draw ? q->tk_uni : 0;
-    void *args[13];
+    void *args[15];
     if (!(temp > 0)) return bitnet__err(BITNET_ERR_INVALID_ARG, "CUDA sampling: temperature %g (> 0)", (double)temp);
     args[0] = &q->logits, args[1] = &n, args[2] = &temp, args[3] = &k, args[4] = &q->tk_part, args[5] = &ctr, args[6] = &q->tk_res,
-    args[7] = &uni, args[8] = &nuni, args[9] = &q->io, args[10] = &min_p, args[11] = &lmp, args[12] = &top_p;
+    args[7] = &uni, args[8] = &nuni, args[9] = &q->io, args[10] = &min_p, args[11] = &lmp, args[12] = &top_p,
+    args[13] = &q->tk_ids, args[14] = &s->n_ctx;
     return bitnet__gpu_launch(q->gpu, g->topk, (unsigned)BITNET__MIN(BITNET__GPU_TOPK_BLOCKS, (n + 4095) / 4096), 1, 1024, 1, 0, 1, args);
+}
+
+/* The repetition penalty on the logits row (the topk kernel's first step where d has one): over the
+   device's history tk_ids up to io[1] (q->draw), or over the window of history, uploaded there. */
+static bitnet_result bitnet__gpu_penalize(bitnet_session *s, const bitnet_sampler_params *d, const int32_t *history,
+                                          size_t n_history) {
+    const bitnet__gmodel *g = (const bitnet__gmodel *)s->m->gpu;
+    bitnet__gsession *q = (bitnet__gsession *)s->gpu;
+    size_t w = bitnet__penalty_win(d->repeat_last_n), from = n_history > w ? n_history - w : 0;
+    int n = (int)(n_history - from), win = (int)BITNET__MIN(w, (size_t)s->n_ctx), nv = s->m->info.n_vocab;
+    float pen = d->repeat_penalty;
+    bitnet_devptr io = q->draw ? q->io : 0;
+    void *args[7];
+    if (!q->draw && n) BITNET__TRY(bitnet_gpu_upload(q->gpu, q->tk_ids, history + from, (size_t)n * 4)); /* (n <= n_ctx) */
+    args[0] = &q->logits, args[1] = &q->tk_ids, args[2] = &n, args[3] = &io, args[4] = &win, args[5] = &nv, args[6] = &pen;
+    return bitnet__gpu_launch(q->gpu, g->penalize, 1, 1, 256, 1, 0, 1, args);
 }
 
 /* One token's forward, as launched into the decode graph (token and position in io). No kernel pulls
@@ -10971,6 +10993,7 @@ static bitnet_result bitnet__gpu_step_graph(bitnet_session *s, int32_t pos) {
         bitnet_result r, r2;
         BITNET__TRY(bitnet_gpu_graph_begin(q->gpu));
         r = bitnet__gpu_step(s);
+        if (r == BITNET_OK && q->draw && bitnet__sampler_penalty(&q->dr)) r = bitnet__gpu_penalize(s, &q->dr, NULL, 0);
         if (r == BITNET_OK && q->draw) r = bitnet__gpu_topk(s, &q->dr);
         r2 = bitnet_gpu_graph_end(q->gpu, &q->graph[q->draw][q->form]);
         BITNET__TRY(r);
@@ -11165,16 +11188,17 @@ static int bitnet__scand_id_cmp(const void *pa, const void *pb) { /* by id: the 
     return (a->id > b->id) - (a->id < b->id);
 }
 
-/* Sampled decoding on the device (bitnet_generate: top_k 2 .. BITNET__GPU_TOPK_MAX, no repetition
-   penalty, the mapped embedding): the host draws the uniforms, in the order bitnet_sample would (one
-   a token), and uploads them; every decode step then ends with the topk kernel and its draw (the [1]
-   graphs), which leaves the next token in io[0] as the greedy head does, so bitnet__gpu_next_token
-   runs the next step ahead alike. This draws the first token from the logits on the device;
-   bitnet_generate turns q->draw off when it returns. */
+/* Sampled decoding on the device (bitnet_generate: top_k 1 .. BITNET__GPU_TOPK_MAX, or greedy with
+   the repetition penalty; the mapped embedding): the host draws the uniforms, in the order
+   bitnet_sample would (one a token), and uploads them with the history; every decode step then ends
+   with the penalty (if any), the topk kernel and its draw (the [1] graphs), which leaves the next
+   token in io[0] as the greedy head does, so bitnet__gpu_next_token runs the next step ahead alike.
+   This draws the first token from the logits on the device; bitnet_generate turns q->draw off when
+   it returns. */
 static bitnet_result bitnet__gpu_draw_begin(bitnet_session *s, const bitnet_sampler_params *d, uint64_t *rng) {
     bitnet__gsession *q = (bitnet__gsession *)s->gpu;
     size_t n = (size_t)s->n_ctx + 2, i; /* more than a generation draws (a step ahead draws one more) */
-    int32_t zero[2] = {0, 0};
+    int32_t io[3] = {s->pos, 0, 0}; /* the next token's position, the uniform index, the error flag */
     double *u = (double *)bitnet__malloc(n * sizeof *u);
     bitnet_result r;
     if (!u) return BITNET_ERR_OUT_OF_MEMORY;
@@ -11183,13 +11207,17 @@ static bitnet_result bitnet__gpu_draw_begin(bitnet_session *s, const bitnet_samp
     if (r == BITNET_OK) r = bitnet_gpu_sync(q->gpu); /* (u is freed next) */
     bitnet__free(u);
     BITNET__TRY(r);
-    BITNET__TRY(bitnet_gpu_upload(q->gpu, q->io + 8, zero, 8)); /* uniform index, error flag */
-    if (d->temperature != q->dr.temperature || d->top_k != q->dr.top_k || d->top_p != q->dr.top_p || d->min_p != q->dr.min_p) {
+    BITNET__TRY(bitnet_gpu_upload(q->gpu, q->io + 4, io, 12));
+    q->dev_pos = s->pos;
+    if (s->pos) BITNET__TRY(bitnet_gpu_upload(q->gpu, q->tk_ids, s->tokens, (size_t)s->pos * 4)); /* the history */
+    if (d->temperature != q->dr.temperature || d->top_k != q->dr.top_k || d->top_p != q->dr.top_p || d->min_p != q->dr.min_p ||
+        d->repeat_penalty != q->dr.repeat_penalty || d->repeat_last_n != q->dr.repeat_last_n) {
         int f;
         for (f = 0; f < 2 + BITNET__GPU_ATT_CLMAX; f++) bitnet_gpu_graph_free(q->graph[1][f]), q->graph[1][f] = NULL;
         q->dr = *d;
     }
     q->draw = 1;
+    if (bitnet__sampler_penalty(d)) BITNET__TRY(bitnet__gpu_penalize(s, d, NULL, 0));
     return bitnet__gpu_topk(s, d);
 }
 
@@ -11203,7 +11231,6 @@ static bitnet_result bitnet__gpu_draw_begin(bitnet_session *s, const bitnet_samp
    min-p alone decides and all k pass it, more might: that token takes the whole row. */
 static bitnet_result bitnet__gpu_sample(bitnet_session *s, const bitnet_sampler_params *d, const int32_t *history,
                                         size_t n_history, uint64_t *rng, int32_t *token) {
-    const bitnet__gmodel *g = (const bitnet__gmodel *)s->m->gpu;
     bitnet__gsession *q = (bitnet__gsession *)s->gpu;
     int32_t res[1 + 2 * BITNET__GPU_TOPK_MAX];
     bitnet__scand c[BITNET__GPU_TOPK_MAX];
@@ -11212,21 +11239,7 @@ static bitnet_result bitnet__gpu_sample(bitnet_session *s, const bitnet_sampler_
     int k = greedy ? 1 : wide ? BITNET__GPU_TOPK_MAX : d->top_k;
     float floor_logit;
     if (!q || !q->have_next) return bitnet__err(BITNET_ERR_INVALID_STATE, "CUDA forward: no logits were computed on the device");
-    if (bitnet__sampler_penalty(d) && n_history) { /* 1. as bitnet_sample does it */
-        int32_t *ids;
-        size_t m;
-        bitnet_result r;
-        float pen = d->repeat_penalty;
-        int nids;
-        void *args[4];
-        BITNET__TRY(bitnet__penalty_ids(history, n_history, d->repeat_last_n, n, &ids, &m));
-        r = m ? bitnet_gpu_upload(q->gpu, q->tk_ids, ids, m * 4) : BITNET_OK; /* (m <= n_ctx: its room) */
-        bitnet__free(ids);
-        BITNET__TRY(r);
-        nids = (int)m;
-        args[0] = &q->logits, args[1] = &q->tk_ids, args[2] = &nids, args[3] = &pen;
-        if (m) BITNET__TRY(bitnet__gpu_launch(q->gpu, g->penalize, (unsigned)((m + 255) / 256), 1, 256, 1, 0, 1, args));
-    }
+    if (bitnet__sampler_penalty(d) && n_history) BITNET__TRY(bitnet__gpu_penalize(s, d, history, n_history)); /* 1. */
     BITNET__TRY(bitnet__gpu_topk(s, d));
     BITNET__TRY(bitnet_gpu_download(q->gpu, res, q->tk_res, (size_t)(1 + 2 * k) * 4));
     cnt = res[0];
@@ -11970,9 +11983,9 @@ BITNET_API bitnet_result bitnet_generate(bitnet_session *s, const int32_t *promp
         gpu_topk = cuda && !gpu_greedy &&
                    (greedy || (d.sampler.top_k > 1 && d.sampler.top_k <= BITNET__GPU_TOPK_MAX) || d.sampler.min_p > 0) &&
                    !(e && strcmp(e, "0") == 0);
-        /* top-k sampling without the penalty, drawn on the device (BITNET_GPU_TOPK=1: on the host) */
-        gpu_draw = gpu_topk && !greedy && d.sampler.top_k > 1 && d.sampler.top_k <= BITNET__GPU_TOPK_MAX &&
-                   !bitnet__sampler_penalty(&d.sampler) && !(e && strcmp(e, "1") == 0);
+        /* all but min-p with no top-k the device keeps: drawn on the device (BITNET_GPU_TOPK=1: on the host) */
+        gpu_draw = gpu_topk && (greedy || (d.sampler.top_k > 0 && d.sampler.top_k <= BITNET__GPU_TOPK_MAX)) &&
+                   !(e && strcmp(e, "1") == 0);
     }
 #endif
     t0 = bitnet__now();

@@ -163,9 +163,10 @@ done:
     bitnet_session_free(sg);
 }
 
-/* Sampled generation on the GPU: drawn on the device (bf_draw, top-k without the penalty) or on the
-   host from the device's k best (bitnet__gpu_sample; BITNET_GPU_TOPK=1 forces it) against the whole
-   logits row downloaded and sampled on the host (BITNET_GPU_TOPK=0): the same seed gives the same tokens, with top-k at 2, 40, 64 and 128 (the most), with and without top-p, min-p and the
+/* Sampled generation on the GPU: drawn on the device (bf_draw: top-k up to 128, greedy with the penalty)
+   or on the host from the device's k best (bitnet__gpu_sample: min-p without such a top-k;
+   BITNET_GPU_TOPK=1 forces it) against the whole logits row downloaded and sampled on the host
+   (BITNET_GPU_TOPK=0): the same seed gives the same tokens, with top-k at 2, 40, 64 and 128 (the most), with and without top-p, min-p and the
    repetition penalty (above and below 1; windows of 16 and the default 64), greedy with the
    penalty (temperature 0, and top-k 1), which takes the device's one best, and min-p with no top-k
    or one above 128 (the device's 128 best, or the whole row where min-p passes all of them). */
@@ -264,7 +265,7 @@ static void sampled(bitnet_model *gpu) {
         bitnet_session_reset(sg);
         TEST_CHECKF(bitnet_generate(sg, prompt, 5, &p, b, (size_t)N, &sb) == BITNET_OK, "%s", bitnet_last_error());
         unsetenv("BITNET_GPU_TOPK");
-        if (cfg[c][0] > 0 && cfg[c][1] > 1 && cfg[c][1] <= 128 && (cfg[c][4] == 0 || cfg[c][4] == 1)) { /* drawn on the device above */
+        if (!(cfg[c][0] > 0 && cfg[c][1] != 1 && (cfg[c][1] == 0 || cfg[c][1] > 128))) { /* drawn on the device above */
             setenv("BITNET_GPU_TOPK", "1", 1);
             memset(h, 0xff, sizeof h);
             bitnet_session_reset(sg);

@@ -766,13 +766,14 @@ static void test_gpu_topk(void) {
                     for (rep = 0; rep < 2; rep++) {
                         unsigned grid[3] = {g ? 32u : 1u, 1, 1}, block[3] = {1024, 1, 1};
                         int32_t *got = (int32_t *)xmalloc((size_t)(1 + 2 * k) * 4), want = nref < k ? nref : k, bad = 0;
-                        void *args[13];
+                        void *args[15];
                         bitnet_devptr no_uni = 0;
                         int nuni = 0;
                         float f0 = 0.0f;
                         res = poisoned((size_t)(1 + 2 * k) * 4);
                         args[0] = &dl, args[1] = &n, args[2] = &temp, args[3] = &k, args[4] = &part, args[5] = &ctr, args[6] = &res;
                         args[7] = &no_uni, args[8] = &nuni, args[9] = &no_uni, args[10] = &f0, args[11] = &f0, args[12] = &f0;
+                        args[13] = &no_uni, args[14] = &nuni;
                         TEST_CHECKF(res && bitnet_gpu_launch(G, kern, grid, block, 0, args) == BITNET_OK, "%s", bitnet_last_error());
                         TEST_CHECK(bitnet_gpu_download(G, got, res, (size_t)(1 + 2 * k) * 4) == BITNET_OK);
                         for (i = 0; i < k; i++) {
@@ -794,10 +795,13 @@ static void test_gpu_topk(void) {
                     int32_t io[4] = {-7, -7, 0, 0}, nuni = c < 3 ? 1 : 0;
                     float mp = 0.0f, lmp = 0.0f, tp = 0.0f;
                     bitnet_devptr du = upload(&us[c < 3 ? c : 0], 8), dio = upload(io, 16);
-                    void *args[13];
+                    void *args[15];
+                    bitnet_devptr no_hist = 0;
+                    int nhist = 0;
                     res = poisoned((size_t)(1 + 2 * k) * 4);
                     args[0] = &dl, args[1] = &n, args[2] = &temp, args[3] = &k, args[4] = &part, args[5] = &ctr, args[6] = &res;
                     args[7] = &du, args[8] = &nuni, args[9] = &dio, args[10] = &mp, args[11] = &lmp, args[12] = &tp;
+                    args[13] = &no_hist, args[14] = &nhist;
                     TEST_CHECKF(du && dio && res && bitnet_gpu_launch(G, kern, grid, block, 0, args) == BITNET_OK, "%s", bitnet_last_error());
                     TEST_CHECK(bitnet_gpu_download(G, io, dio, 16) == BITNET_OK);
                     /* equal weights: u 0 and 0.25 draw the first, 0.999999 the second; no uniform left: token 0, flag */
