@@ -12044,6 +12044,8 @@ BITNET_API bitnet_result bitnet_generate(bitnet_session *s, const int32_t *promp
 end:
 #if defined(BITNET__GPU_FORWARD)
     if (gpu_draw) ((bitnet__gsession *)s->gpu)->draw = 0; /* (other evals: the plain step) */
+#else
+    (void)gpu_draw;
 #endif
     return r;
 }
