@@ -725,6 +725,20 @@ static int tk_cmp(const void *pa, const void *pb) { /* the host sampler's order:
     return (a->id > b->id) - (a->id < b->id);
 }
 
+/* One launch of the topk kernel on blocks blocks of 1024 threads (uni: its draw, without the history) */
+static int tk_launch(bitnet_gpu_kernel *kern, unsigned blocks, bitnet_devptr dl, int n, float temp, int k, bitnet_devptr part,
+                     bitnet_devptr ctr, bitnet_devptr res, bitnet_devptr uni, int nuni, bitnet_devptr io) {
+    unsigned grid[3], block[3] = {1024, 1, 1};
+    bitnet_devptr no_hist = 0;
+    int nhist = 0;
+    float f0 = 0.0f; /* min-p, its log and top-p: off */
+    void *args[15];
+    grid[0] = blocks, grid[1] = grid[2] = 1;
+    args[0] = &dl, args[1] = &n, args[2] = &temp, args[3] = &k, args[4] = &part, args[5] = &ctr, args[6] = &res;
+    args[7] = &uni, args[8] = &nuni, args[9] = &io, args[10] = &f0, args[11] = &f0, args[12] = &f0, args[13] = &no_hist, args[14] = &nhist;
+    return bitnet_gpu_launch(G, kern, grid, block, 0, args) == BITNET_OK;
+}
+
 /* The k best of logits / temp, NaN left out, against a sort on the host: vocabularies below one
    block's 4096 keys (128 a warp) and over them (more a warp), grids of 1 and 32 blocks,
    many ties, NaN (at index 0 too), infinities and signed zeros. Each result poisoned first; two
@@ -764,17 +778,10 @@ static void test_gpu_topk(void) {
                 int k = ks[ki], g, rep;
                 for (g = 0; g < 2; g++)
                     for (rep = 0; rep < 2; rep++) {
-                        unsigned grid[3] = {g ? 32u : 1u, 1, 1}, block[3] = {1024, 1, 1};
+                        const unsigned blocks = g ? 32u : 1u;
                         int32_t *got = (int32_t *)xmalloc((size_t)(1 + 2 * k) * 4), want = nref < k ? nref : k, bad = 0;
-                        void *args[15];
-                        bitnet_devptr no_uni = 0;
-                        int nuni = 0;
-                        float f0 = 0.0f;
                         res = poisoned((size_t)(1 + 2 * k) * 4);
-                        args[0] = &dl, args[1] = &n, args[2] = &temp, args[3] = &k, args[4] = &part, args[5] = &ctr, args[6] = &res;
-                        args[7] = &no_uni, args[8] = &nuni, args[9] = &no_uni, args[10] = &f0, args[11] = &f0, args[12] = &f0;
-                        args[13] = &no_uni, args[14] = &nuni;
-                        TEST_CHECKF(res && bitnet_gpu_launch(G, kern, grid, block, 0, args) == BITNET_OK, "%s", bitnet_last_error());
+                        TEST_CHECKF(res && tk_launch(kern, blocks, dl, n, temp, k, part, ctr, res, 0, 0, 0), "%s", bitnet_last_error());
                         TEST_CHECK(bitnet_gpu_download(G, got, res, (size_t)(1 + 2 * k) * 4) == BITNET_OK);
                         for (i = 0; i < k; i++) {
                             float v;
@@ -782,7 +789,7 @@ static void test_gpu_topk(void) {
                             if (i < want ? !(v == ref[i].v && got[2 + 2 * i] == ref[i].id) : got[2 + 2 * i] != -1) bad++;
                         }
                         TEST_CHECKF(got[0] == want && bad == 0, "n=%d pattern %d k=%d blocks %u launch %d: count %d (want %d), %d of %d differ",
-                                    n, pat, k, grid[0], rep, (int)got[0], (int)want, (int)bad, k);
+                                    n, pat, k, blocks, rep, (int)got[0], (int)want, (int)bad, k);
                         bitnet_gpu_free(G, res);
                         free(got);
                     }
@@ -791,18 +798,11 @@ static void test_gpu_topk(void) {
                 static const double us[3] = {0.0, 0.999999, 0.25};
                 int k = 2, c;
                 for (c = 0; c < 4; c++) {
-                    unsigned grid[3] = {32, 1, 1}, block[3] = {1024, 1, 1};
                     int32_t io[4] = {-7, -7, 0, 0}, nuni = c < 3 ? 1 : 0;
-                    float mp = 0.0f, lmp = 0.0f, tp = 0.0f;
                     bitnet_devptr du = upload(&us[c < 3 ? c : 0], 8), dio = upload(io, 16);
-                    void *args[15];
-                    bitnet_devptr no_hist = 0;
-                    int nhist = 0;
                     res = poisoned((size_t)(1 + 2 * k) * 4);
-                    args[0] = &dl, args[1] = &n, args[2] = &temp, args[3] = &k, args[4] = &part, args[5] = &ctr, args[6] = &res;
-                    args[7] = &du, args[8] = &nuni, args[9] = &dio, args[10] = &mp, args[11] = &lmp, args[12] = &tp;
-                    args[13] = &no_hist, args[14] = &nhist;
-                    TEST_CHECKF(du && dio && res && bitnet_gpu_launch(G, kern, grid, block, 0, args) == BITNET_OK, "%s", bitnet_last_error());
+                    TEST_CHECKF(du && dio && res && tk_launch(kern, 32, dl, n, temp, k, part, ctr, res, du, nuni, dio), "%s",
+                                bitnet_last_error());
                     TEST_CHECK(bitnet_gpu_download(G, io, dio, 16) == BITNET_OK);
                     /* equal weights: u 0 and 0.25 draw the first, 0.999999 the second; no uniform left: token 0, flag */
                     if (c < 3)
