@@ -6443,12 +6443,17 @@ static float bitnet__min_p_floor(float mx, float min_p) { return min_p > 0 ? mx 
 
 /* The repetition penalty's window: the last last_n tokens of history (0: 64) */
 static size_t bitnet__penalty_win(int32_t last_n) { return last_n ? (size_t)last_n : 64; }
+/* ... and where it starts in a history of n tokens */
+static size_t bitnet__penalty_from(size_t n, int32_t last_n) {
+    size_t w = bitnet__penalty_win(last_n);
+    return n > w ? n - w : 0;
+}
 
 /* The tokens the repetition penalty applies to: the distinct ids in [0, n_vocab) among the last
    last_n (0: 64) of history, ascending, in a new array of *n (freed by the caller). */
 static bitnet_result bitnet__penalty_ids(const int32_t *history, size_t n_history, int32_t last_n, int32_t n_vocab,
                                          int32_t **out, size_t *n) {
-    size_t win = bitnet__penalty_win(last_n), from = n_history > win ? n_history - win : 0, i, m = 0;
+    size_t from = bitnet__penalty_from(n_history, last_n), i, m = 0;
     int32_t *ids = (int32_t *)bitnet__malloc((n_history - from + 1) * sizeof *ids);
     if (!ids) return BITNET_ERR_OUT_OF_MEMORY;
     memcpy(ids, history + from, (n_history - from) * sizeof *ids);
@@ -10962,8 +10967,9 @@ static bitnet_result bitnet__gpu_penalize(bitnet_session *s, const bitnet_sample
                                           size_t n_history) {
     const bitnet__gmodel *g = (const bitnet__gmodel *)s->m->gpu;
     bitnet__gsession *q = (bitnet__gsession *)s->gpu;
-    size_t w = bitnet__penalty_win(d->repeat_last_n), from = n_history > w ? n_history - w : 0;
-    int n = (int)(n_history - from), win = (int)BITNET__MIN(w, (size_t)s->n_ctx), nv = s->m->info.n_vocab;
+    size_t from = bitnet__penalty_from(n_history, d->repeat_last_n);
+    int n = (int)(n_history - from), win = (int)BITNET__MIN(bitnet__penalty_win(d->repeat_last_n), (size_t)s->n_ctx);
+    int nv = s->m->info.n_vocab;
     float pen = d->repeat_penalty;
     bitnet_devptr io = q->draw ? q->io : 0;
     void *args[7];
@@ -11176,25 +11182,23 @@ static bitnet_result bitnet__gpu_next_token(bitnet_session *s, int ahead, int32_
     int32_t io[4];
     *launched = 0;
     if (!q || !q->have_next) return bitnet__err(BITNET_ERR_INVALID_STATE, "CUDA forward: no logits were computed on the device");
-    if (!ahead || !q->pin) {
-        BITNET__TRY(bitnet_gpu_download(q->gpu, io, q->io, 16));
-        if (q->draw && io[3]) return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_sample: the logits are all NaN");
-        *token = io[0];
-        return BITNET_OK;
+    if (!ahead || !q->pin) BITNET__TRY(bitnet_gpu_download(q->gpu, io, q->io, 16));
+    else {
+        if (q->dev_pos != s->pos) { /* a prefill leaves io[1] at its first position */
+            int32_t pos = s->pos;
+            BITNET__TRY(bitnet_gpu_upload(q->gpu, q->io + 4, &pos, 4));
+            q->dev_pos = pos;
+        }
+        BITNET__TRY(bitnet__gpu_step_graph(s, s->pos)); /* (a capture first: none with the download queued) */
+        BITNET__TRY(bitnet__gpu_download_mark(q->gpu, q->pin, q->io, 16, &mark));
+        r = bitnet__gpu_launch_step(s, s->pos);
+        if (bitnet__gpu_mark_wait(q->gpu, mark) != BITNET_OK && r == BITNET_OK) r = BITNET_ERR_CUDA;
+        if (r != BITNET_OK) return r;
+        memcpy(io, q->pin, 16);
+        *launched = 1;
     }
-    if (q->dev_pos != s->pos) { /* a prefill leaves io[1] at its first position */
-        int32_t pos = s->pos;
-        BITNET__TRY(bitnet_gpu_upload(q->gpu, q->io + 4, &pos, 4));
-        q->dev_pos = pos;
-    }
-    BITNET__TRY(bitnet__gpu_step_graph(s, s->pos)); /* (a capture first: none with the download queued) */
-    BITNET__TRY(bitnet__gpu_download_mark(q->gpu, q->pin, q->io, 16, &mark));
-    r = bitnet__gpu_launch_step(s, s->pos);
-    if (bitnet__gpu_mark_wait(q->gpu, mark) != BITNET_OK && r == BITNET_OK) r = BITNET_ERR_CUDA;
-    if (r != BITNET_OK) return r;
-    if (q->draw && q->pin[3]) return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_sample: the logits are all NaN");
-    *token = q->pin[0];
-    *launched = 1;
+    if (q->draw && io[3]) return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_sample: the logits are all NaN");
+    *token = io[0];
     return BITNET_OK;
 }
 
