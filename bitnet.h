@@ -10494,6 +10494,7 @@ typedef struct bitnet__gsession {
     bitnet_devptr tk_part, tk_res;    /* topk: the blocks' k best keys, u64 [32][128]; the result, int [1 + 2 * 128] */
     bitnet_devptr tk_ids;             /* int [n_ctx]: the repetition penalty's history (the tokens by position where
                                          the device draws, else the host's window of them) */
+    bitnet_devptr pen_bits;           /* u32 [(n_vocab + 31) / 32]: the penalty's scratch, an id's bit once taken */
     bitnet_devptr tk_uni;             /* double [n_ctx + 2]: the uniforms of draws on the device (bitnet__gpu_draw_begin) */
     bitnet_devptr io;                 /* int [4]: the decode token and the position of a step (the head, or a draw,
                                          leaves the next ones there), a draw's uniform index and error flag, then: */
@@ -10752,6 +10753,7 @@ static void bitnet__gsession_layout(bitnet__gsession *q, const bitnet_session *s
     q->tk_part = bitnet__gtake(c, BITNET__GPU_TOPK_BLOCKS * BITNET__GPU_TOPK_MAX, 8);
     q->tk_res = bitnet__gtake(c, 1 + 2 * BITNET__GPU_TOPK_MAX, 4);
     q->tk_ids = bitnet__gtake(c, (size_t)s->n_ctx, 4);
+    q->pen_bits = bitnet__gtake(c, ((size_t)in->n_vocab + 31) / 32, 4);
     q->tk_uni = bitnet__gtake(c, (size_t)s->n_ctx + 2, 8);
     q->io = bitnet__gtake(c, 4, 4);   /* 256 bytes: */
     q->erow = bitnet__gtake(c, B * (size_t)in->dim, 2); /* right after io */
@@ -10972,9 +10974,10 @@ static bitnet_result bitnet__gpu_penalize(bitnet_session *s, const bitnet_sample
     int nv = s->m->info.n_vocab;
     float pen = d->repeat_penalty;
     bitnet_devptr io = q->draw ? q->io : 0;
-    void *args[7];
+    void *args[8];
     if (!q->draw && n) BITNET__TRY(bitnet_gpu_upload(q->gpu, q->tk_ids, history + from, (size_t)n * 4)); /* (n <= n_ctx) */
     args[0] = &q->logits, args[1] = &q->tk_ids, args[2] = &n, args[3] = &io, args[4] = &win, args[5] = &nv, args[6] = &pen;
+    args[7] = &q->pen_bits;
     return bitnet__gpu_launch(q->gpu, g->penalize, 1, 1, 256, 1, 0, 1, args);
 }
 

@@ -97,7 +97,7 @@ static int print_piece(int32_t token, const char *piece, size_t len, void *user)
 static int cmd_run(int argc, char **argv) {
     model_opts mo;
     const char *prompt = NULL;
-    int i, chat = 0;
+    int i, chat = 0, last_n = 64;
     bitnet_generate_params gp;
     bitnet_generate_stats st;
     bitnet_model *m = NULL;
@@ -128,8 +128,12 @@ static int cmd_run(int argc, char **argv) {
         else if (strcmp(a, "--top-p") == 0) gp.sampler.top_p = (float)atof(v);
         else if (strcmp(a, "--min-p") == 0) gp.sampler.min_p = (float)atof(v);
         else if (strcmp(a, "--repeat-penalty") == 0) gp.sampler.repeat_penalty = (float)atof(v);
+        else if (strcmp(a, "--repeat-last-n") == 0) last_n = atoi(v);
         else return fprintf(stderr, "bitnet run: unknown option %s\n", a), 2;
     }
+    if (last_n < -1) return fprintf(stderr, "bitnet run: --repeat-last-n %d (-1: the context, 0: off)\n", last_n), 2;
+    if (last_n == 0) gp.sampler.repeat_penalty = 1.0f; /* as llama.cpp: 0 turns the penalty off */
+    gp.sampler.repeat_last_n = last_n < 0 ? INT32_MAX : last_n; /* (the library clips it to the context) */
     if (!mo.path || !prompt) return fprintf(stderr, "usage: bitnet run -m FILE -p TEXT [options] (see bitnet help)\n"), 2;
     if ((r = open_model("run", &mo, &m)) != BITNET_OK) return fail("run", r);
     tk = bitnet_model_tokenizer(m);
@@ -2116,7 +2120,7 @@ static const command commands[] = {
     {"kernels", cmd_kernels, "kernels [--arch sm_XX] [--json] [--cache]  compile every built-in CUDA module (no GPU needed)"},
     {"help", cmd_help, "help                         this list"},
     {"run", cmd_run, "run -m FILE -p TEXT [-n N] [--backend auto|cpu|cuda] [--seed S] [--temp T] [--top-k K] [--top-p P]\n"
-                     "      [--min-p P] [--repeat-penalty R] [--chat] [-t THREADS] [-c N_CTX] [--head f16|q8] [--no-mmap]\n"
+                     "      [--min-p P] [--repeat-penalty R] [--repeat-last-n N] [--chat] [-t THREADS] [-c N_CTX] [--head f16|q8] [--no-mmap]\n"
                      "                               generate text, streamed to stdout; speeds on stderr"},
     {"eval", cmd_eval, "eval -m FILE --tokens 1,2,3 --logits-out FILE.f32 [--backend B] [--head f16|q8]\n"
                        "                               float32 logits, one row of n_vocab per token (no BOS added)"},

@@ -821,6 +821,63 @@ static void test_gpu_topk(void) {
         }
 }
 
+/* ---- GPU: the repetition penalty (the forward module's penalize) ------------------------------ */
+
+/* Logits after the penalty against the host's rule (each distinct in-range id of the window once):
+   vocabularies of 777 and 140001, histories full of repeats and ids out of range, windows of 1, 64,
+   4096 and past the history, the window's end from io or from n, penalties above and below 1. The
+   scratch bits start as garbage and each case launches twice on the same scratch (it clears them). */
+static void test_gpu_penalize(void) {
+    static const int nvs[] = {777, 140001}, wins[] = {1, 64, 4096, 9000}, NH = 6000;
+    bitnet_gpu_kernel *kern = NULL;
+    int vi, wi, c;
+    NEED_GPU();
+    TEST_CHECKF(bitnet_gpu_builtin_kernel(G, "bitnet_k_fwd_penalize", &kern) == BITNET_OK, "%s", bitnet_last_error());
+    if (!kern) return;
+    for (vi = 0; vi < 2; vi++)
+        for (wi = 0; wi < 4; wi++)
+            for (c = 0; c < 2; c++) {
+                int nv = nvs[vi], win = wins[wi], n = c ? NH : NH - 123, e, b, i, rep, bad = 0;
+                int32_t *hist = (int32_t *)xmalloc((size_t)NH * 4), io[4] = {0, NH - 7, 0, 0};
+                float *l = (float *)xmalloc((size_t)nv * 4), *want = (float *)xmalloc((size_t)nv * 4);
+                float *got = (float *)xmalloc((size_t)nv * 4), pen = c ? 0.8f : 1.3f;
+                unsigned char *seen = (unsigned char *)calloc((size_t)nv, 1);
+                bitnet_devptr dl, dh, dio = 0, bits = poisoned(((size_t)nv + 31) / 32 * 4), nul = 0;
+                unsigned grid[3] = {1, 1, 1}, block[3] = {256, 1, 1};
+                void *args[8];
+                for (i = 0; i < nv; i++) l[i] = test_rand_float(-8.0f, 8.0f);
+                for (i = 0; i < NH; i++) { /* ids from a small range (many repeats), a few out of range */
+                    int r = test_rand_int(0, 49);
+                    hist[i] = r == 0 ? -1 : r == 1 ? nv : r == 2 ? nv - 1 : test_rand_int(0, 299);
+                }
+                memcpy(want, l, (size_t)nv * 4);
+                e = c ? io[1] : n, b = e - win > 0 ? e - win : 0;
+                for (i = b; i < e; i++) {
+                    int id = hist[i];
+                    if (id < 0 || id >= nv || seen[id]) continue;
+                    seen[id] = 1;
+                    want[id] = want[id] > 0.0f ? want[id] / pen : want[id] * pen;
+                }
+                dh = upload(hist, (size_t)NH * 4);
+                if (c) dio = upload(io, 16);
+                for (rep = 0; rep < 2; rep++) {
+                    dl = upload(l, (size_t)nv * 4);
+                    args[0] = &dl, args[1] = &dh, args[2] = &n, args[3] = c ? &dio : &nul, args[4] = &win, args[5] = &nv;
+                    args[6] = &pen, args[7] = &bits;
+                    TEST_CHECKF(dl && dh && bits && (!c || dio) && bitnet_gpu_launch(G, kern, grid, block, 0, args) == BITNET_OK, "%s",
+                                bitnet_last_error());
+                    TEST_CHECK(bitnet_gpu_download(G, got, dl, (size_t)nv * 4) == BITNET_OK);
+                    for (i = 0; i < nv; i++) bad += memcmp(&got[i], &want[i], 4) != 0;
+                    if (dl) bitnet_gpu_free(G, dl);
+                }
+                TEST_CHECKF(bad == 0, "vocabulary %d window %d %s: %d logits differ", nv, win, c ? "end from io" : "end n", bad);
+                if (dh) bitnet_gpu_free(G, dh);
+                if (dio) bitnet_gpu_free(G, dio);
+                if (bits) bitnet_gpu_free(G, bits);
+                free(hist), free(l), free(want), free(got), free(seen);
+            }
+}
+
 int main(void) {
     (void)test_rand_u64;
     test_seed(20261122);
@@ -845,6 +902,7 @@ int main(void) {
     RUN_TEST(test_gpu_quantize_ternary_and_pack);
     RUN_TEST(test_gpu_quantizer_fallback);
     RUN_TEST(test_gpu_topk);
+    RUN_TEST(test_gpu_penalize);
     if (gpu_ok) bitnet_gpu_close(G);
     return test_summary();
 }
