@@ -94,10 +94,14 @@ static int print_piece(int32_t token, const char *piece, size_t len, void *user)
     return 0;
 }
 
+static int cli_read_file(const char *path, size_t max, char **data, size_t *len);
+
 static int cmd_run(int argc, char **argv) {
     model_opts mo;
-    const char *prompt = NULL;
-    int i, chat = 0, last_n = 64;
+    const char *prompt = NULL, *prompt_file = NULL;
+    char *file_text = NULL;
+    int i, chat = 0, last_n = 64, err;
+    int32_t never = -1;
     bitnet_generate_params gp;
     bitnet_generate_stats st;
     bitnet_model *m = NULL;
@@ -118,10 +122,12 @@ static int cmd_run(int argc, char **argv) {
         if (k < 0) return 2;
         if (k) continue;
         if (strcmp(a, "--chat") == 0) { chat = 1; continue; }
+        if (strcmp(a, "--ignore-eos") == 0) { gp.stop_tokens = &never, gp.n_stop = 1; continue; } /* (-1 never comes) */
         if (!v) return fprintf(stderr, "bitnet run: unknown option or missing value: %s\n", a), 2;
         i++;
         if (strcmp(a, "-p") == 0) prompt = v;
-        else if (strcmp(a, "-n") == 0) gp.max_tokens = atoi(v);
+        else if (strcmp(a, "-f") == 0) prompt_file = v;
+        else if (strcmp(a, "-n") == 0) gp.max_tokens = atoi(v) == -1 ? 0 : atoi(v); /* -1: until a stop or the context ends */
         else if (strcmp(a, "--seed") == 0) gp.sampler.seed = strtoull(v, NULL, 10);
         else if (strcmp(a, "--temp") == 0) gp.sampler.temperature = (float)atof(v);
         else if (strcmp(a, "--top-k") == 0) gp.sampler.top_k = atoi(v);
@@ -134,10 +140,18 @@ static int cmd_run(int argc, char **argv) {
     if (last_n < -1) return fprintf(stderr, "bitnet run: --repeat-last-n %d (-1: the context, 0: off)\n", last_n), 2;
     if (last_n == 0) gp.sampler.repeat_penalty = 1.0f; /* as llama.cpp: 0 turns the penalty off */
     gp.sampler.repeat_last_n = last_n < 0 ? INT32_MAX : last_n; /* (the library clips it to the context) */
-    if (!mo.path || !prompt) return fprintf(stderr, "usage: bitnet run -m FILE -p TEXT [options] (see bitnet help)\n"), 2;
-    if ((r = open_model("run", &mo, &m)) != BITNET_OK) return fail("run", r);
+    if (prompt_file) { /* -f: the prompt from a file */
+        size_t len;
+        if (prompt) return fprintf(stderr, "bitnet run: -p and -f both given\n"), 2;
+        if ((err = cli_read_file(prompt_file, (size_t)1 << 26, &file_text, &len)) != 0)
+            return fprintf(stderr, "bitnet run: cannot read %s: %s\n", prompt_file, strerror(err)), 1;
+        prompt = file_text;
+    }
+    if (!mo.path || !prompt) return free(file_text), fprintf(stderr, "usage: bitnet run -m FILE -p TEXT [options] (see bitnet help)\n"), 2;
+    if ((r = open_model("run", &mo, &m)) != BITNET_OK) return free(file_text), fail("run", r);
     tk = bitnet_model_tokenizer(m);
     if (!tk) {
+        free(file_text);
         bitnet_model_free(m);
         return fprintf(stderr, "bitnet run: %s has no tokenizer\n", mo.path), 1;
     }
@@ -150,13 +164,13 @@ static int cmd_run(int argc, char **argv) {
         text = (char *)malloc(len + 1);
         r = text ? bitnet_chat_format(&msg, 1, 1, text, len + 1, &len) : BITNET_ERR_OUT_OF_MEMORY;
         if (r != BITNET_OK) {
-            free(text);
+            free(text), free(file_text);
             bitnet_model_free(m);
             return fail("run", r);
         }
     } else {
         text = (char *)malloc(strlen(prompt) + 1);
-        if (!text) return bitnet_model_free(m), fprintf(stderr, "bitnet run: out of memory\n"), 1;
+        if (!text) return free(file_text), bitnet_model_free(m), fprintf(stderr, "bitnet run: out of memory\n"), 1;
         strcpy(text, prompt);
     }
     r = bitnet_tokenize(tk, text, strlen(text), !chat, chat, NULL, 0, &n);
@@ -180,7 +194,7 @@ static int cmd_run(int argc, char **argv) {
         if (!ctx && bitnet_model_get_info(m, &in) == BITNET_OK) ctx = in.n_ctx_train;
         if (bitnet_session_pos(s) >= ctx) fprintf(stderr, "bitnet run: stopped at the end of the context (%d positions; -c sets it)\n", ctx);
     }
-    free(text);
+    free(text), free(file_text);
     free(ids);
     bitnet_session_free(s);
     bitnet_model_free(m);
@@ -2119,8 +2133,8 @@ static const command commands[] = {
     {"devices", cmd_devices, "devices [--json]             GPU backends and every CUDA device"},
     {"kernels", cmd_kernels, "kernels [--arch sm_XX] [--json] [--cache]  compile every built-in CUDA module (no GPU needed)"},
     {"help", cmd_help, "help                         this list"},
-    {"run", cmd_run, "run -m FILE -p TEXT [-n N] [--backend auto|cpu|cuda] [--seed S] [--temp T] [--top-k K] [--top-p P]\n"
-                     "      [--min-p P] [--repeat-penalty R] [--repeat-last-n N] [--chat] [-t THREADS] [-c N_CTX] [--head f16|q8] [--no-mmap]\n"
+    {"run", cmd_run, "run -m FILE -p TEXT|-f FILE [-n N] [--backend auto|cpu|cuda] [--seed S] [--temp T] [--top-k K] [--top-p P]\n"
+                     "      [--min-p P] [--repeat-penalty R] [--repeat-last-n N] [--ignore-eos] [--chat] [-t THREADS] [-c N_CTX] [--head f16|q8] [--no-mmap]\n"
                      "                               generate text, streamed to stdout; speeds on stderr"},
     {"eval", cmd_eval, "eval -m FILE --tokens 1,2,3 --logits-out FILE.f32 [--backend B] [--head f16|q8]\n"
                        "                               float32 logits, one row of n_vocab per token (no BOS added)"},

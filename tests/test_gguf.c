@@ -25,8 +25,9 @@ static unsigned char *read_all(const char *path, size_t *size) {
     fseek(f, 0, SEEK_END);
     n = ftell(f);
     fseek(f, 0, SEEK_SET);
-    buf = (unsigned char *)malloc(n > 0 ? (size_t)n : 1);
+    buf = (unsigned char *)malloc(n > 0 ? (size_t)n + 1 : 1); /* NUL-terminated, for text */
     if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) { free(buf); buf = NULL; }
+    if (buf) buf[n > 0 ? n : 0] = 0;
     fclose(f);
     *size = (size_t)n;
     return buf;
@@ -971,6 +972,54 @@ static void test_cli_gen_model_and_info(void) {
     remove(a); remove(b); remove(c);
 }
 
+/* bitnet run's prompt and sampling flags on tests/data/tiny.gguf (CPU, greedy): -f gives what -p
+   gives; --repeat-last-n 0 turns the penalty off (as --repeat-penalty 1); --ignore-eos with -n -1
+   runs to the end of the context; -p with -f and --repeat-last-n below -1 are refused. */
+static void test_cli_run_flags(void) {
+    char bin[512], cmd[4096], pf[640], o[6][640];
+    const char *build = getenv("BUILD"), *runner = getenv("RUNNER");
+    const char *run = "run -m tests/data/tiny.gguf --backend cpu -t 1 --temp 0 --seed 3";
+    unsigned char *out[6];
+    size_t n[6];
+    int i;
+    FILE *f;
+    if (runner && *runner) TEST_SKIP("the CLI is not run under RUNNER=%s", runner);
+    snprintf(bin, sizeof bin, "%s/bitnet", build && *build ? build : "build");
+    if (!(f = fopen(bin, "rb"))) TEST_SKIP("%s not built", bin);
+    fclose(f);
+    snprintf(pf, sizeof pf, "%s", tmp_path("prompt.txt"));
+    TEST_CHECK(write_all(pf, "Once upon a time", 16));
+    for (i = 0; i < 6; i++) snprintf(o[i], sizeof o[i], "%s%d", tmp_path("run_out"), i);
+    snprintf(cmd, sizeof cmd, "%s %s -n 12 -p 'Once upon a time' > %s 2>/dev/null", bin, run, o[0]);
+    TEST_CHECK(system(cmd) == 0);
+    snprintf(cmd, sizeof cmd, "%s %s -n 12 -f %s > %s 2>/dev/null", bin, run, pf, o[1]);
+    TEST_CHECK(system(cmd) == 0);
+    snprintf(cmd, sizeof cmd, "%s %s -n 12 -f %s --repeat-penalty 1.5 --repeat-last-n 0 > %s 2>/dev/null", bin, run, pf, o[2]);
+    TEST_CHECK(system(cmd) == 0);
+    snprintf(cmd, sizeof cmd, "%s %s -n 12 -f %s --repeat-penalty 1e6 --repeat-last-n -1 > %s 2>/dev/null", bin, run, pf, o[3]);
+    TEST_CHECK(system(cmd) == 0);
+    snprintf(cmd, sizeof cmd, "%s %s -n -1 -c 32 --ignore-eos -f %s > /dev/null 2> %s", bin, run, pf, o[4]);
+    TEST_CHECK(system(cmd) == 0);
+    snprintf(cmd, sizeof cmd, "%s %s -n 4 -f %s -p x > /dev/null 2>&1", bin, run, pf);
+    TEST_CHECK(system(cmd) != 0);
+    snprintf(cmd, sizeof cmd, "%s %s -n 4 -f %s --repeat-last-n -2 > /dev/null 2>&1", bin, run, pf);
+    TEST_CHECK(system(cmd) != 0);
+    snprintf(cmd, sizeof cmd, "%s %s -n 4 -f %s.missing > /dev/null 2>&1", bin, run, pf);
+    TEST_CHECK(system(cmd) != 0);
+    for (i = 0; i < 5; i++) out[i] = read_all(o[i], &n[i]);
+    TEST_CHECK(out[0] && out[1] && out[2] && out[3] && out[4] && n[0] > 1);
+    if (out[0] && out[1] && out[2] && out[3] && out[4]) {
+        TEST_CHECKF(n[0] == n[1] && memcmp(out[0], out[1], n[0]) == 0, "-f and -p differ");
+        TEST_CHECKF(n[0] == n[2] && memcmp(out[0], out[2], n[0]) == 0, "--repeat-last-n 0 changed the greedy text");
+        /* a penalty of 1e6 over the whole context never repeats a token: other text than greedy's
+           (tiny's greedy output repeats itself within 12 tokens) */
+        TEST_CHECKF(n[3] != n[0] || memcmp(out[0], out[3], n[0]) != 0, "--repeat-last-n -1 with a penalty changed nothing");
+        TEST_CHECKF(strstr((const char *)out[4], "end of the context") != NULL, "--ignore-eos -n -1: %s", (const char *)out[4]);
+    }
+    for (i = 0; i < 5; i++) free(out[i]), remove(o[i]);
+    remove(pf);
+}
+
 int main(void) {
     RUN_TEST(test_roundtrip_all_types);
     RUN_TEST(test_writer_misuse);
@@ -995,6 +1044,7 @@ int main(void) {
     RUN_TEST(test_tiny_truncated_everywhere);
     RUN_TEST(test_concurrent_readers);
     RUN_TEST(test_cli_gen_model_and_info);
+    RUN_TEST(test_cli_run_flags);
     free(base_img);
     return test_summary();
 }
