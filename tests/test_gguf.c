@@ -922,17 +922,25 @@ static void test_concurrent_readers(void) {
 /* The CLI: gen-model is deterministic, and the committed tiny model's metadata and tensor table
    (everything before the data) are what the generator writes today. The weights themselves may
    move by an ulp when the quantizer changes, so only the header is compared to the file. */
-static void test_cli_gen_model_and_info(void) {
-    char bin[512], cmd[4096], a[640], b[640], c[640];
+/* The CLI's path into bin, or why a test of it is skipped (not built, or RUNNER set: the emulator runs
+   test binaries only). */
+static const char *cli_bin(char *bin, size_t cap, char *why, size_t wcap) {
     const char *build = getenv("BUILD"), *runner = getenv("RUNNER");
+    FILE *f;
+    if (runner && *runner) return snprintf(why, wcap, "the CLI is not run under RUNNER=%s", runner), why;
+    snprintf(bin, cap, "%s/bitnet", build && *build ? build : "build");
+    if (!(f = fopen(bin, "rb"))) return snprintf(why, wcap, "%s not built", bin), why;
+    fclose(f);
+    return NULL;
+}
+
+static void test_cli_gen_model_and_info(void) {
+    char bin[512], cmd[4096], a[640], b[640], c[640], why[600];
     unsigned char *ia, *ib, *ic, *tiny;
     size_t na = 0, nb = 0, nc = 0, nt = 0, hdr = 0;
     bitnet_gguf *g = NULL;
     FILE *f;
-    if (runner && *runner) TEST_SKIP("the CLI is not run under RUNNER=%s", runner);
-    snprintf(bin, sizeof bin, "%s/bitnet", build && *build ? build : "build");
-    if (!(f = fopen(bin, "rb"))) TEST_SKIP("%s not built", bin);
-    fclose(f);
+    if (cli_bin(bin, sizeof bin, why, sizeof why)) TEST_SKIP("%s", why);
     snprintf(a, sizeof a, "%s", tmp_path("gen_a.gguf"));
     snprintf(b, sizeof b, "%s", tmp_path("gen_b.gguf"));
     snprintf(c, sizeof c, "%s", tmp_path("gen_c.gguf"));
@@ -976,20 +984,15 @@ static void test_cli_gen_model_and_info(void) {
    gives; --repeat-last-n 0 turns the penalty off (as --repeat-penalty 1); --ignore-eos with -n -1
    runs to the end of the context; -p with -f and --repeat-last-n below -1 are refused. */
 static void test_cli_run_flags(void) {
-    char bin[512], cmd[4096], pf[640], o[6][640];
-    const char *build = getenv("BUILD"), *runner = getenv("RUNNER");
+    char bin[512], cmd[4096], pf[640], o[5][640], why[600];
     const char *run = "run -m tests/data/tiny.gguf --backend cpu -t 1 --temp 0 --seed 3";
-    unsigned char *out[6];
-    size_t n[6];
+    unsigned char *out[5];
+    size_t n[5];
     int i;
-    FILE *f;
-    if (runner && *runner) TEST_SKIP("the CLI is not run under RUNNER=%s", runner);
-    snprintf(bin, sizeof bin, "%s/bitnet", build && *build ? build : "build");
-    if (!(f = fopen(bin, "rb"))) TEST_SKIP("%s not built", bin);
-    fclose(f);
+    if (cli_bin(bin, sizeof bin, why, sizeof why)) TEST_SKIP("%s", why);
     snprintf(pf, sizeof pf, "%s", tmp_path("prompt.txt"));
     TEST_CHECK(write_all(pf, "Once upon a time", 16));
-    for (i = 0; i < 6; i++) snprintf(o[i], sizeof o[i], "%s%d", tmp_path("run_out"), i);
+    for (i = 0; i < 5; i++) snprintf(o[i], sizeof o[i], "%s%d", tmp_path("run_out"), i);
     snprintf(cmd, sizeof cmd, "%s %s -n 12 -p 'Once upon a time' > %s 2>/dev/null", bin, run, o[0]);
     TEST_CHECK(system(cmd) == 0);
     snprintf(cmd, sizeof cmd, "%s %s -n 12 -f %s > %s 2>/dev/null", bin, run, pf, o[1]);
