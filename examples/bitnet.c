@@ -2134,7 +2134,8 @@ static const command commands[] = {
     {"kernels", cmd_kernels, "kernels [--arch sm_XX] [--json] [--cache]  compile every built-in CUDA module (no GPU needed)"},
     {"help", cmd_help, "help                         this list"},
     {"run", cmd_run, "run -m FILE -p TEXT|-f FILE [-n N] [--backend auto|cpu|cuda] [--seed S] [--temp T] [--top-k K] [--top-p P]\n"
-                     "      [--min-p P] [--repeat-penalty R] [--repeat-last-n N] [--ignore-eos] [--chat] [-t THREADS] [-c N_CTX] [--head f16|q8] [--no-mmap]\n"
+                     "      [--min-p P] [--repeat-penalty R] [--repeat-last-n N] [--ignore-eos] [--chat] [-t THREADS]\n"
+                     "      [-c N_CTX] [--head f16|q8] [--no-mmap]\n"
                      "                               generate text, streamed to stdout; speeds on stderr"},
     {"eval", cmd_eval, "eval -m FILE --tokens 1,2,3 --logits-out FILE.f32 [--backend B] [--head f16|q8]\n"
                        "                               float32 logits, one row of n_vocab per token (no BOS added)"},
