@@ -10803,7 +10803,8 @@ static bitnet_result bitnet__gpu_session_init(bitnet_session *s) {
     q->att_tile = BITNET__GPU_ATT_TILE;
     { /* BITNET_GPU_GEMV_ITEMS: tuning and tests only */
         const char *e = bitnet__getenv("BITNET_GPU_GEMV_ITEMS");
-        q->gemv_items = e && atoi(e) >= 1 && atoi(e) <= 64 ? atoi(e) : 4; /* H100: 4 beat 8 by 2% and 16 by 40% */
+        q->gemv_items = e && atoi(e) >= 1 && atoi(e) <= 64 ? atoi(e) : 5; /* H100: 5 beat 4 by 2.3% after a 64-token
+                                                                         prompt, the same at 512 (session 27) */
         e = bitnet__getenv("BITNET_GPU_ATT_T"); /* the same, and tests (several ranges early): 16 .. ATT_T */
         if (e && q->att_t && atoi(e) >= 16 && atoi(e) <= BITNET__GPU_ATT_T) q->att_t = atoi(e) / 16 * 16;
         e = bitnet__getenv("BITNET_GPU_ATT_R"); /* the same: 8 .. 256 */

@@ -545,7 +545,6 @@ int main(int argc, char **argv) {
         step_us_at(180);
         kernel_times();
     }
-    gs->gemv_items = 4;
     drop_graphs(gs);
     step_us();
 

@@ -5,7 +5,7 @@
 #   usage: [GIT_COMMIT=hash] tools/gpu_decode.sh [quick|full|final]
 #   full: also make test-gpu and compute-sanitizer; final: the receipt of `bitnet bench` (CUDA,
 #   64- and 512-token prompts, 128 tokens) verified with --min-tps 800, and the test again with
-#   BITNET_GPU_GEMV_ITEMS=4 (a tuning knob the benchmark compares).
+#   BITNET_GPU_GEMV_ITEMS=4 (a tuning knob the benchmark compares; the default is 5).
 # The tiktoken file: llama3-tokenizer.tiktoken beside this checkout's root or in ../shared/data.
 set -u
 what=${1:-quick}
