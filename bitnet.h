@@ -837,7 +837,7 @@ typedef int (*bitnet_token_fn)(int32_t token, const char *piece, size_t len, voi
 typedef struct bitnet_generate_params {
     bitnet_sampler_params sampler;
     int32_t max_tokens;                       /* 0 = until a stop token or the context ends */
-    const int32_t *stop_tokens; size_t n_stop; /* NULL = the model's EOS and EOT */
+    const int32_t *stop_tokens; size_t n_stop; /* NULL = the model's EOS and EOT; non-NULL with n_stop 0: none */
     bitnet_token_fn on_token; void *user;
 } bitnet_generate_params;
 typedef struct bitnet_generate_stats {

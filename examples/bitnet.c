@@ -98,10 +98,10 @@ static int cli_read_file(const char *path, size_t max, char **data, size_t *len)
 
 static int cmd_run(int argc, char **argv) {
     model_opts mo;
-    const char *prompt = NULL, *prompt_file = NULL;
-    char *file_text = NULL;
-    int i, chat = 0, last_n = 64, err;
-    int32_t never = -1;
+    const char *prompt = NULL, *prompt_file = NULL, *in;
+    char *file_text = NULL, *text = NULL;
+    int i, chat = 0, last_n = 64, err, rc = 1;
+    int32_t none = 0;
     bitnet_generate_params gp;
     bitnet_generate_stats st;
     bitnet_model *m = NULL;
@@ -111,7 +111,6 @@ static int cmd_run(int argc, char **argv) {
     const bitnet_tokenizer *tk;
     int32_t *ids = NULL;
     size_t n = 0;
-    char *text = NULL;
     memset(&mo, 0, sizeof mo);
     memset(&gp, 0, sizeof gp);
     gp.max_tokens = 128;
@@ -122,12 +121,12 @@ static int cmd_run(int argc, char **argv) {
         if (k < 0) return 2;
         if (k) continue;
         if (strcmp(a, "--chat") == 0) { chat = 1; continue; }
-        if (strcmp(a, "--ignore-eos") == 0) { gp.stop_tokens = &never, gp.n_stop = 1; continue; } /* (-1 never comes) */
+        if (strcmp(a, "--ignore-eos") == 0) { gp.stop_tokens = &none, gp.n_stop = 0; continue; } /* (non-NULL, none) */
         if (!v) return fprintf(stderr, "bitnet run: unknown option or missing value: %s\n", a), 2;
         i++;
         if (strcmp(a, "-p") == 0) prompt = v;
         else if (strcmp(a, "-f") == 0) prompt_file = v;
-        else if (strcmp(a, "-n") == 0) gp.max_tokens = atoi(v) == -1 ? 0 : atoi(v); /* -1: until a stop or the context ends */
+        else if (strcmp(a, "-n") == 0) gp.max_tokens = atoi(v), gp.max_tokens = gp.max_tokens == -1 ? 0 : gp.max_tokens; /* -1: no limit */
         else if (strcmp(a, "--seed") == 0) gp.sampler.seed = strtoull(v, NULL, 10);
         else if (strcmp(a, "--temp") == 0) gp.sampler.temperature = (float)atof(v);
         else if (strcmp(a, "--top-k") == 0) gp.sampler.top_k = atoi(v);
@@ -140,21 +139,25 @@ static int cmd_run(int argc, char **argv) {
     if (last_n < -1) return fprintf(stderr, "bitnet run: --repeat-last-n %d (-1: the context, 0: off)\n", last_n), 2;
     if (last_n == 0) gp.sampler.repeat_penalty = 1.0f; /* as llama.cpp: 0 turns the penalty off */
     gp.sampler.repeat_last_n = last_n < 0 ? INT32_MAX : last_n; /* (the library clips it to the context) */
+    if (prompt && prompt_file) return fprintf(stderr, "bitnet run: -p and -f both given\n"), 2;
+    if (!mo.path || !(prompt || prompt_file))
+        return fprintf(stderr, "usage: bitnet run -m FILE -p TEXT [options] (see bitnet help)\n"), 2;
     if (prompt_file) { /* -f: the prompt from a file */
         size_t len;
-        if (prompt) return fprintf(stderr, "bitnet run: -p and -f both given\n"), 2;
         if ((err = cli_read_file(prompt_file, (size_t)1 << 26, &file_text, &len)) != 0)
             return fprintf(stderr, "bitnet run: cannot read %s: %s\n", prompt_file, strerror(err)), 1;
         prompt = file_text;
     }
-    if (!mo.path || !prompt) return free(file_text), fprintf(stderr, "usage: bitnet run -m FILE -p TEXT [options] (see bitnet help)\n"), 2;
-    if ((r = open_model("run", &mo, &m)) != BITNET_OK) return free(file_text), fail("run", r);
+    if ((r = open_model("run", &mo, &m)) != BITNET_OK) {
+        rc = fail("run", r);
+        goto done;
+    }
     tk = bitnet_model_tokenizer(m);
     if (!tk) {
-        free(file_text);
-        bitnet_model_free(m);
-        return fprintf(stderr, "bitnet run: %s has no tokenizer\n", mo.path), 1;
+        fprintf(stderr, "bitnet run: %s has no tokenizer\n", mo.path);
+        goto done;
     }
+    in = prompt;
     if (chat) { /* the 2B-4T chat format: <|begin_of_text|>User: TEXT<|eot_id|>Assistant: */
         bitnet_chat_message msg;
         size_t len = 0;
@@ -164,19 +167,15 @@ static int cmd_run(int argc, char **argv) {
         text = (char *)malloc(len + 1);
         r = text ? bitnet_chat_format(&msg, 1, 1, text, len + 1, &len) : BITNET_ERR_OUT_OF_MEMORY;
         if (r != BITNET_OK) {
-            free(text), free(file_text);
-            bitnet_model_free(m);
-            return fail("run", r);
+            rc = fail("run", r);
+            goto done;
         }
-    } else {
-        text = (char *)malloc(strlen(prompt) + 1);
-        if (!text) return free(file_text), bitnet_model_free(m), fprintf(stderr, "bitnet run: out of memory\n"), 1;
-        strcpy(text, prompt);
+        in = text;
     }
-    r = bitnet_tokenize(tk, text, strlen(text), !chat, chat, NULL, 0, &n);
+    r = bitnet_tokenize(tk, in, strlen(in), !chat, chat, NULL, 0, &n);
     if (r == BITNET_ERR_BAD_SIZE || r == BITNET_OK) {
         ids = (int32_t *)malloc((n ? n : 1) * sizeof *ids);
-        r = bitnet_tokenize(tk, text, strlen(text), !chat, chat, ids, n, &n);
+        r = ids ? bitnet_tokenize(tk, in, strlen(in), !chat, chat, ids, n, &n) : BITNET_ERR_OUT_OF_MEMORY;
     }
     memset(&sd, 0, sizeof sd);
     sd.n_ctx = mo.n_ctx;
@@ -189,16 +188,17 @@ static int cmd_run(int argc, char **argv) {
                 st.prompt_seconds > 0 ? (double)st.n_prompt / st.prompt_seconds : 0.0, st.n_generated,
                 st.gen_seconds > 0 ? (double)st.n_generated / st.gen_seconds : 0.0);
     if (r == BITNET_OK) { /* generation that filled the context stopped there: say so */
-        bitnet_model_info in;
+        bitnet_model_info info;
         int ctx = mo.n_ctx;
-        if (!ctx && bitnet_model_get_info(m, &in) == BITNET_OK) ctx = in.n_ctx_train;
+        if (!ctx && bitnet_model_get_info(m, &info) == BITNET_OK) ctx = info.n_ctx_train;
         if (bitnet_session_pos(s) >= ctx) fprintf(stderr, "bitnet run: stopped at the end of the context (%d positions; -c sets it)\n", ctx);
     }
-    free(text), free(file_text);
-    free(ids);
+    rc = r == BITNET_OK ? 0 : fail("run", r);
+done:
+    free(text), free(file_text), free(ids);
     bitnet_session_free(s);
     bitnet_model_free(m);
-    return r == BITNET_OK ? 0 : fail("run", r);
+    return rc;
 }
 
 static int cmd_eval(int argc, char **argv) {
