@@ -8331,14 +8331,16 @@ static void bitnet__gpu_host_free(bitnet_gpu *gpu, void *host) {
 
 /* A download into page-locked memory (bitnet__gpu_host_alloc's) that returns at once, with a marker
    after it on the stream: bitnet__gpu_mark_wait waits for the marker (and only for what came
-   before it), so work queued after the download runs on while the host waits. */
+   before it), so work queued after the download runs on while the host waits. dst NULL: the marker
+   alone (a kernel before it wrote mapped host memory). */
 static bitnet_result bitnet__gpu_download_mark(bitnet_gpu *gpu, void *dst, bitnet_devptr src, size_t bytes,
                                                bitnet__CUevent *mark) {
     bitnet__CUresult r;
-    bitnet_result res;
-    BITNET__TRY(bitnet__copy_args("bitnet__gpu_download_mark", gpu, dst, src, bytes, 1));
+    bitnet_result res = BITNET_OK;
+    if (dst) BITNET__TRY(bitnet__copy_args("bitnet__gpu_download_mark", gpu, dst, src, bytes, 1));
+    else BITNET__CHECK_GPU(gpu);
     BITNET__TRY(bitnet__ctx_push(gpu->dev->ctx));
-    res = bitnet__enqueue_copy(gpu, 'd', dst, 0, src, 0, bytes);
+    if (dst) res = bitnet__enqueue_copy(gpu, 'd', dst, 0, src, 0, bytes);
     if (res == BITNET_OK) {
         bitnet__mutex_lock(&gpu->lock);
         res = bitnet__event_get(gpu, mark);
@@ -10501,7 +10503,8 @@ typedef struct bitnet__gsession {
     bitnet_devptr erow;               /* fp16 [B][dim] at io + 256: the tokens' embedding rows (one upload with io) */
     bitnet_devptr iota;               /* int [B]: 0 .. B-1, the embed kernel's row indices */
     unsigned char *stage;             /* host: io and the rows, 256 + B * dim * 2 bytes */
-    int32_t *pin;                     /* mapped host: the token downloads of bitnet__gpu_next_token (or NULL) */
+    int32_t *pin;                     /* mapped host: two slots of io, which the head and the draw publish (or NULL) */
+    bitnet_devptr pin_dev;            /* pin as the device sees it (0 without pin) */
     int32_t dev_pos;                  /* the position io[1] holds on the device, as far as the host knows (-1: not known) */
     int B, smax, head_blocks, have_next;
     int att_t, att_w, att_r, att_tile; /* the decode attention's forms: BITNET__GPU_ATT_T, att_w (positions over warps in
@@ -10847,10 +10850,7 @@ static bitnet_result bitnet__gpu_session_init(bitnet_session *s) {
     BITNET__TRY(bitnet_gpu_upload(q->gpu, q->iota, q->stage, (size_t)q->B * 4));
     BITNET__TRY(bitnet_gpu_sync(q->gpu)); /* the stage is reused right away */
     q->dev_pos = -1;
-    if (g->emb_dev) { /* (the device never touches pin: it is a download's target) */
-        bitnet_devptr unused;
-        if (bitnet__gpu_host_alloc(q->gpu, 64, (void **)&q->pin, &unused) != BITNET_OK) q->pin = NULL;
-    }
+    if (g->emb_dev && bitnet__gpu_host_alloc(q->gpu, 64, (void **)&q->pin, &q->pin_dev) != BITNET_OK) q->pin = NULL, q->pin_dev = 0;
     return bitnet_gpu_upload(q->gpu, q->rope, s->rope, (size_t)s->n_ctx * (size_t)s->m->info.head_dim * 4);
 }
 
@@ -10936,11 +10936,12 @@ static bitnet_result bitnet__gpu_head(bitnet_session *s, bitnet_devptr x_row, in
     int nv = m->info.n_vocab, dim = m->info.dim;
     float eps = m->info.norm_eps;
     bitnet_devptr ctr = q->ctr + 4 * (bitnet_devptr)m->info.n_heads;
-    void *args[13], **a = args;
+    bitnet_devptr pub = q->draw ? 0 : q->pin_dev; /* (a draw after the head publishes the token) */
+    void *args[14], **a = args;
     if (g->head_q8) *a++ = (void *)&g->head, *a++ = (void *)&g->head_scale;
     else *a++ = (void *)&g->head;
     a[0] = &nv, a[1] = &dim, a[2] = &x_row, a[3] = (void *)&g->out_norm, a[4] = &eps,
-    a[5] = &q->logits, a[6] = &q->hv, a[7] = &q->hi, a[8] = &ctr, a[9] = &q->io, a[10] = &adv;
+    a[5] = &q->logits, a[6] = &q->hv, a[7] = &q->hi, a[8] = &ctr, a[9] = &q->io, a[10] = &adv, a[11] = &pub;
     return bitnet__gpu_launch(q->gpu, g->head_k, (unsigned)q->head_blocks, 1, 256, 1, (unsigned)dim * (g->head_q8 ? 1 : 4), 1, args);
 }
 
@@ -10956,11 +10957,11 @@ static bitnet_result bitnet__gpu_topk(bitnet_session *s, const bitnet_sampler_pa
     int k = greedy ? 1 : d->top_k == 0 || d->top_k > BITNET__GPU_TOPK_MAX ? BITNET__GPU_TOPK_MAX : d->top_k;
     float temp = greedy ? 1.0f : d->temperature, min_p = d->min_p, lmp = min_p > 0 ? logf(min_p) : 0.0f, top_p = d->top_p;
     bitnet_devptr ctr = q->ctr + 4 * ((bitnet_devptr)s->m->info.n_heads + 1), uni = q->draw ? q->tk_uni : 0;
-    void *args[15];
+    void *args[16];
     if (!(temp > 0)) return bitnet__err(BITNET_ERR_INVALID_ARG, "CUDA sampling: temperature %g (> 0)", (double)temp);
     args[0] = &q->logits, args[1] = &n, args[2] = &temp, args[3] = &k, args[4] = &q->tk_part, args[5] = &ctr, args[6] = &q->tk_res,
     args[7] = &uni, args[8] = &nuni, args[9] = &q->io, args[10] = &min_p, args[11] = &lmp, args[12] = &top_p,
-    args[13] = &q->tk_ids, args[14] = &s->n_ctx;
+    args[13] = &q->tk_ids, args[14] = &s->n_ctx, args[15] = &q->pin_dev;
     return bitnet__gpu_launch(q->gpu, g->topk, (unsigned)BITNET__MIN(BITNET__GPU_TOPK_BLOCKS, (n + 4095) / 4096), 1, 1024, 1, 0, 1, args);
 }
 
@@ -11188,17 +11189,21 @@ static bitnet_result bitnet__gpu_next_token(bitnet_session *s, int ahead, int32_
     if (!q || !q->have_next) return bitnet__err(BITNET_ERR_INVALID_STATE, "CUDA forward: no logits were computed on the device");
     if (!ahead || !q->pin) BITNET__TRY(bitnet_gpu_download(q->gpu, io, q->io, 16));
     else {
-        if (q->dev_pos != s->pos) { /* a prefill leaves io[1] at its first position */
-            int32_t pos = s->pos;
+        /* A decode step's head (or draw) left io in pin's slot s->pos & 1 (bf_publish): only an event
+           goes between this step and the next. After a prefill (its io[1] is its first position) io is
+           copied there instead, once. */
+        int32_t *slot = q->pin + 4 * (s->pos & 1), pos = s->pos;
+        int copy = q->dev_pos != pos;
+        if (copy) {
             BITNET__TRY(bitnet_gpu_upload(q->gpu, q->io + 4, &pos, 4));
             q->dev_pos = pos;
         }
         BITNET__TRY(bitnet__gpu_step_graph(s, s->pos)); /* (a capture first: none with the download queued) */
-        BITNET__TRY(bitnet__gpu_download_mark(q->gpu, q->pin, q->io, 16, &mark));
+        BITNET__TRY(bitnet__gpu_download_mark(q->gpu, copy ? slot : NULL, q->io, 16, &mark));
         r = bitnet__gpu_launch_step(s, s->pos);
         if (bitnet__gpu_mark_wait(q->gpu, mark) != BITNET_OK && r == BITNET_OK) r = BITNET_ERR_CUDA;
         if (r != BITNET_OK) return r;
-        memcpy(io, q->pin, 16);
+        memcpy(io, slot, 16);
         *launched = 1;
     }
     if (q->draw && io[3]) return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_sample: the logits are all NaN");

@@ -725,17 +725,19 @@ static int tk_cmp(const void *pa, const void *pb) { /* the host sampler's order:
     return (a->id > b->id) - (a->id < b->id);
 }
 
-/* One launch of the topk kernel on blocks blocks of 1024 threads (uni: its draw, without the history) */
+/* One launch of the topk kernel on blocks blocks of 1024 threads (uni: its draw, without the history;
+   pub: where the draw publishes io, or 0) */
 static int tk_launch(bitnet_gpu_kernel *kern, unsigned blocks, bitnet_devptr dl, int n, float temp, int k, bitnet_devptr part,
-                     bitnet_devptr ctr, bitnet_devptr res, bitnet_devptr uni, int nuni, bitnet_devptr io) {
+                     bitnet_devptr ctr, bitnet_devptr res, bitnet_devptr uni, int nuni, bitnet_devptr io, bitnet_devptr pub) {
     unsigned grid[3], block[3] = {1024, 1, 1};
     bitnet_devptr no_hist = 0;
     int nhist = 0;
     float f0 = 0.0f; /* min-p, its log and top-p: off */
-    void *args[15];
+    void *args[16];
     grid[0] = blocks, grid[1] = grid[2] = 1;
     args[0] = &dl, args[1] = &n, args[2] = &temp, args[3] = &k, args[4] = &part, args[5] = &ctr, args[6] = &res;
     args[7] = &uni, args[8] = &nuni, args[9] = &io, args[10] = &f0, args[11] = &f0, args[12] = &f0, args[13] = &no_hist, args[14] = &nhist;
+    args[15] = &pub;
     return bitnet_gpu_launch(G, kern, grid, block, 0, args) == BITNET_OK;
 }
 
@@ -781,7 +783,7 @@ static void test_gpu_topk(void) {
                         const unsigned blocks = g ? 32u : 1u;
                         int32_t *got = (int32_t *)xmalloc((size_t)(1 + 2 * k) * 4), want = nref < k ? nref : k, bad = 0;
                         res = poisoned((size_t)(1 + 2 * k) * 4);
-                        TEST_CHECKF(res && tk_launch(kern, blocks, dl, n, temp, k, part, ctr, res, 0, 0, 0), "%s", bitnet_last_error());
+                        TEST_CHECKF(res && tk_launch(kern, blocks, dl, n, temp, k, part, ctr, res, 0, 0, 0, 0), "%s", bitnet_last_error());
                         TEST_CHECK(bitnet_gpu_download(G, got, res, (size_t)(1 + 2 * k) * 4) == BITNET_OK);
                         for (i = 0; i < k; i++) {
                             float v;
@@ -798,12 +800,19 @@ static void test_gpu_topk(void) {
                 static const double us[3] = {0.0, 0.999999, 0.25};
                 int k = 2, c;
                 for (c = 0; c < 4; c++) {
-                    int32_t io[4] = {-7, -7, 0, 0}, nuni = c < 3 ? 1 : 0;
-                    bitnet_devptr du = upload(&us[c < 3 ? c : 0], 8), dio = upload(io, 16);
+                    int32_t io[4] = {-7, 6 - c, 0, 0}, pub[8], poison[4];
+                    int nuni = c < 3 ? 1 : 0, slot = (6 - c) & 1;
+                    bitnet_devptr du = upload(&us[c < 3 ? c : 0], 8), dio = upload(io, 16), dpub = poisoned(32);
                     res = poisoned((size_t)(1 + 2 * k) * 4);
-                    TEST_CHECKF(du && dio && res && tk_launch(kern, 32, dl, n, temp, k, part, ctr, res, du, nuni, dio), "%s",
-                                bitnet_last_error());
+                    TEST_CHECKF(du && dio && res && dpub && tk_launch(kern, 32, dl, n, temp, k, part, ctr, res, du, nuni, dio, dpub),
+                                "%s", bitnet_last_error());
                     TEST_CHECK(bitnet_gpu_download(G, io, dio, 16) == BITNET_OK);
+                    /* io published to slot io[1] & 1, the other slot untouched */
+                    TEST_CHECK(bitnet_gpu_download(G, pub, dpub, 32) == BITNET_OK);
+                    memset(poison, 0xFF, sizeof poison);
+                    TEST_CHECKF(memcmp(pub + 4 * slot, io, 16) == 0 && memcmp(pub + 4 * (1 - slot), poison, 16) == 0,
+                                "n=%d draw %d: io not published to slot %d", n, c, slot);
+                    if (dpub) bitnet_gpu_free(G, dpub);
                     /* equal weights: u 0 and 0.25 draw the first, 0.999999 the second; no uniform left: token 0, flag */
                     if (c < 3)
                         TEST_CHECKF(io[0] == ref[c == 1].id && io[2] == 1 && io[3] == 0, "n=%d draw %d: token %d (want %d), index %d, flag %d",
