@@ -10420,7 +10420,8 @@ BITNET_API bitnet_result bitnet_quantizer_summary(const bitnet_quantizer *qz, ch
      embedding row from the table in mapped host memory, so the host does one 8-byte upload and
      one graph launch a token, with no synchronisation inside it; the head leaves the argmax and
      the next position in io, so greedy decoding launches each step before the host has read the
-     token it feeds (bitnet__gpu_next_token). Without the mapped table each step uploads its row
+     token it feeds (bitnet__gpu_next_token), which the head (or a draw) also stores into mapped
+     host memory: only an event goes between two steps. Without the mapped table each step uploads its row
      too (256 + dim*2 bytes). Five kernels a layer (the forward
      module in bitnet_cuda_kernels.h): RMSNorm + int8 quantization run in the prologue of each
      ternary GEMV, RoPE and the KV append in the attention kernel, residual adds and
