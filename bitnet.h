@@ -8399,6 +8399,20 @@ typedef struct bitnet__cu_launch_config {
     unsigned n_attrs;
 } bitnet__cu_launch_config;
 
+/* More than the default 48 KiB of dynamic shared memory needs an opt-in per function, once (in dv's
+   context, current). 0 or the driver's error. */
+static bitnet__CUresult bitnet__smem_optin(bitnet__gpu_dev *dv, bitnet_gpu_kernel *k, unsigned bytes) {
+    bitnet__CUresult r = 0;
+    if (bytes <= (unsigned)dv->smem_default || bytes <= k->smem_set) return 0;
+    bitnet__mutex_lock(&dv->lock);
+    if (bytes > k->smem_set) {
+        r = bitnet__cuda.cu.cuFuncSetAttribute ? bitnet__cuda.cu.cuFuncSetAttribute(k->fn, BITNET__CU_FUNC_MAX_DYN_SMEM, (int)bytes) : 1;
+        if (r == 0) k->smem_set = bytes;
+    }
+    bitnet__mutex_unlock(&dv->lock);
+    return r;
+}
+
 /* The one launch path: the only call of cuLaunchKernel(Ex), which also counts and times. pdl: launch
    with programmatic stream serialization (sm_90; only for kernels that wait with griddepcontrol).
    cly > 1: clusters of 1 x cly blocks (sm_90; grid[1] a multiple of it; the caller checked the device). */
@@ -8428,19 +8442,9 @@ static bitnet_result bitnet__launch(bitnet_gpu *gpu, bitnet_gpu_kernel *k, const
         return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_gpu_launch(%s): %u bytes of shared memory, the device allows %d",
                            k->name, shared_bytes, dv->smem_optin);
     BITNET__TRY(bitnet__ctx_push(dv->ctx));
-    if (shared_bytes > (unsigned)dv->smem_default && shared_bytes > k->smem_set) {
-        /* More than the default 48 KiB needs an opt-in per function, once. */
-        bitnet__mutex_lock(&dv->lock);
-        if (shared_bytes > k->smem_set) {
-            r = bitnet__cuda.cu.cuFuncSetAttribute
-                    ? bitnet__cuda.cu.cuFuncSetAttribute(k->fn, BITNET__CU_FUNC_MAX_DYN_SMEM, (int)shared_bytes) : 1;
-            if (r == 0) k->smem_set = shared_bytes;
-        }
-        bitnet__mutex_unlock(&dv->lock);
-        if (r != 0) {
-            bitnet__ctx_pop();
-            return bitnet__cu_fail(BITNET_ERR_LAUNCH, r, "raising the kernel's dynamic shared memory limit");
-        }
+    if ((r = bitnet__smem_optin(dv, k, shared_bytes)) != 0) {
+        bitnet__ctx_pop();
+        return bitnet__cu_fail(BITNET_ERR_LAUNCH, r, "raising the kernel's dynamic shared memory limit");
     }
     bitnet__mutex_lock(&gpu->lock);
     timed = gpu->timing && !gpu->capturing;
@@ -10415,7 +10419,7 @@ BITNET_API bitnet_result bitnet_quantizer_summary(const bitnet_quantizer *qz, ch
    step a bitnet__gpu_<step> function. Weights (ternary in the T32 layout of the ternary module,
    the fp16 embedding and head), the fp16 KV cache and every activation stay on the device.
    - Decode (one token): a CUDA graph per session and attention form (contexts in one range over
-     warps, in several, and longer ones in the long form), captured at first use and replayed after
+     warps, in several, in several of two passes, and longer ones in the long form), captured at first use and replayed after
      (H100, 2B-4T shapes: see BENCHMARKS.md). Token and position are read from device memory (io), and the token's fp16
      embedding row from the table in mapped host memory, so the host does one 8-byte upload and
      one graph launch a token, with no synchronisation inside it; the head leaves the argmax and
@@ -10476,6 +10480,7 @@ typedef struct bitnet__gmodel {
     int device, sm_count, cc, smem_optin; /* smem_optin: shared memory a block can have (bytes) */
     bitnet_gpu_kernel *embed, *gemv_store, *gemv_res, *gemv_glu, *attn, *head_k, *rope_kv, *attn_prefill, *topk, *penalize;
     bitnet_gpu_kernel *attn_warps;   /* the decode attention over warps for head_dim 32, 64 or 128 (else NULL: attn throughout) */
+    bitnet_gpu_kernel *attn_warps2;  /* the same in ranges of two passes (with attn_warps) */
     int att_pk;                       /* attn_prefill's keys a tile: BITNET__GPU_ATT_PK (tools rebuild it with others) */
 } bitnet__gmodel;
 
@@ -10510,14 +10515,17 @@ typedef struct bitnet__gsession {
     int B, smax, head_blocks, have_next;
     int att_t, att_w, att_r, att_tile; /* the decode attention's forms: BITNET__GPU_ATT_T, att_w (positions over warps in
                                          ranges, at most), BITNET__GPU_ATT_R, _TILE */
+    int att_w2;                       /* past att_w, positions over warps in ranges of two passes as clusters, at most (0: none) */
+    unsigned att_smem2;               /* their second pass's K and V rows in shared memory, bytes a block */
     int gemv_items;                   /* decode GEMV: K chunks a warp takes, at least (sets the warps a block) */
-    bitnet_gpu_graph *graph[2][2 + BITNET__GPU_ATT_CLMAX]; /* the decode step by its attention's form (below);
+    bitnet_gpu_graph *graph[2][2 + 2 * BITNET__GPU_ATT_CLMAX]; /* the decode step by its attention's form (below);
                                          [1]: ending with a draw (draw) */
     int draw;                         /* decode steps end with the device's draw of the next token, with: */
     bitnet_sampler_params dr;         /* the sampler the [1] graphs were captured with (their topk arguments) */
     int form;                         /* the form of the step being launched: 0 over warps in one range, 1 in ranges
                                          from att_t + 1 positions (their last block combines them), 2 the long form from
-                                         att_w + 1; 1 + n: n ranges as one cluster (att_cl) */
+                                         att_w + 1 (att_w2 + 1 with those); 1 + n: n ranges as one cluster (att_cl);
+                                         1 + CLMAX + n: n ranges of two passes, from att_w + 1 */
     int att_cl;                       /* sm_90: the ranges over warps as clusters, up to BITNET__GPU_ATT_CLMAX */
 } bitnet__gsession;
 
@@ -10533,9 +10541,9 @@ static bitnet_result bitnet__gpu_launch(bitnet_gpu *g, bitnet_gpu_kernel *k, uns
 }
 
 /* The decode attention's ranges over warps for len positions (bf_attn_warps' nsplit, the same rule): at
-   most ny and smax, even, each non-empty */
-static int bitnet__att_ranges(int len, int smax, int ny) {
-    int n = BITNET__MIN((len + BITNET__GPU_ATT_T - 1) / BITNET__GPU_ATT_T, BITNET__MIN(smax, ny)), c = (len + n - 1) / n;
+   most ny and smax, even, each non-empty, of at most rt positions */
+static int bitnet__att_ranges(int len, int rt, int smax, int ny) {
+    int n = BITNET__MIN((len + rt - 1) / rt, BITNET__MIN(smax, ny)), c = (len + n - 1) / n;
     return (len + c - 1) / c;
 }
 
@@ -10631,6 +10639,8 @@ static bitnet_result bitnet__gpu_model_init(bitnet_model *m, int device) {
         char name[40];
         snprintf(name, sizeof name, "bitnet_k_fwd_attn_warps_d%d", (int)m->info.head_dim / 32);
         BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, name, &g->attn_warps));
+        snprintf(name, sizeof name, "bitnet_k_fwd_attn_warps2_d%d", (int)m->info.head_dim / 32);
+        BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, name, &g->attn_warps2));
     }
     g->head_q8 = m->head_q8 != NULL; /* quantized on the host by >>model, as for the CPU */
     BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, g->head_q8 ? "bitnet_k_fwd_head_q8" : "bitnet_k_fwd_head", &g->head_k));
@@ -10644,7 +10654,7 @@ static bitnet_result bitnet__gpu_model_init(bitnet_model *m, int device) {
         const char *e = bitnet__getenv("BITNET_GPU_PDL");
         int pdl = !(e && strcmp(e, "0") == 0);
         g->gemv_store->pdl = g->gemv_res->pdl = g->gemv_glu->pdl = g->attn->pdl = g->head_k->pdl = g->topk->pdl = pdl;
-        if (g->attn_warps) g->attn_warps->pdl = pdl;
+        if (g->attn_warps) g->attn_warps->pdl = g->attn_warps2->pdl = pdl;
     }
     memset(&c, 0, sizeof c);
     bitnet__gmodel_layout(g, m, &c);
@@ -10703,7 +10713,7 @@ static void bitnet__gpu_session_free(bitnet_session *s) {
     int i;
     if (!q) return;
     bitnet__free(q->stage);
-    for (i = 0; i < 2 * (2 + BITNET__GPU_ATT_CLMAX); i++) bitnet_gpu_graph_free(q->graph[i & 1][i >> 1]);
+    for (i = 0; i < 2 * (2 + 2 * BITNET__GPU_ATT_CLMAX); i++) bitnet_gpu_graph_free(q->graph[i & 1][i >> 1]);
     if (q->gpu) {
         bitnet__gpu_host_free(q->gpu, q->pin);
         if (q->mem) bitnet_gpu_free(q->gpu, q->mem);
@@ -10769,9 +10779,9 @@ static unsigned bitnet__gatt_smem(unsigned hd, unsigned nt, unsigned T) {
     return 16 * T + 8 * hd * (nt / hd) + 4 * hd + 4 * hd * (T + 2);
 }
 
-/* The most ranges (up to nmax) whose clusters of 512-thread attention blocks a wave holds nh of (the
-   driver's count, on an idle device) */
-static int bitnet__gpu_att_clusters(const bitnet__gmodel *g, int nh, int nmax) {
+/* The most ranges (up to nmax) whose clusters of 512-thread attention blocks (smem bytes of dynamic shared
+   memory each) a wave holds nh of (the driver's count, on an idle device) */
+static int bitnet__gpu_att_clusters(const bitnet__gmodel *g, bitnet_gpu_kernel *k, int nh, int nmax, unsigned smem) {
     int n;
     if (!bitnet__cuda.cu.cuOccupancyMaxActiveClusters) return nmax;
     for (n = 2; n <= nmax; n++) {
@@ -10783,9 +10793,13 @@ static int bitnet__gpu_att_clusters(const bitnet__gmodel *g, int nh, int nmax) {
         bitnet__cluster_attr(&at, (unsigned)n);
         cfg.grid[0] = (unsigned)nh, cfg.grid[1] = (unsigned)n, cfg.grid[2] = 1;
         cfg.block[0] = 512, cfg.block[1] = cfg.block[2] = 1;
-        cfg.attrs = &at, cfg.n_attrs = 1;
+        cfg.smem = smem, cfg.attrs = &at, cfg.n_attrs = 1;
         if (bitnet__ctx_push(g->gpu->dev->ctx) != BITNET_OK) return nmax;
-        if (bitnet__cuda.cu.cuOccupancyMaxActiveClusters(&fit, g->attn_warps->fn, &cfg) != 0) fit = nh; /* (not known: as asked) */
+        if (bitnet__smem_optin(g->gpu->dev, k, smem) != 0) { /* (the launch could not have it either) */
+            bitnet__ctx_pop();
+            return 0;
+        }
+        if (bitnet__cuda.cu.cuOccupancyMaxActiveClusters(&fit, k->fn, &cfg) != 0) fit = nh; /* (not known: as asked) */
         bitnet__ctx_pop();
         if (fit < nh) return n - 1;
     }
@@ -10828,9 +10842,23 @@ static bitnet_result bitnet__gpu_session_init(bitnet_session *s) {
     /* sm_90: a head's ranges over warps as one cluster (combined in distributed shared memory, not by a last block) */
     q->att_cl = g->cc >= 90 && g->attn_warps && bitnet__cuda.cu.cuLaunchKernelEx && !bitnet__getenv("BITNET_GPU_NO_CLUSTER");
     if (q->att_cl) {
-        int n = bitnet__gpu_att_clusters(g, s->m->info.n_heads, BITNET__MIN(q->att_w / BITNET__GPU_ATT_T, BITNET__GPU_ATT_CLMAX));
+        int n = bitnet__gpu_att_clusters(g, g->attn_warps, s->m->info.n_heads,
+                                         BITNET__MIN(q->att_w / BITNET__GPU_ATT_T, BITNET__GPU_ATT_CLMAX), 0);
         if (n >= 2) q->att_w = n * BITNET__GPU_ATT_T;
         else q->att_cl = 0;
+    }
+    /* then ranges of two passes, the second's K and V rows in shared memory, while a wave holds their clusters:
+       fewer, longer ranges where one pass would need more blocks than a wave holds (BENCHMARKS.md, session 28) */
+    q->att_smem2 = 2u * BITNET__GPU_ATT_T * (unsigned)s->m->info.head_dim * 2u;
+    if (q->att_cl && q->att_smem2 <= (unsigned)g->gpu->dev->smem_optin) {
+        const char *e = bitnet__getenv("BITNET_GPU_ATT_W2"); /* tuning, and tests: 0 (none) .. 2 ATT_T CLMAX */
+        int n = bitnet__gpu_att_clusters(g, g->attn_warps2, s->m->info.n_heads, BITNET__MIN(q->smax, BITNET__GPU_ATT_CLMAX),
+                                         q->att_smem2);
+        q->att_w2 = n >= 2 && 2 * BITNET__GPU_ATT_T * n > q->att_w ? 2 * BITNET__GPU_ATT_T * n : 0;
+        if (e && atoi(e) >= 0 && atoi(e) <= 2 * BITNET__GPU_ATT_T * BITNET__MIN(q->smax, BITNET__GPU_ATT_CLMAX)) {
+            const int w2 = atoi(e) / (2 * BITNET__GPU_ATT_T) * (2 * BITNET__GPU_ATT_T); /* (whole ranges: none longer) */
+            q->att_w2 = w2 > q->att_w ? w2 : 0;
+        }
     }
     q->head_blocks = 2 * g->sm_count; /* persistent: two 256-thread blocks per SM, one wave */
     BITNET__TRY(bitnet_gpu_open(g->device, &q->gpu));
@@ -10917,10 +10945,14 @@ static bitnet_result bitnet__gpu_attention(bitnet_session *s, int l) {
     void *args[16];
     args[0] = &q->qkv, args[1] = &q->rope, args[2] = &pos, args[3] = &kc, args[4] = &vc, args[5] = &s->n_ctx, args[6] = &nh,
     args[7] = &nkv;
-    if (q->form != 2) { /* over warps: blocks of 16 warps, one range a head, up to att_w / ATT_T, or form - 1 as one cluster */
+    if (q->form != 2) { /* over warps: blocks of 16 warps, one range a head, up to att_w / ATT_T, or clusters of
+                           form - 1 ranges (two passes: form - 1 - CLMAX) */
+        const int two = q->form > 1 + BITNET__GPU_ATT_CLMAX;
+        const unsigned ny = two ? (unsigned)(q->form - 1 - BITNET__GPU_ATT_CLMAX)
+                                : q->form > 2 ? (unsigned)(q->form - 1) : q->form ? (unsigned)(q->att_w / BITNET__GPU_ATT_T) : 1u;
         args[8] = &q->smax, args[9] = &q->att_part, args[10] = &part_ml, args[11] = &q->ctr, args[12] = &q->att;
-        const unsigned ny = q->form > 2 ? (unsigned)(q->form - 1) : q->form ? (unsigned)(q->att_w / BITNET__GPU_ATT_T) : 1u;
-        return bitnet__gpu_launch(q->gpu, g->attn_warps, (unsigned)nh, ny, 512, 1, 0, q->form > 2 ? ny : 1, args);
+        return bitnet__gpu_launch(q->gpu, two ? g->attn_warps2 : g->attn_warps, (unsigned)nh, ny, 512, 1, two ? q->att_smem2 : 0,
+                                  two || q->form > 2 ? ny : 1, args);
     }
     /* the long form: ranges of about R positions, a block of 128 threads each */
     args[8] = &hd, args[9] = &q->smax, args[10] = &q->att_tile, args[11] = &q->att_r, args[12] = &q->att_part,
@@ -11013,9 +11045,12 @@ static bitnet_result bitnet__gpu_step_graph(bitnet_session *s, int32_t pos) {
     bitnet__gsession *q = (bitnet__gsession *)s->gpu;
     q->form = pos + 1 <= q->att_t ? 0 : pos + 1 <= q->att_w ? 1 : 2;
     if (q->form == 1 && q->att_cl) {
-        int n = bitnet__att_ranges(pos + 1, q->smax, q->att_w / BITNET__GPU_ATT_T);
-        if (n > 1) q->form = 1 + n;
+        int n = bitnet__att_ranges(pos + 1, BITNET__GPU_ATT_T, q->smax, q->att_w / BITNET__GPU_ATT_T);
+        if (n > 1 && n <= BITNET__GPU_ATT_CLMAX) q->form = 1 + n; /* (more: a tool's att_w; the last block combines) */
     }
+    if (q->form == 2 && pos + 1 <= q->att_w2)
+        q->form = 1 + BITNET__GPU_ATT_CLMAX +
+                  bitnet__att_ranges(pos + 1, 2 * BITNET__GPU_ATT_T, q->smax, q->att_w2 / (2 * BITNET__GPU_ATT_T));
     if (!q->graph[q->draw][q->form]) {
         bitnet_result r, r2;
         BITNET__TRY(bitnet_gpu_graph_begin(q->gpu));
@@ -11242,7 +11277,7 @@ static bitnet_result bitnet__gpu_draw_begin(bitnet_session *s, const bitnet_samp
     if (d->temperature != q->dr.temperature || d->top_k != q->dr.top_k || d->top_p != q->dr.top_p || d->min_p != q->dr.min_p ||
         d->repeat_penalty != q->dr.repeat_penalty || d->repeat_last_n != q->dr.repeat_last_n) {
         int f;
-        for (f = 0; f < 2 + BITNET__GPU_ATT_CLMAX; f++) bitnet_gpu_graph_free(q->graph[1][f]), q->graph[1][f] = NULL;
+        for (f = 0; f < 2 + 2 * BITNET__GPU_ATT_CLMAX; f++) bitnet_gpu_graph_free(q->graph[1][f]), q->graph[1][f] = NULL;
         q->dr = *d;
     }
     q->draw = 1;

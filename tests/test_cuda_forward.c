@@ -317,6 +317,12 @@ static void random_model(int vocab, int dim, int layers, int heads, int kv, int 
         setenv("BITNET_GPU_NO_CLUSTER", "1", 1); /* sm_90: the ranges combined by their last block, as on older GPUs */
         compare(cpu, gpu, 100, 60);
         unsetenv("BITNET_GPU_NO_CLUSTER");
+        /* sm_90: one pass in ranges up to 256 positions, then ranges of two passes as clusters (the second pass's
+           rows from shared memory, this token in either pass): two ranges from 257 positions, three past 512 */
+        setenv("BITNET_GPU_ATT_W", "256", 1);
+        compare(cpu, gpu, 250, 30);
+        compare(cpu, gpu, 520, 20);
+        unsetenv("BITNET_GPU_ATT_W");
         /* the long form from 17 positions, in ranges and tiles of 16 (read at session creation): 32
            ranges a head to combine, and past 32 * 16 positions two tiles a range */
         setenv("BITNET_GPU_ATT_T", "16", 1);

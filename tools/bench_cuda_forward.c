@@ -529,17 +529,18 @@ int main(int argc, char **argv) {
          BITNET__GPU_ATT_T, a wave of ranges, BITNET__GPU_ATT_R, _TILE); 0: the default, W -1: no ranges
          over warps, -2: as many as smax allows */
         static const int cfg[][4] = {{64, 0, 0, 0}, {0, 0, 0, -1}, {0, 0, 0, -2}, {0, 16, 0, -1}, {0, 32, 0, -1}, {0, 0, 32, -1}};
-        int deft = gs->att_t, defw = gs->att_w, defr = gs->att_r, defl = gs->att_tile;
+        int deft = gs->att_t, defw = gs->att_w, defw2 = gs->att_w2, defr = gs->att_r, defl = gs->att_tile;
         for (j = 0; j < (int)(sizeof cfg / sizeof cfg[0]); j++) {
             char what[96];
             gs->att_t = cfg[j][0] ? cfg[j][0] : deft, gs->att_r = cfg[j][1] ? cfg[j][1] : defr;
             gs->att_tile = cfg[j][2] ? cfg[j][2] : defl;
             gs->att_w = cfg[j][3] == -1 ? 0 : cfg[j][3] == -2 && deft ? BITNET__GPU_ATT_T * gs->smax : defw;
+            gs->att_w2 = cfg[j][3] == -1 ? 0 : defw2;
             drop_graphs(gs);
             snprintf(what, sizeof what, "attention T %d W %d R %d tile %d", gs->att_t, gs->att_w, gs->att_r, gs->att_tile);
             measure(what, gen_dev);
         }
-        gs->att_t = deft, gs->att_w = defw, gs->att_r = defr, gs->att_tile = defl;
+        gs->att_t = deft, gs->att_w = defw, gs->att_w2 = defw2, gs->att_r = defr, gs->att_tile = defl;
         drop_graphs(gs);
         printf("  per kernel, at position 180:\n");
         step_us_at(180);
