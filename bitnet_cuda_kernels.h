@@ -1761,7 +1761,8 @@ static const char bitnet_cuda_src_forward[] = BITNET_CUDA_SRC_KHELPERS
     "   the L2 (ld.global.cg): under PDL the QKV GEMV writes qkv while this kernel runs, and qkv read by the\n"
     "   read-only path (ld.global.nc, which const __restrict__ lets the compiler use) gave stale values on\n"
     "   H100s (BENCHMARKS.md, session 20). DPL 1, 2 and 4 (hd 32, 64, 128) are built; the host takes the\n"
-    "   long form for other head sizes and for contexts of more ranges than a wave of blocks. */\n"
+    "   long form for other head sizes and for contexts of more ranges than a wave of blocks holds (of two\n"
+    "   passes, on sm_90, past those of one: BENCHMARKS.md, session 28). */\n"
     "#define BF_SW 8 /* positions a warp a pass, at most (the reduction below halves 8 slots three times) */\n"
 
     "template <int DPL> struct bf_hrow { unsigned short h[DPL]; }; /* a lane's DPL fp16 of a K or V row */\n"
