@@ -2907,28 +2907,35 @@ BITNET_API bitnet_result bitnet_cpu_set_isa(bitnet_isa isa) {
     if ((unsigned)isa >= BITNET_ISA_COUNT) return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_cpu_set_isa: bad value %d", (int)isa);
     if (!bitnet_cpu_has_isa(isa))
         return bitnet__err(BITNET_ERR_UNSUPPORTED_ISA, "the %s path is not available on this CPU or build", bitnet_isa_name(isa));
-    bitnet__active_isa = isa; /* AUTO: resolved again (BITNET_CPU, else the best) at next use */
+    __atomic_store_n(&bitnet__active_isa, isa, __ATOMIC_RELEASE); /* AUTO: resolved again (BITNET_CPU, else the best) at next use */
     return BITNET_OK;
 }
 
 /* The active path; BITNET_CPU is honoured at first use (an unusable value leaves the best path
-   active and is reported through the logger and bitnet_last_error). */
+   active and is reported through the logger and bitnet_last_error). Threads may ask at once (a
+   kernel's workers on first use): each resolves the same path and stores it atomically. */
 BITNET_API bitnet_isa bitnet_cpu_isa(void) {
-    if (bitnet__active_isa == BITNET_ISA_AUTO) {
+    bitnet_isa isa = __atomic_load_n(&bitnet__active_isa, __ATOMIC_ACQUIRE);
+    if (isa == BITNET_ISA_AUTO) {
         const char *env = bitnet__getenv("BITNET_CPU");
         bitnet_isa want = BITNET_ISA_AUTO;
         int i;
-        bitnet__active_isa = bitnet__best_isa();
+        isa = bitnet__best_isa();
         if (env) {
             for (i = 0; i < BITNET_ISA_COUNT; i++)
                 if (strcmp(env, bitnet__isa_names[i]) == 0) want = (bitnet_isa)i;
             if (want == BITNET_ISA_AUTO && strcmp(env, "auto") != 0)
                 bitnet__err(BITNET_ERR_INVALID_ARG, "BITNET_CPU=%s is not one of scalar, avx2, avx512, neon", env);
-            else if (bitnet_cpu_set_isa(want) != BITNET_OK)
-                bitnet__log(BITNET_LOG_WARN, "BITNET_CPU=%s not available, using %s", env, bitnet_isa_name(bitnet__active_isa));
+            else if (want != BITNET_ISA_AUTO && bitnet_cpu_has_isa(want))
+                isa = want;
+            else if (want != BITNET_ISA_AUTO) {
+                bitnet__err(BITNET_ERR_UNSUPPORTED_ISA, "the %s path is not available on this CPU or build", bitnet_isa_name(want));
+                bitnet__log(BITNET_LOG_WARN, "BITNET_CPU=%s not available, using %s", env, bitnet_isa_name(isa));
+            }
         }
+        __atomic_store_n(&bitnet__active_isa, isa, __ATOMIC_RELEASE);
     }
-    return bitnet__active_isa;
+    return isa;
 }
 
 /* ---- scalar reference kernels: the oracle every SIMD and GPU path is tested against --------- */
