@@ -1921,7 +1921,7 @@ typedef void (*bitnet__task_fn)(void *arg, int ith, int nth);
 #include <sched.h>
 #endif
 
-static int bitnet__threads_want; /* 0 = not resolved yet */
+static int bitnet__threads_want; /* 0 = not resolved yet; atomic (sessions on several threads ask) */
 
 BITNET__UNUSED static int bitnet__online_cores(void) {
 #if defined(_SC_NPROCESSORS_ONLN)
@@ -1934,7 +1934,8 @@ BITNET__UNUSED static int bitnet__online_cores(void) {
 
 /* The configured count: bitnet_set_num_threads, else BITNET_NUM_THREADS, else the online cores. */
 BITNET__UNUSED static int bitnet__threads_config(void) {
-    if (bitnet__threads_want == 0) {
+    int want = __atomic_load_n(&bitnet__threads_want, __ATOMIC_ACQUIRE);
+    if (want == 0) {
         const char *env = bitnet__getenv("BITNET_NUM_THREADS");
         int n = 0;
         if (env) {
@@ -1945,9 +1946,10 @@ BITNET__UNUSED static int bitnet__threads_config(void) {
                             env, BITNET__MAX_THREADS);
             else n = (int)v;
         }
-        bitnet__threads_want = n ? n : bitnet__online_cores();
+        want = n ? n : bitnet__online_cores();
+        __atomic_store_n(&bitnet__threads_want, want, __ATOMIC_RELEASE); /* (racing callers store the same count) */
     }
-    return bitnet__threads_want;
+    return want;
 }
 
 #if defined(BITNET__POOL)
@@ -1980,7 +1982,7 @@ struct bitnet__tpool {
 };
 static bitnet__tpool *bitnet__the_tpool;
 static int bitnet__tpool_busy;      /* atomic: 1 while a caller owns the pool */
-static int bitnet__tpool_failed;    /* creation failed: run inline until the count changes */
+static int bitnet__tpool_failed;    /* atomic: creation failed, run inline until the count changes */
 
 #define BITNET__SPIN_SECONDS 2e-4  /* spin this long before sleeping (covers gaps between kernels) */
 
@@ -2100,7 +2102,7 @@ BITNET__UNUSED static void bitnet__tpool_shutdown(void) {
     bitnet__tpool_lock();
     bitnet__tpool_destroy(bitnet__the_tpool);
     __atomic_store_n(&bitnet__the_tpool, (bitnet__tpool *)NULL, __ATOMIC_RELEASE);
-    bitnet__tpool_failed = 0;
+    __atomic_store_n(&bitnet__tpool_failed, 0, __ATOMIC_RELEASE);
     bitnet__tpool_unlock();
 }
 
@@ -2112,11 +2114,11 @@ BITNET__UNUSED static void bitnet__parallel(bitnet__task_fn fn, void *arg) {
         return;
     }
     p = bitnet__the_tpool;
-    if (!p && !bitnet__tpool_failed && bitnet__threads_config() > 1) {
+    if (!p && !__atomic_load_n(&bitnet__tpool_failed, __ATOMIC_ACQUIRE) && bitnet__threads_config() > 1) {
         p = bitnet__tpool_create(bitnet__threads_config());
         __atomic_store_n(&bitnet__the_tpool, p, __ATOMIC_RELEASE);
         if (!p) {
-            bitnet__tpool_failed = 1;
+            __atomic_store_n(&bitnet__tpool_failed, 1, __ATOMIC_RELEASE);
             bitnet__log(BITNET_LOG_WARN, "thread pool: could not start workers; running single-threaded");
         }
     }
@@ -2140,19 +2142,20 @@ BITNET__UNUSED static void bitnet__parallel(bitnet__task_fn fn, void *arg) {
 /* The running pool's size, else the configured count (1 after a failed start). */
 BITNET_API int bitnet_num_threads(void) {
     bitnet__tpool *p = __atomic_load_n(&bitnet__the_tpool, __ATOMIC_ACQUIRE);
-    return p ? p->nth : (bitnet__tpool_failed ? 1 : bitnet__threads_config());
+    return p ? p->nth : (__atomic_load_n(&bitnet__tpool_failed, __ATOMIC_ACQUIRE) ? 1 : bitnet__threads_config());
 }
 
 BITNET_API bitnet_result bitnet_set_num_threads(int n) {
     if (n < 0 || n > BITNET__MAX_THREADS)
         return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_set_num_threads: %d is not in [0, %d]", n, BITNET__MAX_THREADS);
     bitnet__tpool_lock();
-    bitnet__threads_want = n ? n : bitnet__online_cores();
-    if (bitnet__the_tpool && bitnet__the_tpool->nth != bitnet__threads_want) {
+    n = n ? n : bitnet__online_cores();
+    __atomic_store_n(&bitnet__threads_want, n, __ATOMIC_RELEASE);
+    if (bitnet__the_tpool && bitnet__the_tpool->nth != n) {
         bitnet__tpool_destroy(bitnet__the_tpool);
         __atomic_store_n(&bitnet__the_tpool, (bitnet__tpool *)NULL, __ATOMIC_RELEASE);
     }
-    bitnet__tpool_failed = 0;
+    __atomic_store_n(&bitnet__tpool_failed, 0, __ATOMIC_RELEASE);
     bitnet__tpool_unlock();
     return BITNET_OK;
 }
