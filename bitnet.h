@@ -2906,10 +2906,13 @@ static bitnet_isa bitnet__best_isa(void) {
     return BITNET_ISA_SCALAR;
 }
 
+static bitnet_result bitnet__isa_unavailable(bitnet_isa isa) {
+    return bitnet__err(BITNET_ERR_UNSUPPORTED_ISA, "the %s path is not available on this CPU or build", bitnet_isa_name(isa));
+}
+
 BITNET_API bitnet_result bitnet_cpu_set_isa(bitnet_isa isa) {
     if ((unsigned)isa >= BITNET_ISA_COUNT) return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_cpu_set_isa: bad value %d", (int)isa);
-    if (!bitnet_cpu_has_isa(isa))
-        return bitnet__err(BITNET_ERR_UNSUPPORTED_ISA, "the %s path is not available on this CPU or build", bitnet_isa_name(isa));
+    if (!bitnet_cpu_has_isa(isa)) return bitnet__isa_unavailable(isa);
     __atomic_store_n(&bitnet__active_isa, isa, __ATOMIC_RELEASE); /* AUTO: resolved again (BITNET_CPU, else the best) at next use */
     return BITNET_OK;
 }
@@ -2932,7 +2935,7 @@ BITNET_API bitnet_isa bitnet_cpu_isa(void) {
             else if (want != BITNET_ISA_AUTO && bitnet_cpu_has_isa(want))
                 isa = want;
             else if (want != BITNET_ISA_AUTO) {
-                bitnet__err(BITNET_ERR_UNSUPPORTED_ISA, "the %s path is not available on this CPU or build", bitnet_isa_name(want));
+                bitnet__isa_unavailable(want);
                 bitnet__log(BITNET_LOG_WARN, "BITNET_CPU=%s not available, using %s", env, bitnet_isa_name(isa));
             }
         }
@@ -10467,6 +10470,7 @@ BITNET_API bitnet_result bitnet_quantizer_summary(const bitnet_quantizer *qz, ch
 #define BITNET__GPU_ATT_TILE 32       /* decode attention: positions a tile in that form (ranges can be longer; H100: 32 beat 64 by 0.5%) */
 #define BITNET__GPU_ATT_SMAX 32       /* decode attention: ranges a head, at most (the kernel's s_w) */
 #define BITNET__GPU_ATT_CLMAX 8       /* decode attention over warps on sm_90: ranges a head as one cluster, at most (BF_CLMAX) */
+#define BITNET__GPU_FORMS (2 + 2 * BITNET__GPU_ATT_CLMAX) /* decode graphs a session: attention forms (gsession.form) */
 #define BITNET__GPU_PREFILL_MIN 2     /* tokens per call from which prefill takes the GEMM path */
 #define BITNET__GPU_ATT_ROWS 32       /* prefill attention: rows (query x head) a block (the kernels' BF_PR) */
 #define BITNET__GPU_ATT_PK 32         /* prefill attention: keys a tile (the kernels' BF_PK; 32: three blocks fit an SM) */
@@ -10528,7 +10532,7 @@ typedef struct bitnet__gsession {
     int att_w2;                       /* past att_w, positions over warps in ranges of two passes as clusters, at most (0: none) */
     unsigned att_smem2;               /* their second pass's K and V rows in shared memory, bytes a block */
     int gemv_items;                   /* decode GEMV: K chunks a warp takes, at least (sets the warps a block) */
-    bitnet_gpu_graph *graph[2][2 + 2 * BITNET__GPU_ATT_CLMAX]; /* the decode step by its attention's form (below);
+    bitnet_gpu_graph *graph[2][BITNET__GPU_FORMS]; /* the decode step by its attention's form (below);
                                          [1]: ending with a draw (draw) */
     int draw;                         /* decode steps end with the device's draw of the next token, with: */
     bitnet_sampler_params dr;         /* the sampler the [1] graphs were captured with (their topk arguments) */
@@ -10723,7 +10727,7 @@ static void bitnet__gpu_session_free(bitnet_session *s) {
     int i;
     if (!q) return;
     bitnet__free(q->stage);
-    for (i = 0; i < 2 * (2 + 2 * BITNET__GPU_ATT_CLMAX); i++) bitnet_gpu_graph_free(q->graph[i & 1][i >> 1]);
+    for (i = 0; i < 2 * BITNET__GPU_FORMS; i++) bitnet_gpu_graph_free(q->graph[i & 1][i >> 1]);
     if (q->gpu) {
         bitnet__gpu_host_free(q->gpu, q->pin);
         if (q->mem) bitnet_gpu_free(q->gpu, q->mem);
@@ -11287,7 +11291,7 @@ static bitnet_result bitnet__gpu_draw_begin(bitnet_session *s, const bitnet_samp
     if (d->temperature != q->dr.temperature || d->top_k != q->dr.top_k || d->top_p != q->dr.top_p || d->min_p != q->dr.min_p ||
         d->repeat_penalty != q->dr.repeat_penalty || d->repeat_last_n != q->dr.repeat_last_n) {
         int f;
-        for (f = 0; f < 2 + 2 * BITNET__GPU_ATT_CLMAX; f++) bitnet_gpu_graph_free(q->graph[1][f]), q->graph[1][f] = NULL;
+        for (f = 0; f < BITNET__GPU_FORMS; f++) bitnet_gpu_graph_free(q->graph[1][f]), q->graph[1][f] = NULL;
         q->dr = *d;
     }
     q->draw = 1;
