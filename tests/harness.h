@@ -26,8 +26,11 @@ static int test__passed, test__failed, test__skipped, test__cur_failed, test__cu
         if (test_require_gpu()) { TEST_CHECKF(0, "BITNET_REQUIRE_GPU=1 but no usable GPU: %s", why); return; } \
         TEST_SKIP("no usable CUDA GPU: %s", why); } } while (0)
 
+/* BITNET_TEST_ONLY=name runs that test alone (e.g. one test under a slow sanitizer) */
 #define RUN_TEST(fn) test__run(#fn, fn)
 static void test__run(const char *name, void (*fn)(void)) {
+    const char *only = getenv("BITNET_TEST_ONLY");
+    if (only && *only && strcmp(only, name) != 0) return;
     test__cur_failed = 0;
     test__cur_skipped = 0;
     fn();
