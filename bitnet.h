@@ -2932,11 +2932,12 @@ BITNET_API bitnet_isa bitnet_cpu_isa(void) {
                 if (strcmp(env, bitnet__isa_names[i]) == 0) want = (bitnet_isa)i;
             if (want == BITNET_ISA_AUTO && strcmp(env, "auto") != 0)
                 bitnet__err(BITNET_ERR_INVALID_ARG, "BITNET_CPU=%s is not one of scalar, avx2, avx512, neon", env);
-            else if (want != BITNET_ISA_AUTO && bitnet_cpu_has_isa(want))
-                isa = want;
             else if (want != BITNET_ISA_AUTO) {
-                bitnet__isa_unavailable(want);
-                bitnet__log(BITNET_LOG_WARN, "BITNET_CPU=%s not available, using %s", env, bitnet_isa_name(isa));
+                if (bitnet_cpu_has_isa(want)) isa = want;
+                else {
+                    bitnet__isa_unavailable(want);
+                    bitnet__log(BITNET_LOG_WARN, "BITNET_CPU=%s not available, using %s", env, bitnet_isa_name(isa));
+                }
             }
         }
         __atomic_store_n(&bitnet__active_isa, isa, __ATOMIC_RELEASE);
@@ -10866,11 +10867,12 @@ static bitnet_result bitnet__gpu_session_init(bitnet_session *s) {
     q->att_smem2 = 2u * BITNET__GPU_ATT_T * (unsigned)s->m->info.head_dim * 2u;
     if (q->att_cl && q->att_smem2 <= (unsigned)g->gpu->dev->smem_optin) {
         const char *e = bitnet__getenv("BITNET_GPU_ATT_W2"); /* tuning, and tests: 0 (none) .. 2 ATT_T CLMAX */
+        const int ew = e ? atoi(e) : -1;
         int n = bitnet__gpu_att_clusters(g, g->attn_warps2, s->m->info.n_heads, BITNET__MIN(q->smax, BITNET__GPU_ATT_CLMAX),
                                          q->att_smem2);
         q->att_w2 = n >= 2 && 2 * BITNET__GPU_ATT_T * n > q->att_w ? 2 * BITNET__GPU_ATT_T * n : 0;
-        if (e && atoi(e) >= 0 && atoi(e) <= 2 * BITNET__GPU_ATT_T * BITNET__MIN(q->smax, BITNET__GPU_ATT_CLMAX)) {
-            const int w2 = atoi(e) / (2 * BITNET__GPU_ATT_T) * (2 * BITNET__GPU_ATT_T); /* (whole ranges: none longer) */
+        if (ew >= 0 && ew <= 2 * BITNET__GPU_ATT_T * BITNET__MIN(q->smax, BITNET__GPU_ATT_CLMAX)) {
+            const int w2 = ew / (2 * BITNET__GPU_ATT_T) * (2 * BITNET__GPU_ATT_T); /* (whole ranges: none longer) */
             q->att_w2 = w2 > q->att_w ? w2 : 0;
         }
     }

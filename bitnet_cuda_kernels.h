@@ -1764,7 +1764,6 @@ static const char bitnet_cuda_src_forward[] = BITNET_CUDA_SRC_KHELPERS
     "   long form for other head sizes and for contexts of more ranges than a wave of blocks holds (of two\n"
     "   passes, on sm_90, past those of one: BENCHMARKS.md, session 28). */\n"
     "#define BF_SW 8 /* positions a warp a pass, at most (the reduction below halves 8 slots three times) */\n"
-
     "template <int DPL> struct bf_hrow { unsigned short h[DPL]; }; /* a lane's DPL fp16 of a K or V row */\n"
     "/* Loads through the L2 (not L1 or the read-only path): what other kernels wrote */\n"
     "BF_DEV void bf_ldcg(bf_hrow<1> &r, const unsigned short *p) { r.h[0] = __ldcg(p); }\n"

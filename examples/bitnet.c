@@ -126,7 +126,10 @@ static int cmd_run(int argc, char **argv) {
         i++;
         if (strcmp(a, "-p") == 0) prompt = v;
         else if (strcmp(a, "-f") == 0) prompt_file = v;
-        else if (strcmp(a, "-n") == 0) gp.max_tokens = atoi(v) == -1 ? 0 : atoi(v); /* -1: no limit */
+        else if (strcmp(a, "-n") == 0) { /* -1: no limit */
+            const int nt = atoi(v);
+            gp.max_tokens = nt == -1 ? 0 : nt;
+        }
         else if (strcmp(a, "--seed") == 0) gp.sampler.seed = strtoull(v, NULL, 10);
         else if (strcmp(a, "--temp") == 0) gp.sampler.temperature = (float)atof(v);
         else if (strcmp(a, "--top-k") == 0) gp.sampler.top_k = atoi(v);
