@@ -10471,7 +10471,15 @@ BITNET_API bitnet_result bitnet_quantizer_summary(const bitnet_quantizer *qz, ch
 #define BITNET__GPU_ATT_TILE 32       /* decode attention: positions a tile in that form (ranges can be longer; H100: 32 beat 64 by 0.5%) */
 #define BITNET__GPU_ATT_SMAX 32       /* decode attention: ranges a head, at most (the kernel's s_w) */
 #define BITNET__GPU_ATT_CLMAX 8       /* decode attention over warps on sm_90: ranges a head as one cluster, at most (BF_CLMAX) */
-#define BITNET__GPU_FORMS (2 + 2 * BITNET__GPU_ATT_CLMAX) /* decode graphs a session: attention forms (gsession.form) */
+/* The decode attention's forms; a session captures a step's graph for each form and count of ranges it meets */
+enum {
+    BITNET__ATT_ONE,    /* over warps, one range a head (up to att_t positions) */
+    BITNET__ATT_RANGES, /* over warps, att_w / ATT_T ranges a head; their last block combines them */
+    BITNET__ATT_CL,     /* over warps, n ranges a head as one cluster (sm_90) */
+    BITNET__ATT_CL2,    /* over warps, n ranges of two passes a head as one cluster (sm_90), past att_w */
+    BITNET__ATT_LONG,   /* the long form, past att_w (and att_w2) */
+    BITNET__ATT_FORMS
+};
 #define BITNET__GPU_PREFILL_MIN 2     /* tokens per call from which prefill takes the GEMM path */
 #define BITNET__GPU_ATT_ROWS 32       /* prefill attention: rows (query x head) a block (the kernels' BF_PR) */
 #define BITNET__GPU_ATT_PK 32         /* prefill attention: keys a tile (the kernels' BF_PK; 32: three blocks fit an SM) */
@@ -10533,14 +10541,12 @@ typedef struct bitnet__gsession {
     int att_w2;                       /* past att_w, positions over warps in ranges of two passes as clusters, at most (0: none) */
     unsigned att_smem2;               /* their second pass's K and V rows in shared memory, bytes a block */
     int gemv_items;                   /* decode GEMV: K chunks a warp takes, at least (sets the warps a block) */
-    bitnet_gpu_graph *graph[2][BITNET__GPU_FORMS]; /* the decode step by its attention's form (below);
-                                         [1]: ending with a draw (draw) */
+    bitnet_gpu_graph *graph[2][BITNET__ATT_FORMS][BITNET__GPU_ATT_CLMAX + 1]; /* the decode step by its
+                                         attention's form and ranges (form, form_n); [1]: ending with a draw (draw) */
     int draw;                         /* decode steps end with the device's draw of the next token, with: */
     bitnet_sampler_params dr;         /* the sampler the [1] graphs were captured with (their topk arguments) */
-    int form;                         /* the form of the step being launched: 0 over warps in one range, 1 in ranges
-                                         from att_t + 1 positions (their last block combines them), 2 the long form from
-                                         att_w + 1 (att_w2 + 1 with those); 1 + n: n ranges as one cluster (att_cl);
-                                         1 + CLMAX + n: n ranges of two passes, from att_w + 1 */
+    int form, form_n;                 /* the step being launched: its attention's form (BITNET__ATT_*) and, for
+                                         the clusters, their ranges (else 0) */
     int att_cl;                       /* sm_90: the ranges over warps as clusters, up to BITNET__GPU_ATT_CLMAX */
 } bitnet__gsession;
 
@@ -10728,7 +10734,7 @@ static void bitnet__gpu_session_free(bitnet_session *s) {
     int i;
     if (!q) return;
     bitnet__free(q->stage);
-    for (i = 0; i < 2 * BITNET__GPU_FORMS; i++) bitnet_gpu_graph_free(q->graph[i & 1][i >> 1]);
+    for (i = 0; i < (int)(sizeof q->graph / sizeof q->graph[0][0][0]); i++) bitnet_gpu_graph_free((&q->graph[0][0][0])[i]);
     if (q->gpu) {
         bitnet__gpu_host_free(q->gpu, q->pin);
         if (q->mem) bitnet_gpu_free(q->gpu, q->mem);
@@ -10797,28 +10803,24 @@ static unsigned bitnet__gatt_smem(unsigned hd, unsigned nt, unsigned T) {
 /* The most ranges (up to nmax) whose clusters of 512-thread attention blocks (smem bytes of dynamic shared
    memory each) a wave holds nh of (the driver's count, on an idle device) */
 static int bitnet__gpu_att_clusters(const bitnet__gmodel *g, bitnet_gpu_kernel *k, int nh, int nmax, unsigned smem) {
-    int n;
+    int n, fit = nh, ok;
     if (!bitnet__cuda.cu.cuOccupancyMaxActiveClusters) return nmax;
-    for (n = 2; n <= nmax; n++) {
+    if (bitnet__ctx_push(g->gpu->dev->ctx) != BITNET_OK) return nmax;
+    ok = bitnet__smem_optin(g->gpu->dev, k, smem) == 0; /* (else the launch could not have it either) */
+    for (n = 2; ok && n <= nmax; n++) {
         bitnet__cu_launch_attr at;
         bitnet__cu_launch_config cfg;
-        int fit = 0;
         memset(&at, 0, sizeof at);
         memset(&cfg, 0, sizeof cfg);
         bitnet__cluster_attr(&at, (unsigned)n);
         cfg.grid[0] = (unsigned)nh, cfg.grid[1] = (unsigned)n, cfg.grid[2] = 1;
         cfg.block[0] = 512, cfg.block[1] = cfg.block[2] = 1;
         cfg.smem = smem, cfg.attrs = &at, cfg.n_attrs = 1;
-        if (bitnet__ctx_push(g->gpu->dev->ctx) != BITNET_OK) return nmax;
-        if (bitnet__smem_optin(g->gpu->dev, k, smem) != 0) { /* (the launch could not have it either) */
-            bitnet__ctx_pop();
-            return 0;
-        }
         if (bitnet__cuda.cu.cuOccupancyMaxActiveClusters(&fit, k->fn, &cfg) != 0) fit = nh; /* (not known: as asked) */
-        bitnet__ctx_pop();
-        if (fit < nh) return n - 1;
+        if (fit < nh) break;
     }
-    return nmax;
+    bitnet__ctx_pop();
+    return !ok ? 0 : n <= nmax ? n - 1 : nmax;
 }
 
 static bitnet_result bitnet__gpu_session_init(bitnet_session *s) {
@@ -10961,14 +10963,12 @@ static bitnet_result bitnet__gpu_attention(bitnet_session *s, int l) {
     void *args[16];
     args[0] = &q->qkv, args[1] = &q->rope, args[2] = &pos, args[3] = &kc, args[4] = &vc, args[5] = &s->n_ctx, args[6] = &nh,
     args[7] = &nkv;
-    if (q->form != 2) { /* over warps: blocks of 16 warps, one range a head, up to att_w / ATT_T, or clusters of
-                           form - 1 ranges (two passes: form - 1 - CLMAX) */
-        const int two = q->form > 1 + BITNET__GPU_ATT_CLMAX;
-        const unsigned ny = two ? (unsigned)(q->form - 1 - BITNET__GPU_ATT_CLMAX)
-                                : q->form > 2 ? (unsigned)(q->form - 1) : q->form ? (unsigned)(q->att_w / BITNET__GPU_ATT_T) : 1u;
+    if (q->form != BITNET__ATT_LONG) { /* over warps: blocks of 16 warps, ny ranges a head */
+        const int two = q->form == BITNET__ATT_CL2, cl = two || q->form == BITNET__ATT_CL;
+        const unsigned ny = cl ? (unsigned)q->form_n : q->form == BITNET__ATT_RANGES ? (unsigned)(q->att_w / BITNET__GPU_ATT_T) : 1u;
         args[8] = &q->smax, args[9] = &q->att_part, args[10] = &part_ml, args[11] = &q->ctr, args[12] = &q->att;
         return bitnet__gpu_launch(q->gpu, two ? g->attn_warps2 : g->attn_warps, (unsigned)nh, ny, 512, 1, two ? q->att_smem2 : 0,
-                                  two || q->form > 2 ? ny : 1, args);
+                                  cl ? ny : 1, args);
     }
     /* the long form: ranges of about R positions, a block of 128 threads each */
     args[8] = &hd, args[9] = &q->smax, args[10] = &q->att_tile, args[11] = &q->att_r, args[12] = &q->att_part,
@@ -11059,21 +11059,24 @@ static bitnet_result bitnet__gpu_step(bitnet_session *s) {
 /* The decode graph of a step at pos: its attention's form, captured on first use. */
 static bitnet_result bitnet__gpu_step_graph(bitnet_session *s, int32_t pos) {
     bitnet__gsession *q = (bitnet__gsession *)s->gpu;
-    q->form = pos + 1 <= q->att_t ? 0 : pos + 1 <= q->att_w ? 1 : 2;
-    if (q->form == 1 && q->att_cl) {
+    bitnet_gpu_graph **gr;
+    q->form = pos + 1 <= q->att_t ? BITNET__ATT_ONE : pos + 1 <= q->att_w ? BITNET__ATT_RANGES : BITNET__ATT_LONG;
+    q->form_n = 0;
+    if (q->form == BITNET__ATT_RANGES && q->att_cl) {
         int n = bitnet__att_ranges(pos + 1, BITNET__GPU_ATT_T, q->smax, q->att_w / BITNET__GPU_ATT_T);
-        if (n > 1 && n <= BITNET__GPU_ATT_CLMAX) q->form = 1 + n; /* (more: a tool's att_w; the last block combines) */
+        if (n > 1 && n <= BITNET__GPU_ATT_CLMAX) q->form = BITNET__ATT_CL, q->form_n = n; /* (more: a tool's att_w) */
     }
-    if (q->form == 2 && pos + 1 <= q->att_w2)
-        q->form = 1 + BITNET__GPU_ATT_CLMAX +
-                  bitnet__att_ranges(pos + 1, 2 * BITNET__GPU_ATT_T, q->smax, q->att_w2 / (2 * BITNET__GPU_ATT_T));
-    if (!q->graph[q->draw][q->form]) {
+    if (q->form == BITNET__ATT_LONG && pos + 1 <= q->att_w2)
+        q->form = BITNET__ATT_CL2,
+        q->form_n = bitnet__att_ranges(pos + 1, 2 * BITNET__GPU_ATT_T, q->smax, q->att_w2 / (2 * BITNET__GPU_ATT_T));
+    gr = &q->graph[q->draw][q->form][q->form_n];
+    if (!*gr) {
         bitnet_result r, r2;
         BITNET__TRY(bitnet_gpu_graph_begin(q->gpu));
         r = bitnet__gpu_step(s);
         if (r == BITNET_OK && q->draw && bitnet__sampler_penalty(&q->dr)) r = bitnet__gpu_penalize(s, &q->dr, NULL, 0);
         if (r == BITNET_OK && q->draw) r = bitnet__gpu_topk(s, &q->dr);
-        r2 = bitnet_gpu_graph_end(q->gpu, &q->graph[q->draw][q->form]);
+        r2 = bitnet_gpu_graph_end(q->gpu, gr);
         BITNET__TRY(r);
         BITNET__TRY(r2);
     }
@@ -11086,7 +11089,7 @@ static bitnet_result bitnet__gpu_launch_step(bitnet_session *s, int32_t pos) {
     BITNET__TRY(bitnet__gpu_step_graph(s, pos));
     q->have_next = 1;
     q->dev_pos = pos + 1; /* where the head leaves io[1] */
-    return bitnet_gpu_graph_launch(q->gpu, q->graph[q->draw][q->form]);
+    return bitnet_gpu_graph_launch(q->gpu, q->graph[q->draw][q->form][q->form_n]);
 }
 
 /* One decode step of token at pos. */
@@ -11292,8 +11295,9 @@ static bitnet_result bitnet__gpu_draw_begin(bitnet_session *s, const bitnet_samp
     if (s->pos) BITNET__TRY(bitnet_gpu_upload(q->gpu, q->tk_ids, s->tokens, (size_t)s->pos * 4)); /* the history */
     if (d->temperature != q->dr.temperature || d->top_k != q->dr.top_k || d->top_p != q->dr.top_p || d->min_p != q->dr.min_p ||
         d->repeat_penalty != q->dr.repeat_penalty || d->repeat_last_n != q->dr.repeat_last_n) {
-        int f;
-        for (f = 0; f < BITNET__GPU_FORMS; f++) bitnet_gpu_graph_free(q->graph[1][f]), q->graph[1][f] = NULL;
+        bitnet_gpu_graph **gr = &q->graph[1][0][0];
+        int i;
+        for (i = 0; i < (int)(sizeof q->graph[1] / sizeof *gr); i++) bitnet_gpu_graph_free(gr[i]), gr[i] = NULL;
         q->dr = *d;
     }
     q->draw = 1;

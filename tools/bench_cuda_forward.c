@@ -193,9 +193,9 @@ static double sampled_tps(double *topk_us, double *host_tps) {
 
 /* The session's decode graphs (every attention form), recaptured at their next steps. */
 static void drop_graphs(bitnet__gsession *gs) {
+    bitnet_gpu_graph **gr = &gs->graph[0][0][0];
     size_t i;
-    for (i = 0; i < sizeof gs->graph / sizeof gs->graph[0][0]; i++)
-        bitnet_gpu_graph_free(gs->graph[i & 1][i >> 1]), gs->graph[i & 1][i >> 1] = NULL;
+    for (i = 0; i < sizeof gs->graph / sizeof *gr; i++) bitnet_gpu_graph_free(gr[i]), gr[i] = NULL;
 }
 
 /* Device time of one decode step: 25 steps back to back from position pos (each moves it on; a first
@@ -378,12 +378,12 @@ static void host_overhead(void) {
                 double tl;
                 CHECK(bitnet__gpu_download_mark(q->gpu, q->pin, q->io, 4, &mark));
                 tl = bitnet__now();
-                CHECK(bitnet_gpu_graph_launch(q->gpu, q->graph[0][0]));
+                CHECK(bitnet_gpu_graph_launch(q->gpu, q->graph[0][BITNET__ATT_ONE][0]));
                 launch += bitnet__now() - tl;
                 CHECK(bitnet__gpu_mark_wait(q->gpu, mark));
                 continue;
             }
-            if (k != 1) CHECK(bitnet_gpu_graph_launch(q->gpu, q->graph[0][0]));
+            if (k != 1) CHECK(bitnet_gpu_graph_launch(q->gpu, q->graph[0][BITNET__ATT_ONE][0]));
             if (k <= 2) CHECK(bitnet_gpu_sync(q->gpu));
             else if (k == 3) CHECK(bitnet_gpu_download(q->gpu, &tok, q->io, 4));
         }
