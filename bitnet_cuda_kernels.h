@@ -112,6 +112,21 @@ static const char bitnet_cuda_src_util[] =
     "BN_DEV int bn_dp4a_us(unsigned int a, int b, int c) {\n" \
     "    int d; asm(\"dp4a.u32.s32 %0, %1, %2, %3;\" : \"=r\"(d) : \"r\"(a), \"r\"(b), \"r\"(c)); return d;\n" \
     "}\n" \
+    "/* One 16-byte chunk of a T32 row (64 codes) against its 64 int8 activations (ap: four int4, laid out\n" \
+    "   as the T32 layout's planes need): acc[j] += plane j's dot product, which is 4^j times its sum, so\n" \
+    "   decoding is one AND a dp4a. CA: ap in global memory, read through L1 (ld.global.ca; not the\n" \
+    "   read-only path: under PDL its writer may still run), else in shared memory. */\n" \
+    "template <bool CA> BN_DEV void bn_dot_chunk(uint4 w, const int4 *ap, int acc[4]) {\n" \
+    "    const unsigned int wj[4] = {w.x, w.y, w.z, w.w};\n" \
+    "#pragma unroll\n" \
+    "    for (int j = 0; j < 4; j++) {\n" \
+    "        const int4 av = CA ? __ldca(ap + j) : ap[j];\n" \
+    "        acc[0] = bn_dp4a_us(wj[j] & 0x03030303u, av.x, acc[0]);\n" \
+    "        acc[1] = bn_dp4a_us(wj[j] & 0x0c0c0c0cu, av.y, acc[1]);\n" \
+    "        acc[2] = bn_dp4a_us(wj[j] & 0x30303030u, av.z, acc[2]);\n" \
+    "        acc[3] = bn_dp4a_us(wj[j] & 0xc0c0c0c0u, av.w, acc[3]);\n" \
+    "    }\n" \
+    "}\n" \
     "/* The CPU's epilogue, operation for operation (no contraction): (acc - sum) / a_scale * w_scale. */\n" \
     "BN_DEV float bn_dequant(int acc, int asum, float ascale, float wscale) {\n" \
     "    return __fmul_rn(__fdiv_rn((float)(acc - asum), ascale), wscale);\n" \
@@ -401,18 +416,7 @@ static const char bitnet_cuda_src_ternary[] = BITNET_CUDA_SRC_KHELPERS
     "            if (c < nc) {\n"
     "#pragma unroll\n"
     "                for (int mm = 0; mm < MT; mm++) {\n"
-    "                    if (mm < m) {\n"
-    "                        const int4 *ap = (const int4 *)(a + mm * lda + (long long)c * 64);\n"
-    "                        unsigned int wj[4] = {wv[u].x, wv[u].y, wv[u].z, wv[u].w};\n"
-    "#pragma unroll\n"
-    "                        for (int j = 0; j < 4; j++) {\n"
-    "                            int4 av = __ldca(ap + j);\n"
-    "                            acc[mm][0] = bn_dp4a_us(wj[j] & 0x03030303u, av.x, acc[mm][0]);\n"
-    "                            acc[mm][1] = bn_dp4a_us(wj[j] & 0x0c0c0c0cu, av.y, acc[mm][1]);\n"
-    "                            acc[mm][2] = bn_dp4a_us(wj[j] & 0x30303030u, av.z, acc[mm][2]);\n"
-    "                            acc[mm][3] = bn_dp4a_us(wj[j] & 0xc0c0c0c0u, av.w, acc[mm][3]);\n"
-    "                        }\n"
-    "                    }\n"
+    "                    if (mm < m) bn_dot_chunk<true>(wv[u], (const int4 *)(a + mm * lda + (long long)c * 64), acc[mm]);\n"
     "                }\n"
     "            }\n"
     "        }\n"
@@ -1472,17 +1476,8 @@ static const char bitnet_cuda_src_forward[] = BITNET_CUDA_SRC_KHELPERS
     "                const int nx = i + U * W;\n"
     "                wv[u] = nx < ni ? bf_ld_stream(wp + (long long)nx * 32) : z;\n"
     "                const int hi = G == 2 && i >= nc, c = hi ? i - nc : i;\n"
-    "                const int4 *ap = (const int4 *)(a + c * 64);\n"
-    "                const unsigned int wj[4] = {cur.x, cur.y, cur.z, cur.w};\n"
     "                int d[4] = {0, 0, 0, 0};\n"
-    "#pragma unroll\n"
-    "                for (int j = 0; j < 4; j++) {\n"
-    "                    const int4 av = ap[j];\n"
-    "                    d[0] = bn_dp4a_us(wj[j] & 0x03030303u, av.x, d[0]);\n"
-    "                    d[1] = bn_dp4a_us(wj[j] & 0x0c0c0c0cu, av.y, d[1]);\n"
-    "                    d[2] = bn_dp4a_us(wj[j] & 0x30303030u, av.z, d[2]);\n"
-    "                    d[3] = bn_dp4a_us(wj[j] & 0xc0c0c0c0u, av.w, d[3]);\n"
-    "                }\n"
+    "                bn_dot_chunk<false>(cur, (const int4 *)(a + c * 64), d);\n"
     "                if (hi) { c1[0] += d[0]; c1[1] += d[1]; c1[2] += d[2]; c1[3] += d[3]; }\n"
     "                else { c0[0] += d[0]; c0[1] += d[1]; c0[2] += d[2]; c0[3] += d[3]; }\n"
     "            }\n"
