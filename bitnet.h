@@ -10729,12 +10729,20 @@ static bitnet_result bitnet__gpu_model_init(bitnet_model *m, int device) {
 
 /* ---- session: KV cache and buffers --------------------------------------------------------------- */
 
+/* Frees the session's decode graphs that end with a draw (draw 1), without one (0), or all (-1) */
+static void bitnet__gpu_graphs_free(bitnet__gsession *q, int draw) {
+    int d, f, n;
+    for (d = 0; d < 2; d++)
+        for (f = 0; f < BITNET__ATT_FORMS; f++)
+            for (n = 0; n <= BITNET__GPU_ATT_CLMAX; n++)
+                if (draw < 0 || draw == d) bitnet_gpu_graph_free(q->graph[d][f][n]), q->graph[d][f][n] = NULL;
+}
+
 static void bitnet__gpu_session_free(bitnet_session *s) {
     bitnet__gsession *q = (bitnet__gsession *)s->gpu;
-    int i;
     if (!q) return;
     bitnet__free(q->stage);
-    for (i = 0; i < (int)(sizeof q->graph / sizeof q->graph[0][0][0]); i++) bitnet_gpu_graph_free((&q->graph[0][0][0])[i]);
+    bitnet__gpu_graphs_free(q, -1);
     if (q->gpu) {
         bitnet__gpu_host_free(q->gpu, q->pin);
         if (q->mem) bitnet_gpu_free(q->gpu, q->mem);
@@ -11064,7 +11072,8 @@ static bitnet_result bitnet__gpu_step_graph(bitnet_session *s, int32_t pos) {
     q->form_n = 0;
     if (q->form == BITNET__ATT_RANGES && q->att_cl) {
         int n = bitnet__att_ranges(pos + 1, BITNET__GPU_ATT_T, q->smax, q->att_w / BITNET__GPU_ATT_T);
-        if (n > 1 && n <= BITNET__GPU_ATT_CLMAX) q->form = BITNET__ATT_CL, q->form_n = n; /* (more: a tool's att_w) */
+        if (n > 1 && n <= BITNET__GPU_ATT_CLMAX) q->form = BITNET__ATT_CL, q->form_n = n; /* (more: a tool's att_w; the last block
+                                                                                             combines them) */
     }
     if (q->form == BITNET__ATT_LONG && pos + 1 <= q->att_w2)
         q->form = BITNET__ATT_CL2,
@@ -11295,9 +11304,7 @@ static bitnet_result bitnet__gpu_draw_begin(bitnet_session *s, const bitnet_samp
     if (s->pos) BITNET__TRY(bitnet_gpu_upload(q->gpu, q->tk_ids, s->tokens, (size_t)s->pos * 4)); /* the history */
     if (d->temperature != q->dr.temperature || d->top_k != q->dr.top_k || d->top_p != q->dr.top_p || d->min_p != q->dr.min_p ||
         d->repeat_penalty != q->dr.repeat_penalty || d->repeat_last_n != q->dr.repeat_last_n) {
-        bitnet_gpu_graph **gr = &q->graph[1][0][0];
-        int i;
-        for (i = 0; i < (int)(sizeof q->graph[1] / sizeof *gr); i++) bitnet_gpu_graph_free(gr[i]), gr[i] = NULL;
+        bitnet__gpu_graphs_free(q, 1);
         q->dr = *d;
     }
     q->draw = 1;

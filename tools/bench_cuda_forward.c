@@ -191,13 +191,6 @@ static double sampled_tps(double *topk_us, double *host_tps) {
     return dev_tps;
 }
 
-/* The session's decode graphs (every attention form), recaptured at their next steps. */
-static void drop_graphs(bitnet__gsession *gs) {
-    bitnet_gpu_graph **gr = &gs->graph[0][0][0];
-    size_t i;
-    for (i = 0; i < sizeof gs->graph / sizeof *gr; i++) bitnet_gpu_graph_free(gr[i]), gr[i] = NULL;
-}
-
 /* Device time of one decode step: 25 steps back to back from position pos (each moves it on; a first
    pass captures their graphs). */
 static double step_us_at(int pos) {
@@ -262,7 +255,7 @@ static void set_pdl(int on) {
     bitnet__gsession *gs = (bitnet__gsession *)G_s->gpu;
     gm->gemv_store->pdl = gm->gemv_res->pdl = gm->gemv_glu->pdl = gm->attn->pdl = gm->head_k->pdl = on;
     if (gm->attn_warps) gm->attn_warps->pdl = on;
-    drop_graphs(gs);
+    bitnet__gpu_graphs_free(gs, -1); /* recaptured at their next steps */
 }
 
 /* The forward module rebuilt with options; the session's graph is recaptured at its next step. */
@@ -536,17 +529,17 @@ int main(int argc, char **argv) {
             gs->att_tile = cfg[j][2] ? cfg[j][2] : defl;
             gs->att_w = cfg[j][3] == -1 ? 0 : cfg[j][3] == -2 && deft ? BITNET__GPU_ATT_T * gs->smax : defw;
             gs->att_w2 = cfg[j][3] == -1 ? 0 : defw2;
-            drop_graphs(gs);
+            bitnet__gpu_graphs_free(gs, -1);
             snprintf(what, sizeof what, "attention T %d W %d R %d tile %d", gs->att_t, gs->att_w, gs->att_r, gs->att_tile);
             measure(what, gen_dev);
         }
         gs->att_t = deft, gs->att_w = defw, gs->att_w2 = defw2, gs->att_r = defr, gs->att_tile = defl;
-        drop_graphs(gs);
+        bitnet__gpu_graphs_free(gs, -1);
         printf("  per kernel, at position 180:\n");
         step_us_at(180);
         kernel_times();
     }
-    drop_graphs(gs);
+    bitnet__gpu_graphs_free(gs, -1);
     step_us();
 
     /* 5. the CPU on the same weights, and the CPU's own paths against each other */
