@@ -83,7 +83,7 @@
          (read-only after creation), bitnet_model_get_info / _tokenizer, and bitnet_session_create
          on one bitnet_model (a loaded model is read-only; sessions only read it);
        - GPU handles (each call locks the handle; every session has its own handle and stream).
-     One thread at a time: a bitnet_session (eval, generate, reset, free: one session per thread),
+     One thread at a time: a bitnet_session (eval, generate, chat, reset, free: one per thread),
      a bitnet_gguf_writer, bitnet_sample's rng state. Free a model after all its sessions, and a
      gguf/tokenizer after its last user. The CPU thread pool serves one caller at a time; a
      concurrent caller runs its kernels on its own thread, with bit-identical results.
@@ -851,6 +851,16 @@ typedef struct bitnet_generate_stats {
 BITNET_API bitnet_result bitnet_generate(bitnet_session *s, const int32_t *prompt, size_t n_prompt,
                                          const bitnet_generate_params *p, int32_t *out, size_t cap,
                                          bitnet_generate_stats *stats);
+/* A conversation on one session, in the 2B-4T chat format (bitnet_chat_format). Each call appends one
+   message: role "user" is answered, as bitnet_generate would (p, out, cap and stats as there; the
+   reply streams through p->on_token); role "system" is only evaluated. The first message of a new
+   or reset session starts the text with BOS; a message after a reply first closes the reply with
+   <|eot_id|>, after the reply's last token where max_tokens or the callback cut it short. The
+   session's other calls (eval, generate) between two messages end the reply's bookkeeping: the
+   next message then goes on from the session's text as it is. */
+BITNET_API bitnet_result bitnet_chat(bitnet_session *s, const char *role, const char *content,
+                                     const bitnet_generate_params *p, int32_t *out, size_t cap,
+                                     bitnet_generate_stats *stats);
 
 /* ---- >>api-bench: kernel statistics, SHA-256, benchmarks and receipts ------------------------ */
 
@@ -6656,6 +6666,9 @@ struct bitnet_session {
     float *logits;                /* [n_vocab] the last evaluated token's (bitnet_generate samples it) */
     int32_t *tokens;              /* [n_ctx] the tokens at positions 0 .. pos-1 (repetition penalty) */
     int has_logits;               /* logits is current */
+    int32_t chat_pos;             /* bitnet_chat: pos after its last message (else other calls ran since) */
+    int chat_state;               /* then: 0 nothing open, 1 a reply to close, 2 the same and chat_last */
+    int32_t chat_last;            /* (2) the reply's last token, sampled and not evaluated */
     void *gpu;                    /* the GPU forward's buffers */
 };
 
@@ -11974,6 +11987,7 @@ BITNET_API void bitnet_session_reset(bitnet_session *s) {
     if (!s) return;
     s->pos = 0;
     s->has_logits = 0;
+    s->chat_pos = 0, s->chat_state = 0;
 }
 
 BITNET_API int32_t bitnet_session_pos(const bitnet_session *s) { return s ? s->pos : 0; }
@@ -12138,6 +12152,79 @@ end:
 #else
     (void)gpu_draw;
 #endif
+    return r;
+}
+
+/* ---- chat: one message at a time on a session (bitnet_chat) --------------------------------- */
+
+/* In front of the caller's token callback: keeps the last token a reply emitted */
+typedef struct bitnet__chat_cb { bitnet_token_fn fn; void *user; int32_t last; } bitnet__chat_cb;
+static int bitnet__chat_token(int32_t token, const char *piece, size_t len, void *user) {
+    bitnet__chat_cb *c = (bitnet__chat_cb *)user;
+    c->last = token;
+    return c->fn ? c->fn(token, piece, len, c->user) : 0;
+}
+
+BITNET_API bitnet_result bitnet_chat(bitnet_session *s, const char *role, const char *content,
+                                     const bitnet_generate_params *p, int32_t *out, size_t cap,
+                                     bitnet_generate_stats *stats) {
+    static const char bos[] = "<|begin_of_text|>", eot[] = "<|eot_id|>";
+    bitnet_chat_message msg;
+    bitnet_generate_params gp;
+    bitnet_generate_stats st;
+    bitnet__chat_cb cb;
+    char *text = NULL;
+    int32_t *ids = NULL;
+    size_t len = 0, head, n = 0, k;
+    int32_t pos0;
+    int reply, state;
+    bitnet_result r;
+    BITNET__CHECK_PTR(s);
+    BITNET__CHECK_PTR(role);
+    BITNET__CHECK_PTR(content);
+    reply = strcmp(role, "user") == 0;
+    if (!reply && strcmp(role, "system") != 0)
+        return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_chat: role '%s' (user or system)", role);
+    if (!s->m->tok) return bitnet__err(BITNET_ERR_INVALID_STATE, "bitnet_chat: the model has no tokenizer");
+    state = s->pos == s->chat_pos ? s->chat_state : 0;
+    msg.role = role, msg.content = content;
+    r = bitnet_chat_format(&msg, 1, reply, NULL, 0, &len);
+    if (r != BITNET_OK && r != BITNET_ERR_BAD_SIZE) return r;
+    /* the text: <|eot_id|> closing the reply, then the message, with BOS only at the start of the session */
+    head = state ? sizeof eot - 1 : 0;
+    text = (char *)bitnet__malloc(head + len + 1);
+    if (!text) return BITNET_ERR_OUT_OF_MEMORY;
+    memcpy(text, eot, head);
+    r = bitnet_chat_format(&msg, 1, reply, text + head, len + 1, &len);
+    if (r == BITNET_OK && s->pos > 0 && strncmp(text + head, bos, sizeof bos - 1) == 0)
+        memmove(text + head, text + head + sizeof bos - 1, len - (sizeof bos - 1) + 1);
+    k = state == 2; /* the reply's last token goes first */
+    if (r == BITNET_OK) {
+        r = bitnet_tokenize(s->m->tok, text, strlen(text), 0, 1, NULL, 0, &n);
+        if (r == BITNET_ERR_BAD_SIZE || r == BITNET_OK) {
+            ids = (int32_t *)bitnet__malloc((k + n + 1) * sizeof *ids);
+            r = ids ? bitnet_tokenize(s->m->tok, text, strlen(text), 0, 1, ids + k, n + 1, &n) : BITNET_ERR_OUT_OF_MEMORY;
+        }
+    }
+    if (r == BITNET_OK && k) ids[0] = s->chat_last;
+    pos0 = s->pos;
+    if (r == BITNET_OK && !reply) r = bitnet_session_eval(s, ids, k + n, NULL, 0), state = 0;
+    else if (r == BITNET_OK) {
+        memset(&gp, 0, sizeof gp);
+        if (p) gp = *p;
+        cb.fn = gp.on_token, cb.user = gp.user, cb.last = -1;
+        gp.on_token = bitnet__chat_token, gp.user = &cb;
+        r = bitnet_generate(s, ids, k + n, &gp, out, cap, &st);
+        if (r == BITNET_OK) { /* every emitted token was evaluated but the last one where no stop token ended it */
+            state = st.n_generated > (size_t)(s->pos - pos0) - (k + n) ? 2 : 1;
+            s->chat_last = cb.last;
+            if (stats) *stats = st;
+        }
+    }
+    s->chat_pos = r == BITNET_OK ? s->pos : -1;
+    s->chat_state = r == BITNET_OK ? state : 0;
+    bitnet__free(text);
+    bitnet__free(ids);
     return r;
 }
 

@@ -96,11 +96,63 @@ static int print_piece(int32_t token, const char *piece, size_t len, void *user)
 
 static int cli_read_file(const char *path, size_t max, char **data, size_t *len);
 
+/* A line of stdin without its end of line (malloc'd), or NULL at the end of the input. */
+static char *read_line(FILE *f) {
+    size_t n = 0, cap = 256;
+    char *b = (char *)malloc(cap);
+    int c;
+    while (b && (c = fgetc(f)) != EOF && c != '\n') {
+        if (n + 1 == cap) {
+            char *g = (char *)realloc(b, cap *= 2);
+            if (!g) free(b);
+            b = g;
+        }
+        if (b) b[n++] = (char)c;
+    }
+    if (!b || (c == EOF && n == 0)) return free(b), (char *)NULL;
+    if (n && b[n - 1] == '\r') n--;
+    b[n] = 0;
+    return b;
+}
+
+/* run -cnv: a conversation, one user message a line of stdin, each reply streamed to stdout (the
+   prompt, when given, is the system message), until the input or the context ends. */
+static int run_conversation(bitnet_model *m, const model_opts *mo, bitnet_generate_params *gp, const char *system) {
+    const int tty = isatty(fileno(stdin));
+    bitnet_session *s = NULL;
+    bitnet_session_desc sd;
+    bitnet_generate_stats st;
+    bitnet_result r;
+    size_t replies = 0, np = 0, ng = 0;
+    double tp = 0.0, tg = 0.0;
+    char *msg;
+    memset(&sd, 0, sizeof sd);
+    sd.n_ctx = mo->n_ctx;
+    if ((r = bitnet_session_create(m, &sd, &s)) != BITNET_OK) return fail("run", r);
+    gp->on_token = print_piece;
+    if (system && *system) r = bitnet_chat(s, "system", system, NULL, NULL, 0, NULL);
+    while (r == BITNET_OK) {
+        if (tty) fputs("> ", stderr), fflush(stderr);
+        if (!(msg = read_line(stdin))) break;
+        if (*msg) {
+            r = bitnet_chat(s, "user", msg, gp, NULL, 0, &st);
+            printf("\n");
+            fflush(stdout);
+            if (r == BITNET_OK) replies++, np += st.n_prompt, ng += st.n_generated, tp += st.prompt_seconds, tg += st.gen_seconds;
+        }
+        free(msg);
+    }
+    fprintf(stderr, "bitnet run: %zu replies; prompts %zu tokens, %.2f tokens/s; generation %zu tokens, %.2f tokens/s\n", replies,
+            np, tp > 0 ? (double)np / tp : 0.0, ng, tg > 0 ? (double)ng / tg : 0.0);
+    bitnet_session_free(s);
+    return r == BITNET_OK ? 0 : fail("run", r);
+}
+
 static int cmd_run(int argc, char **argv) {
     model_opts mo;
     const char *prompt = NULL, *prompt_file = NULL, *in;
     char *file_text = NULL, *text = NULL;
-    int i, chat = 0, last_n = 64, err, rc = 1;
+    int i, chat = 0, cnv = 0, last_n = 64, err, rc = 1;
     int32_t none = 0;
     bitnet_generate_params gp;
     bitnet_generate_stats st;
@@ -121,6 +173,7 @@ static int cmd_run(int argc, char **argv) {
         if (k < 0) return 2;
         if (k) continue;
         if (strcmp(a, "--chat") == 0) { chat = 1; continue; }
+        if (strcmp(a, "-cnv") == 0 || strcmp(a, "--conversation") == 0) { cnv = 1; continue; }
         if (strcmp(a, "--ignore-eos") == 0) { gp.stop_tokens = &none, gp.n_stop = 0; continue; } /* (non-NULL, none) */
         if (!v) return fprintf(stderr, "bitnet run: unknown option or missing value: %s\n", a), 2;
         i++;
@@ -143,7 +196,7 @@ static int cmd_run(int argc, char **argv) {
     if (last_n == 0) gp.sampler.repeat_penalty = 1.0f; /* as llama.cpp: 0 turns the penalty off */
     gp.sampler.repeat_last_n = last_n < 0 ? INT32_MAX : last_n; /* (the library clips it to the context) */
     if (prompt && prompt_file) return fprintf(stderr, "bitnet run: -p and -f both given\n"), 2;
-    if (!mo.path || !(prompt || prompt_file))
+    if (!mo.path || !(prompt || prompt_file || cnv))
         return fprintf(stderr, "usage: bitnet run -m FILE -p TEXT [options] (see bitnet help)\n"), 2;
     if (prompt_file) { /* -f: the prompt from a file */
         size_t len;
@@ -158,6 +211,10 @@ static int cmd_run(int argc, char **argv) {
     tk = bitnet_model_tokenizer(m);
     if (!tk) {
         fprintf(stderr, "bitnet run: %s has no tokenizer\n", mo.path);
+        goto done;
+    }
+    if (cnv) {
+        rc = run_conversation(m, &mo, &gp, prompt);
         goto done;
     }
     in = prompt;
@@ -2137,9 +2194,10 @@ static const command commands[] = {
     {"kernels", cmd_kernels, "kernels [--arch sm_XX] [--json] [--cache]  compile every built-in CUDA module (no GPU needed)"},
     {"help", cmd_help, "help                         this list"},
     {"run", cmd_run, "run -m FILE -p TEXT|-f FILE [-n N] [--backend auto|cpu|cuda] [--seed S] [--temp T] [--top-k K] [--top-p P]\n"
-                     "      [--min-p P] [--repeat-penalty R] [--repeat-last-n N] [--ignore-eos] [--chat] [-t THREADS]\n"
+                     "      [--min-p P] [--repeat-penalty R] [--repeat-last-n N] [--ignore-eos] [--chat] [-cnv] [-t THREADS]\n"
                      "      [-c N_CTX] [--head f16|q8] [--no-mmap]\n"
-                     "                               generate text, streamed to stdout; speeds on stderr"},
+                     "                               generate text, streamed to stdout; speeds on stderr. -cnv: a\n"
+                     "                               conversation, a message a line of stdin (-p: the system message)"},
     {"eval", cmd_eval, "eval -m FILE --tokens 1,2,3 --logits-out FILE.f32 [--backend B] [--head f16|q8]\n"
                        "                               float32 logits, one row of n_vocab per token (no BOS added)"},
 };

@@ -344,6 +344,57 @@ static void random_model(int vocab, int dim, int layers, int heads, int kv, int 
 
 /* ---- tests ---------------------------------------------------------------------------------------- */
 
+/* A conversation (bitnet_chat: a reply cut at max_tokens, whose last token goes into the next message,
+   one at the model's stop tokens, one at a chosen stop token) gives the same replies, text length and
+   next logits on both backends. */
+static void chat(bitnet_model *cpu, bitnet_model *gpu) {
+    static const char *const msgs[4][2] = {{"system", "Be brief."}, {"user", "Hello there"}, {"user", "Again"}, {"user", "Third"}};
+    bitnet_session *ss[2] = {NULL, NULL};
+    bitnet_session_desc sd;
+    bitnet_generate_params p;
+    bitnet_generate_stats st;
+    bitnet_model_info info;
+    int32_t out[2][4][8], stop = -1, never = -1, probe = 7;
+    size_t ng[2][4], nv;
+    float *lg[2];
+    int b, i, k;
+    bitnet_model_get_info(cpu, &info);
+    nv = (size_t)info.n_vocab;
+    memset(&sd, 0, sizeof sd);
+    sd.n_ctx = 128;
+    memset(ng, 0, sizeof ng);
+    lg[0] = (float *)malloc(nv * sizeof(float)), lg[1] = (float *)malloc(nv * sizeof(float));
+    for (b = 0; b < 2; b++) {
+        TEST_CHECK(bitnet_session_create(b ? gpu : cpu, &sd, &ss[b]) == BITNET_OK);
+        if (!ss[b]) goto done;
+        for (i = 0; i < 4; i++) {
+            memset(&p, 0, sizeof p);
+            p.max_tokens = 6;
+            if (i == 1) p.stop_tokens = &never, p.n_stop = 1;     /* cut at max_tokens */
+            if (i == 3) p.stop_tokens = &stop, p.n_stop = 1, p.max_tokens = 8;
+            TEST_CHECKF(bitnet_chat(ss[b], msgs[i][0], msgs[i][1], &p, out[b][i], 8, &st) == BITNET_OK, "%s", bitnet_last_error());
+            ng[b][i] = i ? st.n_generated : 0;
+            if (i == 1 && !b) stop = out[0][1][2]; /* (whether it comes again or not, both backends agree) */
+        }
+    }
+    for (i = 1; i < 4; i++) {
+        TEST_CHECKF(ng[0][i] == ng[1][i], "message %d: CPU %zu tokens, GPU %zu", i, ng[0][i], ng[1][i]);
+        for (k = 0; k < (int)ng[0][i] && k < (int)ng[1][i]; k++)
+            TEST_CHECKF(out[0][i][k] == out[1][i][k], "message %d token %d: CPU %d, GPU %d", i, k, (int)out[0][i][k], (int)out[1][i][k]);
+    }
+    TEST_CHECK(bitnet_session_pos(ss[0]) == bitnet_session_pos(ss[1]));
+    if (lg[0] && lg[1]) {
+        poison(lg[0], nv), poison(lg[1], nv);
+        probe %= info.n_vocab;
+        TEST_CHECK(bitnet_session_eval(ss[0], &probe, 1, lg[0], 0) == BITNET_OK && bitnet_session_eval(ss[1], &probe, 1, lg[1], 0) == BITNET_OK);
+        TEST_CHECKF(rel_l2(lg[1], lg[0], nv) <= TOL, "after the conversation: relative L2 %g", rel_l2(lg[1], lg[0], nv));
+    }
+    printf("  chat: 3 replies (%zu, %zu, %zu tokens) the same on both backends\n", ng[0][1], ng[0][2], ng[0][3]);
+done:
+    bitnet_session_free(ss[0]), bitnet_session_free(ss[1]);
+    free(lg[0]), free(lg[1]);
+}
+
 static void tiny_gguf(int head_f16) {
     const char *path = "tests/data/tiny.gguf";
     bitnet_model_desc d;
@@ -364,6 +415,7 @@ static void tiny_gguf(int head_f16) {
         TEST_CHECK(bitnet_model_get_info(gpu, &info) == BITNET_OK && info.head_bits == (head_f16 ? 16 : 8));
         compare(cpu, gpu, 70, 30);
         greedy(cpu, gpu);
+        chat(cpu, gpu);
         if (head_f16 && !getenv("BITNET_GPU_HOST_EMB")) sampled(gpu); /* (the other forms decode the same way) */
     }
     bitnet_model_free(gpu);

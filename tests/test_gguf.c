@@ -982,7 +982,8 @@ static void test_cli_gen_model_and_info(void) {
 
 /* bitnet run's prompt and sampling flags on tests/data/tiny.gguf (CPU, greedy): -f gives what -p
    gives; --repeat-last-n 0 turns the penalty off (as --repeat-penalty 1); --ignore-eos with -n -1
-   runs to the end of the context; -p with -f and --repeat-last-n below -1 are refused. */
+   runs to the end of the context; -p with -f and --repeat-last-n below -1 are refused; -cnv answers
+   each line of stdin (the empty one is skipped). */
 static void test_cli_run_flags(void) {
     char bin[512], cmd[4096], pf[640], o[5][640], why[600];
     const char *run = "run -m tests/data/tiny.gguf --backend cpu -t 1 --temp 0 --seed 3";
@@ -1003,6 +1004,17 @@ static void test_cli_run_flags(void) {
     TEST_CHECK(system(cmd) == 0);
     snprintf(cmd, sizeof cmd, "%s %s -n -1 -c 32 --ignore-eos -f %s > /dev/null 2> %s", bin, run, pf, o[4]);
     TEST_CHECK(system(cmd) == 0);
+    {
+        char ce[640];
+        unsigned char *e;
+        size_t ne = 0;
+        snprintf(ce, sizeof ce, "%s", tmp_path("cnv_err"));
+        snprintf(cmd, sizeof cmd, "printf 'Hello there\\n\\nAgain\\n' | %s %s -n 6 -cnv -p 'Be brief.' > /dev/null 2> %s", bin, run, ce);
+        TEST_CHECK(system(cmd) == 0);
+        e = read_all(ce, &ne);
+        TEST_CHECKF(e && strstr((const char *)e, "2 replies; prompts") != NULL, "-cnv: %s", e ? (const char *)e : "");
+        free(e), remove(ce);
+    }
     snprintf(cmd, sizeof cmd, "%s %s -n 4 -f %s -p x > /dev/null 2>&1", bin, run, pf);
     TEST_CHECK(system(cmd) != 0);
     snprintf(cmd, sizeof cmd, "%s %s -n 4 -f %s --repeat-last-n -2 > /dev/null 2>&1", bin, run, pf);

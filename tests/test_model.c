@@ -667,6 +667,18 @@ static void test_alloc_faults(void) {
     tm_free(&t);
 }
 
+/* tests/data/tiny.gguf on the CPU (d: its description); 0 where the file is absent */
+static int tiny_load(bitnet_model_desc *d, bitnet_model **m) {
+    FILE *f = fopen("tests/data/tiny.gguf", "rb");
+    if (!f) return 0;
+    fclose(f);
+    memset(d, 0, sizeof *d);
+    d->path = "tests/data/tiny.gguf";
+    d->backend = BITNET_BACKEND_CPU;
+    TEST_CHECKF(bitnet_model_load(d, m) == BITNET_OK, "%s", bitnet_last_error());
+    return 1;
+}
+
 static void test_tiny_gguf(void) {
     bitnet_model_desc d;
     bitnet_model *m = NULL;
@@ -678,13 +690,7 @@ static void test_tiny_gguf(void) {
     int32_t ids[64], out[8];
     size_t n = 0;
     float *a, *b;
-    FILE *f = fopen("tests/data/tiny.gguf", "rb");
-    if (!f) TEST_SKIP("tests/data/tiny.gguf is absent (run from the repository root)");
-    fclose(f);
-    memset(&d, 0, sizeof d);
-    d.path = "tests/data/tiny.gguf";
-    d.backend = BITNET_BACKEND_CPU;
-    TEST_CHECKF(bitnet_model_load(&d, &m) == BITNET_OK, "%s", bitnet_last_error());
+    if (!tiny_load(&d, &m)) TEST_SKIP("tests/data/tiny.gguf is absent (run from the repository root)");
     if (!m) return;
     TEST_CHECK(bitnet_model_get_info(m, &info) == BITNET_OK && info.n_vocab > 0 && info.n_layers > 0);
     tk = bitnet_model_tokenizer(m);
@@ -746,6 +752,86 @@ static void test_tiny_gguf(void) {
     bitnet_model_free(m);
 }
 
+/* The n ids of text (special tokens parsed, no BOS added) appended at ids + *n */
+static void tok_append(const bitnet_tokenizer *tk, const char *text, int32_t *ids, size_t cap, size_t *n) {
+    size_t k = 0;
+    TEST_CHECK(bitnet_tokenize(tk, text, strlen(text), 0, 1, ids + *n, cap - *n, &k) == BITNET_OK);
+    *n += k;
+}
+
+/* bitnet_chat keeps a conversation on one session: each reply is what one greedy generate over the
+   whole transcript gives, whether the reply before ended at max_tokens (its last token, sampled and
+   not evaluated, goes into the text first) or at a stop token (which stays out of the text). */
+static void test_chat(void) {
+    bitnet_model_desc d;
+    bitnet_model *m = NULL;
+    bitnet_session *s = NULL, *b = NULL;
+    bitnet_generate_params gp, gs;
+    bitnet_generate_stats st;
+    const bitnet_tokenizer *tk;
+    int32_t r1[8], r2[8], r3[8], ref[8], tx[512], none = 0, stop;
+    size_t n = 0, j, i;
+    if (!tiny_load(&d, &m)) TEST_SKIP("tests/data/tiny.gguf is absent (run from the repository root)");
+    tk = m ? bitnet_model_tokenizer(m) : NULL;
+    TEST_CHECK(tk && bitnet_session_create(m, NULL, &s) == BITNET_OK && bitnet_session_create(m, NULL, &b) == BITNET_OK);
+    if (!s || !b) goto done;
+    memset(&gp, 0, sizeof gp);
+    gp.max_tokens = 6, gp.stop_tokens = &none, gp.n_stop = 0; /* greedy, no stop token */
+    /* a system message, then a reply cut at max_tokens */
+    TEST_CHECK(bitnet_chat(s, "system", "Be brief.", NULL, NULL, 0, NULL) == BITNET_OK);
+    TEST_CHECK(bitnet_chat(s, "user", "Hello there", &gp, r1, 8, &st) == BITNET_OK && st.n_generated == 6);
+    tok_append(tk, "<|begin_of_text|>System: Be brief.<|eot_id|>User: Hello there<|eot_id|>Assistant: ", tx, 512, &n);
+    TEST_CHECK(bitnet_generate(b, tx, n, &gp, ref, 8, &st) == BITNET_OK && memcmp(ref, r1, 6 * sizeof *ref) == 0);
+    TEST_CHECK(bitnet_session_pos(s) == (int32_t)n + 5); /* the text, and the reply's first 5 tokens */
+    /* the reference of the second reply: the whole transcript at once */
+    memcpy(tx + n, r1, 6 * sizeof *r1), n += 6;
+    tok_append(tk, "<|eot_id|>User: Again<|eot_id|>Assistant: ", tx, 512, &n);
+    bitnet_session_reset(b);
+    TEST_CHECK(bitnet_generate(b, tx, n, &gp, ref, 8, &st) == BITNET_OK && st.n_generated == 6);
+    for (j = 1; j < 6; j++) { /* a token of it not seen before becomes a stop token */
+        for (i = 0; i < j && ref[i] != ref[j]; i++) {}
+        if (i == j) break;
+    }
+    TEST_CHECKF(j < 6, "the reference reply repeats one token");
+    if (j == 6) goto done;
+    stop = ref[j];
+    gs = gp, gs.stop_tokens = &stop, gs.n_stop = 1;
+    TEST_CHECK(bitnet_chat(s, "user", "Again", &gs, r2, 8, &st) == BITNET_OK && st.n_generated == j &&
+               memcmp(r2, ref, j * sizeof *ref) == 0);
+    TEST_CHECK(bitnet_session_pos(s) == (int32_t)(n + j));
+    /* the third reply follows the second without its stop token */
+    memcpy(tx + n, r2, j * sizeof *r2), n += j;
+    tok_append(tk, "<|eot_id|>User: Third<|eot_id|>Assistant: ", tx, 512, &n);
+    bitnet_session_reset(b);
+    TEST_CHECK(bitnet_generate(b, tx, n, &gp, ref, 8, &st) == BITNET_OK);
+    TEST_CHECK(bitnet_chat(s, "user", "Third", &gp, r3, 8, &st) == BITNET_OK && memcmp(r3, ref, 6 * sizeof *ref) == 0);
+    TEST_CHECK(bitnet_session_pos(s) == (int32_t)n + 5 && bitnet_session_pos(b) == (int32_t)n + 5);
+    { /* the same text: the next token's logits agree */
+        float *la = (float *)malloc(4096 * sizeof(float)), *lb = (float *)malloc(4096 * sizeof(float));
+        bitnet_model_info info;
+        double dd = 0.0, nn = 0.0;
+        TEST_CHECK(la && lb && bitnet_model_get_info(m, &info) == BITNET_OK && info.n_vocab <= 4096);
+        if (la && lb && info.n_vocab <= 4096) {
+            TEST_CHECK(bitnet_session_eval(s, &r3[5], 1, la, 0) == BITNET_OK && bitnet_session_eval(b, &r3[5], 1, lb, 0) == BITNET_OK);
+            for (i = 0; i < (size_t)info.n_vocab; i++) dd += (la[i] - lb[i]) * (double)(la[i] - lb[i]), nn += la[i] * (double)la[i];
+            TEST_CHECKF(dd <= 1e-10 * nn, "logits after the conversation: relative L2 %g", sqrt(dd / nn));
+        }
+        free(la), free(lb);
+    }
+    /* a reset session starts over with BOS */
+    bitnet_session_reset(s);
+    TEST_CHECK(bitnet_chat(s, "system", "Be brief.", NULL, NULL, 0, NULL) == BITNET_OK);
+    TEST_CHECK(bitnet_chat(s, "user", "Hello there", &gp, r3, 8, &st) == BITNET_OK && memcmp(r3, r1, 6 * sizeof *r1) == 0);
+    /* bad arguments */
+    TEST_CHECK(bitnet_chat(s, "assistant", "x", &gp, NULL, 0, NULL) == BITNET_ERR_INVALID_ARG);
+    TEST_CHECK(bitnet_chat(s, "user", NULL, &gp, NULL, 0, NULL) == BITNET_ERR_NULL_POINTER);
+    TEST_CHECK(bitnet_chat(NULL, "user", "x", &gp, NULL, 0, NULL) == BITNET_ERR_NULL_POINTER);
+done:
+    bitnet_session_free(s);
+    bitnet_session_free(b);
+    bitnet_model_free(m);
+}
+
 int main(void) {
     RUN_TEST(test_forward_matches_reference);
     RUN_TEST(test_q8_head);
@@ -757,5 +843,6 @@ int main(void) {
     RUN_TEST(test_bad_weights);
     RUN_TEST(test_alloc_faults);
     RUN_TEST(test_tiny_gguf);
+    RUN_TEST(test_chat);
     return test_summary();
 }
