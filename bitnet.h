@@ -12221,8 +12221,8 @@ BITNET_API bitnet_result bitnet_chat(bitnet_session *s, const char *role, const 
             if (stats) *stats = st;
         }
     }
-    s->chat_pos = r == BITNET_OK ? s->pos : -1;
-    s->chat_state = r == BITNET_OK ? state : 0;
+    if (r == BITNET_OK) s->chat_pos = s->pos, s->chat_state = state;
+    else if (s->pos != pos0) s->chat_pos = -1; /* (a refusal before any work keeps the conversation as it was) */
     bitnet__free(text);
     bitnet__free(ids);
     return r;

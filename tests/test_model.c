@@ -770,7 +770,7 @@ static void test_chat(void) {
     bitnet_generate_stats st;
     const bitnet_tokenizer *tk;
     int32_t r1[8], r2[8], r3[8], ref[8], tx[512], none = 0, stop;
-    size_t n = 0, j, i;
+    size_t n = 0, n1 = 0, j, i;
     if (!tiny_load(&d, &m)) TEST_SKIP("tests/data/tiny.gguf is absent (run from the repository root)");
     tk = m ? bitnet_model_tokenizer(m) : NULL;
     TEST_CHECK(tk && bitnet_session_create(m, NULL, &s) == BITNET_OK && bitnet_session_create(m, NULL, &b) == BITNET_OK);
@@ -822,6 +822,18 @@ static void test_chat(void) {
     bitnet_session_reset(s);
     TEST_CHECK(bitnet_chat(s, "system", "Be brief.", NULL, NULL, 0, NULL) == BITNET_OK);
     TEST_CHECK(bitnet_chat(s, "user", "Hello there", &gp, r3, 8, &st) == BITNET_OK && memcmp(r3, r1, 6 * sizeof *r1) == 0);
+    n1 = (size_t)bitnet_session_pos(s);
+    { /* a message the context cannot hold is refused before any work, and the conversation goes on as if it had not come */
+        char *big = (char *)malloc(40001);
+        if (big) {
+            memset(big, 'a', 40000), big[40000] = 0;
+            for (i = 0; i < 40000; i += 2) big[i + 1] = ' ';
+            TEST_CHECK(bitnet_chat(s, "user", big, &gp, r2, 8, &st) == BITNET_ERR_CONTEXT_FULL && bitnet_session_pos(s) == (int32_t)n1);
+            free(big);
+        }
+        TEST_CHECK(bitnet_chat(s, "user", "Again", &gs, r3, 8, &st) == BITNET_OK && st.n_generated == j &&
+                   memcmp(r3, r2, j * sizeof *r2) == 0);
+    }
     /* bad arguments */
     TEST_CHECK(bitnet_chat(s, "assistant", "x", &gp, NULL, 0, NULL) == BITNET_ERR_INVALID_ARG);
     TEST_CHECK(bitnet_chat(s, "user", NULL, &gp, NULL, 0, NULL) == BITNET_ERR_NULL_POINTER);
