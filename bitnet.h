@@ -814,6 +814,12 @@ BITNET_API int32_t bitnet_session_pos(const bitnet_session *s);
    BITNET_ERR_BAD_TOKEN for an id outside the vocabulary, both before any work. */
 BITNET_API bitnet_result bitnet_session_eval(bitnet_session *s, const int32_t *tokens, size_t n, float *logits,
                                              int all_logits);
+/* Drops n tokens of the session's text from position first on: the tokens after them move down and
+   are evaluated again, exactly as if the text had never held the dropped ones (their cost: a prompt
+   of that length). For a conversation that fills the context: keep the start (the system message),
+   drop the oldest of the rest. A conversation of bitnet_chat goes on across it. BITNET_ERR_INVALID_ARG
+   when [first, first + n) is not inside the text. */
+BITNET_API bitnet_result bitnet_session_discard(bitnet_session *s, int32_t first, int32_t n);
 
 typedef struct bitnet_sampler_params {        /* zero-initialised = greedy */
     float temperature;                        /* 0 = greedy (argmax) */
@@ -12041,6 +12047,27 @@ BITNET_API bitnet_result bitnet_session_eval(bitnet_session *s, const int32_t *t
     if (n == 0) return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_session_eval: no tokens");
     BITNET__TRY(bitnet__check_tokens(s, tokens, n));
     return bitnet__eval(s, tokens, n, logits, all_logits);
+}
+
+BITNET_API bitnet_result bitnet_session_discard(bitnet_session *s, int32_t first, int32_t n) {
+    const int chat = s && s->chat_pos == s->pos; /* (a conversation in step with the session stays so) */
+    int32_t rest;
+    int32_t *tail = NULL;
+    bitnet_result r = BITNET_OK;
+    BITNET__CHECK_PTR(s);
+    if (first < 0 || n < 0 || first > s->pos || n > s->pos - first)
+        return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_session_discard: tokens [%d, %d + %d) are not inside the text of %d",
+                           (int)first, (int)first, (int)n, (int)s->pos);
+    rest = s->pos - first - n;
+    if (n == 0) return BITNET_OK;
+    if (rest && !(tail = (int32_t *)bitnet__malloc((size_t)rest * sizeof *tail))) return BITNET_ERR_OUT_OF_MEMORY;
+    if (rest) memcpy(tail, s->tokens + first + n, (size_t)rest * sizeof *tail);
+    s->pos = first; /* (the cache before first holds) */
+    s->has_logits = 0;
+    if (rest) r = bitnet__eval(s, tail, (size_t)rest, s->logits, 0);
+    bitnet__free(tail);
+    if (r == BITNET_OK && chat) s->chat_pos = s->pos;
+    return r;
 }
 
 /* ---- generation ------------------------------------------------------------------------------- */

@@ -116,7 +116,9 @@ static char *read_line(FILE *f) {
 }
 
 /* run -cnv: a conversation, one user message a line of stdin, each reply streamed to stdout (the
-   prompt, when given, is the system message), until the input or the context ends. */
+   prompt, when given, is the system message), until the input ends. When a message does not fit, the
+   older half of the conversation after the system message is dropped first (as llama.cpp's context
+   shift; here the kept text is evaluated again, so nothing is approximated). */
 static int run_conversation(bitnet_model *m, const model_opts *mo, bitnet_generate_params *gp, const char *system) {
     const int tty = isatty(fileno(stdin));
     bitnet_session *s = NULL;
@@ -124,6 +126,7 @@ static int run_conversation(bitnet_model *m, const model_opts *mo, bitnet_genera
     bitnet_generate_stats st;
     bitnet_result r;
     size_t replies = 0, np = 0, ng = 0;
+    int32_t keep = 0, drop;
     double tp = 0.0, tg = 0.0;
     char *msg;
     memset(&sd, 0, sizeof sd);
@@ -131,11 +134,17 @@ static int run_conversation(bitnet_model *m, const model_opts *mo, bitnet_genera
     if ((r = bitnet_session_create(m, &sd, &s)) != BITNET_OK) return fail("run", r);
     gp->on_token = print_piece;
     if (system && *system) r = bitnet_chat(s, "system", system, NULL, NULL, 0, NULL);
+    keep = bitnet_session_pos(s);
     while (r == BITNET_OK) {
         if (tty) fputs("> ", stderr), fflush(stderr);
         if (!(msg = read_line(stdin))) break;
         if (*msg) {
             r = bitnet_chat(s, "user", msg, gp, NULL, 0, &st);
+            if (r == BITNET_ERR_CONTEXT_FULL && (drop = (bitnet_session_pos(s) - keep) / 2) > 0) {
+                fprintf(stderr, "bitnet run: the context is full: the oldest %d tokens after the system message go\n", (int)drop);
+                r = bitnet_session_discard(s, keep, drop);
+                if (r == BITNET_OK) r = bitnet_chat(s, "user", msg, gp, NULL, 0, &st);
+            }
             printf("\n");
             fflush(stdout);
             if (r == BITNET_OK) replies++, np += st.n_prompt, ng += st.n_generated, tp += st.prompt_seconds, tg += st.gen_seconds;

@@ -346,7 +346,7 @@ static void random_model(int vocab, int dim, int layers, int heads, int kv, int 
 
 /* A conversation (bitnet_chat: a reply cut at max_tokens, whose last token goes into the next message,
    one at the model's stop tokens, one at a chosen stop token) gives the same replies, text length and
-   next logits on both backends. */
+   next logits on both backends, and so does the text after bitnet_session_discard. */
 static void chat(bitnet_model *cpu, bitnet_model *gpu) {
     static const char *const msgs[4][2] = {{"system", "Be brief."}, {"user", "Hello there"}, {"user", "Again"}, {"user", "Third"}};
     bitnet_session *ss[2] = {NULL, NULL};
@@ -388,6 +388,13 @@ static void chat(bitnet_model *cpu, bitnet_model *gpu) {
         probe %= info.n_vocab;
         TEST_CHECK(bitnet_session_eval(ss[0], &probe, 1, lg[0], 0) == BITNET_OK && bitnet_session_eval(ss[1], &probe, 1, lg[1], 0) == BITNET_OK);
         TEST_CHECKF(rel_l2(lg[1], lg[0], nv) <= TOL, "after the conversation: relative L2 %g", rel_l2(lg[1], lg[0], nv));
+    }
+    if (lg[0] && lg[1]) { /* a discard in the middle (the prefill path again), then one token */
+        const int32_t first = bitnet_session_pos(ss[0]) / 3, nd = bitnet_session_pos(ss[0]) / 4;
+        poison(lg[0], nv), poison(lg[1], nv);
+        TEST_CHECK(bitnet_session_discard(ss[0], first, nd) == BITNET_OK && bitnet_session_discard(ss[1], first, nd) == BITNET_OK);
+        TEST_CHECK(bitnet_session_eval(ss[0], &probe, 1, lg[0], 0) == BITNET_OK && bitnet_session_eval(ss[1], &probe, 1, lg[1], 0) == BITNET_OK);
+        TEST_CHECKF(rel_l2(lg[1], lg[0], nv) <= TOL, "after a discard: relative L2 %g", rel_l2(lg[1], lg[0], nv));
     }
     printf("  chat: 3 replies (%zu, %zu, %zu tokens) the same on both backends\n", ng[0][1], ng[0][2], ng[0][3]);
 done:

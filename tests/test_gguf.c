@@ -983,7 +983,7 @@ static void test_cli_gen_model_and_info(void) {
 /* bitnet run's prompt and sampling flags on tests/data/tiny.gguf (CPU, greedy): -f gives what -p
    gives; --repeat-last-n 0 turns the penalty off (as --repeat-penalty 1); --ignore-eos with -n -1
    runs to the end of the context; -p with -f and --repeat-last-n below -1 are refused; -cnv answers
-   each line of stdin (the empty one is skipped). */
+   each line of stdin (the empty one is skipped), also past the end of the context. */
 static void test_cli_run_flags(void) {
     char bin[512], cmd[4096], pf[640], o[5][640], why[600];
     const char *run = "run -m tests/data/tiny.gguf --backend cpu -t 1 --temp 0 --seed 3";
@@ -1013,6 +1013,14 @@ static void test_cli_run_flags(void) {
         TEST_CHECK(system(cmd) == 0);
         e = read_all(ce, &ne);
         TEST_CHECKF(e && strstr((const char *)e, "2 replies; prompts") != NULL, "-cnv: %s", e ? (const char *)e : "");
+        free(e), remove(ce);
+        /* a conversation longer than the context: its older half goes, and every message is answered */
+        snprintf(cmd, sizeof cmd, "for i in 1 2 3 4 5 6 7 8; do echo 'Tell me a long story about the sea and the ships'; done | "
+                 "%s %s -n 40 -c 128 -cnv -p 'Be brief.' > /dev/null 2> %s", bin, run, ce);
+        TEST_CHECK(system(cmd) == 0);
+        e = read_all(ce, &ne);
+        TEST_CHECKF(e && strstr((const char *)e, "the context is full") && strstr((const char *)e, "8 replies; prompts"), "-cnv -c 128: %s",
+                    e ? (const char *)e : "");
         free(e), remove(ce);
     }
     snprintf(cmd, sizeof cmd, "%s %s -n 4 -f %s -p x > /dev/null 2>&1", bin, run, pf);

@@ -844,6 +844,66 @@ done:
     bitnet_model_free(m);
 }
 
+/* bitnet_session_discard: the text without the dropped tokens gives the logits a session that never had
+   them gives; a conversation goes on across it; bad ranges are refused and change nothing. */
+static void test_discard(void) {
+    bitnet_model_desc d;
+    bitnet_model *m = NULL;
+    bitnet_session *s = NULL, *b = NULL;
+    bitnet_model_info info;
+    bitnet_generate_params gp;
+    bitnet_generate_stats st;
+    const bitnet_tokenizer *tk;
+    int32_t t[20], kept[13], none = 0, r1[8], r2[8], tx[512], probe = 9;
+    float *la = NULL, *lb = NULL;
+    size_t nv, i, n = 0;
+    double dd = 0.0, nn = 0.0;
+    if (!tiny_load(&d, &m)) TEST_SKIP("tests/data/tiny.gguf is absent (run from the repository root)");
+    tk = m ? bitnet_model_tokenizer(m) : NULL;
+    TEST_CHECK(tk && bitnet_model_get_info(m, &info) == BITNET_OK);
+    TEST_CHECK(bitnet_session_create(m, NULL, &s) == BITNET_OK && bitnet_session_create(m, NULL, &b) == BITNET_OK);
+    if (!s || !b || !tk) goto done;
+    nv = (size_t)info.n_vocab;
+    la = (float *)malloc(nv * sizeof(float)), lb = (float *)malloc(nv * sizeof(float));
+    for (i = 0; i < 20; i++) t[i] = (int32_t)((i * 37 + 11) % nv);
+    memcpy(kept, t, 5 * sizeof *t), memcpy(kept + 5, t + 12, 8 * sizeof *t);
+    TEST_CHECK(bitnet_session_eval(s, t, 20, NULL, 0) == BITNET_OK);
+    TEST_CHECK(bitnet_session_discard(s, 5, 16) == BITNET_ERR_INVALID_ARG && bitnet_session_pos(s) == 20);
+    TEST_CHECK(bitnet_session_discard(s, -1, 2) == BITNET_ERR_INVALID_ARG && bitnet_session_discard(s, 3, -1) == BITNET_ERR_INVALID_ARG);
+    TEST_CHECK(bitnet_session_discard(NULL, 0, 1) == BITNET_ERR_NULL_POINTER);
+    TEST_CHECK(bitnet_session_discard(s, 5, 7) == BITNET_OK && bitnet_session_pos(s) == 13);
+    TEST_CHECK(bitnet_session_eval(b, kept, 13, NULL, 0) == BITNET_OK);
+    if (la && lb) {
+        TEST_CHECK(bitnet_session_eval(s, &probe, 1, la, 0) == BITNET_OK && bitnet_session_eval(b, &probe, 1, lb, 0) == BITNET_OK);
+        for (i = 0; i < nv; i++) dd += (la[i] - lb[i]) * (double)(la[i] - lb[i]), nn += la[i] * (double)la[i];
+        TEST_CHECKF(dd <= 1e-10 * nn, "after the discard: relative L2 %g", sqrt(dd / nn));
+    }
+    /* a conversation across a discard: the reply is what the text without the dropped tokens gives */
+    memset(&gp, 0, sizeof gp);
+    gp.max_tokens = 6, gp.stop_tokens = &none, gp.n_stop = 0;
+    bitnet_session_reset(s), bitnet_session_reset(b);
+    TEST_CHECK(bitnet_chat(s, "system", "Be brief.", NULL, NULL, 0, NULL) == BITNET_OK);
+    TEST_CHECK(bitnet_chat(s, "user", "Hello there", &gp, r1, 8, &st) == BITNET_OK && st.n_generated == 6);
+    tok_append(tk, "<|begin_of_text|>System: Be brief.<|eot_id|>", tx, 512, &n);
+    TEST_CHECK(bitnet_session_discard(s, (int32_t)n, 3) == BITNET_OK); /* "User" and more of the first message go */
+    TEST_CHECK(bitnet_chat(s, "user", "Again", &gp, r2, 8, &st) == BITNET_OK);
+    {
+        const size_t n_sys = n;
+        int32_t ref[8];
+        tok_append(tk, "User: Hello there<|eot_id|>Assistant: ", tx, 512, &n);
+        memcpy(tx + n, r1, 6 * sizeof *r1), n += 6;
+        tok_append(tk, "<|eot_id|>User: Again<|eot_id|>Assistant: ", tx, 512, &n);
+        memmove(tx + n_sys, tx + n_sys + 3, (n - n_sys - 3) * sizeof *tx), n -= 3;
+        TEST_CHECK(bitnet_generate(b, tx, n, &gp, ref, 8, &st) == BITNET_OK && memcmp(ref, r2, 6 * sizeof *ref) == 0);
+        TEST_CHECK(bitnet_session_pos(s) == bitnet_session_pos(b) && bitnet_session_pos(b) == (int32_t)n + 5);
+    }
+done:
+    free(la), free(lb);
+    bitnet_session_free(s);
+    bitnet_session_free(b);
+    bitnet_model_free(m);
+}
+
 int main(void) {
     RUN_TEST(test_forward_matches_reference);
     RUN_TEST(test_q8_head);
@@ -856,5 +916,6 @@ int main(void) {
     RUN_TEST(test_alloc_faults);
     RUN_TEST(test_tiny_gguf);
     RUN_TEST(test_chat);
+    RUN_TEST(test_discard);
     return test_summary();
 }
