@@ -83,7 +83,7 @@
          (read-only after creation), bitnet_model_get_info / _tokenizer, and bitnet_session_create
          on one bitnet_model (a loaded model is read-only; sessions only read it);
        - GPU handles (each call locks the handle; every session has its own handle and stream).
-     One thread at a time: a bitnet_session (eval, generate, chat, reset, free: one per thread),
+     One thread at a time: a bitnet_session (eval, discard, generate, chat, reset, free: one per thread),
      a bitnet_gguf_writer, bitnet_sample's rng state. Free a model after all its sessions, and a
      gguf/tokenizer after its last user. The CPU thread pool serves one caller at a time; a
      concurrent caller runs its kernels on its own thread, with bit-identical results.
@@ -12058,8 +12058,8 @@ BITNET_API bitnet_result bitnet_session_discard(bitnet_session *s, int32_t first
     if (first < 0 || n < 0 || first > s->pos || n > s->pos - first)
         return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_session_discard: tokens [%d, %d + %d) are not inside the text of %d",
                            (int)first, (int)first, (int)n, (int)s->pos);
-    rest = s->pos - first - n;
     if (n == 0) return BITNET_OK;
+    rest = s->pos - first - n;
     if (rest && !(tail = (int32_t *)bitnet__malloc((size_t)rest * sizeof *tail))) return BITNET_ERR_OUT_OF_MEMORY;
     if (rest) memcpy(tail, s->tokens + first + n, (size_t)rest * sizeof *tail);
     s->pos = first; /* (the cache before first holds) */
