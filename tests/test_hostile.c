@@ -325,6 +325,20 @@ static bitnet_result f_generate(void *p) {
     if (r == BITNET_OK) r = bitnet_session_eval(c->s, prompt, 2, lg, 0);
     return r;
 }
+static bitnet_result f_chat_discard(void *p) {
+    fctx *c = (fctx *)p;
+    int32_t none = 0;
+    bitnet_generate_params gp;
+    bitnet_result r;
+    memset(&gp, 0, sizeof gp);
+    gp.max_tokens = 4, gp.stop_tokens = &none;
+    bitnet_session_reset(c->s);
+    r = bitnet_chat(c->s, "system", "You are terse.", NULL, NULL, 0, NULL);
+    if (r == BITNET_OK) r = bitnet_chat(c->s, "user", "Why is the sky blue?", &gp, NULL, 0, NULL);
+    if (r == BITNET_OK) r = bitnet_session_discard(c->s, 3, 4);
+    if (r == BITNET_OK) r = bitnet_chat(c->s, "user", "And the sea?", &gp, NULL, 0, NULL);
+    return r;
+}
 static bitnet_result f_receipt(void *p) {
     fctx *c = (fctx *)p;
     bitnet_receipt *rc = (bitnet_receipt *)calloc(1, sizeof *rc);
@@ -370,6 +384,7 @@ static void test_fault_sweep_cpu(void) {
     TEST_CHECK(HOST_SWEEP("chat format + tokenize", f_chat_tokenize, &c, 100) >= 0);
     TEST_CHECK(bitnet_session_create(c.m, NULL, &c.s) == BITNET_OK);
     if (c.s) TEST_CHECK(HOST_SWEEP("generate + eval", f_generate, &c, 100) >= 1);
+    if (c.s) TEST_CHECK(HOST_SWEEP("chat + discard", f_chat_discard, &c, 100) >= 1);
     bitnet_session_free(c.s), c.s = NULL;
     bitnet_model_free(c.m), c.m = NULL;
     json = (char *)read_file("tests/corpus/receipt/cpu_synthetic.json", &jn);
