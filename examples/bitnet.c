@@ -159,8 +159,8 @@ static int run_conversation(bitnet_model *m, const model_opts *mo, bitnet_genera
 
 static int cmd_run(int argc, char **argv) {
     model_opts mo;
-    const char *prompt = NULL, *prompt_file = NULL, *in;
-    char *file_text = NULL, *text = NULL;
+    const char *prompt = NULL, *prompt_file = NULL;
+    char *file_text = NULL;
     int i, chat = 0, cnv = 0, last_n = 64, err, rc = 1;
     int32_t none = 0;
     bitnet_generate_params gp;
@@ -226,31 +226,19 @@ static int cmd_run(int argc, char **argv) {
         rc = run_conversation(m, &mo, &gp, prompt);
         goto done;
     }
-    in = prompt;
-    if (chat) { /* the 2B-4T chat format: <|begin_of_text|>User: TEXT<|eot_id|>Assistant: */
-        bitnet_chat_message msg;
-        size_t len = 0;
-        msg.role = "user";
-        msg.content = prompt;
-        bitnet_chat_format(&msg, 1, 1, NULL, 0, &len);
-        text = (char *)malloc(len + 1);
-        r = text ? bitnet_chat_format(&msg, 1, 1, text, len + 1, &len) : BITNET_ERR_OUT_OF_MEMORY;
-        if (r != BITNET_OK) {
-            rc = fail("run", r);
-            goto done;
-        }
-        in = text;
-    }
-    r = bitnet_tokenize(tk, in, strlen(in), !chat, chat, NULL, 0, &n);
-    if (r == BITNET_ERR_BAD_SIZE || r == BITNET_OK) {
-        ids = (int32_t *)malloc((n ? n : 1) * sizeof *ids);
-        r = ids ? bitnet_tokenize(tk, in, strlen(in), !chat, chat, ids, n, &n) : BITNET_ERR_OUT_OF_MEMORY;
-    }
     memset(&sd, 0, sizeof sd);
     sd.n_ctx = mo.n_ctx;
-    if (r == BITNET_OK) r = bitnet_session_create(m, &sd, &s);
+    r = bitnet_session_create(m, &sd, &s);
     gp.on_token = print_piece;
-    if (r == BITNET_OK) r = bitnet_generate(s, ids, n, &gp, NULL, 0, &st);
+    if (r == BITNET_OK && chat) r = bitnet_chat(s, "user", prompt, &gp, NULL, 0, &st); /* the 2B-4T chat format */
+    else if (r == BITNET_OK) {
+        r = bitnet_tokenize(tk, prompt, strlen(prompt), 1, 0, NULL, 0, &n);
+        if (r == BITNET_ERR_BAD_SIZE || r == BITNET_OK) {
+            ids = (int32_t *)malloc((n ? n : 1) * sizeof *ids);
+            r = ids ? bitnet_tokenize(tk, prompt, strlen(prompt), 1, 0, ids, n, &n) : BITNET_ERR_OUT_OF_MEMORY;
+        }
+        if (r == BITNET_OK) r = bitnet_generate(s, ids, n, &gp, NULL, 0, &st);
+    }
     printf("\n");
     if (r == BITNET_OK)
         fprintf(stderr, "bitnet run: prompt %zu tokens, %.2f tokens/s; generation %zu tokens, %.2f tokens/s\n", st.n_prompt,
@@ -264,7 +252,7 @@ static int cmd_run(int argc, char **argv) {
     }
     rc = r == BITNET_OK ? 0 : fail("run", r);
 done:
-    free(text), free(file_text), free(ids);
+    free(file_text), free(ids);
     bitnet_session_free(s);
     bitnet_model_free(m);
     return rc;

@@ -1014,6 +1014,19 @@ static void test_cli_run_flags(void) {
         e = read_all(ce, &ne);
         TEST_CHECKF(e && strstr((const char *)e, "2 replies; prompts") != NULL, "-cnv: %s", e ? (const char *)e : "");
         free(e), remove(ce);
+        { /* --chat answers one message as -cnv answers its first line */
+            char c1[640], c2[640];
+            unsigned char *x1, *x2;
+            size_t n1 = 0, n2 = 0;
+            snprintf(c1, sizeof c1, "%s", tmp_path("chat_one")), snprintf(c2, sizeof c2, "%s", tmp_path("chat_cnv"));
+            snprintf(cmd, sizeof cmd, "%s %s -n 6 --chat -p 'Hello there' > %s 2>/dev/null && echo 'Hello there' | %s %s -n 6 -cnv > %s 2>/dev/null",
+                     bin, run, c1, bin, run, c2);
+            TEST_CHECK(system(cmd) == 0);
+            x1 = read_all(c1, &n1), x2 = read_all(c2, &n2);
+            TEST_CHECKF(x1 && x2 && n1 > 1 && n1 == n2 && memcmp(x1, x2, n1) == 0, "--chat: '%s', -cnv: '%s'", x1 ? (char *)x1 : "",
+                        x2 ? (char *)x2 : "");
+            free(x1), free(x2), remove(c1), remove(c2);
+        }
         /* a conversation longer than the context: its older half goes, and every message is answered */
         snprintf(cmd, sizeof cmd, "for i in 1 2 3 4 5 6 7 8; do echo 'Tell me a long story about the sea and the ships'; done | "
                  "%s %s -n 40 -c 128 -cnv -p 'Be brief.' > /dev/null 2> %s", bin, run, ce);
