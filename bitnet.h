@@ -9948,27 +9948,28 @@ static int bitnet__occupancy(bitnet_gpu *gpu, bitnet_gpu_kernel *k, int warps) {
     return n;
 }
 
-/* M = 1 on sm_90: the GEMV kernel launched with programmatic dependent launch
-   (bitnet_k_tgemv_p1_u<U>), so it asks for its weights while the previous kernel in the stream
-   still runs. The shape: the most warps a 32-row group (and loads a lane) with which one wave holds
+/* M = 1 on sm_90: the binary tensor-core GEMV (bitnet_k_tgemv_b1_u<U>) launched with programmatic
+   dependent launch, so it asks for its weights while the previous kernel in the stream still runs.
+   The shape: the first of these (warps a 32-row group, loads a lane) with which one wave holds
    every group, so each block has its first weights in flight before the wait; with more groups
    than that (many waves anyway) 16 warps and 8 loads. Measured on the H100 (bench-kernels, graph
-   replay, BENCHMARKS.md session 9) against the bulk-copy kernel this replaced: 2560x6912 4.94 ->
-   3.98 us, 20480x3200 8.35 -> 7.05, 55296x5120 27.43 -> 26.11, 13824x2560 4.77 -> 4.74.
-   Environment, for tests and A/B runs: BITNET_TGEMV_PDL=0 sends M = 1 to the plain launch below;
-   BITNET_TGEMV_WARPS (1-32) and BITNET_TGEMV_U (4, 8) force the shape.
-   BITNET_ERR_UNSUPPORTED (nothing launched) sends the call to the plain launch. */
+   replay, BENCHMARKS.md session 31), against the dp4a kernel this replaced: 2560x2560 2.59 -> 2.21 us,
+   2560x6912 3.88 -> 3.26, 13824x2560 4.61 -> 4.26 (8 warps, 8 loads), 20480x3200 7.00 -> 6.61
+   (7 warps, 4 loads), 55296x5120 25.6 -> 24.9. Environment, for tests and A/B runs:
+   BITNET_TGEMV_PDL=0 sends M = 1 to the plain launch below; BITNET_TGEMV_WARPS (1-32) and
+   BITNET_TGEMV_U (4, 8) force the shape. BITNET_ERR_UNSUPPORTED (nothing launched) sends the call
+   to the plain launch. */
 static bitnet_result bitnet__tgemv_pdl(bitnet_gpu *gpu, const bitnet_gpu_ternary *w, void **args) {
-    static const int shapes[][2] = {{16, 8}, {12, 8}, {8, 4}, {6, 4}, {4, 4}}; /* warps a group, loads a lane */
+    static const int shapes[][2] = {{16, 8}, {12, 8}, {8, 8}, {7, 4}, {6, 4}, {4, 4}}; /* warps a group, loads a lane */
     const char *pdl_env = bitnet__getenv("BITNET_TGEMV_PDL"), *w_env = bitnet__getenv("BITNET_TGEMV_WARPS");
     const char *u_env = bitnet__getenv("BITNET_TGEMV_U");
-    int rg = w->glu ? 2 : 1, nc = (int)(w->k / 64), groups = (int)((w->n + 31) / 32), sms = bitnet__gk_sm_count(gpu);
+    int rg = w->glu ? 2 : 1, ns = (int)(w->k / 128), groups = (int)((w->n + 31) / 32), sms = bitnet__gk_sm_count(gpu);
     int wpg = 16, u = 8, i;
     unsigned grid[3], block[3];
     bitnet_gpu_kernel *k4, *k8;
     if ((pdl_env && !atoi(pdl_env)) || !bitnet__cuda.cu.cuLaunchKernelEx) return BITNET_ERR_UNSUPPORTED;
-    BITNET__TRY(bitnet_gpu_builtin_kernel(gpu, "bitnet_k_tgemv_p1_u4", &k4));
-    BITNET__TRY(bitnet_gpu_builtin_kernel(gpu, "bitnet_k_tgemv_p1_u8", &k8));
+    BITNET__TRY(bitnet_gpu_builtin_kernel(gpu, "bitnet_k_tgemv_b1_u4", &k4));
+    BITNET__TRY(bitnet_gpu_builtin_kernel(gpu, "bitnet_k_tgemv_b1_u8", &k8));
     for (i = 0; i < (int)(sizeof shapes / sizeof shapes[0]); i++) {
         int per_sm = bitnet__occupancy(gpu, shapes[i][1] == 8 ? k8 : k4, shapes[i][0] * rg);
         if (per_sm < 0) break;
@@ -9979,7 +9980,7 @@ static bitnet_result bitnet__tgemv_pdl(bitnet_gpu *gpu, const bitnet_gpu_ternary
     }
     if (w_env && atoi(w_env) >= 1 && atoi(w_env) <= 32) wpg = atoi(w_env);
     if (u_env && (atoi(u_env) == 4 || atoi(u_env) == 8)) u = atoi(u_env);
-    wpg = BITNET__MIN(BITNET__MIN(wpg, 32 / rg), nc);
+    wpg = BITNET__MIN(BITNET__MIN(wpg, 32 / rg), ns); /* warps split the K slices of 128 */
     grid[0] = (unsigned)groups, grid[1] = grid[2] = 1;
     block[0] = 32, block[1] = (unsigned)(wpg * rg), block[2] = 1;
     return bitnet__launch(gpu, u == 8 ? k8 : k4, grid, block, 0, args, 1, 1);

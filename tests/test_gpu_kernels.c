@@ -405,8 +405,8 @@ static void test_gpu_ternary_gemv(void) {
 
 /* M = 1 through each launch of the GEMV: plain (BITNET_TGEMV_PDL=0, every GPU), and on sm_90
    under programmatic dependent launch with the shape the dispatch picks and with forced ones
-   (BITNET_TGEMV_WARPS a group, BITNET_TGEMV_U loads a lane; 3 and 5 warps split K unevenly): odd
-   rows, fused parts, glu, K of one chunk a warp and of many, more groups than a wave holds. */
+   (BITNET_TGEMV_WARPS a group, BITNET_TGEMV_U loads a lane; 3, 5 and 7 warps split K unevenly):
+   odd rows, fused parts, glu, K of one slice a warp and of many, more groups than a wave holds. */
 static void test_gpu_ternary_gemv_splits(void) {
     static const tcase cases[] = {
         {1, {37, 0, 0}, 128, 1, 0},  {3, {2560, 640, 640}, 2560, 1, 0}, {2, {70, 70, 0}, 384, 1, 1},
@@ -416,7 +416,7 @@ static void test_gpu_ternary_gemv_splits(void) {
     };
     /* PDL launch, warps a group, loads a lane ("": the dispatch's choice) */
     static const char *const forms[][3] = {{"0", "", ""},  {"", "", ""},   {"1", "16", "8"}, {"1", "8", "4"},
-                                           {"1", "3", "4"}, {"1", "5", "8"}, {"1", "1", "4"}};
+                                           {"1", "3", "4"}, {"1", "5", "8"}, {"1", "1", "4"}, {"1", "7", "4"}};
     static const char *const vars[3] = {"BITNET_TGEMV_PDL", "BITNET_TGEMV_WARPS", "BITNET_TGEMV_U"};
     size_t i, s, v;
     NEED_GPU();
