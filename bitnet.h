@@ -9953,9 +9953,9 @@ static int bitnet__occupancy(bitnet_gpu *gpu, bitnet_gpu_kernel *k, int warps) {
    The shape: the first of these (warps a 32-row group, loads a lane) with which one wave holds
    every group, so each block has its first weights in flight before the wait; with more groups
    than that (many waves anyway) 16 warps and 8 loads. Measured on the H100 (bench-kernels, graph
-   replay, BENCHMARKS.md session 31), against the dp4a kernel this replaced: 2560x2560 2.59 -> 2.21 us,
-   2560x6912 3.88 -> 3.26, 13824x2560 4.61 -> 4.26 (8 warps, 8 loads), 20480x3200 7.00 -> 6.61
-   (7 warps, 4 loads), 55296x5120 25.6 -> 24.9. Environment, for tests and A/B runs:
+   replay, BENCHMARKS.md session 31), against the dp4a kernel this replaced: 2560x2560 2.60 -> 2.22 us,
+   2560x6912 3.90 -> 3.27, 13824x2560 4.62 -> 4.35 (8 warps, 8 loads), 20480x3200 7.00 -> 6.62
+   (7 warps, 4 loads), 55296x5120 25.6 -> 25.1. Environment, for tests and A/B runs:
    BITNET_TGEMV_PDL=0 sends M = 1 to the plain launch below; BITNET_TGEMV_WARPS (1-32) and
    BITNET_TGEMV_U (4, 8) force the shape. BITNET_ERR_UNSUPPORTED (nothing launched) sends the call
    to the plain launch. */
