@@ -322,6 +322,117 @@ static int cmd_eval(int argc, char **argv) {
     return r == BITNET_OK ? 0 : (r == BITNET_ERR_IO ? 1 : fail("eval", r));
 }
 
+/* ---- perplexity ------------------------------------------------------------------------------- */
+
+/* A text's perplexity as llama.cpp's llama-perplexity measures it, so the numbers compare: the
+   text's tokens (no BOS) in chunks of n_ctx (-c, default 512), each from an empty context with its
+   first token replaced by BOS (where the model has one); the second half of each chunk is scored, so
+   every scored token has at least n_ctx / 2 tokens before it. PPL = exp(mean negative
+   log-likelihood); +/- is one standard error. Logits come 64 rows at a time (a 2B-4T row is 0.5 MB). */
+static int cmd_perplexity(int argc, char **argv) {
+    enum { ROWS = 64 };
+    model_opts mo;
+    const char *path = NULL;
+    char *text = NULL;
+    size_t len = 0, n_tok = 0, c, n_chunks, scored = 0;
+    long max_chunks = 0;
+    int i, n_ctx, first, err, rc = 0;
+    int32_t *ids = NULL, *chunk = NULL, bos = -1;
+    float *logits = NULL;
+    double sum = 0.0, sum2 = 0.0, t0, t1;
+    bitnet_model *m = NULL;
+    bitnet_session *s = NULL;
+    bitnet_session_desc sd;
+    bitnet_model_info info;
+    const bitnet_tokenizer *tok;
+    bitnet_result r;
+    struct timespec ts;
+    memset(&mo, 0, sizeof mo);
+    for (i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int k = model_opt(&mo, argc, argv, &i);
+        if (k < 0) return 2;
+        if (k) continue;
+        if (!v) return fprintf(stderr, "bitnet perplexity: unknown option or missing value: %s\n", a), 2;
+        i++;
+        if (strcmp(a, "-f") == 0) path = v;
+        else if (strcmp(a, "--chunks") == 0) max_chunks = strtol(v, NULL, 10);
+        else return fprintf(stderr, "bitnet perplexity: unknown option %s\n", a), 2;
+    }
+    n_ctx = mo.n_ctx ? mo.n_ctx : 512;
+    if (!mo.path || !path || n_ctx < 4 || max_chunks < 0)
+        return fprintf(stderr, "usage: bitnet perplexity -m FILE -f TEXT [-c N_CTX (>= 4, default 512)] [--chunks N] [--backend B]\n"), 2;
+    if ((err = cli_read_file(path, (size_t)1 << 30, &text, &len)) != 0)
+        return fprintf(stderr, "bitnet perplexity: cannot read %s: %s\n", path, strerror(err)), 1;
+    if ((r = open_model("perplexity", &mo, &m)) != BITNET_OK) return free(text), fail("perplexity", r);
+    bitnet_model_get_info(m, &info);
+    if (!(tok = bitnet_model_tokenizer(m))) {
+        fprintf(stderr, "bitnet perplexity: the model has no tokenizer\n");
+        rc = 1;
+        goto done;
+    }
+    bitnet_tokenizer_special_ids(tok, &bos, NULL, NULL);
+    r = bitnet_tokenize(tok, text, len, 0, 0, NULL, 0, &n_tok);
+    if (r == BITNET_ERR_BAD_SIZE || r == BITNET_OK) {
+        r = (ids = (int32_t *)malloc((n_tok ? n_tok : 1) * sizeof *ids)) ? BITNET_OK : BITNET_ERR_OUT_OF_MEMORY;
+        if (r == BITNET_OK) r = bitnet_tokenize(tok, text, len, 0, 0, ids, n_tok, &n_tok);
+    }
+    if (r != BITNET_OK) goto done;
+    n_chunks = n_tok / (size_t)n_ctx;
+    if (max_chunks > 0 && (size_t)max_chunks < n_chunks) n_chunks = (size_t)max_chunks;
+    if (!n_chunks) {
+        fprintf(stderr, "bitnet perplexity: %s has %zu tokens, fewer than one chunk of %d (-c)\n", path, n_tok, n_ctx);
+        rc = 1;
+        goto done;
+    }
+    memset(&sd, 0, sizeof sd);
+    sd.n_ctx = n_ctx;
+    chunk = (int32_t *)malloc((size_t)n_ctx * sizeof *chunk);
+    logits = (float *)malloc((size_t)ROWS * (size_t)info.n_vocab * sizeof *logits);
+    r = chunk && logits ? bitnet_session_create(m, &sd, &s) : BITNET_ERR_OUT_OF_MEMORY;
+    if (r != BITNET_OK) goto done;
+    first = n_ctx / 2;
+    fprintf(stderr, "bitnet perplexity: %zu tokens, %zu chunks of %d, scoring the last %d of each\n", n_tok, n_chunks, n_ctx,
+            n_ctx - first);
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    t0 = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    for (c = 0; c < n_chunks && r == BITNET_OK; c++) {
+        int j0;
+        memcpy(chunk, ids + c * (size_t)n_ctx, (size_t)n_ctx * sizeof *chunk);
+        if (bos >= 0) chunk[0] = bos;
+        bitnet_session_reset(s);
+        r = bitnet_session_eval(s, chunk, (size_t)(first - 1), NULL, 0); /* the context; no head */
+        for (j0 = first - 1; j0 < n_ctx - 1 && r == BITNET_OK; j0 += ROWS) { /* row j predicts chunk[j + 1] */
+            int n = n_ctx - 1 - j0 < ROWS ? n_ctx - 1 - j0 : ROWS, j, v;
+            if ((r = bitnet_session_eval(s, chunk + j0, (size_t)n, logits, 1)) != BITNET_OK) break;
+            for (j = 0; j < n; j++) {
+                const float *row = logits + (size_t)j * (size_t)info.n_vocab;
+                double mx = row[0], se = 0.0, nll;
+                for (v = 1; v < info.n_vocab; v++) mx = row[v] > mx ? row[v] : mx;
+                for (v = 0; v < info.n_vocab; v++) se += exp((double)row[v] - mx);
+                nll = mx + log(se) - (double)row[chunk[j0 + j + 1]];
+                sum += nll, sum2 += nll * nll, scored++;
+            }
+        }
+        if (r == BITNET_OK) fprintf(stderr, "[%zu]%.4f%s", c + 1, exp(sum / (double)scored), c + 1 < n_chunks ? "," : "\n");
+    }
+    if (r != BITNET_OK) goto done;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    t1 = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    {
+        double mean = sum / (double)scored, var = sum2 / (double)scored - mean * mean;
+        double se = scored > 1 && var > 0.0 ? sqrt(var / (double)(scored - 1)) : 0.0;
+        printf("perplexity: %.6f +/- %.6f (%zu chunks of %d tokens, %zu scored)\n", exp(mean), exp(mean) * se, n_chunks, n_ctx,
+               scored);
+        fprintf(stderr, "bitnet perplexity: %.1f tokens/s\n", (double)(n_chunks * (size_t)(n_ctx - 1)) / (t1 - t0));
+    }
+done:
+    free(text), free(ids), free(chunk), free(logits);
+    bitnet_session_free(s);
+    bitnet_model_free(m);
+    return r == BITNET_OK ? rc : fail("perplexity", r);
+}
+
 /* ---- receipts: verify-receipt (and bench) ---------------------------------------------------- */
 
 /* A whole file into memory (NUL-terminated); at most max bytes. 0 on success, else errno-style. */
@@ -2197,6 +2308,8 @@ static const command commands[] = {
                      "                               conversation, a message a line of stdin (-p: the system message)"},
     {"eval", cmd_eval, "eval -m FILE --tokens 1,2,3 --logits-out FILE.f32 [--backend B] [--head f16|q8]\n"
                        "                               float32 logits, one row of n_vocab per token (no BOS added)"},
+    {"perplexity", cmd_perplexity, "perplexity -m FILE -f TEXT [-c N_CTX] [--chunks N] [--backend B] [-t THREADS]\n"
+                                   "                               perplexity of a text, as llama.cpp's llama-perplexity counts it"},
 };
 
 static int cmd_help(int argc, char **argv) {

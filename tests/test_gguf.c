@@ -1056,6 +1056,69 @@ static void test_cli_run_flags(void) {
     remove(pf);
 }
 
+/* bitnet perplexity on tests/data/tiny.gguf (CPU) against the same definition computed here: the
+   text's tokens in chunks of 32, BOS first, each chunk evaluated at once (the CLI takes its logits
+   in pieces), the second half scored; --chunks caps the count; too short a text and -c 2 are refused. */
+static void test_cli_perplexity(void) {
+    enum { NCTX = 32, CHUNKS = 3 };
+    char bin[512], cmd[4096], tf[640], of[640], why[600];
+    const char *text = "It was the best of times, it was the worst of times, it was the age of wisdom, it was the age of "
+                       "foolishness, 1859: 12345 67890!\n\tWe had everything before us, we had nothing before us.";
+    unsigned char *out;
+    size_t n = 0, n_tok = 0, c;
+    int32_t ids[1024], chunk[NCTX], bos = -1;
+    float *logits = NULL;
+    double sum = 0.0, ref, got = -1.0;
+    int scored = 0, j, v;
+    bitnet_model_desc d;
+    bitnet_model_info info;
+    bitnet_model *m = NULL;
+    bitnet_session *s = NULL;
+    bitnet_session_desc sd;
+    if (cli_bin(bin, sizeof bin, why, sizeof why)) TEST_SKIP("%s", why);
+    snprintf(tf, sizeof tf, "%s", tmp_path("ppl.txt")), snprintf(of, sizeof of, "%s", tmp_path("ppl.out"));
+    TEST_CHECK(write_all(tf, text, strlen(text)));
+    snprintf(cmd, sizeof cmd, "%s perplexity -m tests/data/tiny.gguf --backend cpu -t 1 -c %d --chunks %d -f %s > %s 2>/dev/null",
+             bin, NCTX, CHUNKS, tf, of);
+    TEST_CHECK(system(cmd) == 0);
+    out = read_all(of, &n);
+    TEST_CHECKF(out && sscanf((const char *)out, "perplexity: %lf", &got) == 1 && strstr((const char *)out, "3 chunks of 32 tokens, 48 scored"),
+                "%s", out ? (const char *)out : "");
+    memset(&d, 0, sizeof d);
+    d.path = "tests/data/tiny.gguf", d.backend = BITNET_BACKEND_CPU;
+    memset(&sd, 0, sizeof sd);
+    sd.n_ctx = NCTX;
+    TEST_CHECK(bitnet_model_load(&d, &m) == BITNET_OK && bitnet_session_create(m, &sd, &s) == BITNET_OK);
+    if (s) {
+        bitnet_model_get_info(m, &info);
+        bitnet_tokenizer_special_ids(bitnet_model_tokenizer(m), &bos, NULL, NULL);
+        TEST_CHECK(bitnet_tokenize(bitnet_model_tokenizer(m), text, strlen(text), 0, 0, ids, 1024, &n_tok) == BITNET_OK);
+        TEST_CHECKF(n_tok >= CHUNKS * NCTX + 1 && bos >= 0, "%zu tokens", n_tok); /* more than 3 chunks: --chunks caps */
+        logits = (float *)malloc((size_t)NCTX * (size_t)info.n_vocab * sizeof *logits);
+        for (c = 0; c < CHUNKS && logits && n_tok >= CHUNKS * NCTX; c++) {
+            memcpy(chunk, ids + c * NCTX, sizeof chunk);
+            chunk[0] = bos;
+            bitnet_session_reset(s);
+            TEST_CHECK(bitnet_session_eval(s, chunk, NCTX, logits, 1) == BITNET_OK);
+            for (j = NCTX / 2 - 1; j < NCTX - 1; j++) {
+                const float *row = logits + (size_t)j * (size_t)info.n_vocab;
+                double se = 0.0;
+                for (v = 0; v < info.n_vocab; v++) se += exp((double)row[v]);
+                sum += log(se) - (double)row[chunk[j + 1]], scored++;
+            }
+        }
+        ref = exp(sum / scored);
+        TEST_CHECKF(scored == 48 && fabs(got - ref) <= 1e-5 * ref, "CLI %.6f, here %.6f", got, ref);
+    }
+    free(logits), free(out);
+    bitnet_session_free(s), bitnet_model_free(m);
+    snprintf(cmd, sizeof cmd, "%s perplexity -m tests/data/tiny.gguf --backend cpu -c 512 -f %s > /dev/null 2>&1", bin, tf);
+    TEST_CHECK(system(cmd) != 0);
+    snprintf(cmd, sizeof cmd, "%s perplexity -m tests/data/tiny.gguf --backend cpu -c 2 -f %s > /dev/null 2>&1", bin, tf);
+    TEST_CHECK(system(cmd) != 0);
+    remove(tf), remove(of);
+}
+
 int main(void) {
     RUN_TEST(test_roundtrip_all_types);
     RUN_TEST(test_writer_misuse);
@@ -1081,6 +1144,7 @@ int main(void) {
     RUN_TEST(test_concurrent_readers);
     RUN_TEST(test_cli_gen_model_and_info);
     RUN_TEST(test_cli_run_flags);
+    RUN_TEST(test_cli_perplexity);
     free(base_img);
     return test_summary();
 }
