@@ -582,8 +582,20 @@ typedef enum bitnet_gguf_type { /* metadata value types, as in the GGUF spec */
 } bitnet_gguf_type;
 typedef enum bitnet_tensor_type { /* ggml ids; I2_S is bitnet.cpp's 36 */
     BITNET_TENSOR_F32 = 0, BITNET_TENSOR_F16 = 1, BITNET_TENSOR_Q8_0 = 8, BITNET_TENSOR_BF16 = 30,
-    BITNET_TENSOR_I2_S = 36
+    BITNET_TENSOR_TQ1_0 = 34, BITNET_TENSOR_TQ2_0 = 35, BITNET_TENSOR_I2_S = 36
 } bitnet_tensor_type;
+/* llama.cpp's ternary tensor types, ggml's TQ1_0 (type 34) and TQ2_0 (35), to and from I2_S. Both
+   cut each row into blocks of 256 weights (k a multiple of 256) with one fp16 scale a block; TQ2_0
+   keeps code = w + 1 in 2 bits (66 bytes a block), TQ1_0 five codes a byte in base 3 (54 bytes).
+   To I2_S: every block whose scale is not 0 must have the same one (a BitNet matrix's per-tensor
+   scale, BITNET_ERR_UNSUPPORTED otherwise), which becomes the I2_S scale; blocks of scale 0 are
+   zeros; a TQ2_0 code 3 is BITNET_ERR_CORRUPT. From I2_S: the scale rounded to fp16 in every block.
+   bitnet_tq_bytes: the size, 0 unless type is one of them and k a multiple of 256. */
+BITNET_API size_t bitnet_tq_bytes(bitnet_tensor_type type, size_t n, size_t k);
+BITNET_API bitnet_result bitnet_i2s_from_tq(bitnet_tensor_type type, const void *src, size_t src_bytes, size_t n, size_t k,
+                                            void *dst, size_t dst_bytes);
+BITNET_API bitnet_result bitnet_tq_from_i2s(bitnet_tensor_type type, const void *src, size_t src_bytes, size_t n, size_t k,
+                                            void *dst, size_t dst_bytes);
 typedef struct bitnet_tensor_info {
     const char *name;
     bitnet_tensor_type type;
@@ -1916,6 +1928,120 @@ BITNET_API bitnet_result bitnet_i2s_from_hf(const uint8_t *packed, size_t n, siz
     }
     memset(d + n * k / 4, 0, 32);
     memcpy(d + n * k / 4, &weight_scale, 4);
+    return BITNET_OK;
+}
+
+/* ---- llama.cpp's TQ1_0 / TQ2_0 <-> I2_S (a block: 256 codes, then its fp16 scale) ---- */
+#define BITNET__TQ_BLOCK 256
+static size_t bitnet__tq_block_bytes(bitnet_tensor_type type) {
+    return type == BITNET_TENSOR_TQ2_0 ? 66 : type == BITNET_TENSOR_TQ1_0 ? 54 : 0;
+}
+BITNET_API size_t bitnet_tq_bytes(bitnet_tensor_type type, size_t n, size_t k) {
+    size_t nk, bb = bitnet__tq_block_bytes(type);
+    if (!bb || n == 0 || k == 0 || k % BITNET__TQ_BLOCK || !bitnet__mul_size(n, k, &nk) || nk / BITNET__TQ_BLOCK > SIZE_MAX / bb) return 0;
+    return nk / BITNET__TQ_BLOCK * bb;
+}
+/* Where a block's weight e (0..255) lives, as ggml's dequantize_row_tq*_0 reads it. TQ2_0: byte
+   32 (e / 128) + e % 32, bits 2 ((e / 32) % 4). TQ1_0: trit t (0 = the most significant of five, or
+   of four in qh) of byte: e < 160: qs[e % 32], t = e / 32; e < 240: qs[32 + (e - 160) % 16],
+   t = (e - 160) / 16; else qh[(e - 240) % 4], t = (e - 240) / 4. */
+static void bitnet__tq1_pos(int e, int *byte, int *trit) {
+    if (e < 160) *byte = e % 32, *trit = e / 32;
+    else if (e < 240) *byte = 32 + (e - 160) % 16, *trit = (e - 160) / 16;
+    else *byte = 48 + (e - 240) % 4, *trit = (e - 240) / 4;
+}
+static bitnet_result bitnet__tq_check(const char *fn, bitnet_tensor_type type, const void *tq, size_t tq_bytes,
+                                      const void *i2s, size_t i2s_bytes, size_t n, size_t k) {
+    size_t need;
+    if (!bitnet__tq_block_bytes(type)) return bitnet__err(BITNET_ERR_UNSUPPORTED_TYPE, "%s: type %d is not TQ1_0 (34) or TQ2_0 (35)", fn, (int)type);
+    if (!tq) return bitnet__err(BITNET_ERR_NULL_POINTER, "%s: the TQ buffer is NULL", fn);
+    BITNET__TRY(bitnet__i2s_check(fn, i2s, i2s_bytes, n, k));
+    if (k % BITNET__TQ_BLOCK) return bitnet__err(BITNET_ERR_BAD_SHAPE, "%s: k=%zu is not a multiple of 256, which TQ rows need", fn, k);
+    need = bitnet_tq_bytes(type, n, k);
+    if (tq_bytes < need) return bitnet__err(BITNET_ERR_BAD_SIZE, "%s: the TQ buffer holds %zu bytes, %zux%zu needs %zu", fn, tq_bytes, n, k, need);
+    return BITNET_OK;
+}
+BITNET_API bitnet_result bitnet_i2s_from_tq(bitnet_tensor_type type, const void *src, size_t src_bytes, size_t n, size_t k,
+                                            void *dst, size_t dst_bytes) {
+    static const uint8_t pow3[5] = {1, 3, 9, 27, 81};
+    const uint8_t *s = (const uint8_t *)src;
+    uint8_t *d = (uint8_t *)dst;
+    size_t nb, b, bb = bitnet__tq_block_bytes(type);
+    uint16_t h = 0;
+    float scale = 0.0f;
+    int have = 0, e;
+    BITNET__TRY(bitnet__tq_check("bitnet_i2s_from_tq", type, src, src_bytes, dst, dst_bytes, n, k));
+    nb = n * k / BITNET__TQ_BLOCK;
+    memset(d, 0, n * k / 4);
+    for (b = 0; b < nb; b++) {
+        const uint8_t *blk = s + b * bb;
+        const uint16_t bh = (uint16_t)(blk[bb - 2] | blk[bb - 1] << 8);
+        if ((bh & 0x7fff) == 0) continue; /* scale 0 (either sign): zeros, written below */
+        if (!have) {
+            h = bh, have = 1, scale = bitnet_fp16_to_fp32(bh);
+            if (!(scale > 0 && scale <= FLT_MAX))
+                return bitnet__err(BITNET_ERR_CORRUPT, "bitnet_i2s_from_tq: block %zu has the scale %g (must be finite and > 0)", b, (double)scale);
+        } else if (bh != h)
+            return bitnet__err(BITNET_ERR_UNSUPPORTED, "bitnet_i2s_from_tq: block %zu has the scale %g, block 0's is %g: I2_S holds one "
+                               "scale a matrix (a BitNet model's TQ tensors have one)", b, (double)bitnet_fp16_to_fp32(bh), (double)scale);
+        for (e = 0; e < BITNET__TQ_BLOCK; e++) {
+            size_t i = b * BITNET__TQ_BLOCK + (size_t)e, ib = i / BITNET_I2S_BLOCK, j = i % BITNET_I2S_BLOCK;
+            int code;
+            if (type == BITNET_TENSOR_TQ2_0) {
+                code = (blk[32 * (e / 128) + e % 32] >> (2 * ((e / 32) % 4))) & 3;
+                if (code == 3) return bitnet__err(BITNET_ERR_CORRUPT, "bitnet_i2s_from_tq: weight %zu has the unused code 3", i);
+            } else {
+                int byte, trit;
+                bitnet__tq1_pos(e, &byte, &trit);
+                code = ((uint8_t)(blk[byte] * pow3[trit]) * 3) >> 8;
+            }
+            d[ib * 32 + (j % 32)] |= (uint8_t)(code << (6 - 2 * (j / 32)));
+        }
+    }
+    for (b = 0; b < nb; b++) /* blocks of scale 0: weight 0, code 1 */
+        if (((s[b * bb + bb - 2] | s[b * bb + bb - 1] << 8) & 0x7fff) == 0) memset(d + b * BITNET__TQ_BLOCK / 4, 0x55, BITNET__TQ_BLOCK / 4);
+    memset(d + n * k / 4, 0, 32);
+    memcpy(d + n * k / 4, &scale, 4);
+    return BITNET_OK;
+}
+BITNET_API bitnet_result bitnet_tq_from_i2s(bitnet_tensor_type type, const void *src, size_t src_bytes, size_t n, size_t k,
+                                            void *dst, size_t dst_bytes) {
+    const uint8_t *s = (const uint8_t *)src;
+    uint8_t *d = (uint8_t *)dst;
+    size_t nb, b, bb = bitnet__tq_block_bytes(type);
+    float scale;
+    uint16_t h;
+    int e;
+    BITNET__TRY(bitnet__tq_check("bitnet_tq_from_i2s", type, dst, dst_bytes, src, src_bytes, n, k));
+    memcpy(&scale, s + n * k / 4, 4);
+    h = bitnet_fp32_to_fp16(scale);
+    nb = n * k / BITNET__TQ_BLOCK;
+    for (b = 0; b < nb; b++) {
+        uint8_t *blk = d + b * bb;
+        uint8_t tr[BITNET__TQ_BLOCK]; /* codes 0..2 */
+        for (e = 0; e < BITNET__TQ_BLOCK; e++) {
+            size_t i = b * BITNET__TQ_BLOCK + (size_t)e, ib = i / BITNET_I2S_BLOCK, j = i % BITNET_I2S_BLOCK;
+            tr[e] = (uint8_t)((s[ib * 32 + (j % 32)] >> (6 - 2 * (j / 32))) & 3);
+            if (tr[e] == 3) return bitnet__err(BITNET_ERR_CORRUPT, "bitnet_tq_from_i2s: weight %zu has the unused code 3", i);
+        }
+        memset(blk, 0, bb);
+        if (type == BITNET_TENSOR_TQ2_0) {
+            for (e = 0; e < BITNET__TQ_BLOCK; e++) blk[32 * (e / 128) + e % 32] |= (uint8_t)(tr[e] << (2 * ((e / 32) % 4)));
+        } else {
+            /* a byte of t trits is their base-3 number c (first trit most significant) stored as
+               ceil(c * 256 / 3^t), so that trit i reads back as ((uint8)(byte * 3^i) * 3) >> 8 */
+            int byte;
+            for (byte = 0; byte < 52; byte++) {
+                int c = 0, t, nt = byte < 48 ? 5 : 4, p3 = nt == 5 ? 243 : 81;
+                for (t = 0; t < nt; t++) {
+                    e = byte < 32 ? byte + 32 * t : byte < 48 ? 160 + (byte - 32) + 16 * t : 240 + (byte - 48) + 4 * t;
+                    c = c * 3 + tr[e];
+                }
+                blk[byte] = (uint8_t)((c * 256 + p3 - 1) / p3);
+            }
+        }
+        blk[bb - 2] = (uint8_t)(h & 0xff), blk[bb - 1] = (uint8_t)(h >> 8);
+    }
     return BITNET_OK;
 }
 
@@ -4127,6 +4253,8 @@ BITNET_API const char *bitnet_tensor_type_name(bitnet_tensor_type t) {
     case BITNET_TENSOR_F16: return "F16";
     case BITNET_TENSOR_Q8_0: return "Q8_0";
     case BITNET_TENSOR_BF16: return "BF16";
+    case BITNET_TENSOR_TQ1_0: return "TQ1_0";
+    case BITNET_TENSOR_TQ2_0: return "TQ2_0";
     case BITNET_TENSOR_I2_S: return "I2_S";
     default: return "?";
     }
@@ -4181,7 +4309,14 @@ BITNET_API bitnet_result bitnet_tensor_nbytes(bitnet_tensor_type type, const uin
                                BITNET_I2S_BLOCK);
         *out = n / 4 + 32;
         return BITNET_OK;
-    default: return bitnet__err(BITNET_ERR_UNSUPPORTED_TYPE, "tensor type %d is not one of F32, F16, BF16, Q8_0, I2_S", (int)type);
+    case BITNET_TENSOR_TQ1_0:
+    case BITNET_TENSOR_TQ2_0:
+        if (ne[0] % BITNET__TQ_BLOCK)
+            return bitnet__err(BITNET_ERR_BAD_SHAPE, "%s row of %llu is not a multiple of %d", bitnet_tensor_type_name(type),
+                               (unsigned long long)ne[0], BITNET__TQ_BLOCK);
+        *out = n / BITNET__TQ_BLOCK * bitnet__tq_block_bytes(type);
+        return BITNET_OK;
+    default: return bitnet__err(BITNET_ERR_UNSUPPORTED_TYPE, "tensor type %d is not one of F32, F16, BF16, Q8_0, TQ1_0, TQ2_0, I2_S", (int)type);
     }
 }
 
@@ -4394,11 +4529,11 @@ static bitnet_result bitnet__gguf_parse(bitnet_gguf *g) {
         BITNET__TRY(bitnet__rd_u32(&r, &type, what));
         snprintf(what, sizeof what, "offset of tensor '%.48s'", ti->name);
         BITNET__TRY(bitnet__rd_u64(&r, &ti->offset, what));
-        if (type != BITNET_TENSOR_F32 && type != BITNET_TENSOR_F16 && type != BITNET_TENSOR_Q8_0 &&
-            type != BITNET_TENSOR_BF16 && type != BITNET_TENSOR_I2_S)
+        if (type != BITNET_TENSOR_F32 && type != BITNET_TENSOR_F16 && type != BITNET_TENSOR_Q8_0 && type != BITNET_TENSOR_BF16 &&
+            type != BITNET_TENSOR_TQ1_0 && type != BITNET_TENSOR_TQ2_0 && type != BITNET_TENSOR_I2_S)
             return bitnet__err(BITNET_ERR_UNSUPPORTED_TYPE,
-                               "GGUF: tensor '%s' has type %u (%s), not one of F32 (0), F16 (1), Q8_0 (8), BF16 (30), I2_S (36)",
-                               ti->name, type, bitnet__ggml_type_name(type));
+                               "GGUF: tensor '%s' has type %u (%s), not one of F32 (0), F16 (1), Q8_0 (8), BF16 (30), TQ1_0 (34), "
+                               "TQ2_0 (35), I2_S (36)", ti->name, type, bitnet__ggml_type_name(type));
         ti->type = (bitnet_tensor_type)type;
         res = bitnet_tensor_nbytes(ti->type, ti->ne, &ti->bytes);
         if (res != BITNET_OK) {
@@ -4768,13 +4903,13 @@ static bitnet_result bitnet__gguf_hparam_f(const bitnet_gguf *g, const char *arc
     *v = f;
     return BITNET_OK;
 }
-/* The types each role accepts: ternary matrices come as I2_S, or as float latent weights that the
-   loader quantizes; the rest are float. */
+/* The types each role accepts: ternary matrices come as I2_S, as llama.cpp's TQ1_0 / TQ2_0 (made
+   I2_S at load), or as float latent weights that the loader quantizes; the rest are float. */
 #define BITNET__GGUF_TERNARY 0
 #define BITNET__GGUF_FLOAT 1
 static int bitnet__gguf_role_ok(int role, bitnet_tensor_type t) {
     return t == BITNET_TENSOR_F32 || t == BITNET_TENSOR_F16 || t == BITNET_TENSOR_BF16 ||
-           (role == BITNET__GGUF_TERNARY && t == BITNET_TENSOR_I2_S);
+           (role == BITNET__GGUF_TERNARY && (t == BITNET_TENSOR_I2_S || t == BITNET_TENSOR_TQ1_0 || t == BITNET_TENSOR_TQ2_0));
 }
 /* A tensor of this role and shape [ne0, ne1] (ne1 = 1 for vectors); optional ones may be absent. */
 static bitnet_result bitnet__gguf_want(const bitnet_gguf *g, const char *name, int role, uint64_t ne0, uint64_t ne1,
@@ -4786,7 +4921,7 @@ static bitnet_result bitnet__gguf_want(const bitnet_gguf *g, const char *name, i
     }
     if (!bitnet__gguf_role_ok(role, t.type))
         return bitnet__err(BITNET_ERR_UNSUPPORTED_TYPE, "GGUF: tensor '%s' is %s, a BitNet model needs %s here", name,
-                           bitnet_tensor_type_name(t.type), role == BITNET__GGUF_TERNARY ? "I2_S, F32, F16 or BF16" : "F32, F16 or BF16");
+                           bitnet_tensor_type_name(t.type), role == BITNET__GGUF_TERNARY ? "I2_S, TQ1_0, TQ2_0, F32, F16 or BF16" : "F32, F16 or BF16");
     if (t.ne[0] != ne0 || t.ne[1] != ne1 || t.ne[2] != 1 || t.ne[3] != 1)
         return bitnet__err(BITNET_ERR_BAD_SHAPE, "GGUF: tensor '%s' has shape [%llu, %llu, %llu, %llu], the hyperparameters say [%llu, %llu]",
                            name, (unsigned long long)t.ne[0], (unsigned long long)t.ne[1], (unsigned long long)t.ne[2],
@@ -11739,8 +11874,9 @@ static bitnet_result bitnet__tensor_f16(bitnet_model *m, const char *name, const
     return BITNET_OK;
 }
 
-/* A ternary [n][k] matrix: I2_S in place; F32, F16 or BF16 (unquantized latent weights, as a
-   converter's float output holds them) quantized here with the per-tensor absmean. */
+/* A ternary [n][k] matrix: I2_S in place; TQ1_0 / TQ2_0 repacked to I2_S; F32, F16 or BF16
+   (unquantized latent weights, as a converter's float output holds them) quantized here with the
+   per-tensor absmean. */
 static bitnet_result bitnet__tensor_i2s(bitnet_model *m, const char *name, const bitnet_tensor_info *ti, size_t n,
                                         size_t k, const void **out) {
     size_t need = bitnet_i2s_bytes(n, k), nk = n * k;
@@ -11757,9 +11893,21 @@ static bitnet_result bitnet__tensor_i2s(bitnet_model *m, const char *name, const
         *out = ti->data;
         return BITNET_OK;
     }
+    if (ti->type == BITNET_TENSOR_TQ1_0 || ti->type == BITNET_TENSOR_TQ2_0) {
+        if (!(packed = bitnet__malloc(need))) return BITNET_ERR_OUT_OF_MEMORY;
+        if ((r = bitnet_i2s_from_tq(ti->type, ti->data, (size_t)ti->bytes, n, k, packed, need)) != BITNET_OK) {
+            char why[256];
+            bitnet__strlcpy(why, sizeof why, bitnet_last_error());
+            bitnet__free(packed);
+            return bitnet__err(r, "GGUF: tensor %s: %s", name, why);
+        }
+        BITNET__TRY(bitnet__model_own(m, packed));
+        *out = packed;
+        return BITNET_OK;
+    }
     if (ti->type != BITNET_TENSOR_F32 && ti->type != BITNET_TENSOR_F16 && ti->type != BITNET_TENSOR_BF16)
-        return bitnet__err(BITNET_ERR_UNSUPPORTED_TYPE, "GGUF: tensor %s has type %d; expected I2_S (36), F32, F16 or BF16",
-                           name, (int)ti->type);
+        return bitnet__err(BITNET_ERR_UNSUPPORTED_TYPE, "GGUF: tensor %s has type %d; expected I2_S (36), TQ1_0 (34), TQ2_0 (35), "
+                           "F32, F16 or BF16", name, (int)ti->type);
     BITNET__TRY(bitnet__tensor_f32(m, name, ti, nk, &f));
     q = (int8_t *)bitnet__malloc(nk);
     packed = bitnet__malloc(need);

@@ -1598,7 +1598,8 @@ static int cmd_gen_model(int argc, char **argv) {
     bitnet_gguf_writer *w = NULL;
     bitnet_result r = BITNET_OK;
     char key[128], name[64];
-    const char *arch = "bitnet-b1.58";
+    const char *arch = "bitnet-b1.58", *type_name = "i2_s";
+    bitnet_tensor_type wtype = BITNET_TENSOR_I2_S;
     int i, l, k, bos, eos, eot;
     uint8_t yes = 1;
     double t0 = 0;
@@ -1609,15 +1610,26 @@ static int cmd_gen_model(int argc, char **argv) {
         else if (strcmp(argv[i], "--seed") == 0 && i + 1 < argc) seed = strtoull(argv[++i], NULL, 10);
         else if (strcmp(argv[i], "-o") == 0 && i + 1 < argc) out = argv[++i];
         else if (strcmp(argv[i], "--tiktoken") == 0 && i + 1 < argc) tiktoken = argv[++i];
+        else if (strcmp(argv[i], "--type") == 0 && i + 1 < argc) type_name = argv[++i];
         else break;
     }
     for (k = 0; preset && k < (int)(sizeof gm_presets / sizeof gm_presets[0]); k++)
         if (strcmp(preset, gm_presets[k].name) == 0) p = &gm_presets[k];
+    if (strcmp(type_name, "tq1_0") == 0) wtype = BITNET_TENSOR_TQ1_0;
+    else if (strcmp(type_name, "tq2_0") == 0) wtype = BITNET_TENSOR_TQ2_0;
+    else if (strcmp(type_name, "i2_s")) p = NULL;
     if (i < argc || !p || !out) {
-        fprintf(stderr, "usage: bitnet gen-model --preset tiny|small|2b4t [--seed S] [--tiktoken FILE] -o FILE.gguf\n"
+        fprintf(stderr, "usage: bitnet gen-model --preset tiny|small|2b4t [--seed S] [--tiktoken FILE] [--type i2_s|tq1_0|tq2_0]\n"
+                        "                        -o FILE.gguf\n"
                         "  random weights (the model says nothing useful) in bitnet.cpp's GGUF layout; tiny and small\n"
                         "  get a small byte-level tokenizer, 2b4t the LLaMA 3 vocabulary from --tiktoken FILE\n"
-                        "  (default ../shared/data/llama3-tokenizer.tiktoken)\n");
+                        "  (default ../shared/data/llama3-tokenizer.tiktoken). --type: the ternary matrices in\n"
+                        "  bitnet.cpp's I2_S (the default) or llama.cpp's TQ1_0 / TQ2_0 (scales rounded to fp16)\n");
+        return 2;
+    }
+    if (wtype != BITNET_TENSOR_I2_S && (p->dim % 256 || p->ffn % 256)) {
+        fprintf(stderr, "bitnet gen-model: --preset %s has rows of %d and %d weights; %s needs multiples of 256\n", p->name, p->dim,
+                p->ffn, type_name);
         return 2;
     }
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -1653,7 +1665,8 @@ static int cmd_gen_model(int argc, char **argv) {
     GM(bitnet_gguf_writer_set_str(w, "general.architecture", arch));
     snprintf(name, sizeof name, "bitnet %s (random weights, seed %llu)", p->name, seed);
     GM(bitnet_gguf_writer_set_str(w, "general.name", name));
-    GM(bitnet_gguf_writer_set_u32(w, "general.file_type", 40)); /* LLAMA_FTYPE_MOSTLY_I2_S */
+    /* LLAMA_FTYPE_MOSTLY_I2_S (bitnet.cpp), _TQ1_0, _TQ2_0 (llama.cpp) */
+    GM(bitnet_gguf_writer_set_u32(w, "general.file_type", wtype == BITNET_TENSOR_I2_S ? 40 : wtype == BITNET_TENSOR_TQ1_0 ? 36 : 37));
     GM(bitnet_gguf_writer_set_u32(w, "general.quantization_version", 2));
     GM_HP("vocab_size", v.n_tokens);
     GM_HP("context_length", p->ctx);
@@ -1692,7 +1705,7 @@ static int cmd_gen_model(int argc, char **argv) {
                 ne[0] = (k == 9 || k == 10) ? ffn : dim;
                 ne[1] = (k == 2 || k == 3) ? kvd : (k == 7 || k == 8) ? ffn : dim;
                 snprintf(name, sizeof name, "blk.%d.%s.weight", l, parts[k]);
-                GM(bitnet_gguf_writer_add_tensor(w, name, vec ? BITNET_TENSOR_F32 : BITNET_TENSOR_I2_S, vec ? 1 : 2, ne));
+                GM(bitnet_gguf_writer_add_tensor(w, name, vec ? BITNET_TENSOR_F32 : wtype, vec ? 1 : 2, ne));
             }
         ne[0] = dim;
         GM(bitnet_gguf_writer_add_tensor(w, "output_norm.weight", BITNET_TENSOR_F32, 1, ne));
@@ -1738,8 +1751,18 @@ static int cmd_gen_model(int argc, char **argv) {
                         continue;
                     }
                     for (j = 0; j < 7 && order[j] != k; j++) {}
-                    r = bitnet_gguf_writer_write(w, pool.job[j].out,
-                                                 bitnet_i2s_bytes((size_t)pool.job[j].ne1, (size_t)pool.job[j].ne0));
+                    {
+                        size_t n1 = (size_t)pool.job[j].ne1, n0 = (size_t)pool.job[j].ne0, ib = bitnet_i2s_bytes(n1, n0);
+                        if (wtype == BITNET_TENSOR_I2_S) {
+                            r = bitnet_gguf_writer_write(w, pool.job[j].out, ib);
+                        } else { /* the same codes in llama.cpp's type */
+                            size_t tb = bitnet_tq_bytes(wtype, n1, n0);
+                            unsigned char *tq = (unsigned char *)malloc(tb);
+                            r = tq ? bitnet_tq_from_i2s(wtype, pool.job[j].out, ib, n1, n0, tq, tb) : BITNET_ERR_OUT_OF_MEMORY;
+                            if (r == BITNET_OK) r = bitnet_gguf_writer_write(w, tq, tb);
+                            free(tq);
+                        }
+                    }
                 }
             }
             if (r == BITNET_OK) r = gm_write_norm(w, wk[0].f, dim, seed, 1 + (uint64_t)p->n_layers * 11);

@@ -110,6 +110,80 @@ static void test_hf_import(void) {
     TEST_CHECK(s == 0.5f);
 }
 
+/* ggml's dequantize_row_tq2_0 / _tq1_0 as llama.cpp reads the blocks (written here from the
+   format, independently of the library): code = w + 1 of a block's 256 weights, in order. */
+static void tq_decode_block(int tq1, const uint8_t *b, int8_t *w) {
+    static const uint8_t pow3[5] = {1, 3, 9, 27, 81};
+    int j, l, m, n, o = 0;
+    if (!tq1) {
+        for (j = 0; j < 64; j += 32)
+            for (l = 0; l < 4; l++)
+                for (m = 0; m < 32; m++) w[o++] = (int8_t)(((b[j + m] >> (2 * l)) & 3) - 1);
+        return;
+    }
+    for (n = 0; n < 5; n++)
+        for (m = 0; m < 32; m++) w[o++] = (int8_t)((((uint8_t)(b[m] * pow3[n]) * 3) >> 8) - 1);
+    for (n = 0; n < 5; n++)
+        for (m = 0; m < 16; m++) w[o++] = (int8_t)((((uint8_t)(b[32 + m] * pow3[n]) * 3) >> 8) - 1);
+    for (n = 0; n < 4; n++)
+        for (m = 0; m < 4; m++) w[o++] = (int8_t)((((uint8_t)(b[48 + m] * pow3[n]) * 3) >> 8) - 1);
+}
+
+/* I2_S <-> llama.cpp's TQ1_0 / TQ2_0 on random codes (odd rows, 3 blocks a row): the TQ bytes read
+   back through ggml's decoding give the codes and fp16(scale) in every block; back to I2_S they give
+   the same codes with that scale; blocks of scale 0 are zeros; mixed scales, code 3, a bad type,
+   short buffers and rows that are not whole blocks are refused. */
+static void test_tq_convert(void) {
+    enum { N = 3, K = 768, NB = N * K / 256 };
+    static int8_t w[N * K], back[N * K], blk[256];
+    static uint8_t i2s[N * K / 4 + 32], i2s2[N * K / 4 + 32], tq[NB * 66];
+    const float scale = 0.0123f; /* not an fp16 value: the TQ scale is its rounding */
+    float s2;
+    int t, b, i;
+    test_seed(11);
+    for (i = 0; i < N * K; i++) w[i] = (int8_t)test_rand_int(-1, 1);
+    TEST_CHECK(bitnet_i2s_pack(w, N, K, scale, i2s, sizeof i2s) == BITNET_OK);
+    TEST_CHECK(bitnet_tq_bytes(BITNET_TENSOR_TQ2_0, N, K) == NB * 66 && bitnet_tq_bytes(BITNET_TENSOR_TQ1_0, N, K) == NB * 54);
+    TEST_CHECK(bitnet_tq_bytes(BITNET_TENSOR_TQ2_0, N, 128) == 0 && bitnet_tq_bytes(BITNET_TENSOR_I2_S, N, K) == 0);
+    for (t = 0; t < 2; t++) {
+        const bitnet_tensor_type ty = t ? BITNET_TENSOR_TQ1_0 : BITNET_TENSOR_TQ2_0;
+        const size_t bb = t ? 54 : 66, tb = NB * bb;
+        int ok = 1;
+        TEST_CHECK(bitnet_tq_from_i2s(ty, i2s, sizeof i2s, N, K, tq, tb) == BITNET_OK);
+        for (b = 0; b < NB; b++) {
+            tq_decode_block(t, tq + b * bb, blk);
+            ok &= memcmp(blk, w + b * 256, 256) == 0;
+            ok &= (tq[b * bb + bb - 2] | tq[b * bb + bb - 1] << 8) == bitnet_fp32_to_fp16(scale);
+        }
+        TEST_CHECKF(ok, "%s: ggml's decoding disagrees", t ? "TQ1_0" : "TQ2_0");
+        TEST_CHECK(bitnet_i2s_from_tq(ty, tq, tb, N, K, i2s2, sizeof i2s2) == BITNET_OK);
+        TEST_CHECK(bitnet_i2s_unpack(i2s2, sizeof i2s2, N, K, back, &s2) == BITNET_OK);
+        TEST_CHECK(memcmp(w, back, sizeof w) == 0 && s2 == bitnet_fp16_to_fp32(bitnet_fp32_to_fp16(scale)));
+        /* block 1's scale 0: its weights are 0, the others keep theirs */
+        tq[bb + bb - 2] = 0, tq[bb + bb - 1] = 0x80; /* -0 */
+        TEST_CHECK(bitnet_i2s_from_tq(ty, tq, tb, N, K, i2s2, sizeof i2s2) == BITNET_OK);
+        TEST_CHECK(bitnet_i2s_unpack(i2s2, sizeof i2s2, N, K, back, &s2) == BITNET_OK);
+        for (i = 0, ok = 1; i < N * K; i++) ok &= back[i] == (i / 256 == 1 ? 0 : w[i]);
+        TEST_CHECK(ok && s2 == bitnet_fp16_to_fp32(bitnet_fp32_to_fp16(scale)));
+        /* block 2 with another scale */
+        tq[2 * bb + bb - 2] ^= 1;
+        TEST_CHECKF(bitnet_i2s_from_tq(ty, tq, tb, N, K, i2s2, sizeof i2s2) == BITNET_ERR_UNSUPPORTED && strstr(bitnet_last_error(), "block 2"),
+                    "%s", bitnet_last_error());
+        tq[2 * bb + bb - 2] ^= 1;
+        TEST_CHECK(bitnet_i2s_from_tq(ty, tq, tb - 1, N, K, i2s2, sizeof i2s2) == BITNET_ERR_BAD_SIZE);
+        TEST_CHECK(bitnet_i2s_from_tq(ty, tq, tb, N, K, i2s2, sizeof i2s2 - 1) == BITNET_ERR_BAD_SIZE);
+        TEST_CHECK(bitnet_tq_from_i2s(ty, i2s, sizeof i2s, N, K, tq, tb - 1) == BITNET_ERR_BAD_SIZE);
+        TEST_CHECK(bitnet_i2s_from_tq(ty, tq, tb, N * 2, K / 2, i2s2, sizeof i2s2) == BITNET_ERR_BAD_SHAPE); /* rows of 1.5 blocks */
+        TEST_CHECK(bitnet_i2s_from_tq(ty, tq, tb, N * 3, K / 3, i2s2, sizeof i2s2) == BITNET_OK);            /* rows of one block */
+        TEST_CHECK(bitnet_i2s_from_tq(ty, NULL, tb, N, K, i2s2, sizeof i2s2) == BITNET_ERR_NULL_POINTER);
+    }
+    tq[0] |= 3; /* a TQ2_0 code 3 */
+    TEST_CHECK(bitnet_tq_from_i2s(BITNET_TENSOR_TQ2_0, i2s, sizeof i2s, N, K, tq, NB * 66) == BITNET_OK);
+    tq[0] |= 3;
+    TEST_CHECK(bitnet_i2s_from_tq(BITNET_TENSOR_TQ2_0, tq, NB * 66, N, K, i2s2, sizeof i2s2) == BITNET_ERR_CORRUPT);
+    TEST_CHECK(bitnet_i2s_from_tq(BITNET_TENSOR_I2_S, tq, NB * 66, N, K, i2s2, sizeof i2s2) == BITNET_ERR_UNSUPPORTED_TYPE);
+}
+
 int main(void) {
     RUN_TEST(test_result_strings);
     RUN_TEST(test_null_pointers);
@@ -119,5 +193,6 @@ int main(void) {
     RUN_TEST(test_quantize_act_hand);
     RUN_TEST(test_i2s_layout_hand);
     RUN_TEST(test_hf_import);
+    RUN_TEST(test_tq_convert);
     return test_summary();
 }

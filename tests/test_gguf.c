@@ -1119,6 +1119,61 @@ static void test_cli_perplexity(void) {
     remove(tf), remove(of);
 }
 
+/* gen-model --type tq1_0 / tq2_0 writes llama.cpp's ternary types: each matrix holds the codes of
+   the I2_S model of the same seed with its scale rounded to fp16; both files load and give the same
+   logits (bitnet eval, CPU); info reads them; tiny (rows of 128) is refused. */
+static void test_cli_tq_models(void) {
+    static const char *const types[3] = {"i2_s", "tq2_0", "tq1_0"};
+    char bin[512], cmd[4096], path[3][640], lg[2][640], why[600];
+    bitnet_gguf *g[3] = {NULL, NULL, NULL};
+    unsigned char *l0, *l1;
+    size_t n0 = 0, n1 = 0;
+    uint64_t i;
+    int t, checked = 0;
+    if (cli_bin(bin, sizeof bin, why, sizeof why)) TEST_SKIP("%s", why);
+    for (t = 0; t < 3; t++) {
+        snprintf(path[t], sizeof path[t], "%s-%s.gguf", tmp_path("tq_model"), types[t]);
+        snprintf(cmd, sizeof cmd, "%s gen-model --preset small --seed 3 --type %s -o %s > /dev/null 2>&1", bin, types[t], path[t]);
+        TEST_CHECK(system(cmd) == 0);
+        TEST_CHECKF(bitnet_gguf_open(path[t], &g[t]) == BITNET_OK, "%s: %s", types[t], bitnet_last_error());
+    }
+    for (i = 0; g[0] && g[1] && g[2] && i < bitnet_gguf_tensor_count(g[0]); i++) {
+        bitnet_tensor_info a, b;
+        size_t n, k, ib;
+        int8_t *qa, *qb;
+        void *conv;
+        float sa, sb;
+        if (bitnet_gguf_tensor(g[0], i, &a) != BITNET_OK || a.type != BITNET_TENSOR_I2_S) continue;
+        n = (size_t)a.ne[1], k = (size_t)a.ne[0], ib = bitnet_i2s_bytes(n, k);
+        qa = (int8_t *)malloc(n * k), qb = (int8_t *)malloc(n * k), conv = malloc(ib);
+        for (t = 1; t < 3 && qa && qb && conv; t++) {
+            TEST_CHECK(bitnet_gguf_find_tensor(g[t], a.name, &b) == BITNET_OK &&
+                       b.type == (t == 1 ? BITNET_TENSOR_TQ2_0 : BITNET_TENSOR_TQ1_0));
+            TEST_CHECK(bitnet_i2s_from_tq(b.type, b.data, (size_t)b.bytes, n, k, conv, ib) == BITNET_OK);
+            TEST_CHECK(bitnet_i2s_unpack(a.data, (size_t)a.bytes, n, k, qa, &sa) == BITNET_OK &&
+                       bitnet_i2s_unpack(conv, ib, n, k, qb, &sb) == BITNET_OK);
+            TEST_CHECKF(memcmp(qa, qb, n * k) == 0 && sb == bitnet_fp16_to_fp32(bitnet_fp32_to_fp16(sa)), "%s as %s", a.name, types[t]);
+            checked++;
+        }
+        free(qa), free(qb), free(conv);
+    }
+    TEST_CHECKF(checked == 2 * 4 * 7, "%d matrices compared", checked); /* small: 4 layers of 7 */
+    for (t = 0; t < 3; t++) bitnet_gguf_close(g[t]);
+    for (t = 0; t < 2; t++) {
+        snprintf(lg[t], sizeof lg[t], "%s%d.f32", tmp_path("tq_logits"), t);
+        snprintf(cmd, sizeof cmd, "%s eval -m %s --backend cpu -t 1 --tokens 1,60,70,80,90,100 --logits-out %s > /dev/null 2>&1 && "
+                 "%s info %s > /dev/null", bin, path[t + 1], lg[t], bin, path[t + 1]);
+        TEST_CHECK(system(cmd) == 0);
+    }
+    l0 = read_all(lg[0], &n0), l1 = read_all(lg[1], &n1);
+    TEST_CHECK(l0 && l1 && n0 > 0 && n0 == n1 && memcmp(l0, l1, n0) == 0);
+    free(l0), free(l1);
+    snprintf(cmd, sizeof cmd, "%s gen-model --preset tiny --type tq2_0 -o %s > /dev/null 2>&1", bin, path[0]);
+    TEST_CHECK(system(cmd) != 0);
+    for (t = 0; t < 3; t++) remove(path[t]);
+    remove(lg[0]), remove(lg[1]);
+}
+
 int main(void) {
     RUN_TEST(test_roundtrip_all_types);
     RUN_TEST(test_writer_misuse);
@@ -1145,6 +1200,7 @@ int main(void) {
     RUN_TEST(test_cli_gen_model_and_info);
     RUN_TEST(test_cli_run_flags);
     RUN_TEST(test_cli_perplexity);
+    RUN_TEST(test_cli_tq_models);
     free(base_img);
     return test_summary();
 }
