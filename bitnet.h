@@ -1933,6 +1933,7 @@ BITNET_API bitnet_result bitnet_i2s_from_hf(const uint8_t *packed, size_t n, siz
 
 /* ---- llama.cpp's TQ1_0 / TQ2_0 <-> I2_S (a block: 256 codes, then its fp16 scale) ---- */
 #define BITNET__TQ_BLOCK 256
+static const uint8_t bitnet__pow3[5] = {1, 3, 9, 27, 81};
 static size_t bitnet__tq_block_bytes(bitnet_tensor_type type) {
     return type == BITNET_TENSOR_TQ2_0 ? 66 : type == BITNET_TENSOR_TQ1_0 ? 54 : 0;
 }
@@ -1941,14 +1942,15 @@ BITNET_API size_t bitnet_tq_bytes(bitnet_tensor_type type, size_t n, size_t k) {
     if (!bb || n == 0 || k == 0 || k % BITNET__TQ_BLOCK || !bitnet__mul_size(n, k, &nk) || nk / BITNET__TQ_BLOCK > SIZE_MAX / bb) return 0;
     return nk / BITNET__TQ_BLOCK * bb;
 }
-/* Where a block's weight e (0..255) lives, as ggml's dequantize_row_tq*_0 reads it. TQ2_0: byte
-   32 (e / 128) + e % 32, bits 2 ((e / 32) % 4). TQ1_0: trit t (0 = the most significant of five, or
-   of four in qh) of byte: e < 160: qs[e % 32], t = e / 32; e < 240: qs[32 + (e - 160) % 16],
-   t = (e - 160) / 16; else qh[(e - 240) % 4], t = (e - 240) / 4. */
-static void bitnet__tq1_pos(int e, int *byte, int *trit) {
-    if (e < 160) *byte = e % 32, *trit = e / 32;
-    else if (e < 240) *byte = 32 + (e - 160) % 16, *trit = (e - 160) / 16;
-    else *byte = 48 + (e - 240) % 4, *trit = (e - 240) / 4;
+/* Where a block's weight e (0..255) lives, as ggml's dequantize_row_tq*_0 reads it: its byte, and
+   in it its place p. TQ2_0: byte 32 (e / 128) + e % 32, bits 2p, p = (e / 32) % 4. TQ1_0: trit p
+   (0 = the most significant of five, or of four in qh): e < 160: qs[e % 32], p = e / 32; e < 240:
+   qs[32 + (e - 160) % 16], p = (e - 160) / 16; else qh[(e - 240) % 4], p = (e - 240) / 4. */
+static void bitnet__tq_pos(bitnet_tensor_type type, int e, int *byte, int *p) {
+    if (type == BITNET_TENSOR_TQ2_0) *byte = 32 * (e / 128) + e % 32, *p = (e / 32) % 4;
+    else if (e < 160) *byte = e % 32, *p = e / 32;
+    else if (e < 240) *byte = 32 + (e - 160) % 16, *p = (e - 160) / 16;
+    else *byte = 48 + (e - 240) % 4, *p = (e - 240) / 4;
 }
 static bitnet_result bitnet__tq_check(const char *fn, bitnet_tensor_type type, const void *tq, size_t tq_bytes,
                                       const void *i2s, size_t i2s_bytes, size_t n, size_t k) {
@@ -1963,7 +1965,6 @@ static bitnet_result bitnet__tq_check(const char *fn, bitnet_tensor_type type, c
 }
 BITNET_API bitnet_result bitnet_i2s_from_tq(bitnet_tensor_type type, const void *src, size_t src_bytes, size_t n, size_t k,
                                             void *dst, size_t dst_bytes) {
-    static const uint8_t pow3[5] = {1, 3, 9, 27, 81};
     const uint8_t *s = (const uint8_t *)src;
     uint8_t *d = (uint8_t *)dst;
     size_t nb, b, bb = bitnet__tq_block_bytes(type);
@@ -1982,19 +1983,15 @@ BITNET_API bitnet_result bitnet_i2s_from_tq(bitnet_tensor_type type, const void 
             if (!(scale > 0 && scale <= FLT_MAX))
                 return bitnet__err(BITNET_ERR_CORRUPT, "bitnet_i2s_from_tq: block %zu has the scale %g (must be finite and > 0)", b, (double)scale);
         } else if (bh != h)
-            return bitnet__err(BITNET_ERR_UNSUPPORTED, "bitnet_i2s_from_tq: block %zu has the scale %g, block 0's is %g: I2_S holds one "
-                               "scale a matrix (a BitNet model's TQ tensors have one)", b, (double)bitnet_fp16_to_fp32(bh), (double)scale);
+            return bitnet__err(BITNET_ERR_UNSUPPORTED, "bitnet_i2s_from_tq: block %zu has the scale %g, the first block's is %g: I2_S holds "
+                               "one scale a matrix (a BitNet model's TQ tensors have one)", b, (double)bitnet_fp16_to_fp32(bh), (double)scale);
         for (e = 0; e < BITNET__TQ_BLOCK; e++) {
             size_t i = b * BITNET__TQ_BLOCK + (size_t)e, ib = i / BITNET_I2S_BLOCK, j = i % BITNET_I2S_BLOCK;
-            int code;
-            if (type == BITNET_TENSOR_TQ2_0) {
-                code = (blk[32 * (e / 128) + e % 32] >> (2 * ((e / 32) % 4))) & 3;
-                if (code == 3) return bitnet__err(BITNET_ERR_CORRUPT, "bitnet_i2s_from_tq: weight %zu has the unused code 3", i);
-            } else {
-                int byte, trit;
-                bitnet__tq1_pos(e, &byte, &trit);
-                code = ((uint8_t)(blk[byte] * pow3[trit]) * 3) >> 8;
-            }
+            int code, byte, p;
+            bitnet__tq_pos(type, e, &byte, &p);
+            if (type == BITNET_TENSOR_TQ2_0) code = (blk[byte] >> (2 * p)) & 3;
+            else code = ((uint8_t)(blk[byte] * bitnet__pow3[p]) * 3) >> 8;
+            if (code == 3) return bitnet__err(BITNET_ERR_CORRUPT, "bitnet_i2s_from_tq: weight %zu has the unused code 3", i);
             d[ib * 32 + (j % 32)] |= (uint8_t)(code << (6 - 2 * (j / 32)));
         }
     }
@@ -2026,19 +2023,21 @@ BITNET_API bitnet_result bitnet_tq_from_i2s(bitnet_tensor_type type, const void 
         }
         memset(blk, 0, bb);
         if (type == BITNET_TENSOR_TQ2_0) {
-            for (e = 0; e < BITNET__TQ_BLOCK; e++) blk[32 * (e / 128) + e % 32] |= (uint8_t)(tr[e] << (2 * ((e / 32) % 4)));
-        } else {
-            /* a byte of t trits is their base-3 number c (first trit most significant) stored as
-               ceil(c * 256 / 3^t), so that trit i reads back as ((uint8)(byte * 3^i) * 3) >> 8 */
-            int byte;
-            for (byte = 0; byte < 52; byte++) {
-                int c = 0, t, nt = byte < 48 ? 5 : 4, p3 = nt == 5 ? 243 : 81;
-                for (t = 0; t < nt; t++) {
-                    e = byte < 32 ? byte + 32 * t : byte < 48 ? 160 + (byte - 32) + 16 * t : 240 + (byte - 48) + 4 * t;
-                    c = c * 3 + tr[e];
-                }
-                blk[byte] = (uint8_t)((c * 256 + p3 - 1) / p3);
+            for (e = 0; e < BITNET__TQ_BLOCK; e++) {
+                int byte, p;
+                bitnet__tq_pos(type, e, &byte, &p);
+                blk[byte] |= (uint8_t)(tr[e] << (2 * p));
             }
+        } else {
+            /* a byte's n trits (5; 4 in qh) are the base-3 number c, trit 0 the most significant,
+               stored as ceil(c * 256 / 3^n): trit p reads back as ((uint8)(byte * 3^p) * 3) >> 8 */
+            int c[52], byte, p;
+            memset(c, 0, sizeof c);
+            for (e = 0; e < BITNET__TQ_BLOCK; e++) {
+                bitnet__tq_pos(type, e, &byte, &p);
+                c[byte] += tr[e] * bitnet__pow3[(byte < 48 ? 4 : 3) - p];
+            }
+            for (byte = 0; byte < 52; byte++) blk[byte] = (uint8_t)((c[byte] * 256 + (byte < 48 ? 242 : 80)) / (byte < 48 ? 243 : 81));
         }
         blk[bb - 2] = (uint8_t)(h & 0xff), blk[bb - 1] = (uint8_t)(h >> 8);
     }
