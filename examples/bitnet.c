@@ -258,10 +258,25 @@ done:
     return rc;
 }
 
+/* A command's options: the model's (model_opt) and "NAME VALUE" pairs, names[i]'s value into vals[i].
+   0, or 2 after a message for an unknown option or a missing value. */
+static int cmd_opts(const char *cmd, int argc, char **argv, model_opts *mo, const char *const *names, const char **vals, int n) {
+    int i, j;
+    memset(mo, 0, sizeof *mo);
+    for (i = 1; i < argc; i++) {
+        int k = model_opt(mo, argc, argv, &i);
+        if (k < 0) return 2;
+        if (k) continue;
+        for (j = 0; j < n && strcmp(argv[i], names[j]); j++) {}
+        if (j == n || i + 1 >= argc) return fprintf(stderr, "bitnet %s: unknown option or missing value: %s\n", cmd, argv[i]), 2;
+        vals[j] = argv[++i];
+    }
+    return 0;
+}
+
 static int cmd_eval(int argc, char **argv) {
     model_opts mo;
     const char *list = NULL, *out_path = NULL, *p;
-    int i;
     size_t n = 0, cap = 0;
     int32_t *ids = NULL;
     float *logits = NULL;
@@ -271,17 +286,11 @@ static int cmd_eval(int argc, char **argv) {
     bitnet_model_info info;
     bitnet_result r;
     FILE *f;
-    memset(&mo, 0, sizeof mo);
-    for (i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int k = model_opt(&mo, argc, argv, &i);
-        if (k < 0) return 2;
-        if (k) continue;
-        if (!v) return fprintf(stderr, "bitnet eval: unknown option or missing value: %s\n", a), 2;
-        i++;
-        if (strcmp(a, "--tokens") == 0) list = v;
-        else if (strcmp(a, "--logits-out") == 0) out_path = v;
-        else return fprintf(stderr, "bitnet eval: unknown option %s\n", a), 2;
+    {
+        static const char *const names[2] = {"--tokens", "--logits-out"};
+        const char *vals[2] = {NULL, NULL};
+        if (cmd_opts("eval", argc, argv, &mo, names, vals, 2)) return 2;
+        list = vals[0], out_path = vals[1];
     }
     if (!mo.path || !list || !out_path)
         return fprintf(stderr, "usage: bitnet eval -m FILE --tokens 1,2,3 --logits-out FILE.f32 [--backend B]\n"), 2;
@@ -336,7 +345,7 @@ static int cmd_perplexity(int argc, char **argv) {
     char *text = NULL;
     size_t len = 0, n_tok = 0, c, n_chunks, scored = 0;
     long max_chunks = 0;
-    int i, n_ctx, first, err, rc = 0;
+    int n_ctx, first, err, rc = 0;
     int32_t *ids = NULL, *chunk = NULL, bos = -1;
     float *logits = NULL;
     double sum = 0.0, sum2 = 0.0, t0, t1;
@@ -347,17 +356,12 @@ static int cmd_perplexity(int argc, char **argv) {
     const bitnet_tokenizer *tok;
     bitnet_result r;
     struct timespec ts;
-    memset(&mo, 0, sizeof mo);
-    for (i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int k = model_opt(&mo, argc, argv, &i);
-        if (k < 0) return 2;
-        if (k) continue;
-        if (!v) return fprintf(stderr, "bitnet perplexity: unknown option or missing value: %s\n", a), 2;
-        i++;
-        if (strcmp(a, "-f") == 0) path = v;
-        else if (strcmp(a, "--chunks") == 0) max_chunks = strtol(v, NULL, 10);
-        else return fprintf(stderr, "bitnet perplexity: unknown option %s\n", a), 2;
+    {
+        static const char *const names[2] = {"-f", "--chunks"};
+        const char *vals[2] = {NULL, NULL};
+        if (cmd_opts("perplexity", argc, argv, &mo, names, vals, 2)) return 2;
+        path = vals[0];
+        if (vals[1]) max_chunks = strtol(vals[1], NULL, 10);
     }
     n_ctx = mo.n_ctx ? mo.n_ctx : 512;
     if (!mo.path || !path || n_ctx < 4 || max_chunks < 0)
