@@ -86,6 +86,16 @@ static bitnet_result open_model(const char *cmd, const model_opts *o, bitnet_mod
     return BITNET_OK;
 }
 
+/* All of text's token ids, malloc'd (*ids; free it whatever the result), *n of them. */
+static bitnet_result tokenize_all(const bitnet_tokenizer *t, const char *text, size_t len, int bos, int special, int32_t **ids,
+                                  size_t *n) {
+    bitnet_result r = bitnet_tokenize(t, text, len, bos, special, NULL, 0, n);
+    *ids = NULL;
+    if (r != BITNET_OK && r != BITNET_ERR_BAD_SIZE) return r;
+    if (!(*ids = (int32_t *)malloc((*n ? *n : 1) * sizeof **ids))) return BITNET_ERR_OUT_OF_MEMORY;
+    return bitnet_tokenize(t, text, len, bos, special, *ids, *n, n);
+}
+
 static int print_piece(int32_t token, const char *piece, size_t len, void *user) {
     (void)user;
     if (piece) fwrite(piece, 1, len, stdout);
@@ -232,11 +242,7 @@ static int cmd_run(int argc, char **argv) {
     gp.on_token = print_piece;
     if (r == BITNET_OK && chat) r = bitnet_chat(s, "user", prompt, &gp, NULL, 0, &st); /* the 2B-4T chat format */
     else if (r == BITNET_OK) {
-        r = bitnet_tokenize(tk, prompt, strlen(prompt), 1, 0, NULL, 0, &n);
-        if (r == BITNET_ERR_BAD_SIZE || r == BITNET_OK) {
-            ids = (int32_t *)malloc((n ? n : 1) * sizeof *ids);
-            r = ids ? bitnet_tokenize(tk, prompt, strlen(prompt), 1, 0, ids, n, &n) : BITNET_ERR_OUT_OF_MEMORY;
-        }
+        r = tokenize_all(tk, prompt, strlen(prompt), 1, 0, &ids, &n);
         if (r == BITNET_OK) r = bitnet_generate(s, ids, n, &gp, NULL, 0, &st);
     }
     printf("\n");
@@ -376,12 +382,7 @@ static int cmd_perplexity(int argc, char **argv) {
         goto done;
     }
     bitnet_tokenizer_special_ids(tok, &bos, NULL, NULL);
-    r = bitnet_tokenize(tok, text, len, 0, 0, NULL, 0, &n_tok);
-    if (r == BITNET_ERR_BAD_SIZE || r == BITNET_OK) {
-        r = (ids = (int32_t *)malloc((n_tok ? n_tok : 1) * sizeof *ids)) ? BITNET_OK : BITNET_ERR_OUT_OF_MEMORY;
-        if (r == BITNET_OK) r = bitnet_tokenize(tok, text, len, 0, 0, ids, n_tok, &n_tok);
-    }
-    if (r != BITNET_OK) goto done;
+    if ((r = tokenize_all(tok, text, len, 0, 0, &ids, &n_tok)) != BITNET_OK) goto done;
     n_chunks = n_tok / (size_t)n_ctx;
     if (max_chunks > 0 && (size_t)max_chunks < n_chunks) n_chunks = (size_t)max_chunks;
     if (!n_chunks) {
@@ -818,9 +819,9 @@ static int tok_hex_value(int c) {
     return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
 }
 static int tok_print(const bitnet_tokenizer *t, const char *text, size_t len, int bos, int special) {
-    size_t n = len + 1, i; /* every token holds at least one byte, plus BOS */
-    int32_t *ids = (int32_t *)malloc(n * sizeof(int32_t));
-    if (!ids || bitnet_tokenize(t, text, len, bos, special, ids, n, &n) != BITNET_OK) { free(ids); return -1; }
+    size_t n = 0, i;
+    int32_t *ids;
+    if (tokenize_all(t, text, len, bos, special, &ids, &n) != BITNET_OK) { free(ids); return -1; }
     for (i = 0; i < n; i++) printf(i ? ",%d" : "%d", (int)ids[i]);
     printf("\n");
     free(ids);
