@@ -86,14 +86,17 @@ static bitnet_result open_model(const char *cmd, const model_opts *o, bitnet_mod
     return BITNET_OK;
 }
 
-/* All of text's token ids, malloc'd (*ids; free it whatever the result), *n of them. */
+/* All of text's token ids, malloc'd (*ids; free it whatever the result), *n of them. One call:
+   every token holds at least one byte, so len + 1 ids (BOS) always suffice (a size query would log
+   its BITNET_ERR_BAD_SIZE through the logger). */
 static bitnet_result tokenize_all(const bitnet_tokenizer *t, const char *text, size_t len, int bos, int special, int32_t **ids,
                                   size_t *n) {
-    bitnet_result r = bitnet_tokenize(t, text, len, bos, special, NULL, 0, n);
-    *ids = NULL;
-    if (r != BITNET_OK && r != BITNET_ERR_BAD_SIZE) return r;
-    if (!(*ids = (int32_t *)malloc((*n ? *n : 1) * sizeof **ids))) return BITNET_ERR_OUT_OF_MEMORY;
-    return bitnet_tokenize(t, text, len, bos, special, *ids, *n, n);
+    bitnet_result r;
+    int32_t *shrunk;
+    if (!(*ids = (int32_t *)malloc((len + 1) * sizeof **ids))) return BITNET_ERR_OUT_OF_MEMORY;
+    r = bitnet_tokenize(t, text, len, bos, special, *ids, len + 1, n);
+    if (r == BITNET_OK && *n && (shrunk = (int32_t *)realloc(*ids, *n * sizeof **ids)) != NULL) *ids = shrunk;
+    return r;
 }
 
 static int print_piece(int32_t token, const char *piece, size_t len, void *user) {
