@@ -477,13 +477,19 @@ BITNET_API bitnet_result bitnet_gpu_ternary_upload(bitnet_gpu *gpu, const bitnet
                                                    size_t k, int glu, bitnet_gpu_ternary *out);
 BITNET_API void bitnet_gpu_ternary_free(bitnet_gpu *gpu, bitnet_gpu_ternary *w);
 
-/* Per-token int8 activations on the device: m rows of k values, with a scale and a sum per row. */
+/* Per-token int8 activations on the device: m rows of k values, with a scale and a sum per row.
+   planes (k a multiple of 32, else 0): row 0 again as 8 bit planes, 2k bytes, which the one-token
+   GEMV on sm_90 reads instead of q. Both functions below write them with q; q written any other
+   way leaves them stale. */
 typedef struct bitnet_gpu_act {
-    bitnet_devptr q, scale, sum;
+    bitnet_devptr q, scale, sum, planes;
     size_t m, k, cap;                 /* rows in use, row length, rows allocated */
 } bitnet_gpu_act;
 BITNET_API bitnet_result bitnet_gpu_act_alloc(bitnet_gpu *gpu, size_t cap, size_t k, bitnet_gpu_act *out);
 BITNET_API void bitnet_gpu_act_free(bitnet_gpu *gpu, bitnet_gpu_act *a);
+/* Rows already quantized on the host (bitnet_quantize_act's q, scale, sum; m <= a->cap, k = a->k). */
+BITNET_API bitnet_result bitnet_gpu_act_upload(bitnet_gpu *gpu, bitnet_gpu_act *a, const int8_t *q, const float *scale,
+                                               const int32_t *sum, size_t m);
 /* x: m x k fp32 on the device (m <= a->cap, k == a->k). norm_weight: k fp32 RMSNorm weights to
    apply first, or 0. Bit-identical to bitnet_rmsnorm (eps) + bitnet_quantize_act. */
 BITNET_API bitnet_result bitnet_gpu_quantize_act(bitnet_gpu *gpu, bitnet_devptr x, size_t m, size_t k,
@@ -9992,6 +9998,7 @@ BITNET_API void bitnet_gpu_act_free(bitnet_gpu *gpu, bitnet_gpu_act *a) {
         if (a->q) bitnet_gpu_free(gpu, a->q);
         if (a->scale) bitnet_gpu_free(gpu, a->scale);
         if (a->sum) bitnet_gpu_free(gpu, a->sum);
+        if (a->planes) bitnet_gpu_free(gpu, a->planes);
     }
     memset(a, 0, sizeof *a);
 }
@@ -10009,6 +10016,7 @@ BITNET_API bitnet_result bitnet_gpu_act_alloc(bitnet_gpu *gpu, size_t cap, size_
     res = bitnet_gpu_alloc(gpu, qb, &out->q);
     if (res == BITNET_OK) res = bitnet_gpu_alloc(gpu, sb, &out->scale);
     if (res == BITNET_OK) res = bitnet_gpu_alloc(gpu, sb, &out->sum);
+    if (res == BITNET_OK && k % 32 == 0) res = bitnet_gpu_alloc(gpu, 2 * k, &out->planes);
     if (res != BITNET_OK) {
         bitnet_gpu_act_free(gpu, out);
         return res;
@@ -10024,7 +10032,8 @@ BITNET_API bitnet_result bitnet_gpu_quantize_act(bitnet_gpu *gpu, bitnet_devptr 
     long long ld;
     int kk;
     unsigned nt;
-    void *args[9];
+    bitnet_devptr planes;
+    void *args[10];
     BITNET__CHECK_PTR(gpu);
     BITNET__CHECK_PTR(a);
     if (!x) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_gpu_quantize_act: x is 0");
@@ -10039,8 +10048,47 @@ BITNET_API bitnet_result bitnet_gpu_quantize_act(bitnet_gpu *gpu, bitnet_devptr 
        199 us; 64 tokens lose). */
     nt = k <= 128 * BITNET__QA_R && m >= 2 * (size_t)bitnet__gk_sm_count(gpu) ? 128 : 256;
     args[0] = &x, args[1] = &ld, args[2] = &kk, args[3] = &norm_weight, args[4] = &eps;
-    args[5] = &a->q, args[6] = &ld, args[7] = &a->scale, args[8] = &a->sum;
+    planes = k % 32 ? 0 : a->planes;
+    args[5] = &a->q, args[6] = &ld, args[7] = &a->scale, args[8] = &a->sum, args[9] = &planes;
     BITNET__TRY(bitnet__gk_launch(gpu, "bitnet_k_quant_act", (unsigned)m, 1, 1, nt, 1, args));
+    a->m = m;
+    return BITNET_OK;
+}
+
+/* bn_put_planes of the kernel source, on the host: word 16G + 2p + h holds bit p of values
+   32G + 16h + 4j + b at bit 8b + 2j. */
+static void bitnet__act_planes(const int8_t *q, size_t k, uint32_t *planes) {
+    size_t i;
+    memset(planes, 0, 2 * k);
+    for (i = 0; i < k; i++) {
+        size_t j = i & 15, word = (i >> 5) * 16 + ((i >> 4) & 1);
+        int p;
+        for (p = 0; p < 8; p++)
+            planes[word + 2 * (size_t)p] |= (uint32_t)(((uint8_t)q[i] >> p) & 1u) << (8 * (j & 3) + 2 * (j >> 2));
+    }
+}
+
+BITNET_API bitnet_result bitnet_gpu_act_upload(bitnet_gpu *gpu, bitnet_gpu_act *a, const int8_t *q, const float *scale,
+                                               const int32_t *sum, size_t m) {
+    uint32_t *planes;
+    bitnet_result r;
+    BITNET__CHECK_PTR(gpu);
+    BITNET__CHECK_PTR(a);
+    BITNET__CHECK_PTR(q);
+    BITNET__CHECK_PTR(scale);
+    BITNET__CHECK_PTR(sum);
+    if (!a->q || !a->scale || !a->sum) return bitnet__err(BITNET_ERR_INVALID_STATE, "bitnet_gpu_act_upload: activations not allocated");
+    if (!m || m > a->cap) return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_gpu_act_upload: m=%zu for a buffer of %zu rows", m, a->cap);
+    BITNET__TRY(bitnet_gpu_upload(gpu, a->q, q, m * a->k));
+    BITNET__TRY(bitnet_gpu_upload(gpu, a->scale, scale, m * 4));
+    BITNET__TRY(bitnet_gpu_upload(gpu, a->sum, sum, m * 4));
+    if (a->planes) {
+        if (!(planes = (uint32_t *)bitnet__malloc(2 * a->k))) return BITNET_ERR_OUT_OF_MEMORY;
+        bitnet__act_planes(q, a->k, planes);
+        r = bitnet_gpu_upload(gpu, a->planes, planes, 2 * a->k);
+        bitnet__free(planes);
+        BITNET__TRY(r);
+    }
     a->m = m;
     return BITNET_OK;
 }
@@ -10084,21 +10132,20 @@ static int bitnet__occupancy(bitnet_gpu *gpu, bitnet_gpu_kernel *k, int warps) {
 
 /* M = 1 on sm_90: the binary tensor-core GEMV (bitnet_k_tgemv_b1_u<U>) launched with programmatic
    dependent launch, so it asks for its weights while the previous kernel in the stream still runs.
-   The shape: the first of these (warps a 32-row group, loads a lane) with which one wave holds
-   every group, so each block has its first weights in flight before the wait; with more groups
-   than that (many waves anyway) 16 warps and 8 loads. Measured on the H100 (bench-kernels, graph
-   replay, BENCHMARKS.md session 31), against the dp4a kernel this replaced: 2560x2560 2.60 -> 2.22 us,
-   2560x6912 3.90 -> 3.27, 13824x2560 4.62 -> 4.35 (8 warps, 8 loads), 20480x3200 7.00 -> 6.62
-   (7 warps, 4 loads), 55296x5120 25.6 -> 25.1. Environment, for tests and A/B runs:
-   BITNET_TGEMV_PDL=0 sends M = 1 to the plain launch below; BITNET_TGEMV_WARPS (1-32) and
+   The shape (warps a 32-row group, loads a lane, from the table) is one with which one wave holds
+   every group, so each block has its first weights in flight before the wait: the one with fewest
+   warps whose loads cover all K slices at once (one round trip for the bit planes), else the first
+   one that fits; with more groups than any holds (many waves anyway) 7 warps and 4 loads. Measured
+   on the H200 (bench-kernels, graph replay, BENCHMARKS.md session 32). Environment, for tests and
+   A/B runs: BITNET_TGEMV_PDL=0 sends M = 1 to the plain launch below; BITNET_TGEMV_WARPS (1-32) and
    BITNET_TGEMV_U (4, 8) force the shape. BITNET_ERR_UNSUPPORTED (nothing launched) sends the call
    to the plain launch. */
-static bitnet_result bitnet__tgemv_pdl(bitnet_gpu *gpu, const bitnet_gpu_ternary *w, void **args) {
+static bitnet_result bitnet__tgemv_pdl(bitnet_gpu *gpu, const bitnet_gpu_ternary *w, const bitnet_gpu_act *a, void **args) {
     static const int shapes[][2] = {{16, 8}, {12, 8}, {8, 8}, {7, 4}, {6, 4}, {4, 4}}; /* warps a group, loads a lane */
     const char *pdl_env = bitnet__getenv("BITNET_TGEMV_PDL"), *w_env = bitnet__getenv("BITNET_TGEMV_WARPS");
     const char *u_env = bitnet__getenv("BITNET_TGEMV_U");
     int rg = w->glu ? 2 : 1, ns = (int)(w->k / 128), groups = (int)((w->n + 31) / 32), sms = bitnet__gk_sm_count(gpu);
-    int wpg = 16, u = 8, i;
+    int wpg = 7, u = 4, fit = -1, once = -1, i;
     unsigned grid[3], block[3];
     bitnet_gpu_kernel *k4, *k8;
     if ((pdl_env && !atoi(pdl_env)) || !bitnet__cuda.cu.cuLaunchKernelEx) return BITNET_ERR_UNSUPPORTED;
@@ -10107,16 +10154,17 @@ static bitnet_result bitnet__tgemv_pdl(bitnet_gpu *gpu, const bitnet_gpu_ternary
     for (i = 0; i < (int)(sizeof shapes / sizeof shapes[0]); i++) {
         int per_sm = bitnet__occupancy(gpu, shapes[i][1] == 8 ? k8 : k4, shapes[i][0] * rg);
         if (per_sm < 0) break;
-        if ((long long)per_sm * sms >= groups) {
-            wpg = shapes[i][0], u = shapes[i][1];
-            break;
-        }
+        if ((long long)per_sm * sms < groups) continue;
+        if (fit < 0) fit = i;
+        if (shapes[i][0] * shapes[i][1] / 2 >= ns) once = i; /* slices in flight a warp: loads / 2 */
     }
+    if (once >= 0 || fit >= 0) wpg = shapes[once >= 0 ? once : fit][0], u = shapes[once >= 0 ? once : fit][1];
     if (w_env && atoi(w_env) >= 1 && atoi(w_env) <= 32) wpg = atoi(w_env);
     if (u_env && (atoi(u_env) == 4 || atoi(u_env) == 8)) u = atoi(u_env);
     wpg = BITNET__MIN(BITNET__MIN(wpg, 32 / rg), ns); /* warps split the K slices of 128 */
     grid[0] = (unsigned)groups, grid[1] = grid[2] = 1;
     block[0] = 32, block[1] = (unsigned)(wpg * rg), block[2] = 1;
+    args[5] = (void *)&a->planes; /* in q's place */
     return bitnet__launch(gpu, u == 8 ? k8 : k4, grid, block, 0, args, 1, 1);
 }
 
@@ -10209,8 +10257,8 @@ static bitnet_result bitnet__tmm_issue(bitnet_gpu *gpu, const bitnet_gpu_ternary
         return bitnet__gk_launch(gpu, tn == 32 ? "bitnet_k_tgemm_n32" : tn == 64 ? "bitnet_k_tgemm_n64" : "bitnet_k_tgemm", (unsigned)rows,
                                  (unsigned)((m + (size_t)tn - 1) / (size_t)tn), 1, 128, 1, args);
     }
-    if (m == 1 && gpu->dev->cc >= 90) {
-        bitnet_result r = bitnet__tgemv_pdl(gpu, w, args);
+    if (m == 1 && gpu->dev->cc >= 90 && a->planes) {
+        bitnet_result r = bitnet__tgemv_pdl(gpu, w, a, args);
         if (r != BITNET_ERR_UNSUPPORTED) return r;
     }
     /* GEMV, 8 tokens at a time (before sm_80 this covers every m) */
@@ -10938,6 +10986,7 @@ static void bitnet__gsession_layout(bitnet__gsession *q, const bitnet_session *s
     q->a_dim.q = bitnet__gtake(c, B * wide, 1);
     q->a_dim.scale = bitnet__gtake(c, B, 4);
     q->a_dim.sum = bitnet__gtake(c, B, 4);
+    q->a_dim.planes = bitnet__gtake(c, 2 * wide, 4);
     q->a_dim.cap = B, q->a_dim.k = (size_t)in->dim;
     q->a_q = q->a_dim, q->a_q.k = (size_t)m->q_dim;
     q->a_ff = q->a_dim, q->a_ff.k = (size_t)in->ffn_dim;

@@ -127,7 +127,7 @@ static void test_nvrtc_modules(void) {
 /* ---- GPU: activation quantization ----------------------------------------------------------- */
 
 static void test_gpu_quantize_act(void) {
-    static const size_t shapes[][2] = {{1, 128}, {3, 2560}, {7, 1000}, {2, 6912}, {5, 33}, {600, 2560}, {600, 3600}}; /* (600: 128-thread rows) */
+    static const size_t shapes[][2] = {{1, 128}, {3, 2560}, {7, 1000}, {2, 6912}, {5, 33}, {600, 2560}, {600, 3600}, {2, 8224}}; /* (600: 128-thread rows; 8224: past the registers) */
     size_t s;
     NEED_GPU();
     for (s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
@@ -162,6 +162,17 @@ static void test_gpu_quantize_act(void) {
             TEST_CHECK(bitnet_quantize_act(norm ? y : x, m, k, q, sc, su) == BITNET_OK);
             TEST_CHECKF(memcmp(q, gq, m * k) == 0 && memcmp(sc, gsc, m * 4) == 0 && memcmp(su, gsu, m * 4) == 0,
                         "m=%zu k=%zu rmsnorm=%d", m, k, norm);
+            TEST_CHECK(!a.planes == (k % 32 != 0));
+            if (a.planes) { /* row 0's bit planes, as bitnet_gpu_act_upload makes them on the host */
+                uint8_t *gp = (uint8_t *)xmalloc(2 * k), *hp = (uint8_t *)xmalloc(2 * k);
+                bitnet_gpu_act h;
+                TEST_CHECK(bitnet_gpu_act_alloc(G, 1, k, &h) == BITNET_OK && bitnet_gpu_act_upload(G, &h, q, sc, su, 1) == BITNET_OK);
+                TEST_CHECK(bitnet_gpu_download(G, gp, a.planes, 2 * k) == BITNET_OK && bitnet_gpu_download(G, hp, h.planes, 2 * k) == BITNET_OK);
+                TEST_CHECKF(memcmp(gp, hp, 2 * k) == 0, "planes: m=%zu k=%zu rmsnorm=%d", m, k, norm);
+                TEST_CHECK(bitnet_gpu_memset(G, a.planes, 0x77, 2 * k) == BITNET_OK); /* poison for the next pass */
+                bitnet_gpu_act_free(G, &h);
+                free(gp), free(hp);
+            }
         }
         TEST_CHECK(bitnet_gpu_quantize_act(G, dx, m + 1 > a.cap ? a.cap + 1 : m, k, 0, 0, &a) == BITNET_ERR_BAD_SIZE);
         bitnet_gpu_act_free(G, &a);
@@ -347,9 +358,7 @@ static void check_ternary(const tcase *c, int big) {
     TEST_CHECKF(bitnet_gpu_ternary_upload(G, parts, c->parts, k, c->glu, &w) == BITNET_OK, "%s", bitnet_last_error());
     TEST_CHECK(w.n == nout && w.n_rows == nrows && w.n_pad % 128 == 0);
     TEST_CHECK(bitnet_gpu_act_alloc(G, m, k, &a) == BITNET_OK);
-    TEST_CHECK(bitnet_gpu_upload(G, a.q, q, m * k) == BITNET_OK && bitnet_gpu_upload(G, a.scale, sc, m * 4) == BITNET_OK &&
-               bitnet_gpu_upload(G, a.sum, su, m * 4) == BITNET_OK);
-    a.m = m;
+    TEST_CHECKF(bitnet_gpu_act_upload(G, &a, q, sc, su, m) == BITNET_OK, "%s", bitnet_last_error());
     for (ti = 0; ti < 3; ti++) {
         bitnet_precision ot = ti == 0 ? BITNET_PRECISION_FP32 : ti == 1 ? BITNET_PRECISION_FP16 : BITNET_PRECISION_BF16;
         size_t es = ti == 0 ? 4 : 2, nv = m * nout;
@@ -486,9 +495,7 @@ static void test_gpu_ternary_batch_and_repeat_body(void) {
     TEST_CHECK(bitnet_gpu_ternary_upload(G, &p1, 1, K, 0, &w1) == BITNET_OK);
     TEST_CHECK(bitnet_gpu_ternary_upload(G, &p2, 1, K, 0, &w2) == BITNET_OK);
     TEST_CHECK(bitnet_gpu_act_alloc(G, M, K, &a) == BITNET_OK);
-    TEST_CHECK(bitnet_gpu_upload(G, a.q, q, sizeof q) == BITNET_OK && bitnet_gpu_upload(G, a.scale, sc, sizeof sc) == BITNET_OK &&
-               bitnet_gpu_upload(G, a.sum, su, sizeof su) == BITNET_OK);
-    a.m = M;
+    TEST_CHECK(bitnet_gpu_act_upload(G, &a, q, sc, su, M) == BITNET_OK);
     o1 = poisoned(sizeof r1), o2 = poisoned(sizeof r2), o3 = poisoned(sizeof r2);
     memset(ops, 0, sizeof ops);
     ops[0].w = &w1, ops[0].a = &a, ops[0].out = o1, ops[0].out_type = BITNET_PRECISION_FP32;
@@ -539,7 +546,15 @@ static void test_gpu_upload_errors(void) {
     i2s[77] &= 0x3F;
     TEST_CHECK(bitnet_gpu_ternary_upload(G, p, 1, K, 0, &w) == BITNET_OK);
     TEST_CHECK(bitnet_gpu_act_alloc(G, 2, 128, &a) == BITNET_OK);
-    a.m = 1;
+    TEST_CHECK(bitnet_gpu_act_upload(G, &a, NULL, NULL, NULL, 1) == BITNET_ERR_NULL_POINTER);
+    {
+        int8_t q[3 * 128] = {0};
+        float sc[3] = {1, 1, 1};
+        int32_t su[3] = {0};
+        TEST_CHECK(bitnet_gpu_act_upload(G, &a, q, sc, su, 3) == BITNET_ERR_BAD_SIZE);
+        TEST_CHECK(bitnet_gpu_act_upload(G, &a, q, sc, su, 0) == BITNET_ERR_BAD_SIZE);
+        TEST_CHECK(bitnet_gpu_act_upload(G, &a, q, sc, su, 1) == BITNET_OK && a.m == 1);
+    }
     TEST_CHECK(bitnet_gpu_ternary_matmul(G, &w, &a, 16, BITNET_PRECISION_FP32, 0) == BITNET_ERR_BAD_SHAPE);
     bitnet_gpu_act_free(G, &a);
     bitnet_gpu_ternary_free(G, &w);
