@@ -193,7 +193,7 @@ def quant_act(x, nw=None, eps=1e-5):
     a["q"].fill(77)
     a["s"].fill(np.nan)
     launch(module("ternary"), "bitnet_k_quant_act", (m, 1, 1), (256, 1, 1),
-           [P(x), LL(k), I(k), P(nw), F(eps), P(a["q"]), LL(k), P(a["s"]), P(a["sum"])])
+           [P(x), LL(k), I(k), P(nw), F(eps), P(a["q"]), LL(k), P(a["s"]), P(a["sum"]), P(None)])  # no bit planes
     return a
 
 
