@@ -1896,6 +1896,13 @@ BITNET_API bitnet_result bitnet_i2s_pack(const int8_t *q, size_t n, size_t k, fl
     return BITNET_OK;
 }
 
+/* Where I2_S keeps weight i's code (w + 1): bits shift, shift + 1 of the byte it returns the offset of. */
+static size_t bitnet__i2s_pos(size_t i, int *shift) {
+    const size_t j = i % BITNET_I2S_BLOCK;
+    *shift = 6 - 2 * (int)(j / 32);
+    return i / BITNET_I2S_BLOCK * 32 + j % 32;
+}
+
 BITNET_API bitnet_result bitnet_i2s_unpack(const void *src, size_t src_bytes, size_t n, size_t k, int8_t *q, float *scale) {
     size_t nk, i;
     const uint8_t *s = (const uint8_t *)src;
@@ -1903,8 +1910,7 @@ BITNET_API bitnet_result bitnet_i2s_unpack(const void *src, size_t src_bytes, si
     BITNET__TRY(bitnet__i2s_check("bitnet_i2s_unpack", src, src_bytes, n, k));
     nk = n * k;
     for (i = 0; i < nk; i++) {
-        size_t blk = i / BITNET_I2S_BLOCK, j = i % BITNET_I2S_BLOCK;
-        int code = (s[blk * 32 + (j % 32)] >> (6 - 2 * (j / 32))) & 3;
+        int shift, code = (s[bitnet__i2s_pos(i, &shift)] >> shift) & 3;
         if (code == 3)
             return bitnet__err(BITNET_ERR_CORRUPT, "bitnet_i2s_unpack: weight %zu has the unused code 3", i);
         q[i] = (int8_t)(code - 1);
@@ -1926,10 +1932,9 @@ BITNET_API bitnet_result bitnet_i2s_from_hf(const uint8_t *packed, size_t n, siz
         const uint8_t *row = packed + (r % n4) * k;
         int shift = 2 * (int)(r / n4);
         for (c = 0; c < k; c++) {
-            int code = (row[c] >> shift) & 3; /* HF and I2_S both store w + 1 */
-            size_t e = r * k + c, blk = e / BITNET_I2S_BLOCK, j = e % BITNET_I2S_BLOCK;
+            int code = (row[c] >> shift) & 3, at; /* HF and I2_S both store w + 1 */
             if (code == 3) return bitnet__err(BITNET_ERR_CORRUPT, "bitnet_i2s_from_hf: weight [%zu][%zu] has code 3", r, c);
-            d[blk * 32 + (j % 32)] |= (uint8_t)(code << (6 - 2 * (j / 32)));
+            d[bitnet__i2s_pos(r * k + c, &at)] |= (uint8_t)(code << at);
         }
     }
     memset(d + n * k / 4, 0, 32);
@@ -1983,7 +1988,10 @@ BITNET_API bitnet_result bitnet_i2s_from_tq(bitnet_tensor_type type, const void 
     for (b = 0; b < nb; b++) {
         const uint8_t *blk = s + b * bb;
         const uint16_t bh = (uint16_t)(blk[bb - 2] | blk[bb - 1] << 8);
-        if ((bh & 0x7fff) == 0) continue; /* scale 0 (either sign): zeros, written below */
+        if ((bh & 0x7fff) == 0) { /* scale 0 (either sign): weights 0, code 1 */
+            memset(d + b * BITNET__TQ_BLOCK / 4, 0x55, BITNET__TQ_BLOCK / 4);
+            continue;
+        }
         if (!have) {
             h = bh, have = 1, scale = bitnet_fp16_to_fp32(bh);
             if (!(scale > 0 && scale <= FLT_MAX))
@@ -1992,17 +2000,15 @@ BITNET_API bitnet_result bitnet_i2s_from_tq(bitnet_tensor_type type, const void 
             return bitnet__err(BITNET_ERR_UNSUPPORTED, "bitnet_i2s_from_tq: block %zu has the scale %g, the first block's is %g: I2_S holds "
                                "one scale a matrix (a BitNet model's TQ tensors have one)", b, (double)bitnet_fp16_to_fp32(bh), (double)scale);
         for (e = 0; e < BITNET__TQ_BLOCK; e++) {
-            size_t i = b * BITNET__TQ_BLOCK + (size_t)e, ib = i / BITNET_I2S_BLOCK, j = i % BITNET_I2S_BLOCK;
-            int code, byte, p;
+            size_t i = b * BITNET__TQ_BLOCK + (size_t)e;
+            int code, byte, p, at;
             bitnet__tq_pos(type, e, &byte, &p);
             if (type == BITNET_TENSOR_TQ2_0) code = (blk[byte] >> (2 * p)) & 3;
             else code = ((uint8_t)(blk[byte] * bitnet__pow3[p]) * 3) >> 8;
             if (code == 3) return bitnet__err(BITNET_ERR_CORRUPT, "bitnet_i2s_from_tq: weight %zu has the unused code 3", i);
-            d[ib * 32 + (j % 32)] |= (uint8_t)(code << (6 - 2 * (j / 32)));
+            d[bitnet__i2s_pos(i, &at)] |= (uint8_t)(code << at);
         }
     }
-    for (b = 0; b < nb; b++) /* blocks of scale 0: weight 0, code 1 */
-        if (((s[b * bb + bb - 2] | s[b * bb + bb - 1] << 8) & 0x7fff) == 0) memset(d + b * BITNET__TQ_BLOCK / 4, 0x55, BITNET__TQ_BLOCK / 4);
     memset(d + n * k / 4, 0, 32);
     memcpy(d + n * k / 4, &scale, 4);
     return BITNET_OK;
@@ -2023,8 +2029,9 @@ BITNET_API bitnet_result bitnet_tq_from_i2s(bitnet_tensor_type type, const void 
         uint8_t *blk = d + b * bb;
         uint8_t tr[BITNET__TQ_BLOCK]; /* codes 0..2 */
         for (e = 0; e < BITNET__TQ_BLOCK; e++) {
-            size_t i = b * BITNET__TQ_BLOCK + (size_t)e, ib = i / BITNET_I2S_BLOCK, j = i % BITNET_I2S_BLOCK;
-            tr[e] = (uint8_t)((s[ib * 32 + (j % 32)] >> (6 - 2 * (j / 32))) & 3);
+            size_t i = b * BITNET__TQ_BLOCK + (size_t)e;
+            int at;
+            tr[e] = (uint8_t)((s[bitnet__i2s_pos(i, &at)] >> at) & 3);
             if (tr[e] == 3) return bitnet__err(BITNET_ERR_CORRUPT, "bitnet_tq_from_i2s: weight %zu has the unused code 3", i);
         }
         memset(blk, 0, bb);
