@@ -1910,7 +1910,9 @@ BITNET_API bitnet_result bitnet_i2s_unpack(const void *src, size_t src_bytes, si
     BITNET__TRY(bitnet__i2s_check("bitnet_i2s_unpack", src, src_bytes, n, k));
     nk = n * k;
     for (i = 0; i < nk; i++) {
-        int shift, code = (s[bitnet__i2s_pos(i, &shift)] >> shift) & 3;
+        int shift;
+        const size_t at = bitnet__i2s_pos(i, &shift);
+        int code = (s[at] >> shift) & 3;
         if (code == 3)
             return bitnet__err(BITNET_ERR_CORRUPT, "bitnet_i2s_unpack: weight %zu has the unused code 3", i);
         q[i] = (int8_t)(code - 1);
@@ -1932,9 +1934,11 @@ BITNET_API bitnet_result bitnet_i2s_from_hf(const uint8_t *packed, size_t n, siz
         const uint8_t *row = packed + (r % n4) * k;
         int shift = 2 * (int)(r / n4);
         for (c = 0; c < k; c++) {
-            int code = (row[c] >> shift) & 3, at; /* HF and I2_S both store w + 1 */
+            int code = (row[c] >> shift) & 3, sh; /* HF and I2_S both store w + 1 */
+            size_t at;
             if (code == 3) return bitnet__err(BITNET_ERR_CORRUPT, "bitnet_i2s_from_hf: weight [%zu][%zu] has code 3", r, c);
-            d[bitnet__i2s_pos(r * k + c, &at)] |= (uint8_t)(code << at);
+            at = bitnet__i2s_pos(r * k + c, &sh);
+            d[at] |= (uint8_t)(code << sh);
         }
     }
     memset(d + n * k / 4, 0, 32);
@@ -2000,13 +2004,14 @@ BITNET_API bitnet_result bitnet_i2s_from_tq(bitnet_tensor_type type, const void 
             return bitnet__err(BITNET_ERR_UNSUPPORTED, "bitnet_i2s_from_tq: block %zu has the scale %g, the first block's is %g: I2_S holds "
                                "one scale a matrix (a BitNet model's TQ tensors have one)", b, (double)bitnet_fp16_to_fp32(bh), (double)scale);
         for (e = 0; e < BITNET__TQ_BLOCK; e++) {
-            size_t i = b * BITNET__TQ_BLOCK + (size_t)e;
-            int code, byte, p, at;
+            size_t i = b * BITNET__TQ_BLOCK + (size_t)e, at;
+            int code, byte, p, sh;
             bitnet__tq_pos(type, e, &byte, &p);
             if (type == BITNET_TENSOR_TQ2_0) code = (blk[byte] >> (2 * p)) & 3;
             else code = ((uint8_t)(blk[byte] * bitnet__pow3[p]) * 3) >> 8;
             if (code == 3) return bitnet__err(BITNET_ERR_CORRUPT, "bitnet_i2s_from_tq: weight %zu has the unused code 3", i);
-            d[bitnet__i2s_pos(i, &at)] |= (uint8_t)(code << at);
+            at = bitnet__i2s_pos(i, &sh);
+            d[at] |= (uint8_t)(code << sh);
         }
     }
     memset(d + n * k / 4, 0, 32);
@@ -2029,9 +2034,9 @@ BITNET_API bitnet_result bitnet_tq_from_i2s(bitnet_tensor_type type, const void 
         uint8_t *blk = d + b * bb;
         uint8_t tr[BITNET__TQ_BLOCK]; /* codes 0..2 */
         for (e = 0; e < BITNET__TQ_BLOCK; e++) {
-            size_t i = b * BITNET__TQ_BLOCK + (size_t)e;
-            int at;
-            tr[e] = (uint8_t)((s[bitnet__i2s_pos(i, &at)] >> at) & 3);
+            int sh;
+            const size_t i = b * BITNET__TQ_BLOCK + (size_t)e, at = bitnet__i2s_pos(i, &sh);
+            tr[e] = (uint8_t)((s[at] >> sh) & 3);
             if (tr[e] == 3) return bitnet__err(BITNET_ERR_CORRUPT, "bitnet_tq_from_i2s: weight %zu has the unused code 3", i);
         }
         memset(blk, 0, bb);
