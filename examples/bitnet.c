@@ -1993,10 +1993,12 @@ static bitnet_result bk_issue(bk_ctx *c, int r) {
     }
     case 1: {
         float one = 1.0f, zero = 0.0f;
+        int ione = 1, izero = 0, i8 = c->dtype == 3; /* int8: int32 out and scalars (CUBLAS_COMPUTE_32I) */
         /* out (m x n row-major) = x (m x k) . W^T: column-major C (n x m) = W^T(n x k) . x^T(k x m) */
-        int st = c->cb->gemm_ex(c->cb->handle, 1, 0, (int)c->n, (int)c->m, (int)c->k, &one, bk_ptr(wr), c->dtype, (int)c->k,
-                                bk_ptr(c->x), c->dtype, (int)c->k, &zero, bk_ptr(c->out), c->dtype == 2 ? 0 : c->dtype, (int)c->n,
-                                68 /* CUBLAS_COMPUTE_32F */, -1 /* CUBLAS_GEMM_DEFAULT */);
+        int st = c->cb->gemm_ex(c->cb->handle, 1, 0, (int)c->n, (int)c->m, (int)c->k, i8 ? (void *)&ione : (void *)&one, bk_ptr(wr),
+                                c->dtype, (int)c->k, bk_ptr(c->x), c->dtype, (int)c->k, i8 ? (void *)&izero : (void *)&zero,
+                                bk_ptr(c->out), i8 ? 10 : c->dtype == 2 ? 0 : c->dtype, (int)c->n,
+                                i8 ? 72 /* CUBLAS_COMPUTE_32I */ : 68 /* CUBLAS_COMPUTE_32F */, -1 /* CUBLAS_GEMM_DEFAULT */);
         return st ? bitnet__err(BITNET_ERR_CUDA, "cublasGemmEx: status %d", st) : BITNET_OK;
     }
     case 2:
@@ -2102,7 +2104,7 @@ static int bench_kernels_cuda(int argc, char **argv) {
     bk_bitnetcpp_fn bnc = NULL;
     bk_ctx c;
     bk_row rows[64];
-    int nrows = 0, device = 0, i, s, mi, quick = 0;
+    int nrows = 0, device = 0, i, s, mi, ti, quick = 0;
     uint64_t rng = 0x9E3779B97F4A7C15ull;
     double copy_memcpy, copy_kernel, copy_bw, nop_us;
     bitnet_devptr big = 0;
@@ -2239,17 +2241,18 @@ static int bench_kernels_cuda(int argc, char **argv) {
             bitnet_gpu_free(gpu, c.base), bitnet_gpu_free(gpu, c.aux), bitnet_gpu_free(gpu, c.aux2);
             c.base = c.aux = c.aux2 = 0;
         }
-        /* cuBLAS bf16, M = 1 and 512 */
-        if (cb.handle && !quick) {
-            size_t bb = n * k * 2;
-            c.kind = 1, c.cb = &cb, c.dtype = 14, c.stride = bb;
+        /* cuBLAS bf16, then int8 x int8 -> int32 (its tensor-core peak is twice bf16's: the yardstick
+           for what an int8 GEMM reaches at M = 512), M = 1 and 512 */
+        for (ti = 0; ti < 2 && cb.handle && !quick; ti++) {
+            size_t eb = ti ? 1 : 2, bb = n * k * eb;
+            c.kind = 1, c.cb = &cb, c.dtype = ti ? 3 : 14, c.stride = bb;
             nrep = (size_t)bk_reps(bb);
-            if (bitnet_gpu_alloc(gpu, nrep * bb, &c.base) == BITNET_OK && bk_fill(gpu, c.base, bb, (int)nrep, 14, &rng) == BITNET_OK &&
-                bitnet_gpu_alloc(gpu, 512 * k * 2, &c.x) == BITNET_OK &&
-                bk_fill(gpu, c.x, 512 * k * 2, 1, 14, &rng) == BITNET_OK)
+            if (bitnet_gpu_alloc(gpu, nrep * bb, &c.base) == BITNET_OK &&
+                bk_fill(gpu, c.base, bb, (int)nrep, ti ? 0 : 14, &rng) == BITNET_OK &&
+                bitnet_gpu_alloc(gpu, 512 * k * eb, &c.x) == BITNET_OK && bk_fill(gpu, c.x, 512 * k * eb, 1, ti ? 0 : 14, &rng) == BITNET_OK)
                 for (mi = 0; mi < 2; mi++) {
                     c.m = mi ? 512 : 1;
-                    BK_ROW(shape, (int)c.m, "cuBLAS bf16", bk_time(&c, (int)nrep), bb);
+                    BK_ROW(shape, (int)c.m, ti ? "cuBLAS int8" : "cuBLAS bf16", bk_time(&c, (int)nrep), bb);
                 }
             bitnet_gpu_free(gpu, c.base), bitnet_gpu_free(gpu, c.x);
             c.base = c.x = 0;
