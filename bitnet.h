@@ -10145,17 +10145,17 @@ static int bitnet__occupancy(bitnet_gpu *gpu, bitnet_gpu_kernel *k, int warps) {
 /* M = 1 on sm_90: the binary tensor-core GEMV (bitnet_k_tgemv_b1_u<U>) launched with programmatic
    dependent launch, so it asks for its weights while the previous kernel in the stream still runs.
    The shape (warps a 32-row group, loads a lane) is one with which one wave holds every group, so
-   each block has its first weights in flight before the wait: the table's last (its order is the
-   preference) whose loads cover all K slices at once (one round trip for the bit planes), else the
-   first that fits; with more groups than any holds (many waves anyway) 7 warps and 4 loads. The
-   4-load shapes of 10 and 12 warps fit one wave only at up to about one block an SM, where they
+   each block has its first weights in flight before the wait: of those, the table's last (its order
+   is the preference) whose loads cover all K slices at once (one round trip for the bit planes),
+   else the first; with more groups than any holds (many waves anyway) 7 warps and 4 loads. The
+   4-load shapes of 10 and 12 warps hold one wave only at up to about one block an SM, where they
    beat 8 x 8 (H200: 3840x2560 2.06 against 2.34 us). Measured on the H200 (bench-kernels, graph
-   replay, BENCHMARKS.md sessions 32 and 33). Environment, for tests and
-   A/B runs: BITNET_TGEMV_PDL=0 sends M = 1 to the plain launch below; BITNET_TGEMV_WARPS (1-32) and
+   replay, BENCHMARKS.md sessions 32 and 33). Environment, for tests and A/B runs:
+   BITNET_TGEMV_PDL=0 sends M = 1 to the plain launch below; BITNET_TGEMV_WARPS (1-32) and
    BITNET_TGEMV_U (4, 8) force the shape. BITNET_ERR_UNSUPPORTED (nothing launched) sends the call
    to the plain launch. */
 static bitnet_result bitnet__tgemv_pdl(bitnet_gpu *gpu, const bitnet_gpu_ternary *w, const bitnet_gpu_act *a, void **args) {
-    static const int shapes[][2] = {{16, 8}, {12, 8}, {8, 8}, {12, 4}, {10, 4}, {7, 4}, {6, 4}, {4, 4}}; /* warps a group, loads a lane */
+    static const int shapes[][2] = {{16, 8}, {12, 8}, {8, 8}, {12, 4}, {10, 4}, {7, 4}, {6, 4}, {4, 4}}; /* warps, loads a lane */
     const char *pdl_env = bitnet__getenv("BITNET_TGEMV_PDL"), *w_env = bitnet__getenv("BITNET_TGEMV_WARPS");
     const char *u_env = bitnet__getenv("BITNET_TGEMV_U");
     int rg = w->glu ? 2 : 1, ns = (int)(w->k / 128), groups = (int)((w->n + 31) / 32), sms = bitnet__gk_sm_count(gpu);

@@ -1945,7 +1945,7 @@ static int cmd_kernels(int argc, char **argv) {
 }
 
 /* ---- bench-kernels --backend cuda: W2A8 GEMV/GEMM and the fp16 LM head against the device's copy
-   bandwidth, cuBLAS bf16 and (with --bitnetcpp LIB) bitnet.cpp's W2A8 kernel, side by side ----
+   bandwidth, cuBLAS bf16 and int8 and (with --bitnetcpp LIB) bitnet.cpp's W2A8 kernel, side by side ----
    Protocol: every kernel is captured into a CUDA graph over R copies of its weights (R * bytes >= 1
    GiB, so each replay reads DRAM, not L2), and timed with device events around graph replays
    (median of 5). The copy bandwidth (bytes read + written, the better of a device memcpy and a
