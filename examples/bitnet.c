@@ -1975,7 +1975,7 @@ typedef struct bk_ctx {
     size_t stride, m, n, k;
     bitnet_gpu_act *a;
     bitnet_devptr x, out, aux, aux2; /* activations (cuBLAS / bitnet.cpp / dense), output, scales */
-    int dtype;                       /* cuBLAS: 14 bf16, 2 fp16 */
+    int dtype;                       /* cuBLAS: 14 bf16, 2 fp16, 3 int8 */
     bk_cublas *cb;
     bk_bitnetcpp_fn bnc;
     bitnet_gpu_kernel *kern;
@@ -1992,13 +1992,16 @@ static bitnet_result bk_issue(bk_ctx *c, int r) {
         return bitnet_gpu_ternary_matmul(c->gpu, &w, c->a, c->out, BITNET_PRECISION_FP32, 0);
     }
     case 1: {
-        float one = 1.0f, zero = 0.0f;
-        int ione = 1, izero = 0, i8 = c->dtype == 3; /* int8: int32 out and scalars (CUBLAS_COMPUTE_32I) */
+        /* int8 (CUDA_R_8I, 3): int32 scalars and output (CUDA_R_32I, 10), CUBLAS_COMPUTE_32I (72); else
+           fp32 scalars, bf16 / fp32 output, CUBLAS_COMPUTE_32F (68) */
+        const float one = 1.0f, zero = 0.0f;
+        const int32_t ione = 1, izero = 0, i8 = c->dtype == 3;
+        const void *alpha = i8 ? (const void *)&ione : (const void *)&one, *beta = i8 ? (const void *)&izero : (const void *)&zero;
+        const int out_type = i8 ? 10 : c->dtype == 2 ? 0 : c->dtype, compute = i8 ? 72 : 68;
         /* out (m x n row-major) = x (m x k) . W^T: column-major C (n x m) = W^T(n x k) . x^T(k x m) */
-        int st = c->cb->gemm_ex(c->cb->handle, 1, 0, (int)c->n, (int)c->m, (int)c->k, i8 ? (void *)&ione : (void *)&one, bk_ptr(wr),
-                                c->dtype, (int)c->k, bk_ptr(c->x), c->dtype, (int)c->k, i8 ? (void *)&izero : (void *)&zero,
-                                bk_ptr(c->out), i8 ? 10 : c->dtype == 2 ? 0 : c->dtype, (int)c->n,
-                                i8 ? 72 /* CUBLAS_COMPUTE_32I */ : 68 /* CUBLAS_COMPUTE_32F */, -1 /* CUBLAS_GEMM_DEFAULT */);
+        int st = c->cb->gemm_ex(c->cb->handle, 1, 0, (int)c->n, (int)c->m, (int)c->k, alpha, bk_ptr(wr), c->dtype, (int)c->k,
+                                bk_ptr(c->x), c->dtype, (int)c->k, beta, bk_ptr(c->out), out_type, (int)c->n, compute,
+                                -1 /* CUBLAS_GEMM_DEFAULT */);
         return st ? bitnet__err(BITNET_ERR_CUDA, "cublasGemmEx: status %d", st) : BITNET_OK;
     }
     case 2:
