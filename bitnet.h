@@ -8193,7 +8193,6 @@ struct bitnet_gpu {
     uint32_t captured[BITNET_GPU_MAX_KERNEL_STATS]; /* launches recorded into the graph being captured */
     bitnet_gpu_module *modules;         /* loaded through this handle */
     struct bitnet__pool *pool;
-    bitnet_devptr tg_ws, tg_ctr;        /* the wgmma GEMM's split-K partial sums and tile counters (made once) */
 };
 struct bitnet_gpu_graph {
     bitnet__gpu_dev *dev;
@@ -8366,8 +8365,6 @@ BITNET_API void bitnet_gpu_close(bitnet_gpu *gpu) {
         bitnet__cuda.cu.cuStreamSynchronize(gpu->stream);
         bitnet__timing_collect(gpu, 0);
         while (gpu->modules) bitnet__module_unload(gpu->modules);
-        if (gpu->tg_ws) bitnet_gpu_free(gpu, gpu->tg_ws);
-        if (gpu->tg_ctr) bitnet_gpu_free(gpu, gpu->tg_ctr);
         bitnet__pool_destroy(gpu);
         for (i = 0; i < gpu->n_pend; i++) {
             bitnet__cuda.cu.cuEventDestroy(gpu->pend[i].a);
@@ -10186,62 +10183,33 @@ static bitnet_result bitnet__tgemv_pdl(bitnet_gpu *gpu, const bitnet_gpu_ternary
    of 128 rows x TN tokens (128; 64 up to 64 tokens), with the mma.sync kernel's arguments.
    BITNET_TGEMM_WG=0 sends the call to the mma.sync kernel; tn_force (BITNET_TGEMM_TN) 64 or 128
    forces the tile, 32 the mma.sync kernel. BITNET_ERR_UNSUPPORTED (nothing launched) sends the call
-   to the mma.sync kernel. With at most half as many tiles as SMs, K is split over up to 4 blocks a
-   tile, at most a block an SM (bitnet_k_tgemm90_n<TN>_split: the others' sums pass through the
-   handle's workspace; not while a graph is captured before it exists). BITNET_TGEMM_SPLIT=N forces
-   N blocks a tile, 1 none. */
+   to the mma.sync kernel. With at most half as many tiles as SMs, K is split over a cluster of up to
+   4 blocks a tile (bitnet_k_tgemm90_n<TN>_split), at most a block an SM and two stages a block: a
+   split costs each block a pipeline fill, two cluster barriers and its share of the exchange, which
+   only idle SMs pay back (BENCHMARKS.md, session 34). BITNET_TGEMM_SPLIT=P forces P, 1 none. */
 #define BITNET__WG_STAGES 5 /* BN_WG_STAGES of the kernel source */
-/* The handle's split-K workspace, made once at its largest (256 x 64 int32 sums for as many blocks
-   as SMs: a split launch has at most that many) and a counter a block (zeroed on the handle's stream
-   before any use; each launch leaves them zero); kept until bitnet_gpu_close. 0: not there and cannot
-   be made now (capturing, or out of memory). */
-static int bitnet__tg_scratch(bitnet_gpu *gpu, bitnet_devptr *ws, bitnet_devptr *ctr) {
-    const size_t n = (size_t)bitnet__gk_sm_count(gpu);
-    bitnet_devptr w, c = 0;
-    bitnet__mutex_lock(&gpu->lock);
-    *ws = gpu->tg_ws, *ctr = gpu->tg_ctr;
-    bitnet__mutex_unlock(&gpu->lock);
-    if (*ws) return 1;
-    if (gpu->capturing || bitnet_gpu_alloc(gpu, n * 256 * 64 * 4, &w) != BITNET_OK) return 0;
-    if (bitnet_gpu_alloc(gpu, n * 4, &c) != BITNET_OK || bitnet_gpu_memset(gpu, c, 0, n * 4) != BITNET_OK) {
-        bitnet_gpu_free(gpu, w);
-        if (c) bitnet_gpu_free(gpu, c);
-        return 0;
-    }
-    bitnet__mutex_lock(&gpu->lock);
-    if (!gpu->tg_ws) gpu->tg_ws = w, gpu->tg_ctr = c, w = c = 0; /* else another thread's came first */
-    *ws = gpu->tg_ws, *ctr = gpu->tg_ctr;
-    bitnet__mutex_unlock(&gpu->lock);
-    if (w) bitnet_gpu_free(gpu, w), bitnet_gpu_free(gpu, c); /* never launched with */
-    return 1;
-}
 static bitnet_result bitnet__tgemm90(bitnet_gpu *gpu, const bitnet_gpu_ternary *w, const bitnet_gpu_act *a, int tn_force,
                                      void **args) {
     const char *wg_env = bitnet__getenv("BITNET_TGEMM_WG"), *sp_env = bitnet__getenv("BITNET_TGEMM_SPLIT");
-    int tn = tn_force == 64 || tn_force == 128 ? tn_force : a->m > 64 ? 128 : 64, ns = (int)(w->k / 128), split = 1;
+    int tn = tn_force == 64 || tn_force == 128 ? tn_force : a->m > 64 ? 128 : 64, ns = (int)(w->k / 128), split;
     unsigned grid[3], block[3], smem;
     size_t tiles, sms = (size_t)bitnet__gk_sm_count(gpu);
-    bitnet_devptr ws = 0, ctr = 0;
     bitnet_gpu_kernel *k;
-    void *xargs[17];
     char name[32];
     if ((wg_env && !atoi(wg_env)) || tn_force == 32 || (a->q | w->data) % 16) return BITNET_ERR_UNSUPPORTED;
     smem = BITNET__WG_STAGES * (unsigned)(tn * 128 + 128 * 32) + (unsigned)tn * 12 + 16; /* the ring; token scales, reciprocals, sums; a flag */
-    grid[0] = (unsigned)(w->n_pad / 128), grid[1] = (unsigned)((a->m + (size_t)tn - 1) / (size_t)tn);
+    grid[0] = (unsigned)(w->n_pad / 128), grid[1] = (unsigned)((a->m + (size_t)tn - 1) / (size_t)tn), grid[2] = 1;
     tiles = (size_t)grid[0] * grid[1];
-    if (2 * tiles <= sms) split = 4;
+    split = 2 * tiles <= sms ? (int)BITNET__MIN((size_t)4, sms / tiles) : 1;
     if (sp_env && atoi(sp_env) >= 1 && atoi(sp_env) <= 8) split = atoi(sp_env);
-    split = (int)BITNET__MIN((size_t)split, sms / tiles);  /* at most a block an SM: the workspace's size */
     split = BITNET__MAX(1, BITNET__MIN(split, ns / 2)); /* at least two stages a block */
-    if (split > 1 && !bitnet__tg_scratch(gpu, &ws, &ctr)) split = 1;
+    if (!bitnet__cuda.cu.cuLaunchKernelEx) split = 1; /* (no clusters) */
     snprintf(name, sizeof name, "bitnet_k_tgemm90_n%d%s", tn, split > 1 ? "_split" : "");
     BITNET__TRY(bitnet_gpu_builtin_kernel(gpu, name, &k));
     if (!strchr(k->mod->jit.target, 'a')) return BITNET_ERR_UNSUPPORTED; /* NVRTC without sm_90a: empty kernels */
-    grid[2] = (unsigned)split;
+    grid[1] *= (unsigned)split; /* a tile's blocks side by side along y, one cluster */
     block[0] = 256, block[1] = block[2] = 1; /* two warpgroups */
-    memcpy(xargs, args, 15 * sizeof *xargs);
-    xargs[15] = &ws, xargs[16] = &ctr;
-    return bitnet__launch(gpu, k, grid, block, smem, xargs, 0, 1);
+    return bitnet__launch(gpu, k, grid, block, smem, args, 0, (unsigned)split);
 }
 
 static bitnet_result bitnet__tmm_issue(bitnet_gpu *gpu, const bitnet_gpu_ternary *w, const bitnet_gpu_act *a,
