@@ -496,8 +496,8 @@ BITNET_API bitnet_result bitnet_gpu_quantize_act(bitnet_gpu *gpu, bitnet_devptr 
                                                  bitnet_devptr norm_weight, float eps, bitnet_gpu_act *a);
 /* out (a->m x w->n, row-major, out_type; AUTO = FP32) = residual (same shape and type, or 0) + the
    W2A8 product bitnet_gemm_i2s computes, bit for bit in fp32 (fp16 / bf16: that value rounded).
-   m <= 8 runs the streaming GEMV, larger m int8 tensor cores from sm_80 (wgmma on sm_90). residual
-   may be out. */
+   m <= 8 runs the streaming GEMV, larger m int8 tensor cores from sm_80; on sm_90 wgmma from m = 5.
+   residual may be out. */
 BITNET_API bitnet_result bitnet_gpu_ternary_matmul(bitnet_gpu *gpu, const bitnet_gpu_ternary *w, const bitnet_gpu_act *a,
                                                    bitnet_devptr out, bitnet_precision out_type, bitnet_devptr residual);
 /* A list of such problems, issued in order with one barrier at the end; all are checked first. */
@@ -10179,7 +10179,7 @@ static bitnet_result bitnet__tgemv_pdl(bitnet_gpu *gpu, const bitnet_gpu_ternary
     return bitnet__launch(gpu, u == 8 ? k8 : k4, grid, block, 0, args, 1, 1);
 }
 
-/* M > 8 on sm_90: the wgmma GEMM (bitnet_k_tgemm90_n<TN>, module tgemm built for sm_90a), tiles
+/* M > 4 on sm_90: the wgmma GEMM (bitnet_k_tgemm90_n<TN>, module tgemm built for sm_90a), tiles
    of 128 rows x TN tokens (128; 64 up to 64 tokens), with the mma.sync kernel's arguments.
    BITNET_TGEMM_WG=0 sends the call to the mma.sync kernel; tn_force (BITNET_TGEMM_TN) 64 or 128
    forces the tile, 32 the mma.sync kernel. BITNET_ERR_UNSUPPORTED (nothing launched) sends the call
@@ -10224,16 +10224,20 @@ static bitnet_result bitnet__tmm_issue(bitnet_gpu *gpu, const bitnet_gpu_ternary
     args[0] = (void *)&w->data, args[1] = &n_out, args[2] = &nc, args[3] = &segs, args[4] = &glu;
     args[5] = (void *)&a->q, args[6] = &lda, args[7] = (void *)&a->scale, args[8] = (void *)&a->sum, args[9] = &mm;
     args[10] = &out, args[11] = &ldo, args[12] = &ot, args[13] = &residual, args[14] = &ldo;
+    if (m > 4 && gpu->dev->cc == 90) {
+        /* the wgmma GEMM from 5 tokens: the 8-token GEMV reads its weights once but does 8 tokens' dot
+           products on the CUDA cores (H200, 13824x2560: 28.1 us at 8 tokens, the GEMM 10.9 at 9; 4
+           tokens 10.3 by GEMV: BENCHMARKS.md, session 34) */
+        const char *tn_env = bitnet__getenv("BITNET_TGEMM_TN");
+        bitnet_result r = bitnet__tgemm90(gpu, w, a, tn_env ? atoi(tn_env) : 0, args);
+        if (r != BITNET_ERR_UNSUPPORTED) return r;
+    }
     if (m > 8 && gpu->dev->cc >= 80) {
         /* mma.sync: tiles of 128 tokens, or of 64 or 32 while the grid is under four blocks an SM (H100,
            M = 512, 2B-4T: see BENCHMARKS.md); BITNET_TGEMM_TN=32|64|128 forces one (A/B, tests) */
         const char *tn_env = bitnet__getenv("BITNET_TGEMM_TN");
         size_t rows = w->n_pad / 128, want = (size_t)bitnet__gk_sm_count(gpu) * 4;
         int tn = 128, tn_force = tn_env ? atoi(tn_env) : 0;
-        if (gpu->dev->cc == 90) {
-            bitnet_result r = bitnet__tgemm90(gpu, w, a, tn_force, args);
-            if (r != BITNET_ERR_UNSUPPORTED) return r;
-        }
         while (tn > 32 && rows * ((m + (size_t)tn - 1) / (size_t)tn) < want) tn /= 2;
         if (tn_force == 32 || tn_force == 64 || tn_force == 128) tn = tn_force;
         return bitnet__gk_launch(gpu, tn == 32 ? "bitnet_k_tgemm_n32" : tn == 64 ? "bitnet_k_tgemm_n64" : "bitnet_k_tgemm", (unsigned)rows,

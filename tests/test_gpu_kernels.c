@@ -406,10 +406,14 @@ static void test_gpu_ternary_gemv(void) {
         {2, {96, 96, 0}, 256, 5, 1},      {1, {1000, 0, 0}, 6912, 8, 0}, {1, {33, 0, 0}, 128, 2, 0},
         {2, {200, 77, 0}, 640, 4, 0},     {2, {70, 70, 0}, 384, 1, 1},
     };
-    size_t i;
+    size_t i, f;
     NEED_GPU();
-    for (i = 0; i < sizeof cases / sizeof cases[0]; i++)
-        if (!small_only() || cases[i].rows[0] * cases[i].k <= 300 * 384) check_ternary_case(&cases[i]);
+    for (f = 0; f < 2; f++) { /* the dispatch (sm_90: the wgmma GEMM from 5 tokens), then the GEMV for every m */
+        if (f) setenv("BITNET_TGEMM_WG", "0", 1);
+        for (i = 0; i < sizeof cases / sizeof cases[0]; i++)
+            if (!small_only() || cases[i].rows[0] * cases[i].k <= 300 * 384) check_ternary_case(&cases[i]);
+    }
+    unsetenv("BITNET_TGEMM_WG");
 }
 
 /* M = 1 through each launch of the GEMV: plain (BITNET_TGEMV_PDL=0, every GPU), and on sm_90
