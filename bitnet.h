@@ -10181,16 +10181,17 @@ static bitnet_result bitnet__tgemv_pdl(bitnet_gpu *gpu, const bitnet_gpu_ternary
 
 /* M > 4 on sm_90: the wgmma GEMM (bitnet_k_tgemm90_n<TN>, module tgemm built for sm_90a), tiles
    of 128 rows x TN tokens (128; 64 up to 64 tokens), with the mma.sync kernel's arguments.
-   BITNET_TGEMM_WG=0 sends the call to the mma.sync kernel; tn_force (BITNET_TGEMM_TN) 64 or 128
-   forces the tile, 32 the mma.sync kernel. BITNET_ERR_UNSUPPORTED (nothing launched) sends the call
+   BITNET_TGEMM_WG=0 sends the call to the mma.sync kernel; BITNET_TGEMM_TN 64 or 128 forces the
+   tile, 32 the mma.sync kernel. BITNET_ERR_UNSUPPORTED (nothing launched) sends the call
    to the mma.sync kernel. With at most half as many tiles as SMs, K is split over a cluster of up to
    4 blocks a tile (bitnet_k_tgemm90_n<TN>_split), at most a block an SM and two stages a block: a
    split costs each block a pipeline fill, two cluster barriers and its share of the exchange, which
    only idle SMs pay back (BENCHMARKS.md, session 34). BITNET_TGEMM_SPLIT=P forces P, 1 none. */
 #define BITNET__WG_STAGES 5 /* BN_WG_STAGES of the kernel source */
-static bitnet_result bitnet__tgemm90(bitnet_gpu *gpu, const bitnet_gpu_ternary *w, const bitnet_gpu_act *a, int tn_force,
-                                     void **args) {
+static bitnet_result bitnet__tgemm90(bitnet_gpu *gpu, const bitnet_gpu_ternary *w, const bitnet_gpu_act *a, void **args) {
     const char *wg_env = bitnet__getenv("BITNET_TGEMM_WG"), *sp_env = bitnet__getenv("BITNET_TGEMM_SPLIT");
+    const char *tn_env = bitnet__getenv("BITNET_TGEMM_TN");
+    const int tn_force = tn_env ? atoi(tn_env) : 0;
     int tn = tn_force == 64 || tn_force == 128 ? tn_force : a->m > 64 ? 128 : 64, ns = (int)(w->k / 128), split;
     unsigned grid[3], block[3], smem;
     size_t tiles, sms = (size_t)bitnet__gk_sm_count(gpu);
@@ -10228,8 +10229,7 @@ static bitnet_result bitnet__tmm_issue(bitnet_gpu *gpu, const bitnet_gpu_ternary
         /* the wgmma GEMM from 5 tokens: the 8-token GEMV reads its weights once but does 8 tokens' dot
            products on the CUDA cores (H200, 13824x2560: 28.1 us at 8 tokens, the GEMM 10.9 at 9; 4
            tokens 10.3 by GEMV: BENCHMARKS.md, session 34) */
-        const char *tn_env = bitnet__getenv("BITNET_TGEMM_TN");
-        bitnet_result r = bitnet__tgemm90(gpu, w, a, tn_env ? atoi(tn_env) : 0, args);
+        bitnet_result r = bitnet__tgemm90(gpu, w, a, args);
         if (r != BITNET_ERR_UNSUPPORTED) return r;
     }
     if (m > 8 && gpu->dev->cc >= 80) {

@@ -246,6 +246,24 @@ static const char bitnet_cuda_src_util[] =
     "    asm volatile(\"cp.async.wait_group %0;\\n\" :: \"n\"(N) : \"memory\");\n" \
     "#endif\n" \
     "}\n" \
+    "/* Thread-block clusters (sm_90): the cluster's size (1 before sm_90), the barrier's two halves,\n" \
+    "   the address in the shared memory of the cluster's block of rank r of shared address a, and\n" \
+    "   stores there. */\n" \
+    "BN_DEV unsigned bn_cl_n() {\n" \
+    "#if __CUDA_ARCH__ >= 900\n" \
+    "    unsigned n; asm(\"mov.u32 %0, %%cluster_nctarank;\" : \"=r\"(n)); return n;\n" \
+    "#else\n" \
+    "    return 1u;\n" \
+    "#endif\n" \
+    "}\n" \
+    "#if __CUDA_ARCH__ >= 900\n" \
+    "BN_DEV void bn_cl_arrive_relaxed() { asm volatile(\"barrier.cluster.arrive.relaxed.aligned;\" ::: \"memory\"); }\n" \
+    "BN_DEV void bn_cl_arrive() { asm volatile(\"barrier.cluster.arrive.release.aligned;\" ::: \"memory\"); }\n" \
+    "BN_DEV void bn_cl_wait() { asm volatile(\"barrier.cluster.wait.acquire.aligned;\" ::: \"memory\"); }\n" \
+    "BN_DEV unsigned bn_cl_map(unsigned a, unsigned r) { unsigned v; asm(\"mapa.shared::cluster.u32 %0, %1, %2;\" : \"=r\"(v) : \"r\"(a), \"r\"(r)); return v; }\n" \
+    "BN_DEV void bn_cl_st(unsigned a, int v) { asm volatile(\"st.shared::cluster.s32 [%0], %1;\" :: \"r\"(a), \"r\"(v) : \"memory\"); }\n" \
+    "BN_DEV void bn_cl_st_d(unsigned a, double v) { asm volatile(\"st.shared::cluster.f64 [%0], %1;\" :: \"r\"(a), \"d\"(v) : \"memory\"); }\n" \
+    "#endif\n" \
     "/* A load that skips L1: data other blocks of this kernel wrote. */\n" \
     "BN_DEV int bn_ldcg_i(const int *p) { int v; asm volatile(\"ld.global.cg.s32 %0, [%1];\" : \"=r\"(v) : \"l\"(p)); return v; }\n" \
     "/* A grid's n blocks (or those sharing counter) each leave a part, then call this from every thread:\n" \
@@ -901,12 +919,6 @@ static const char bitnet_cuda_src_tgemm[] = BITNET_CUDA_SRC_KHELPERS
     "                   \"+r\"(w[2].x), \"+r\"(w[2].y), \"+r\"(w[2].z), \"+r\"(w[2].w), \"+r\"(w[3].x), \"+r\"(w[3].y), \"+r\"(w[3].z), \"+r\"(w[3].w)\n"
     "                   :: \"memory\");\n"
     "}\n"
-    "/* Thread-block clusters: the barrier's two halves, a shared address in the block of rank r, a store there */\n"
-    "BN_DEV unsigned bn_cl_n() { unsigned n; asm(\"mov.u32 %0, %%cluster_nctarank;\" : \"=r\"(n)); return n; }\n"
-    "BN_DEV void bn_cl_arrive() { asm volatile(\"barrier.cluster.arrive.release.aligned;\" ::: \"memory\"); }\n"
-    "BN_DEV void bn_cl_wait() { asm volatile(\"barrier.cluster.wait.acquire.aligned;\" ::: \"memory\"); }\n"
-    "BN_DEV unsigned bn_cl_map(unsigned a, unsigned r) { unsigned v; asm(\"mapa.shared::cluster.u32 %0, %1, %2;\" : \"=r\"(v) : \"r\"(a), \"r\"(r)); return v; }\n"
-    "BN_DEV void bn_cl_st(unsigned a, int v) { asm volatile(\"st.shared::cluster.s32 [%0], %1;\" :: \"r\"(a), \"r\"(v) : \"memory\"); }\n"
     "BN_DEV void bn_wg_wait_d(int *d, int n) { /* every group done; d's registers are the results from here */\n"
     "    asm volatile(\"wgmma.wait_group.sync.aligned 0;\\n\" ::: \"memory\");\n"
     "#pragma unroll\n"
@@ -1930,24 +1942,6 @@ static const char bitnet_cuda_src_forward[] = BITNET_CUDA_SRC_KHELPERS
     "/* Thread-block clusters (sm_90): the decode attention's ranges of a head as one cluster, combined\n"
     "   through distributed shared memory behind the cluster barrier instead of by the last block. */\n"
     "#define BF_CLMAX 8 /* ranges a cluster, at most (the portable cluster size) */\n"
-    "BF_DEV unsigned bf_cl_n() {\n"
-    "#if __CUDA_ARCH__ >= 900\n"
-    "    unsigned n; asm(\"mov.u32 %0, %%cluster_nctarank;\" : \"=r\"(n)); return n;\n"
-    "#else\n"
-    "    return 1u;\n"
-    "#endif\n"
-    "}\n"
-    "#if __CUDA_ARCH__ >= 900\n"
-    "BF_DEV void bf_cl_arrive_relaxed() { asm volatile(\"barrier.cluster.arrive.relaxed.aligned;\" ::: \"memory\"); }\n"
-    "BF_DEV void bf_cl_arrive() { asm volatile(\"barrier.cluster.arrive.release.aligned;\" ::: \"memory\"); }\n"
-    "BF_DEV void bf_cl_wait() { asm volatile(\"barrier.cluster.wait.acquire.aligned;\" ::: \"memory\"); }\n"
-    "/* *p in the shared memory of the cluster's block of rank rank = v */\n"
-    "BF_DEV void bf_cl_st_d(double *p, unsigned rank, double v) {\n"
-    "    unsigned a = (unsigned)__cvta_generic_to_shared(p), ra;\n"
-    "    asm volatile(\"mapa.shared::cluster.u32 %0, %1, %2;\" : \"=r\"(ra) : \"r\"(a), \"r\"(rank));\n"
-    "    asm volatile(\"st.shared::cluster.f64 [%0], %1;\" :: \"r\"(ra), \"d\"(v) : \"memory\");\n"
-    "}\n"
-    "#endif\n"
     "/* Partial softmax results met in their order (a block's warps, a head's ranges): lane q of the warp holds\n"
     "   part q's max and sum (n <= 32 parts), o + q * os is part q's accumulator at this thread's dimension (l2:\n"
     "   in global memory, written by other blocks). Out: M = max m_q, L = sum w_q l_q (butterfly), O = sum w_q o_q\n"
@@ -1996,7 +1990,7 @@ static const char bitnet_cuda_src_forward[] = BITNET_CUDA_SRC_KHELPERS
     "#if __CUDA_ARCH__ >= 900\n"
     "    __shared__ double s_cl[BF_CLMAX][32 * DPL + 2]; /* in a cluster's rank 0: each range's accumulator, max and sum */\n"
     "#endif\n"
-    "    const unsigned ncl = bf_cl_n();\n"
+    "    const unsigned ncl = bn_cl_n();\n"
     "    const int pos = bn_ldcg_i(posp), len = pos + 1, lane = threadIdx.x & 31, w = threadIdx.x >> 5, d0 = lane * DPL;\n"
     "    const int RT = 16 * BF_SW * NP; /* positions a range, at most */\n"
     "    int nsplit = min((len + RT - 1) / RT, min(smax, (int)gridDim.y));\n"
@@ -2004,7 +1998,7 @@ static const char bitnet_cuda_src_forward[] = BITNET_CUDA_SRC_KHELPERS
     "    nsplit = (len + C - 1) / C; /* every range non-empty */\n"
     "    if (r >= nsplit) return; /* no range (a cluster has exactly its ranges) */\n"
     "#if __CUDA_ARCH__ >= 900\n"
-    "    if (ncl > 1) bf_cl_arrive_relaxed(); /* (waited for before the first remote store: every block has started) */\n"
+    "    if (ncl > 1) bn_cl_arrive_relaxed(); /* (waited for before the first remote store: every block has started) */\n"
     "#endif\n"
     "    const int p0 = r * C, p1 = min(len, p0 + C), own = pos - p0; /* own: this token's offset, in the last range */\n"
     "    const int h = blockIdx.x, Gk = n_heads / n_kv, kvh = h / Gk, up = lane >> 4; /* up: the pairs' upper halves */\n"
@@ -2142,14 +2136,14 @@ static const char bitnet_cuda_src_forward[] = BITNET_CUDA_SRC_KHELPERS
     "    }\n"
     "#if __CUDA_ARCH__ >= 900\n"
     "    if (ncl > 1) { /* the cluster's ranges meet in rank 0's shared memory; it combines them in their order */\n"
-    "        bf_cl_wait();\n"
+    "        bn_cl_wait();\n"
     "        if ((int)threadIdx.x < hd) {\n"
-    "            bf_cl_st_d(&s_cl[r][threadIdx.x], 0, O);\n"
-    "            if (threadIdx.x == 0) bf_cl_st_d(&s_cl[r][hd], 0, M), bf_cl_st_d(&s_cl[r][hd + 1], 0, L);\n"
+    "            bn_cl_st_d(bn_cl_map(bn_smem_addr(&s_cl[r][threadIdx.x]), 0), O);\n"
+    "            if (threadIdx.x == 0) bn_cl_st_d(bn_cl_map(bn_smem_addr(&s_cl[r][hd]), 0), M), bn_cl_st_d(bn_cl_map(bn_smem_addr(&s_cl[r][hd + 1]), 0), L);\n"
     "        }\n"
-    "        bf_cl_arrive();\n"
+    "        bn_cl_arrive();\n"
     "        if (r != 0) return;\n"
-    "        bf_cl_wait();\n"
+    "        bn_cl_wait();\n"
     "        if ((int)threadIdx.x < hd) {\n"
     "            bf_att_meet(lane < nsplit ? s_cl[lane][hd] : 0.0, lane < nsplit ? s_cl[lane][hd + 1] : 0.0, nsplit, &s_cl[0][threadIdx.x],\n"
     "                        32 * DPL + 2, false, M, L, O);\n"
