@@ -10180,10 +10180,11 @@ static bitnet_result bitnet__tgemv_pdl(bitnet_gpu *gpu, const bitnet_gpu_ternary
 }
 
 /* M > 4 on sm_90: the wgmma GEMM (bitnet_k_tgemm90_n<TN>, module tgemm built for sm_90a), tiles
-   of 128 rows x TN tokens (128; 64 up to 64 tokens), with the mma.sync kernel's arguments.
-   BITNET_TGEMM_WG=0 sends the call to the mma.sync kernel; BITNET_TGEMM_TN 64 or 128 forces the
-   tile, 32 the mma.sync kernel. BITNET_ERR_UNSUPPORTED (nothing launched) sends the call
-   to the mma.sync kernel. With at most half as many tiles as SMs, K is split over a cluster of up to
+   of 128 rows x TN tokens (128; 64 up to 64 tokens; 96 up to 96, where it trims the one tile: at
+   512 tokens more tiles of 96 were slower than fewer of 128, BENCHMARKS.md session 35), with the
+   mma.sync kernel's arguments. BITNET_TGEMM_WG=0 sends the call to the mma.sync kernel;
+   BITNET_TGEMM_TN 64, 96 or 128 forces the tile, 32 the mma.sync kernel. BITNET_ERR_UNSUPPORTED
+   (nothing launched) sends the call to the mma.sync kernel. With at most half as many tiles as SMs, K is split over a cluster of up to
    4 blocks a tile (bitnet_k_tgemm90_n<TN>_split), at most a block an SM and two stages a block: a
    split costs each block a pipeline fill, two cluster barriers and its share of the exchange, which
    only idle SMs pay back (BENCHMARKS.md, session 34). BITNET_TGEMM_SPLIT=P forces P, 1 none. */
@@ -10192,7 +10193,8 @@ static bitnet_result bitnet__tgemm90(bitnet_gpu *gpu, const bitnet_gpu_ternary *
     const char *wg_env = bitnet__getenv("BITNET_TGEMM_WG"), *sp_env = bitnet__getenv("BITNET_TGEMM_SPLIT");
     const char *tn_env = bitnet__getenv("BITNET_TGEMM_TN");
     const int tn_force = tn_env ? atoi(tn_env) : 0;
-    int tn = tn_force == 64 || tn_force == 128 ? tn_force : a->m > 64 ? 128 : 64, ns = (int)(w->k / 128), split;
+    int tn = tn_force == 64 || tn_force == 96 || tn_force == 128 ? tn_force : a->m <= 64 ? 64 : a->m <= 96 ? 96 : 128;
+    int ns = (int)(w->k / 128), split;
     unsigned grid[3], block[3], smem;
     size_t tiles, sms = (size_t)bitnet__gk_sm_count(gpu);
     bitnet_gpu_kernel *k;

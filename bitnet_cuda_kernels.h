@@ -867,7 +867,7 @@ static const char bitnet_cuda_src_tgemm[] = BITNET_CUDA_SRC_KHELPERS
     "    bn_tgemm<32>(w, n_out, nc, segs, glu, a, lda, a_scale, a_sum, m, out, ldo, out_type, res, ldr);\n"
     "}\n\n"
     "/* ---- tgemm90: W2A8 GEMM on Hopper's warpgroup tensor cores (wgmma, sm_90a) for prefill ----\n"
-    "   Block: two warpgroups, 128 T32 rows x TN tokens (TN = 128 or 64), warpgroup g rows 64g..64g+63;\n"
+    "   Block: two warpgroups, 128 T32 rows x TN tokens (TN = 128, 96 or 64), warpgroup g rows 64g..64g+63;\n"
     "   two blocks an SM. The weights are wgmma's A operand from registers: each thread widens\n"
     "   its own 2-bit codes (0..2) straight into the fragment (per warp the layout of mma.sync\n"
     "   m16n8k32's A), so unpacked weights never touch shared memory. A thread's two fragment rows are\n"
@@ -903,6 +903,11 @@ static const char bitnet_cuda_src_tgemm[] = BITNET_CUDA_SRC_KHELPERS
     "    asm volatile(\"{\\n .reg .pred p;\\n setp.ne.b32 p, %37, 0;\\n\"\n"
     "                 \"wgmma.mma_async.sync.aligned.m64n64k32.s32.s8.s8 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p;\\n}\\n\"\n"
     "                 : BN_WD16(0), BN_WD16(16) : BN_WA);\n"
+    "}\n"
+    "template <> __device__ __forceinline__ void bn_wgmma<96>(int *d, const unsigned int *a, unsigned long long desc, int acc) {\n"
+    "    asm volatile(\"{\\n .reg .pred p;\\n setp.ne.b32 p, %53, 0;\\n\"\n"
+    "                 \"wgmma.mma_async.sync.aligned.m64n96k32.s32.s8.s8 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47}, {%48, %49, %50, %51}, %52, p;\\n}\\n\"\n"
+    "                 : BN_WD16(0), BN_WD16(16), BN_WD16(32) : BN_WA);\n"
     "}\n"
     "template <> __device__ __forceinline__ void bn_wgmma<128>(int *d, const unsigned int *a, unsigned long long desc, int acc) {\n"
     "    asm volatile(\"{\\n .reg .pred p;\\n setp.ne.b32 p, %69, 0;\\n\"\n"
@@ -1130,6 +1135,7 @@ static const char bitnet_cuda_src_tgemm[] = BITNET_CUDA_SRC_KHELPERS
     "        bn_tgemm90<TN, true>(w, n_out, nc, segs, glu, a, lda, a_scale, a_sum, m, out, ldo, out_type, res, ldr);   \\\n"
     "    }\n"
     "BN_TGEMM90(128)\n"
+    "BN_TGEMM90(96)\n"
     "BN_TGEMM90(64)\n";
 
 static const char bitnet_cuda_src_dense[] = BITNET_CUDA_SRC_KHELPERS
@@ -2952,8 +2958,10 @@ static const char bitnet_cuda_src_forward[] = BITNET_CUDA_SRC_KHELPERS
     X(bitnet_k_tgemm_n64, tgemm) \
     X(bitnet_k_tgemm_n32, tgemm) \
     X(bitnet_k_tgemm90_n128, tgemm) \
+    X(bitnet_k_tgemm90_n96, tgemm) \
     X(bitnet_k_tgemm90_n64, tgemm) \
     X(bitnet_k_tgemm90_n128_split, tgemm) \
+    X(bitnet_k_tgemm90_n96_split, tgemm) \
     X(bitnet_k_tgemm90_n64_split, tgemm) \
     X(bitnet_k_dgemv_f32_m1, dense) \
     X(bitnet_k_dgemv_f32_m8, dense) \

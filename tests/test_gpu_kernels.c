@@ -444,8 +444,9 @@ static void test_gpu_ternary_gemv_splits(void) {
 }
 
 /* M > 8 through each GEMM form: on sm_90 the wgmma kernel with each token tile (BITNET_TGEMM_TN
-   64, 128, and the default), K split as the dispatch picks (these shapes have few tiles), over a
-   cluster of 3, of 2 (128-token tiles), of 8 (64-token tiles: half the blocks write no outputs) and
+   64, 96, 128, and the default), K split as the dispatch picks (these shapes have few tiles), over a
+   cluster of 3, of 2 (128-token tiles), of 4 (96: parts of one and two 16-token pairs), of 8 (64-token
+   tiles: half the blocks write no outputs) and
    not at all (BITNET_TGEMM_SPLIT), and the mma.sync kernel (BITNET_TGEMM_WG=0); elsewhere
    the mma.sync kernel each time. Odd rows and tokens, partial token tiles, fused parts, glu, K of one
    stage and K longer than the ring, a token of huge activations. */
@@ -456,8 +457,9 @@ static void test_gpu_ternary_gemm(void) {
         {2, {96, 96, 0}, 6912, 300, 1}, {1, {250, 0, 0}, 1280, 513, 0},
     };
     static const tcase huge = {1, {384, 0, 0}, 640, 256, 0}; /* token 0 huge: its tile's epilogue takes the calls */
-    static const char *const forms[][3] = {{NULL, NULL, NULL}, {"1", "64", NULL}, {"1", "128", NULL}, {"1", NULL, "3"},
-                                           {"1", "128", "2"},  {"1", "64", "8"},  {"1", NULL, "1"},    {"0", NULL, NULL}};
+    static const char *const forms[][3] = {{NULL, NULL, NULL}, {"1", "64", NULL}, {"1", "96", NULL},  {"1", "128", NULL},
+                                           {"1", NULL, "3"},   {"1", "128", "2"}, {"1", "96", "4"},   {"1", "64", "8"},
+                                           {"1", NULL, "1"},   {"0", NULL, NULL}};
     size_t i, f;
     NEED_GPU();
     for (f = 0; f < sizeof forms / sizeof forms[0]; f++) {
