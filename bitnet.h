@@ -10180,9 +10180,10 @@ static bitnet_result bitnet__tgemv_pdl(bitnet_gpu *gpu, const bitnet_gpu_ternary
 }
 
 /* M > 4 on sm_90: the wgmma GEMM (bitnet_k_tgemm90_n<TN>, module tgemm built for sm_90a), tiles
-   of 128 rows x TN tokens (128; 64 up to 64 tokens; 96 up to 96, where it trims the one tile: at
-   512 tokens more tiles of 96 were slower than fewer of 128, BENCHMARKS.md session 35), with the
-   mma.sync kernel's arguments. BITNET_TGEMM_WG=0 sends the call to the mma.sync kernel;
+   of 128 rows x TN tokens (128; 64 up to 64 tokens; 96 up to 96, where it trims the one tile; 64
+   past 128 where the last tile of 128 is ragged and the grid would be split: H200, 2560x2560 at 192
+   tokens 14.4 -> 9.8 us; at 512 tokens more tiles of 96 were slower than fewer of 128: BENCHMARKS.md
+   session 35), with the mma.sync kernel's arguments. BITNET_TGEMM_WG=0 sends the call to the mma.sync kernel;
    BITNET_TGEMM_TN 64, 96 or 128 forces the tile, 32 the mma.sync kernel. BITNET_ERR_UNSUPPORTED
    (nothing launched) sends the call to the mma.sync kernel. With at most half as many tiles as SMs, K is split over a cluster of up to
    4 blocks a tile (bitnet_k_tgemm90_n<TN>_split), at most a block an SM and two stages a block: a
@@ -10193,15 +10194,20 @@ static bitnet_result bitnet__tgemm90(bitnet_gpu *gpu, const bitnet_gpu_ternary *
     const char *wg_env = bitnet__getenv("BITNET_TGEMM_WG"), *sp_env = bitnet__getenv("BITNET_TGEMM_SPLIT");
     const char *tn_env = bitnet__getenv("BITNET_TGEMM_TN");
     const int tn_force = tn_env ? atoi(tn_env) : 0;
-    int tn = tn_force == 64 || tn_force == 96 || tn_force == 128 ? tn_force : a->m <= 64 ? 64 : a->m <= 96 ? 96 : 128;
-    int ns = (int)(w->k / 128), split;
+    const size_t sms = (size_t)bitnet__gk_sm_count(gpu), rows = w->n_pad / 128;
+    const size_t t128 = rows * ((a->m + 127) / 128), t64 = rows * ((a->m + 63) / 64);
+    int tn = a->m <= 64 ? 64 : a->m <= 96 ? 96 : 128, ns = (int)(w->k / 128), split;
     unsigned grid[3], block[3], smem;
-    size_t tiles, sms = (size_t)bitnet__gk_sm_count(gpu);
+    size_t tiles;
     bitnet_gpu_kernel *k;
     char name[32];
+    /* a ragged last 128-token tile on a grid that would be split: 64-token tiles, if they fill at most
+       one block an SM (after their own split) */
+    if (a->m > 128 && a->m % 128 && 2 * t128 <= sms && t64 * (2 * t64 <= sms ? BITNET__MIN((size_t)4, sms / t64) : 1) <= sms) tn = 64;
+    if (tn_force == 64 || tn_force == 96 || tn_force == 128) tn = tn_force;
     if ((wg_env && !atoi(wg_env)) || tn_force == 32 || (a->q | w->data) % 16) return BITNET_ERR_UNSUPPORTED;
     smem = BITNET__WG_STAGES * (unsigned)(tn * 128 + 128 * 32) + (unsigned)tn * 12 + 16; /* the ring; token scales, reciprocals, sums; a flag */
-    grid[0] = (unsigned)(w->n_pad / 128), grid[1] = (unsigned)((a->m + (size_t)tn - 1) / (size_t)tn), grid[2] = 1;
+    grid[0] = (unsigned)rows, grid[1] = (unsigned)((a->m + (size_t)tn - 1) / (size_t)tn), grid[2] = 1;
     tiles = (size_t)grid[0] * grid[1];
     split = 2 * tiles <= sms ? (int)BITNET__MIN((size_t)4, sms / tiles) : 1;
     if (sp_env && atoi(sp_env) >= 1 && atoi(sp_env) <= 8) split = atoi(sp_env);
