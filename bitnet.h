@@ -10180,15 +10180,17 @@ static bitnet_result bitnet__tgemv_pdl(bitnet_gpu *gpu, const bitnet_gpu_ternary
 }
 
 /* M > 4 on sm_90: the wgmma GEMM (bitnet_k_tgemm90_n<TN>, module tgemm built for sm_90a), tiles
-   of 128 rows x TN tokens (128; 64 up to 64 tokens; 96 up to 96, where it trims the one tile; 64
-   past 128 where the last tile of 128 is ragged and the grid would be split: H200, 2560x2560 at 192
-   tokens 14.4 -> 9.8 us; at 512 tokens more tiles of 96 were slower than fewer of 128: BENCHMARKS.md
-   session 35), with the mma.sync kernel's arguments. BITNET_TGEMM_WG=0 sends the call to the mma.sync kernel;
-   BITNET_TGEMM_TN 64, 96 or 128 forces the tile, 32 the mma.sync kernel. BITNET_ERR_UNSUPPORTED
-   (nothing launched) sends the call to the mma.sync kernel. With at most half as many tiles as SMs, K is split over a cluster of up to
-   4 blocks a tile (bitnet_k_tgemm90_n<TN>_split), at most a block an SM and two stages a block: a
-   split costs each block a pipeline fill, two cluster barriers and its share of the exchange, which
-   only idle SMs pay back (BENCHMARKS.md, session 34). BITNET_TGEMM_SPLIT=P forces P, 1 none. */
+   of 128 rows x TN tokens, with the mma.sync kernel's arguments. TN is 64 up to 64 tokens, 96 up to
+   96 (one tile, a quarter fewer columns), else 128, or 64 where the last 128-token tile is ragged
+   and the grid would be split (H200, 2560x2560 at 192 tokens: 14.4 -> 9.8 us). More tiles of 96 or
+   64 at 512 tokens were slower than fewer of 128 (BENCHMARKS.md, session 35). With at most half as
+   many tiles as SMs, K is split over a cluster of up to 4 blocks a tile
+   (bitnet_k_tgemm90_n<TN>_split), at most a block an SM and two stages a block: a split costs each
+   block a pipeline fill, two cluster barriers and its share of the exchange, which only idle SMs pay
+   back (BENCHMARKS.md, session 34). Environment, for tests and A/B runs: BITNET_TGEMM_WG=0 sends the
+   call to the mma.sync kernel; BITNET_TGEMM_TN 64, 96 or 128 forces the tile, 32 the mma.sync
+   kernel; BITNET_TGEMM_SPLIT=P forces P, 1 none. BITNET_ERR_UNSUPPORTED (nothing launched) sends
+   the call to the mma.sync kernel. */
 #define BITNET__WG_STAGES 5 /* BN_WG_STAGES of the kernel source */
 static bitnet_result bitnet__tgemm90(bitnet_gpu *gpu, const bitnet_gpu_ternary *w, const bitnet_gpu_act *a, void **args) {
     const char *wg_env = bitnet__getenv("BITNET_TGEMM_WG"), *sp_env = bitnet__getenv("BITNET_TGEMM_SPLIT");
@@ -10203,7 +10205,8 @@ static bitnet_result bitnet__tgemm90(bitnet_gpu *gpu, const bitnet_gpu_ternary *
     char name[32];
     /* a ragged last 128-token tile on a grid that would be split: 64-token tiles, if they fill at most
        one block an SM (after their own split) */
-    if (a->m > 128 && a->m % 128 && 2 * t128 <= sms && t64 * (2 * t64 <= sms ? BITNET__MIN((size_t)4, sms / t64) : 1) <= sms) tn = 64;
+    if (a->m > 128 && a->m % 128 && 2 * t128 <= sms && t64 * (2 * t64 <= sms ? BITNET__MIN((size_t)4, sms / t64) : 1) <= sms)
+        tn = 64;
     if (tn_force == 64 || tn_force == 96 || tn_force == 128) tn = tn_force;
     if ((wg_env && !atoi(wg_env)) || tn_force == 32 || (a->q | w->data) % 16) return BITNET_ERR_UNSUPPORTED;
     smem = BITNET__WG_STAGES * (unsigned)(tn * 128 + 128 * 32) + (unsigned)tn * 12 + 16; /* the ring; token scales, reciprocals, sums; a flag */
