@@ -449,7 +449,7 @@ static void test_gpu_ternary_gemv_splits(void) {
    (64-token tiles: half the blocks write no outputs) and not at all (BITNET_TGEMM_SPLIT), and the
    mma.sync kernel (BITNET_TGEMM_WG=0); elsewhere the mma.sync kernel each time. Odd rows and
    tokens, partial token tiles, fused parts, glu, K of one stage and K longer than the ring, a token
-   of huge activations. The dispatch takes 64-token tiles for the 130- and 300-token cases. */
+   of huge activations. The dispatch takes 64-token tiles for the cases of 130, 257, 300 and 513 tokens. */
 static void test_gpu_ternary_gemm(void) {
     static const tcase cases[] = {
         {2, {200, 77, 0}, 640, 13, 0}, {1, {300, 0, 0}, 2560, 130, 0}, {2, {160, 160, 0}, 384, 70, 1},
