@@ -3248,16 +3248,23 @@ BITNET__KERN_AVX2 BITNET__AINLINE void bitnet__epi4_x86(__m128i acc, int32_t cor
 }
 
 /* Weight rows are streamed once from DRAM; the hardware prefetcher alone leaves about a third
-   of the bandwidth unused, so each tile prefetches the lines BITNET__PF_DIST bytes ahead of its
-   4 rows (rows of a work item are contiguous: that is the next tiles' weights). */
+   of the bandwidth unused, so each tile prefetches, for each of its 4 rows, the line at the same
+   offset in the tile pf bytes ahead: the fewest whole tiles of at least BITNET__PF_DIST bytes (rows
+   of a work item are contiguous: that is the next tiles' weights). A fixed distance per row fell
+   inside the tile itself for rows over 1 KB (AMD EPYC, 1 thread, 2560x6912: 21.5 -> 33.6 GB/s;
+   BENCHMARKS.md, session 35). pf is 0 for a tile of one row. */
 #ifndef BITNET__PF_DIST
 #define BITNET__PF_DIST 4096
 #endif
+BITNET__AINLINE size_t bitnet__pf_lead(const uint8_t *const *w) {
+    const size_t t = 4 * (size_t)(w[1] - w[0]); /* the tile's bytes: rows are evenly spaced */
+    return t ? (BITNET__PF_DIST + t - 1) / t * t : 0;
+}
 #define BITNET__PREFETCH4(o) { \
-    _mm_prefetch((const char *)(w0 + (o) + BITNET__PF_DIST), _MM_HINT_T0); \
-    _mm_prefetch((const char *)(w1 + (o) + BITNET__PF_DIST), _MM_HINT_T0); \
-    _mm_prefetch((const char *)(w2 + (o) + BITNET__PF_DIST), _MM_HINT_T0); \
-    _mm_prefetch((const char *)(w3 + (o) + BITNET__PF_DIST), _MM_HINT_T0); }
+    _mm_prefetch((const char *)(w0 + (o) + pf), _MM_HINT_T0); \
+    _mm_prefetch((const char *)(w1 + (o) + pf), _MM_HINT_T0); \
+    _mm_prefetch((const char *)(w2 + (o) + pf), _MM_HINT_T0); \
+    _mm_prefetch((const char *)(w3 + (o) + pf), _MM_HINT_T0); }
 /* AVX-512 VNNI, I2_S: the 32-byte block is broadcast to both halves of a zmm; per-half dword
    shifts (6 | 4, then 2 | 0) and & 3 give the codes of 64 contiguous weights (bits shifted in
    from the next byte are masked off), which vpdpbusd multiplies (u8) with 64 contiguous
@@ -3287,6 +3294,7 @@ BITNET__KERN_AVX512 BITNET__AINLINE void bitnet__i2s_tile_avx512_t(const uint8_t
     const __m512i sh_hi = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2);
     const __m512i m3 = _mm512_set1_epi8(3);
     const uint8_t *w0 = w[0], *w1 = w[1], *w2 = w[2], *w3 = w[3];
+    const size_t pf = bitnet__pf_lead(w);
     size_t c;
     BITNET__ALLT(BITNET__ZERO512)
     for (c = 0; c < k; c += 128) {
@@ -3337,6 +3345,7 @@ BITNET__KERN_AVX512 static void bitnet__i2s_gemv_avx512(const uint8_t *const *w,
     const __m512i shA = _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0);
     const __m512i shB = _mm512_set_epi32(6, 6, 6, 6, 6, 6, 6, 6, 4, 4, 4, 4, 4, 4, 4, 4);
     const uint8_t *w0 = w[0], *w1 = w[1], *w2 = w[2], *w3 = w[3];
+    const size_t pf = bitnet__pf_lead(w);
     __m512i accA0 = _mm512_setzero_si512(), accA1 = accA0, accA2 = accA0, accA3 = accA0;
     __m512i accB0 = accA0, accB1 = accA0, accB2 = accA0, accB3 = accA0;
     size_t c;
@@ -3360,6 +3369,7 @@ BITNET__KERN_AVX512 BITNET__AINLINE void bitnet__q8_tile_avx512_t(const uint8_t 
                                                                   const bitnet__epi *e, float *res, const int T) {
     const __m512i m80 = _mm512_set1_epi8((char)0x80);
     const uint8_t *w0 = w[0], *w1 = w[1], *w2 = w[2], *w3 = w[3];
+    const size_t pf = bitnet__pf_lead(w);
     size_t c;
     BITNET__ALLT(BITNET__ZERO512)
     for (c = 0; c + 64 <= k; c += 64) {
@@ -3743,6 +3753,7 @@ BITNET__KERN_AVX2 BITNET__AINLINE void bitnet__i2s_tile_avx2_t(const uint8_t *co
                                                                const bitnet__epi *e, float *res, const int T) {
     const __m256i m3 = _mm256_set1_epi8(3), ones = _mm256_set1_epi16(1);
     const uint8_t *w0 = w[0], *w1 = w[1], *w2 = w[2], *w3 = w[3];
+    const size_t pf = bitnet__pf_lead(w);
     size_t c;
     BITNET__REP4(BITNET__ZERO256, 0) BITNET__REP4(BITNET__ZERO256, 1)
     for (c = 0; c < k; c += 128) {
@@ -3767,6 +3778,7 @@ BITNET__KERN_AVX2 BITNET__AINLINE void bitnet__i2s_tile_avx2_t(const uint8_t *co
 BITNET__KERN_AVX2 BITNET__AINLINE void bitnet__q8_tile_avx2_t(const uint8_t *const *w, size_t k, const int8_t *a,
                                                               const bitnet__epi *e, float *res, const int T) {
     const uint8_t *w0 = w[0], *w1 = w[1], *w2 = w[2], *w3 = w[3];
+    const size_t pf = bitnet__pf_lead(w);
     int32_t tail[8];
     size_t c;
     int t, r;
