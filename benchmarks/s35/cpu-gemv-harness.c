@@ -1,5 +1,9 @@
+/* The M = 1 ternary GEMV on the CPU from DRAM (session 35): random N x K weights packed to I2_S and
+   copied until the copies pass 600 MB, cycled through so that each call reads DRAM; prints the best
+   of 5 passes. cc -O2 -std=c11 -DBITNET_NO_CUDA -o gv cpu-gemv-harness.c -lm -ldl -lpthread;
+   ./gv N K THREADS [COPIES] (COPIES 1: the weights stay in the caches). */
 #define BITNET_IMPLEMENTATION
-#include "/work/main/bitnet.h"
+#include "../../bitnet.h"
 #include <time.h>
 static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec * 1e-9; }
 int main(int argc, char **argv) {
