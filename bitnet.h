@@ -10204,6 +10204,10 @@ static bitnet_result bitnet__tgemv_pdl(bitnet_gpu *gpu, const bitnet_gpu_ternary
    kernel; BITNET_TGEMM_SPLIT=P forces P, 1 none. BITNET_ERR_UNSUPPORTED (nothing launched) sends
    the call to the mma.sync kernel. */
 #define BITNET__WG_STAGES 5 /* BN_WG_STAGES of the kernel source */
+/* Blocks a tile over which K is split, for a grid of tiles on sms SMs (before the stage cap). */
+static size_t bitnet__tgemm90_split(size_t tiles, size_t sms) {
+    return 2 * tiles <= sms ? BITNET__MIN((size_t)4, sms / tiles) : 1;
+}
 static bitnet_result bitnet__tgemm90(bitnet_gpu *gpu, const bitnet_gpu_ternary *w, const bitnet_gpu_act *a, void **args) {
     const char *wg_env = bitnet__getenv("BITNET_TGEMM_WG"), *sp_env = bitnet__getenv("BITNET_TGEMM_SPLIT");
     const char *tn_env = bitnet__getenv("BITNET_TGEMM_TN");
@@ -10217,14 +10221,13 @@ static bitnet_result bitnet__tgemm90(bitnet_gpu *gpu, const bitnet_gpu_ternary *
     char name[32];
     /* a ragged last 128-token tile on a grid that would be split: 64-token tiles, if they fill at most
        one block an SM (after their own split) */
-    if (a->m > 128 && a->m % 128 && 2 * t128 <= sms && t64 * (2 * t64 <= sms ? BITNET__MIN((size_t)4, sms / t64) : 1) <= sms)
-        tn = 64;
+    if (a->m > 128 && a->m % 128 && bitnet__tgemm90_split(t128, sms) > 1 && t64 * bitnet__tgemm90_split(t64, sms) <= sms) tn = 64;
     if (tn_force == 64 || tn_force == 96 || tn_force == 128) tn = tn_force;
     if ((wg_env && !atoi(wg_env)) || tn_force == 32 || (a->q | w->data) % 16) return BITNET_ERR_UNSUPPORTED;
     smem = BITNET__WG_STAGES * (unsigned)(tn * 128 + 128 * 32) + (unsigned)tn * 12 + 16; /* the ring; token scales, reciprocals, sums; a flag */
     grid[0] = (unsigned)rows, grid[1] = (unsigned)((a->m + (size_t)tn - 1) / (size_t)tn), grid[2] = 1;
     tiles = (size_t)grid[0] * grid[1];
-    split = 2 * tiles <= sms ? (int)BITNET__MIN((size_t)4, sms / tiles) : 1;
+    split = (int)bitnet__tgemm90_split(tiles, sms);
     if (sp_env && atoi(sp_env) >= 1 && atoi(sp_env) <= 8) split = atoi(sp_env);
     split = BITNET__MAX(1, BITNET__MIN(split, ns / 2)); /* at least two stages a block */
     if (!bitnet__cuda.cu.cuLaunchKernelEx) split = 1; /* (no clusters) */
