@@ -23,30 +23,39 @@ static int G_n;
 
 #include "bench_util.h"
 
-/* one step kind for every layer (kind 0: embed, 11: head: once) */
-static void run_kind(int kind) {
+/* one step kind of layer l (kind 0: embed, 11: head) */
+static void launch_kind(int kind, int l) {
     bitnet__gmodel *g = (bitnet__gmodel *)G_m->gpu;
     bitnet__gsession *q = (bitnet__gsession *)G_s->gpu;
-    int l, nl = (kind == 0 || kind == 11) ? 1 : G_m->info.n_layers, m = G_n;
-    G_s->pos -= m; /* where the prefill's batch started, as the launches saw it */
-    for (l = 0; l < nl; l++) {
-        const bitnet__glayer *L = &g->layers[l];
-        switch (kind) {
-        case 0: CHECK(bitnet__gpu_embed(G_s, q->erow, q->iota, m)); break;
-        case 1: CHECK(bitnet__gpu_norm_quant(G_s, q->x, L->attn_norm, m, &q->a_dim)); break;
-        case 2: CHECK(bitnet__gpu_linear_m(G_s, &L->qkv, &q->a_dim, q->qkv, 0)); break;
-        case 3: CHECK(bitnet__gpu_rope_kv(G_s, l, m)); break;
-        case 4: CHECK(bitnet__gpu_attention_m(G_s, l, m)); break;
-        case 5: CHECK(bitnet__gpu_norm_quant(G_s, q->att, L->attn_sub_norm, m, &q->a_q)); break;
-        case 6: CHECK(bitnet__gpu_linear_m(G_s, &L->o, &q->a_q, q->h, 0)); break; /* (into h: x stays) */
-        case 7: CHECK(bitnet__gpu_norm_quant(G_s, q->x, L->ffn_norm, m, &q->a_dim)); break;
-        case 8: CHECK(bitnet__gpu_linear_m(G_s, &L->gu, &q->a_dim, q->h, 0)); break;
-        case 9: CHECK(bitnet__gpu_norm_quant(G_s, q->h, L->ffn_sub_norm, m, &q->a_ff)); break;
-        case 10: CHECK(bitnet__gpu_linear_m(G_s, &L->down, &q->a_ff, q->qkv, 0)); break; /* (into qkv, m x dim fits) */
-        default: CHECK(bitnet__gpu_head(G_s, q->x, 0)); break;
-        }
+    const bitnet__glayer *L = &g->layers[l];
+    int m = G_n;
+    switch (kind) {
+    case 0: CHECK(bitnet__gpu_embed(G_s, q->erow, q->iota, m)); break;
+    case 1: CHECK(bitnet__gpu_norm_quant(G_s, q->x, L->attn_norm, m, &q->a_dim)); break;
+    case 2: CHECK(bitnet__gpu_linear_m(G_s, &L->qkv, &q->a_dim, q->qkv, 0)); break;
+    case 3: CHECK(bitnet__gpu_rope_kv(G_s, l, m)); break;
+    case 4: CHECK(bitnet__gpu_attention_m(G_s, l, m)); break;
+    case 5: CHECK(bitnet__gpu_norm_quant(G_s, q->att, L->attn_sub_norm, m, &q->a_q)); break;
+    case 6: CHECK(bitnet__gpu_linear_m(G_s, &L->o, &q->a_q, q->h, 0)); break; /* (into h: x stays) */
+    case 7: CHECK(bitnet__gpu_norm_quant(G_s, q->x, L->ffn_norm, m, &q->a_dim)); break;
+    case 8: CHECK(bitnet__gpu_linear_m(G_s, &L->gu, &q->a_dim, q->h, 0)); break;
+    case 9: CHECK(bitnet__gpu_norm_quant(G_s, q->h, L->ffn_sub_norm, m, &q->a_ff)); break;
+    case 10: CHECK(bitnet__gpu_linear_m(G_s, &L->down, &q->a_ff, q->qkv, 0)); break; /* (into qkv, m x dim fits) */
+    default: CHECK(bitnet__gpu_head(G_s, q->x, 0)); break;
     }
-    G_s->pos += m;
+}
+
+/* one step kind for every layer (kind 0: embed, 11: head: once); kind -1: every kind in the
+   prefill's order (embed, the layers' ten steps, head) */
+static void run_kind(int kind) {
+    int l, k, nl = (kind == 0 || kind == 11) ? 1 : G_m->info.n_layers;
+    G_s->pos -= G_n; /* where the prefill's batch started, as the launches saw it */
+    if (kind < 0) launch_kind(0, 0);
+    for (l = 0; l < nl; l++)
+        if (kind >= 0) launch_kind(kind, l);
+        else for (k = 1; k <= 10; k++) launch_kind(k, l);
+    if (kind < 0) launch_kind(11, 0);
+    G_s->pos += G_n;
 }
 
 static double time_kind(int kind) { /* us for all layers, median of 5 */
@@ -151,6 +160,24 @@ int main(int argc, char **argv) {
     }
     for (k = 0; k < 12; k++) printf("  %-28s %9.1f us  %5.1f%%\n", names[k], us[k], 100 * us[k] / sum);
     printf("  %-28s %9.1f us\n", "sum", sum);
+    { /* every step in the prefill's order: launched one by one, and as one CUDA graph (what launching costs) */
+        bitnet__gsession *q = (bitnet__gsession *)G_s->gpu;
+        bitnet_gpu_graph *gr = NULL;
+        double tg[5], ms;
+        printf("all steps in order, launched one by one: %.1f us (median of 5)\n", time_kind(-1));
+        CHECK(bitnet_gpu_graph_begin(q->gpu));
+        run_kind(-1);
+        CHECK(bitnet_gpu_graph_end(q->gpu, &gr));
+        CHECK(bitnet_gpu_graph_launch(q->gpu, gr)); /* warm */
+        for (i = 0; i < 5; i++) {
+            CHECK(bitnet_gpu_timer_begin(q->gpu));
+            CHECK(bitnet_gpu_graph_launch(q->gpu, gr));
+            CHECK(bitnet_gpu_timer_end(q->gpu, &ms));
+            tg[i] = 1000.0 * ms;
+        }
+        printf("all steps in order, as one CUDA graph: %.1f us (median of 5)\n", median(tg, 5));
+        bitnet_gpu_graph_free(gr);
+    }
     /* the GEMMs with each token tile forced (the library picks per grid size) */
     {
         static const char *tn[3] = {"128", "64", "32"};
