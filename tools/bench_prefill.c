@@ -4,8 +4,9 @@
    One prompt of TOKENS tokens through bitnet_session_eval (logits of the last): wall time, median
    of 5. Then each step kind of the prefill (>>cuda-forward's bitnet__gpu_prefill) timed alone:
    its launches for every layer, back to back on the session's stream, between device events
-   (median of 5), on the real activations the prefill left behind. Then the attention kernel in
-   other builds of the forward module (-D options: keys a tile), each checked against a double
+   (median of 5), on the real activations the prefill left behind; then every step in the
+   prefill's order, launched one by one and as one CUDA graph (what the launches cost). Then the
+   attention kernel in other builds of the forward module (-D options: keys a tile), each checked against a double
    attention computed here on the host from the same rotated queries and fp16 cache (sampled rows
    of the last layer); and the GEMMs with each token tile forced (BITNET_TGEMM_TN); last, a 32-token
    turn after 3000 positions with the attention's cuts off and on (BITNET_GPU_ATT_CUT), timed and
