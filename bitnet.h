@@ -60,6 +60,9 @@
      BITNET_SEED=S, BITNET_DETERMINISTIC=1  seed for a zero sampler seed; a fixed one instead of the clock
      BITNET_GPU_PDL=0                     no programmatic dependent launch in the decode graph
      BITNET_GPU_NO_CLUSTER=1              sm_90: the decode attention's ranges combined by a last block, not a cluster
+     BITNET_GPU_ATT_T, _R, _TILE, _W, _W2  the decode attention's range lengths and forms (tests, A/B; >>cuda-forward)
+     BITNET_GPU_ATT_CUT=0                 the prefill attention's heaviest blocks not cut in pieces (A/B)
+     BITNET_GPU_HOST_EMB=0                decode uploads each step's embedding row (no mapped host copy)
      BITNET_GPU_TOPK=0 | 1                GPU sampling downloads the whole logits row | draws on the host (tests, A/B)
      BITNET_TGEMV_PDL=0, BITNET_TGEMV_WARPS=N, BITNET_TGEMV_U=4|8, BITNET_GPU_GEMV_ITEMS  force a GEMV form (tests, A/B)
      BITNET_TGEMM_WG=0, BITNET_TGEMM_TN=32|64|128, BITNET_TGEMM_SPLIT=N  the prefill GEMM: mma.sync

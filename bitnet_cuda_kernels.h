@@ -262,7 +262,10 @@ static const char bitnet_cuda_src_util[] =
     "BN_DEV void bn_cl_wait() { asm volatile(\"barrier.cluster.wait.acquire.aligned;\" ::: \"memory\"); }\n" \
     "BN_DEV unsigned bn_cl_map(unsigned a, unsigned r) { unsigned v; asm(\"mapa.shared::cluster.u32 %0, %1, %2;\" : \"=r\"(v) : \"r\"(a), \"r\"(r)); return v; }\n" \
     "BN_DEV void bn_cl_st(unsigned a, int v) { asm volatile(\"st.shared::cluster.s32 [%0], %1;\" :: \"r\"(a), \"r\"(v) : \"memory\"); }\n" \
-    "BN_DEV void bn_cl_st_d(unsigned a, double v) { asm volatile(\"st.shared::cluster.f64 [%0], %1;\" :: \"r\"(a), \"d\"(v) : \"memory\"); }\n" \
+    "/* *p's place in the shared memory of the cluster's block rank = v. */\n" \
+    "BN_DEV void bn_cl_st_d(const double *p, unsigned rank, double v) {\n" \
+    "    asm volatile(\"st.shared::cluster.f64 [%0], %1;\" :: \"r\"(bn_cl_map(bn_smem_addr(p), rank)), \"d\"(v) : \"memory\");\n" \
+    "}\n" \
     "#endif\n" \
     "/* A load that skips L1: data other blocks of this kernel wrote. */\n" \
     "BN_DEV int bn_ldcg_i(const int *p) { int v; asm volatile(\"ld.global.cg.s32 %0, [%1];\" : \"=r\"(v) : \"l\"(p)); return v; }\n" \
@@ -2144,8 +2147,8 @@ static const char bitnet_cuda_src_forward[] = BITNET_CUDA_SRC_KHELPERS
     "    if (ncl > 1) { /* the cluster's ranges meet in rank 0's shared memory; it combines them in their order */\n"
     "        bn_cl_wait();\n"
     "        if ((int)threadIdx.x < hd) {\n"
-    "            bn_cl_st_d(bn_cl_map(bn_smem_addr(&s_cl[r][threadIdx.x]), 0), O);\n"
-    "            if (threadIdx.x == 0) bn_cl_st_d(bn_cl_map(bn_smem_addr(&s_cl[r][hd]), 0), M), bn_cl_st_d(bn_cl_map(bn_smem_addr(&s_cl[r][hd + 1]), 0), L);\n"
+    "            bn_cl_st_d(&s_cl[r][threadIdx.x], 0, O);\n"
+    "            if (threadIdx.x == 0) bn_cl_st_d(&s_cl[r][hd], 0, M), bn_cl_st_d(&s_cl[r][hd + 1], 0, L);\n"
     "        }\n"
     "        bn_cl_arrive();\n"
     "        if (r != 0) return;\n"
