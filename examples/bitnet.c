@@ -523,13 +523,29 @@ static int bench_write_text(const char *path, const char *text, size_t len) {
     return ok;
 }
 
+/* bench's roofline: the bandwidth measured in the same run (defined with bench-kernels below). */
+static double bench_cpu_read_bw(void);
+static double bench_cuda_copy_bw(void);
+
+/* Bytes a decode step at position pos must read: every weight once (the ternary matrices at 2 bits,
+   the head at its width, the norms) and the fp16 K/V rows before it. */
+static double bench_step_bytes(const bitnet_model_info *mi, double pos) {
+    const double L = mi->n_layers, d = mi->dim, hd = mi->head_dim ? mi->head_dim : mi->dim / mi->n_heads;
+    const double q = mi->n_heads * hd, kv = mi->n_kv_heads * hd, f = mi->ffn_dim, v = mi->n_vocab;
+    const double ternary = L * (d * (q + 2 * kv) + q * d + 3 * f * d) / 4;
+    const double head = v * d * (mi->head_bits == 8 ? 1 : 2) + (mi->head_bits == 8 ? 4 * v : 0);
+    return ternary + head + 4 * (L * (2 * d + q + f) + d) + L * 2 * kv * 2 * pos;
+}
+
 static int cmd_bench(int argc, char **argv) {
     bench_opts o;
     bitnet_receipt *rec[2] = {NULL, NULL};
     int32_t *tokens[2] = {NULL, NULL};
     const char *names[2] = {"cuda", "cpu"};
     size_t n_tokens, b;
-    int i, rc = 0, gpu_missing = 0, several, head_bits[2] = {0, 0};
+    int i, rc = 0, gpu_missing = 0, several;
+    bitnet_model_info info[2];
+    double bw[2] = {0, 0}; /* cuda: device copy bandwidth; cpu: memory read bandwidth (GB/s) */
     static char json[1 << 18];
     memset(&o, 0, sizeof o);
     o.cpu = o.cuda = 1;
@@ -619,11 +635,8 @@ static int cmd_bench(int argc, char **argv) {
             rc = 1;
             break;
         }
-        {
-            bitnet_model_info info;
-            memset(&info, 0, sizeof info);
-            if (bitnet_model_get_info(m, &info) == BITNET_OK) head_bits[b] = info.head_bits;
-        }
+        memset(&info[b], 0, sizeof info[b]);
+        bitnet_model_get_info(m, &info[b]);
         o.params.requested = md.backend;
         o.params.tokens_out = tokens[b];
         o.params.tokens_cap = n_tokens;
@@ -631,6 +644,8 @@ static int cmd_bench(int argc, char **argv) {
         o.params.progress_user = (void *)names[b];
         r = bitnet_bench(m, &o.params, rec[b]);
         bitnet_model_free(m);
+        /* the roofline's bandwidth, with the model's memory free; not for a model the caches hold */
+        if (r == BITNET_OK && bench_step_bytes(&info[b], 0) >= 64e6) bw[b] = is_cuda ? bench_cuda_copy_bw() : bench_cpu_read_bw();
         if (r != BITNET_OK) {
             fprintf(stderr, "bench %s: %s\n", names[b], bitnet_last_error());
             free(rec[b]);
@@ -660,6 +675,15 @@ static int cmd_bench(int argc, char **argv) {
                 printf("      %s, %s x%d threads, load %.2f; kernels:", r->cpu_model, r->isa, (int)r->threads, r->load_avg);
             for (k = 0; k < r->n_kernels; k++) printf(" %s x%llu", r->kernels[k].name, (unsigned long long)r->kernels[k].launches);
             printf("\n");
+            if (bw[b] <= 0) continue;
+            printf("      roofline: a decode step reads its weights and the K/V before it; at the %s's %.0f GB/s (%s, measured now):\n",
+                   b == 0 ? "GPU" : "CPU", bw[b], b == 0 ? "device copy, bytes read + written" : "memory read, these threads");
+            for (k = 0; k < r->n_results; k++) {
+                const bitnet_bench_result *x = &r->results[k];
+                const double bytes = bench_step_bytes(&info[b], (double)x->prompt_tokens + ((double)x->gen_tokens - 1) / 2);
+                printf("        prompt %d: %.1f MB a step, at most %.0f tokens/s; gen tok/s at %.3f of it\n", (int)x->prompt_tokens,
+                       bytes / 1e6, bw[b] * 1e9 / bytes, x->gen_tps * bytes / (bw[b] * 1e9));
+            }
         }
     }
 
@@ -679,9 +703,9 @@ static int cmd_bench(int argc, char **argv) {
                 bad = 1;
             }
         }
-        if (rec[0] && rec[1] && head_bits[0] != head_bits[1]) /* then the logits differ by the head's rounding (~1e-2) */
+        if (rec[0] && rec[1] && info[0].head_bits != info[1].head_bits) /* then the logits differ by the head's rounding (~1e-2) */
             fprintf(stderr, "bench: determinism: note: the cuda head is %s and the cpu head %s; BITNET_HEAD=%s compares like for like\n",
-                    head_bits[0] == 8 ? "int8" : "fp16", head_bits[1] == 8 ? "int8" : "fp16", head_bits[0] == 8 ? "q8" : "f16");
+                    info[0].head_bits == 8 ? "int8" : "fp16", info[1].head_bits == 8 ? "int8" : "fp16", info[0].head_bits == 8 ? "q8" : "f16");
         if (rec[0] && rec[1]) {
             size_t k, t;
             for (k = 0; k < rec[0]->n_results; k++) {
@@ -989,6 +1013,40 @@ static double bench_mem_bw(const uint8_t *p, size_t n, int passes) {
     return best;
 }
 
+/* A large buffer in huge pages where the system has them (fewer TLB misses in a bandwidth test). */
+static uint8_t *bench_arena(size_t n) {
+#if defined(__linux__) || defined(__APPLE__)
+    uint8_t *p = (uint8_t *)mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == (uint8_t *)MAP_FAILED) return NULL;
+#if defined(MADV_HUGEPAGE)
+    madvise(p, n, MADV_HUGEPAGE);
+#endif
+    return p;
+#else
+    return (uint8_t *)malloc(n);
+#endif
+}
+static void bench_arena_free(uint8_t *p, size_t n) {
+#if defined(__linux__) || defined(__APPLE__)
+    if (p) munmap(p, n);
+#else
+    (void)n;
+    free(p);
+#endif
+}
+
+/* bench's CPU yardstick: GB/s of a 512 MB read by the pool's threads (best of 3); 0 without memory. */
+static double bench_cpu_read_bw(void) {
+    const size_t n = (size_t)512 << 20;
+    uint8_t *p = bench_arena(n);
+    double bw;
+    if (!p) return 0;
+    memset(p, 1, n);
+    bw = bench_mem_bw(p, n, 3);
+    bench_arena_free(p, n);
+    return bw;
+}
+
 static void bench_nop(void *arg, int ith, int nth) { (void)arg; (void)ith; (void)nth; }
 
 typedef struct { size_t n, k; } bench_shape;
@@ -1048,15 +1106,7 @@ static int cmd_bench_kernels(int argc, char **argv) {
     /* One arena: memory bandwidth is measured over it, and each shape's weights are laid out in
        it as distinct copies (>= 512 MB in all) that the calls rotate through, so every call reads
        its weights from DRAM, not from the caches. Random valid codes (no 3s). */
-#if defined(__linux__) || defined(__APPLE__)
-    arena = (uint8_t *)mmap(NULL, arena_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (arena == (uint8_t *)MAP_FAILED) arena = NULL;
-#if defined(MADV_HUGEPAGE)
-    if (arena) madvise(arena, arena_bytes, MADV_HUGEPAGE);
-#endif
-#else
-    arena = (uint8_t *)malloc(arena_bytes);
-#endif
+    arena = bench_arena(arena_bytes);
     if (!arena) {
         fprintf(stderr, "bench-kernels: cannot allocate %zu MB\n", arena_bytes >> 20);
         return 1;
@@ -1153,11 +1203,7 @@ static int cmd_bench_kernels(int argc, char **argv) {
     }
     bitnet_cpu_set_isa(BITNET_ISA_AUTO);
     bitnet_set_num_threads(0);
-#if defined(__linux__) || defined(__APPLE__)
-    munmap(arena, arena_bytes);
-#else
-    free(arena);
-#endif
+    bench_arena_free(arena, arena_bytes);
     /* The final table (markdown): best time per row, ratios against the best bandwidth of the run. */
     printf("\nmemory read bandwidth (2 threads, best of the run): %.2f GB/s\n\n", mem_bw);
     printf("| shape | m | isa | threads | us | weight GB/s | GOPS | ratio to mem bw |\n|---|---|---|---|---|---|---|---|\n");
@@ -2095,6 +2141,42 @@ static bitnet_result bk_fill(bitnet_gpu *gpu, bitnet_devptr base, size_t bytes, 
     return res;
 }
 
+/* The yardsticks: the copy bandwidth (GB/s of bytes read + written) of a device memcpy and of a
+   16-byte copy kernel over 1 GiB, and an empty kernel's time in a graph (us). */
+static bitnet_result bk_yardsticks(bitnet_gpu *gpu, int sm_count, double *copy_memcpy, double *copy_kernel, double *nop_us) {
+    bk_ctx c;
+    memset(&c, 0, sizeof c);
+    c.gpu = gpu;
+    c.stride = (size_t)1 << 30;
+    if (bitnet_gpu_alloc(gpu, c.stride, &c.base) != BITNET_OK || bitnet_gpu_alloc(gpu, c.stride, &c.out) != BITNET_OK ||
+        bitnet_gpu_memset(gpu, c.base, 1, c.stride) != BITNET_OK) {
+        bitnet_gpu_free(gpu, c.base), bitnet_gpu_free(gpu, c.out);
+        return BITNET_ERR_DEVICE_OOM;
+    }
+    c.kind = 4;
+    *copy_memcpy = 2.0 * (double)c.stride / (bk_time(&c, 1) * 1e3);
+    c.kind = 5;
+    c.m = (size_t)sm_count;
+    *copy_kernel = bitnet_gpu_builtin_kernel(gpu, "bitnet_k_copy16", &c.kern) == BITNET_OK
+                       ? 2.0 * (double)c.stride / (bk_time(&c, 1) * 1e3) : 0;
+    c.kind = 6;
+    *nop_us = bitnet_gpu_builtin_kernel(gpu, "bitnet_k_nop", &c.kern) == BITNET_OK ? bk_time(&c, 200) : -1;
+    bitnet_gpu_free(gpu, c.base), bitnet_gpu_free(gpu, c.out);
+    return BITNET_OK;
+}
+
+/* bench's GPU yardstick: device 0's copy bandwidth, GB/s; 0 where it cannot be measured. */
+static double bench_cuda_copy_bw(void) {
+    bitnet_gpu *gpu = NULL;
+    bitnet_gpu_device_info info;
+    double mc = 0, ck = 0, nop;
+    if (bitnet_gpu_open(0, &gpu) == BITNET_OK && bitnet_gpu_device_info_get(0, &info) == BITNET_OK &&
+        bk_yardsticks(gpu, info.sm_count, &mc, &ck, &nop) != BITNET_OK)
+        mc = ck = 0;
+    bitnet_gpu_close(gpu);
+    return mc > ck ? mc : ck;
+}
+
 typedef struct bk_row { char shape[32]; int m; const char *impl; double us, gbps, ratio; } bk_row;
 
 static int bench_kernels_cuda(int argc, char **argv) {
@@ -2159,27 +2241,15 @@ static int bench_kernels_cuda(int argc, char **argv) {
         if (!bnc) printf("bitnet.cpp: cannot use %s (%s); skipped\n", bnc_path, lib ? "no bitlinear_int8xint2" : dlerror());
     }
 
-    /* the yardsticks: copy bandwidth (read + write) and an empty kernel */
-    memset(&c, 0, sizeof c);
-    c.gpu = gpu;
-    c.stride = (size_t)1 << 30;
-    if (bitnet_gpu_alloc(gpu, c.stride, &c.base) != BITNET_OK || bitnet_gpu_alloc(gpu, c.stride, &c.out) != BITNET_OK ||
-        bitnet_gpu_memset(gpu, c.base, 1, c.stride) != BITNET_OK) {
+    if (bk_yardsticks(gpu, info.sm_count, &copy_memcpy, &copy_kernel, &nop_us) != BITNET_OK) {
         fprintf(stderr, "bench-kernels: %s\n", bitnet_last_error());
         return 1;
     }
-    c.kind = 4;
-    copy_memcpy = 2.0 * (double)c.stride / (bk_time(&c, 1) * 1e3);
-    c.kind = 5;
-    c.m = (size_t)info.sm_count;
-    copy_kernel = bitnet_gpu_builtin_kernel(gpu, "bitnet_k_copy16", &c.kern) == BITNET_OK
-                      ? 2.0 * (double)c.stride / (bk_time(&c, 1) * 1e3) : 0;
-    c.kind = 6;
-    nop_us = bitnet_gpu_builtin_kernel(gpu, "bitnet_k_nop", &c.kern) == BITNET_OK ? bk_time(&c, 200) : -1;
     copy_bw = copy_memcpy > copy_kernel ? copy_memcpy : copy_kernel;
     printf("copy bandwidth: %.0f GB/s (memcpy %.0f, copy kernel %.0f; bytes read + written); empty kernel %.2f us\n", copy_bw,
            copy_memcpy, copy_kernel, nop_us);
-    bitnet_gpu_free(gpu, c.base), bitnet_gpu_free(gpu, c.out);
+    memset(&c, 0, sizeof c);
+    c.gpu = gpu;
     printf("%-14s %4s  %-22s %10s %12s %8s\n", "shape (NxK)", "M", "kernel", "us", "weight GB/s", "x copy");
 
 #define BK_ROW(SHAPE, M, IMPL, US, WBYTES) \
@@ -2322,6 +2392,7 @@ static int bench_kernels_cuda(int argc, char **argv) {
     fprintf(stderr, "bench-kernels --backend cuda: not built for Windows\n");
     return 1;
 }
+static double bench_cuda_copy_bw(void) { return 0; }
 #endif
 
 static const command commands[] = {

@@ -23,6 +23,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from hf_parity import Reader, hf_checkpoint  # noqa: E402
 
 
+def f32(a):
+    import torch
+    return torch.from_numpy(np.array(a, np.float32))  # a copy: the reader's arrays are read-only
+
+
 def dense_model(r, cfg):
     import torch
     from transformers import BitNetConfig, BitNetForCausalLM
@@ -43,12 +48,12 @@ def dense_model(r, cfg):
                 q, scale = t
                 w = torch.from_numpy(q).to(torch.float32) * scale
             else:
-                w = torch.from_numpy(np.ascontiguousarray(t))
+                w = f32(t)
             sd["model.layers.%d.%s.weight" % (l, theirs)] = w.to(torch.bfloat16)
-    sd["model.embed_tokens.weight"] = torch.from_numpy(np.ascontiguousarray(r.tensor("token_embd.weight"))).to(torch.bfloat16)
-    sd["model.norm.weight"] = torch.from_numpy(np.ascontiguousarray(r.tensor("output_norm.weight"))).to(torch.bfloat16)
+    sd["model.embed_tokens.weight"] = f32(r.tensor("token_embd.weight")).to(torch.bfloat16)
+    sd["model.norm.weight"] = f32(r.tensor("output_norm.weight")).to(torch.bfloat16)
     if "output.weight" in r.tensors:
-        sd["lm_head.weight"] = torch.from_numpy(np.ascontiguousarray(r.tensor("output.weight"))).to(torch.bfloat16)
+        sd["lm_head.weight"] = f32(r.tensor("output.weight")).to(torch.bfloat16)
     missing, unexpected = model.load_state_dict(sd, strict=False)
     missing = [m for m in missing if not (m == "lm_head.weight" and cfg["tie_word_embeddings"])]
     assert not missing and not unexpected, (missing, unexpected)
