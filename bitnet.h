@@ -1031,13 +1031,10 @@ BITNET_API bitnet_result bitnet_receipt_check(const bitnet_receipt *r, const bit
 #include <fcntl.h>
 #endif
 
-#if defined(__x86_64__) || defined(_M_X64)
-#define BITNET__X86 1
-#if !defined(BITNET_NO_SIMD) && (defined(__GNUC__) || defined(__clang__))
+#if (defined(__x86_64__) || defined(_M_X64)) && !defined(BITNET_NO_SIMD) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 #include <cpuid.h>
 #define BITNET__X86_SIMD 1
-#endif
 #endif
 #if defined(__aarch64__) && !defined(BITNET_NO_SIMD)
 #include <arm_neon.h>
