@@ -2145,13 +2145,16 @@ static bitnet_result bk_fill(bitnet_gpu *gpu, bitnet_devptr base, size_t bytes, 
    16-byte copy kernel over 1 GiB, and an empty kernel's time in a graph (us). */
 static bitnet_result bk_yardsticks(bitnet_gpu *gpu, int sm_count, double *copy_memcpy, double *copy_kernel, double *nop_us) {
     bk_ctx c;
+    bitnet_result r;
     memset(&c, 0, sizeof c);
     c.gpu = gpu;
     c.stride = (size_t)1 << 30;
-    if (bitnet_gpu_alloc(gpu, c.stride, &c.base) != BITNET_OK || bitnet_gpu_alloc(gpu, c.stride, &c.out) != BITNET_OK ||
-        bitnet_gpu_memset(gpu, c.base, 1, c.stride) != BITNET_OK) {
+    r = bitnet_gpu_alloc(gpu, c.stride, &c.base);
+    if (r == BITNET_OK) r = bitnet_gpu_alloc(gpu, c.stride, &c.out);
+    if (r == BITNET_OK) r = bitnet_gpu_memset(gpu, c.base, 1, c.stride);
+    if (r != BITNET_OK) {
         bitnet_gpu_free(gpu, c.base), bitnet_gpu_free(gpu, c.out);
-        return BITNET_ERR_DEVICE_OOM;
+        return r;
     }
     c.kind = 4;
     *copy_memcpy = 2.0 * (double)c.stride / (bk_time(&c, 1) * 1e3);
