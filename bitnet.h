@@ -6780,7 +6780,8 @@ BITNET_API bitnet_result bitnet_sample(float *logits, int32_t n_vocab, const bit
 /* >>cpu-forward =============================================================================== */
 
 /* The model and session layout, shared by the CPU forward below and the GPU one (>>cuda-forward),
-   which runs the same steps in the same order under the same names (bitnet__cpu_X / bitnet__gpu_X):
+   which runs the same steps in the same order, numbered alike (bitnet__cpu_X / bitnet__gpu_X; the GPU
+   fuses some: its linear takes the norm, its attention rope and kv_store, its GEMMs the adds and relu2):
      embed; per layer: norm_quant, linear q k v, rope, kv_store, attention, norm_quant (sub), linear o,
      add_norm_quant, linear gate up, relu2_norm_quant, linear down, add; then head on the rows asked.
    See bitnet__cpu_forward for the shapes, and >>model for the hooks a GPU forward provides. */
@@ -6873,7 +6874,7 @@ static void bitnet__for_rows(int n, size_t work, void (*fn)(void *ctx, int r), v
     else bitnet__parallel(bitnet__rows_task, &t);
 }
 
-/* ---- the steps of the forward pass (the GPU side has one function per step, same names) ----- */
+/* ---- the steps of the forward pass (the GPU side numbers its functions alike) ---------------- */
 
 /* 1. embed: x[t] = tok_embd[tokens[t]] as fp32 */
 static void bitnet__cpu_embed(bitnet_session *s, const int32_t *tokens, int m) {
@@ -7013,17 +7014,16 @@ static void bitnet__cpu_kv_store(bitnet_session *s, int l, int m) {
    which attend keys [0, len0 + r) (kc the head's key tiles, vc its value rows); out + r*stride
    gets the g head outputs. Several positions per call share each converted tile. */
 typedef void (*bitnet__attn_fn)(const float *q, size_t stride, int nt, int g, const uint16_t *kc, const uint16_t *vc,
-                                int len0, int hd, float scale, float *out);
+                                int len0, int hd, float *out);
 #define BITNET__ATTN_ROWS 4 /* positions per work item */
 
 /* Plain C, any head_dim: heads four at a time, so the stack holds one tile of keys and values
    and four accumulators. Scores, softmax and sums are in double (see bitnet__cpu_attention). */
 static void bitnet__attn_row_ref(const float *q, int g, const uint16_t *kc, const uint16_t *vc, int len, int hd,
-                                 float scale, float *out) {
+                                 float *out) {
     float kf[BITNET__MAX_HEAD_DIM * 16], vf[16 * BITNET__MAX_HEAD_DIM];
     double o[4][BITNET__MAX_HEAD_DIM], sc[16], mx[4], sum[4], f, ds = 1.0 / sqrt((double)hd);
     int h0, h, s0, j, d, nh;
-    (void)scale;
     for (h0 = 0; h0 < g; h0 += 4) {
         nh = BITNET__MIN(4, g - h0);
         for (h = 0; h < nh; h++) {
@@ -7062,9 +7062,9 @@ static void bitnet__attn_row_ref(const float *q, int g, const uint16_t *kc, cons
     }
 }
 static void bitnet__attn_ref(const float *q, size_t stride, int nt, int g, const uint16_t *kc, const uint16_t *vc,
-                             int len0, int hd, float scale, float *out) {
+                             int len0, int hd, float *out) {
     int r;
-    for (r = 0; r < nt; r++) bitnet__attn_row_ref(q + r * stride, g, kc, vc, len0 + r, hd, scale, out + r * stride);
+    for (r = 0; r < nt; r++) bitnet__attn_row_ref(q + r * stride, g, kc, vc, len0 + r, hd, out + r * stride);
 }
 
 #if defined(BITNET__X86_SIMD)
@@ -7096,13 +7096,12 @@ BITNET__AVX512_FN static __m512d bitnet__exp_pd_avx512(__m512d x) {
    16-key tiles converted once for all rows and heads, the scores of a tile for four heads at a time
    (each key row loaded once), the head's output row in 16 zmm while the tile's values stream through. */
 BITNET__AVX512_FN static void bitnet__attn_avx512(const float *q, size_t stride, int nt, int g, const uint16_t *kc,
-                                                  const uint16_t *vc, int len0, int hd, float scale, float *out) {
+                                                  const uint16_t *vc, int len0, int hd, float *out) {
     double kd[128 * 16], vd[16 * 128], od[BITNET__ATTN_ROWS * 8 * 128], p[16], sc4[64], mx[BITNET__ATTN_ROWS * 8];
     double sum[BITNET__ATTN_ROWS * 8], qd[BITNET__ATTN_ROWS * 8 * 128];
     const double ds = 1.0 / sqrt(128.0);
     int h, r, s0, j, d, c, len = len0 + nt - 1;
     (void)hd;
-    (void)scale;
     for (r = 0; r < nt * g; r++) mx[r] = -INFINITY, sum[r] = 0;
     /* the queries in double once, so the score loop broadcasts them straight from memory */
     for (r = 0; r < nt; r++)
@@ -7182,7 +7181,6 @@ static void bitnet__attn_task(void *arg, int ith, int nth) {
     const bitnet_model *md = c->s->m;
     int nkv = md->info.n_kv_heads, g = md->info.n_heads / nkv, hd = md->info.head_dim, u, t, kvh, nt;
     int nblk = (c->m - c->t0 + BITNET__ATTN_ROWS - 1) / BITNET__ATTN_ROWS, n = nblk * nkv;
-    float scale = 1.0f / sqrtf((float)hd);
     size_t base, at;
     (void)ith;
     (void)nth;
@@ -7197,7 +7195,7 @@ static void bitnet__attn_task(void *arg, int ith, int nth) {
         t = c->t0 + u / nkv * BITNET__ATTN_ROWS, kvh = u % nkv, nt = BITNET__MIN(BITNET__ATTN_ROWS, c->m - t);
         base = ((size_t)c->l * nkv + kvh) * (size_t)c->s->n_kv * hd, at = (size_t)t * md->q_dim + (size_t)kvh * g * hd;
         c->fn(c->s->q + at, (size_t)md->q_dim, nt, g, c->s->k_cache + base, c->s->v_cache + base, c->s->pos + t + 1, hd,
-              scale, c->s->xb + at);
+              c->s->xb + at);
     }
 }
 /* rows t0 .. m-1 (the caller skips rows whose output nothing reads) */
@@ -10644,7 +10642,7 @@ BITNET_API bitnet_result bitnet_quantizer_summary(const bitnet_quantizer *qz, ch
 /* >>cuda-forward ============================================================================== */
 
 /* The forward pass on the GPU, the same steps in the same order as bitnet__cpu_forward, each
-   step a bitnet__gpu_<step> function. Weights (ternary in the T32 layout of the ternary module,
+   step (or run of fused steps) a bitnet__gpu_<step> function numbered as the CPU's. Weights (ternary in the T32 layout of the ternary module,
    the fp16 embedding and head), the fp16 KV cache and every activation stay on the device.
    - Decode (one token): a CUDA graph per session and attention form (contexts in one range over
      warps, in several, in several of two passes, and longer ones in the long form), captured at first use and replayed after
@@ -10885,7 +10883,9 @@ static bitnet_result bitnet__gpu_model_init(bitnet_model *m, int device) {
     BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_fwd_penalize", &g->penalize));
     g->att_pk = BITNET__GPU_ATT_PK;
     { /* sm_90: programmatic dependent launch for the kernels that wait with griddepcontrol (decode:
-         each one's launch and weight loads overlap the kernel before it); BITNET_GPU_PDL=0: off */
+         each one's launch and weight loads overlap the kernel before it); BITNET_GPU_PDL=0: off. The
+         embedding (a step's first kernel: nothing before it to overlap) and the repetition penalty
+         (not measured under it) launch plainly; their griddepcontrol.wait then returns at once. */
         const char *e = bitnet__getenv("BITNET_GPU_PDL");
         int pdl = !(e && strcmp(e, "0") == 0);
         g->gemv_store->pdl = g->gemv_res->pdl = g->gemv_glu->pdl = g->attn->pdl = g->head_k->pdl = g->topk->pdl = pdl;
@@ -11020,7 +11020,7 @@ static void bitnet__gsession_layout(bitnet__gsession *q, const bitnet_session *s
 /* The decode attention's dynamic shared memory for head_dim hd, nt threads and tiles of T positions:
    the kernel's layout (scores and their exp, the position lanes' accumulators, q, K and V). */
 static unsigned bitnet__gatt_smem(unsigned hd, unsigned nt, unsigned T) {
-    return 16 * T + 8 * hd * (nt / hd) + 4 * hd + 4 * hd * (T + 2);
+    return 16 * T + 8 * hd * (nt / hd) + 4 * hd + 4 * hd * (T + 1);
 }
 
 /* The most ranges (up to nmax) whose clusters of 512-thread attention blocks (smem bytes of dynamic shared
@@ -11028,7 +11028,7 @@ static unsigned bitnet__gatt_smem(unsigned hd, unsigned nt, unsigned T) {
 static int bitnet__gpu_att_clusters(const bitnet__gmodel *g, bitnet_gpu_kernel *k, int nh, int nmax, unsigned smem) {
     int n, fit = nh, ok;
     if (!bitnet__cuda.cu.cuOccupancyMaxActiveClusters) return nmax;
-    if (bitnet__ctx_push(g->gpu->dev->ctx) != BITNET_OK) return nmax;
+    if (bitnet__ctx_push(g->gpu->dev->ctx) != BITNET_OK) return 0; /* (no cluster form then) */
     ok = bitnet__smem_optin(g->gpu->dev, k, smem) == 0; /* (else the launch could not have it either) */
     for (n = 2; ok && n <= nmax; n++) {
         bitnet__cu_launch_attr at;
@@ -11120,7 +11120,10 @@ static bitnet_result bitnet__gpu_session_init(bitnet_session *s) {
     BITNET__TRY(bitnet_gpu_upload(q->gpu, q->iota, q->stage, (size_t)q->B * 4));
     BITNET__TRY(bitnet_gpu_sync(q->gpu)); /* the stage is reused right away */
     q->dev_pos = -1;
-    if (g->emb_dev && bitnet__gpu_host_alloc(q->gpu, 64, (void **)&q->pin, &q->pin_dev) != BITNET_OK) q->pin = NULL, q->pin_dev = 0;
+    if (g->emb_dev && bitnet__gpu_host_alloc(q->gpu, 64, (void **)&q->pin, &q->pin_dev) != BITNET_OK) {
+        bitnet__log(BITNET_LOG_INFO, "CUDA forward: %s; greedy decoding downloads each token before the next step", bitnet_last_error());
+        q->pin = NULL, q->pin_dev = 0;
+    }
     return bitnet_gpu_upload(q->gpu, q->rope, s->rope, (size_t)s->n_ctx * (size_t)s->m->info.head_dim * 4);
 }
 
@@ -11199,7 +11202,7 @@ static bitnet_result bitnet__gpu_attention(bitnet_session *s, int l) {
     return bitnet__gpu_launch(q->gpu, g->attn, (unsigned)nh, (unsigned)q->smax, 128, 1, smem, 1, args);
 }
 
-/* 9. head: logits = head . rmsnorm(x_row) * output_norm, and its argmax into io[0] (adv: a decode
+/* 8. head: logits = head . rmsnorm(x_row) * output_norm, and its argmax into io[0] (adv: a decode
    step's, which also moves io[1] on to the next position) */
 static bitnet_result bitnet__gpu_head(bitnet_session *s, bitnet_devptr x_row, int adv) {
     const bitnet_model *m = s->m;
@@ -11301,7 +11304,11 @@ static bitnet_result bitnet__gpu_step_graph(bitnet_session *s, int32_t pos) {
         if (r == BITNET_OK && q->draw && bitnet__sampler_penalty(&q->dr)) r = bitnet__gpu_penalize(s, &q->dr, NULL, 0);
         if (r == BITNET_OK && q->draw) r = bitnet__gpu_topk(s, &q->dr);
         r2 = bitnet_gpu_graph_end(q->gpu, gr);
-        BITNET__TRY(r);
+        if (r != BITNET_OK) { /* a launch that failed before the stream saw it leaves a partial graph: never keep it */
+            bitnet_gpu_graph_free(*gr);
+            *gr = NULL;
+            return r;
+        }
         BITNET__TRY(r2);
     }
     return BITNET_OK;
@@ -11311,9 +11318,10 @@ static bitnet_result bitnet__gpu_step_graph(bitnet_session *s, int32_t pos) {
 static bitnet_result bitnet__gpu_launch_step(bitnet_session *s, int32_t pos) {
     bitnet__gsession *q = (bitnet__gsession *)s->gpu;
     BITNET__TRY(bitnet__gpu_step_graph(s, pos));
+    BITNET__TRY(bitnet_gpu_graph_launch(q->gpu, q->graph[q->draw][q->form][q->form_n]));
     q->have_next = 1;
     q->dev_pos = pos + 1; /* where the head leaves io[1] */
-    return bitnet_gpu_graph_launch(q->gpu, q->graph[q->draw][q->form][q->form_n]);
+    return BITNET_OK;
 }
 
 /* One decode step of token at pos. */
@@ -11331,7 +11339,8 @@ static bitnet_result bitnet__gpu_norm_quant(bitnet_session *s, bitnet_devptr in,
     return bitnet_gpu_quantize_act(q->gpu, in, (size_t)m, a->k, w, s->m->info.norm_eps, a);
 }
 
-/* 3. linear for m tokens: out[m][n] (+= res when res is out) = W . a (int8 tensor cores) */
+/* 3. linear for m tokens: out[m][n] (+= res when res is out) = W . a (int8 tensor cores); for the
+   gate||up matrix the epilogue applies relu(gate)^2 * up (the CPU's relu2 of relu2_norm_quant) */
 static bitnet_result bitnet__gpu_linear_m(bitnet_session *s, const bitnet_gpu_ternary *w, const bitnet_gpu_act *a,
                                           bitnet_devptr out, bitnet_devptr res) {
     bitnet__gsession *q = (bitnet__gsession *)s->gpu;
@@ -11401,7 +11410,10 @@ static bitnet_result bitnet__gpu_attention_m(bitnet_session *s, int l, int m) {
     return bitnet__gpu_launch(q->gpu, g->attn_prefill, (unsigned)(nqb + cut * (pieces - 1)), (unsigned)nkv, 128, 1, smem, 1, args);
 }
 
-/* Prefill of m tokens at s->pos: the GEMM path, in the CPU's step order. */
+/* Prefill of m tokens at s->pos: the GEMM path, in the CPU's step order. The last layer trims its
+   rows past the KV cache as the CPU's does (none without logits, the last for the last row's
+   logits), except that its attention runs for all m rows (the kernel has no row offset; the rows
+   read are the same). */
 static bitnet_result bitnet__gpu_prefill(bitnet_session *s, const int32_t *tokens, int m, float *logits, int all) {
     const bitnet_model *md = s->m;
     bitnet__gmodel *g = (bitnet__gmodel *)md->gpu;
@@ -11412,19 +11424,26 @@ static bitnet_result bitnet__gpu_prefill(bitnet_session *s, const int32_t *token
     BITNET__TRY(bitnet__gpu_embed(s, q->erow, q->iota, m));                                 /* x [m][dim] */
     for (l = 0; l < md->info.n_layers; l++) {
         const bitnet__glayer *L = &g->layers[l];
+        int r0 = l < md->info.n_layers - 1 || (logits && all) ? 0 : (logits ? m - 1 : m), n = m - r0;
+        bitnet_devptr x = q->x + (bitnet_devptr)r0 * (bitnet_devptr)dim * 4;
         bitnet__nvtx_push("bitnet layer"); /* closed below, or by bitnet__eval after an error */
         /* attention block */
         BITNET__TRY(bitnet__gpu_norm_quant(s, q->x, L->attn_norm, m, &q->a_dim));            /* aq [m][dim] */
         BITNET__TRY(bitnet__gpu_linear_m(s, &L->qkv, &q->a_dim, q->qkv, 0));                 /* qkv [m][q+2kv] */
         BITNET__TRY(bitnet__gpu_rope_kv(s, l, m));
+        if (n == 0) { /* from here on, rows r0 .. m-1 only */
+            bitnet__nvtx_pop();
+            break;
+        }
         BITNET__TRY(bitnet__gpu_attention_m(s, l, m));                                       /* att [m][q_dim] */
-        BITNET__TRY(bitnet__gpu_norm_quant(s, q->att, L->attn_sub_norm, m, &q->a_q));        /* aq [m][q_dim] */
-        BITNET__TRY(bitnet__gpu_linear_m(s, &L->o, &q->a_q, q->x, q->x));                    /* x += o */
+        BITNET__TRY(bitnet__gpu_norm_quant(s, q->att + (bitnet_devptr)r0 * (bitnet_devptr)md->q_dim * 4, L->attn_sub_norm, n,
+                                           &q->a_q));                                        /* aq [n][q_dim] */
+        BITNET__TRY(bitnet__gpu_linear_m(s, &L->o, &q->a_q, x, x));                          /* x += o */
         /* feed-forward block */
-        BITNET__TRY(bitnet__gpu_norm_quant(s, q->x, L->ffn_norm, m, &q->a_dim));             /* aq [m][dim] */
-        BITNET__TRY(bitnet__gpu_linear_m(s, &L->gu, &q->a_dim, q->h, 0));                    /* h [m][ffn] */
-        BITNET__TRY(bitnet__gpu_norm_quant(s, q->h, L->ffn_sub_norm, m, &q->a_ff));          /* aq [m][ffn] */
-        BITNET__TRY(bitnet__gpu_linear_m(s, &L->down, &q->a_ff, q->x, q->x));                /* x += down */
+        BITNET__TRY(bitnet__gpu_norm_quant(s, x, L->ffn_norm, n, &q->a_dim));                /* aq [n][dim] */
+        BITNET__TRY(bitnet__gpu_linear_m(s, &L->gu, &q->a_dim, q->h, 0));                    /* h [n][ffn] */
+        BITNET__TRY(bitnet__gpu_norm_quant(s, q->h, L->ffn_sub_norm, n, &q->a_ff));          /* aq [n][ffn] */
+        BITNET__TRY(bitnet__gpu_linear_m(s, &L->down, &q->a_ff, x, x));                      /* x += down */
         bitnet__nvtx_pop();
     }
     q->have_next = 0;

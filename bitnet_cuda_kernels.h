@@ -1723,7 +1723,7 @@ static const char bitnet_cuda_src_forward[] = BITNET_CUDA_SRC_KHELPERS
     "   With one range a block writes its head's output; otherwise it leaves (max, sum, accumulator) and\n"
     "   the last block of its head to finish (counter[h], reset by it) combines the ranges. Scores, exp,\n"
     "   softmax and sums are in double, rounded to float once at the end, as on the CPU (bitnet.h's\n"
-    "   >>cpu-forward says why). Dynamic shared memory: 16*T + 8*hd*(blockDim/hd) + 4*hd + 4*hd*(T + 2)\n"
+    "   >>cpu-forward says why). Dynamic shared memory: 16*T + 8*hd*(blockDim/hd) + 4*hd + 4*hd*(T + 1)\n"
     "   bytes. It takes 94 registers a thread (NVRTC 13, sm_90); 96 is the most: at 97 (allocated as 104)\n"
     "   four 128-thread blocks share an SM instead of five, and it took 20.1 us instead of 14.4 at 560\n"
     "   positions (ncu, H100; decode 881 against 984 tokens/s after a 512-token prompt). Check the count\n"

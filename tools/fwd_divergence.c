@@ -348,7 +348,7 @@ static void check_attn(bitnet_session *s, const float *Q, size_t ldq, const uint
                 for (d = 0; d < hd; d++) o[d] += p * (double)bitnet_fp16_to_fp32(vb[(size_t)j * hd + d]);
             }
             if (h % G == 0 || 1) /* the CPU's float attention for this one head */
-                bitnet__attn_row_ref(qh, 1, tiles, vb, len, hd, 1.0f / sqrtf((float)hd), cpu);
+                bitnet__attn_row_ref(qh, 1, tiles, vb, len, hd, cpu);
             for (d = 0; d < hd; d++) {
                 double r = o[d] / sum;
                 num += (gh[d] - r) * (gh[d] - r), den += r * r, numc += (cpu[d] - r) * (cpu[d] - r);
