@@ -10843,6 +10843,41 @@ static bitnet_result bitnet__gpu_ternary(bitnet__gmodel *g, const void *const *w
     return BITNET_OK;
 }
 
+/* sm_90: programmatic dependent launch for the kernels that wait with griddepcontrol (decode: each one's
+   launch and weight loads overlap the kernel before it); BITNET_GPU_PDL=0: off. The embedding (a step's
+   first kernel: nothing before it to overlap) and the repetition penalty (not measured under it) launch
+   plainly; their griddepcontrol.wait then returns at once. */
+static void bitnet__gmodel_pdl(bitnet__gmodel *g, int on) {
+    g->gemv_store->pdl = g->gemv_res->pdl = g->gemv_glu->pdl = g->attn->pdl = g->head_k->pdl = g->topk->pdl = on;
+    if (g->attn_warps) g->attn_warps->pdl = g->attn_warps2->pdl = on;
+}
+
+/* The forward module's kernels: from mod (a build with other options, for tools' A/B runs) or, with mod
+   NULL, the built-in module; then their launch flags. */
+static bitnet_result bitnet__gmodel_kernels(bitnet__gmodel *g, bitnet_gpu_module *mod, int head_dim, int pdl) {
+#define BITNET__GK(NAME, DST) BITNET__TRY(mod ? bitnet_gpu_kernel_get(mod, NAME, DST) : bitnet_gpu_builtin_kernel(g->gpu, NAME, DST))
+    BITNET__GK("bitnet_k_fwd_embed", &g->embed);
+    BITNET__GK("bitnet_k_fwd_gemv_store", &g->gemv_store);
+    BITNET__GK("bitnet_k_fwd_gemv_res", &g->gemv_res);
+    BITNET__GK("bitnet_k_fwd_gemv_glu", &g->gemv_glu);
+    BITNET__GK("bitnet_k_fwd_attn_decode", &g->attn);
+    if (head_dim == 32 || head_dim == 64 || head_dim == 128) {
+        char name[40];
+        snprintf(name, sizeof name, "bitnet_k_fwd_attn_warps_d%d", head_dim / 32);
+        BITNET__GK(name, &g->attn_warps);
+        snprintf(name, sizeof name, "bitnet_k_fwd_attn_warps2_d%d", head_dim / 32);
+        BITNET__GK(name, &g->attn_warps2);
+    }
+    BITNET__GK(g->head_q8 ? "bitnet_k_fwd_head_q8" : "bitnet_k_fwd_head", &g->head_k);
+    BITNET__GK("bitnet_k_fwd_rope_kv", &g->rope_kv);
+    BITNET__GK("bitnet_k_fwd_attn_prefill", &g->attn_prefill);
+    BITNET__GK("bitnet_k_fwd_topk", &g->topk);
+    BITNET__GK("bitnet_k_fwd_penalize", &g->penalize);
+#undef BITNET__GK
+    bitnet__gmodel_pdl(g, pdl);
+    return BITNET_OK;
+}
+
 static bitnet_result bitnet__gpu_model_init(bitnet_model *m, int device) {
     const bitnet_model_info *in = &m->info;
     int hd = in->head_dim, G = in->n_kv_heads > 0 ? in->n_heads / in->n_kv_heads : 0, l;
@@ -10863,34 +10898,12 @@ static bitnet_result bitnet__gpu_model_init(bitnet_model *m, int device) {
     g->cc = di.cc_major * 10 + di.cc_minor;
     g->smem_optin = BITNET__MAX(di.smem_per_block_optin, di.smem_per_block);
     BITNET__TRY(bitnet_gpu_open(device, &g->gpu));
-    BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_fwd_embed", &g->embed));
-    BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_fwd_gemv_store", &g->gemv_store));
-    BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_fwd_gemv_res", &g->gemv_res));
-    BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_fwd_gemv_glu", &g->gemv_glu));
-    BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_fwd_attn_decode", &g->attn));
-    if (m->info.head_dim == 32 || m->info.head_dim == 64 || m->info.head_dim == 128) {
-        char name[40];
-        snprintf(name, sizeof name, "bitnet_k_fwd_attn_warps_d%d", (int)m->info.head_dim / 32);
-        BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, name, &g->attn_warps));
-        snprintf(name, sizeof name, "bitnet_k_fwd_attn_warps2_d%d", (int)m->info.head_dim / 32);
-        BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, name, &g->attn_warps2));
-    }
     g->head_q8 = m->head_q8 != NULL; /* quantized on the host by >>model, as for the CPU */
-    BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, g->head_q8 ? "bitnet_k_fwd_head_q8" : "bitnet_k_fwd_head", &g->head_k));
-    BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_fwd_rope_kv", &g->rope_kv));
-    BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_fwd_attn_prefill", &g->attn_prefill));
-    BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_fwd_topk", &g->topk));
-    BITNET__TRY(bitnet_gpu_builtin_kernel(g->gpu, "bitnet_k_fwd_penalize", &g->penalize));
-    g->att_pk = BITNET__GPU_ATT_PK;
-    { /* sm_90: programmatic dependent launch for the kernels that wait with griddepcontrol (decode:
-         each one's launch and weight loads overlap the kernel before it); BITNET_GPU_PDL=0: off. The
-         embedding (a step's first kernel: nothing before it to overlap) and the repetition penalty
-         (not measured under it) launch plainly; their griddepcontrol.wait then returns at once. */
+    {
         const char *e = bitnet__getenv("BITNET_GPU_PDL");
-        int pdl = !(e && strcmp(e, "0") == 0);
-        g->gemv_store->pdl = g->gemv_res->pdl = g->gemv_glu->pdl = g->attn->pdl = g->head_k->pdl = g->topk->pdl = pdl;
-        if (g->attn_warps) g->attn_warps->pdl = g->attn_warps2->pdl = pdl;
+        BITNET__TRY(bitnet__gmodel_kernels(g, NULL, m->info.head_dim, !(e && strcmp(e, "0") == 0)));
     }
+    g->att_pk = BITNET__GPU_ATT_PK;
     memset(&c, 0, sizeof c);
     bitnet__gmodel_layout(g, m, &c);
     if (c.overflow) return bitnet__err(BITNET_ERR_OVERFLOW, "CUDA forward: the model's device layout overflows");

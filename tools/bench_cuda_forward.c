@@ -248,36 +248,21 @@ static void kernel_times(void) {
     printf("    sum: %.1f us a step\n", total);
 }
 
-/* Programmatic dependent launch of the decode kernels on or off (as bitnet__gpu_model_init sets it);
-   the graph is recaptured at the next step. */
+/* Programmatic dependent launch of the decode kernels on or off (bitnet__gmodel_pdl); the graphs are
+   recaptured at their next steps. */
 static void set_pdl(int on) {
-    bitnet__gmodel *gm = (bitnet__gmodel *)G_m->gpu;
-    bitnet__gsession *gs = (bitnet__gsession *)G_s->gpu;
-    gm->gemv_store->pdl = gm->gemv_res->pdl = gm->gemv_glu->pdl = gm->attn->pdl = gm->head_k->pdl = on;
-    if (gm->attn_warps) gm->attn_warps->pdl = on;
-    bitnet__gpu_graphs_free(gs, -1); /* recaptured at their next steps */
+    bitnet__gmodel_pdl((bitnet__gmodel *)G_m->gpu, on);
+    bitnet__gpu_graphs_free((bitnet__gsession *)G_s->gpu, -1);
 }
 
-/* The forward module rebuilt with options; the session's graph is recaptured at its next step. */
+/* The forward module rebuilt with options; the session's graphs are recaptured at their next steps. */
 static void use_build(const char *opts) { /* (modules stay loaded until the handle closes) */
     bitnet__gmodel *gm = (bitnet__gmodel *)G_m->gpu;
     bitnet_gpu_module *mod;
     double t0 = bitnet__now();
     CHECK(bitnet_gpu_module_load(gm->gpu, bitnet_cuda_src_forward, opts, &mod));
-    CHECK(bitnet_gpu_kernel_get(mod, "bitnet_k_fwd_embed", &gm->embed));
-    CHECK(bitnet_gpu_kernel_get(mod, "bitnet_k_fwd_gemv_store", &gm->gemv_store));
-    CHECK(bitnet_gpu_kernel_get(mod, "bitnet_k_fwd_gemv_res", &gm->gemv_res));
-    CHECK(bitnet_gpu_kernel_get(mod, "bitnet_k_fwd_gemv_glu", &gm->gemv_glu));
-    CHECK(bitnet_gpu_kernel_get(mod, "bitnet_k_fwd_attn_decode", &gm->attn));
-    if (gm->attn_warps) {
-        char name[64];
-        snprintf(name, sizeof name, "bitnet_k_fwd_attn_warps_d%d", G_m->info.head_dim / 32);
-        CHECK(bitnet_gpu_kernel_get(mod, name, &gm->attn_warps));
-    }
-    CHECK(bitnet_gpu_kernel_get(mod, gm->head_q8 ? "bitnet_k_fwd_head_q8" : "bitnet_k_fwd_head", &gm->head_k));
-    CHECK(bitnet_gpu_kernel_get(mod, "bitnet_k_fwd_rope_kv", &gm->rope_kv));
-    CHECK(bitnet_gpu_kernel_get(mod, "bitnet_k_fwd_attn_prefill", &gm->attn_prefill));
-    set_pdl(1);
+    CHECK(bitnet__gmodel_kernels(gm, mod, G_m->info.head_dim, 1));
+    bitnet__gpu_graphs_free((bitnet__gsession *)G_s->gpu, -1);
     printf("  build \"%s\" ready in %.1f s\n", opts, bitnet__now() - t0);
 }
 
