@@ -11674,26 +11674,28 @@ static void bitnet__hugepages(void *p, size_t n) {
 #endif
 }
 
-/* Drops this process's pages of [p, p + n) inside the read-only file mapping (whole pages only):
-   once a tensor is copied or quantized, its mapped pages only add to the resident size. A later
-   read faults them back in from the page cache. */
-static void bitnet__release_mapped(const void *p, size_t n) {
+/* Drops this process's pages of [p, p + n) when they lie in g's read-only file mapping (whole pages
+   only): once a tensor is copied or quantized, its mapped pages only add to the resident size, and a
+   later read faults them back in from the page cache. Anything else (a tensor converted into heap
+   memory, an image read into memory) is left alone: there MADV_DONTNEED would zero it. */
+static void bitnet__release_mapped(const bitnet_gguf *g, const void *p, size_t n) {
 #if defined(__linux__) && defined(MADV_DONTNEED)
-    uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE), a = ((uintptr_t)p + pg - 1) & ~(pg - 1),
-              b = ((uintptr_t)p + n) & ~(pg - 1);
+    uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE), u = (uintptr_t)p, base = g ? (uintptr_t)g->base : 0, a, b;
+    if (!g || !g->map || u < base || n > g->size || u - base > g->size - n) return;
+    a = (u + pg - 1) & ~(pg - 1), b = (u + n) & ~(pg - 1);
     if (b > a) madvise((void *)a, (size_t)(b - a), MADV_DONTNEED);
 #else
-    (void)p, (void)n;
+    (void)g, (void)p, (void)n;
 #endif
 }
 
 /* The ternary matrices of a mapped file, copied once into anonymous memory on large pages (see
    above), and the mapped pages they came from released; a layer's seven on the thread pool. */
-typedef struct bitnet__wcopy { const void **mat[7]; uint8_t *dst[7]; size_t n[7]; } bitnet__wcopy;
+typedef struct bitnet__wcopy { const bitnet_gguf *g; const void **mat[7]; uint8_t *dst[7]; size_t n[7]; } bitnet__wcopy;
 static void bitnet__wcopy_one(void *ctx, int i) {
     bitnet__wcopy *c = (bitnet__wcopy *)ctx;
     memcpy(c->dst[i], *c->mat[i], c->n[i]);
-    bitnet__release_mapped(*c->mat[i], c->n[i]);
+    bitnet__release_mapped(c->g, *c->mat[i], c->n[i]);
     *c->mat[i] = c->dst[i];
 }
 static bitnet_result bitnet__weights_to_hugepages(bitnet_model *m, const bitnet_model_desc *d) {
@@ -11709,6 +11711,7 @@ static bitnet_result bitnet__weights_to_hugepages(bitnet_model *m, const bitnet_
     arena = (uint8_t *)bitnet__malloc(per_layer * (size_t)in->n_layers);
     BITNET__TRY(bitnet__model_own(m, arena));
     bitnet__hugepages(arena, per_layer * (size_t)in->n_layers);
+    c.g = m->gguf;
     for (l = 0; l < in->n_layers; l++) {
         bitnet__layer *L = &m->layers[l];
         c.mat[0] = &L->wq, c.mat[1] = &L->wk, c.mat[2] = &L->wv, c.mat[3] = &L->wo, c.mat[4] = &L->w_gate,
@@ -11864,8 +11867,8 @@ static bitnet_result bitnet__model_build(bitnet_model *m, const bitnet_model_wei
     if (!(d && d->head_f16) && !(env && strcmp(env, "f16") == 0)) {
         BITNET__TRY(bitnet__head_quantize(m, d));
         in->head_bits = 8;
-        /* the fp16 rows are now read one per token (the embedding), not all of them */
-        if (m->gguf && d && d->path && !d->no_mmap) bitnet__release_mapped(m->head_f16, t * 2);
+        /* the fp16 rows are now read one per token (the embedding, when tied), not all of them */
+        bitnet__release_mapped(m->gguf, m->head_f16, t * 2);
     }
     bitnet__progress(d, 1.0f);
     return BITNET_OK;

@@ -603,6 +603,8 @@ typedef struct micro_cfg {
     uint32_t rope_dims, vocab_key; /* written when nonzero */
     uint32_t n_types;              /* token_type entries (0: vocab) */
     float scale;                   /* I2_S scale (0: 1) */
+    bitnet_tensor_type emb_type;   /* token_embd.weight (0: F16) */
+    int no_tokenizer;              /* no tokenizer.* keys (then set vocab_key) */
 } micro_cfg;
 
 static micro_cfg micro_default(void) {
@@ -660,11 +662,13 @@ static bitnet_result write_micro(const char *path, const micro_cfg *c) {
     types[c->vocab - 1] = 3;
     if (c->rope_dims) HP("rope.dimension_count", c->rope_dims);
     if (c->vocab_key) HP("vocab_size", c->vocab_key);
-    W(bitnet_gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2"));
-    W(bitnet_gguf_writer_set_arr(w, "tokenizer.ggml.tokens", BITNET_GGUF_STRING, toks, c->vocab));
-    W(bitnet_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", BITNET_GGUF_INT32, types, c->n_types ? c->n_types : c->vocab));
-    if (c->bos >= 0) W(bitnet_gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)c->bos));
-    W(bitnet_gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 0));
+    if (!c->no_tokenizer) {
+        W(bitnet_gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2"));
+        W(bitnet_gguf_writer_set_arr(w, "tokenizer.ggml.tokens", BITNET_GGUF_STRING, toks, c->vocab));
+        W(bitnet_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", BITNET_GGUF_INT32, types, c->n_types ? c->n_types : c->vocab));
+        if (c->bos >= 0) W(bitnet_gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)c->bos));
+        W(bitnet_gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 0));
+    }
 #define T(nm, type, nd, a, b) do { uint64_t ne_[4] = {(a), (b), 1, 1}, nb_ = 0; \
         bitnet_tensor_type ty_ = (c->q8_instead && strcmp(c->q8_instead, nm) == 0) ? BITNET_TENSOR_Q8_0 \
             : (c->float_matrices && (type) == BITNET_TENSOR_I2_S) ? BITNET_TENSOR_F32 : (type); \
@@ -672,7 +676,7 @@ static bitnet_result write_micro(const char *path, const micro_cfg *c) {
             W(bitnet_gguf_writer_add_tensor(w, nm, ty_, nd, ne_)); \
             W(bitnet_tensor_nbytes(ty_, ne_, &nb_)); sizes[nt] = nb_; is_i2s[nt++] = ty_ == BITNET_TENSOR_I2_S; } \
     } while (0)
-    T("token_embd.weight", BITNET_TENSOR_F16, 2, c->dim, c->vocab);
+    T("token_embd.weight", c->emb_type ? c->emb_type : BITNET_TENSOR_F16, 2, c->dim, c->vocab);
     T("output_norm.weight", BITNET_TENSOR_F32, 1, c->dim, 1);
     for (l = 0; l < c->n_layers; l++)
         for (p = 0; p < 11; p++) {
@@ -689,7 +693,7 @@ static bitnet_result write_micro(const char *path, const micro_cfg *c) {
         }
 #undef T
     W(bitnet_gguf_writer_begin(w, path));
-    for (k = 0; k < nt && r == BITNET_OK; k++) { /* I2_S: code 1 (weight 0) then the scale; F32: 1.0; F16: 1.0 */
+    for (k = 0; k < nt && r == BITNET_OK; k++) { /* I2_S: code 1 (weight 0) then the scale; else the scale's bytes */
         unsigned char *buf = (unsigned char *)malloc((size_t)sizes[k]);
         size_t e;
         if (is_i2s[k]) {
@@ -708,6 +712,38 @@ static bitnet_result write_micro(const char *path, const micro_cfg *c) {
 #undef HP
     bitnet_gguf_writer_free(w);
     return r;
+}
+
+/* A tied head over an F32 or BF16 embedding (converted to fp16 in memory at load): the CPU's int8 head
+   is quantized from it, and the mapped file's pages are released after; the converted embedding must
+   survive that (it once read back as zeros), so mapped and read-in loads give the same, nonzero logits. */
+static void test_float_embedding_tied(void) {
+    static const bitnet_tensor_type types[2] = {BITNET_TENSOR_F32, BITNET_TENSOR_BF16};
+    const char *path = tmp_path("micro-emb.gguf");
+    int t, no_mmap;
+    for (t = 0; t < 2; t++) {
+        micro_cfg c = micro_default();
+        float lg[2][20];
+        c.emb_type = types[t], c.scale = 0.5f; /* the embedding's entries 0.5 (BF16: 0 and 0.5): exact in fp16 */
+        c.no_tokenizer = 1, c.vocab_key = c.vocab, c.bos = -1; /* (its vocabulary is not byte-level) */
+        TEST_CHECKF(write_micro(path, &c) == BITNET_OK, "%s", bitnet_last_error());
+        for (no_mmap = 0; no_mmap < 2; no_mmap++) {
+            bitnet_model_desc d;
+            bitnet_model *m = NULL;
+            bitnet_session *s = NULL;
+            int32_t tok[2] = {3, 5};
+            memset(&d, 0, sizeof d);
+            d.path = path, d.backend = BITNET_BACKEND_CPU, d.no_mmap = no_mmap;
+            memset(lg[no_mmap], 0, sizeof lg[no_mmap]);
+            TEST_CHECKF(bitnet_model_load(&d, &m) == BITNET_OK && bitnet_session_create(m, NULL, &s) == BITNET_OK, "%s",
+                        bitnet_last_error());
+            if (s) TEST_CHECK(bitnet_session_eval(s, tok, 2, lg[no_mmap], 0) == BITNET_OK);
+            bitnet_session_free(s), bitnet_model_free(m);
+        }
+        TEST_CHECKF(lg[0][0] != 0.0f && memcmp(lg[0], lg[1], sizeof lg[0]) == 0, "type %d: logit 0 mapped %g, read in %g", (int)types[t],
+                    (double)lg[0][0], (double)lg[1][0]);
+    }
+    remove(path);
 }
 
 /* Writes c, opens it and runs the check; returns the check's code (or the failure before it). */
@@ -1194,6 +1230,7 @@ int main(void) {
     RUN_TEST(test_alloc_faults);
     RUN_TEST(test_check_valid_micro);
     RUN_TEST(test_check_inconsistent);
+    RUN_TEST(test_float_embedding_tied);
     RUN_TEST(test_tiny_model);
     RUN_TEST(test_tiny_truncated_everywhere);
     RUN_TEST(test_concurrent_readers);
