@@ -6572,11 +6572,12 @@ static int bitnet__i32_cmp(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+/* The first maximum; NaN never wins, and all NaN gives 0 (the GPU head's rule, bf_argmax_pick). */
 static int32_t bitnet__argmax(const float *x, int32_t n) {
-    int32_t i, best = 0;
-    for (i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
+    int32_t i, best = -1;
+    for (i = 0; i < n; i++)
+        if (x[i] == x[i] && (best < 0 || x[i] > x[best])) best = i;
+    return best < 0 ? 0 : best;
 }
 
 /* Keeps the k best of c[0..n) in c[0..k) (a min-heap of size k: O(n log k)), sorted best first. */

@@ -428,6 +428,13 @@ static void test_sampling(void) {
     /* greedy, and top-k 1 at any temperature, is the argmax */
     memcpy(lg, base, sizeof lg);
     TEST_CHECK(bitnet_sample(lg, 8, &p, NULL, 0, &rng, &tok) == BITNET_OK && tok == 1);
+    { /* NaN never wins, wherever it stands (the GPU head's rule); all NaN gives token 0 */
+        float nan_first[4] = {NAN, -INFINITY, 2.0f, 2.0f}, all_nan[3] = {NAN, NAN, NAN};
+        TEST_CHECK(bitnet_sample(nan_first, 4, &p, NULL, 0, &rng, &tok) == BITNET_OK && tok == 2);
+        nan_first[2] = nan_first[3] = -INFINITY;
+        TEST_CHECK(bitnet_sample(nan_first, 4, &p, NULL, 0, &rng, &tok) == BITNET_OK && tok == 1);
+        TEST_CHECK(bitnet_sample(all_nan, 3, &p, NULL, 0, &rng, &tok) == BITNET_OK && tok == 0);
+    }
     p.temperature = 5.0f, p.top_k = 1;
     for (i = 0; i < 50; i++) {
         memcpy(lg, base, sizeof lg);
