@@ -4891,14 +4891,18 @@ BITNET_API bitnet_result bitnet_gguf_tensor(const bitnet_gguf *g, uint64_t i, bi
     *out = g->tensors[i];
     return BITNET_OK;
 }
+/* The tensor called name, or NULL (no error: for optional tensors). */
+static const bitnet_tensor_info *bitnet__gguf_tensor_named(const bitnet_gguf *g, const char *name) {
+    size_t slot = bitnet__gguf_slot(g->t_hash, g->t_cap, name, strlen(name), NULL, g->tensors);
+    return g->t_hash[slot] ? &g->tensors[g->t_hash[slot] - 1] : NULL;
+}
 BITNET_API bitnet_result bitnet_gguf_find_tensor(const bitnet_gguf *g, const char *name, bitnet_tensor_info *out) {
-    size_t slot;
+    const bitnet_tensor_info *t;
     BITNET__CHECK_PTR(g);
     BITNET__CHECK_PTR(name);
     BITNET__CHECK_PTR(out);
-    slot = bitnet__gguf_slot(g->t_hash, g->t_cap, name, strlen(name), NULL, g->tensors);
-    if (!g->t_hash[slot]) return bitnet__err(BITNET_ERR_MISSING_TENSOR, "GGUF: tensor '%s' is missing", name);
-    *out = g->tensors[g->t_hash[slot] - 1];
+    if (!(t = bitnet__gguf_tensor_named(g, name))) return bitnet__err(BITNET_ERR_MISSING_TENSOR, "GGUF: tensor '%s' is missing", name);
+    *out = *t;
     return BITNET_OK;
 }
 
@@ -4944,10 +4948,8 @@ static int bitnet__gguf_role_ok(int role, bitnet_tensor_type t) {
 static bitnet_result bitnet__gguf_want(const bitnet_gguf *g, const char *name, int role, uint64_t ne0, uint64_t ne1,
                                        int optional) {
     bitnet_tensor_info t;
-    if (bitnet_gguf_find_tensor(g, name, &t) != BITNET_OK) {
-        if (optional) return BITNET_OK;
-        return bitnet__err(BITNET_ERR_MISSING_TENSOR, "GGUF: tensor '%s' is missing", name);
-    }
+    if (optional && !bitnet__gguf_tensor_named(g, name)) return BITNET_OK;
+    BITNET__TRY(bitnet_gguf_find_tensor(g, name, &t));
     if (!bitnet__gguf_role_ok(role, t.type))
         return bitnet__err(BITNET_ERR_UNSUPPORTED_TYPE, "GGUF: tensor '%s' is %s, a BitNet model needs %s here", name,
                            bitnet_tensor_type_name(t.type), role == BITNET__GGUF_TERNARY ? "I2_S, TQ1_0, TQ2_0, F32, F16 or BF16" : "F32, F16 or BF16");
@@ -12050,9 +12052,10 @@ static bitnet_result bitnet__model_from_gguf(bitnet_model *m, const bitnet_model
     bitnet__progress(d, 0.02f);
     BITNET__TRY(bitnet_gguf_find_tensor(g, "token_embd.weight", &ti));
     BITNET__TRY(bitnet__tensor_f16(m, "token_embd.weight", &ti, (size_t)w.n_vocab, (size_t)w.dim, &w.tok_embd));
-    for (i = 0; (uint64_t)i < bitnet_gguf_tensor_count(g); i++) /* optional: looked up without an error */
-        if (bitnet_gguf_tensor(g, (uint64_t)i, &ti) == BITNET_OK && strcmp(ti.name, "output.weight") == 0)
-            BITNET__TRY(bitnet__tensor_f16(m, "output.weight", &ti, (size_t)w.n_vocab, (size_t)w.dim, &w.output));
+    if (bitnet__gguf_tensor_named(g, "output.weight")) { /* optional: tied to the embedding without it */
+        BITNET__TRY(bitnet_gguf_find_tensor(g, "output.weight", &ti));
+        BITNET__TRY(bitnet__tensor_f16(m, "output.weight", &ti, (size_t)w.n_vocab, (size_t)w.dim, &w.output));
+    }
     BITNET__TRY(bitnet_gguf_find_tensor(g, "output_norm.weight", &ti));
     BITNET__TRY(bitnet__tensor_f32(m, "output_norm.weight", &ti, (size_t)w.dim, &w.output_norm));
     lw = (bitnet_layer_weights *)bitnet__calloc((size_t)w.n_layers, sizeof *lw);
@@ -12460,10 +12463,10 @@ BITNET_API bitnet_result bitnet_chat(bitnet_session *s, const char *role, const 
     if (!s->m->tok) return bitnet__err(BITNET_ERR_INVALID_STATE, "bitnet_chat: the model has no tokenizer");
     state = s->pos == s->chat_pos ? s->chat_state : 0;
     msg.role = role, msg.content = content;
-    r = bitnet_chat_format(&msg, 1, reply, NULL, 0, &len);
-    if (r != BITNET_OK && r != BITNET_ERR_BAD_SIZE) return r;
-    /* the text: <|eot_id|> closing the reply, then the message, with BOS only at the start of the session */
+    /* the text: <|eot_id|> closing the reply, then the message (its template adds at most 64 bytes),
+       with BOS only at the start of the session; sized up front, so no size query reports an error */
     head = state ? sizeof eot - 1 : 0;
+    len = strlen(content) + 64;
     text = (char *)bitnet__malloc(head + len + 1);
     if (!text) return BITNET_ERR_OUT_OF_MEMORY;
     memcpy(text, eot, head);
@@ -12471,12 +12474,9 @@ BITNET_API bitnet_result bitnet_chat(bitnet_session *s, const char *role, const 
     if (r == BITNET_OK && s->pos > 0 && strncmp(text + head, bos, sizeof bos - 1) == 0)
         memmove(text + head, text + head + sizeof bos - 1, len - (sizeof bos - 1) + 1);
     k = state == 2; /* the reply's last token goes first */
-    if (r == BITNET_OK) {
-        r = bitnet_tokenize(s->m->tok, text, strlen(text), 0, 1, NULL, 0, &n);
-        if (r == BITNET_ERR_BAD_SIZE || r == BITNET_OK) {
-            ids = (int32_t *)bitnet__malloc((k + n + 1) * sizeof *ids);
-            r = ids ? bitnet_tokenize(s->m->tok, text, strlen(text), 0, 1, ids + k, n + 1, &n) : BITNET_ERR_OUT_OF_MEMORY;
-        }
+    if (r == BITNET_OK) { /* a token covers at least one byte */
+        ids = (int32_t *)bitnet__malloc((k + strlen(text) + 1) * sizeof *ids);
+        r = ids ? bitnet_tokenize(s->m->tok, text, strlen(text), 0, 1, ids + k, strlen(text) + 1, &n) : BITNET_ERR_OUT_OF_MEMORY;
     }
     if (r == BITNET_OK && k) ids[0] = s->chat_last;
     pos0 = s->pos;

@@ -769,6 +769,12 @@ static void tok_append(const bitnet_tokenizer *tk, const char *text, int32_t *id
 /* bitnet_chat keeps a conversation on one session: each reply is what one greedy generate over the
    whole transcript gives, whether the reply before ended at max_tokens (its last token, sampled and
    not evaluated, goes into the text first) or at a stop token (which stays out of the text). */
+static int error_logs;
+static void count_error_logs(bitnet_log_level level, const char *message, void *user) {
+    (void)message, (void)user;
+    error_logs += level == BITNET_LOG_ERROR;
+}
+
 static void test_chat(void) {
     bitnet_model_desc d;
     bitnet_model *m = NULL;
@@ -778,6 +784,10 @@ static void test_chat(void) {
     const bitnet_tokenizer *tk;
     int32_t r1[8], r2[8], r3[8], ref[8], tx[512], none = 0, stop;
     size_t n = 0, n1 = 0, j, i;
+    /* a load (the head tied: no output.weight) and chats that succeed report no error on the way */
+    bitnet_clear_error();
+    error_logs = 0;
+    bitnet_set_logger(count_error_logs, NULL);
     if (!tiny_load(&d, &m)) TEST_SKIP("tests/data/tiny.gguf is absent (run from the repository root)");
     tk = m ? bitnet_model_tokenizer(m) : NULL;
     TEST_CHECK(tk && bitnet_session_create(m, NULL, &s) == BITNET_OK && bitnet_session_create(m, NULL, &b) == BITNET_OK);
@@ -787,6 +797,8 @@ static void test_chat(void) {
     /* a system message, then a reply cut at max_tokens */
     TEST_CHECK(bitnet_chat(s, "system", "Be brief.", NULL, NULL, 0, NULL) == BITNET_OK);
     TEST_CHECK(bitnet_chat(s, "user", "Hello there", &gp, r1, 8, &st) == BITNET_OK && st.n_generated == 6);
+    bitnet_set_logger(NULL, NULL);
+    TEST_CHECKF(error_logs == 0 && !bitnet_last_error()[0], "%d error logs, last error '%s'", error_logs, bitnet_last_error());
     tok_append(tk, "<|begin_of_text|>System: Be brief.<|eot_id|>User: Hello there<|eot_id|>Assistant: ", tx, 512, &n);
     TEST_CHECK(bitnet_generate(b, tx, n, &gp, ref, 8, &st) == BITNET_OK && memcmp(ref, r1, 6 * sizeof *ref) == 0);
     TEST_CHECK(bitnet_session_pos(s) == (int32_t)n + 5); /* the text, and the reply's first 5 tokens */
