@@ -12294,6 +12294,7 @@ BITNET_API bitnet_result bitnet_session_eval(bitnet_session *s, const int32_t *t
     BITNET__CHECK_PTR(tokens);
     if (n == 0) return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_session_eval: no tokens");
     BITNET__TRY(bitnet__check_tokens(s, tokens, n));
+    s->chat_pos = -1; /* ends a reply's bookkeeping (bitnet_chat, which calls this, sets it again) */
     return bitnet__eval(s, tokens, n, logits, all_logits);
 }
 
@@ -12343,6 +12344,7 @@ BITNET_API bitnet_result bitnet_generate(bitnet_session *s, const int32_t *promp
     BITNET__TRY(bitnet__check_tokens(s, prompt ? prompt : stop_default, n_prompt));
     if (!n_prompt && !s->has_logits)
         return bitnet__err(BITNET_ERR_INVALID_STATE, "bitnet_generate: no prompt, and nothing evaluated to continue from");
+    s->chat_pos = -1; /* as bitnet_session_eval */
     memset(&st, 0, sizeof st);
     if (d.stop_tokens) stop = d.stop_tokens, n_stop = d.n_stop;
     else {

@@ -766,6 +766,35 @@ static void tok_append(const bitnet_tokenizer *tk, const char *text, int32_t *id
     *n += k;
 }
 
+/* An eval between two messages ends the reply's bookkeeping, even where a discard brings the session
+   back to the position the reply ended at: the next message then goes on from the text as it is
+   (no <|eot_id|> and no reply token put before it). */
+static void test_chat_after_eval(void) {
+    bitnet_model_desc d;
+    bitnet_model *m = NULL;
+    bitnet_session *s = NULL;
+    bitnet_generate_params gp;
+    int32_t x[3] = {10, 11, 12}, none = 0, ids[64];
+    size_t n = 0;
+    int32_t pos;
+    if (!tiny_load(&d, &m)) TEST_SKIP("tests/data/tiny.gguf is absent (run from the repository root)");
+    TEST_CHECK(m && bitnet_session_create(m, NULL, &s) == BITNET_OK);
+    if (!s) goto done;
+    memset(&gp, 0, sizeof gp);
+    gp.max_tokens = 2, gp.stop_tokens = &none, gp.n_stop = 0; /* cut short: the reply's last token is pending */
+    TEST_CHECK(bitnet_chat(s, "user", "hello", &gp, NULL, 0, NULL) == BITNET_OK);
+    pos = bitnet_session_pos(s);
+    TEST_CHECK(bitnet_session_eval(s, x, 3, NULL, 0) == BITNET_OK && bitnet_session_discard(s, 1, 3) == BITNET_OK &&
+               bitnet_session_pos(s) == pos);
+    tok_append(bitnet_model_tokenizer(m), "System: Be brief.<|eot_id|>", ids, 64, &n);
+    TEST_CHECK(bitnet_chat(s, "system", "Be brief.", NULL, NULL, 0, NULL) == BITNET_OK);
+    TEST_CHECKF(bitnet_session_pos(s) == pos + (int32_t)n, "%d positions added, the message has %zu tokens",
+                (int)(bitnet_session_pos(s) - pos), n);
+done:
+    bitnet_session_free(s);
+    bitnet_model_free(m);
+}
+
 /* bitnet_chat keeps a conversation on one session: each reply is what one greedy generate over the
    whole transcript gives, whether the reply before ended at max_tokens (its last token, sampled and
    not evaluated, goes into the text first) or at a stop token (which stays out of the text). */
@@ -935,6 +964,7 @@ int main(void) {
     RUN_TEST(test_alloc_faults);
     RUN_TEST(test_tiny_gguf);
     RUN_TEST(test_chat);
+    RUN_TEST(test_chat_after_eval);
     RUN_TEST(test_discard);
     return test_summary();
 }
