@@ -11615,8 +11615,12 @@ static bitnet_result bitnet__gpu_sample(bitnet_session *s, const bitnet_sampler_
      bitnet__gpu_session_init(bitnet_session *)           KV cache and buffers (s->gpu)
      bitnet__gpu_session_free(bitnet_session *)
      bitnet__gpu_forward(bitnet_session *, tokens, m, logits, all)  same contract as bitnet__cpu_forward
-     bitnet__gpu_next_token(bitnet_session *, ahead, token, launched)  greedy: the device's argmax
-     bitnet__gpu_sample(bitnet_session *, sampler, history, n, rng, token)  sampling from the device's k best */
+     bitnet__gpu_decode(bitnet_session *, token, pos)      launch one decode step (no wait)
+     bitnet__gpu_draw_begin(bitnet_session *, sampler, rng)  sampling drawn on the device from here on
+     bitnet__gpu_next_token(bitnet_session *, ahead, token, launched)  the token the device left (greedy's
+                                                         argmax or a device draw), the next step launched first
+     bitnet__gpu_sample(bitnet_session *, sampler, history, n, rng, token)  sampling from the device's k best
+   bitnet_generate also reads the GPU session's pin, have_next and draw (>>cuda-forward's bitnet__gsession). */
 
 static bitnet_result bitnet__model_own(bitnet_model *m, void *p) {
     void **grown;
@@ -11765,7 +11769,9 @@ static bitnet_result bitnet__head_quantize(bitnet_model *m, const bitnet_model_d
     return c.bad == 2 ? BITNET_ERR_OUT_OF_MEMORY : c.bad ? bitnet__err(BITNET_ERR_INVALID_STATE, "quantizing the head failed") : BITNET_OK;
 }
 
-/* Validates the shapes, takes the pointers, prepares the head for the backend already chosen. */
+/* Validates the shapes and takes the pointers; sets the GPU up for backend CUDA or AUTO (AUTO falls
+   back to the CPU, and says why, when that fails); copies a mapped file's ternary matrices onto large
+   pages; quantizes the head to int8 unless the fp16 one is asked for. */
 static bitnet_result bitnet__model_build(bitnet_model *m, const bitnet_model_weights *w, const bitnet_model_desc *d) {
     bitnet_model_info *in = &m->info;
     int32_t l, hd;
@@ -12321,6 +12327,15 @@ BITNET_API bitnet_result bitnet_session_discard(bitnet_session *s, int32_t first
 
 /* ---- generation ------------------------------------------------------------------------------- */
 
+#if defined(BITNET__GPU_FORWARD)
+/* Whether a token after the n-th generated one is wanted (max_tokens, out's room, the context):
+   a step for it may be launched before the n-th is handed on. */
+static int bitnet__gen_more(const bitnet_session *s, const bitnet_generate_params *d, const int32_t *out, size_t cap,
+                            size_t n) {
+    return !(d->max_tokens && n >= (size_t)d->max_tokens) && !(out && n >= cap) && s->pos < s->n_ctx;
+}
+#endif
+
 BITNET_API bitnet_result bitnet_generate(bitnet_session *s, const int32_t *prompt, size_t n_prompt,
                                          const bitnet_generate_params *p, int32_t *out, size_t cap,
                                          bitnet_generate_stats *stats) {
@@ -12387,8 +12402,7 @@ BITNET_API bitnet_result bitnet_generate(bitnet_session *s, const int32_t *promp
 #if defined(BITNET__GPU_FORWARD)
         /* the step that feeds tok may start before tok is read, unless it will not be needed */
         if (gpu_greedy || gpu_draw)
-            r = bitnet__gpu_next_token(s, !(d.max_tokens && st.n_generated + 1 >= (size_t)d.max_tokens) &&
-                                              !(out && st.n_generated + 1 >= cap) && s->pos < s->n_ctx, &tok, &launched);
+            r = bitnet__gpu_next_token(s, bitnet__gen_more(s, &d, out, cap, st.n_generated + 1), &tok, &launched);
         else if (gpu_topk)
             r = bitnet__gpu_sample(s, &d.sampler, s->tokens, (size_t)s->pos, &rng, &tok);
         else
@@ -12403,8 +12417,7 @@ BITNET_API bitnet_result bitnet_generate(bitnet_session *s, const int32_t *promp
 #if defined(BITNET__GPU_FORWARD)
         /* a sampled token's step starts before the host hands the token on (as greedy's does), unless
            no further token is wanted; if on_token stops here, the step is thrown away as greedy's is */
-        if (gpu_topk && !gpu_draw && !(d.max_tokens && st.n_generated >= (size_t)d.max_tokens) &&
-            !(out && st.n_generated >= cap) && s->pos < s->n_ctx) {
+        if (gpu_topk && !gpu_draw && bitnet__gen_more(s, &d, out, cap, st.n_generated)) {
             if ((r = bitnet__gpu_decode(s, tok, s->pos)) != BITNET_OK) goto end;
             launched = 1;
         }
