@@ -12103,7 +12103,7 @@ static bitnet_result bitnet__model_open_gguf(bitnet_model *m, const bitnet_model
     if (r == BITNET_OK) {
         bitnet__hugepages(m->file_copy, (size_t)sz);
         if (fread(m->file_copy, 1, (size_t)sz, f) != (size_t)sz)
-            r = bitnet__err(BITNET_ERR_IO, "cannot read %s: %s", desc->path, strerror(errno));
+            r = bitnet__err(BITNET_ERR_IO, "cannot read %s: %s", desc->path, ferror(f) ? strerror(errno) : "the file shrank while read");
     }
     fclose(f);
     return r == BITNET_OK ? bitnet_gguf_open_memory(m->file_copy, (size_t)sz, &m->gguf) : r;
@@ -12201,15 +12201,13 @@ BITNET_API bitnet_result bitnet_session_create(bitnet_model *m, const bitnet_ses
     n_ctx = desc && desc->n_ctx ? desc->n_ctx : m->info.n_ctx_train;
     if (n_ctx <= 0 || n_ctx > INT32_MAX - 16)
         return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_session_create: n_ctx %d is out of range", (int)n_ctx);
+    if (desc && (desc->n_batch < 0 || desc->n_batch > BITNET__MAX_BATCH))
+        return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_session_create: n_batch %d is not in [0, %d]", (int)desc->n_batch,
+                           BITNET__MAX_BATCH);
     s = (bitnet_session *)bitnet__calloc(1, sizeof *s);
     if (!s) return BITNET_ERR_OUT_OF_MEMORY;
     s->m = m;
     s->n_ctx = n_ctx;
-    if (desc && (desc->n_batch < 0 || desc->n_batch > BITNET__MAX_BATCH)) {
-        bitnet__free(s);
-        return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_session_create: n_batch %d is not in [0, %d]", (int)desc->n_batch,
-                           BITNET__MAX_BATCH);
-    }
     s->n_batch = BITNET__MIN(n_ctx, desc && desc->n_batch ? desc->n_batch : BITNET__MAX_BATCH);
     hd = m->info.head_dim;
     s->rope = (float *)bitnet__calloc((size_t)n_ctx, (size_t)hd * sizeof(float));
