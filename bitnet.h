@@ -10645,8 +10645,8 @@ BITNET_API bitnet_result bitnet_quantizer_summary(const bitnet_quantizer *qz, ch
 /* >>cuda-forward ============================================================================== */
 
 /* The forward pass on the GPU, the same steps in the same order as bitnet__cpu_forward, each
-   step (or run of fused steps) a bitnet__gpu_<step> function numbered as the CPU's. Weights (ternary in the T32 layout of the ternary module,
-   the fp16 embedding and head), the fp16 KV cache and every activation stay on the device.
+   step (or run of fused steps) a bitnet__gpu_<step> function numbered as the CPU's. Weights
+   (ternary in the T32 layout of the ternary module, the fp16 embedding and head), the fp16 KV cache and every activation stay on the device.
    - Decode (one token): a CUDA graph per session and attention form (contexts in one range over
      warps, in several, in several of two passes, and longer ones in the long form), captured at first use and replayed after
      (H100, 2B-4T shapes: see BENCHMARKS.md). Token and position are read from device memory (io), and the token's fp16
