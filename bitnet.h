@@ -12476,10 +12476,11 @@ BITNET_API bitnet_result bitnet_chat(bitnet_session *s, const char *role, const 
     if (!s->m->tok) return bitnet__err(BITNET_ERR_INVALID_STATE, "bitnet_chat: the model has no tokenizer");
     state = s->pos == s->chat_pos ? s->chat_state : 0;
     msg.role = role, msg.content = content;
-    /* the text: <|eot_id|> closing the reply, then the message (its template adds at most 64 bytes),
-       with BOS only at the start of the session; sized up front, so no size query reports an error */
+    /* the text: <|eot_id|> closing the reply, then the message, with BOS only at the start of the
+       session; sized up front from bitnet_chat_format's parts (BOS, the longest role prefix, the
+       content, <|eot_id|>, the generation prompt), so no size query reports an error */
     head = state ? sizeof eot - 1 : 0;
-    len = strlen(content) + 64;
+    len = sizeof bos + sizeof eot + 2 * sizeof "Assistant: " + strlen(content);
     text = (char *)bitnet__malloc(head + len + 1);
     if (!text) return BITNET_ERR_OUT_OF_MEMORY;
     memcpy(text, eot, head);

@@ -527,14 +527,16 @@ static int bench_write_text(const char *path, const char *text, size_t len) {
 static double bench_cpu_read_bw(void);
 static double bench_cuda_copy_bw(void);
 
-/* Bytes a decode step at position pos must read: every weight once (the ternary matrices at 2 bits,
+/* Bytes a decode step at position pos must read: every weight once (the seven I2_S matrices a layer,
    the head at its width, the norms) and the fp16 K/V rows before it. */
 static double bench_step_bytes(const bitnet_model_info *mi, double pos) {
-    const double L = mi->n_layers, d = mi->dim, hd = mi->head_dim ? mi->head_dim : mi->dim / mi->n_heads;
-    const double q = mi->n_heads * hd, kv = mi->n_kv_heads * hd, f = mi->ffn_dim, v = mi->n_vocab;
-    const double ternary = L * (d * (q + 2 * kv) + q * d + 3 * f * d) / 4;
-    const double head = v * d * (mi->head_bits == 8 ? 1 : 2) + (mi->head_bits == 8 ? 4 * v : 0);
-    return ternary + head + 4 * (L * (2 * d + q + f) + d) + L * 2 * kv * 2 * pos;
+    const size_t d = (size_t)mi->dim, hd = mi->head_dim ? (size_t)mi->head_dim : d / (size_t)mi->n_heads;
+    const size_t q = (size_t)mi->n_heads * hd, kv = (size_t)mi->n_kv_heads * hd, f = (size_t)mi->ffn_dim;
+    const double L = mi->n_layers, v = mi->n_vocab;
+    const double ternary = L * (double)(bitnet_i2s_bytes(q, d) + 2 * bitnet_i2s_bytes(kv, d) + bitnet_i2s_bytes(d, q) +
+                                        2 * bitnet_i2s_bytes(f, d) + bitnet_i2s_bytes(d, f));
+    const double head = v * (double)d * (mi->head_bits == 8 ? 1 : 2) + (mi->head_bits == 8 ? 4 * v : 0);
+    return ternary + head + 4 * (L * (double)(2 * d + q + f) + (double)d) + L * 2 * (double)kv * 2 * pos;
 }
 
 static int cmd_bench(int argc, char **argv) {

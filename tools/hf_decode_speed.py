@@ -20,7 +20,7 @@ import argparse, json, os, sys, time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from hf_parity import Reader, hf_checkpoint  # noqa: E402
+from hf_parity import HF_NAMES, Reader, hf_checkpoint  # noqa: E402
 
 
 def f32(a):
@@ -37,12 +37,8 @@ def dense_model(r, cfg):
         model = BitNetForCausalLM(BitNetConfig(**c))
     torch.set_default_dtype(torch.float32)
     sd = {}
-    names = {"attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
-             "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
-             "ffn_down": "mlp.down_proj", "attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
-             "attn_sub_norm": "self_attn.attn_sub_norm", "ffn_sub_norm": "mlp.ffn_sub_norm"}
     for l in range(cfg["num_hidden_layers"]):
-        for ours, theirs in names.items():
+        for ours, theirs in HF_NAMES.items():
             t = r.tensor("blk.%d.%s.weight" % (l, ours))
             if isinstance(t, tuple):  # ternary times its scale, rounded once to bf16
                 q, scale = t

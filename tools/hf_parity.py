@@ -169,6 +169,13 @@ def our_logits(bitnet, gguf, tokens, n_vocab, head, tmp):
 
 
 # ---- the Hugging Face side ------------------------------------------------------------------------
+# A layer's GGUF tensor names (blk.N.<key>.weight) and transformers' (model.layers.N.<value>.weight)
+HF_NAMES = {"attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
+            "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
+            "ffn_down": "mlp.down_proj", "attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
+            "attn_sub_norm": "self_attn.attn_sub_norm", "ffn_sub_norm": "mlp.ffn_sub_norm"}
+
+
 def hf_checkpoint(r, d, mode):
     """config.json + model.safetensors from GGUF r, for transformers' BitNet quantized path.
     mode "autobitlinear": offline AutoBitLinear, multiplicative weight_scale;
@@ -194,13 +201,9 @@ def hf_checkpoint(r, d, mode):
     sd = {"model.embed_tokens.weight": emb, "model.norm.weight": r.tensor("output_norm.weight")}
     if not tied:
         sd["lm_head.weight"] = r.tensor("output.weight")
-    names = {"attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
-             "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
-             "ffn_down": "mlp.down_proj", "attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
-             "attn_sub_norm": "self_attn.attn_sub_norm", "ffn_sub_norm": "mlp.ffn_sub_norm"}
     ternary = {}
     for l in range(layers):
-        for ours, theirs in names.items():
+        for ours, theirs in HF_NAMES.items():
             key = "model.layers.%d.%s" % (l, theirs)
             t = r.tensor("blk.%d.%s.weight" % (l, ours))
             if isinstance(t, tuple):
