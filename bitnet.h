@@ -1146,6 +1146,16 @@ BITNET__UNUSED static const char *bitnet__getenv(const char *name) {
     const char *v = getenv(name);
     return (v && *v) ? v : NULL;
 }
+/* The switches for tuning and tests: "0" turns one off; a number outside [lo, hi] is ignored. */
+BITNET__UNUSED static int bitnet__env_off(const char *name) {
+    const char *v = bitnet__getenv(name);
+    return v && strcmp(v, "0") == 0;
+}
+BITNET__UNUSED static int bitnet__env_int(const char *name, int lo, int hi, int def) {
+    const char *v = bitnet__getenv(name);
+    const long x = v ? strtol(v, NULL, 10) : (long)lo - 1;
+    return x >= lo && x <= hi ? (int)x : def;
+}
 
 BITNET__UNUSED static double bitnet__now(void) { /* seconds, monotonic */
 #if defined(_WIN32)
@@ -4021,8 +4031,7 @@ static void bitnet__gemm_task(void *arg, int ith, int nth) {
    unit granted, BITNET_CPU_AMX not 0). */
 static int bitnet__gemm_amx(const bitnet__gemm_job *j) {
 #if defined(BITNET__AMX)
-    const char *e = bitnet__getenv("BITNET_CPU_AMX");
-    return bitnet_cpu_isa() == BITNET_ISA_AVX512 && !j->q8 && j->m >= BITNET__PF_MIN_M && !(e && strcmp(e, "0") == 0) &&
+    return bitnet_cpu_isa() == BITNET_ISA_AVX512 && !j->q8 && j->m >= BITNET__PF_MIN_M && !bitnet__env_off("BITNET_CPU_AMX") &&
            bitnet__amx_usable();
 #else
     (void)j;
@@ -4966,6 +4975,27 @@ static bitnet_result bitnet__gguf_want(const bitnet_gguf *g, const char *name, i
     return BITNET_OK;
 }
 
+/* A layer's tensors in bitnet.cpp's GGUF ("blk.<l>.<name>.weight"): the role, the shape [ne0, ne1]
+   in codes (0: 1, 1: dim, 2: kv_dim, 3: ffn; a matrix has ne1 rows of ne0) and the loader's field.
+   The check (>>gguf) and the loader (>>model) both read it. */
+static const struct bitnet__layer_part {
+    const char *name;
+    int role, ne0, ne1;
+    size_t field; /* offsetof bitnet_layer_weights */
+} bitnet__layer_parts[] = {
+    {"attn_norm", BITNET__GGUF_FLOAT, 1, 0, offsetof(bitnet_layer_weights, attn_norm)},
+    {"attn_q", BITNET__GGUF_TERNARY, 1, 1, offsetof(bitnet_layer_weights, wq)},
+    {"attn_k", BITNET__GGUF_TERNARY, 1, 2, offsetof(bitnet_layer_weights, wk)},
+    {"attn_v", BITNET__GGUF_TERNARY, 1, 2, offsetof(bitnet_layer_weights, wv)},
+    {"attn_output", BITNET__GGUF_TERNARY, 1, 1, offsetof(bitnet_layer_weights, wo)},
+    {"attn_sub_norm", BITNET__GGUF_FLOAT, 1, 0, offsetof(bitnet_layer_weights, attn_sub_norm)},
+    {"ffn_norm", BITNET__GGUF_FLOAT, 1, 0, offsetof(bitnet_layer_weights, ffn_norm)},
+    {"ffn_gate", BITNET__GGUF_TERNARY, 1, 3, offsetof(bitnet_layer_weights, w_gate)},
+    {"ffn_up", BITNET__GGUF_TERNARY, 1, 3, offsetof(bitnet_layer_weights, w_up)},
+    {"ffn_down", BITNET__GGUF_TERNARY, 3, 1, offsetof(bitnet_layer_weights, w_down)},
+    {"ffn_sub_norm", BITNET__GGUF_FLOAT, 3, 0, offsetof(bitnet_layer_weights, ffn_sub_norm)}};
+#define BITNET__N_LAYER_PARTS (sizeof bitnet__layer_parts / sizeof bitnet__layer_parts[0])
+
 /* Validates g as a BitNet b1.58 model and fills info; see bitnet_gguf_check_bitnet. */
 static bitnet_result bitnet__gguf_check_bitnet(const bitnet_gguf *g, bitnet_model_info *info) {
     static const char *const archs[] = {"bitnet-b1.58", "bitnet-25", "bitnet"};
@@ -5075,17 +5105,12 @@ static bitnet_result bitnet__gguf_check_bitnet(const bitnet_gguf *g, bitnet_mode
     BITNET__TRY(bitnet__gguf_want(g, "output_norm.weight", BITNET__GGUF_FLOAT, dim, 1, 0));
     BITNET__TRY(bitnet__gguf_want(g, "output.weight", BITNET__GGUF_FLOAT, dim, n_vocab, 1));
     for (l = 0; l < info->n_layers; l++) {
-        enum { T = BITNET__GGUF_TERNARY, F = BITNET__GGUF_FLOAT };
-        static const struct { const char *name; int role; int ne0, ne1; } parts[] = {
-            /* ne codes: 1 = dim, 2 = kv_dim, 3 = ffn, 0 = vector */
-            {"attn_norm", F, 1, 0}, {"attn_q", T, 1, 1},      {"attn_k", T, 1, 2},        {"attn_v", T, 1, 2},
-            {"attn_output", T, 1, 1}, {"attn_sub_norm", F, 1, 0}, {"ffn_norm", F, 1, 0}, {"ffn_gate", T, 1, 3},
-            {"ffn_up", T, 1, 3},    {"ffn_down", T, 3, 1},    {"ffn_sub_norm", F, 3, 0}};
+        const uint64_t sz[4] = {1, dim, kv_dim, ffn};
         size_t p;
-        for (p = 0; p < sizeof parts / sizeof parts[0]; p++) {
-            const uint64_t sz[4] = {1, dim, kv_dim, ffn};
-            snprintf(name, sizeof name, "blk.%d.%s.weight", l, parts[p].name);
-            BITNET__TRY(bitnet__gguf_want(g, name, parts[p].role, sz[parts[p].ne0], sz[parts[p].ne1], 0));
+        for (p = 0; p < BITNET__N_LAYER_PARTS; p++) {
+            const struct bitnet__layer_part *P = &bitnet__layer_parts[p];
+            snprintf(name, sizeof name, "blk.%d.%s.weight", l, P->name);
+            BITNET__TRY(bitnet__gguf_want(g, name, P->role, sz[P->ne0], sz[P->ne1], 0));
         }
     }
     return BITNET_OK;
@@ -8959,8 +8984,8 @@ static void bitnet__mkdirs(char *path) {
 
 /* The cache folder, created when missing; 0 when caching is off. Read at each compile. */
 static int bitnet__cache_dir(char *out, size_t cap) {
-    const char *e = bitnet__getenv("BITNET_CUDA_CACHE"), *d;
-    if (e && strcmp(e, "0") == 0) return 0;
+    const char *d;
+    if (bitnet__env_off("BITNET_CUDA_CACHE")) return 0;
     if ((d = bitnet__getenv("BITNET_CACHE_DIR")) != NULL) snprintf(out, cap, "%s", d);
     else if ((d = bitnet__getenv("XDG_CACHE_HOME")) != NULL) snprintf(out, cap, "%s/bitnet", d);
     else if ((d = bitnet__getenv("HOME")) != NULL) snprintf(out, cap, "%s/.cache/bitnet", d);
@@ -10166,13 +10191,11 @@ static int bitnet__occupancy(bitnet_gpu *gpu, bitnet_gpu_kernel *k, int warps) {
    to the plain launch. */
 static bitnet_result bitnet__tgemv_pdl(bitnet_gpu *gpu, const bitnet_gpu_ternary *w, const bitnet_gpu_act *a, void **args) {
     static const int shapes[][2] = {{16, 8}, {12, 8}, {8, 8}, {12, 4}, {10, 4}, {7, 4}, {6, 4}, {4, 4}}; /* warps, loads a lane */
-    const char *pdl_env = bitnet__getenv("BITNET_TGEMV_PDL"), *w_env = bitnet__getenv("BITNET_TGEMV_WARPS");
-    const char *u_env = bitnet__getenv("BITNET_TGEMV_U");
     int rg = w->glu ? 2 : 1, ns = (int)(w->k / 128), groups = (int)((w->n + 31) / 32), sms = bitnet__gk_sm_count(gpu);
     int wpg = 7, u = 4, fit = -1, once = -1, i;
     unsigned grid[3], block[3];
     bitnet_gpu_kernel *k4, *k8;
-    if ((pdl_env && !atoi(pdl_env)) || !bitnet__cuda.cu.cuLaunchKernelEx) return BITNET_ERR_UNSUPPORTED;
+    if (bitnet__env_off("BITNET_TGEMV_PDL") || !bitnet__cuda.cu.cuLaunchKernelEx) return BITNET_ERR_UNSUPPORTED;
     BITNET__TRY(bitnet_gpu_builtin_kernel(gpu, "bitnet_k_tgemv_b1_u4", &k4));
     BITNET__TRY(bitnet_gpu_builtin_kernel(gpu, "bitnet_k_tgemv_b1_u8", &k8));
     for (i = 0; i < (int)(sizeof shapes / sizeof shapes[0]); i++) {
@@ -10183,8 +10206,8 @@ static bitnet_result bitnet__tgemv_pdl(bitnet_gpu *gpu, const bitnet_gpu_ternary
         if (shapes[i][0] * shapes[i][1] / 2 >= ns) once = i; /* slices in flight a warp: loads / 2 */
     }
     if (once >= 0 || fit >= 0) wpg = shapes[once >= 0 ? once : fit][0], u = shapes[once >= 0 ? once : fit][1];
-    if (w_env && atoi(w_env) >= 1 && atoi(w_env) <= 32) wpg = atoi(w_env);
-    if (u_env && (atoi(u_env) == 4 || atoi(u_env) == 8)) u = atoi(u_env);
+    wpg = bitnet__env_int("BITNET_TGEMV_WARPS", 1, 32, wpg);
+    if ((i = bitnet__env_int("BITNET_TGEMV_U", 4, 8, 0)) == 4 || i == 8) u = i;
     wpg = BITNET__MIN(BITNET__MIN(wpg, 32 / rg), ns); /* warps split the K slices of 128 */
     grid[0] = (unsigned)groups, grid[1] = grid[2] = 1;
     block[0] = 32, block[1] = (unsigned)(wpg * rg), block[2] = 1;
@@ -10210,9 +10233,7 @@ static size_t bitnet__tgemm90_split(size_t tiles, size_t sms) {
     return 2 * tiles <= sms ? BITNET__MIN((size_t)4, sms / tiles) : 1;
 }
 static bitnet_result bitnet__tgemm90(bitnet_gpu *gpu, const bitnet_gpu_ternary *w, const bitnet_gpu_act *a, void **args) {
-    const char *wg_env = bitnet__getenv("BITNET_TGEMM_WG"), *sp_env = bitnet__getenv("BITNET_TGEMM_SPLIT");
-    const char *tn_env = bitnet__getenv("BITNET_TGEMM_TN");
-    const int tn_force = tn_env ? atoi(tn_env) : 0;
+    const int tn_force = bitnet__env_int("BITNET_TGEMM_TN", 32, 128, 0);
     const size_t sms = (size_t)bitnet__gk_sm_count(gpu), rows = w->n_pad / 128;
     const size_t t128 = rows * ((a->m + 127) / 128), t64 = rows * ((a->m + 63) / 64);
     int tn = a->m <= 64 ? 64 : a->m <= 96 ? 96 : 128, ns = (int)(w->k / 128), split;
@@ -10224,12 +10245,12 @@ static bitnet_result bitnet__tgemm90(bitnet_gpu *gpu, const bitnet_gpu_ternary *
        one block an SM (after their own split) */
     if (a->m > 128 && a->m % 128 && bitnet__tgemm90_split(t128, sms) > 1 && t64 * bitnet__tgemm90_split(t64, sms) <= sms) tn = 64;
     if (tn_force == 64 || tn_force == 96 || tn_force == 128) tn = tn_force;
-    if ((wg_env && !atoi(wg_env)) || tn_force == 32 || (a->q | w->data) % 16) return BITNET_ERR_UNSUPPORTED;
+    if (bitnet__env_off("BITNET_TGEMM_WG") || tn_force == 32 || (a->q | w->data) % 16) return BITNET_ERR_UNSUPPORTED;
     smem = BITNET__WG_STAGES * (unsigned)(tn * 128 + 128 * 32) + (unsigned)tn * 12 + 16; /* the ring; token scales, reciprocals, sums; a flag */
     grid[0] = (unsigned)rows, grid[1] = (unsigned)((a->m + (size_t)tn - 1) / (size_t)tn), grid[2] = 1;
     tiles = (size_t)grid[0] * grid[1];
     split = (int)bitnet__tgemm90_split(tiles, sms);
-    if (sp_env && atoi(sp_env) >= 1 && atoi(sp_env) <= 8) split = atoi(sp_env);
+    split = bitnet__env_int("BITNET_TGEMM_SPLIT", 1, 8, split);
     split = BITNET__MAX(1, BITNET__MIN(split, ns / 2)); /* at least two stages a block */
     if (!bitnet__cuda.cu.cuLaunchKernelEx) split = 1; /* (no clusters) */
     snprintf(name, sizeof name, "bitnet_k_tgemm90_n%d%s", tn, split > 1 ? "_split" : "");
@@ -10262,9 +10283,8 @@ static bitnet_result bitnet__tmm_issue(bitnet_gpu *gpu, const bitnet_gpu_ternary
     if (m > 8 && gpu->dev->cc >= 80) {
         /* mma.sync: tiles of 128 tokens, or of 64 or 32 while the grid is under four blocks an SM (H100,
            M = 512, 2B-4T: see BENCHMARKS.md); BITNET_TGEMM_TN=32|64|128 forces one (A/B, tests) */
-        const char *tn_env = bitnet__getenv("BITNET_TGEMM_TN");
         size_t rows = w->n_pad / 128, want = (size_t)bitnet__gk_sm_count(gpu) * 4;
-        int tn = 128, tn_force = tn_env ? atoi(tn_env) : 0;
+        int tn = 128, tn_force = bitnet__env_int("BITNET_TGEMM_TN", 32, 128, 0);
         while (tn > 32 && rows * ((m + (size_t)tn - 1) / (size_t)tn) < want) tn /= 2;
         if (tn_force == 32 || tn_force == 64 || tn_force == 128) tn = tn_force;
         return bitnet__gk_launch(gpu, tn == 32 ? "bitnet_k_tgemm_n32" : tn == 64 ? "bitnet_k_tgemm_n64" : "bitnet_k_tgemm", (unsigned)rows,
@@ -10902,10 +10922,7 @@ static bitnet_result bitnet__gpu_model_init(bitnet_model *m, int device) {
     g->smem_optin = BITNET__MAX(di.smem_per_block_optin, di.smem_per_block);
     BITNET__TRY(bitnet_gpu_open(device, &g->gpu));
     g->head_q8 = m->head_q8 != NULL; /* quantized on the host by >>model, as for the CPU */
-    {
-        const char *e = bitnet__getenv("BITNET_GPU_PDL");
-        BITNET__TRY(bitnet__gmodel_kernels(g, NULL, m->info.head_dim, !(e && strcmp(e, "0") == 0)));
-    }
+    BITNET__TRY(bitnet__gmodel_kernels(g, NULL, m->info.head_dim, !bitnet__env_off("BITNET_GPU_PDL")));
     g->att_pk = BITNET__GPU_ATT_PK;
     memset(&c, 0, sizeof c);
     bitnet__gmodel_layout(g, m, &c);
@@ -10945,8 +10962,7 @@ static bitnet_result bitnet__gpu_model_init(bitnet_model *m, int device) {
          (Registering the model's own table in place instead of this copy stalled decode on 2B-4T
          in session 6: BENCHMARKS.md.) */
         size_t bytes = (size_t)in->n_vocab * (size_t)in->dim * 2;
-        const char *e = bitnet__getenv("BITNET_GPU_HOST_EMB");
-        if (e && strcmp(e, "0") == 0)
+        if (bitnet__env_off("BITNET_GPU_HOST_EMB"))
             bitnet__log(BITNET_LOG_INFO, "CUDA forward: BITNET_GPU_HOST_EMB=0: each decode step uploads its embedding row");
         else if (bitnet__gpu_host_alloc(g->gpu, bytes, &g->emb_host, &g->emb_dev) == BITNET_OK)
             memcpy(g->emb_host, m->tok_embd, bytes);
@@ -11072,29 +11088,19 @@ static bitnet_result bitnet__gpu_session_init(bitnet_session *s) {
     if (!q) return BITNET_ERR_OUT_OF_MEMORY;
     s->gpu = q;
     q->B = g->cc >= 80 ? s->n_batch : 1; /* below sm_80 prompts go through the decode step */
-    q->att_t = g->attn_warps ? BITNET__GPU_ATT_T : 0; /* (other head sizes: the long form throughout) */
-    q->att_r = BITNET__GPU_ATT_R;
-    q->att_tile = BITNET__GPU_ATT_TILE;
-    { /* BITNET_GPU_GEMV_ITEMS: tuning and tests only */
-        const char *e = bitnet__getenv("BITNET_GPU_GEMV_ITEMS");
-        q->gemv_items = e && atoi(e) >= 1 && atoi(e) <= 64 ? atoi(e) : 5; /* H100: 5 beat 4 by 2.3% after a 64-token
-                                                                         prompt, the same at 512 (session 27) */
-        e = bitnet__getenv("BITNET_GPU_ATT_T"); /* the same, and tests (several ranges early): 16 .. ATT_T */
-        if (e && q->att_t && atoi(e) >= 16 && atoi(e) <= BITNET__GPU_ATT_T) q->att_t = atoi(e) / 16 * 16;
-        e = bitnet__getenv("BITNET_GPU_ATT_R"); /* the same: 8 .. 256 */
-        if (e && atoi(e) >= 8 && atoi(e) <= 256) q->att_r = atoi(e);
-        e = bitnet__getenv("BITNET_GPU_ATT_TILE"); /* the same, and tests (ranges in tiles): 16 .. 128 */
-        if (e && atoi(e) >= 16 && atoi(e) <= 128) q->att_tile = atoi(e) / 16 * 16;
-    }
+    /* the environment here is for tuning and tests only: GEMV_ITEMS; ATT_T (several ranges early),
+       ATT_R and ATT_TILE (ranges in tiles); ATT_W (the long form early) and ATT_W2 below */
+    q->gemv_items = bitnet__env_int("BITNET_GPU_GEMV_ITEMS", 1, 64, 5); /* H100: 5 beat 4 by 2.3% after a 64-token
+                                                                        prompt, the same at 512 (session 27) */
+    q->att_t = g->attn_warps ? bitnet__env_int("BITNET_GPU_ATT_T", 16, BITNET__GPU_ATT_T, BITNET__GPU_ATT_T) / 16 * 16
+                             : 0; /* (other head sizes: the long form throughout) */
+    q->att_r = bitnet__env_int("BITNET_GPU_ATT_R", 8, 256, BITNET__GPU_ATT_R);
+    q->att_tile = bitnet__env_int("BITNET_GPU_ATT_TILE", 16, 128, BITNET__GPU_ATT_TILE) / 16 * 16;
     split = (s->n_ctx + q->att_r - 1) / q->att_r;
     q->smax = BITNET__MIN(split, BITNET__GPU_ATT_SMAX);
     /* ranges over warps (up to ATT_T positions each) while one wave of blocks, one an SM, holds them; then the long form */
     q->att_w = q->att_t ? BITNET__GPU_ATT_T * BITNET__MIN(q->smax, BITNET__MAX(1, g->sm_count / s->m->info.n_heads)) : 0;
-    {
-        const char *e = bitnet__getenv("BITNET_GPU_ATT_W"); /* tuning, and tests (the long form early): 0 .. ATT_T smax */
-        if (e && q->att_t && atoi(e) >= 0 && atoi(e) <= BITNET__GPU_ATT_T * q->smax)
-            q->att_w = atoi(e) / BITNET__GPU_ATT_T * BITNET__GPU_ATT_T;
-    }
+    if (q->att_t) q->att_w = bitnet__env_int("BITNET_GPU_ATT_W", 0, BITNET__GPU_ATT_T * q->smax, q->att_w) / BITNET__GPU_ATT_T * BITNET__GPU_ATT_T;
     /* sm_90: a head's ranges over warps as one cluster (combined in distributed shared memory, not by a last block) */
     q->att_cl = g->cc >= 90 && g->attn_warps && bitnet__cuda.cu.cuLaunchKernelEx && !bitnet__getenv("BITNET_GPU_NO_CLUSTER");
     if (q->att_cl) {
@@ -11107,12 +11113,11 @@ static bitnet_result bitnet__gpu_session_init(bitnet_session *s) {
        fewer, longer ranges where one pass would need more blocks than a wave holds (BENCHMARKS.md, session 28) */
     q->att_smem2 = 2u * BITNET__GPU_ATT_T * (unsigned)s->m->info.head_dim * 2u;
     if (q->att_cl && q->att_smem2 <= (unsigned)g->gpu->dev->smem_optin) {
-        const char *e = bitnet__getenv("BITNET_GPU_ATT_W2"); /* tuning, and tests: 0 (none) .. 2 ATT_T CLMAX */
-        const int ew = e ? atoi(e) : -1;
+        const int ew = bitnet__env_int("BITNET_GPU_ATT_W2", 0, 2 * BITNET__GPU_ATT_T * BITNET__MIN(q->smax, BITNET__GPU_ATT_CLMAX), -1);
         int n = bitnet__gpu_att_clusters(g, g->attn_warps2, s->m->info.n_heads, BITNET__MIN(q->smax, BITNET__GPU_ATT_CLMAX),
                                          q->att_smem2);
         q->att_w2 = n >= 2 && 2 * BITNET__GPU_ATT_T * n > q->att_w ? 2 * BITNET__GPU_ATT_T * n : 0;
-        if (ew >= 0 && ew <= 2 * BITNET__GPU_ATT_T * BITNET__MIN(q->smax, BITNET__GPU_ATT_CLMAX)) {
+        if (ew >= 0) { /* 0: none */
             const int w2 = ew / (2 * BITNET__GPU_ATT_T) * (2 * BITNET__GPU_ATT_T); /* (whole ranges: none longer) */
             q->att_w2 = w2 > q->att_w ? w2 : 0;
         }
@@ -11392,8 +11397,7 @@ static bitnet_result bitnet__gpu_attention_m(bitnet_session *s, int l, int m) {
     bitnet_devptr kc = q->kc + layer, vc = q->vc + layer, pos = q->io + 4, ctr = q->ctr + 4 * ((bitnet_devptr)nh + 2);
     unsigned smem = (unsigned)((BITNET__GPU_ATT_ROWS * (hd + 4) + BITNET__GPU_ATT_ROWS * (pk + 4)) * 8 + 4 * pk * hd * 2);
     int nqb = (m + qt - 1) / qt, cut = 0, pieces = 2, b;
-    const char *cut_env = bitnet__getenv("BITNET_GPU_ATT_CUT");
-    int no_cuts = cut_env && strcmp(cut_env, "0") == 0;
+    const int no_cuts = bitnet__env_off("BITNET_GPU_ATT_CUT");
     void *args[16];
     /* Cuts: the heaviest query blocks (first in the grid) in `pieces` blocks each, over even runs of
        their key tiles (at least two tiles a piece). A prompt's first batch (blocks of 1 to m / pk key
@@ -12039,8 +12043,6 @@ static bitnet_result bitnet__tensor_i2s(bitnet_model *m, const char *name, const
 /* Tensors by bitnet.cpp's names, after bitnet__gguf_check_bitnet (>>gguf) has checked the
    architecture, hparams, special ids, and every tensor's presence, type and shape. */
 static bitnet_result bitnet__model_from_gguf(bitnet_model *m, const bitnet_model_desc *d) {
-    static const char *const parts[11] = {"attn_norm", "attn_sub_norm", "ffn_norm", "ffn_sub_norm", "attn_q", "attn_k",
-                                          "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"};
     const bitnet_gguf *g = m->gguf;
     bitnet_model_info hp;
     bitnet_model_weights w;
@@ -12068,20 +12070,15 @@ static bitnet_result bitnet__model_from_gguf(bitnet_model *m, const bitnet_model
     BITNET__TRY(bitnet__model_own(m, lw));
     w.layers = lw;
     for (l = 0; l < w.n_layers; l++) {
-        size_t dim = (size_t)w.dim, ff = (size_t)w.ffn_dim, qd = (size_t)w.n_heads * (size_t)w.head_dim,
-               kvd = (size_t)w.n_kv_heads * (size_t)w.head_dim;
-        const float **vec[4];
-        const void **mat[7];
-        const size_t vlen[4] = {dim, qd, dim, ff};
-        const size_t mn[7] = {qd, kvd, kvd, dim, ff, ff, dim}, mk[7] = {dim, dim, dim, qd, dim, dim, ff};
-        vec[0] = &lw[l].attn_norm, vec[1] = &lw[l].attn_sub_norm, vec[2] = &lw[l].ffn_norm, vec[3] = &lw[l].ffn_sub_norm;
-        mat[0] = &lw[l].wq, mat[1] = &lw[l].wk, mat[2] = &lw[l].wv, mat[3] = &lw[l].wo;
-        mat[4] = &lw[l].w_gate, mat[5] = &lw[l].w_up, mat[6] = &lw[l].w_down;
-        for (i = 0; i < 11; i++) {
-            snprintf(name, sizeof name, "blk.%d.%s.weight", (int)l, parts[i]);
+        /* (the check made n_heads * head_dim = dim) */
+        const size_t sz[4] = {1, (size_t)w.dim, (size_t)w.n_kv_heads * (size_t)w.head_dim, (size_t)w.ffn_dim};
+        for (i = 0; i < (int)BITNET__N_LAYER_PARTS; i++) {
+            const struct bitnet__layer_part *P = &bitnet__layer_parts[i];
+            char *field = (char *)&lw[l] + P->field;
+            snprintf(name, sizeof name, "blk.%d.%s.weight", (int)l, P->name);
             BITNET__TRY(bitnet_gguf_find_tensor(g, name, &ti));
-            if (i < 4) BITNET__TRY(bitnet__tensor_f32(m, name, &ti, vlen[i], vec[i]));
-            else BITNET__TRY(bitnet__tensor_i2s(m, name, &ti, mn[i - 4], mk[i - 4], mat[i - 4]));
+            if (P->role == BITNET__GGUF_FLOAT) BITNET__TRY(bitnet__tensor_f32(m, name, &ti, sz[P->ne0], (const float **)field));
+            else BITNET__TRY(bitnet__tensor_i2s(m, name, &ti, sz[P->ne1], sz[P->ne0], (const void **)field));
         }
         bitnet__progress(d, 0.02f + 0.08f * (float)(l + 1) / (float)w.n_layers);
     }
@@ -12369,18 +12366,17 @@ BITNET_API bitnet_result bitnet_generate(bitnet_session *s, const int32_t *promp
     rng = bitnet_rng_seed(d.sampler.seed ? d.sampler.seed : bitnet__default_seed());
 #if defined(BITNET__GPU_FORWARD)
     {
-        const char *e = bitnet__getenv("BITNET_GPU_TOPK");
-        const int cuda = s->m->info.backend == BITNET_BACKEND_CUDA, greedy = bitnet__sampler_greedy(&d.sampler);
+        const int topk_env = bitnet__env_int("BITNET_GPU_TOPK", 0, 1, -1), cuda = s->m->info.backend == BITNET_BACKEND_CUDA, greedy = bitnet__sampler_greedy(&d.sampler);
         /* greedy on the GPU: the head kernel leaves the argmax on the device, so no logits move */
         gpu_greedy = cuda && greedy && !bitnet__sampler_penalty(&d.sampler);
         /* top-k sampling, greedy with the penalty, and min-p without a top-k the device keeps: the
            device picks the k best, so only those move (BITNET_GPU_TOPK=0: the whole row, for tests) */
         gpu_topk = cuda && !gpu_greedy &&
                    (greedy || (d.sampler.top_k > 1 && d.sampler.top_k <= BITNET__GPU_TOPK_MAX) || d.sampler.min_p > 0) &&
-                   !(e && strcmp(e, "0") == 0);
+                   topk_env != 0;
         /* all but min-p with no top-k the device keeps: drawn on the device (BITNET_GPU_TOPK=1: on the host) */
         gpu_draw = gpu_topk && (greedy || (d.sampler.top_k > 0 && d.sampler.top_k <= BITNET__GPU_TOPK_MAX)) &&
-                   !(e && strcmp(e, "1") == 0);
+                   topk_env != 1;
     }
 #endif
     t0 = bitnet__now();
