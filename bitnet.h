@@ -1146,15 +1146,17 @@ BITNET__UNUSED static const char *bitnet__getenv(const char *name) {
     const char *v = getenv(name);
     return (v && *v) ? v : NULL;
 }
-/* The switches for tuning and tests: "0" turns one off; a number outside [lo, hi] is ignored. */
+/* The switches for tuning and tests: "0" turns one off; a value that is not a whole number in
+   [lo, hi] leaves the default. */
 BITNET__UNUSED static int bitnet__env_off(const char *name) {
     const char *v = bitnet__getenv(name);
     return v && strcmp(v, "0") == 0;
 }
 BITNET__UNUSED static int bitnet__env_int(const char *name, int lo, int hi, int def) {
     const char *v = bitnet__getenv(name);
-    const long x = v ? strtol(v, NULL, 10) : (long)lo - 1;
-    return x >= lo && x <= hi ? (int)x : def;
+    char *end = NULL;
+    const long x = v ? strtol(v, &end, 10) : 0;
+    return v && end != v && *end == '\0' && x >= lo && x <= hi ? (int)x : def;
 }
 
 BITNET__UNUSED static double bitnet__now(void) { /* seconds, monotonic */
@@ -10207,7 +10209,8 @@ static bitnet_result bitnet__tgemv_pdl(bitnet_gpu *gpu, const bitnet_gpu_ternary
     }
     if (once >= 0 || fit >= 0) wpg = shapes[once >= 0 ? once : fit][0], u = shapes[once >= 0 ? once : fit][1];
     wpg = bitnet__env_int("BITNET_TGEMV_WARPS", 1, 32, wpg);
-    if ((i = bitnet__env_int("BITNET_TGEMV_U", 4, 8, 0)) == 4 || i == 8) u = i;
+    if (bitnet__env_int("BITNET_TGEMV_U", 8, 8, 0)) u = 8;
+    else if (bitnet__env_int("BITNET_TGEMV_U", 4, 4, 0)) u = 4;
     wpg = BITNET__MIN(BITNET__MIN(wpg, 32 / rg), ns); /* warps split the K slices of 128 */
     grid[0] = (unsigned)groups, grid[1] = grid[2] = 1;
     block[0] = 32, block[1] = (unsigned)(wpg * rg), block[2] = 1;
