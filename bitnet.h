@@ -11048,7 +11048,7 @@ static void bitnet__gsession_layout(bitnet__gsession *q, const bitnet_session *s
     q->tk_ids = bitnet__gtake(c, (size_t)s->n_ctx, 4);
     q->pen_bits = bitnet__gtake(c, ((size_t)in->n_vocab + 31) / 32, 4);
     q->tk_uni = bitnet__gtake(c, (size_t)s->n_ctx + 2, 8);
-    q->io = bitnet__gtake(c, 4, 4);   /* 256 bytes: */
+    q->io = bitnet__gtake(c, 5, 4);   /* 256 bytes: token, position, uniform index, error flag; a prefill's last row's position */
     q->erow = bitnet__gtake(c, B * (size_t)in->dim, 2); /* right after io */
 }
 
@@ -11158,7 +11158,7 @@ static bitnet_result bitnet__gpu_put_tokens(bitnet_session *s, const int32_t *to
     bitnet__gsession *q = (bitnet__gsession *)s->gpu;
     size_t row = (size_t)s->m->info.dim * 2;
     int t;
-    ((int32_t *)q->stage)[0] = tokens[0], ((int32_t *)q->stage)[1] = pos;
+    ((int32_t *)q->stage)[0] = tokens[0], ((int32_t *)q->stage)[1] = pos, ((int32_t *)q->stage)[4] = pos + m - 1;
     for (t = 0; rows && t < m; t++) memcpy(q->stage + 256 + (size_t)t * row, s->m->tok_embd + (size_t)tokens[t] * (row / 2), row);
     q->dev_pos = pos;
     return bitnet_gpu_upload(q->gpu, q->io, q->stage, rows ? 256 + (size_t)m * row : 8);
@@ -11388,8 +11388,9 @@ static bitnet_result bitnet__gpu_rope_kv(bitnet_session *s, int l, int m) {
     return bitnet__gpu_launch(q->gpu, g->rope_kv, (unsigned)m, 1, 512, 1, 0, 1, args);
 }
 
-/* 6. attention for m tokens, causal: blocks of BITNET__GPU_ATT_ROWS rows (query x head) of one kv head */
-static bitnet_result bitnet__gpu_attention_m(bitnet_session *s, int l, int m) {
+/* 6. attention for rows r0 .. m-1 of m tokens, causal: blocks of BITNET__GPU_ATT_ROWS rows (query x
+   head) of one kv head. r0 is 0, or m - 1 (the last layer's one row read: its position is io[4]). */
+static bitnet_result bitnet__gpu_attention_m(bitnet_session *s, int l, int m, int r0) {
     const bitnet_model *md = s->m;
     const bitnet__gmodel *g = (const bitnet__gmodel *)md->gpu;
     bitnet__gsession *q = (bitnet__gsession *)s->gpu;
@@ -11397,11 +11398,15 @@ static bitnet_result bitnet__gpu_attention_m(bitnet_session *s, int l, int m) {
     int qt = BITNET__GPU_ATT_ROWS / (nh / nkv), pk = g->att_pk; /* queries a block, keys a tile (the build's BF_PK) */
     long long ldq = md->q_dim + 2 * md->kv_dim, ldo = md->q_dim;
     size_t layer = (size_t)l * (size_t)md->kv_dim * (size_t)s->n_ctx * 2;
-    bitnet_devptr kc = q->kc + layer, vc = q->vc + layer, pos = q->io + 4, ctr = q->ctr + 4 * ((bitnet_devptr)nh + 2);
+    const long long p0 = (long long)s->pos + r0; /* the first row's position */
+    bitnet_devptr kc = q->kc + layer, vc = q->vc + layer, pos = q->io + (r0 ? 16 : 4), ctr = q->ctr + 4 * ((bitnet_devptr)nh + 2);
+    bitnet_devptr qin = q->qkv + (bitnet_devptr)r0 * (bitnet_devptr)ldq * 4, out = q->att + (bitnet_devptr)r0 * (bitnet_devptr)ldo * 4;
     unsigned smem = (unsigned)((BITNET__GPU_ATT_ROWS * (hd + 4) + BITNET__GPU_ATT_ROWS * (pk + 4)) * 8 + 4 * pk * hd * 2);
-    int nqb = (m + qt - 1) / qt, cut = 0, pieces = 2, b;
+    int nqb, cut = 0, pieces = 2, b;
     const int no_cuts = bitnet__env_off("BITNET_GPU_ATT_CUT");
     void *args[16];
+    m -= r0;
+    nqb = (m + qt - 1) / qt;
     /* Cuts: the heaviest query blocks (first in the grid) in `pieces` blocks each, over even runs of
        their key tiles (at least two tiles a piece). A prompt's first batch (blocks of 1 to m / pk key
        tiles) waits for its heaviest blocks: those with more than half the heaviest one's tiles are
@@ -11412,31 +11417,30 @@ static bitnet_result bitnet__gpu_attention_m(bitnet_session *s, int l, int m) {
        for a third of an SM's shared memory), as before. H100, 512 tokens, 30 layers: 3,390 us uncut
        at two an SM, 3,642 uncut at three, 3,490 cut at two, 2,946 cut at three (BENCHMARKS.md,
        sessions 18-19). */
-    if (no_cuts && s->pos < m) {
+    if (no_cuts && p0 < m) {
         smem = BITNET__MAX(smem, (unsigned)g->smem_optin / 3 + 1);
     } else if (!no_cuts) { /* query block b (heaviest first) sees keys [0, pos + its last query] */
-        long long t0 = ((long long)s->pos + m + pk - 1) / pk;
+        long long t0 = (p0 + m + pk - 1) / pk;
         int slots = (int)(((size_t)g->smem_optin + 1024) / ((size_t)smem + 2048)) * g->sm_count; /* blocks a wave (shared memory) */
         int cap = nqb;
-        if (s->pos >= m && 2 * nqb * nkv <= slots) pieces = BITNET__MIN(4, slots / (nqb * nkv));
-        else if (s->pos >= m) cap = BITNET__MAX(0, slots / nkv - nqb);
+        if (p0 >= m && 2 * nqb * nkv <= slots) pieces = BITNET__MIN(4, slots / (nqb * nkv));
+        else if (p0 >= m) cap = BITNET__MAX(0, slots / nkv - nqb);
         cap = BITNET__MIN(cap, 2 * (int)bitnet__gatt_cuts(q->B, &md->info) / pieces); /* the buffers' room */
         for (b = 0; b < BITNET__MIN(nqb, cap); b++) {
-            long long q0 = (long long)(nqb - 1 - b) * qt, nt = ((long long)s->pos + q0 + BITNET__MIN(qt, m - (int)q0) + pk - 1) / pk;
-            if (nt < 2 * pieces || (s->pos < m && 2 * nt <= t0 + 1)) break; /* (64 tokens: cuts of 2-tile blocks lost 5%) */
+            long long q0 = (long long)(nqb - 1 - b) * qt, nt = (p0 + q0 + BITNET__MIN(qt, m - (int)q0) + pk - 1) / pk;
+            if (nt < 2 * pieces || (p0 < m && 2 * nt <= t0 + 1)) break; /* (64 tokens: cuts of 2-tile blocks lost 5%) */
             cut++;
         }
     }
-    args[0] = &q->qkv, args[1] = &ldq, args[2] = &kc, args[3] = &vc, args[4] = &pos, args[5] = &m, args[6] = &s->n_ctx,
-    args[7] = &nh, args[8] = &nkv, args[9] = &hd, args[10] = &q->att, args[11] = &ldo, args[12] = &cut, args[13] = &pieces,
+    args[0] = &qin, args[1] = &ldq, args[2] = &kc, args[3] = &vc, args[4] = &pos, args[5] = &m, args[6] = &s->n_ctx,
+    args[7] = &nh, args[8] = &nkv, args[9] = &hd, args[10] = &out, args[11] = &ldo, args[12] = &cut, args[13] = &pieces,
     args[14] = &q->att_part, args[15] = &ctr;
     return bitnet__gpu_launch(q->gpu, g->attn_prefill, (unsigned)(nqb + cut * (pieces - 1)), (unsigned)nkv, 128, 1, smem, 1, args);
 }
 
 /* Prefill of m tokens at s->pos: the GEMM path, in the CPU's step order. The last layer trims its
    rows past the KV cache as the CPU's does (none without logits, the last for the last row's
-   logits), except that its attention runs for all m rows (the kernel has no row offset; the rows
-   read are the same). */
+   logits). */
 static bitnet_result bitnet__gpu_prefill(bitnet_session *s, const int32_t *tokens, int m, float *logits, int all) {
     const bitnet_model *md = s->m;
     bitnet__gmodel *g = (bitnet__gmodel *)md->gpu;
@@ -11458,7 +11462,7 @@ static bitnet_result bitnet__gpu_prefill(bitnet_session *s, const int32_t *token
             bitnet__nvtx_pop();
             break;
         }
-        BITNET__TRY(bitnet__gpu_attention_m(s, l, m));                                       /* att [m][q_dim] */
+        BITNET__TRY(bitnet__gpu_attention_m(s, l, m, r0));                                   /* att [n][q_dim] */
         BITNET__TRY(bitnet__gpu_norm_quant(s, q->att + (bitnet_devptr)r0 * (bitnet_devptr)md->q_dim * 4, L->attn_sub_norm, n,
                                            &q->a_q));                                        /* aq [n][q_dim] */
         BITNET__TRY(bitnet__gpu_linear_m(s, &L->o, &q->a_q, x, x));                          /* x += o */

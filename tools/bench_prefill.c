@@ -35,7 +35,7 @@ static void launch_kind(int kind, int l) {
     case 1: CHECK(bitnet__gpu_norm_quant(G_s, q->x, L->attn_norm, m, &q->a_dim)); break;
     case 2: CHECK(bitnet__gpu_linear_m(G_s, &L->qkv, &q->a_dim, q->qkv, 0)); break;
     case 3: CHECK(bitnet__gpu_rope_kv(G_s, l, m)); break;
-    case 4: CHECK(bitnet__gpu_attention_m(G_s, l, m)); break;
+    case 4: CHECK(bitnet__gpu_attention_m(G_s, l, m, 0)); break;
     case 5: CHECK(bitnet__gpu_norm_quant(G_s, q->att, L->attn_sub_norm, m, &q->a_q)); break;
     case 6: CHECK(bitnet__gpu_linear_m(G_s, &L->o, &q->a_q, q->h, 0)); break; /* (into h: x stays) */
     case 7: CHECK(bitnet__gpu_norm_quant(G_s, q->x, L->ffn_norm, m, &q->a_dim)); break;
@@ -86,7 +86,7 @@ static double check_attention(int m, int pos0) { /* the last call's m rows, at p
     double *sc = (double *)malloc((size_t)(pos0 + m) * 8), worst = 0;
     static const int rows[] = {0, 1, 2, 7, 8, 9, 31, 63, 64, 100, 127, 128, 255, 256, 300, 383, 447, 500, 510, 511};
     CHECK(bitnet_gpu_download(q->gpu, qkv, q->qkv, (size_t)m * ldq * 4));
-    CHECK(bitnet__gpu_attention_m(G_s, l, m));
+    CHECK(bitnet__gpu_attention_m(G_s, l, m, 0));
     CHECK(bitnet_gpu_download(q->gpu, att, q->att, (size_t)m * md->q_dim * 4));
     CHECK(bitnet_gpu_download(q->gpu, kc, q->kc + layer, kvn * 2));
     CHECK(bitnet_gpu_download(q->gpu, vc, q->vc + layer, kvn * 2));

@@ -471,7 +471,7 @@ static void gpu_ops(bitnet_model *gm, int n_pre, int n_dec) {
             dl(s, KC, q->kc + layer, (size_t)nkv * s->n_ctx * hd * 2);
             dl(s, VC, q->vc + layer, (size_t)nkv * s->n_ctx * hd * 2);
             check_rope(s, QKV, ldq, 0, m, Q2, ldq, KC, VC);
-            GPU(bitnet__gpu_attention_m(s, l, m));
+            GPU(bitnet__gpu_attention_m(s, l, m, 0));
             dl(s, ATT, q->att, (size_t)m * qd * 4);
             check_attn(s, Q2, ldq, KC, VC, 0, m, ATT);
             GPU(bitnet__gpu_norm_quant(s, q->att, L->attn_sub_norm, m, &q->a_q));
