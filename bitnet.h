@@ -4958,9 +4958,10 @@ static int bitnet__gguf_role_ok(int role, bitnet_tensor_type t) {
 /* A tensor of this role and shape [ne0, ne1] (ne1 = 1 for vectors); optional ones may be absent. */
 static bitnet_result bitnet__gguf_want(const bitnet_gguf *g, const char *name, int role, uint64_t ne0, uint64_t ne1,
                                        int optional) {
+    const bitnet_tensor_info *tp = bitnet__gguf_tensor_named(g, name);
     bitnet_tensor_info t;
-    if (optional && !bitnet__gguf_tensor_named(g, name)) return BITNET_OK;
-    BITNET__TRY(bitnet_gguf_find_tensor(g, name, &t));
+    if (!tp) return optional ? BITNET_OK : bitnet__err(BITNET_ERR_MISSING_TENSOR, "GGUF: tensor '%s' is missing", name);
+    t = *tp;
     if (!bitnet__gguf_role_ok(role, t.type))
         return bitnet__err(BITNET_ERR_UNSUPPORTED_TYPE, "GGUF: tensor '%s' is %s, a BitNet model needs %s here", name,
                            bitnet_tensor_type_name(t.type), role == BITNET__GGUF_TERNARY ? "I2_S, TQ1_0, TQ2_0, F32, F16 or BF16" : "F32, F16 or BF16");
@@ -11103,7 +11104,8 @@ static bitnet_result bitnet__gpu_session_init(bitnet_session *s) {
     q->smax = BITNET__MIN(split, BITNET__GPU_ATT_SMAX);
     /* ranges over warps (up to ATT_T positions each) while one wave of blocks, one an SM, holds them; then the long form */
     q->att_w = q->att_t ? BITNET__GPU_ATT_T * BITNET__MIN(q->smax, BITNET__MAX(1, g->sm_count / s->m->info.n_heads)) : 0;
-    if (q->att_t) q->att_w = bitnet__env_int("BITNET_GPU_ATT_W", 0, BITNET__GPU_ATT_T * q->smax, q->att_w) / BITNET__GPU_ATT_T * BITNET__GPU_ATT_T;
+    if (q->att_t)
+        q->att_w = bitnet__env_int("BITNET_GPU_ATT_W", 0, BITNET__GPU_ATT_T * q->smax, q->att_w) / BITNET__GPU_ATT_T * BITNET__GPU_ATT_T;
     /* sm_90: a head's ranges over warps as one cluster (combined in distributed shared memory, not by a last block) */
     q->att_cl = g->cc >= 90 && g->attn_warps && bitnet__cuda.cu.cuLaunchKernelEx && !bitnet__getenv("BITNET_GPU_NO_CLUSTER");
     if (q->att_cl) {
@@ -12055,6 +12057,7 @@ static bitnet_result bitnet__model_from_gguf(bitnet_model *m, const bitnet_model
     bitnet_model_weights w;
     bitnet_layer_weights *lw;
     bitnet_tensor_info ti;
+    const bitnet_tensor_info *tp;
     char name[96];
     int32_t l;
     int i;
@@ -12067,10 +12070,8 @@ static bitnet_result bitnet__model_from_gguf(bitnet_model *m, const bitnet_model
     bitnet__progress(d, 0.02f);
     BITNET__TRY(bitnet_gguf_find_tensor(g, "token_embd.weight", &ti));
     BITNET__TRY(bitnet__tensor_f16(m, "token_embd.weight", &ti, (size_t)w.n_vocab, (size_t)w.dim, &w.tok_embd));
-    if (bitnet__gguf_tensor_named(g, "output.weight")) { /* optional: tied to the embedding without it */
-        BITNET__TRY(bitnet_gguf_find_tensor(g, "output.weight", &ti));
-        BITNET__TRY(bitnet__tensor_f16(m, "output.weight", &ti, (size_t)w.n_vocab, (size_t)w.dim, &w.output));
-    }
+    if ((tp = bitnet__gguf_tensor_named(g, "output.weight")) != NULL) /* optional: tied to the embedding without it */
+        BITNET__TRY(bitnet__tensor_f16(m, "output.weight", tp, (size_t)w.n_vocab, (size_t)w.dim, &w.output));
     BITNET__TRY(bitnet_gguf_find_tensor(g, "output_norm.weight", &ti));
     BITNET__TRY(bitnet__tensor_f32(m, "output_norm.weight", &ti, (size_t)w.dim, &w.output_norm));
     lw = (bitnet_layer_weights *)bitnet__calloc((size_t)w.n_layers, sizeof *lw);
@@ -12373,7 +12374,8 @@ BITNET_API bitnet_result bitnet_generate(bitnet_session *s, const int32_t *promp
     rng = bitnet_rng_seed(d.sampler.seed ? d.sampler.seed : bitnet__default_seed());
 #if defined(BITNET__GPU_FORWARD)
     {
-        const int topk_env = bitnet__env_int("BITNET_GPU_TOPK", 0, 1, -1), cuda = s->m->info.backend == BITNET_BACKEND_CUDA, greedy = bitnet__sampler_greedy(&d.sampler);
+        const int topk_env = bitnet__env_int("BITNET_GPU_TOPK", 0, 1, -1);
+        const int cuda = s->m->info.backend == BITNET_BACKEND_CUDA, greedy = bitnet__sampler_greedy(&d.sampler);
         /* greedy on the GPU: the head kernel leaves the argmax on the device, so no logits move */
         gpu_greedy = cuda && greedy && !bitnet__sampler_penalty(&d.sampler);
         /* top-k sampling, greedy with the penalty, and min-p without a top-k the device keeps: the
