@@ -58,7 +58,7 @@
      BITNET_POOL_BACKTRACE=1              call stacks in the device pool's leak report
      BITNET_HEAD=q8|f16                   the LM head: int8 rows with scales (default) or exact fp16
      BITNET_SEED=S, BITNET_DETERMINISTIC=1  seed for a zero sampler seed; a fixed one instead of the clock
-     BITNET_GPU_PDL=0                     no programmatic dependent launch in the decode graph
+     BITNET_GPU_PDL=0                     no programmatic dependent launch (decode graph, prefill, the GEMM)
      BITNET_GPU_NO_CLUSTER=1              sm_90: the decode attention's ranges combined by a last block, not a cluster
      BITNET_GPU_ATT_T, _R, _TILE, _W, _W2  the decode attention's range lengths and forms (tests, A/B; >>cuda-forward)
      BITNET_GPU_ATT_CUT=0                 the prefill attention's heaviest blocks not cut in pieces (A/B)
@@ -481,9 +481,9 @@ BITNET_API bitnet_result bitnet_gpu_ternary_upload(bitnet_gpu *gpu, const bitnet
 BITNET_API void bitnet_gpu_ternary_free(bitnet_gpu *gpu, bitnet_gpu_ternary *w);
 
 /* Per-token int8 activations on the device: m rows of k values, with a scale and a sum per row.
-   planes (k a multiple of 32, else 0): row 0 again as 8 bit planes, 2k bytes, which the one-token
-   GEMV on sm_90 reads instead of q. Both functions below write them with q; q written any other
-   way leaves them stale. */
+   planes (k a multiple of 32, else 0): for m = 1, the row again as 8 bit planes, 2k bytes, which the
+   one-token GEMV on sm_90 reads instead of q. Both functions below write them with q when m is 1
+   (more rows go to kernels that read q); q written any other way leaves them stale. */
 typedef struct bitnet_gpu_act {
     bitnet_devptr q, scale, sum, planes;
     size_t m, k, cap;                 /* rows in use, row length, rows allocated */
@@ -10081,8 +10081,9 @@ BITNET_API bitnet_result bitnet_gpu_quantize_act(bitnet_gpu *gpu, bitnet_devptr 
                                                  bitnet_devptr norm_weight, float eps, bitnet_gpu_act *a) {
     long long ld;
     int kk;
-    unsigned nt;
+    unsigned nt, grid[3], block[3];
     bitnet_devptr planes;
+    bitnet_gpu_kernel *kq;
     void *args[10];
     BITNET__CHECK_PTR(gpu);
     BITNET__CHECK_PTR(a);
@@ -10098,9 +10099,15 @@ BITNET_API bitnet_result bitnet_gpu_quantize_act(bitnet_gpu *gpu, bitnet_devptr 
        199 us; 64 tokens lose). */
     nt = k <= 128 * BITNET__QA_R && m >= 2 * (size_t)bitnet__gk_sm_count(gpu) ? 128 : 256;
     args[0] = &x, args[1] = &ld, args[2] = &kk, args[3] = &norm_weight, args[4] = &eps;
-    planes = k % 32 ? 0 : a->planes;
+    planes = k % 32 || m > 1 ? 0 : a->planes; /* (block 0's ballots were on a prefill's critical path) */
+    /* Under programmatic dependent launch (sm_90; BITNET_GPU_PDL=0: plainly) the launch overlaps the
+       end of the kernel before, which the kernel waits for. With the planes for one row only, H200,
+       2B-4T prompts of 16 / 64 / 512 tokens: +13% / +13% / +5% (BENCHMARKS.md, session 39). */
     args[5] = &a->q, args[6] = &ld, args[7] = &a->scale, args[8] = &a->sum, args[9] = &planes;
-    BITNET__TRY(bitnet__gk_launch(gpu, "bitnet_k_quant_act", (unsigned)m, 1, 1, nt, 1, args));
+    BITNET__TRY(bitnet_gpu_builtin_kernel(gpu, "bitnet_k_quant_act", &kq));
+    grid[0] = (unsigned)m, grid[1] = grid[2] = 1;
+    block[0] = nt, block[1] = block[2] = 1;
+    BITNET__TRY(bitnet__launch(gpu, kq, grid, block, 0, args, !bitnet__env_off("BITNET_GPU_PDL"), 1));
     a->m = m;
     return BITNET_OK;
 }
@@ -10132,7 +10139,7 @@ BITNET_API bitnet_result bitnet_gpu_act_upload(bitnet_gpu *gpu, bitnet_gpu_act *
     BITNET__TRY(bitnet_gpu_upload(gpu, a->q, q, m * a->k));
     BITNET__TRY(bitnet_gpu_upload(gpu, a->scale, scale, m * 4));
     BITNET__TRY(bitnet_gpu_upload(gpu, a->sum, sum, m * 4));
-    if (a->planes) {
+    if (a->planes && m == 1) {
         if (!(planes = (uint32_t *)bitnet__malloc(2 * a->k))) return BITNET_ERR_OUT_OF_MEMORY;
         bitnet__act_planes(q, a->k, planes);
         r = bitnet_gpu_upload(gpu, a->planes, planes, 2 * a->k);
@@ -10230,7 +10237,10 @@ static bitnet_result bitnet__tgemv_pdl(bitnet_gpu *gpu, const bitnet_gpu_ternary
    back (BENCHMARKS.md, session 34). Environment, for tests and A/B runs: BITNET_TGEMM_WG=0 sends the
    call to the mma.sync kernel; BITNET_TGEMM_TN 64, 96 or 128 forces the tile, 32 the mma.sync
    kernel; BITNET_TGEMM_SPLIT=P forces P, 1 none. BITNET_ERR_UNSUPPORTED (nothing launched) sends
-   the call to the mma.sync kernel. */
+   the call to the mma.sync kernel. Launched under programmatic dependent launch (BITNET_GPU_PDL=0:
+   plainly): it waits at entry, and lets the next kernel launch after its main loop. The kernel before
+   (the prefill's norm) does not trigger early, so no block waits here holding its shared memory; when
+   they did, 64-token prompts were 10% slower (session 36). */
 #define BITNET__WG_STAGES 5 /* BN_WG_STAGES of the kernel source */
 /* Blocks a tile over which K is split, for a grid of tiles on sms SMs (before the stage cap). */
 static size_t bitnet__tgemm90_split(size_t tiles, size_t sms) {
@@ -10262,7 +10272,7 @@ static bitnet_result bitnet__tgemm90(bitnet_gpu *gpu, const bitnet_gpu_ternary *
     if (!strchr(k->mod->jit.target, 'a')) return BITNET_ERR_UNSUPPORTED; /* NVRTC without sm_90a: empty kernels */
     grid[1] *= (unsigned)split; /* a tile's blocks side by side along y, one cluster */
     block[0] = 256, block[1] = block[2] = 1; /* two warpgroups */
-    return bitnet__launch(gpu, k, grid, block, smem, args, 0, (unsigned)split);
+    return bitnet__launch(gpu, k, grid, block, smem, args, !bitnet__env_off("BITNET_GPU_PDL"), (unsigned)split);
 }
 
 static bitnet_result bitnet__tmm_issue(bitnet_gpu *gpu, const bitnet_gpu_ternary *w, const bitnet_gpu_act *a,
@@ -10871,12 +10881,14 @@ static bitnet_result bitnet__gpu_ternary(bitnet__gmodel *g, const void *const *w
 }
 
 /* sm_90: programmatic dependent launch for the kernels that wait with griddepcontrol (decode: each one's
-   launch and weight loads overlap the kernel before it); BITNET_GPU_PDL=0: off. The embedding (a step's
-   first kernel: nothing before it to overlap) and the repetition penalty (not measured under it) launch
-   plainly; their griddepcontrol.wait then returns at once. */
+   launch and weight loads overlap the kernel before it; prefill: rope_kv and the attention, beside
+   bitnet_gpu_quantize_act and the wgmma GEMM, which launch so on their own); BITNET_GPU_PDL=0: off.
+   The embedding (a step's first kernel: nothing before it to overlap) and the repetition penalty (not
+   measured under it) launch plainly; their griddepcontrol.wait then returns at once. */
 static void bitnet__gmodel_pdl(bitnet__gmodel *g, int on) {
     g->gemv_store->pdl = g->gemv_res->pdl = g->gemv_glu->pdl = g->attn->pdl = g->head_k->pdl = g->topk->pdl = on;
     if (g->attn_warps) g->attn_warps->pdl = g->attn_warps2->pdl = on;
+    g->rope_kv->pdl = g->attn_prefill->pdl = on;
 }
 
 /* The forward module's kernels: from mod (a build with other options, for tools' A/B runs) or, with mod

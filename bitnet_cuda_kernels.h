@@ -107,7 +107,9 @@ static const char bitnet_cuda_src_util[] =
     "BN_DEV void bn_prefetch_l2(const void *p) { asm volatile(\"prefetch.global.L2 [%0];\" :: \"l\"(p)); }\n" \
     "/* Programmatic dependent launch (sm_90; no-ops otherwise and when launched plainly): a kernel\n" \
     "   lets the next one start (bn_pdl_launch) and waits for the previous one to finish and its writes\n" \
-    "   to show (bn_pdl_wait) before it reads what that one wrote or writes anything. */\n" \
+    "   to show (bn_pdl_wait) before it reads what that one wrote or writes anything. It reads that data\n" \
+    "   by coherent loads (ld.global, __ldcg, cp.async), never the read-only path, which returned stale\n" \
+    "   values after the wait (BENCHMARKS.md, session 20). */\n" \
     "BN_DEV void bn_pdl_launch() {\n" \
     "#if __CUDA_ARCH__ >= 900\n" \
     "    asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\");\n" \
@@ -355,13 +357,14 @@ static const char bitnet_cuda_src_ternary[] = BITNET_CUDA_SRC_KHELPERS
     "    }\n"
     "    if (lane < 16) planes[(i >> 5) * 16 + lane] = word;\n"
     "}\n"
-    "extern \"C\" __global__ void bitnet_k_quant_act(const float *__restrict__ x, long long ldx, int k,\n"
+    "extern \"C\" __global__ void bitnet_k_quant_act(const float *x, long long ldx, int k, /* x: not the read-only path (bn_pdl_wait) */\n"
     "                                              const float *__restrict__ nw, float eps, signed char *__restrict__ q,\n"
     "                                              long long ldq, float *__restrict__ scale, int *__restrict__ sum,\n"
     "                                              unsigned int *__restrict__ planes) {\n"
     "    __shared__ double shd[32];\n"
     "    __shared__ float shf[32];\n"
     "    __shared__ int shi[32];\n"
+    "    bn_pdl_wait(); /* under programmatic dependent launch (the forward's prefill): x, and q free to write */\n"
     "    const float *xr = x + blockIdx.x * ldx;\n"
     "    signed char *qr = q + blockIdx.x * ldq;\n"
     "    const int t = threadIdx.x, nb = blockDim.x, rest = t + BN_QA_R * nb; /* rest: the first element not in registers */\n"
@@ -983,6 +986,7 @@ static const char bitnet_cuda_src_tgemm[] = BITNET_CUDA_SRC_KHELPERS
     "       read by the group of stage kt - 2, complete at stage kt's barrier) */\n"
     "    const int S = BN_WG_STAGES, NX = TN / 32, D = S - 2;\n"
     "    extern __shared__ __align__(1024) unsigned char bn_wg_dyn[];\n"
+    "    bn_pdl_wait(); /* under programmatic dependent launch: a, a_scale, a_sum (coherent loads) and res */\n"
     "    unsigned char *smem = bn_wg_dyn;\n"
     "    float *sas = (float *)(smem + S * BN_WG_STAGE(TN)), *sry = sas + TN; /* a token's scale, its reciprocal */\n"
     "    int *ssu = (int *)(sry + TN), *s_odd = ssu + TN; /* a token's sum; a scale outside bn_div_y's range */\n"
@@ -1013,9 +1017,9 @@ static const char bitnet_cuda_src_tgemm[] = BITNET_CUDA_SRC_KHELPERS
     "    int odd = 0;\n"
     "    for (int i = tid; i < TN; i += 256) {\n"
     "        const int tok = m0 + i;\n"
-    "        const float sc = tok < m ? a_scale[tok] : 1.0f;\n"
+    "        const float sc = tok < m ? __ldcg(a_scale + tok) : 1.0f;\n"
     "        sas[i] = sc, sry[i] = __frcp_rn(sc);\n"
-    "        ssu[i] = tok < m ? a_sum[tok] : 0;\n"
+    "        ssu[i] = tok < m ? __ldcg(a_sum + tok) : 0;\n"
     "        odd |= !(sc >= 1e-30f && sc <= 1e30f);\n"
     "    }\n"
     "    odd = __syncthreads_or(odd);\n"
@@ -1061,6 +1065,7 @@ static const char bitnet_cuda_src_tgemm[] = BITNET_CUDA_SRC_KHELPERS
     "        bn_wg_commit();\n"
     "    };\n"
     "    for (int kt = k0; kt < k1; kt++) stage(kt);\n"
+    "    bn_pdl_launch(); /* a kernel launched under PDL after this one (norm, rope) may start during the epilogue */\n"
     "    bn_wg_wait_d(d, TN / 2);\n"
     "    int jp0 = 0, jp1 = TN / 16; /* the pairs of 8-token columns (j / 2) this block's epilogue writes */\n"
     "    if (SPLIT && P > 1) { /* the exchange: block o's ring takes [slot of the sender][pair - jp0(o)][e][thread] */\n"
@@ -2187,6 +2192,7 @@ static const char bitnet_cuda_src_forward[] = BITNET_CUDA_SRC_KHELPERS
     "extern \"C\" __global__ void bitnet_k_fwd_rope_kv(float *qkv, long long ldq, const float *__restrict__ rope,\n"
     "                                              const int *__restrict__ posp, unsigned short *kc, unsigned short *vc,\n"
     "                                              int n_ctx, int n_heads, int n_kv, int hd) {\n"
+    "    bn_pdl_wait(); /* under programmatic dependent launch: qkv (and the cache it writes) after the GEMM */\n"
     "    const int t = blockIdx.x, pos = *posp + t, half = hd >> 1;\n"
     "    float *row = qkv + (long long)t * ldq;\n"
     "    const float *cs = rope + (long long)pos * hd;\n"
@@ -2280,6 +2286,7 @@ static const char bitnet_cuda_src_forward[] = BITNET_CUDA_SRC_KHELPERS
     "    int hd, float *__restrict__ out, long long ldo, int S, int P, double *part, int *ctr) {\n"
     "    extern __shared__ __align__(16) float bf_fsm[];\n"
     "    __shared__ double s_m[BF_PR], s_l[BF_PR], s_alpha[BF_PR];\n"
+    "    bn_pdl_wait(); /* under programmatic dependent launch: q (coherent loads), the cache, part and ctr */\n"
     "    const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5, gr = lane >> 2, tq = lane & 3;\n"
     "    const int G = n_heads / n_kv, QT = BF_PR / G, kvh = blockIdx.y;\n"
     "    const int cut = (int)blockIdx.x < S * P, b = cut ? blockIdx.x / P : blockIdx.x - S * (P - 1);\n"
@@ -2304,7 +2311,7 @@ static const char bitnet_cuda_src_forward[] = BITNET_CUDA_SRC_KHELPERS
     "        for (int e = tid; e < BF_PR * q4; e += 128) { /* (loads unrolled: they are in flight together) */\n"
     "            const int r = e / q4, dd = (e - r * q4) * 4;\n"
     "            float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);\n"
-    "            if (r < nr) v = *(const float4 *)(q + (long long)(q0 + r / G) * ldq + (long long)(kvh * G + r % G) * hd + dd);\n"
+    "            if (r < nr) v = __ldcg((const float4 *)(q + (long long)(q0 + r / G) * ldq + (long long)(kvh * G + r % G) * hd + dd));\n"
     "            double2 *d = (double2 *)(qs + r * ld + dd);\n"
     "            d[0] = make_double2((double)v.x, (double)v.y);\n"
     "            d[1] = make_double2((double)v.z, (double)v.w);\n"
