@@ -10240,7 +10240,8 @@ static bitnet_result bitnet__tgemv_pdl(bitnet_gpu *gpu, const bitnet_gpu_ternary
    the call to the mma.sync kernel. Launched under programmatic dependent launch (BITNET_GPU_PDL=0:
    plainly): it waits at entry, and lets the next kernel launch after its main loop. The kernel before
    (the prefill's norm) does not trigger early, so no block waits here holding its shared memory; when
-   they did, 64-token prompts were 10% slower (session 36). */
+   it did, 64-token prompts were 10% slower (session 36). As now, H200, 2B-4T prompts of 16 / 64 / 512
+   tokens: +6% / +5% / +1% against a plain launch (BENCHMARKS.md, session 39). */
 #define BITNET__WG_STAGES 5 /* BN_WG_STAGES of the kernel source */
 /* Blocks a tile over which K is split, for a grid of tiles on sms SMs (before the stage cap). */
 static size_t bitnet__tgemm90_split(size_t tiles, size_t sms) {
