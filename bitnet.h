@@ -58,7 +58,7 @@
      BITNET_POOL_BACKTRACE=1              call stacks in the device pool's leak report
      BITNET_HEAD=q8|f16                   the LM head: int8 rows with scales (default) or exact fp16
      BITNET_SEED=S, BITNET_DETERMINISTIC=1  seed for a zero sampler seed; a fixed one instead of the clock
-     BITNET_GPU_PDL=0                     no programmatic dependent launch (decode graph, prefill, the GEMM)
+     BITNET_GPU_PDL=0                     no programmatic dependent launch on new GPU handles (decode, prefill, GEMM)
      BITNET_GPU_NO_CLUSTER=1              sm_90: the decode attention's ranges combined by a last block, not a cluster
      BITNET_GPU_ATT_T, _R, _TILE, _W, _W2  the decode attention's range lengths and forms (tests, A/B; >>cuda-forward)
      BITNET_GPU_ATT_CUT=0                 the prefill attention's heaviest blocks not cut in pieces (A/B)
@@ -8225,6 +8225,7 @@ struct bitnet_gpu {
     bitnet__CUstream stream;            /* every operation of this handle, in call order */
     bitnet__mutex lock;                 /* guards the stream's order, the pool and the counters */
     int timing, capturing, timer_started;
+    int pdl;                            /* sm_90: the built-in kernels that wait at entry launch under PDL (BITNET_GPU_PDL=0: none) */
     bitnet__timed pend[BITNET__TIMING_RING];
     int n_pend;
     bitnet__CUevent spare[2 * BITNET__TIMING_RING];
@@ -8372,6 +8373,7 @@ BITNET_API bitnet_result bitnet_gpu_open(int ordinal, bitnet_gpu **out) {
     }
     g->dev = dv;
     g->timing = timing && strcmp(timing, "0") != 0;
+    g->pdl = !bitnet__env_off("BITNET_GPU_PDL");
     bitnet__mutex_init(&g->lock);
     if ((res = bitnet__ctx_push(dv->ctx)) != BITNET_OK) goto fail_ctx;
     r = bitnet__cuda.cu.cuStreamCreate(&g->stream, BITNET__CU_STREAM_NON_BLOCKING);
@@ -9908,14 +9910,15 @@ static bitnet__k_segs bitnet__k_segs_of(const bitnet_gpu_ternary *w) {
 #define BITNET__DGEMV_ROWS 2   /* BITNET_DGEMV_ROWS in the dense module: rows per warp */
 #define BITNET__TGEMV_MAX_K 262144
 
+/* A built-in kernel by name; pdl: under programmatic dependent launch (sm_90; the kernel waits at entry) */
 static bitnet_result bitnet__gk_launch(bitnet_gpu *gpu, const char *name, unsigned gx, unsigned gy, unsigned gz,
-                                       unsigned bx, unsigned by, void **args) {
+                                       unsigned bx, unsigned by, void **args, int pdl) {
     bitnet_gpu_kernel *k;
     unsigned grid[3], block[3];
     BITNET__TRY(bitnet_gpu_builtin_kernel(gpu, name, &k));
     grid[0] = gx, grid[1] = gy, grid[2] = gz;
     block[0] = bx, block[1] = by, block[2] = 1;
-    return bitnet_gpu_launch(gpu, k, grid, block, 0, args);
+    return bitnet__launch(gpu, k, grid, block, 0, args, pdl, 1);
 }
 
 /* Blocks for a grid-stride kernel over n items. */
@@ -10025,7 +10028,7 @@ BITNET_API bitnet_result bitnet_gpu_ternary_upload(bitnet_gpu *gpu, const bitnet
         args[0] = &stage, args[1] = &n, args[2] = &kk, args[3] = &w.data, args[4] = &off, args[5] = &gp, args[6] = &bad;
         res = bitnet_gpu_upload(gpu, stage, parts[i].data, parts[i].n * k / 4);
         if (res == BITNET_OK)
-            res = bitnet__gk_launch(gpu, "bitnet_k_t32_repack", (unsigned)((chunks + 255) / 256), 1, 1, 256, 1, args);
+            res = bitnet__gk_launch(gpu, "bitnet_k_t32_repack", (unsigned)((chunks + 255) / 256), 1, 1, 256, 1, args, 0);
     }
     if (res == BITNET_OK) res = bitnet_gpu_download(gpu, &bad_h, bad, 4); /* ordered after the repacks */
     if (stage) bitnet_gpu_free(gpu, stage);
@@ -10081,9 +10084,8 @@ BITNET_API bitnet_result bitnet_gpu_quantize_act(bitnet_gpu *gpu, bitnet_devptr 
                                                  bitnet_devptr norm_weight, float eps, bitnet_gpu_act *a) {
     long long ld;
     int kk;
-    unsigned nt, grid[3], block[3];
+    unsigned nt;
     bitnet_devptr planes;
-    bitnet_gpu_kernel *kq;
     void *args[10];
     BITNET__CHECK_PTR(gpu);
     BITNET__CHECK_PTR(a);
@@ -10104,10 +10106,7 @@ BITNET_API bitnet_result bitnet_gpu_quantize_act(bitnet_gpu *gpu, bitnet_devptr 
        end of the kernel before, which the kernel waits for. With the planes for one row only, H200,
        2B-4T prompts of 16 / 64 / 512 tokens: +13% / +13% / +5% (BENCHMARKS.md, session 39). */
     args[5] = &a->q, args[6] = &ld, args[7] = &a->scale, args[8] = &a->sum, args[9] = &planes;
-    BITNET__TRY(bitnet_gpu_builtin_kernel(gpu, "bitnet_k_quant_act", &kq));
-    grid[0] = (unsigned)m, grid[1] = grid[2] = 1;
-    block[0] = nt, block[1] = block[2] = 1;
-    BITNET__TRY(bitnet__launch(gpu, kq, grid, block, 0, args, !bitnet__env_off("BITNET_GPU_PDL"), 1));
+    BITNET__TRY(bitnet__gk_launch(gpu, "bitnet_k_quant_act", (unsigned)m, 1, 1, nt, 1, args, gpu->pdl));
     a->m = m;
     return BITNET_OK;
 }
@@ -10273,7 +10272,7 @@ static bitnet_result bitnet__tgemm90(bitnet_gpu *gpu, const bitnet_gpu_ternary *
     if (!strchr(k->mod->jit.target, 'a')) return BITNET_ERR_UNSUPPORTED; /* NVRTC without sm_90a: empty kernels */
     grid[1] *= (unsigned)split; /* a tile's blocks side by side along y, one cluster */
     block[0] = 256, block[1] = block[2] = 1; /* two warpgroups */
-    return bitnet__launch(gpu, k, grid, block, smem, args, !bitnet__env_off("BITNET_GPU_PDL"), (unsigned)split);
+    return bitnet__launch(gpu, k, grid, block, smem, args, gpu->pdl, (unsigned)split);
 }
 
 static bitnet_result bitnet__tmm_issue(bitnet_gpu *gpu, const bitnet_gpu_ternary *w, const bitnet_gpu_act *a,
@@ -10303,7 +10302,7 @@ static bitnet_result bitnet__tmm_issue(bitnet_gpu *gpu, const bitnet_gpu_ternary
         while (tn > 32 && rows * ((m + (size_t)tn - 1) / (size_t)tn) < want) tn /= 2;
         if (tn_force == 32 || tn_force == 64 || tn_force == 128) tn = tn_force;
         return bitnet__gk_launch(gpu, tn == 32 ? "bitnet_k_tgemm_n32" : tn == 64 ? "bitnet_k_tgemm_n64" : "bitnet_k_tgemm", (unsigned)rows,
-                                 (unsigned)((m + (size_t)tn - 1) / (size_t)tn), 1, 128, 1, args);
+                                 (unsigned)((m + (size_t)tn - 1) / (size_t)tn), 1, 128, 1, args, 0);
     }
     if (m == 1 && gpu->dev->cc >= 90 && a->planes) {
         bitnet_result r = bitnet__tgemv_pdl(gpu, w, a, args);
@@ -10324,7 +10323,7 @@ static bitnet_result bitnet__tmm_issue(bitnet_gpu *gpu, const bitnet_gpu_ternary
         wpg = BITNET__MIN(BITNET__MIN(wpg, cap), nc);
         snprintf(name, sizeof name, "bitnet_k_tgemv_m%d", mt);
         args[5] = &q, args[7] = &sc, args[8] = &su, args[10] = &o, args[13] = &r; /* this slice of the tokens */
-        BITNET__TRY(bitnet__gk_launch(gpu, name, (unsigned)groups, 1, 1, 32, (unsigned)(wpg * rg), args));
+        BITNET__TRY(bitnet__gk_launch(gpu, name, (unsigned)groups, 1, 1, 32, (unsigned)(wpg * rg), args, 0));
     }
     return BITNET_OK;
 }
@@ -10424,13 +10423,13 @@ BITNET_API bitnet_result bitnet_gpu_matmul(bitnet_gpu *gpu, bitnet_precision pre
     if (m <= 8) {
         snprintf(name, sizeof name, "bitnet_k_dgemv_%s_m%d", ty[prec], m == 1 ? 1 : 8);
         BITNET__TRY(bitnet__gk_launch(gpu, name, (unsigned)((n + 8 * BITNET__DGEMV_ROWS - 1) / (8 * BITNET__DGEMV_ROWS)), 1, 1,
-                                      32, 8, args));
+                                      32, 8, args, 0));
     } else if (prec != BITNET_PRECISION_FP32 && gpu->dev->cc >= 80) {
         snprintf(name, sizeof name, "bitnet_k_hgemm_%s", ty[prec]);
-        BITNET__TRY(bitnet__gk_launch(gpu, name, (unsigned)((n + 127) / 128), (unsigned)((m + 127) / 128), 1, 128, 1, args));
+        BITNET__TRY(bitnet__gk_launch(gpu, name, (unsigned)((n + 127) / 128), (unsigned)((m + 127) / 128), 1, 128, 1, args, 0));
     } else {
         snprintf(name, sizeof name, "bitnet_k_sgemm_%s", ty[prec]);
-        BITNET__TRY(bitnet__gk_launch(gpu, name, (unsigned)((n + 63) / 64), (unsigned)((m + 63) / 64), 1, 256, 1, args));
+        BITNET__TRY(bitnet__gk_launch(gpu, name, (unsigned)((n + 63) / 64), (unsigned)((m + 63) / 64), 1, 256, 1, args, 0));
     }
     bitnet__pm_add(prec, 2ull * m * n * k, (uint64_t)((n * k + m * k) * es + m * n * bitnet__prec_size(out_type)));
     return BITNET_OK;
@@ -10447,7 +10446,7 @@ BITNET_API bitnet_result bitnet_gpu_convert(bitnet_gpu *gpu, bitnet_devptr src, 
         return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_gpu_convert: types %d -> %d", st, dt);
     if (!n) return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_gpu_convert: n is 0");
     args[0] = &src, args[1] = &st, args[2] = &dst, args[3] = &dt, args[4] = &nn;
-    BITNET__TRY(bitnet__gk_launch(gpu, "bitnet_k_convert", bitnet__gk_blocks(n, 256), 1, 1, 256, 1, args));
+    BITNET__TRY(bitnet__gk_launch(gpu, "bitnet_k_convert", bitnet__gk_blocks(n, 256), 1, 1, 256, 1, args, 0));
     bitnet__pm_add(dst_type, n, (uint64_t)n * (bitnet__prec_size(src_type) + bitnet__prec_size(dst_type)));
     return BITNET_OK;
 }
@@ -10468,11 +10467,11 @@ BITNET_API bitnet_result bitnet_gpu_quantize_ternary(bitnet_gpu *gpu, bitnet_dev
     if (!n) return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_gpu_quantize_ternary: n is 0");
     BITNET__TRY(bitnet_gpu_alloc(gpu, BITNET__ABSMEAN_BLOCKS * sizeof(double), &part));
     args[0] = &w, args[1] = &nn, args[2] = &part;
-    res = bitnet__gk_launch(gpu, "bitnet_k_absmean_partial", BITNET__ABSMEAN_BLOCKS, 1, 1, 256, 1, args);
+    res = bitnet__gk_launch(gpu, "bitnet_k_absmean_partial", BITNET__ABSMEAN_BLOCKS, 1, 1, 256, 1, args, 0);
     args[0] = &part, args[1] = &np, args[2] = &nn, args[3] = &scale;
-    if (res == BITNET_OK) res = bitnet__gk_launch(gpu, "bitnet_k_absmean_final", 1, 1, 1, 256, 1, args);
+    if (res == BITNET_OK) res = bitnet__gk_launch(gpu, "bitnet_k_absmean_final", 1, 1, 1, 256, 1, args, 0);
     args[0] = &w, args[1] = &nn, args[2] = &scale, args[3] = &q;
-    if (res == BITNET_OK) res = bitnet__gk_launch(gpu, "bitnet_k_ternary_codes", bitnet__gk_blocks(n, 256), 1, 1, 256, 1, args);
+    if (res == BITNET_OK) res = bitnet__gk_launch(gpu, "bitnet_k_ternary_codes", bitnet__gk_blocks(n, 256), 1, 1, 256, 1, args, 0);
     bitnet_gpu_free(gpu, part); /* the pool reuses it only after this stream's work */
     return res;
 }
@@ -10492,7 +10491,7 @@ BITNET_API bitnet_result bitnet_gpu_i2s_pack(bitnet_gpu *gpu, bitnet_devptr q, s
     BITNET__TRY(bitnet_gpu_alloc(gpu, 4, &bad));
     res = bitnet_gpu_memset(gpu, bad, 0, 4);
     args[0] = &q, args[1] = &nk, args[2] = &scale, args[3] = &dst, args[4] = &bad;
-    if (res == BITNET_OK) res = bitnet__gk_launch(gpu, "bitnet_k_i2s_pack", bitnet__gk_blocks((size_t)(nk / 4), 256), 1, 1, 256, 1, args);
+    if (res == BITNET_OK) res = bitnet__gk_launch(gpu, "bitnet_k_i2s_pack", bitnet__gk_blocks((size_t)(nk / 4), 256), 1, 1, 256, 1, args, 0);
     if (res == BITNET_OK) res = bitnet_gpu_download(gpu, &bad_h, bad, 4);
     bitnet_gpu_free(gpu, bad);
     if (res == BITNET_OK && bad_h) res = bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_gpu_i2s_pack: a code is not -1, 0 or 1");
@@ -10939,7 +10938,7 @@ static bitnet_result bitnet__gpu_model_init(bitnet_model *m, int device) {
     g->smem_optin = BITNET__MAX(di.smem_per_block_optin, di.smem_per_block);
     BITNET__TRY(bitnet_gpu_open(device, &g->gpu));
     g->head_q8 = m->head_q8 != NULL; /* quantized on the host by >>model, as for the CPU */
-    BITNET__TRY(bitnet__gmodel_kernels(g, NULL, m->info.head_dim, !bitnet__env_off("BITNET_GPU_PDL")));
+    BITNET__TRY(bitnet__gmodel_kernels(g, NULL, m->info.head_dim, g->gpu->pdl));
     g->att_pk = BITNET__GPU_ATT_PK;
     memset(&c, 0, sizeof c);
     bitnet__gmodel_layout(g, m, &c);
