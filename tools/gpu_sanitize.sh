@@ -13,7 +13,10 @@
 # (seconds per pair, default 480: racecheck on test_cuda_forward took 409-437 s alone, H100, 2026-11-27;
 # beside 22 other pairs at JOBS=16 it ran past 300 s, so give the long pairs a call of their own with TESTS),
 # GIT_COMMIT (the commit the tree is, where its .git is absent or stale, as on the device machine),
-# TESTS (binaries, default every build/tests/test_*),
+# TESTS (binaries, default every build/tests/test_*), SPLIT (binaries whose tests run as pairs of
+# their own, one BITNET_TEST_ONLY each, e.g. "test_gpu_kernels test_cuda_forward": under racecheck
+# the whole of either runs past 300 s on an H200), GPUS (the ids of the GPUs the pairs go round,
+# e.g. "1 2 3"; default every one nvidia-smi lists; each pair sees its own as CUDA_VISIBLE_DEVICES),
 # BITNET_TEST_THREAD_TOKENS (tokens per thread in test_hostile's thread test, default 32 here) and
 # BITNET_TEST_THREAD_ROUNDS (test_gpu_runtime's 8 threads' rounds, default 20 here): the full 200
 # are `make test-gpu`'s; racecheck would take over 5 minutes on them (H100, 2025.3.1).
@@ -54,18 +57,28 @@ build/bitnet kernels --cache > "$logdir/kernels.log" 2>&1 || tail -5 "$logdir/ke
 
 # The slowest first, so the long pairs start early.
 order() { for b in $bins; do case $b in *gpu*|*cuda*|*hostile*|*receipt*|*model*) echo "0 $b";; *) echo "1 $b";; esac; done | sort | cut -d' ' -f2; }
-pairs=$(for tool in $tools; do for b in $(order); do echo "$tool $b"; done; done)
+# A pair: tool, binary, the test it runs alone ("-": all) and its GPU, dealt round the GPUS.
+split_tests() { # binary -> its test names, or "-" where it is not in SPLIT
+  local name; name=$(basename "$1")
+  case " ${SPLIT:-} " in *" $name "*) sed -nE 's/^ *RUN_TEST\(([a-z0-9_]+)\);.*/\1/p' "tests/$name.c";; *) echo -;; esac
+}
+read -ra gpus <<< "${GPUS:-$(nvidia-smi -L 2>/dev/null | sed -nE 's/^GPU ([0-9]+):.*/\1/p' | tr '\n' ' ')}"
+[ ${#gpus[@]} -ge 1 ] || gpus=(0)
+pairs=$(i=0; for tool in $tools; do for b in $(order); do for t in $(split_tests "$b"); do
+  echo "$tool $b $t ${gpus[i % ${#gpus[@]}]}"; i=$((i + 1)); done; done; done)
 
-run_pair() { # tool binary -> a summary line
-  local tool=$1 bin=$2 name log rc errs tests verdict extra=""
+run_pair() { # tool binary test gpu -> a summary line
+  local tool=$1 bin=$2 only=$3 gpu=$4 name log rc errs tests verdict extra=""
   name=$(basename "$bin")
-  log="$logdir/${tool}_${name}.log"
+  [ "$only" != - ] && name="$name:$only"
+  log="$logdir/${tool}_${name/:/.}.log"
   case $tool in
     memcheck) extra="--leak-check full";;
     racecheck) extra="--racecheck-report hazard";;
   esac
   local s=$SECONDS
-  timeout -k 10 "$PAIR_TIMEOUT" "$cs" --tool "$tool" $extra --report-api-errors no --target-processes all \
+  [ "$only" != - ] && export BITNET_TEST_ONLY=$only
+  CUDA_VISIBLE_DEVICES=$gpu timeout -k 10 "$PAIR_TIMEOUT" "$cs" --tool "$tool" $extra --report-api-errors no --target-processes all \
     --error-exitcode 97 "$bin" > "$log" 2>&1
   rc=$?
   errs=$(grep -E '^========= (ERROR|RACECHECK) SUMMARY' "$log" | sed -E 's/.*SUMMARY: ([0-9]+) (errors?|hazards?).*/\1/' \
@@ -84,17 +97,17 @@ run_pair() { # tool binary -> a summary line
   if [ $rc = 124 ] || [ $rc = 137 ]; then verdict=TIMEOUT
   elif [ $rc = 0 ] && [ "$errs" = 0 ] && echo "$tests" | grep -q ' 0 failed'; then verdict=PASS
   else verdict=FAIL; fi
-  printf '%-10s %-22s errors %-5s exit %-4s %-6.0fs %-8s %s\n' "$tool" "$name" "$errs" "$rc" "$((SECONDS - s))" "$verdict" "${tests:-no summary}"
+  printf '%-10s %-44s errors %-5s exit %-4s %-6.0fs %-8s %s\n' "$tool" "$name" "$errs" "$rc" "$((SECONDS - s))" "$verdict" "${tests:-no summary}"
 }
 export -f run_pair
 export cs logdir PAIR_TIMEOUT
-log "run $(echo "$pairs" | wc -l) pairs, $JOBS at a time, ${PAIR_TIMEOUT}s each at most: $tools"
-echo "$pairs" | xargs -P "$JOBS" -L 1 bash -c 'run_pair "$0" "$1"' > "$logdir/summary.unsorted"
+log "run $(echo "$pairs" | wc -l) pairs, $JOBS at a time over GPU(s) ${gpus[*]}, ${PAIR_TIMEOUT}s each at most: $tools"
+echo "$pairs" | xargs -P "$JOBS" -L 1 bash -c 'run_pair "$0" "$1" "$2" "$3"' > "$logdir/summary.unsorted"
 
 {
   echo "gpu_sanitize: $(date -u +%FT%TZ), commit ${GIT_COMMIT:-$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)}, $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"
   echo "tools: $tools; BITNET_REQUIRE_GPU=1; BITNET_TEST_THREAD_TOKENS=$BITNET_TEST_THREAD_TOKENS; BITNET_TEST_THREAD_ROUNDS=$BITNET_TEST_THREAD_ROUNDS; pair limit ${PAIR_TIMEOUT}s"
-  printf '%-10s %-22s %-12s %-9s %-7s %-8s %s\n' tool binary "errors" "exit" time verdict tests
+  printf '%-10s %-44s %-12s %-9s %-7s %-8s %s\n' tool binary "errors" "exit" time verdict tests
   sort "$logdir/summary.unsorted"
   n_fail=$(grep -cvE ' PASS ' "$logdir/summary.unsorted")
   echo "pairs: $(wc -l < "$logdir/summary.unsorted"), not passing: $n_fail, total $((SECONDS - t0))s"
