@@ -12221,6 +12221,17 @@ BITNET_API bitnet_result bitnet_session_create(bitnet_model *m, const bitnet_ses
     if (desc && (desc->n_batch < 0 || desc->n_batch > BITNET__MAX_BATCH))
         return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_session_create: n_batch %d is not in [0, %d]", (int)desc->n_batch,
                            BITNET__MAX_BATCH);
+    { /* The whole context's host memory against the machine's, before any of it is allocated: the
+         rope table is written in full below, and K and V (CPU) are each one block, so with overcommit a
+         context too large would pass each allocation's own check and get the process killed. */
+        double hd_b = (double)m->info.head_dim * 4.0, kv_b = 2.0 * 2.0 * m->info.n_layers * m->kv_dim;
+        double need = (double)n_ctx * (hd_b + 4.0 + (m->info.backend == BITNET_BACKEND_CPU ? kv_b : 0.0));
+        uint64_t mem = bitnet__phys_mem();
+        if (mem && need > (double)mem)
+            return bitnet__err(BITNET_ERR_OUT_OF_MEMORY, "bitnet_session_create: a context of %d positions needs %.1f GiB of host "
+                               "memory (K/V cache and rope table); this machine has %.1f GiB", (int)n_ctx,
+                               need / 1073741824.0, (double)mem / 1073741824.0);
+    }
     s = (bitnet_session *)bitnet__calloc(1, sizeof *s);
     if (!s) return BITNET_ERR_OUT_OF_MEMORY;
     s->m = m;

@@ -17,6 +17,8 @@
 # their own, one BITNET_TEST_ONLY each, e.g. "test_gpu_kernels test_cuda_forward": under racecheck
 # the whole of either runs past 300 s on an H200), GPUS (the ids of the GPUs the pairs go round,
 # e.g. "1 2 3"; default every one nvidia-smi lists; each pair sees its own as CUDA_VISIBLE_DEVICES),
+# PAIRS (the pairs themselves, one a line, in place of all the above: "tool binary test|- gpu
+# [VAR=VALUE...]", e.g. "racecheck build/tests/test_gpu_kernels test_gpu_ternary_gemm 1 BITNET_TEST_FORM=3"),
 # BITNET_TEST_THREAD_TOKENS (tokens per thread in test_hostile's thread test, default 32 here) and
 # BITNET_TEST_THREAD_ROUNDS (test_gpu_runtime's 8 threads' rounds, default 20 here): the full 200
 # are `make test-gpu`'s; racecheck would take over 5 minutes on them (H100, 2025.3.1).
@@ -64,21 +66,23 @@ split_tests() { # binary -> its test names, or "-" where it is not in SPLIT
 }
 read -ra gpus <<< "${GPUS:-$(nvidia-smi -L 2>/dev/null | sed -nE 's/^GPU ([0-9]+):.*/\1/p' | tr '\n' ' ')}"
 [ ${#gpus[@]} -ge 1 ] || gpus=(0)
-pairs=$(i=0; for tool in $tools; do for b in $(order); do for t in $(split_tests "$b"); do
-  echo "$tool $b $t ${gpus[i % ${#gpus[@]}]}"; i=$((i + 1)); done; done; done)
+pairs=${PAIRS:-$(i=0; for tool in $tools; do for b in $(order); do for t in $(split_tests "$b"); do
+  echo "$tool $b $t ${gpus[i % ${#gpus[@]}]}"; i=$((i + 1)); done; done; done)}
 
-run_pair() { # tool binary test gpu -> a summary line
+run_pair() { # tool binary test gpu [VAR=VALUE...] -> a summary line
   local tool=$1 bin=$2 only=$3 gpu=$4 name log rc errs tests verdict extra=""
+  shift 4
   name=$(basename "$bin")
   [ "$only" != - ] && name="$name:$only"
-  log="$logdir/${tool}_${name/:/.}.log"
+  [ $# -gt 0 ] && name="$name:$(echo "$*" | tr ' ' ',')"
+  log="$logdir/${tool}_$(echo "$name" | tr ':=,' '.__').log"
   case $tool in
     memcheck) extra="--leak-check full";;
     racecheck) extra="--racecheck-report hazard";;
   esac
   local s=$SECONDS
   [ "$only" != - ] && export BITNET_TEST_ONLY=$only
-  CUDA_VISIBLE_DEVICES=$gpu timeout -k 10 "$PAIR_TIMEOUT" "$cs" --tool "$tool" $extra --report-api-errors no --target-processes all \
+  env "$@" CUDA_VISIBLE_DEVICES="$gpu" timeout -k 10 "$PAIR_TIMEOUT" "$cs" --tool "$tool" $extra --report-api-errors no --target-processes all \
     --error-exitcode 97 "$bin" > "$log" 2>&1
   rc=$?
   errs=$(grep -E '^========= (ERROR|RACECHECK) SUMMARY' "$log" | sed -E 's/.*SUMMARY: ([0-9]+) (errors?|hazards?).*/\1/' \
@@ -102,7 +106,7 @@ run_pair() { # tool binary test gpu -> a summary line
 export -f run_pair
 export cs logdir PAIR_TIMEOUT
 log "run $(echo "$pairs" | wc -l) pairs, $JOBS at a time over GPU(s) ${gpus[*]}, ${PAIR_TIMEOUT}s each at most: $tools"
-echo "$pairs" | xargs -P "$JOBS" -L 1 bash -c 'run_pair "$0" "$1" "$2" "$3"' > "$logdir/summary.unsorted"
+echo "$pairs" | xargs -P "$JOBS" -L 1 bash -c 'run_pair "$0" "$@"' > "$logdir/summary.unsorted"
 
 {
   echo "gpu_sanitize: $(date -u +%FT%TZ), commit ${GIT_COMMIT:-$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)}, $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"
