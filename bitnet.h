@@ -10260,13 +10260,16 @@ static bitnet_result bitnet__tgemm90(bitnet_gpu *gpu, const bitnet_gpu_ternary *
     if (a->m > 128 && a->m % 128 && bitnet__tgemm90_split(t128, sms) > 1 && t64 * bitnet__tgemm90_split(t64, sms) <= sms) tn = 64;
     if (tn_force == 64 || tn_force == 96 || tn_force == 128) tn = tn_force;
     if (bitnet__env_off("BITNET_TGEMM_WG") || tn_force == 32 || (a->q | w->data) % 16) return BITNET_ERR_UNSUPPORTED;
-    smem = BITNET__WG_STAGES * (unsigned)(tn * 128 + 128 * 32) + (unsigned)tn * 12 + 16; /* the ring; token scales, reciprocals, sums; a flag */
     grid[0] = (unsigned)rows, grid[1] = (unsigned)((a->m + (size_t)tn - 1) / (size_t)tn), grid[2] = 1;
     tiles = (size_t)grid[0] * grid[1];
     split = (int)bitnet__tgemm90_split(tiles, sms);
     split = bitnet__env_int("BITNET_TGEMM_SPLIT", 1, 8, split);
     split = BITNET__MAX(1, BITNET__MIN(split, ns / 2)); /* at least two stages a block */
     if (!bitnet__cuda.cu.cuLaunchKernelEx) split = 1; /* (no clusters) */
+    /* the ring; token scales, reciprocals, sums; a flag; split: the exchange area, (P - 1) slots of a
+       part's pairs of 8-token columns, 8 KB a pair */
+    smem = BITNET__WG_STAGES * (unsigned)(tn * 128 + 128 * 32) + (unsigned)tn * 12 + 16;
+    if (split > 1) smem += (unsigned)(split - 1) * (unsigned)((tn / 16 + split - 1) / split) * 8192u;
     snprintf(name, sizeof name, "bitnet_k_tgemm90_n%d%s", tn, split > 1 ? "_split" : "");
     BITNET__TRY(bitnet_gpu_builtin_kernel(gpu, name, &k));
     if (!strchr(k->mod->jit.target, 'a')) return BITNET_ERR_UNSUPPORTED; /* NVRTC without sm_90a: empty kernels */
