@@ -825,6 +825,8 @@ typedef struct bitnet_session_desc {
     int32_t n_ctx;                            /* 0 = the model's training context */
     int32_t n_batch;                          /* prompt tokens per forward chunk; 0 = 512 */
 } bitnet_session_desc;
+/* BITNET_ERR_OUT_OF_MEMORY, before anything is allocated, when the context's host memory (the CPU's
+   K/V cache, the rope table) exceeds the machine's. */
 BITNET_API bitnet_result bitnet_session_create(bitnet_model *m, const bitnet_session_desc *desc, bitnet_session **out);
 BITNET_API void bitnet_session_free(bitnet_session *s);
 BITNET_API void bitnet_session_reset(bitnet_session *s);
