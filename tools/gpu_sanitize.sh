@@ -14,8 +14,9 @@
 # beside 22 other pairs at JOBS=16 it ran past 300 s, so give the long pairs a call of their own with TESTS),
 # GIT_COMMIT (the commit the tree is, where its .git is absent or stale, as on the device machine),
 # TESTS (binaries, default every build/tests/test_*), SPLIT (binaries whose tests run as pairs of
-# their own, one BITNET_TEST_ONLY each, e.g. "test_gpu_kernels test_cuda_forward": under racecheck
-# the whole of either runs past 300 s on an H200), GPUS (the ids of the GPUs the pairs go round,
+# their own, one BITNET_TEST_ONLY each; default "test_cuda_forward test_hostile", the two longest:
+# racecheck took 261 s on test_random_hd128_gqa4 and 280 s on test_gpu_fault_sweep alone, H200,
+# session 40; "" for none), GPUS (the ids of the GPUs the pairs go round,
 # e.g. "1 2 3"; default every one nvidia-smi lists; each pair sees its own as CUDA_VISIBLE_DEVICES),
 # PAIRS (the pairs themselves, one a line, in place of all the above: "tool binary test|- gpu
 # [VAR=VALUE...]", e.g. "racecheck build/tests/test_gpu_kernels test_gpu_ternary_gemm 1 BITNET_TEST_FORM=3"),
@@ -62,7 +63,7 @@ order() { for b in $bins; do case $b in *gpu*|*cuda*|*hostile*|*receipt*|*model*
 # A pair: tool, binary, the test it runs alone ("-": all) and its GPU, dealt round the GPUS.
 split_tests() { # binary -> its test names, or "-" where it is not in SPLIT
   local name; name=$(basename "$1")
-  case " ${SPLIT:-} " in *" $name "*) sed -nE 's/^ *RUN_TEST\(([a-z0-9_]+)\);.*/\1/p' "tests/$name.c";; *) echo -;; esac
+  case " ${SPLIT-test_cuda_forward test_hostile} " in *" $name "*) sed -nE 's/^ *RUN_TEST\(([a-z0-9_]+)\);.*/\1/p' "tests/$name.c";; *) echo -;; esac
 }
 read -ra gpus <<< "${GPUS:-$(nvidia-smi -L 2>/dev/null | sed -nE 's/^GPU ([0-9]+):.*/\1/p' | tr '\n' ' ')}"
 [ ${#gpus[@]} -ge 1 ] || gpus=(0)
