@@ -2413,7 +2413,7 @@ static const command commands[] = {
     {"gen-model", cmd_gen_model, "gen-model --preset tiny|small|2b4t [--seed S] -o FILE   write a random-weight model"},
     {"devices", cmd_devices, "devices [--json]             GPU backends and every CUDA device"},
     {"kernels", cmd_kernels, "kernels [--arch sm_XX] [--json] [--cache]  compile every built-in CUDA module (no GPU needed)"},
-    {"help", cmd_help, "help                         this list"},
+    {"help", cmd_help, "help [COMMAND]               this list, or one command's (also: bitnet COMMAND -h)"},
     {"run", cmd_run, "run -m FILE -p TEXT|-f FILE [-n N] [--backend auto|cpu|cuda] [--seed S] [--temp T] [--top-k K] [--top-p P]\n"
                      "      [--min-p P] [--repeat-penalty R] [--repeat-last-n N] [--ignore-eos] [--chat] [-cnv] [-t THREADS]\n"
                      "      [-c N_CTX] [--head f16|q8] [--no-mmap]\n"
@@ -2425,19 +2425,31 @@ static const command commands[] = {
                                    "                               perplexity of a text, as llama.cpp's llama-perplexity counts it"},
 };
 
+static int is_help(const char *a) { return strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0; }
+
+/* bitnet help: every command; bitnet help CMD (or bitnet CMD -h): that one */
 static int cmd_help(int argc, char **argv) {
     size_t i;
-    (void)argc; (void)argv;
-    printf("usage: bitnet <command> [options]\n");
+    for (i = 0; argc > 1 && i < sizeof commands / sizeof commands[0]; i++)
+        if (strcmp(argv[1], commands[i].name) == 0) return printf("usage: bitnet %s\n", commands[i].usage), 0;
+    if (argc > 1) return fprintf(stderr, "bitnet help: unknown command '%s'\n", argv[1]), 2;
+    printf("usage: bitnet <command> [options]   (bitnet <command> -h: one command's options)\n");
     for (i = 0; i < sizeof commands / sizeof commands[0]; i++) printf("  %s\n", commands[i].usage);
     return 0;
 }
 
 int main(int argc, char **argv) {
     size_t i;
-    if (argc < 2) return cmd_help(argc, argv), 2;
+    if (argc < 2) return cmd_help(1, argv), 2;
+    if (is_help(argv[1])) return cmd_help(1, argv);
+    if (strcmp(argv[1], "--version") == 0) return cmd_version(1, argv);
     for (i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        if (strcmp(argv[1], commands[i].name) == 0) return commands[i].fn(argc - 1, argv + 1);
+        if (strcmp(argv[1], commands[i].name) == 0) {
+            char *pick[2];
+            pick[0] = argv[0], pick[1] = argv[1];
+            /* only right after the command: "-p --help" is a prompt */
+            return argc > 2 && is_help(argv[2]) ? cmd_help(2, pick) : commands[i].fn(argc - 1, argv + 1);
+        }
     fprintf(stderr, "bitnet: unknown command '%s' (try: bitnet help)\n", argv[1]);
     return 2;
 }

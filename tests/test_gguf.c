@@ -1016,6 +1016,29 @@ static void test_cli_gen_model_and_info(void) {
     remove(a); remove(b); remove(c);
 }
 
+/* -h / --help: the whole list, or one command's usage right after its name; exit 0. "-p --help"
+   stays a prompt. An unknown command after help is an error. */
+static void test_cli_help(void) {
+    char bin[512], cmd[5120], o[640], why[600];
+    unsigned char *t;
+    size_t n = 0;
+    if (cli_bin(bin, sizeof bin, why, sizeof why)) TEST_SKIP("%s", why);
+    snprintf(o, sizeof o, "%s", tmp_path("help_out"));
+    snprintf(cmd, sizeof cmd, "%s --help > %s && %s -h >> %s && %s run --help >> %s && %s help eval >> %s", bin, o, bin, o, bin, o, bin, o);
+    TEST_CHECK(system(cmd) == 0);
+    t = read_all(o, &n);
+    TEST_CHECKF(t && strstr((const char *)t, "usage: bitnet <command>") && strstr((const char *)t, "usage: bitnet run -m FILE") &&
+                    strstr((const char *)t, "usage: bitnet eval -m FILE"), "%s", t ? (const char *)t : "");
+    free(t);
+    snprintf(cmd, sizeof cmd, "%s run -m tests/data/tiny.gguf --backend cpu -t 1 --temp 0 -n 2 -p --help > %s 2>/dev/null", bin, o);
+    TEST_CHECK(system(cmd) == 0);
+    t = read_all(o, &n);
+    TEST_CHECKF(t && !strstr((const char *)t, "usage:"), "-p --help: %s", t ? (const char *)t : "");
+    free(t), remove(o);
+    snprintf(cmd, sizeof cmd, "%s help nope > /dev/null 2>&1", bin);
+    TEST_CHECK(system(cmd) != 0);
+}
+
 /* bitnet run's prompt and sampling flags on tests/data/tiny.gguf (CPU, greedy): -f gives what -p
    gives; --repeat-last-n 0 turns the penalty off (as --repeat-penalty 1); --ignore-eos with -n -1
    runs to the end of the context; -p with -f and --repeat-last-n below -1 are refused; -cnv answers
@@ -1235,6 +1258,7 @@ int main(void) {
     RUN_TEST(test_tiny_truncated_everywhere);
     RUN_TEST(test_concurrent_readers);
     RUN_TEST(test_cli_gen_model_and_info);
+    RUN_TEST(test_cli_help);
     RUN_TEST(test_cli_run_flags);
     RUN_TEST(test_cli_perplexity);
     RUN_TEST(test_cli_tq_models);
