@@ -35,14 +35,14 @@ typedef struct model_opts {
 static int model_opt(model_opts *o, int argc, char **argv, int *i) {
     const char *a = argv[*i], *v = *i + 1 < argc ? argv[*i + 1] : NULL;
     if (strcmp(a, "--no-mmap") == 0) return o->no_mmap = 1, 1;
-    if (strcmp(a, "-m") && strcmp(a, "--backend") && strcmp(a, "-t") && strcmp(a, "--threads") && strcmp(a, "--head") &&
-        strcmp(a, "-c") && strcmp(a, "--ctx"))
+    if (strcmp(a, "-m") && strcmp(a, "--model") && strcmp(a, "--backend") && strcmp(a, "-t") && strcmp(a, "--threads") &&
+        strcmp(a, "--head") && strcmp(a, "-c") && strcmp(a, "--ctx") && strcmp(a, "--ctx-size"))
         return 0;
     if (!v) return fprintf(stderr, "bitnet: %s needs a value\n", a), -1;
     ++*i;
-    if (strcmp(a, "-m") == 0) o->path = v;
+    if (strcmp(a, "-m") == 0 || strcmp(a, "--model") == 0) o->path = v;
     else if (strcmp(a, "-t") == 0 || strcmp(a, "--threads") == 0) o->threads = atoi(v);
-    else if (strcmp(a, "-c") == 0 || strcmp(a, "--ctx") == 0) o->n_ctx = atoi(v);
+    else if (strcmp(a, "-c") == 0 || strcmp(a, "--ctx") == 0 || strcmp(a, "--ctx-size") == 0) o->n_ctx = atoi(v);
     else if (strcmp(a, "--head") == 0) {
         if (strcmp(v, "f16") && strcmp(v, "q8")) return fprintf(stderr, "bitnet: --head is f16 or q8\n"), -1;
         o->head_f16 = strcmp(v, "f16") == 0;
@@ -199,9 +199,9 @@ static int cmd_run(int argc, char **argv) {
         if (strcmp(a, "--ignore-eos") == 0) { gp.stop_tokens = &none, gp.n_stop = 0; continue; } /* (non-NULL, none) */
         if (!v) return fprintf(stderr, "bitnet run: unknown option or missing value: %s\n", a), 2;
         i++;
-        if (strcmp(a, "-p") == 0) prompt = v;
-        else if (strcmp(a, "-f") == 0) prompt_file = v;
-        else if (strcmp(a, "-n") == 0) { /* -1: no limit */
+        if (strcmp(a, "-p") == 0 || strcmp(a, "--prompt") == 0) prompt = v;
+        else if (strcmp(a, "-f") == 0 || strcmp(a, "--file") == 0) prompt_file = v;
+        else if (strcmp(a, "-n") == 0 || strcmp(a, "--n-predict") == 0) { /* -1: no limit */
             const int nt = atoi(v);
             gp.max_tokens = nt == -1 ? 0 : nt;
         }

@@ -1040,7 +1040,7 @@ static void test_cli_help(void) {
 }
 
 /* bitnet run's prompt and sampling flags on tests/data/tiny.gguf (CPU, greedy): -f gives what -p
-   gives; --repeat-last-n 0 turns the penalty off (as --repeat-penalty 1); --ignore-eos with -n -1
+   gives (given as llama.cpp's long names --model, --threads, --n-predict, --file); --repeat-last-n 0 turns the penalty off (as --repeat-penalty 1); --ignore-eos with -n -1
    runs to the end of the context; -p with -f and --repeat-last-n below -1 are refused; -cnv answers
    each line of stdin (the empty one is skipped), also past the end of the context. */
 static void test_cli_run_flags(void) {
@@ -1055,7 +1055,9 @@ static void test_cli_run_flags(void) {
     for (i = 0; i < 5; i++) snprintf(o[i], sizeof o[i], "%s%d", tmp_path("run_out"), i);
     snprintf(cmd, sizeof cmd, "%s %s -n 12 -p 'Once upon a time' > %s 2>/dev/null", bin, run, o[0]);
     TEST_CHECK(system(cmd) == 0);
-    snprintf(cmd, sizeof cmd, "%s %s -n 12 -f %s > %s 2>/dev/null", bin, run, pf, o[1]);
+    /* llama.cpp's long names: --model, --file, --n-predict */
+    snprintf(cmd, sizeof cmd, "%s run --model tests/data/tiny.gguf --backend cpu --threads 1 --temp 0 --seed 3 --n-predict 12 "
+             "--file %s > %s 2>/dev/null", bin, pf, o[1]);
     TEST_CHECK(system(cmd) == 0);
     snprintf(cmd, sizeof cmd, "%s %s -n 12 -f %s --repeat-penalty 1.5 --repeat-last-n 0 > %s 2>/dev/null", bin, run, pf, o[2]);
     TEST_CHECK(system(cmd) == 0);
