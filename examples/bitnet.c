@@ -2444,12 +2444,8 @@ int main(int argc, char **argv) {
     if (is_help(argv[1])) return cmd_help(1, argv);
     if (strcmp(argv[1], "--version") == 0) return cmd_version(1, argv);
     for (i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        if (strcmp(argv[1], commands[i].name) == 0) {
-            char *pick[2];
-            pick[0] = argv[0], pick[1] = argv[1];
-            /* only right after the command: "-p --help" is a prompt */
-            return argc > 2 && is_help(argv[2]) ? cmd_help(2, pick) : commands[i].fn(argc - 1, argv + 1);
-        }
+        if (strcmp(argv[1], commands[i].name) == 0) /* -h only right after the command: "-p --help" is a prompt */
+            return argc > 2 && is_help(argv[2]) ? cmd_help(2, argv) : commands[i].fn(argc - 1, argv + 1);
     fprintf(stderr, "bitnet: unknown command '%s' (try: bitnet help)\n", argv[1]);
     return 2;
 }
