@@ -11726,38 +11726,65 @@ static void bitnet__release_mapped(const bitnet_gguf *g, const void *p, size_t n
 #endif
 }
 
-/* The ternary matrices of a mapped file, copied once into anonymous memory on large pages (see
-   above), and the mapped pages they came from released; a layer's seven on the thread pool. */
-typedef struct bitnet__wcopy { const bitnet_gguf *g; const void **mat[7]; uint8_t *dst[7]; size_t n[7]; } bitnet__wcopy;
-static void bitnet__wcopy_one(void *ctx, int i) {
-    bitnet__wcopy *c = (bitnet__wcopy *)ctx;
-    memcpy(c->dst[i], *c->mat[i], c->n[i]);
-    bitnet__release_mapped(c->g, *c->mat[i], c->n[i]);
+/* One pass over the ternary matrices for the CPU, a layer's seven on the thread pool. Each is checked
+   for I2_S code 3, which no weight has (bitnet_i2s_unpack; the GPU's upload checks the same): the CPU
+   kernels would read it as +2. Code 3 sets both bits of a pair, so x & (x >> 1) has a pair's low bit
+   set. A mapped file's matrices are also copied once into anonymous memory on large pages (see above),
+   64 KB at a time, each piece scanned while in cache, and the mapped pages they came from released. */
+typedef struct bitnet__wpass {
+    const bitnet_gguf *g;
+    const void **mat[7];
+    uint8_t *dst[7]; /* NULL: check only */
+    size_t n[7], k[7];
+    uint8_t bad[7];
+} bitnet__wpass;
+static void bitnet__wpass_one(void *ctx, int i) {
+    bitnet__wpass *c = (bitnet__wpass *)ctx;
+    const uint8_t *p = (const uint8_t *)*c->mat[i];
+    const size_t codes = c->n[i] * c->k[i] / 4, all = bitnet_i2s_bytes(c->n[i], c->k[i]); /* the scale follows the codes */
+    size_t j = 0, e;
+    uint64_t acc = 0, x;
+    while (j < codes) {
+        e = BITNET__MIN(codes, j + 65536);
+        if (c->dst[i]) memcpy(c->dst[i] + j, p + j, e - j);
+        for (; j + 8 <= e; j += 8) memcpy(&x, p + j, 8), acc |= x & (x >> 1);
+        for (; j < e; j++) acc |= (uint64_t)(p[j] & (p[j] >> 1));
+    }
+    c->bad[i] = (acc & 0x5555555555555555ull) != 0;
+    if (!c->dst[i]) return;
+    memcpy(c->dst[i] + codes, p + codes, all - codes);
+    bitnet__release_mapped(c->g, p, all);
     *c->mat[i] = c->dst[i];
 }
-static bitnet_result bitnet__weights_to_hugepages(bitnet_model *m, const bitnet_model_desc *d) {
+static bitnet_result bitnet__weights_pass(bitnet_model *m, const bitnet_model_desc *d, int copy) {
+    static const char *const names[7] = {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"};
     const bitnet_model_info *in = &m->info;
-    size_t dim = (size_t)in->dim, ff = (size_t)in->ffn_dim, qd = (size_t)m->q_dim, kvd = (size_t)m->kv_dim;
+    const size_t dim = (size_t)in->dim, ff = (size_t)in->ffn_dim, qd = (size_t)m->q_dim, kvd = (size_t)m->kv_dim;
     const size_t n[7] = {qd, kvd, kvd, dim, ff, ff, dim}, k[7] = {dim, dim, dim, qd, dim, dim, ff};
     size_t per_layer = 0, off = 0, bytes[7];
     int l, i;
-    uint8_t *arena;
-    bitnet__wcopy c;
+    uint8_t *arena = NULL;
+    bitnet__wpass c;
     for (i = 0; i < 7; i++) per_layer += (bytes[i] = (bitnet_i2s_bytes(n[i], k[i]) + 63) & ~(size_t)63);
-    if (per_layer > SIZE_MAX / (size_t)in->n_layers) return bitnet__err(BITNET_ERR_OVERFLOW, "model: weights overflow");
-    arena = (uint8_t *)bitnet__malloc(per_layer * (size_t)in->n_layers);
-    BITNET__TRY(bitnet__model_own(m, arena));
-    bitnet__hugepages(arena, per_layer * (size_t)in->n_layers);
+    if (copy) {
+        if (per_layer > SIZE_MAX / (size_t)in->n_layers) return bitnet__err(BITNET_ERR_OVERFLOW, "model: weights overflow");
+        arena = (uint8_t *)bitnet__malloc(per_layer * (size_t)in->n_layers);
+        BITNET__TRY(bitnet__model_own(m, arena));
+        bitnet__hugepages(arena, per_layer * (size_t)in->n_layers);
+    }
     c.g = m->gguf;
     for (l = 0; l < in->n_layers; l++) {
         bitnet__layer *L = &m->layers[l];
         c.mat[0] = &L->wq, c.mat[1] = &L->wk, c.mat[2] = &L->wv, c.mat[3] = &L->wo, c.mat[4] = &L->w_gate,
         c.mat[5] = &L->w_up, c.mat[6] = &L->w_down;
         for (i = 0; i < 7; i++) {
-            c.dst[i] = arena + off, c.n[i] = bitnet_i2s_bytes(n[i], k[i]);
+            c.n[i] = n[i], c.k[i] = k[i], c.dst[i] = arena ? arena + off : NULL;
             off += bytes[i];
         }
-        bitnet__for_rows(7, per_layer / 7, bitnet__wcopy_one, &c);
+        bitnet__for_rows(7, per_layer / 7, bitnet__wpass_one, &c);
+        for (i = 0; i < 7; i++)
+            if (c.bad[i])
+                return bitnet__err(BITNET_ERR_CORRUPT, "model: blk.%d.%s.weight has the unused I2_S code 3 (a corrupt matrix)", l, names[i]);
         bitnet__progress(d, 0.1f + 0.3f * (float)(l + 1) / (float)in->n_layers);
     }
     return BITNET_OK;
@@ -11902,7 +11929,7 @@ static bitnet_result bitnet__model_build(bitnet_model *m, const bitnet_model_wei
         bitnet__log(BITNET_LOG_WARN, "model: %s", in->backend_reason);
     }
 #endif
-    if (m->gguf && d && d->path && !d->no_mmap) BITNET__TRY(bitnet__weights_to_hugepages(m, d));
+    BITNET__TRY(bitnet__weights_pass(m, d, m->gguf && d && d->path && !d->no_mmap));
     if (!(d && d->head_f16) && !(env && strcmp(env, "f16") == 0)) {
         BITNET__TRY(bitnet__head_quantize(m, d));
         in->head_bits = 8;
