@@ -1,17 +1,22 @@
-/* libFuzzer harness for model loading and the CPU forward pass: an arbitrary GGUF image through
+/* libFuzzer harness for model loading and the forward pass: an arbitrary GGUF image through
    bitnet_model_load (tensor types and shapes, conversions, the tokenizer from metadata), and when
    it loads, a session of a few positions that tokenizes a short text, evaluates it, samples two
    tokens and discards one. Weights may hold NaN and infinities; every call must still return. The
-   seeds in tests/corpus/model/ are the one-layer models of tests/corpus/gguf/. A crash, sanitizer
-   report, leak or inconsistent answer (__builtin_trap) is a finding: fix it and add the input to
-   tests/test_hostile.c. */
+   CPU backend, or the GPU with BITNET_FUZZ_BACKEND=cuda (tools/fuzz_replay.c runs a corpus so on
+   the GPU machine). Seeds: tests/corpus/model/ (the one-layer models of tests/corpus/gguf/, whose
+   tokenizers are not byte-level, and tests/data/tiny.gguf). A crash, sanitizer report, leak or
+   inconsistent answer (__builtin_trap) is a finding: fix it and add the input to tests/test_hostile.c. */
 #include "../bitnet.h"
 #include <stdlib.h>
 #include <string.h>
 
+static bitnet_backend backend = BITNET_BACKEND_CPU;
+
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
+    const char *b = getenv("BITNET_FUZZ_BACKEND"); /* cuda: the GPU forward (tools/fuzz_replay.c) */
     (void)argc, (void)argv;
+    if (b && !strcmp(b, "cuda")) backend = BITNET_BACKEND_CUDA;
     bitnet_set_num_threads(1); /* one core a harness: make fuzz runs them side by side */
     return 0;
 }
@@ -29,9 +34,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     size_t n = 0, i;
     float *logits;
     memset(&desc, 0, sizeof desc);
-    desc.data = data, desc.size = size, desc.backend = BITNET_BACKEND_CPU;
+    desc.data = data, desc.size = size, desc.backend = backend;
     if (bitnet_model_load(&desc, &m) != BITNET_OK) return 0;
-    if (bitnet_model_get_info(m, &info) != BITNET_OK || info.n_vocab <= 0 || info.backend != BITNET_BACKEND_CPU)
+    if (bitnet_model_get_info(m, &info) != BITNET_OK || info.n_vocab <= 0 || info.backend != backend)
         __builtin_trap();
     tok = bitnet_model_tokenizer(m);
     if (tok && bitnet_tokenize(tok, text, sizeof text - 1, 1, 1, ids, 16, &n) == BITNET_OK) {
