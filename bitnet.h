@@ -11907,6 +11907,7 @@ static bitnet_result bitnet__model_build(bitnet_model *m, const bitnet_model_wei
     if (in->backend == BITNET_BACKEND_CUDA) { /* the same int8 head by default: quantized here, uploaded, freed */
         bitnet_result r;
         char why[184];
+        BITNET__TRY(bitnet__weights_pass(m, d, 0)); /* the CPU's check first: a corrupt matrix is named alike */
         if (!(d && d->head_f16) && !(env && strcmp(env, "f16") == 0)) {
             BITNET__TRY(bitnet__head_quantize(m, d));
             in->head_bits = 8;
