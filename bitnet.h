@@ -11726,9 +11726,9 @@ static void bitnet__release_mapped(const bitnet_gguf *g, const void *p, size_t n
 #endif
 }
 
-/* One pass over the ternary matrices for the CPU, a layer's seven on the thread pool. Each is checked
-   for I2_S code 3, which no weight has (bitnet_i2s_unpack; the GPU's upload checks the same): the CPU
-   kernels would read it as +2. Code 3 sets both bits of a pair, so x & (x >> 1) has a pair's low bit
+/* One pass over the ternary matrices at load, a layer's seven on the thread pool. Each is checked for
+   I2_S code 3, which no weight has (bitnet_i2s_unpack), on either backend, so both name a corrupt
+   matrix alike (the GPU's upload refuses it too; the CPU kernels would read it as +2). Code 3 sets both bits of a pair, so x & (x >> 1) has a pair's low bit
    set. A mapped file's matrices are also copied once into anonymous memory on large pages (see above),
    64 KB at a time, each piece scanned while in cache, and the mapped pages they came from released. */
 typedef struct bitnet__wpass {
@@ -11826,9 +11826,10 @@ static bitnet_result bitnet__head_quantize(bitnet_model *m, const bitnet_model_d
     return c.bad == 2 ? BITNET_ERR_OUT_OF_MEMORY : c.bad ? bitnet__err(BITNET_ERR_INVALID_STATE, "quantizing the head failed") : BITNET_OK;
 }
 
-/* Validates the shapes and takes the pointers; sets the GPU up for backend CUDA or AUTO (AUTO falls
-   back to the CPU, and says why, when that fails); copies a mapped file's ternary matrices onto large
-   pages; quantizes the head to int8 unless the fp16 one is asked for. */
+/* Validates the shapes and takes the pointers; checks the ternary matrices (bitnet__weights_pass); sets
+   the GPU up for backend CUDA or AUTO (AUTO falls back to the CPU, and says why, when that fails); copies
+   a mapped file's ternary matrices onto large pages; quantizes the head to int8 unless the fp16 one is
+   asked for. */
 static bitnet_result bitnet__model_build(bitnet_model *m, const bitnet_model_weights *w, const bitnet_model_desc *d) {
     bitnet_model_info *in = &m->info;
     int32_t l, hd;
