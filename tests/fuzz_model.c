@@ -7,16 +7,19 @@
    tokenizers are not byte-level, and tests/data/tiny.gguf). A crash, sanitizer report, leak or
    inconsistent answer (__builtin_trap) is a finding: fix it and add the input to tests/test_hostile.c. */
 #include "../bitnet.h"
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 static bitnet_backend backend = BITNET_BACKEND_CPU;
+static int print; /* BITNET_FUZZ_PRINT=1: a digest of the prompt's logits, to compare the backends */
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     const char *b = getenv("BITNET_FUZZ_BACKEND"); /* cuda: the GPU forward (tools/fuzz_replay.c) */
     (void)argc, (void)argv;
     if (b && !strcmp(b, "cuda")) backend = BITNET_BACKEND_CUDA;
+    print = getenv("BITNET_FUZZ_PRINT") != NULL;
     bitnet_set_num_threads(1); /* one core a harness: make fuzz runs them side by side */
     return 0;
 }
@@ -56,6 +59,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             bitnet_generate_params gp;
             int32_t out[2];
             if (bitnet_session_pos(s) != (int32_t)n) __builtin_trap();
+            if (print) { /* FNV-1a of the logits' bits, and the first largest (NaN never is) */
+                uint64_t h = 1469598103934665603ull;
+                uint32_t u;
+                int32_t best = 0;
+                for (i = 0; i < (size_t)info.n_vocab; i++) {
+                    memcpy(&u, logits + i, 4);
+                    h = (h ^ u) * 1099511628211ull;
+                    if (logits[i] > logits[best] || logits[best] != logits[best]) best = (int32_t)i;
+                }
+                printf("logits %016llx argmax %d\n", (unsigned long long)h, (int)best);
+            }
             memset(&gp, 0, sizeof gp);
             gp.sampler.temperature = 0.8f, gp.sampler.top_k = 40, gp.sampler.top_p = 0.95f, gp.sampler.min_p = 0.05f;
             gp.sampler.repeat_penalty = 1.1f, gp.sampler.seed = 1, gp.max_tokens = 2;
