@@ -11728,9 +11728,10 @@ static void bitnet__release_mapped(const bitnet_gguf *g, const void *p, size_t n
 
 /* One pass over the ternary matrices at load, a layer's seven on the thread pool. Each is checked for
    I2_S code 3, which no weight has (bitnet_i2s_unpack), on either backend, so both name a corrupt
-   matrix alike (the GPU's upload refuses it too; the CPU kernels would read it as +2). Code 3 sets both bits of a pair, so x & (x >> 1) has a pair's low bit
-   set. A mapped file's matrices are also copied once into anonymous memory on large pages (see above),
-   64 KB at a time, each piece scanned while in cache, and the mapped pages they came from released. */
+   matrix alike (the GPU's upload refuses it too; the CPU kernels would read it as +2). Code 3 sets
+   both bits of a pair, so x & (x >> 1) has a pair's low bit set. A mapped file's matrices are also
+   copied once into anonymous memory on large pages (see above), 64 KB at a time, each piece scanned
+   while in cache, and the mapped pages they came from released. */
 typedef struct bitnet__wpass {
     const bitnet_gguf *g;
     const void **mat[7];
