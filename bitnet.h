@@ -590,9 +590,17 @@ typedef enum bitnet_gguf_type { /* metadata value types, as in the GGUF spec */
     BITNET_GGUF_TYPE_COUNT /* not a type: returned by bitnet_gguf_key_type for a bad index */
 } bitnet_gguf_type;
 typedef enum bitnet_tensor_type { /* ggml ids; I2_S is bitnet.cpp's 36 */
-    BITNET_TENSOR_F32 = 0, BITNET_TENSOR_F16 = 1, BITNET_TENSOR_Q8_0 = 8, BITNET_TENSOR_BF16 = 30,
-    BITNET_TENSOR_TQ1_0 = 34, BITNET_TENSOR_TQ2_0 = 35, BITNET_TENSOR_I2_S = 36
+    BITNET_TENSOR_F32 = 0, BITNET_TENSOR_F16 = 1, BITNET_TENSOR_Q4_0 = 2, BITNET_TENSOR_Q4_1 = 3, BITNET_TENSOR_Q5_0 = 6,
+    BITNET_TENSOR_Q5_1 = 7, BITNET_TENSOR_Q8_0 = 8, BITNET_TENSOR_Q4_K = 12, BITNET_TENSOR_Q5_K = 13, BITNET_TENSOR_Q6_K = 14,
+    BITNET_TENSOR_BF16 = 30, BITNET_TENSOR_TQ1_0 = 34, BITNET_TENSOR_TQ2_0 = 35, BITNET_TENSOR_I2_S = 36
 } bitnet_tensor_type;
+/* llama.cpp's block-quantized types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0: blocks of 32; Q4_K, Q5_K, Q6_K:
+   256) and F32, F16, BF16 to float32, with ggml's arithmetic (the same floats as its to_float).
+   A model's token_embd / output may come in them (bitnet.cpp's llama-quantize
+   --token-embedding-type Q6_K, its recommended embedding); the loader makes them fp16. n elements,
+   a multiple of the type's block; src holds at least their bytes. BAD_SIZE, UNSUPPORTED_TYPE (the
+   ternary and other types). */
+BITNET_API bitnet_result bitnet_dequantize(bitnet_tensor_type type, const void *src, size_t src_bytes, float *dst, size_t n);
 /* llama.cpp's ternary tensor types, ggml's TQ1_0 (type 34) and TQ2_0 (35), to and from I2_S. Both
    cut each row into blocks of 256 weights (k a multiple of 256) with one fp16 scale a block; TQ2_0
    keeps code = w + 1 in 2 bits (66 bytes a block), TQ1_0 five codes a byte in base 3 (54 bytes).
@@ -634,7 +642,8 @@ BITNET_API bitnet_gguf_type bitnet_gguf_key_type(const bitnet_gguf *g, uint64_t 
 BITNET_API const char *bitnet_gguf_type_name(bitnet_gguf_type t);
 BITNET_API const char *bitnet_tensor_type_name(bitnet_tensor_type t); /* "?" for ids this library does not read */
 /* Bytes of a tensor of this type and shape (ne[0..3], unused dims 1): BAD_SHAPE when a row is
-   not a whole number of blocks (Q8_0: 32, I2_S: 128), OVERFLOW, UNSUPPORTED_TYPE. */
+   not a whole number of blocks (Q4_0..Q8_0: 32, I2_S: 128, K types and TQ: 256), OVERFLOW,
+   UNSUPPORTED_TYPE. */
 BITNET_API bitnet_result bitnet_tensor_nbytes(bitnet_tensor_type type, const uint64_t ne[4], uint64_t *out);
 /* Typed getters: an error (BITNET_ERR_BAD_METADATA) when the key is absent or of another type;
    integers convert between widths and signedness when the value fits; f32/f64 accept both
@@ -2073,6 +2082,109 @@ BITNET_API bitnet_result bitnet_tq_from_i2s(bitnet_tensor_type type, const void 
         }
         blk[bb - 2] = (uint8_t)(h & 0xff), blk[bb - 1] = (uint8_t)(h >> 8);
     }
+    return BITNET_OK;
+}
+
+/* ---- llama.cpp's block types to float32 (a model's embedding may come in them) ------------------ */
+/* The tensor types this library reads, with ggml's blocks: elements and bytes a block (I2_S: 128
+   codes in 32 bytes, then one 32-byte tail a tensor). Names, sizes and the GGUF reader read it. */
+typedef struct bitnet__ttype { bitnet_tensor_type t; const char *name; unsigned blk, bytes; } bitnet__ttype;
+static const bitnet__ttype bitnet__ttypes[] = {
+    {BITNET_TENSOR_F32, "F32", 1, 4},        {BITNET_TENSOR_F16, "F16", 1, 2},         {BITNET_TENSOR_BF16, "BF16", 1, 2},
+    {BITNET_TENSOR_Q4_0, "Q4_0", 32, 18},    {BITNET_TENSOR_Q4_1, "Q4_1", 32, 20},     {BITNET_TENSOR_Q5_0, "Q5_0", 32, 22},
+    {BITNET_TENSOR_Q5_1, "Q5_1", 32, 24},    {BITNET_TENSOR_Q8_0, "Q8_0", 32, 34},     {BITNET_TENSOR_Q4_K, "Q4_K", 256, 144},
+    {BITNET_TENSOR_Q5_K, "Q5_K", 256, 176},  {BITNET_TENSOR_Q6_K, "Q6_K", 256, 210},   {BITNET_TENSOR_TQ1_0, "TQ1_0", BITNET__TQ_BLOCK, 54},
+    {BITNET_TENSOR_TQ2_0, "TQ2_0", BITNET__TQ_BLOCK, 66}, {BITNET_TENSOR_I2_S, "I2_S", BITNET_I2S_BLOCK, BITNET_I2S_BLOCK / 4}};
+static const bitnet__ttype *bitnet__ttype_of(uint32_t t) {
+    size_t i;
+    for (i = 0; i < sizeof bitnet__ttypes / sizeof bitnet__ttypes[0]; i++)
+        if ((uint32_t)bitnet__ttypes[i].t == t) return &bitnet__ttypes[i];
+    return NULL;
+}
+static int bitnet__ternary_type(bitnet_tensor_type t) {
+    return t == BITNET_TENSOR_I2_S || t == BITNET_TENSOR_TQ1_0 || t == BITNET_TENSOR_TQ2_0;
+}
+static float bitnet__h2f_le(const uint8_t *p) { return bitnet_fp16_to_fp32((uint16_t)(p[0] | p[1] << 8)); }
+/* A K block's 6-bit scale and min j (0..7), packed in 12 bytes: j < 4 in the low 6 bits of bytes j
+   and j + 4; j >= 4 in the nibbles of byte j + 4 and the top 2 bits of bytes j - 4 and j. */
+static void bitnet__k_scale(const uint8_t *q, int j, int *sc, int *mn) {
+    if (j < 4) *sc = q[j] & 63, *mn = q[j + 4] & 63;
+    else *sc = (q[j + 4] & 15) | (q[j - 4] >> 6) << 4, *mn = (q[j + 4] >> 4) | (q[j] >> 6) << 4;
+}
+/* One block of type t to y, by ggml's formulas in its order of float operations (so the floats
+   are its to_float's). Q4_0..Q5_1: d (fp16), [m (fp16)], [qh: bit e is element e's fifth bit],
+   16 bytes: element j in the low nibble of byte j, j + 16 in the high. Q8_0: d, 32 int8. Q4_K /
+   Q5_K: d, dmin, 12 bytes of scales and mins, [32 bytes qh], 128 bytes of nibbles; 64 elements a
+   pair of scales (low nibbles, then high), qh bits 2c and 2c + 1 the fifth bits of pair c. Q6_K:
+   128 bytes low nibbles, 64 bytes of 2-bit highs, 16 int8 scales, d; per half of 128 elements,
+   element l + 32 i (l < 32) takes nibble i / 2 of byte l + 32 (i & 1) and bits 2i of high byte l,
+   less 32, times scale 8 half + l / 16 + 2i. */
+static void bitnet__dequant_block(bitnet_tensor_type t, const uint8_t *b, float *y) {
+    int j, l, c;
+    if (t == BITNET_TENSOR_Q8_0) {
+        const float d = bitnet__h2f_le(b);
+        for (j = 0; j < 32; j++) y[j] = (float)(int8_t)b[2 + j] * d;
+    } else if (t == BITNET_TENSOR_Q4_0 || t == BITNET_TENSOR_Q4_1 || t == BITNET_TENSOR_Q5_0 || t == BITNET_TENSOR_Q5_1) {
+        const int has_m = t == BITNET_TENSOR_Q4_1 || t == BITNET_TENSOR_Q5_1, five = t == BITNET_TENSOR_Q5_0 || t == BITNET_TENSOR_Q5_1;
+        const int off = has_m ? 0 : five ? 16 : 8;
+        const float d = bitnet__h2f_le(b), m = has_m ? bitnet__h2f_le(b + 2) : 0.0f;
+        const uint8_t *qh = b + (has_m ? 4 : 2), *qs = qh + (five ? 4 : 0);
+        const uint32_t h = five ? (uint32_t)qh[0] | (uint32_t)qh[1] << 8 | (uint32_t)qh[2] << 16 | (uint32_t)qh[3] << 24 : 0;
+        for (j = 0; j < 16; j++) {
+            const int x0 = (int)((qs[j] & 15) | ((h >> j) & 1) << 4) - off, x1 = (int)((qs[j] >> 4) | ((h >> (j + 16)) & 1) << 4) - off;
+            y[j] = has_m ? (float)x0 * d + m : (float)x0 * d;
+            y[j + 16] = has_m ? (float)x1 * d + m : (float)x1 * d;
+        }
+    } else if (t == BITNET_TENSOR_Q4_K || t == BITNET_TENSOR_Q5_K) {
+        const int five = t == BITNET_TENSOR_Q5_K;
+        const float d = bitnet__h2f_le(b), dmin = bitnet__h2f_le(b + 2);
+        const uint8_t *sc = b + 4, *qh = b + 16, *q = b + (five ? 48 : 16);
+        for (c = 0; c < 4; c++, q += 32) {
+            int s1, m1, s2, m2;
+            bitnet__k_scale(sc, 2 * c, &s1, &m1);
+            bitnet__k_scale(sc, 2 * c + 1, &s2, &m2);
+            {
+                const float d1 = d * (float)s1, n1 = dmin * (float)m1, d2 = d * (float)s2, n2 = dmin * (float)m2;
+                for (l = 0; l < 32; l++) {
+                    const int hi1 = five && (qh[l] >> (2 * c) & 1) ? 16 : 0, hi2 = five && (qh[l] >> (2 * c + 1) & 1) ? 16 : 0;
+                    y[64 * c + l] = d1 * (float)((q[l] & 15) + hi1) - n1;
+                    y[64 * c + 32 + l] = d2 * (float)((q[l] >> 4) + hi2) - n2;
+                }
+            }
+        }
+    } else if (t == BITNET_TENSOR_Q6_K) {
+        const float d = bitnet__h2f_le(b + 208);
+        for (c = 0; c < 2; c++) {
+            const uint8_t *ql = b + 64 * c, *qh = b + 128 + 32 * c;
+            const int8_t *sc = (const int8_t *)(b + 192) + 8 * c;
+            for (l = 0; l < 32; l++)
+                for (j = 0; j < 4; j++) {
+                    const int lo = (ql[l + 32 * (j & 1)] >> (4 * (j >> 1))) & 15, q = (lo | ((qh[l] >> (2 * j)) & 3) << 4) - 32;
+                    y[128 * c + 32 * j + l] = d * (float)sc[l / 16 + 2 * j] * (float)q;
+                }
+        }
+    }
+}
+BITNET_API bitnet_result bitnet_dequantize(bitnet_tensor_type type, const void *src, size_t src_bytes, float *dst, size_t n) {
+    const bitnet__ttype *tt = bitnet__ttype_of((uint32_t)type);
+    const uint8_t *b = (const uint8_t *)src;
+    size_t i, need;
+    BITNET__CHECK_PTR(src);
+    BITNET__CHECK_PTR(dst);
+    if (!tt || bitnet__ternary_type(type))
+        return bitnet__err(BITNET_ERR_UNSUPPORTED_TYPE, "bitnet_dequantize: type %d (%s) is not a float or llama.cpp block type", (int)type,
+                           tt ? tt->name : "?");
+    if (n % tt->blk) return bitnet__err(BITNET_ERR_BAD_SHAPE, "bitnet_dequantize: %zu elements are not whole %s blocks of %u", n, tt->name, tt->blk);
+    if (!bitnet__mul_size(n / tt->blk, tt->bytes, &need) || src_bytes < need)
+        return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_dequantize: %zu %s elements need more than the %zu bytes given", n, tt->name, src_bytes);
+    if (type == BITNET_TENSOR_F32) memcpy(dst, src, n * 4);
+    else if (type == BITNET_TENSOR_F16 || type == BITNET_TENSOR_BF16)
+        for (i = 0; i < n; i++) {
+            const uint16_t h = (uint16_t)(b[2 * i] | b[2 * i + 1] << 8);
+            dst[i] = type == BITNET_TENSOR_F16 ? bitnet_fp16_to_fp32(h) : bitnet_bf16_to_fp32(h);
+        }
+    else
+        for (i = 0; i < n / tt->blk; i++) bitnet__dequant_block(type, b + i * tt->bytes, dst + i * tt->blk);
     return BITNET_OK;
 }
 
@@ -4290,16 +4402,8 @@ BITNET_API const char *bitnet_gguf_type_name(bitnet_gguf_type t) {
     return ((unsigned)t < BITNET_GGUF_TYPE_COUNT) ? names[t] : "?";
 }
 BITNET_API const char *bitnet_tensor_type_name(bitnet_tensor_type t) {
-    switch (t) {
-    case BITNET_TENSOR_F32: return "F32";
-    case BITNET_TENSOR_F16: return "F16";
-    case BITNET_TENSOR_Q8_0: return "Q8_0";
-    case BITNET_TENSOR_BF16: return "BF16";
-    case BITNET_TENSOR_TQ1_0: return "TQ1_0";
-    case BITNET_TENSOR_TQ2_0: return "TQ2_0";
-    case BITNET_TENSOR_I2_S: return "I2_S";
-    default: return "?";
-    }
+    const bitnet__ttype *tt = bitnet__ttype_of((uint32_t)t);
+    return tt ? tt->name : "?";
 }
 /* ggml's names for the type ids this library does not read, for error messages. */
 static const char *bitnet__ggml_type_name(uint32_t t) {
@@ -4322,6 +4426,7 @@ static size_t bitnet__gguf_scalar_size(uint32_t t) {
 }
 
 BITNET_API bitnet_result bitnet_tensor_nbytes(bitnet_tensor_type type, const uint64_t ne[4], uint64_t *out) {
+    const bitnet__ttype *tt;
     uint64_t n = 1;
     int d;
     BITNET__CHECK_PTR(ne);
@@ -4334,32 +4439,13 @@ BITNET_API bitnet_result bitnet_tensor_nbytes(bitnet_tensor_type type, const uin
                                (unsigned long long)ne[3]);
         n *= ne[d];
     }
-    switch (type) {
-    case BITNET_TENSOR_F32:
-        if (n > UINT64_MAX / 4) return bitnet__err(BITNET_ERR_OVERFLOW, "F32 byte size overflows");
-        *out = n * 4;
-        return BITNET_OK;
-    case BITNET_TENSOR_F16:
-    case BITNET_TENSOR_BF16: *out = n * 2; return BITNET_OK;
-    case BITNET_TENSOR_Q8_0:
-        if (ne[0] % 32) return bitnet__err(BITNET_ERR_BAD_SHAPE, "Q8_0 row of %llu is not a multiple of 32", (unsigned long long)ne[0]);
-        *out = n / 32 * 34;
-        return BITNET_OK;
-    case BITNET_TENSOR_I2_S: /* bitnet.cpp: elements/4 packed, then a 32-byte tail holding the scale */
-        if (ne[0] % BITNET_I2S_BLOCK)
-            return bitnet__err(BITNET_ERR_BAD_SHAPE, "I2_S row of %llu is not a multiple of %d", (unsigned long long)ne[0],
-                               BITNET_I2S_BLOCK);
-        *out = n / 4 + 32;
-        return BITNET_OK;
-    case BITNET_TENSOR_TQ1_0:
-    case BITNET_TENSOR_TQ2_0:
-        if (ne[0] % BITNET__TQ_BLOCK)
-            return bitnet__err(BITNET_ERR_BAD_SHAPE, "%s row of %llu is not a multiple of %d", bitnet_tensor_type_name(type),
-                               (unsigned long long)ne[0], BITNET__TQ_BLOCK);
-        *out = n / BITNET__TQ_BLOCK * bitnet__tq_block_bytes(type);
-        return BITNET_OK;
-    default: return bitnet__err(BITNET_ERR_UNSUPPORTED_TYPE, "tensor type %d is not one of F32, F16, BF16, Q8_0, TQ1_0, TQ2_0, I2_S", (int)type);
-    }
+    tt = bitnet__ttype_of((uint32_t)type);
+    if (!tt) return bitnet__err(BITNET_ERR_UNSUPPORTED_TYPE, "tensor type %d (%s) is not one this library reads", (int)type, bitnet__ggml_type_name((uint32_t)type));
+    if (ne[0] % tt->blk)
+        return bitnet__err(BITNET_ERR_BAD_SHAPE, "%s row of %llu is not a multiple of %u", tt->name, (unsigned long long)ne[0], tt->blk);
+    if (n / tt->blk > (UINT64_MAX - 32) / tt->bytes) return bitnet__err(BITNET_ERR_OVERFLOW, "%s byte size overflows", tt->name);
+    *out = n / tt->blk * tt->bytes + (type == BITNET_TENSOR_I2_S ? 32 : 0); /* I2_S: the 32-byte tail holding the scale */
+    return BITNET_OK;
 }
 
 /* ---- the bounds-checked cursor ---------------------------------------------------------------- */
@@ -4571,11 +4657,10 @@ static bitnet_result bitnet__gguf_parse(bitnet_gguf *g) {
         BITNET__TRY(bitnet__rd_u32(&r, &type, what));
         snprintf(what, sizeof what, "offset of tensor '%.48s'", ti->name);
         BITNET__TRY(bitnet__rd_u64(&r, &ti->offset, what));
-        if (type != BITNET_TENSOR_F32 && type != BITNET_TENSOR_F16 && type != BITNET_TENSOR_Q8_0 && type != BITNET_TENSOR_BF16 &&
-            type != BITNET_TENSOR_TQ1_0 && type != BITNET_TENSOR_TQ2_0 && type != BITNET_TENSOR_I2_S)
+        if (!bitnet__ttype_of(type))
             return bitnet__err(BITNET_ERR_UNSUPPORTED_TYPE,
-                               "GGUF: tensor '%s' has type %u (%s), not one of F32 (0), F16 (1), Q8_0 (8), BF16 (30), TQ1_0 (34), "
-                               "TQ2_0 (35), I2_S (36)", ti->name, type, bitnet__ggml_type_name(type));
+                               "GGUF: tensor '%s' has type %u (%s), not one of F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, "
+                               "Q5_K, Q6_K, TQ1_0, TQ2_0, I2_S", ti->name, type, bitnet__ggml_type_name(type));
         ti->type = (bitnet_tensor_type)type;
         res = bitnet_tensor_nbytes(ti->type, ti->ne, &ti->bytes);
         if (res != BITNET_OK) {
@@ -4950,12 +5035,15 @@ static bitnet_result bitnet__gguf_hparam_f(const bitnet_gguf *g, const char *arc
     return BITNET_OK;
 }
 /* The types each role accepts: ternary matrices come as I2_S, as llama.cpp's TQ1_0 / TQ2_0 (made
-   I2_S at load), or as float latent weights that the loader quantizes; the rest are float. */
+   I2_S at load), or as float latent weights that the loader quantizes; the embedding and output
+   also in llama.cpp's block types (made fp16 at load); the rest are float. */
 #define BITNET__GGUF_TERNARY 0
 #define BITNET__GGUF_FLOAT 1
+#define BITNET__GGUF_EMBD 2
 static int bitnet__gguf_role_ok(int role, bitnet_tensor_type t) {
-    return t == BITNET_TENSOR_F32 || t == BITNET_TENSOR_F16 || t == BITNET_TENSOR_BF16 ||
-           (role == BITNET__GGUF_TERNARY && (t == BITNET_TENSOR_I2_S || t == BITNET_TENSOR_TQ1_0 || t == BITNET_TENSOR_TQ2_0));
+    if (t == BITNET_TENSOR_F32 || t == BITNET_TENSOR_F16 || t == BITNET_TENSOR_BF16) return 1;
+    if (role == BITNET__GGUF_TERNARY) return bitnet__ternary_type(t);
+    return role == BITNET__GGUF_EMBD && bitnet__ttype_of((uint32_t)t) && !bitnet__ternary_type(t);
 }
 /* A tensor of this role and shape [ne0, ne1] (ne1 = 1 for vectors); optional ones may be absent. */
 static bitnet_result bitnet__gguf_want(const bitnet_gguf *g, const char *name, int role, uint64_t ne0, uint64_t ne1,
@@ -4966,7 +5054,10 @@ static bitnet_result bitnet__gguf_want(const bitnet_gguf *g, const char *name, i
     t = *tp;
     if (!bitnet__gguf_role_ok(role, t.type))
         return bitnet__err(BITNET_ERR_UNSUPPORTED_TYPE, "GGUF: tensor '%s' is %s, a BitNet model needs %s here", name,
-                           bitnet_tensor_type_name(t.type), role == BITNET__GGUF_TERNARY ? "I2_S, TQ1_0, TQ2_0, F32, F16 or BF16" : "F32, F16 or BF16");
+                           bitnet_tensor_type_name(t.type),
+                           role == BITNET__GGUF_TERNARY ? "I2_S, TQ1_0, TQ2_0, F32, F16 or BF16"
+                           : role == BITNET__GGUF_EMBD  ? "F32, F16, BF16, Q8_0, Q6_K, Q5_K, Q5_1, Q5_0, Q4_K, Q4_1 or Q4_0"
+                                                        : "F32, F16 or BF16");
     if (t.ne[0] != ne0 || t.ne[1] != ne1 || t.ne[2] != 1 || t.ne[3] != 1)
         return bitnet__err(BITNET_ERR_BAD_SHAPE, "GGUF: tensor '%s' has shape [%llu, %llu, %llu, %llu], the hyperparameters say [%llu, %llu]",
                            name, (unsigned long long)t.ne[0], (unsigned long long)t.ne[1], (unsigned long long)t.ne[2],
@@ -5106,9 +5197,9 @@ static bitnet_result bitnet__gguf_check_bitnet(const bitnet_gguf *g, bitnet_mode
     dim = (uint64_t)info->dim;
     ffn = (uint64_t)info->ffn_dim;
     kv_dim = (uint64_t)info->n_kv_heads * (uint64_t)info->head_dim;
-    BITNET__TRY(bitnet__gguf_want(g, "token_embd.weight", BITNET__GGUF_FLOAT, dim, n_vocab, 0));
+    BITNET__TRY(bitnet__gguf_want(g, "token_embd.weight", BITNET__GGUF_EMBD, dim, n_vocab, 0));
     BITNET__TRY(bitnet__gguf_want(g, "output_norm.weight", BITNET__GGUF_FLOAT, dim, 1, 0));
-    BITNET__TRY(bitnet__gguf_want(g, "output.weight", BITNET__GGUF_FLOAT, dim, n_vocab, 1));
+    BITNET__TRY(bitnet__gguf_want(g, "output.weight", BITNET__GGUF_EMBD, dim, n_vocab, 1));
     for (l = 0; l < info->n_layers; l++) {
         const uint64_t sz[4] = {1, dim, kv_dim, ffn};
         size_t p;
@@ -11986,7 +12077,6 @@ BITNET_API bitnet_result bitnet_model_from_weights(const bitnet_model_weights *w
 /* n elements of an F32, F16 or BF16 tensor as float32: the mapping itself, or a converted copy. */
 static bitnet_result bitnet__tensor_f32(bitnet_model *m, const char *name, const bitnet_tensor_info *ti, size_t n,
                                         const float **out) {
-    size_t i;
     float *f;
     if (ti->type == BITNET_TENSOR_F32) {
         if (ti->bytes < n * 4 || ((uintptr_t)ti->data & 3))
@@ -11999,41 +12089,41 @@ static bitnet_result bitnet__tensor_f32(bitnet_model *m, const char *name, const
     if (ti->bytes < n * 2) return bitnet__err(BITNET_ERR_CORRUPT, "GGUF: tensor %s is short", name);
     f = (float *)bitnet__malloc(n * sizeof *f);
     BITNET__TRY(bitnet__model_own(m, f));
-    for (i = 0; i < n; i++) {
-        uint16_t h;
-        memcpy(&h, (const uint8_t *)ti->data + 2 * i, 2);
-        f[i] = ti->type == BITNET_TENSOR_F16 ? bitnet_fp16_to_fp32(h) : bitnet_bf16_to_fp32(h);
-    }
     *out = f;
-    return BITNET_OK;
+    return bitnet_dequantize(ti->type, ti->data, (size_t)ti->bytes, f, n);
 }
 
 /* An [n][k] fp16 matrix (embedding, head): F16 in place, F32 or BF16 converted. */
 static bitnet_result bitnet__tensor_f16(bitnet_model *m, const char *name, const bitnet_tensor_info *ti, size_t n,
                                         size_t k, const uint16_t **out) {
-    size_t nk = n * k, i;
+    size_t r, i, row;
     uint16_t *h;
+    float *f;
     if (ti->type == BITNET_TENSOR_F16) {
-        if (ti->bytes < nk * 2 || ((uintptr_t)ti->data & 1))
+        if (ti->bytes < n * k * 2 || ((uintptr_t)ti->data & 1))
             return bitnet__err(BITNET_ERR_CORRUPT, "GGUF: tensor %s is short or misaligned", name);
         *out = (const uint16_t *)ti->data;
         return BITNET_OK;
     }
-    if (ti->type != BITNET_TENSOR_F32 && ti->type != BITNET_TENSOR_BF16)
-        return bitnet__err(BITNET_ERR_UNSUPPORTED_TYPE, "GGUF: tensor %s has type %d; expected F16, F32 or BF16", name, (int)ti->type);
-    if (ti->bytes < nk * (ti->type == BITNET_TENSOR_F32 ? 4 : 2)) return bitnet__err(BITNET_ERR_CORRUPT, "GGUF: tensor %s is short", name);
-    h = (uint16_t *)bitnet__malloc(nk * sizeof *h);
+    /* F32, BF16 or a llama.cpp block type: row by row to float32, then fp16 */
+    if (!bitnet__gguf_role_ok(BITNET__GGUF_EMBD, ti->type) || k % bitnet__ttype_of((uint32_t)ti->type)->blk)
+        return bitnet__err(BITNET_ERR_UNSUPPORTED_TYPE, "GGUF: tensor %s has type %s; it cannot be made fp16", name,
+                           bitnet_tensor_type_name(ti->type));
+    row = k / bitnet__ttype_of((uint32_t)ti->type)->blk * bitnet__ttype_of((uint32_t)ti->type)->bytes;
+    if (ti->bytes / row < n) return bitnet__err(BITNET_ERR_CORRUPT, "GGUF: tensor %s is short", name);
+    h = (uint16_t *)bitnet__malloc(n * k * sizeof *h);
     BITNET__TRY(bitnet__model_own(m, h));
-    for (i = 0; i < nk; i++) {
-        float f;
-        if (ti->type == BITNET_TENSOR_F32) memcpy(&f, (const uint8_t *)ti->data + 4 * i, 4);
-        else {
-            uint16_t b;
-            memcpy(&b, (const uint8_t *)ti->data + 2 * i, 2);
-            f = bitnet_bf16_to_fp32(b);
+    f = (float *)bitnet__malloc(k * sizeof *f);
+    if (!f) return BITNET_ERR_OUT_OF_MEMORY;
+    for (r = 0; r < n; r++) {
+        bitnet_result res = bitnet_dequantize(ti->type, (const uint8_t *)ti->data + r * row, row, f, k);
+        if (res != BITNET_OK) {
+            bitnet__free(f);
+            return res;
         }
-        h[i] = bitnet_fp32_to_fp16(f);
+        for (i = 0; i < k; i++) h[r * k + i] = bitnet_fp32_to_fp16(f[i]);
     }
+    bitnet__free(f);
     *out = h;
     return BITNET_OK;
 }

@@ -184,6 +184,99 @@ static void test_tq_convert(void) {
     TEST_CHECK(bitnet_i2s_from_tq(BITNET_TENSOR_I2_S, tq, NB * 66, N, K, i2s2, sizeof i2s2) == BITNET_ERR_UNSUPPORTED_TYPE);
 }
 
+/* llama.cpp's block types to float32: blocks built element by element from the layout (where each
+   element's bits, scale and min live), with random codes, scales and fp16 factors; every output must
+   be the formula's float, computed in ggml's order. The same layout read by ggml's own to_float is
+   checked on the GPU machine (tools/bitnetcpp_convert_check.sh, EMBD_TYPES). */
+static void put_bits(uint8_t *b, int byte, int shift, int width, int v) {
+    b[byte] = (uint8_t)((b[byte] & ~(((1 << width) - 1) << shift)) | (v & ((1 << width) - 1)) << shift);
+}
+static void put_h(uint8_t *b, float f) { uint16_t h = bitnet_fp32_to_fp16(f); b[0] = (uint8_t)h, b[1] = (uint8_t)(h >> 8); }
+static void test_dequantize_blocks(void) {
+    static const bitnet_tensor_type types[8] = {BITNET_TENSOR_Q4_0, BITNET_TENSOR_Q4_1, BITNET_TENSOR_Q5_0, BITNET_TENSOR_Q5_1,
+                                                BITNET_TENSOR_Q8_0, BITNET_TENSOR_Q4_K, BITNET_TENSOR_Q5_K, BITNET_TENSOR_Q6_K};
+    static const int blk[8] = {32, 32, 32, 32, 32, 256, 256, 256}, bytes[8] = {18, 20, 22, 24, 34, 144, 176, 210};
+    enum { NB = 3 };
+    uint8_t b[NB * 210];
+    float want[NB * 256], got[NB * 256];
+    int t, i, e;
+    test_seed(77);
+    for (t = 0; t < 8; t++) {
+        const bitnet_tensor_type ty = types[t];
+        const int n = NB * blk[t];
+        uint64_t ne[4] = {(uint64_t)n, 1, 1, 1}, nb = 0;
+        memset(b, 0, sizeof b);
+        for (i = 0; i < NB; i++) {
+            uint8_t *q = b + i * bytes[t];
+            const float d = bitnet_fp16_to_fp32(bitnet_fp32_to_fp16(test_rand_float(-0.02f, 0.02f)));
+            const float m = bitnet_fp16_to_fp32(bitnet_fp32_to_fp16(test_rand_float(-0.5f, 0.5f)));
+            int sc[16], mn[16], s;
+            for (s = 0; s < 16; s++) sc[s] = test_rand_int(0, 63), mn[s] = test_rand_int(0, 63);
+            if (ty == BITNET_TENSOR_Q6_K) {
+                put_h(q + 208, d);
+                for (s = 0; s < 16; s++) sc[s] = test_rand_int(-128, 127), q[192 + s] = (uint8_t)(int8_t)sc[s];
+            } else if (ty == BITNET_TENSOR_Q4_K || ty == BITNET_TENSOR_Q5_K) {
+                put_h(q, d), put_h(q + 2, m < 0 ? -m : m);
+                for (s = 0; s < 8; s++) /* 6-bit scale and min s: low 6 bits of bytes s, s + 4 (s < 4), else nibbles of s + 4, top bits of s - 4, s */
+                    if (s < 4) put_bits(q + 4, s, 0, 6, sc[s]), put_bits(q + 4, s + 4, 0, 6, mn[s]);
+                    else put_bits(q + 4, s + 4, 0, 4, sc[s]), put_bits(q + 4, s + 4, 4, 4, mn[s]), put_bits(q + 4, s - 4, 6, 2, sc[s] >> 4),
+                         put_bits(q + 4, s, 6, 2, mn[s] >> 4);
+            } else {
+                put_h(q, d);
+                if (ty == BITNET_TENSOR_Q4_1 || ty == BITNET_TENSOR_Q5_1) put_h(q + 2, m);
+            }
+            for (e = 0; e < blk[t]; e++) {
+                float *w = want + i * blk[t] + e;
+                const float dd = bitnet_fp16_to_fp32(bitnet_fp32_to_fp16(d)), mm = bitnet_fp16_to_fp32(bitnet_fp32_to_fp16(m));
+                int v;
+                switch (ty) {
+                case BITNET_TENSOR_Q8_0: v = test_rand_int(-128, 127), q[2 + e] = (uint8_t)(int8_t)v, *w = (float)v * dd; break;
+                case BITNET_TENSOR_Q4_0: case BITNET_TENSOR_Q4_1: case BITNET_TENSOR_Q5_0: case BITNET_TENSOR_Q5_1: {
+                    const int five = ty == BITNET_TENSOR_Q5_0 || ty == BITNET_TENSOR_Q5_1, hm = ty == BITNET_TENSOR_Q4_1 || ty == BITNET_TENSOR_Q5_1;
+                    uint8_t *qs = q + (hm ? 4 : 2) + (five ? 4 : 0);
+                    v = test_rand_int(0, five ? 31 : 15);
+                    put_bits(qs, e % 16, e < 16 ? 0 : 4, 4, v); /* e < 16: low nibble of byte e; else high of e - 16 */
+                    if (five) put_bits(q + (hm ? 4 : 2), e / 8, e % 8, 1, v >> 4); /* bit e of qh: the fifth bit */
+                    *w = hm ? (float)v * dd + mm : (float)(v - (five ? 16 : 8)) * dd;
+                    break;
+                }
+                case BITNET_TENSOR_Q4_K: case BITNET_TENSOR_Q5_K: {
+                    const int five = ty == BITNET_TENSOR_Q5_K, c = e / 64, hi = e % 64 >= 32, l = e % 32;
+                    const float dmin = bitnet_fp16_to_fp32(bitnet_fp32_to_fp16(mm < 0 ? -mm : mm));
+                    v = test_rand_int(0, five ? 31 : 15);
+                    put_bits(q + (five ? 48 : 16), 32 * c + l, hi ? 4 : 0, 4, v);
+                    if (five) put_bits(q + 16, l, 2 * c + hi, 1, v >> 4);
+                    *w = dd * (float)sc[e / 32] * (float)v - dmin * (float)mn[e / 32];
+                    break;
+                }
+                default: { /* Q6_K: half c, quarter j, lane l */
+                    const int c = e / 128, j = e % 128 / 32, l = e % 32;
+                    v = test_rand_int(0, 63);
+                    put_bits(q, 64 * c + l + 32 * (j & 1), 4 * (j >> 1), 4, v);
+                    put_bits(q + 128, 32 * c + l, 2 * j, 2, v >> 4);
+                    *w = dd * (float)sc[e / 16] * (float)(v - 32);
+                }
+                }
+            }
+        }
+        memset(got, 0xff, sizeof got); /* poisoned */
+        TEST_CHECK(bitnet_tensor_nbytes(ty, ne, &nb) == BITNET_OK && nb == (uint64_t)(NB * bytes[t]));
+        TEST_CHECKF(bitnet_dequantize(ty, b, (size_t)NB * bytes[t], got, (size_t)n) == BITNET_OK, "%s", bitnet_last_error());
+        for (e = 0; e < n && memcmp(&got[e], &want[e], 4) == 0; e++) {}
+        TEST_CHECKF(e == n, "%s element %d: %.9g, want %.9g", bitnet_tensor_type_name(ty), e, (double)got[e % n], (double)want[e % n]);
+        TEST_CHECK(bitnet_dequantize(ty, b, (size_t)NB * bytes[t] - 1, got, (size_t)n) == BITNET_ERR_BAD_SIZE);
+        TEST_CHECK(bitnet_dequantize(ty, b, sizeof b, got, (size_t)n - 1) == BITNET_ERR_BAD_SHAPE);
+    }
+    {
+        const uint8_t h[4] = {0x00, 0x3c, 0x80, 0x3f}; /* fp16 1.0, 1.0; as BF16 1.0 at [1] */
+        TEST_CHECK(bitnet_dequantize(BITNET_TENSOR_F16, h, 4, got, 2) == BITNET_OK && got[0] == 1.0f);
+        TEST_CHECK(bitnet_dequantize(BITNET_TENSOR_BF16, h, 4, got, 2) == BITNET_OK && got[1] == 1.0f);
+        TEST_CHECK(bitnet_dequantize(BITNET_TENSOR_I2_S, b, sizeof b, got, 128) == BITNET_ERR_UNSUPPORTED_TYPE);
+        TEST_CHECK(bitnet_dequantize((bitnet_tensor_type)11, b, sizeof b, got, 256) == BITNET_ERR_UNSUPPORTED_TYPE);
+        TEST_CHECK(bitnet_dequantize(BITNET_TENSOR_Q8_0, NULL, 34, got, 32) == BITNET_ERR_NULL_POINTER);
+    }
+}
+
 int main(void) {
     RUN_TEST(test_result_strings);
     RUN_TEST(test_null_pointers);
@@ -194,5 +287,6 @@ int main(void) {
     RUN_TEST(test_i2s_layout_hand);
     RUN_TEST(test_hf_import);
     RUN_TEST(test_tq_convert);
+    RUN_TEST(test_dequantize_blocks);
     return test_summary();
 }

@@ -279,7 +279,7 @@ static void test_writer_misuse(void) {
     TEST_CHECK(bitnet_gguf_writer_add_tensor(w, "t", BITNET_TENSOR_F32, 1, ne) == BITNET_ERR_DUPLICATE_TENSOR);
     ne[0] = 100;
     TEST_CHECK(bitnet_gguf_writer_add_tensor(w, "u", BITNET_TENSOR_I2_S, 2, ne) == BITNET_ERR_BAD_SHAPE);
-    TEST_CHECK(bitnet_gguf_writer_add_tensor(w, "u", (bitnet_tensor_type)2, 2, ne) == BITNET_ERR_UNSUPPORTED_TYPE);
+    TEST_CHECK(bitnet_gguf_writer_add_tensor(w, "u", (bitnet_tensor_type)11, 2, ne) == BITNET_ERR_UNSUPPORTED_TYPE); /* Q3_K */
     TEST_CHECK(bitnet_gguf_writer_add_tensor(w, "u", BITNET_TENSOR_F32, 5, ne) == BITNET_ERR_BAD_SHAPE);
     TEST_CHECK(bitnet_gguf_writer_write(w, x, 4) == BITNET_ERR_INVALID_STATE); /* before begin */
     TEST_CHECK(bitnet_gguf_writer_begin(w, path) == BITNET_OK);
@@ -329,7 +329,14 @@ static void test_tensor_nbytes(void) {
     TEST_CHECK(bitnet_tensor_nbytes(BITNET_TENSOR_F32, ne, &n) == BITNET_ERR_BAD_SHAPE);
     ne[0] = 100; ne[1] = 2;
     TEST_CHECK(bitnet_tensor_nbytes(BITNET_TENSOR_Q8_0, ne, &n) == BITNET_ERR_BAD_SHAPE);
-    TEST_CHECK(bitnet_tensor_nbytes((bitnet_tensor_type)2, ne, &n) == BITNET_ERR_UNSUPPORTED_TYPE);
+    TEST_CHECK(bitnet_tensor_nbytes((bitnet_tensor_type)11, ne, &n) == BITNET_ERR_UNSUPPORTED_TYPE); /* Q3_K */
+    TEST_CHECK(strstr(bitnet_last_error(), "Q3_K") != NULL);
+    ne[0] = 2560;
+    TEST_CHECK(bitnet_tensor_nbytes(BITNET_TENSOR_Q6_K, ne, &n) == BITNET_OK && n == 2 * 10 * 210);
+    TEST_CHECK(bitnet_tensor_nbytes(BITNET_TENSOR_Q4_0, ne, &n) == BITNET_OK && n == 2 * 80 * 18);
+    ne[0] = 2560 + 32;
+    TEST_CHECK(bitnet_tensor_nbytes(BITNET_TENSOR_Q5_1, ne, &n) == BITNET_OK && n == 2 * 81 * 24);
+    TEST_CHECK(bitnet_tensor_nbytes(BITNET_TENSOR_Q4_K, ne, &n) == BITNET_ERR_BAD_SHAPE); /* not whole blocks of 256 */
 }
 
 /* ---- hostile files: byte patches of a small valid file ----------------------------------------- */
@@ -473,9 +480,9 @@ static void test_bad_shapes_and_offsets(void) {
     TEST_CHECK(strstr(bitnet_last_error(), "'tb'") != NULL);
     TEST_CHECK(patch64(tb_off, 16) == BITNET_ERR_ALIGNMENT);          /* not a multiple of 32 */
     TEST_CHECK(strstr(bitnet_last_error(), "alignment") != NULL);
-    TEST_CHECK(patch32(tb_type, 2) == BITNET_ERR_UNSUPPORTED_TYPE);   /* Q4_0 */
-    TEST_CHECK(strstr(bitnet_last_error(), "type 2 (Q4_0)") != NULL);
-    TEST_CHECK(patch32(tb_type, 14) == BITNET_ERR_UNSUPPORTED_TYPE);  /* bitnet.cpp --quant-embd makes Q6_K embeddings */
+    TEST_CHECK(patch32(tb_type, 11) == BITNET_ERR_UNSUPPORTED_TYPE);  /* Q3_K */
+    TEST_CHECK(strstr(bitnet_last_error(), "type 11 (Q3_K)") != NULL);
+    TEST_CHECK(patch32(tb_type, 14) == BITNET_ERR_BAD_SHAPE);         /* Q6_K: row 4 is not a block of 256 */
     TEST_CHECK(strstr(bitnet_last_error(), "Q6_K") != NULL);
     TEST_CHECK(patch32(tb_type, 39) == BITNET_ERR_UNSUPPORTED_TYPE && strstr(bitnet_last_error(), "TL2") != NULL);
     TEST_CHECK(patch32(tb_type, 0xffffffffu) == BITNET_ERR_UNSUPPORTED_TYPE);
@@ -605,6 +612,7 @@ typedef struct micro_cfg {
     float scale;                   /* I2_S scale (0: 1) */
     bitnet_tensor_type emb_type;   /* token_embd.weight (0: F16) */
     int no_tokenizer;              /* no tokenizer.* keys (then set vocab_key) */
+    const void *emb_data;          /* token_embd.weight's bytes (NULL: the scale's, repeated) */
 } micro_cfg;
 
 static micro_cfg micro_default(void) {
@@ -696,7 +704,9 @@ static bitnet_result write_micro(const char *path, const micro_cfg *c) {
     for (k = 0; k < nt && r == BITNET_OK; k++) { /* I2_S: code 1 (weight 0) then the scale; else the scale's bytes */
         unsigned char *buf = (unsigned char *)malloc((size_t)sizes[k]);
         size_t e;
-        if (is_i2s[k]) {
+        if (k == 0 && c->emb_data && (!c->skip || strcmp(c->skip, "token_embd.weight") != 0)) {
+            memcpy(buf, c->emb_data, (size_t)sizes[k]);
+        } else if (is_i2s[k]) {
             memset(buf, 0x55, (size_t)sizes[k]);
             memset(buf + sizes[k] - 32, 0, 32);
             memcpy(buf + sizes[k] - 32, &scale, 4);
@@ -742,6 +752,54 @@ static void test_float_embedding_tied(void) {
         }
         TEST_CHECKF(lg[0][0] != 0.0f && memcmp(lg[0], lg[1], sizeof lg[0]) == 0, "type %d: logit 0 mapped %g, read in %g", (int)types[t],
                     (double)lg[0][0], (double)lg[1][0]);
+    }
+    remove(path);
+}
+
+/* An embedding (tied head) in llama.cpp's block types, as bitnet.cpp's llama-quantize
+   --token-embedding-type writes it: made fp16 at load, the model gives the same logits, bit for
+   bit, as one whose F16 embedding holds those values; a norm in a block type is refused. */
+static void test_quantized_embedding(void) {
+    static const bitnet_tensor_type types[4] = {BITNET_TENSOR_Q8_0, BITNET_TENSOR_Q4_0, BITNET_TENSOR_Q5_K, BITNET_TENSOR_Q6_K};
+    const char *path = tmp_path("micro-qemb.gguf");
+    int t, v, i;
+    test_seed(5);
+    for (t = 0; t < 4; t++) {
+        micro_cfg c = micro_default();
+        uint64_t ne[4] = {256, 20, 1, 1}, nb = 0;
+        uint8_t *q;
+        uint16_t *h = (uint16_t *)malloc(256 * 20 * 2);
+        float *f = (float *)malloc(256 * 20 * 4), lg[2][20];
+        c.dim = 256, c.no_tokenizer = 1, c.vocab_key = c.vocab, c.bos = -1;
+        TEST_CHECK(bitnet_tensor_nbytes(types[t], ne, &nb) == BITNET_OK);
+        q = (uint8_t *)malloc((size_t)nb);
+        for (i = 0; i < (int)nb; i++) q[i] = (uint8_t)test_rand_u64();
+        /* every fp16 factor (d, m, dmin) a small normal number: random bytes there could be Inf or NaN */
+        for (i = 0; i < (int)nb; i++) {
+            const int bb = types[t] == BITNET_TENSOR_Q8_0 ? 34 : types[t] == BITNET_TENSOR_Q4_0 ? 18 : types[t] == BITNET_TENSOR_Q5_K ? 176 : 210;
+            const int at = i % bb;
+            if (types[t] == BITNET_TENSOR_Q6_K ? at == 209 : (at == 1 || (types[t] == BITNET_TENSOR_Q5_K && at == 3))) q[i] = (uint8_t)(0x20 | (q[i] & 0x83));
+        }
+        TEST_CHECKF(bitnet_dequantize(types[t], q, (size_t)nb, f, 256 * 20) == BITNET_OK, "%s", bitnet_last_error());
+        for (i = 0; i < 256 * 20; i++) h[i] = bitnet_fp32_to_fp16(f[i]);
+        for (v = 0; v < 2; v++) {
+            bitnet_model_desc d;
+            bitnet_model *m = NULL;
+            bitnet_session *s = NULL;
+            int32_t tok[2] = {3, 5};
+            c.emb_type = v ? BITNET_TENSOR_F16 : types[t], c.emb_data = v ? (const void *)h : (const void *)q;
+            TEST_CHECKF(write_micro(path, &c) == BITNET_OK, "%s", bitnet_last_error());
+            memset(&d, 0, sizeof d);
+            d.path = path, d.backend = BITNET_BACKEND_CPU;
+            memset(lg[v], 0, sizeof lg[v]);
+            TEST_CHECKF(bitnet_model_load(&d, &m) == BITNET_OK && bitnet_session_create(m, NULL, &s) == BITNET_OK, "%s %s",
+                        bitnet_tensor_type_name(c.emb_type), bitnet_last_error());
+            if (s) TEST_CHECK(bitnet_session_eval(s, tok, 2, lg[v], 0) == BITNET_OK);
+            bitnet_session_free(s), bitnet_model_free(m);
+        }
+        TEST_CHECKF(lg[0][0] != 0.0f && isfinite(lg[0][0]) && memcmp(lg[0], lg[1], sizeof lg[0]) == 0, "%s: logit 0 %g, as F16 %g",
+                    bitnet_tensor_type_name(types[t]), (double)lg[0][0], (double)lg[1][0]);
+        free(q), free(h), free(f);
     }
     remove(path);
 }
@@ -802,8 +860,10 @@ static void test_check_inconsistent(void) {
     TEST_CHECK(check_micro(&c, NULL) == BITNET_ERR_MISSING_TENSOR);
     c = micro_default(); c.q8_instead = "blk.0.attn_k.weight";
     TEST_CHECK(check_micro(&c, NULL) == BITNET_ERR_UNSUPPORTED_TYPE && strstr(bitnet_last_error(), "attn_k") != NULL);
-    c = micro_default(); c.q8_instead = "token_embd.weight";
-    TEST_CHECK(check_micro(&c, NULL) == BITNET_ERR_UNSUPPORTED_TYPE && strstr(bitnet_last_error(), "token_embd") != NULL);
+    c = micro_default(); c.q8_instead = "token_embd.weight"; /* llama.cpp's block types: the embedding and output only */
+    TEST_CHECKF(check_micro(&c, NULL) == BITNET_OK, "%s", bitnet_last_error());
+    c = micro_default(); c.q8_instead = "output_norm.weight";
+    TEST_CHECK(check_micro(&c, NULL) == BITNET_ERR_UNSUPPORTED_TYPE && strstr(bitnet_last_error(), "output_norm") != NULL);
     c = micro_default(); c.shape_ffn = 384; /* tensors disagree with feed_forward_length */
     TEST_CHECK(check_micro(&c, NULL) == BITNET_ERR_BAD_SHAPE && strstr(bitnet_last_error(), "blk.0.ffn_gate") != NULL);
     c = micro_default(); c.rope_dims = 16; /* head_dim is 32 */
@@ -1256,6 +1316,7 @@ int main(void) {
     RUN_TEST(test_check_valid_micro);
     RUN_TEST(test_check_inconsistent);
     RUN_TEST(test_float_embedding_tied);
+    RUN_TEST(test_quantized_embedding);
     RUN_TEST(test_tiny_model);
     RUN_TEST(test_tiny_truncated_everywhere);
     RUN_TEST(test_concurrent_readers);
