@@ -675,7 +675,8 @@ BITNET_API bitnet_result bitnet_gguf_find_tensor(const bitnet_gguf *g, const cha
    [dim], ffn_sub_norm F32 [ffn], attn_q and attn_output I2_S [dim, dim], attn_k and attn_v I2_S
    [dim, n_kv*head_dim], ffn_gate and ffn_up I2_S [dim, ffn], ffn_down I2_S [ffn, dim]. Float
    tensors may be any of F32, F16, BF16, and the ternary ones also float (unquantized latent
-   weights, as a converter writes them before quantizing). The vocabulary size comes from
+   weights, as a converter writes them before quantizing) or TQ1_0 / TQ2_0; token_embd and output
+   also llama.cpp's Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K or Q6_K (made fp16 at load). The vocabulary size comes from
    tokenizer.ggml.tokens (else vocab_size, else token_embd) and every tokenizer.ggml.*_token_id
    must lie inside it. eot is tokenizer.ggml.eot_token_id, else the token "<|eot_id|>", else -1.
    Reads only the 4-byte scale of each I2_S tensor (not finite or negative: CORRUPT), so it is cheap.
@@ -12093,38 +12094,39 @@ static bitnet_result bitnet__tensor_f32(bitnet_model *m, const char *name, const
     return bitnet_dequantize(ti->type, ti->data, (size_t)ti->bytes, f, n);
 }
 
-/* An [n][k] fp16 matrix (embedding, head): F16 in place, F32 or BF16 converted. */
+/* An [n][k] fp16 matrix (embedding, head): F16 in place; F32, BF16 or a llama.cpp block type
+   converted on the thread pool, 256 elements at a time (whole blocks of any of them). */
+typedef struct bitnet__f16job { bitnet_tensor_type type; const uint8_t *src; size_t total, blk, bytes; uint16_t *dst; } bitnet__f16job;
+static void bitnet__f16_worker(void *arg, int ith, int nth) {
+    const bitnet__f16job *j = (const bitnet__f16job *)arg;
+    float f[256];
+    size_t i, lo, hi;
+    bitnet__range_split((j->total + 255) / 256, ith, nth, &lo, &hi);
+    for (i = lo; i < hi; i++) { /* (whole blocks, sizes checked by the caller: no error here) */
+        const size_t e = BITNET__MIN(256, j->total - 256 * i);
+        if (bitnet_dequantize(j->type, j->src + 256 / j->blk * j->bytes * i, e / j->blk * j->bytes, f, e) == BITNET_OK)
+            bitnet_convert_fp32_to_fp16(f, j->dst + 256 * i, e);
+    }
+}
 static bitnet_result bitnet__tensor_f16(bitnet_model *m, const char *name, const bitnet_tensor_info *ti, size_t n,
                                         size_t k, const uint16_t **out) {
-    size_t r, i, row;
-    uint16_t *h;
-    float *f;
+    const bitnet__ttype *tt = bitnet__ttype_of((uint32_t)ti->type);
+    bitnet__f16job j;
     if (ti->type == BITNET_TENSOR_F16) {
         if (ti->bytes < n * k * 2 || ((uintptr_t)ti->data & 1))
             return bitnet__err(BITNET_ERR_CORRUPT, "GGUF: tensor %s is short or misaligned", name);
         *out = (const uint16_t *)ti->data;
         return BITNET_OK;
     }
-    /* F32, BF16 or a llama.cpp block type: row by row to float32, then fp16 */
-    if (!bitnet__gguf_role_ok(BITNET__GGUF_EMBD, ti->type) || k % bitnet__ttype_of((uint32_t)ti->type)->blk)
-        return bitnet__err(BITNET_ERR_UNSUPPORTED_TYPE, "GGUF: tensor %s has type %s; it cannot be made fp16", name,
-                           bitnet_tensor_type_name(ti->type));
-    row = k / bitnet__ttype_of((uint32_t)ti->type)->blk * bitnet__ttype_of((uint32_t)ti->type)->bytes;
-    if (ti->bytes / row < n) return bitnet__err(BITNET_ERR_CORRUPT, "GGUF: tensor %s is short", name);
-    h = (uint16_t *)bitnet__malloc(n * k * sizeof *h);
-    BITNET__TRY(bitnet__model_own(m, h));
-    f = (float *)bitnet__malloc(k * sizeof *f);
-    if (!f) return BITNET_ERR_OUT_OF_MEMORY;
-    for (r = 0; r < n; r++) {
-        bitnet_result res = bitnet_dequantize(ti->type, (const uint8_t *)ti->data + r * row, row, f, k);
-        if (res != BITNET_OK) {
-            bitnet__free(f);
-            return res;
-        }
-        for (i = 0; i < k; i++) h[r * k + i] = bitnet_fp32_to_fp16(f[i]);
-    }
-    bitnet__free(f);
-    *out = h;
+    if (!bitnet__gguf_role_ok(BITNET__GGUF_EMBD, ti->type) || k % tt->blk)
+        return bitnet__err(BITNET_ERR_UNSUPPORTED_TYPE, "GGUF: tensor %s (%s, rows of %zu) cannot be made fp16", name,
+                           bitnet_tensor_type_name(ti->type), k);
+    j.type = ti->type, j.src = (const uint8_t *)ti->data, j.total = n * k, j.blk = tt->blk, j.bytes = tt->bytes;
+    if (ti->bytes / tt->bytes < j.total / tt->blk) return bitnet__err(BITNET_ERR_CORRUPT, "GGUF: tensor %s is short", name);
+    j.dst = (uint16_t *)bitnet__malloc(n * k * sizeof *j.dst);
+    BITNET__TRY(bitnet__model_own(m, j.dst));
+    bitnet__parallel(bitnet__f16_worker, &j);
+    *out = j.dst;
     return BITNET_OK;
 }
 

@@ -11,7 +11,12 @@
 #  3. ours: `bitnet info`, `tokenize`, `run --temp 0` on each backend, and `eval` teacher-forced on
 #     bitnet.cpp's greedy sequence (each of our argmaxes equal to bitnet.cpp's next token at every
 #     step = the same free-running greedy tokens); bitnet.cpp: greedy ids from the same prompt ids,
-#     and llama-simple's greedy text beside our `run` text.
+#     and llama-simple's greedy text beside our `run` text;
+#  4. for each type in EMBD_TYPES (llama-quantize --token-embedding-type, bitnet.cpp's embedding
+#     quantization; its src/README.md recommends Q6_K): the same F32 GGUF quantized to I2_S with the
+#     embedding (the tied head) in that type; tools/dequant_check.c compares bitnet_dequantize with
+#     ggml's to_float (tools/bitnetcpp_dequant.cpp) bit for bit, and our eval, teacher-forced on
+#     bitnet.cpp's greedy tokens from that file, gives the argmax agreement per backend.
 # bitnet.cpp is fetched, never committed: BNC names its unpacked tree (or BNC_TGZ a tarball of it).
 #   OUT=out BNC_TGZ=bitnetcpp.tgz TIKTOKEN=llama3-tokenizer.tiktoken BACKENDS="cpu cuda" tools/bitnetcpp_convert_check.sh
 # Writes $OUT/summary.txt (the verdict and the ids) and $OUT/logs.tgz (every step's log).
@@ -30,6 +35,7 @@ N=${N:-32}
 PROMPT=${PROMPT:-The capital of France is Paris, and the capital of Germany is}
 PROMPT2=${PROMPT2-"Hello, world!!! 12345 apples... (x+y)=z;   tabs	and  'quotes'"}
 HF=${HF:-1}
+EMBD_TYPES=${EMBD_TYPES-q6_k q8_0 q5_0 q4_0 q4_k}
 BACKENDS=${BACKENDS:-cpu cuda}
 JOBS=${JOBS:-$(nproc)}
 PY=${PY:-python3}
@@ -87,12 +93,15 @@ build_bnc() {
     local libs
     libs=$(find build -name 'libllama.*' -o -name 'libggml.*' | xargs -n1 dirname | sort -u)
     g++ -O2 -std=c++17 "$ROOT/tools/bitnetcpp_greedy.cpp" -I 3rdparty/llama.cpp/include -I 3rdparty/llama.cpp/ggml/include \
-        $(for d in $libs; do echo "-L$d -Wl,-rpath,$BNC/$d"; done) -lllama -lggml -lpthread -o build/bin/bitnetcpp_greedy
+        $(for d in $libs; do echo "-L$d -Wl,-rpath,$BNC/$d"; done) -lllama -lggml -lpthread -o build/bin/bitnetcpp_greedy || return 1
+    g++ -O2 -std=c++17 "$ROOT/tools/bitnetcpp_dequant.cpp" -I 3rdparty/llama.cpp/ggml/include \
+        $(for d in $libs; do echo "-L$d -Wl,-rpath,$BNC/$d"; done) -lggml -lpthread -o build/bin/bitnetcpp_dequant
 }
 stamp "building bitnet.cpp (background) and bitnet.h"
 ( build_bnc ) > "$LOGS/bnc_build.log" 2>&1 &
 BNC_PID=$!
-make -j"$JOBS" build/bitnet > "$LOGS/make.log" 2>&1 || { say "FAIL: make build/bitnet"; tail -20 "$LOGS/make.log"; exit 1; }
+make -j"$JOBS" build/bitnet build/impl.o > "$LOGS/make.log" 2>&1 || { say "FAIL: make build/bitnet"; tail -20 "$LOGS/make.log"; exit 1; }
+cc -O2 -o build/dequant_check tools/dequant_check.c build/impl.o -lm -ldl -lpthread >> "$LOGS/make.log" 2>&1 || { say "FAIL: dequant_check"; exit 1; }
 
 # ---- the Hugging Face checkpoint and bitnet.cpp's conversion --------------------------------------
 CKPT=$WORK/ckpt
@@ -217,3 +226,39 @@ for be in backends:
         teacher(fh, H, "%s, head f16, vs transformers" % be)
 print("VERDICT (fp16 head, as bitnet.cpp's F16 token_embd): %s" % ("PASS, the same greedy tokens" if ok_all else "MISMATCH (see above)"))
 EOF
+
+# ---- the embedding in llama.cpp's block types (bitnet.cpp's --token-embedding-type) ---------------
+F32GGUF=$CKPT/ggml-model-f32-bitnet.gguf
+for T in $EMBD_TYPES; do
+    [ -s "$F32GGUF" ] || { say "embedding types: no $F32GGUF"; break; }
+    E=$WORK/emb_$T.gguf
+    stamp "embedding $T: llama-quantize --token-embedding-type $T ... I2_S"
+    "$QUANT" --token-embedding-type "$T" "$F32GGUF" "$E" I2_S 1 > "$LOGS/quant_$T.log" 2>&1 || { say "embedding $T: llama-quantize failed"; tail -5 "$LOGS/quant_$T.log" | tee -a "$SUM"; continue; }
+    say "embedding $T: $(build/bitnet info "$E" 2>&1 | grep -E '^ *token_embd.weight' | awk '{print $1, $2, $3, $4}') file $(stat -c %s "$E") bytes"
+    "$BNC/build/bin/bitnetcpp_dequant" "$E" token_embd.weight "$WORK/ref_$T.f32" > "$LOGS/dequant_$T.txt" 2>&1
+    build/dequant_check "$E" token_embd.weight "$WORK/ref_$T.f32" 2>&1 | sed "s/^/  /" | tee -a "$SUM"
+    "$GREEDY" "$E" "$N" "$P_OURS" "$PROMPT" "$THREADS" > "$LOGS/bnc_greedy_$T.txt" 2> "$LOGS/bnc_greedy_$T.err" || { say "  bitnetcpp_greedy failed"; continue; }
+    GT=$(sed -n 's/^gen: //p' "$LOGS/bnc_greedy_$T.txt")
+    say "  bitnet.cpp greedy: $GT"
+    for be in $BACKENDS; do
+        for head in f16 default; do
+            hf=; [ $head = f16 ] && hf="--head f16"
+            build/bitnet eval -m "$E" --tokens "$P_OURS,$GT" --logits-out "$WORK/emb_${T}_${be}_$head.f32" --backend "$be" $hf > "$LOGS/eval_${T}_${be}_$head.txt" 2>&1
+            $PY - "$WORK/emb_${T}_${be}_$head.f32" "$P_OURS" "$GT" "$be" "$head" <<'PYEOF' 2>&1 | tee -a "$SUM"
+import os, sys
+import numpy as np
+f, p, g, be, head = sys.argv[1:6]
+P = [int(x) for x in p.split(",")]
+G = [int(x) for x in g.split(",")]
+if not os.path.exists(f) or os.path.getsize(f) == 0:
+    print("  %s, head %s: no logits" % (be, head)); sys.exit(0)
+L = np.fromfile(f, dtype=np.float32).reshape(len(P) + len(G), -1)[len(P) - 1:len(P) - 1 + len(G)]
+ours = [int(np.argmax(r)) for r in L]
+same = sum(a == b for a, b in zip(ours, G))
+first = next((i for i, (a, b) in enumerate(zip(ours, G)) if a != b), None)
+print("  %s, head %s: teacher-forced argmax equal to bitnet.cpp's greedy at %d/%d steps%s" % (be, head, same, len(G), "" if first is None else
+      " (first difference at step %d: our logit[%d] - logit[%d] = %.4g)" % (first, ours[first], G[first], L[first][ours[first]] - L[first][G[first]])))
+PYEOF
+        done
+    done
+done
