@@ -6928,7 +6928,11 @@ typedef struct bitnet__layer {
 struct bitnet_model {
     bitnet_model_info info;
     int32_t q_dim, kv_dim;        /* n_heads*head_dim, n_kv_heads*head_dim */
-    const uint16_t *tok_embd;     /* fp16 [n_vocab][dim] */
+    const uint16_t *tok_embd;     /* fp16 [n_vocab][dim]; NULL for a block-type embedding (rows from emb_q) unless
+                                     an fp16 head needs its table */
+    const uint8_t *emb_q;         /* token_embd in a llama.cpp block type (emb_type, emb_row bytes a row) */
+    bitnet_tensor_type emb_type;
+    size_t emb_row;
     const uint16_t *head_f16;     /* fp16 [n_vocab][dim]: output.weight, or tok_embd when tied */
     int8_t *head_q8;              /* int8 [n_vocab][dim], NULL when the fp16 head is used */
     float *head_scale;            /* [n_vocab]: row r of the head = head_q8[r] * head_scale[r] */
@@ -7001,12 +7005,54 @@ static void bitnet__for_rows(int n, size_t work, void (*fn)(void *ctx, int r), v
 
 /* ---- the steps of the forward pass (the GPU side numbers its functions alike) ---------------- */
 
+/* Float or block-type tensors made fp16, 256 elements at a time (whole blocks of any type), on the thread pool. */
+typedef struct bitnet__f16job { bitnet_tensor_type type; const uint8_t *src; size_t total, blk, bytes; uint16_t *dst; } bitnet__f16job;
+static void bitnet__f16_worker(void *arg, int ith, int nth) {
+    const bitnet__f16job *j = (const bitnet__f16job *)arg;
+    float f[256];
+    size_t i, lo, hi;
+    bitnet__range_split((j->total + 255) / 256, ith, nth, &lo, &hi);
+    for (i = lo; i < hi; i++) { /* (whole blocks, sizes checked by the caller: no error here) */
+        const size_t e = BITNET__MIN(256, j->total - 256 * i);
+        if (bitnet_dequantize(j->type, j->src + 256 / j->blk * j->bytes * i, e / j->blk * j->bytes, f, e) == BITNET_OK)
+            bitnet_convert_fp32_to_fp16(f, j->dst + 256 * i, e);
+    }
+}
+/* A block-type embedding's rows made fp16 into dst [n_vocab][dim], on the thread pool (bitnet__tensor_f16's
+   worker): its fp16 table, made only where something reads it whole (an fp16 head, the GPU's copy). */
+static void bitnet__emb_fill(const bitnet_model *m, uint16_t *dst) {
+    const bitnet__ttype *tt = bitnet__ttype_of((uint32_t)m->emb_type);
+    bitnet__f16job j;
+    j.type = m->emb_type, j.src = m->emb_q, j.total = (size_t)m->info.n_vocab * (size_t)m->info.dim, j.blk = tt->blk, j.bytes = tt->bytes;
+    j.dst = dst;
+    bitnet__parallel(bitnet__f16_worker, &j);
+}
+
+/* Row r of the embedding as fp32 (x32) or fp16 (x16): the fp16 table, or a block-type embedding's
+   blocks made fp16 when read (bitnet__emb_fill's values: no table is kept unless an fp16 head reads it). */
+static void bitnet__emb_row(const bitnet_model *m, int32_t r, float *x32, uint16_t *x16) {
+    const size_t dim = (size_t)m->info.dim;
+    size_t e, n;
+    if (m->tok_embd) {
+        if (x32) bitnet_convert_fp16_to_fp32(m->tok_embd + (size_t)r * dim, x32, dim);
+        if (x16) memcpy(x16, m->tok_embd + (size_t)r * dim, dim * 2);
+        return;
+    }
+    for (e = 0; e < dim; e += n) { /* 256 at a time: whole blocks of any type (dim is whole blocks) */
+        const bitnet__ttype *tt = bitnet__ttype_of((uint32_t)m->emb_type);
+        uint16_t h[256];
+        float f[256];
+        n = BITNET__MIN(256, dim - e);
+        bitnet_dequantize(m->emb_type, m->emb_q + (size_t)r * m->emb_row + e / tt->blk * tt->bytes, n / tt->blk * tt->bytes, f, n);
+        bitnet_convert_fp32_to_fp16(f, x16 ? x16 + e : h, n);
+        if (x32) bitnet_convert_fp16_to_fp32(x16 ? x16 + e : h, x32 + e, n);
+    }
+}
+
 /* 1. embed: x[t] = tok_embd[tokens[t]] as fp32 */
 static void bitnet__cpu_embed(bitnet_session *s, const int32_t *tokens, int m) {
-    const bitnet_model *md = s->m;
-    int t, dim = md->info.dim;
-    for (t = 0; t < m; t++)
-        bitnet_convert_fp16_to_fp32(md->tok_embd + (size_t)tokens[t] * dim, s->x + (size_t)t * dim, (size_t)dim);
+    int t;
+    for (t = 0; t < m; t++) bitnet__emb_row(s->m, tokens[t], s->x + (size_t)t * s->m->info.dim, NULL);
 }
 
 /* 2. norm_quant: aq[t] = int8(rmsnorm(in[t]) * w), with its scale and sum; in is [m][k]. Two
@@ -11077,10 +11123,12 @@ static bitnet_result bitnet__gpu_model_init(bitnet_model *m, int device) {
         size_t bytes = (size_t)in->n_vocab * (size_t)in->dim * 2;
         if (bitnet__env_off("BITNET_GPU_HOST_EMB"))
             bitnet__log(BITNET_LOG_INFO, "CUDA forward: BITNET_GPU_HOST_EMB=0: each decode step uploads its embedding row");
-        else if (bitnet__gpu_host_alloc(g->gpu, bytes, &g->emb_host, &g->emb_dev) == BITNET_OK)
+        else if (bitnet__gpu_host_alloc(g->gpu, bytes, &g->emb_host, &g->emb_dev) != BITNET_OK)
+            bitnet__log(BITNET_LOG_INFO, "CUDA forward: %s; each decode step uploads its embedding row", bitnet_last_error());
+        else if (m->tok_embd)
             memcpy(g->emb_host, m->tok_embd, bytes);
         else
-            bitnet__log(BITNET_LOG_INFO, "CUDA forward: %s; each decode step uploads its embedding row", bitnet_last_error());
+            bitnet__emb_fill(m, (uint16_t *)g->emb_host);
     }
     BITNET__TRY(bitnet_gpu_sync(g->gpu));
     return bitnet_gpu_pool_trim(g->gpu); /* the upload's staging buffers */
@@ -11270,7 +11318,7 @@ static bitnet_result bitnet__gpu_put_tokens(bitnet_session *s, const int32_t *to
     size_t row = (size_t)s->m->info.dim * 2;
     int t;
     ((int32_t *)q->stage)[0] = tokens[0], ((int32_t *)q->stage)[1] = pos, ((int32_t *)q->stage)[4] = pos + m - 1;
-    for (t = 0; rows && t < m; t++) memcpy(q->stage + 256 + (size_t)t * row, s->m->tok_embd + (size_t)tokens[t] * (row / 2), row);
+    for (t = 0; rows && t < m; t++) bitnet__emb_row(s->m, tokens[t], NULL, (uint16_t *)(q->stage + 256 + (size_t)t * row));
     q->dev_pos = pos;
     return bitnet_gpu_upload(q->gpu, q->io, q->stage, rows ? 256 + (size_t)m * row : 8);
 }
@@ -11888,13 +11936,14 @@ static bitnet_result bitnet__weights_pass(bitnet_model *m, const bitnet_model_de
    (q = round(x * 127 / absmax), so |q| <= 127), and its scale is absmax / 127. Slabs of rows
    go through fp32 scratch (the rows of a slab on the thread pool) so progress can be reported
    between them. */
-typedef struct bitnet__hq { const uint16_t *src; float *f; int8_t *q; float *scale; size_t dim, r0; int bad; } bitnet__hq;
+typedef struct bitnet__hq { const bitnet_model *m; float *f; int8_t *q; float *scale; size_t dim, r0; int bad; } bitnet__hq;
 static void bitnet__head_row(void *ctx, int i) {
     bitnet__hq *c = (bitnet__hq *)ctx;
     size_t r = c->r0 + (size_t)i, dim = c->dim;
     float *f = c->f + (size_t)i * dim;
-    if (bitnet_convert_fp16_to_fp32(c->src + r * dim, f, dim) != BITNET_OK ||
-        bitnet_quantize_act(f, 1, dim, c->q + r * dim, c->scale + r, NULL) != BITNET_OK)
+    if (c->m->head_f16) bitnet_convert_fp16_to_fp32(c->m->head_f16 + r * dim, f, dim);
+    else bitnet__emb_row(c->m, (int32_t)r, f, NULL); /* a block-type embedding, tied */
+    if (bitnet_quantize_act(f, 1, dim, c->q + r * dim, c->scale + r, NULL) != BITNET_OK)
         c->bad = 1; /* (not with these arguments) */
     else
         c->scale[r] = 1.0f / c->scale[r];
@@ -11902,7 +11951,7 @@ static void bitnet__head_row(void *ctx, int i) {
 static bitnet_result bitnet__head_quantize(bitnet_model *m, const bitnet_model_desc *d) {
     size_t nv = (size_t)m->info.n_vocab, dim = (size_t)m->info.dim, rows = BITNET__MAX((size_t)1, ((size_t)1 << 22) / dim), r;
     bitnet__hq c;
-    c.bad = 0, c.dim = dim, c.src = m->head_f16;
+    c.bad = 0, c.dim = dim, c.m = m;
     m->head_q8 = (int8_t *)bitnet__malloc(nv * dim);
     if (m->head_q8) bitnet__hugepages(m->head_q8, nv * dim);
     m->head_scale = (float *)bitnet__malloc(nv * sizeof(float));
@@ -11927,8 +11976,9 @@ static bitnet_result bitnet__model_build(bitnet_model *m, const bitnet_model_wei
     bitnet_model_info *in = &m->info;
     int32_t l, hd;
     size_t t;
+    int want_f16;
     const char *env = bitnet__getenv("BITNET_HEAD");
-    if (!w->tok_embd || !w->output_norm || !w->layers)
+    if ((!w->tok_embd && !m->emb_q) || !w->output_norm || !w->layers)
         return bitnet__err(BITNET_ERR_NULL_POINTER, "model weights: tok_embd, output_norm and layers must be given");
     hd = w->head_dim ? w->head_dim : (w->n_heads > 0 ? w->dim / w->n_heads : 0);
     if (w->n_vocab <= 0 || w->dim <= 0 || w->n_layers <= 0 || w->n_heads <= 0 || w->n_kv_heads <= 0 || w->ffn_dim <= 0 ||
@@ -11996,13 +12046,20 @@ static bitnet_result bitnet__model_build(bitnet_model *m, const bitnet_model_wei
     }
     if (env && strcmp(env, "f16") && strcmp(env, "q8"))
         return bitnet__err(BITNET_ERR_INVALID_ARG, "BITNET_HEAD=%s is not f16 or q8", env);
+    want_f16 = (d && d->head_f16) || (env && strcmp(env, "f16") == 0);
+    if (want_f16 && !m->head_f16) { /* a block-type embedding as the fp16 head: its table */
+        uint16_t *tab = (uint16_t *)bitnet__malloc((size_t)in->n_vocab * (size_t)in->dim * 2);
+        BITNET__TRY(bitnet__model_own(m, tab));
+        bitnet__emb_fill(m, tab);
+        m->tok_embd = m->head_f16 = tab;
+    }
     in->head_bits = 16;
 #if defined(BITNET__GPU_FORWARD)
     if (in->backend == BITNET_BACKEND_CUDA) { /* the same int8 head by default: quantized here, uploaded, freed */
         bitnet_result r;
         char why[184];
         BITNET__TRY(bitnet__weights_pass(m, d, 0)); /* the CPU's check first: a corrupt matrix is named alike */
-        if (!(d && d->head_f16) && !(env && strcmp(env, "f16") == 0)) {
+        if (!want_f16) {
             BITNET__TRY(bitnet__head_quantize(m, d));
             in->head_bits = 8;
         }
@@ -12025,11 +12082,12 @@ static bitnet_result bitnet__model_build(bitnet_model *m, const bitnet_model_wei
     }
 #endif
     BITNET__TRY(bitnet__weights_pass(m, d, m->gguf && d && d->path && !d->no_mmap));
-    if (!(d && d->head_f16) && !(env && strcmp(env, "f16") == 0)) {
+    if (!want_f16) {
         BITNET__TRY(bitnet__head_quantize(m, d));
         in->head_bits = 8;
-        /* the fp16 rows are now read one per token (the embedding, when tied), not all of them */
-        bitnet__release_mapped(m->gguf, m->head_f16, t * 2);
+        /* the head's rows are now read one per token (the embedding, when tied), not all of them */
+        if (m->head_f16) bitnet__release_mapped(m->gguf, m->head_f16, t * 2);
+        else bitnet__release_mapped(m->gguf, m->emb_q, (size_t)in->n_vocab * m->emb_row);
     }
     bitnet__progress(d, 1.0f);
     return BITNET_OK;
@@ -12095,19 +12153,7 @@ static bitnet_result bitnet__tensor_f32(bitnet_model *m, const char *name, const
 }
 
 /* An [n][k] fp16 matrix (embedding, head): F16 in place; F32, BF16 or a llama.cpp block type
-   converted on the thread pool, 256 elements at a time (whole blocks of any of them). */
-typedef struct bitnet__f16job { bitnet_tensor_type type; const uint8_t *src; size_t total, blk, bytes; uint16_t *dst; } bitnet__f16job;
-static void bitnet__f16_worker(void *arg, int ith, int nth) {
-    const bitnet__f16job *j = (const bitnet__f16job *)arg;
-    float f[256];
-    size_t i, lo, hi;
-    bitnet__range_split((j->total + 255) / 256, ith, nth, &lo, &hi);
-    for (i = lo; i < hi; i++) { /* (whole blocks, sizes checked by the caller: no error here) */
-        const size_t e = BITNET__MIN(256, j->total - 256 * i);
-        if (bitnet_dequantize(j->type, j->src + 256 / j->blk * j->bytes * i, e / j->blk * j->bytes, f, e) == BITNET_OK)
-            bitnet_convert_fp32_to_fp16(f, j->dst + 256 * i, e);
-    }
-}
+   converted on the thread pool (bitnet__f16_worker). */
 static bitnet_result bitnet__tensor_f16(bitnet_model *m, const char *name, const bitnet_tensor_info *ti, size_t n,
                                         size_t k, const uint16_t **out) {
     const bitnet__ttype *tt = bitnet__ttype_of((uint32_t)ti->type);
@@ -12208,7 +12254,13 @@ static bitnet_result bitnet__model_from_gguf(bitnet_model *m, const bitnet_model
     w.rope_theta = hp.rope_theta, w.norm_eps = hp.norm_eps, w.bos = hp.bos, w.eos = hp.eos, w.eot = hp.eot;
     bitnet__progress(d, 0.02f);
     BITNET__TRY(bitnet_gguf_find_tensor(g, "token_embd.weight", &ti));
-    BITNET__TRY(bitnet__tensor_f16(m, "token_embd.weight", &ti, (size_t)w.n_vocab, (size_t)w.dim, &w.tok_embd));
+    if (bitnet__ttype_of((uint32_t)ti.type)->blk > 1) { /* a block type: rows made fp16 when read (bitnet__emb_row) */
+        const bitnet__ttype *tt = bitnet__ttype_of((uint32_t)ti.type);
+        m->emb_q = (const uint8_t *)ti.data, m->emb_type = ti.type, m->emb_row = (size_t)w.dim / tt->blk * tt->bytes;
+        if (ti.bytes / m->emb_row < (uint64_t)w.n_vocab) return bitnet__err(BITNET_ERR_CORRUPT, "GGUF: tensor token_embd.weight is short");
+    } else {
+        BITNET__TRY(bitnet__tensor_f16(m, "token_embd.weight", &ti, (size_t)w.n_vocab, (size_t)w.dim, &w.tok_embd));
+    }
     if ((tp = bitnet__gguf_tensor_named(g, "output.weight")) != NULL) /* optional: tied to the embedding without it */
         BITNET__TRY(bitnet__tensor_f16(m, "output.weight", tp, (size_t)w.n_vocab, (size_t)w.dim, &w.output));
     BITNET__TRY(bitnet_gguf_find_tensor(g, "output_norm.weight", &ti));

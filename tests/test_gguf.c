@@ -757,8 +757,9 @@ static void test_float_embedding_tied(void) {
 }
 
 /* An embedding (tied head) in llama.cpp's block types, as bitnet.cpp's llama-quantize
-   --token-embedding-type writes it: made fp16 at load, the model gives the same logits, bit for
-   bit, as one whose F16 embedding holds those values; a norm in a block type is refused. */
+   --token-embedding-type writes it: made fp16 at load (with the int8 head the table is dropped after
+   and rows come from the blocks), the model gives the same logits, bit for bit, as one whose F16
+   embedding holds those values, with either head. */
 static void test_quantized_embedding(void) {
     static const bitnet_tensor_type types[4] = {BITNET_TENSOR_Q8_0, BITNET_TENSOR_Q4_0, BITNET_TENSOR_Q5_K, BITNET_TENSOR_Q6_K};
     const char *path = tmp_path("micro-qemb.gguf");
@@ -769,7 +770,7 @@ static void test_quantized_embedding(void) {
         uint64_t ne[4] = {256, 20, 1, 1}, nb = 0;
         uint8_t *q;
         uint16_t *h = (uint16_t *)malloc(256 * 20 * 2);
-        float *f = (float *)malloc(256 * 20 * 4), lg[2][20];
+        float *f = (float *)malloc(256 * 20 * 4), lg[4][20];
         c.dim = 256, c.no_tokenizer = 1, c.vocab_key = c.vocab, c.bos = -1;
         TEST_CHECK(bitnet_tensor_nbytes(types[t], ne, &nb) == BITNET_OK);
         q = (uint8_t *)malloc((size_t)nb);
@@ -782,23 +783,24 @@ static void test_quantized_embedding(void) {
         }
         TEST_CHECKF(bitnet_dequantize(types[t], q, (size_t)nb, f, 256 * 20) == BITNET_OK, "%s", bitnet_last_error());
         for (i = 0; i < 256 * 20; i++) h[i] = bitnet_fp32_to_fp16(f[i]);
-        for (v = 0; v < 2; v++) {
+        for (v = 0; v < 4; v++) { /* the block type, then as F16; the int8 head (the table dropped), then the fp16 one */
             bitnet_model_desc d;
             bitnet_model *m = NULL;
             bitnet_session *s = NULL;
             int32_t tok[2] = {3, 5};
-            c.emb_type = v ? BITNET_TENSOR_F16 : types[t], c.emb_data = v ? (const void *)h : (const void *)q;
+            c.emb_type = v & 1 ? BITNET_TENSOR_F16 : types[t], c.emb_data = v & 1 ? (const void *)h : (const void *)q;
             TEST_CHECKF(write_micro(path, &c) == BITNET_OK, "%s", bitnet_last_error());
             memset(&d, 0, sizeof d);
-            d.path = path, d.backend = BITNET_BACKEND_CPU;
+            d.path = path, d.backend = BITNET_BACKEND_CPU, d.head_f16 = v >> 1;
             memset(lg[v], 0, sizeof lg[v]);
             TEST_CHECKF(bitnet_model_load(&d, &m) == BITNET_OK && bitnet_session_create(m, NULL, &s) == BITNET_OK, "%s %s",
                         bitnet_tensor_type_name(c.emb_type), bitnet_last_error());
             if (s) TEST_CHECK(bitnet_session_eval(s, tok, 2, lg[v], 0) == BITNET_OK);
             bitnet_session_free(s), bitnet_model_free(m);
         }
-        TEST_CHECKF(lg[0][0] != 0.0f && isfinite(lg[0][0]) && memcmp(lg[0], lg[1], sizeof lg[0]) == 0, "%s: logit 0 %g, as F16 %g",
-                    bitnet_tensor_type_name(types[t]), (double)lg[0][0], (double)lg[1][0]);
+        for (v = 0; v < 4; v += 2)
+            TEST_CHECKF(lg[v][0] != 0.0f && isfinite(lg[v][0]) && memcmp(lg[v], lg[v + 1], sizeof lg[0]) == 0, "%s, %s head: logit 0 %g, as F16 %g",
+                        bitnet_tensor_type_name(types[t]), v ? "fp16" : "int8", (double)lg[v][0], (double)lg[v + 1][0]);
         free(q), free(h), free(f);
     }
     remove(path);
