@@ -757,53 +757,61 @@ static void test_float_embedding_tied(void) {
 }
 
 /* An embedding (tied head) in llama.cpp's block types, as bitnet.cpp's llama-quantize
-   --token-embedding-type writes it: made fp16 at load (with the int8 head the table is dropped after
-   and rows come from the blocks), the model gives the same logits, bit for bit, as one whose F16
-   embedding holds those values, with either head. */
+   --token-embedding-type writes it. Its rows are made fp16 when read (with the int8 head no fp16
+   table is kept; the fp16 head keeps one), so the model gives the same logits, bit for bit, as one
+   whose F16 embedding holds those values: a prompt of two tokens, then a decode step, with either
+   head, on the CPU and (where there is one) the GPU, whose copy of the table is made from the blocks. */
 static void test_quantized_embedding(void) {
     static const bitnet_tensor_type types[4] = {BITNET_TENSOR_Q8_0, BITNET_TENSOR_Q4_0, BITNET_TENSOR_Q5_K, BITNET_TENSOR_Q6_K};
-    const char *path = tmp_path("micro-qemb.gguf");
-    int t, v, i;
+    char path[2][700]; /* (tmp_path's buffer is one) */
+    int t, v, i, b;
+    snprintf(path[0], sizeof path[0], "%s", tmp_path("micro-qemb.gguf"));
+    snprintf(path[1], sizeof path[1], "%s", tmp_path("micro-qemb-f16.gguf"));
     test_seed(5);
     for (t = 0; t < 4; t++) {
         micro_cfg c = micro_default();
         uint64_t ne[4] = {256, 20, 1, 1}, nb = 0;
         uint8_t *q;
         uint16_t *h = (uint16_t *)malloc(256 * 20 * 2);
-        float *f = (float *)malloc(256 * 20 * 4), lg[4][20];
+        float *f = (float *)malloc(256 * 20 * 4), lg[4][2][20];
+        const int bb = types[t] == BITNET_TENSOR_Q8_0 ? 34 : types[t] == BITNET_TENSOR_Q4_0 ? 18 : types[t] == BITNET_TENSOR_Q5_K ? 176 : 210;
         c.dim = 256, c.no_tokenizer = 1, c.vocab_key = c.vocab, c.bos = -1;
         TEST_CHECK(bitnet_tensor_nbytes(types[t], ne, &nb) == BITNET_OK);
         q = (uint8_t *)malloc((size_t)nb);
         for (i = 0; i < (int)nb; i++) q[i] = (uint8_t)test_rand_u64();
-        /* every fp16 factor (d, m, dmin) a small normal number: random bytes there could be Inf or NaN */
-        for (i = 0; i < (int)nb; i++) {
-            const int bb = types[t] == BITNET_TENSOR_Q8_0 ? 34 : types[t] == BITNET_TENSOR_Q4_0 ? 18 : types[t] == BITNET_TENSOR_Q5_K ? 176 : 210;
+        for (i = 0; i < (int)nb; i++) { /* every fp16 factor (d, m, dmin) a small normal number: random bytes could be Inf or NaN */
             const int at = i % bb;
             if (types[t] == BITNET_TENSOR_Q6_K ? at == 209 : (at == 1 || (types[t] == BITNET_TENSOR_Q5_K && at == 3))) q[i] = (uint8_t)(0x20 | (q[i] & 0x83));
         }
         TEST_CHECKF(bitnet_dequantize(types[t], q, (size_t)nb, f, 256 * 20) == BITNET_OK, "%s", bitnet_last_error());
         for (i = 0; i < 256 * 20; i++) h[i] = bitnet_fp32_to_fp16(f[i]);
-        for (v = 0; v < 4; v++) { /* the block type, then as F16; the int8 head (the table dropped), then the fp16 one */
-            bitnet_model_desc d;
-            bitnet_model *m = NULL;
-            bitnet_session *s = NULL;
-            int32_t tok[2] = {3, 5};
-            c.emb_type = v & 1 ? BITNET_TENSOR_F16 : types[t], c.emb_data = v & 1 ? (const void *)h : (const void *)q;
-            TEST_CHECKF(write_micro(path, &c) == BITNET_OK, "%s", bitnet_last_error());
-            memset(&d, 0, sizeof d);
-            d.path = path, d.backend = BITNET_BACKEND_CPU, d.head_f16 = v >> 1;
-            memset(lg[v], 0, sizeof lg[v]);
-            TEST_CHECKF(bitnet_model_load(&d, &m) == BITNET_OK && bitnet_session_create(m, NULL, &s) == BITNET_OK, "%s %s",
-                        bitnet_tensor_type_name(c.emb_type), bitnet_last_error());
-            if (s) TEST_CHECK(bitnet_session_eval(s, tok, 2, lg[v], 0) == BITNET_OK);
-            bitnet_session_free(s), bitnet_model_free(m);
+        for (v = 0; v < 2; v++) {
+            c.emb_type = v ? BITNET_TENSOR_F16 : types[t], c.emb_data = v ? (const void *)h : (const void *)q;
+            TEST_CHECKF(write_micro(path[v], &c) == BITNET_OK, "%s", bitnet_last_error());
         }
-        for (v = 0; v < 4; v += 2)
-            TEST_CHECKF(lg[v][0] != 0.0f && isfinite(lg[v][0]) && memcmp(lg[v], lg[v + 1], sizeof lg[0]) == 0, "%s, %s head: logit 0 %g, as F16 %g",
-                        bitnet_tensor_type_name(types[t]), v ? "fp16" : "int8", (double)lg[v][0], (double)lg[v + 1][0]);
+        for (b = 0; b < 2; b++) {
+            if (b && !bitnet_gpu_available()) break;
+            for (v = 0; v < 4; v++) { /* v & 1: the F16 file; v >> 1: the fp16 head */
+                bitnet_model_desc d;
+                bitnet_model *m = NULL;
+                bitnet_session *s = NULL;
+                int32_t tok[2] = {3, 5};
+                memset(&d, 0, sizeof d);
+                d.path = path[v & 1], d.backend = b ? BITNET_BACKEND_CUDA : BITNET_BACKEND_CPU, d.head_f16 = v >> 1;
+                memset(lg[v], 0, sizeof lg[v]);
+                TEST_CHECKF(bitnet_model_load(&d, &m) == BITNET_OK && bitnet_session_create(m, NULL, &s) == BITNET_OK, "%s %s",
+                            bitnet_tensor_type_name(c.emb_type), bitnet_last_error());
+                if (s) TEST_CHECK(bitnet_session_eval(s, tok, 2, lg[v][0], 0) == BITNET_OK && bitnet_session_eval(s, tok, 1, lg[v][1], 0) == BITNET_OK);
+                bitnet_session_free(s), bitnet_model_free(m);
+            }
+            for (v = 0; v < 4; v += 2)
+                TEST_CHECKF(lg[v][1][0] != 0.0f && isfinite(lg[v][1][0]) && memcmp(lg[v], lg[v + 1], sizeof lg[0]) == 0,
+                            "%s, %s, %s head: logit 0 %g, as F16 %g", bitnet_tensor_type_name(types[t]), b ? "cuda" : "cpu",
+                            v ? "fp16" : "int8", (double)lg[v][1][0], (double)lg[v + 1][1][0]);
+        }
         free(q), free(h), free(f);
     }
-    remove(path);
+    remove(path[0]), remove(path[1]);
 }
 
 /* Writes c, opens it and runs the check; returns the check's code (or the failure before it). */
