@@ -597,9 +597,9 @@ typedef enum bitnet_tensor_type { /* ggml ids; I2_S is bitnet.cpp's 36 */
 /* llama.cpp's block-quantized types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0: blocks of 32; Q4_K, Q5_K, Q6_K:
    256) and F32, F16, BF16 to float32, with ggml's arithmetic (the same floats as its to_float).
    A model's token_embd / output may come in them (bitnet.cpp's llama-quantize
-   --token-embedding-type Q6_K, its recommended embedding); the loader makes them fp16. n elements,
-   a multiple of the type's block; src holds at least their bytes. BAD_SIZE, UNSUPPORTED_TYPE (the
-   ternary and other types). */
+   --token-embedding-type Q6_K, its recommended embedding), whose rows the model makes fp16 when read.
+   n elements, a multiple of the type's block (else BAD_SHAPE); src holds at least their bytes (else
+   BAD_SIZE). UNSUPPORTED_TYPE for the ternary and other types. */
 BITNET_API bitnet_result bitnet_dequantize(bitnet_tensor_type type, const void *src, size_t src_bytes, float *dst, size_t n);
 /* llama.cpp's ternary tensor types, ggml's TQ1_0 (type 34) and TQ2_0 (35), to and from I2_S. Both
    cut each row into blocks of 256 weights (k a multiple of 256) with one fp16 scale a block; TQ2_0
@@ -676,8 +676,9 @@ BITNET_API bitnet_result bitnet_gguf_find_tensor(const bitnet_gguf *g, const cha
    [dim, n_kv*head_dim], ffn_gate and ffn_up I2_S [dim, ffn], ffn_down I2_S [ffn, dim]. Float
    tensors may be any of F32, F16, BF16, and the ternary ones also float (unquantized latent
    weights, as a converter writes them before quantizing) or TQ1_0 / TQ2_0; token_embd and output
-   also llama.cpp's Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K or Q6_K (made fp16 at load). The vocabulary size comes from
-   tokenizer.ggml.tokens (else vocab_size, else token_embd) and every tokenizer.ggml.*_token_id
+   also llama.cpp's Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K or Q6_K (the embedding's rows made fp16
+   when read, output made fp16 at load). The vocabulary size comes from tokenizer.ggml.tokens (else
+   vocab_size, else token_embd) and every tokenizer.ggml.*_token_id
    must lie inside it. eot is tokenizer.ggml.eot_token_id, else the token "<|eot_id|>", else -1.
    Reads only the 4-byte scale of each I2_S tensor (not finite or negative: CORRUPT), so it is cheap.
    Errors: BAD_METADATA (missing or inconsistent keys, zero or non-dividing head counts, special
@@ -5037,7 +5038,8 @@ static bitnet_result bitnet__gguf_hparam_f(const bitnet_gguf *g, const char *arc
 }
 /* The types each role accepts: ternary matrices come as I2_S, as llama.cpp's TQ1_0 / TQ2_0 (made
    I2_S at load), or as float latent weights that the loader quantizes; the embedding and output
-   also in llama.cpp's block types (made fp16 at load); the rest are float. */
+   also in llama.cpp's block types (made fp16: the embedding's rows when read, output at load); the
+   rest are float. */
 #define BITNET__GGUF_TERNARY 0
 #define BITNET__GGUF_FLOAT 1
 #define BITNET__GGUF_EMBD 2
