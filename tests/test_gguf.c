@@ -790,7 +790,10 @@ static void test_quantized_embedding(void) {
             TEST_CHECKF(write_micro(path[v], &c) == BITNET_OK, "%s", bitnet_last_error());
         }
         for (b = 0; b < 2; b++) {
-            if (b && !bitnet_gpu_available()) break;
+            if (b && !bitnet_gpu_available()) { /* (make test-gpu: the GPU half must run) */
+                TEST_CHECKF(!test_require_gpu(), "no GPU: %s", bitnet_last_error());
+                break;
+            }
             for (v = 0; v < 4; v++) { /* v & 1: the F16 file; v >> 1: the fp16 head */
                 bitnet_model_desc d;
                 bitnet_model *m = NULL;
