@@ -511,7 +511,7 @@ static void gpu_ops(bitnet_model *gm, int n_pre, int n_dec) {
         dl(s, X, q->x, (size_t)dim * 4);
         {
             float *e = (float *)malloc((size_t)dim * 4);
-            bitnet_convert_fp16_to_fp32(gm->tok_embd + (size_t)tok[t] * dim, e, (size_t)dim);
+            bitnet__emb_row(gm, tok[t], e, NULL);
             mism(&st_embed, X, e, (size_t)dim, "embed");
             free(e);
         }
