@@ -1971,11 +1971,31 @@ BITNET_API bitnet_result bitnet_i2s_from_hf(const uint8_t *packed, size_t n, siz
     return BITNET_OK;
 }
 
+/* ---- the tensor types ---------------------------------------------------------------------- */
+#define BITNET__TQ_BLOCK 256 /* llama.cpp's TQ1_0 / TQ2_0 blocks */
+/* The tensor types this library reads, with ggml's blocks: elements and bytes a block (I2_S: 128
+   codes in 32 bytes, then one 32-byte tail a tensor). Names, sizes and the GGUF reader read it. */
+typedef struct bitnet__ttype { bitnet_tensor_type t; const char *name; unsigned blk, bytes; } bitnet__ttype;
+static const bitnet__ttype bitnet__ttypes[] = {
+    {BITNET_TENSOR_F32, "F32", 1, 4},        {BITNET_TENSOR_F16, "F16", 1, 2},         {BITNET_TENSOR_BF16, "BF16", 1, 2},
+    {BITNET_TENSOR_Q4_0, "Q4_0", 32, 18},    {BITNET_TENSOR_Q4_1, "Q4_1", 32, 20},     {BITNET_TENSOR_Q5_0, "Q5_0", 32, 22},
+    {BITNET_TENSOR_Q5_1, "Q5_1", 32, 24},    {BITNET_TENSOR_Q8_0, "Q8_0", 32, 34},     {BITNET_TENSOR_Q4_K, "Q4_K", 256, 144},
+    {BITNET_TENSOR_Q5_K, "Q5_K", 256, 176},  {BITNET_TENSOR_Q6_K, "Q6_K", 256, 210},   {BITNET_TENSOR_TQ1_0, "TQ1_0", BITNET__TQ_BLOCK, 54},
+    {BITNET_TENSOR_TQ2_0, "TQ2_0", BITNET__TQ_BLOCK, 66}, {BITNET_TENSOR_I2_S, "I2_S", BITNET_I2S_BLOCK, BITNET_I2S_BLOCK / 4}};
+static const bitnet__ttype *bitnet__ttype_of(uint32_t t) {
+    size_t i;
+    for (i = 0; i < sizeof bitnet__ttypes / sizeof bitnet__ttypes[0]; i++)
+        if ((uint32_t)bitnet__ttypes[i].t == t) return &bitnet__ttypes[i];
+    return NULL;
+}
+static int bitnet__ternary_type(bitnet_tensor_type t) {
+    return t == BITNET_TENSOR_I2_S || t == BITNET_TENSOR_TQ1_0 || t == BITNET_TENSOR_TQ2_0;
+}
+
 /* ---- llama.cpp's TQ1_0 / TQ2_0 <-> I2_S (a block: 256 codes, then its fp16 scale) ---- */
-#define BITNET__TQ_BLOCK 256
 static const uint8_t bitnet__pow3[5] = {1, 3, 9, 27, 81};
 static size_t bitnet__tq_block_bytes(bitnet_tensor_type type) {
-    return type == BITNET_TENSOR_TQ2_0 ? 66 : type == BITNET_TENSOR_TQ1_0 ? 54 : 0;
+    return type == BITNET_TENSOR_TQ2_0 || type == BITNET_TENSOR_TQ1_0 ? bitnet__ttype_of((uint32_t)type)->bytes : 0;
 }
 BITNET_API size_t bitnet_tq_bytes(bitnet_tensor_type type, size_t n, size_t k) {
     size_t nk, bb = bitnet__tq_block_bytes(type);
@@ -2088,24 +2108,6 @@ BITNET_API bitnet_result bitnet_tq_from_i2s(bitnet_tensor_type type, const void 
 }
 
 /* ---- llama.cpp's block types to float32 (a model's embedding may come in them) ------------------ */
-/* The tensor types this library reads, with ggml's blocks: elements and bytes a block (I2_S: 128
-   codes in 32 bytes, then one 32-byte tail a tensor). Names, sizes and the GGUF reader read it. */
-typedef struct bitnet__ttype { bitnet_tensor_type t; const char *name; unsigned blk, bytes; } bitnet__ttype;
-static const bitnet__ttype bitnet__ttypes[] = {
-    {BITNET_TENSOR_F32, "F32", 1, 4},        {BITNET_TENSOR_F16, "F16", 1, 2},         {BITNET_TENSOR_BF16, "BF16", 1, 2},
-    {BITNET_TENSOR_Q4_0, "Q4_0", 32, 18},    {BITNET_TENSOR_Q4_1, "Q4_1", 32, 20},     {BITNET_TENSOR_Q5_0, "Q5_0", 32, 22},
-    {BITNET_TENSOR_Q5_1, "Q5_1", 32, 24},    {BITNET_TENSOR_Q8_0, "Q8_0", 32, 34},     {BITNET_TENSOR_Q4_K, "Q4_K", 256, 144},
-    {BITNET_TENSOR_Q5_K, "Q5_K", 256, 176},  {BITNET_TENSOR_Q6_K, "Q6_K", 256, 210},   {BITNET_TENSOR_TQ1_0, "TQ1_0", BITNET__TQ_BLOCK, 54},
-    {BITNET_TENSOR_TQ2_0, "TQ2_0", BITNET__TQ_BLOCK, 66}, {BITNET_TENSOR_I2_S, "I2_S", BITNET_I2S_BLOCK, BITNET_I2S_BLOCK / 4}};
-static const bitnet__ttype *bitnet__ttype_of(uint32_t t) {
-    size_t i;
-    for (i = 0; i < sizeof bitnet__ttypes / sizeof bitnet__ttypes[0]; i++)
-        if ((uint32_t)bitnet__ttypes[i].t == t) return &bitnet__ttypes[i];
-    return NULL;
-}
-static int bitnet__ternary_type(bitnet_tensor_type t) {
-    return t == BITNET_TENSOR_I2_S || t == BITNET_TENSOR_TQ1_0 || t == BITNET_TENSOR_TQ2_0;
-}
 static float bitnet__h2f_le(const uint8_t *p) { return bitnet_fp16_to_fp32((uint16_t)(p[0] | p[1] << 8)); }
 /* A K block's 6-bit scale and min j (0..7), packed in 12 bytes: j < 4 in the low 6 bits of bytes j
    and j + 4; j >= 4 in the nibbles of byte j + 4 and the top 2 bits of bytes j - 4 and j. */
@@ -7034,6 +7036,7 @@ static void bitnet__emb_fill(const bitnet_model *m, uint16_t *dst) {
    blocks made fp16 when read (bitnet__emb_fill's values: no table is kept unless an fp16 head reads it). */
 static void bitnet__emb_row(const bitnet_model *m, int32_t r, float *x32, uint16_t *x16) {
     const size_t dim = (size_t)m->info.dim;
+    const bitnet__ttype *tt = bitnet__ttype_of((uint32_t)m->emb_type);
     size_t e, n;
     if (m->tok_embd) {
         if (x32) bitnet_convert_fp16_to_fp32(m->tok_embd + (size_t)r * dim, x32, dim);
@@ -7041,7 +7044,6 @@ static void bitnet__emb_row(const bitnet_model *m, int32_t r, float *x32, uint16
         return;
     }
     for (e = 0; e < dim; e += n) { /* 256 at a time: whole blocks of any type (dim is whole blocks) */
-        const bitnet__ttype *tt = bitnet__ttype_of((uint32_t)m->emb_type);
         uint16_t h[256];
         float f[256];
         n = BITNET__MIN(256, dim - e);
