@@ -459,9 +459,9 @@ BITNET_API bitnet_precision bitnet_detect_best_precision(int device);
 
 /* Ternary weights in the GPU's T32 layout (documented in bitnet_cuda_kernels.h), repacked once on
    the device from I2_S tensors. Parts stack row-wise into one fused matrix (QKV as 2560/640/640
-   rows), each keeping its own scale. glu = 1 takes exactly two parts of equal shape, gate then up,
-   and the matmul then returns relu(gate)^2 * up (n = the gate's rows). k: a multiple of 128 (I2_S
-   blocks), at most 262144 (int32 accumulators). */
+   rows), each keeping its own scale. glu (a bitnet_ffn_act, 0 = none) takes exactly two parts of
+   equal shape, gate then up, and the matmul then returns bitnet_glu(glu, gate, up) (n = the gate's
+   rows). k: a multiple of 128 (I2_S blocks), at most 262144 (int32 accumulators). */
 #define BITNET_GPU_MAX_PARTS 8
 typedef struct bitnet_gpu_i2s_part {
     const void *data;                 /* an I2_S tensor (host memory) of n rows of k weights */
@@ -666,7 +666,8 @@ BITNET_API bitnet_result bitnet_gguf_find_tensor(const bitnet_gguf *g, const cha
 
 /* Validates a GGUF against the BitNet b1.58 architecture and fills *info (all of it is
    overwritten; the backend fields are left zero). Architectures "bitnet-b1.58", "bitnet-25" and
-   "bitnet", keys under that prefix: embedding_length, block_count, attention.head_count,
+   "bitnet" (the FFN as bitnet.cpp computes it: relu(gate)^2 * up, and for "bitnet", 1bitLLM's
+   models, silu(gate) * up; info->ffn_act), keys under that prefix: embedding_length, block_count, attention.head_count,
    feed_forward_length, context_length, attention.layer_norm_rms_epsilon (required);
    attention.head_count_kv (default head_count), rope.freq_base (default 10000), vocab_size and
    rope.dimension_count (checked when present). Tensors (ggml ne order, ne0 = in-features), as
@@ -794,11 +795,21 @@ typedef struct bitnet_model_desc {            /* zero-initialise; 0 / NULL means
                                                  reads half the bytes per token (see README) */
 } bitnet_model_desc;
 
+/* The FFN's gated activation. bitnet.cpp's graphs: relu(gate)^2 * up for "bitnet-b1.58" and
+   "bitnet-25" (BitNet b1.58 2B-4T), silu(gate) * up for "bitnet" (1bitLLM's bitnet_b1_58 models). */
+typedef enum bitnet_ffn_act { BITNET_FFN_RELU2 = 1, BITNET_FFN_SILU = 2 } bitnet_ffn_act;
+/* act(gate) * up as every CPU and GPU path rounds it; silu through bitnet_expf, made of additions
+   and multiplications only, so the GPU computes the same bits. An unknown act returns NaN. */
+BITNET_API float bitnet_glu(int act, float gate, float up);
+/* e^x within 2 ulp for x in [-87, 88] (clamped there; NaN gives e^-87) */
+BITNET_API float bitnet_expf(float x);
+
 typedef struct bitnet_model_info {
     char arch[32];
     int32_t n_vocab, dim, n_layers, n_heads, n_kv_heads, head_dim, ffn_dim, n_ctx_train;
     float rope_theta, norm_eps;
     int32_t bos, eos, eot;                    /* -1 when absent */
+    int32_t ffn_act;                          /* bitnet_ffn_act */
     bitnet_backend backend;                   /* the backend actually in use */
     char backend_reason[256];                 /* why (e.g. "CUDA unavailable: ...; using the CPU") */
     int32_t head_bits;                        /* the head as computed: 8 (int8 rows) or 16 (fp16) */
@@ -823,6 +834,7 @@ typedef struct bitnet_model_weights {
     int32_t n_vocab, dim, n_layers, n_heads, n_kv_heads, head_dim, ffn_dim, n_ctx_train; /* head_dim 0 = dim/n_heads */
     float rope_theta, norm_eps;
     int32_t bos, eos, eot;                    /* -1 when absent */
+    int32_t ffn_act;                          /* bitnet_ffn_act; 0 = BITNET_FFN_RELU2 */
     const uint16_t *tok_embd;                 /* fp16 [n_vocab][dim] */
     const uint16_t *output;                   /* fp16 [n_vocab][dim]; NULL = tied to tok_embd */
     const float *output_norm;                 /* [dim] */
@@ -5117,6 +5129,7 @@ static bitnet_result bitnet__gguf_check_bitnet(const bitnet_gguf *g, bitnet_mode
                            (int)BITNET__MIN(s.len, 64), s.ptr);
     snprintf(arch, sizeof arch, "%s", archs[a]);
     snprintf(info->arch, sizeof info->arch, "%s", arch);
+    info->ffn_act = a == 2 ? BITNET_FFN_SILU : BITNET_FFN_RELU2; /* bitnet.cpp's build_bitnet: silu; build_bitnet_158: relu^2 */
 
     BITNET__TRY(bitnet__gguf_hparam(g, arch, "embedding_length", 1, &info->dim));
     BITNET__TRY(bitnet__gguf_hparam(g, arch, "block_count", 1, &info->n_layers));
@@ -6910,9 +6923,9 @@ BITNET_API bitnet_result bitnet_sample(float *logits, int32_t n_vocab, const bit
 
 /* The model and session layout, shared by the CPU forward below and the GPU one (>>cuda-forward),
    which runs the same steps in the same order, numbered alike (bitnet__cpu_X / bitnet__gpu_X; the GPU
-   fuses some: its linear takes the norm, its attention rope and kv_store, its GEMMs the adds and relu2):
+   fuses some: its linear takes the norm, its attention rope and kv_store, its GEMMs the adds and the gated activation):
      embed; per layer: norm_quant, linear q k v, rope, kv_store, attention, norm_quant (sub), linear o,
-     add_norm_quant, linear gate up, relu2_norm_quant, linear down, add; then head on the rows asked.
+     add_norm_quant, linear gate up, glu_norm_quant, linear down, add; then head on the rows asked.
    See bitnet__cpu_forward for the shapes, and >>model for the hooks a GPU forward provides. */
 
 #define BITNET__MAX_BATCH 512     /* prompt tokens per forward chunk (the GEMM's M) */
@@ -7059,30 +7072,89 @@ static void bitnet__cpu_embed(bitnet_session *s, const int32_t *tokens, int m) {
     for (t = 0; t < m; t++) bitnet__emb_row(s->m, tokens[t], s->x + (size_t)t * s->m->info.dim, NULL);
 }
 
+/* e^x = 2^n e^r, n = round(x / ln 2) (by adding and subtracting 1.5 * 2^23), r = x - n ln 2 in two
+   parts (n * LN2_HI is exact), e^r by its Taylor series to r^7 (|r| <= 0.35: 6e-9 left out).
+   Additions and multiplications only: no fma to be contracted or not, so every path (AVX-512, the
+   GPU's bn_expf) rounds each step alike. */
+#define BITNET__LOG2E_F 1.44269504f
+#define BITNET__LN2_HI_F 0.693145751953125f /* 15 significant bits */
+#define BITNET__LN2_LO_F 1.42860682e-6f
+#define BITNET__EXP_C7 1.98412698e-4f /* 1/7! */
+#define BITNET__EXP_C6 1.38888889e-3f
+#define BITNET__EXP_C5 8.33333333e-3f
+#define BITNET__EXP_C4 4.16666667e-2f
+#define BITNET__EXP_C3 1.66666667e-1f
+BITNET_API float bitnet_expf(float x) {
+    union { uint32_t u; float f; } b;
+    float n, r, p;
+    if (!(x >= -87.0f)) x = -87.0f; /* also NaN, as max(NaN, -87) on the vector paths */
+    if (x > 88.0f) x = 88.0f;
+    n = (x * BITNET__LOG2E_F + 12582912.0f) - 12582912.0f;
+    r = x - n * BITNET__LN2_HI_F;
+    r = r - n * BITNET__LN2_LO_F;
+    p = BITNET__EXP_C7;
+    p = p * r + BITNET__EXP_C6;
+    p = p * r + BITNET__EXP_C5;
+    p = p * r + BITNET__EXP_C4;
+    p = p * r + BITNET__EXP_C3;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    b.u = (uint32_t)((int32_t)n + 127) << 23; /* 2^n, n in [-126, 127] */
+    return p * b.f;
+}
+BITNET_API float bitnet_glu(int act, float gate, float up) {
+    if (act == BITNET_FFN_RELU2) {
+        float g = gate > 0.0f ? gate : 0.0f; /* a max instruction, not a branch on the random sign */
+        return g * g * up;
+    }
+    if (act == BITNET_FFN_SILU) return gate / (1.0f + bitnet_expf(-gate)) * up;
+    return NAN;
+}
+
 /* 2. norm_quant: aq[t] = int8(rmsnorm(in[t]) * w), with its scale and sum; in is [m][k]. Two
       variants first update the row in place while it is in cache: add_norm_quant (in += y, the
-      residual) and relu2_norm_quant (in = relu(in)^2 * y, the FFN; fp32 because relu^2 overflows
+      residual) and glu_norm_quant (in = act(in) * y, the FFN; fp32 because relu^2 overflows
       fp16). */
-enum { BITNET__NQ_PLAIN, BITNET__NQ_ADD, BITNET__NQ_RELU2 };
+/* ops: PLAIN, ADD, and the gated activations by their bitnet_ffn_act values */
+enum { BITNET__NQ_PLAIN, BITNET__NQ_RELU2 = BITNET_FFN_RELU2, BITNET__NQ_SILU = BITNET_FFN_SILU, BITNET__NQ_ADD };
 typedef struct bitnet__nq { bitnet_session *s; float *in; const float *y; const float *w; int k, op; } bitnet__nq;
-/* x += y (op ADD) or x = relu(x)^2 * y (op RELU2) on [i, k): the same IEEE operations on every path */
+/* x += y (op ADD) or x = act(x) * y (RELU2, SILU) on [i, k): the same IEEE operations on every path */
 static void bitnet__ew_ref(float *x, const float *y, int i, int k, int op) {
     if (op == BITNET__NQ_ADD)
         for (; i < k; i++) x[i] += y[i];
     else
-        for (; i < k; i++) {
-            float g = x[i] > 0.0f ? x[i] : 0.0f; /* a max instruction, not a branch on the random sign */
-            x[i] = g * g * y[i];
-        }
+        for (; i < k; i++) x[i] = bitnet_glu(op, x[i], y[i]);
 }
 #if defined(BITNET__X86_SIMD)
+/* bitnet_expf's operations, 16 at a time */
+BITNET__AVX512_FN static __m512 bitnet__expf_avx512(__m512 x) {
+    const __m512 big = _mm512_set1_ps(12582912.0f);
+    __m512 n, r, p;
+    x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.0f)), _mm512_set1_ps(88.0f)); /* max(NaN, -87) = -87 */
+    n = _mm512_sub_ps(_mm512_add_ps(_mm512_mul_ps(x, _mm512_set1_ps(BITNET__LOG2E_F)), big), big);
+    r = _mm512_sub_ps(x, _mm512_mul_ps(n, _mm512_set1_ps(BITNET__LN2_HI_F)));
+    r = _mm512_sub_ps(r, _mm512_mul_ps(n, _mm512_set1_ps(BITNET__LN2_LO_F)));
+    p = _mm512_set1_ps(BITNET__EXP_C7);
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(BITNET__EXP_C6));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(BITNET__EXP_C5));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(BITNET__EXP_C4));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(BITNET__EXP_C3));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(0.5f));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.0f));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.0f));
+    return _mm512_mul_ps(p, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n),
+                                                                                  _mm512_set1_epi32(127)), 23)));
+}
 BITNET__AVX512_FN static void bitnet__ew_avx512(float *x, const float *y, int k, int op) {
+    const __m512 one = _mm512_set1_ps(1.0f);
     int i;
     for (i = 0; i + 16 <= k; i += 16) {
         __m512 a = _mm512_loadu_ps(x + i);
         const __m512 b = _mm512_loadu_ps(y + i);
         if (op == BITNET__NQ_ADD) a = _mm512_add_ps(a, b);
-        else a = _mm512_max_ps(a, _mm512_setzero_ps()), a = _mm512_mul_ps(_mm512_mul_ps(a, a), b);
+        else if (op == BITNET__NQ_RELU2) a = _mm512_max_ps(a, _mm512_setzero_ps()), a = _mm512_mul_ps(_mm512_mul_ps(a, a), b);
+        else a = _mm512_mul_ps(_mm512_div_ps(a, _mm512_add_ps(one, bitnet__expf_avx512(_mm512_sub_ps(_mm512_setzero_ps(), a)))), b);
         _mm512_storeu_ps(x + i, a);
     }
     bitnet__ew_ref(x, y, i, k, op);
@@ -7121,8 +7193,9 @@ static void bitnet__cpu_norm_quant(bitnet_session *s, float *in, const float *w,
 static void bitnet__cpu_add_norm_quant(bitnet_session *s, float *x, const float *y, const float *w, int m, int k) {
     bitnet__norm_quant_op(s, x, y, w, m, k, BITNET__NQ_ADD);
 }
-static void bitnet__cpu_relu2_norm_quant(bitnet_session *s, float *g, const float *u, const float *w, int m, int k) {
-    bitnet__norm_quant_op(s, g, u, w, m, k, BITNET__NQ_RELU2);
+/* g = act(g) * u: the model's bitnet_ffn_act */
+static void bitnet__cpu_glu_norm_quant(bitnet_session *s, float *g, const float *u, const float *w, int m, int k) {
+    bitnet__norm_quant_op(s, g, u, w, m, k, s->m->info.ffn_act);
 }
 
 /* 3. linear: out[m][n] = ternary W[n][k] x aq[m][k] (both scales applied) */
@@ -7451,7 +7524,7 @@ static bitnet_result bitnet__cpu_forward(bitnet_session *s, const int32_t *token
         bitnet__cpu_add_norm_quant(s, x, xb, L->ffn_norm, n, dim);              /* x += xb; aq [n][dim] */
         BITNET__TRY(bitnet__cpu_linear(s, L->w_gate, ff, dim, n, s->hg));       /* hg [n][ffn_dim] */
         BITNET__TRY(bitnet__cpu_linear(s, L->w_up, ff, dim, n, s->hu));         /* hu [n][ffn_dim] */
-        bitnet__cpu_relu2_norm_quant(s, s->hg, s->hu, L->ffn_sub_norm, n, ff);  /* hg = relu(hg)^2 hu; aq [n][ffn_dim] */
+        bitnet__cpu_glu_norm_quant(s, s->hg, s->hu, L->ffn_sub_norm, n, ff);    /* hg = act(hg) hu; aq [n][ffn_dim] */
         BITNET__TRY(bitnet__cpu_linear(s, L->w_down, dim, ff, n, xb));          /* xb [n][dim] */
         bitnet__cpu_add(x, xb, n, dim);                                         /* x += xb */
         bitnet__nvtx_pop();
@@ -10137,6 +10210,8 @@ BITNET_API bitnet_result bitnet_gpu_ternary_upload(bitnet_gpu *gpu, const bitnet
     if (k == 0 || k % BITNET_I2S_BLOCK || k > BITNET__TGEMV_MAX_K)
         return bitnet__err(BITNET_ERR_BAD_SHAPE, "bitnet_gpu_ternary_upload: k=%zu must be a positive multiple of %d, at most %d",
                            k, BITNET_I2S_BLOCK, BITNET__TGEMV_MAX_K);
+    if (glu != 0 && glu != BITNET_FFN_RELU2 && glu != BITNET_FFN_SILU)
+        return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_gpu_ternary_upload: glu %d is not 0 or a bitnet_ffn_act", glu);
     if (glu && (n_parts != 2 || parts[0].n != parts[1].n))
         return bitnet__err(BITNET_ERR_BAD_SHAPE, "bitnet_gpu_ternary_upload: glu needs two parts of equal rows (gate, up)");
     for (i = 0; i < n_parts; i++) {
@@ -10148,7 +10223,7 @@ BITNET_API bitnet_result bitnet_gpu_ternary_upload(bitnet_gpu *gpu, const bitnet
     }
     memset(&w, 0, sizeof w);
     w.k = k;
-    w.glu = glu != 0;
+    w.glu = glu;
     w.n_parts = n_parts;
     w.n_rows = rows;
     w.n = glu ? parts[0].n : rows;
@@ -10839,7 +10914,7 @@ BITNET_API bitnet_result bitnet_quantizer_summary(const bitnet_quantizer *qz, ch
      too (256 + dim*2 bytes). Five kernels a layer (the forward
      module in bitnet_cuda_kernels.h): RMSNorm + int8 quantization run in the prologue of each
      ternary GEMV, RoPE and the KV append in the attention kernel, residual adds and
-     relu(gate)^2 * up in GEMV epilogues; the head kernel also leaves the argmax on the device. On
+     act(gate) * up in GEMV epilogues; the head kernel also leaves the argmax on the device. On
      sm_90 the kernels go out with programmatic dependent launch (the launch path's per-kernel
      flag), so each one's launch and weight loads overlap the kernel before it. A kernel reads what
      an earlier one wrote only after its wait, and never by the read-only path (ld.global.nc): it
@@ -11040,12 +11115,13 @@ static void bitnet__gmodel_pdl(bitnet__gmodel *g, int on) {
 
 /* The forward module's kernels: from mod (a build with other options, for tools' A/B runs) or, with mod
    NULL, the built-in module; then their launch flags. */
-static bitnet_result bitnet__gmodel_kernels(bitnet__gmodel *g, bitnet_gpu_module *mod, int head_dim, int pdl) {
+static bitnet_result bitnet__gmodel_kernels(bitnet__gmodel *g, bitnet_gpu_module *mod, const bitnet_model_info *in, int pdl) {
+    const int head_dim = in->head_dim;
 #define BITNET__GK(NAME, DST) BITNET__TRY(mod ? bitnet_gpu_kernel_get(mod, NAME, DST) : bitnet_gpu_builtin_kernel(g->gpu, NAME, DST))
     BITNET__GK("bitnet_k_fwd_embed", &g->embed);
     BITNET__GK("bitnet_k_fwd_gemv_store", &g->gemv_store);
     BITNET__GK("bitnet_k_fwd_gemv_res", &g->gemv_res);
-    BITNET__GK("bitnet_k_fwd_gemv_glu", &g->gemv_glu);
+    BITNET__GK(in->ffn_act == BITNET_FFN_SILU ? "bitnet_k_fwd_gemv_glu_silu" : "bitnet_k_fwd_gemv_glu", &g->gemv_glu);
     BITNET__GK("bitnet_k_fwd_attn_decode", &g->attn);
     if (head_dim == 32 || head_dim == 64 || head_dim == 128) {
         char name[40];
@@ -11085,7 +11161,7 @@ static bitnet_result bitnet__gpu_model_init(bitnet_model *m, int device) {
     g->smem_optin = BITNET__MAX(di.smem_per_block_optin, di.smem_per_block);
     BITNET__TRY(bitnet_gpu_open(device, &g->gpu));
     g->head_q8 = m->head_q8 != NULL; /* quantized on the host by >>model, as for the CPU */
-    BITNET__TRY(bitnet__gmodel_kernels(g, NULL, m->info.head_dim, g->gpu->pdl));
+    BITNET__TRY(bitnet__gmodel_kernels(g, NULL, in, g->gpu->pdl));
     g->att_pk = BITNET__GPU_ATT_PK;
     memset(&c, 0, sizeof c);
     bitnet__gmodel_layout(g, m, &c);
@@ -11115,7 +11191,7 @@ static bitnet_result bitnet__gpu_model_init(bitnet_model *m, int device) {
         w[0] = W->wo, n[0] = in->dim;
         BITNET__TRY(bitnet__gpu_ternary(g, w, n, 1, m->q_dim, 0, &L->o));
         w[0] = W->w_gate, w[1] = W->w_up, n[0] = n[1] = in->ffn_dim;
-        BITNET__TRY(bitnet__gpu_ternary(g, w, n, 2, in->dim, 1, &L->gu));
+        BITNET__TRY(bitnet__gpu_ternary(g, w, n, 2, in->dim, in->ffn_act, &L->gu));
         w[0] = W->w_down, n[0] = in->dim;
         BITNET__TRY(bitnet__gpu_ternary(g, w, n, 1, in->ffn_dim, 0, &L->down));
     }
@@ -11341,7 +11417,7 @@ static bitnet_result bitnet__gpu_embed(bitnet_session *s, bitnet_devptr table, b
 }
 
 /* 2+3. norm_quant + linear for one token: out = W . int8(rmsnorm(in) * norm_w) with the matrix's
-   epilogue (kernel: store, res (out += y), glu (relu(gate)^2 * up)) */
+   epilogue (kernel: store, res (out += y), glu (act(gate) * up)) */
 static bitnet_result bitnet__gpu_linear(bitnet_session *s, bitnet_gpu_kernel *k, const bitnet_gpu_ternary *w,
                                         bitnet_devptr in, bitnet_devptr norm_w, bitnet_devptr out) {
     const bitnet__gmodel *g = (const bitnet__gmodel *)s->m->gpu;
@@ -11527,7 +11603,7 @@ static bitnet_result bitnet__gpu_norm_quant(bitnet_session *s, bitnet_devptr in,
 }
 
 /* 3. linear for m tokens: out[m][n] (+= res when res is out) = W . a (int8 tensor cores); for the
-   gate||up matrix the epilogue applies relu(gate)^2 * up (the CPU's relu2 of relu2_norm_quant) */
+   gate||up matrix the epilogue applies act(gate) * up (the CPU's glu_norm_quant) */
 static bitnet_result bitnet__gpu_linear_m(bitnet_session *s, const bitnet_gpu_ternary *w, const bitnet_gpu_act *a,
                                           bitnet_devptr out, bitnet_devptr res) {
     bitnet__gsession *q = (bitnet__gsession *)s->gpu;
@@ -12005,6 +12081,8 @@ static bitnet_result bitnet__model_build(bitnet_model *m, const bitnet_model_wei
     if (!(w->rope_theta > 0) || !(w->norm_eps >= 0))
         return bitnet__err(BITNET_ERR_BAD_METADATA, "model: rope_theta %g must be positive and norm_eps %g not negative",
                            (double)w->rope_theta, (double)w->norm_eps);
+    if (w->ffn_act != 0 && w->ffn_act != BITNET_FFN_RELU2 && w->ffn_act != BITNET_FFN_SILU)
+        return bitnet__err(BITNET_ERR_BAD_METADATA, "model: ffn_act %d is not a bitnet_ffn_act", (int)w->ffn_act);
     if (w->bos >= w->n_vocab || w->eos >= w->n_vocab || w->eot >= w->n_vocab)
         return bitnet__err(BITNET_ERR_BAD_METADATA, "model: special tokens bos %d, eos %d, eot %d outside the vocabulary of %d",
                            (int)w->bos, (int)w->eos, (int)w->eot, (int)w->n_vocab);
@@ -12023,6 +12101,7 @@ static bitnet_result bitnet__model_build(bitnet_model *m, const bitnet_model_wei
     in->bos = w->bos < 0 ? -1 : w->bos;
     in->eos = w->eos < 0 ? -1 : w->eos;
     in->eot = w->eot < 0 ? -1 : w->eot;
+    in->ffn_act = w->ffn_act ? w->ffn_act : BITNET_FFN_RELU2;
     m->q_dim = w->n_heads * hd;
     m->kv_dim = w->n_kv_heads * hd;
     m->tok_embd = w->tok_embd;
@@ -12123,7 +12202,7 @@ BITNET_API bitnet_result bitnet_model_from_weights(const bitnet_model_weights *w
     *out = NULL;
     m = (bitnet_model *)bitnet__calloc(1, sizeof *m);
     if (!m) return BITNET_ERR_OUT_OF_MEMORY;
-    snprintf(m->info.arch, sizeof m->info.arch, "bitnet-b1.58");
+    snprintf(m->info.arch, sizeof m->info.arch, "%s", w->ffn_act == BITNET_FFN_SILU ? "bitnet" : "bitnet-b1.58");
     bitnet__progress(desc, 0.0f);
     r = bitnet__resolve_backend(desc ? desc->backend : BITNET_BACKEND_AUTO, &m->info);
     if (r == BITNET_OK) r = bitnet__model_build(m, w, desc);
@@ -12256,6 +12335,7 @@ static bitnet_result bitnet__model_from_gguf(bitnet_model *m, const bitnet_model
     w.n_vocab = hp.n_vocab, w.dim = hp.dim, w.n_layers = hp.n_layers, w.n_heads = hp.n_heads;
     w.n_kv_heads = hp.n_kv_heads, w.head_dim = hp.head_dim, w.ffn_dim = hp.ffn_dim, w.n_ctx_train = hp.n_ctx_train;
     w.rope_theta = hp.rope_theta, w.norm_eps = hp.norm_eps, w.bos = hp.bos, w.eos = hp.eos, w.eot = hp.eot;
+    w.ffn_act = hp.ffn_act;
     bitnet__progress(d, 0.02f);
     BITNET__TRY(bitnet_gguf_find_tensor(g, "token_embd.weight", &ti));
     if (bitnet__ttype_of((uint32_t)ti.type)->blk > 1) { /* a block type: rows made fp16 when read (bitnet__emb_row) */

@@ -51,8 +51,26 @@ static const char bitnet_cuda_src_util[] =
     "#define BN_BF16 3\n" \
     "/* Row segments of a fused ternary matrix, passed by value: rows [end[i-1], end[i]) use scale[i]. */\n" \
     "struct bitnet_k_segs { int n; int end[8]; float scale[8]; };\n" \
-    "/* BitNet's gated activation relu(g)^2 * u, rounded step by step as the CPU rounds it */\n" \
-    "BN_DEV float bn_relu2_mul(float g, float u) {\n" \
+    "/* bitnet_expf's operations (bitnet.h): additions and multiplications only, each rounded alone */\n" \
+    "BN_DEV float bn_expf(float x) {\n" \
+    "    x = fminf(fmaxf(x, -87.0f), 88.0f); /* NaN: -87 */\n" \
+    "    const float n = __fsub_rn(__fadd_rn(__fmul_rn(x, 1.44269504f), 12582912.0f), 12582912.0f);\n" \
+    "    float r = __fsub_rn(x, __fmul_rn(n, 0.693145751953125f));\n" \
+    "    r = __fsub_rn(r, __fmul_rn(n, 1.42860682e-6f));\n" \
+    "    float p = 1.98412698e-4f;\n" \
+    "    p = __fadd_rn(__fmul_rn(p, r), 1.38888889e-3f);\n" \
+    "    p = __fadd_rn(__fmul_rn(p, r), 8.33333333e-3f);\n" \
+    "    p = __fadd_rn(__fmul_rn(p, r), 4.16666667e-2f);\n" \
+    "    p = __fadd_rn(__fmul_rn(p, r), 1.66666667e-1f);\n" \
+    "    p = __fadd_rn(__fmul_rn(p, r), 0.5f);\n" \
+    "    p = __fadd_rn(__fmul_rn(p, r), 1.0f);\n" \
+    "    p = __fadd_rn(__fmul_rn(p, r), 1.0f);\n" \
+    "    return __fmul_rn(p, __int_as_float(((int)n + 127) << 23));\n" \
+    "}\n" \
+    "/* The FFN's gated activation (act: bitnet_ffn_act, 1 relu(g)^2 * u, 2 silu(g) * u), rounded step\n" \
+    "   by step as bitnet_glu rounds it */\n" \
+    "BN_DEV float bn_glu(int act, float g, float u) {\n" \
+    "    if (act == 2) return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, bn_expf(-g))), u);\n" \
     "    g = g > 0.0f ? g : 0.0f;\n" \
     "    return __fmul_rn(__fmul_rn(g, g), u);\n" \
     "}\n" \
@@ -496,7 +514,7 @@ static const char bitnet_cuda_src_ternary[] = BITNET_CUDA_SRC_KHELPERS
     "        float y;\n"
     "        if (glu) {\n"
     "            float g = bn_dequant(s0, su, sc, ws0), up = bn_dequant(s1, su, sc, ws1);\n"
-    "            y = bn_relu2_mul(g, up);\n"
+    "            y = bn_glu(glu, g, up);\n"
     "        } else {\n"
     "            y = bn_dequant(s0, su, sc, ws0);\n"
     "        }\n"
@@ -605,7 +623,7 @@ static const char bitnet_cuda_src_ternary[] = BITNET_CUDA_SRC_KHELPERS
     "        if (glu && (ww & 1)) s1 += v; else s0 += v;\n"
     "    }\n"
     "    float y;\n"
-    "    if (glu) y = bn_relu2_mul(bn_dequant(s0, s_su, s_sc, segs.scale[0]), bn_dequant(s1, s_su, s_sc, segs.scale[1]));\n"
+    "    if (glu) y = bn_glu(glu, bn_dequant(s0, s_su, s_sc, segs.scale[0]), bn_dequant(s1, s_su, s_sc, segs.scale[1]));\n"
     "    else y = bn_dequant(s0, s_su, s_sc, bn_seg_scale(segs, f));\n"
     "    if (res) y = __fadd_rn(bn_load(res, f, out_type), y);\n"
     "    bn_store(out, f, y, out_type);\n"
@@ -848,7 +866,7 @@ static const char bitnet_cuda_src_tgemm[] = BITNET_CUDA_SRC_KHELPERS
     "                if (col >= n_out) continue;\n"
     "                float gv = bn_dequant(sr[gr], ssu[tl], sas[tl], srs[gr]);\n"
     "                float uv = bn_dequant(sr[gr + 32], ssu[tl], sas[tl], srs[gr + 32]);\n"
-    "                y = bn_relu2_mul(gv, uv);\n"
+    "                y = bn_glu(glu, gv, uv);\n"
     "            } else {\n"
     "                col = n0 + rl;\n"
     "                if (col >= n_out) continue;\n"
@@ -966,7 +984,7 @@ static const char bitnet_cuda_src_tgemm[] = BITNET_CUDA_SRC_KHELPERS
     "        if (tok + o >= m) return;\n"
     "        float ya = bn_dequant(d[4 * i + e], su[o], sa[o], wsa), yb = bn_dequant(d[4 * i + 2 + e], su[o], sa[o], wsb);\n"
     "        if (glu) {\n"
-    "            ya = bn_relu2_mul(ya, yb);\n"
+    "            ya = bn_glu(glu, ya, yb);\n"
     "        }\n"
     "        if (ca < n_out) {\n"
     "            if (res) ya = __fadd_rn(bn_load(res, (tok + o) * ldr + ca, out_type), ya);\n"
@@ -1114,7 +1132,7 @@ static const char bitnet_cuda_src_tgemm[] = BITNET_CUDA_SRC_KHELPERS
     "                float ya = __fmul_rn(bn_div_y((float)(d[4 * j + e] - su), sa, ry), wsa);\n"
     "                float yb = __fmul_rn(bn_div_y((float)(d[4 * j + 2 + e] - su), sa, ry), wsb);\n"
     "                if (glu) {\n"
-    "                    ya = bn_relu2_mul(ya, yb);\n"
+    "                    ya = bn_glu(glu, ya, yb);\n"
     "                    if (res) ya = __fadd_rn(((const float *)res)[row * ldr + ca], ya);\n"
     "                    o[row * ldo] = ya;\n"
     "                } else {\n"
@@ -1600,9 +1618,10 @@ static const char bitnet_cuda_src_forward[] = BITNET_CUDA_SRC_KHELPERS
     "\n"
     "/* ---- decode GEMV: out[n_out] from the T32 matrix w and the activations normalised and\n"
     "   quantized in the prologue. Block (32, W): block b owns row group b (32 rows; lane = row), or for\n"
-    "   gate||up (EPI 2) the interleaved pair of groups 2b, 2b+1; warps share that work's K chunks,\n"
+    "   gate||up (EPI 2, 3) the interleaved pair of groups 2b, 2b+1; warps share that work's K chunks,\n"
     "   whose first U loads a lane are issued, and the rest asked of the L2, before the prologue runs.\n"
-    "   EPI 0: out = y (per-segment scales); 1: out += y (the residual); 2: out = relu(gate)^2 * up.\n"
+    "   EPI 0: out = y (per-segment scales); 1: out += y (the residual); 2: out = relu(gate)^2 * up;\n"
+    "   3: out = silu(gate) * up (bn_glu's act EPI - 1).\n"
     "   Each lets the next kernel launch before its wait, so it asks for its weights (or K/V rows) sooner\n"
     "   (QKV did so after its dot products until its prologue's maxima went to redux.sync: BENCHMARKS.md\n"
     "   sessions 12 and 21). Every read of what an earlier kernel wrote still follows the wait. Dynamic\n"
@@ -1613,7 +1632,7 @@ static const char bitnet_cuda_src_forward[] = BITNET_CUDA_SRC_KHELPERS
     "    extern __shared__ __align__(16) unsigned char bf_smem[];\n"
     "    __shared__ bf_red red;\n"
     "    __shared__ int psum[32];\n"
-    "    const int G = EPI == 2 ? 2 : 1, U = BF_GEMV_U;\n"
+    "    const int G = EPI >= 2 ? 2 : 1, U = BF_GEMV_U;\n"
     "    const int lane = threadIdx.x, wid = threadIdx.y, W = blockDim.y, k = nc * 64, ni = G * nc;\n"
     "    signed char *a = (signed char *)bf_smem;\n"
     "    int *part = (int *)(bf_smem + k);\n"
@@ -1666,9 +1685,9 @@ static const char bitnet_cuda_src_forward[] = BITNET_CUDA_SRC_KHELPERS
     "        s0 += part[(ww * G) * 32 + lane];\n"
     "        if (G == 2) s1 += part[(ww * G + 1) * 32 + lane];\n"
     "    }\n"
-    "    if (EPI == 2) {\n"
+    "    if (EPI >= 2) {\n"
     "        float g = bn_dequant(s0, asum, ascale, segs.scale[0]), up = bn_dequant(s1, asum, ascale, segs.scale[1]);\n"
-    "        out[f] = bn_relu2_mul(g, up);\n"
+    "        out[f] = bn_glu(EPI - 1, g, up);\n"
     "    } else {\n"
     "        const float y = bn_dequant(s0, asum, ascale, bn_seg_scale(segs, f));\n"
     "        out[f] = EPI == 1 ? __fadd_rn(res, y) : y;\n"
@@ -1684,6 +1703,7 @@ static const char bitnet_cuda_src_forward[] = BITNET_CUDA_SRC_KHELPERS
     "BF_GEMV(store, 0)\n"
     "BF_GEMV(res, 1)\n"
     "BF_GEMV(glu, 2)\n"
+    "BF_GEMV(glu_silu, 3)\n"
     "\n"
     "/* x[t] = the fp16 embedding row of tokens[t] as fp32; grid m. */\n"
     "extern \"C\" __global__ void bitnet_k_fwd_embed(const unsigned short *__restrict__ emb, int dim, const int *__restrict__ tokens,\n"
@@ -2991,6 +3011,7 @@ static const char bitnet_cuda_src_forward[] = BITNET_CUDA_SRC_KHELPERS
     X(bitnet_k_fwd_gemv_store, forward) \
     X(bitnet_k_fwd_gemv_res, forward) \
     X(bitnet_k_fwd_gemv_glu, forward) \
+    X(bitnet_k_fwd_gemv_glu_silu, forward) \
     X(bitnet_k_fwd_embed, forward) \
     X(bitnet_k_fwd_attn_decode, forward) \
     X(bitnet_k_fwd_attn_warps_d1, forward) \

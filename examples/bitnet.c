@@ -1354,9 +1354,10 @@ static int cmd_info(int argc, char **argv) {
     }
     r = bitnet_gguf_check_bitnet(g, &mi);
     if (r == BITNET_OK)
-        printf("\nBitNet check: ok (%s: dim %d, %d layers, %d heads, %d kv heads, ffn %d, vocab %d, context %d, "
+        printf("\nBitNet check: ok (%s: dim %d, %d layers, %d heads, %d kv heads, ffn %d (%s), vocab %d, context %d, "
                "rope theta %g, eps %g, bos %d, eos %d, eot %d)\n",
-               mi.arch, mi.dim, mi.n_layers, mi.n_heads, mi.n_kv_heads, mi.ffn_dim, mi.n_vocab, mi.n_ctx_train,
+               mi.arch, mi.dim, mi.n_layers, mi.n_heads, mi.n_kv_heads, mi.ffn_dim,
+               mi.ffn_act == BITNET_FFN_SILU ? "silu(gate) * up" : "relu(gate)^2 * up", mi.n_vocab, mi.n_ctx_train,
                (double)mi.rope_theta, (double)mi.norm_eps, mi.bos, mi.eos, mi.eot);
     else
         printf("\nBitNet check: %s: %s\n", bitnet_result_string(r), bitnet_last_error());
@@ -1667,8 +1668,10 @@ static int cmd_gen_model(int argc, char **argv) {
         else if (strcmp(argv[i], "-o") == 0 && i + 1 < argc) out = argv[++i];
         else if (strcmp(argv[i], "--tiktoken") == 0 && i + 1 < argc) tiktoken = argv[++i];
         else if (strcmp(argv[i], "--type") == 0 && i + 1 < argc) type_name = argv[++i];
+        else if (strcmp(argv[i], "--arch") == 0 && i + 1 < argc) arch = argv[++i];
         else break;
     }
+    if (strcmp(arch, "bitnet-b1.58") && strcmp(arch, "bitnet-25") && strcmp(arch, "bitnet")) preset = NULL;
     for (k = 0; preset && k < (int)(sizeof gm_presets / sizeof gm_presets[0]); k++)
         if (strcmp(preset, gm_presets[k].name) == 0) p = &gm_presets[k];
     if (strcmp(type_name, "tq1_0") == 0) wtype = BITNET_TENSOR_TQ1_0;
@@ -1676,11 +1679,12 @@ static int cmd_gen_model(int argc, char **argv) {
     else if (strcmp(type_name, "i2_s")) p = NULL;
     if (i < argc || !p || !out) {
         fprintf(stderr, "usage: bitnet gen-model --preset tiny|small|2b4t [--seed S] [--tiktoken FILE] [--type i2_s|tq1_0|tq2_0]\n"
-                        "                        -o FILE.gguf\n"
+                        "                        [--arch bitnet-b1.58|bitnet-25|bitnet] -o FILE.gguf\n"
                         "  random weights (the model says nothing useful) in bitnet.cpp's GGUF layout; tiny and small\n"
                         "  get a small byte-level tokenizer, 2b4t the LLaMA 3 vocabulary from --tiktoken FILE\n"
                         "  (default ../shared/data/llama3-tokenizer.tiktoken). --type: the ternary matrices in\n"
-                        "  bitnet.cpp's I2_S (the default) or llama.cpp's TQ1_0 / TQ2_0 (scales rounded to fp16)\n");
+                        "  bitnet.cpp's I2_S (the default) or llama.cpp's TQ1_0 / TQ2_0 (scales rounded to fp16).\n"
+                        "  --arch: general.architecture; \"bitnet\" (1bitLLM's models) has a silu(gate) * up FFN\n");
         return 2;
     }
     if (wtype != BITNET_TENSOR_I2_S && (p->dim % 256 || p->ffn % 256)) {

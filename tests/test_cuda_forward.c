@@ -463,6 +463,29 @@ static void test_random_hd64(void) {
     random_model(1000, 256, 3, 4, 2, 384, 0.3f, 1.5f, 12);
 }
 
+/* The "bitnet" architecture's FFN, silu(gate) * up (1bitLLM's models): prefill through the GEMM
+   epilogues, decode through the GEMV's, greedy tokens. */
+static void test_random_silu(void) {
+    rmodel r;
+    bitnet_model *cpu = NULL, *gpu = NULL;
+    bitnet_model_info info;
+    NEED_GPU();
+    w_lo = 0.3f, w_hi = 1.5f;
+    rmodel_build(&r, 1000, 256, 2, 4, 2, 384, 13);
+    r.w.ffn_act = BITNET_FFN_SILU;
+    TEST_CHECKF(load_pair_weights(&r.w, &cpu, &gpu) == BITNET_OK, "%s", bitnet_last_error());
+    if (cpu && gpu) {
+        TEST_CHECK(bitnet_model_get_info(gpu, &info) == BITNET_OK && info.ffn_act == BITNET_FFN_SILU);
+        TEST_CHECK(strcmp(info.arch, "bitnet") == 0);
+        compare(cpu, gpu, 100, 60);
+        compare(cpu, gpu, 1, 3);
+        greedy(cpu, gpu);
+    }
+    bitnet_model_free(gpu);
+    bitnet_model_free(cpu);
+    rmodel_free(&r);
+}
+
 /* Asking for CUDA without a usable one is an error, never a silent CPU run. */
 static void test_backend_cuda_without_gpu(void) {
     rmodel r;
@@ -486,6 +509,7 @@ int main(void) {
     RUN_TEST(test_tiny_gguf_head_q8);
     RUN_TEST(test_random_hd128_gqa4);
     RUN_TEST(test_random_hd64);
+    RUN_TEST(test_random_silu);
     if (worst_rel > 0) printf("  worst relative L2 distance of GPU to CPU logits: %.3g\n", worst_rel);
     return test_summary();
 }

@@ -843,8 +843,9 @@ static void test_check_valid_micro(void) {
     TEST_CHECK(check_micro(&c, &info) == BITNET_OK && strcmp(info.arch, "bitnet-25") == 0);
     c = micro_default(); c.float_matrices = 1; /* unquantized latent weights */
     TEST_CHECKF(check_micro(&c, &info) == BITNET_OK, "%s", bitnet_last_error());
+    TEST_CHECK(info.ffn_act == BITNET_FFN_RELU2);
     c = micro_default(); c.arch = "bitnet";
-    TEST_CHECK(check_micro(&c, &info) == BITNET_OK && strcmp(info.arch, "bitnet") == 0);
+    TEST_CHECK(check_micro(&c, &info) == BITNET_OK && strcmp(info.arch, "bitnet") == 0 && info.ffn_act == BITNET_FFN_SILU);
     TEST_CHECK(bitnet_gguf_check_bitnet(NULL, &info) == BITNET_ERR_NULL_POINTER);
 }
 
@@ -1087,6 +1088,42 @@ static void test_cli_gen_model_and_info(void) {
     if (f) fclose(f);
     free(ia); free(ib); free(ic); free(tiny);
     remove(a); remove(b); remove(c);
+}
+
+/* "bitnet" (1bitLLM's models) computes its FFN as bitnet.cpp's build_bitnet does, silu(gate) * up:
+   gen-model's tiny weights under "bitnet-b1.58" (relu(gate)^2 * up) and under "bitnet" load with
+   their activations and give other logits. test_model checks the silu forward against its float
+   reference, test_cuda_forward the GPU's against the CPU's. */
+static void test_cli_arch_bitnet_silu(void) {
+    static const char *const archs[2] = {"bitnet-b1.58", "bitnet"};
+    char bin[512], cmd[2048], path[640], why[600];
+    float lg[2][552];
+    int a;
+    if (cli_bin(bin, sizeof bin, why, sizeof why)) TEST_SKIP("%s", why);
+    snprintf(path, sizeof path, "%s", tmp_path("gen_arch.gguf"));
+    for (a = 0; a < 2; a++) {
+        bitnet_model_desc d;
+        bitnet_model *m = NULL;
+        bitnet_session *s = NULL;
+        bitnet_model_info info;
+        int32_t tok[3] = {3, 50, 7};
+        snprintf(cmd, sizeof cmd, "%s gen-model --preset tiny --seed 3 --arch %s -o %s 2>/dev/null", bin, archs[a], path);
+        TEST_CHECK(system(cmd) == 0);
+        memset(&d, 0, sizeof d);
+        d.path = path, d.backend = BITNET_BACKEND_CPU;
+        memset(lg[a], 0, sizeof lg[a]);
+        TEST_CHECKF(bitnet_model_load(&d, &m) == BITNET_OK && bitnet_session_create(m, NULL, &s) == BITNET_OK, "%s",
+                    bitnet_last_error());
+        TEST_CHECK(m && bitnet_model_get_info(m, &info) == BITNET_OK && info.n_vocab == 552 &&
+                   info.ffn_act == (a ? BITNET_FFN_SILU : BITNET_FFN_RELU2) && strcmp(info.arch, archs[a]) == 0);
+        if (s) TEST_CHECK(bitnet_session_eval(s, tok, 3, lg[a], 0) == BITNET_OK);
+        bitnet_session_free(s), bitnet_model_free(m);
+    }
+    TEST_CHECKF(isfinite(lg[1][0]) && memcmp(lg[0], lg[1], sizeof lg[0]) != 0, "logit 0: %g (relu^2), %g (silu)", (double)lg[0][0],
+                (double)lg[1][0]);
+    snprintf(cmd, sizeof cmd, "%s gen-model --preset tiny --arch llama -o %s > /dev/null 2>&1", bin, path);
+    TEST_CHECK(system(cmd) != 0);
+    remove(path);
 }
 
 /* -h / --help: the whole list, or one command's usage right after its name; exit 0. "-p --help"
@@ -1334,6 +1371,7 @@ int main(void) {
     RUN_TEST(test_tiny_truncated_everywhere);
     RUN_TEST(test_concurrent_readers);
     RUN_TEST(test_cli_gen_model_and_info);
+    RUN_TEST(test_cli_arch_bitnet_silu);
     RUN_TEST(test_cli_help);
     RUN_TEST(test_cli_run_flags);
     RUN_TEST(test_cli_perplexity);

@@ -346,11 +346,7 @@ static void check_ternary(const tcase *c, int big) {
     for (i = 0; i < m; i++) {
         size_t col = 0;
         if (c->glu) {
-            for (j = 0; j < nout; j++) {
-                float g = part_out[0][i * nout + j], u = part_out[1][i * nout + j];
-                g = g > 0.0f ? g : 0.0f;
-                ref[i * nout + j] = g * g * u;
-            }
+            for (j = 0; j < nout; j++) ref[i * nout + j] = bitnet_glu(c->glu, part_out[0][i * nout + j], part_out[1][i * nout + j]);
             continue;
         }
         for (p = 0; p < c->parts; p++)
@@ -405,7 +401,8 @@ static void test_gpu_ternary_gemv(void) {
     static const tcase cases[] = {
         {1, {37, 0, 0}, 128, 1, 0},       {1, {300, 0, 0}, 384, 3, 0},   {3, {2560, 640, 640}, 2560, 1, 0},
         {2, {96, 96, 0}, 256, 5, 1},      {1, {1000, 0, 0}, 6912, 8, 0}, {1, {33, 0, 0}, 128, 2, 0},
-        {2, {200, 77, 0}, 640, 4, 0},     {2, {70, 70, 0}, 384, 1, 1},
+        {2, {200, 77, 0}, 640, 4, 0},     {2, {70, 70, 0}, 384, 1, 1},   {2, {96, 96, 0}, 256, 5, 2},
+        {2, {70, 70, 0}, 384, 1, 2},
     };
     size_t i, f;
     NEED_GPU();
@@ -426,7 +423,7 @@ static void test_gpu_ternary_gemv_splits(void) {
         {1, {37, 0, 0}, 128, 1, 0},  {3, {2560, 640, 640}, 2560, 1, 0}, {2, {70, 70, 0}, 384, 1, 1},
         {1, {1000, 0, 0}, 6912, 1, 0}, {2, {96, 96, 0}, 6912, 1, 1},     {2, {200, 77, 0}, 640, 1, 0},
         {1, {300, 0, 0}, 3200, 1, 0},  {1, {4300, 0, 0}, 128, 1, 0},     {2, {4250, 4250, 0}, 128, 1, 1},
-        {1, {9001, 0, 0}, 384, 1, 0},
+        {1, {9001, 0, 0}, 384, 1, 0},  {2, {96, 96, 0}, 6912, 1, 2},
     };
     /* PDL launch, warps a group, loads a lane ("": the dispatch's choice) */
     static const char *const forms[][3] = {{"0", "", ""},  {"", "", ""},   {"1", "16", "8"}, {"1", "8", "4"},
@@ -455,7 +452,8 @@ static void test_gpu_ternary_gemm(void) {
     static const tcase cases[] = {
         {2, {200, 77, 0}, 640, 13, 0}, {1, {300, 0, 0}, 2560, 130, 0}, {2, {160, 160, 0}, 384, 70, 1},
         {3, {2560, 640, 640}, 2560, 37, 0}, {2, {64, 64, 0}, 512, 9, 1}, {1, {129, 0, 0}, 128, 257, 0},
-        {2, {96, 96, 0}, 6912, 300, 1}, {1, {250, 0, 0}, 1280, 513, 0},
+        {2, {96, 96, 0}, 6912, 300, 1}, {1, {250, 0, 0}, 1280, 513, 0}, {2, {160, 160, 0}, 384, 70, 2},
+        {2, {96, 96, 0}, 6912, 300, 2},
     };
     static const tcase huge = {1, {384, 0, 0}, 640, 256, 0}; /* token 0 huge: its tile's epilogue takes the calls */
     static const char *const forms[][3] = {{NULL, NULL, NULL}, {"1", "64", NULL}, {"1", "96", NULL},  {"1", "128", NULL},
@@ -545,6 +543,7 @@ static void test_gpu_upload_errors(void) {
     TEST_CHECK(bitnet_gpu_ternary_upload(G, p, 1, 200, 0, &w) == BITNET_ERR_BAD_SHAPE);
     TEST_CHECK(bitnet_gpu_ternary_upload(G, p, 0, K, 0, &w) == BITNET_ERR_INVALID_ARG);
     TEST_CHECK(bitnet_gpu_ternary_upload(G, p, 1, K, 1, &w) == BITNET_ERR_BAD_SHAPE);
+    TEST_CHECK(bitnet_gpu_ternary_upload(G, p, 2, K, 3, &w) == BITNET_ERR_INVALID_ARG); /* glu: 0 or a bitnet_ffn_act */
     p[1].n = N - 1;
     TEST_CHECK(bitnet_gpu_ternary_upload(G, p, 2, K, 1, &w) == BITNET_ERR_BAD_SHAPE);
     p[0].bytes = 10;

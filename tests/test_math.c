@@ -372,6 +372,44 @@ static void test_math_errors(void) {
     }
 }
 
+/* bitnet_expf against exp in double over its range, in units in the last place of the float
+   result; its clamps; and bitnet_glu: relu(g)^2 * u rounded as before, silu(g) * u near the double
+   reference, an unknown activation NaN. */
+static double ulps(float got, double want) {
+    float w = (float)want;
+    double ulp = ldexp(1.0, ilogb(w) - 23);
+    return fabs((double)got - want) / ulp;
+}
+static void test_expf_and_glu(void) {
+    double worst = 0, worst_silu = 0;
+    int i;
+    for (i = 0; i <= 2000000; i++) {
+        float x = -87.0f + 175.0f * (float)i / 2000000.0f;
+        double e = ulps(bitnet_expf(x), exp((double)x));
+        worst = e > worst ? e : worst;
+    }
+    TEST_CHECKF(worst <= 2.0, "bitnet_expf: %.2f ulp at worst", worst);
+    TEST_CHECK(bitnet_expf(0.0f) == 1.0f);
+    TEST_CHECK(bitnet_expf(-1000.0f) == bitnet_expf(-87.0f) && bitnet_expf(-87.0f) > 0.0f);
+    TEST_CHECK(bitnet_expf(1000.0f) == bitnet_expf(88.0f) && isfinite(bitnet_expf(INFINITY)));
+    TEST_CHECK(bitnet_expf(NAN) == bitnet_expf(-87.0f));
+    for (i = 0; i < 200000; i++) {
+        float g = test_rand_float(-40.0f, 40.0f), u = test_rand_float(-3.0f, 3.0f), r = g > 0.0f ? g : 0.0f;
+        double want = (double)g / (1.0 + exp(-(double)g)) * u;
+        float got = bitnet_glu(BITNET_FFN_SILU, g, u);
+        TEST_CHECK(bitnet_glu(BITNET_FFN_RELU2, g, u) == r * r * u);
+        if (want != 0.0) {
+            double e = ulps(got, want);
+            worst_silu = e > worst_silu ? e : worst_silu;
+        }
+    }
+    TEST_CHECKF(worst_silu <= 4.0, "silu(g) * u: %.2f ulp at worst", worst_silu);
+    TEST_CHECK(bitnet_glu(BITNET_FFN_SILU, 0.0f, 5.0f) == 0.0f);
+    TEST_CHECK(bitnet_glu(BITNET_FFN_SILU, 100.0f, 2.0f) == 200.0f);
+    TEST_CHECK(fabsf(bitnet_glu(BITNET_FFN_SILU, -100.0f, 1.0f)) < 1e-30f);
+    TEST_CHECK(isnan(bitnet_glu(BITNET_FFN_SILU, NAN, 1.0f)) && isnan(bitnet_glu(0, 1.0f, 1.0f)) && isnan(bitnet_glu(3, 1.0f, 1.0f)));
+}
+
 int main(void) {
     RUN_TEST(test_quantize_act_bit_identical);
     RUN_TEST(test_quantize_act_special_values);
@@ -381,5 +419,6 @@ int main(void) {
     RUN_TEST(test_gemm_f32_every_isa);
     RUN_TEST(test_gemv_f16_every_isa);
     RUN_TEST(test_math_errors);
+    RUN_TEST(test_expf_and_glu);
     return test_summary();
 }

@@ -39,10 +39,12 @@ static float *tm_norm(int n) {
     return v;
 }
 
+static int tm_act; /* the FFN activation of the models tm_build makes (0: relu^2) */
 static void tm_build(tmodel *t, int n_vocab, int dim, int n_layers, int n_heads, int n_kv, int ffn, unsigned long long seed) {
     int l, i, m;
     memset(t, 0, sizeof *t);
     test_seed(seed);
+    t->w.ffn_act = tm_act;
     t->w.n_vocab = n_vocab, t->w.dim = dim, t->w.n_layers = n_layers, t->w.n_heads = n_heads, t->w.n_kv_heads = n_kv;
     t->w.ffn_dim = ffn, t->w.n_ctx_train = 256, t->w.rope_theta = 500000.0f, t->w.norm_eps = 1e-5f;
     t->w.bos = 0, t->w.eos = 1, t->w.eot = -1;
@@ -187,7 +189,8 @@ static void ref_forward(const tmodel *t, const int32_t *tok, int T, int q8_head,
             ref_fakequant(xn, dim);
             ref_linear(t->wf[l][TM_GATE], ff, dim, xn, g);
             ref_linear(t->wf[l][TM_UP], ff, dim, xn, u);
-            for (i = 0; i < ff; i++) g[i] = (g[i] > 0 ? g[i] * g[i] : 0) * u[i];
+            for (i = 0; i < ff; i++)
+                g[i] = w->ffn_act == BITNET_FFN_SILU ? g[i] / (1.0f + expf(-g[i])) * u[i] : (g[i] > 0 ? g[i] * g[i] : 0) * u[i];
             ref_rmsnorm(g, t->norm[l][3], ff, w->norm_eps, xn);
             ref_fakequant(xn, ff);
             ref_linear(t->wf[l][TM_DOWN], dim, ff, xn, o);
@@ -281,6 +284,10 @@ static void test_forward_matches_reference(void) {
     forward_vs_reference(64, 128, 1, 2, 2, 128, 9);
     forward_vs_reference(48, 512, 1, 4, 1, 128, 20); /* head_dim 128, a group of 4 */
     forward_vs_reference(48, 768, 1, 6, 1, 128, 17); /* head_dim 128, a group of 6 (4 + a partial 4) */
+    tm_act = BITNET_FFN_SILU; /* the "bitnet" architecture's FFN */
+    forward_vs_reference(96, 128, 2, 4, 2, 256, 21);
+    forward_vs_reference(48, 512, 1, 4, 1, 384, 20);
+    tm_act = 0;
 }
 
 static void test_q8_head(void) {

@@ -261,7 +261,7 @@ static void use_build(const char *opts) { /* (modules stay loaded until the hand
     bitnet_gpu_module *mod;
     double t0 = bitnet__now();
     CHECK(bitnet_gpu_module_load(gm->gpu, bitnet_cuda_src_forward, opts, &mod));
-    CHECK(bitnet__gmodel_kernels(gm, mod, G_m->info.head_dim, 1));
+    CHECK(bitnet__gmodel_kernels(gm, mod, &G_m->info, 1));
     bitnet__gpu_graphs_free((bitnet__gsession *)G_s->gpu, -1);
     printf("  build \"%s\" ready in %.1f s\n", opts, bitnet__now() - t0);
 }

@@ -10,7 +10,7 @@
       against this file's double attention.
    2. GPU op by op, teacher-forced: every GPU kernel of the prefill and decode paths is run alone on
       the GPU's own inputs and checked against the CPU doing that op on the same inputs: ternary
-      linears (with their RMSNorm + int8 prologue, residual / relu^2 epilogues) and RoPE + KV store
+      linears (with their RMSNorm + int8 prologue, residual / gated-activation epilogues) and RoPE + KV store
       must match bit for bit; attention and the head are compared with a double-precision reference,
       beside the CPU's float attention on the same inputs (the ulp-level noise of a correct kernel).
    3. free-running: GPU vs CPU (fp16 head) rows as in the test, GPU vs CPU with double attention,
@@ -128,7 +128,7 @@ static bitnet_result cpu_fwd(bitnet_session *s, const int32_t *tokens, int m, fl
         bitnet__cpu_add_norm_quant(s, s->x, s->xb, L->ffn_norm, m, dim);
         BITNET__TRY(bitnet__cpu_linear(s, L->w_gate, ff, dim, m, s->hg));
         BITNET__TRY(bitnet__cpu_linear(s, L->w_up, ff, dim, m, s->hu));
-        bitnet__cpu_relu2_norm_quant(s, s->hg, s->hu, L->ffn_sub_norm, m, ff);
+        bitnet__cpu_glu_norm_quant(s, s->hg, s->hu, L->ffn_sub_norm, m, ff);
         BITNET__TRY(bitnet__cpu_linear(s, L->w_down, dim, ff, m, s->xb));
         bitnet__cpu_add(s->x, s->xb, m, dim);
     }
@@ -282,7 +282,7 @@ static void mism(opstat *o, const float *got, const float *want, size_t n, const
 }
 
 /* CPU version of one fused linear on m rows of X (k wide): parts (1..3) concatenated (store),
-   res (R + y), or glu (relu(gate)^2 * up) */
+   res (R + y), or glu (act(gate) * up) */
 enum { L_STORE, L_RES, L_GLU };
 static void cpu_linear(const bitnet_model *md, const float *X, int m, int k, const float *nw, const void *const *w,
                        const int *n, int np, int mode, const float *R, float *out) {
@@ -304,10 +304,7 @@ static void cpu_linear(const bitnet_model *md, const float *X, int m, int k, con
         else if (mode == L_RES)
             for (i = 0; i < nt; i++) out[(size_t)t * nt + i] = R[(size_t)t * nt + i] + y[i];
         else
-            for (i = 0; i < n[0]; i++) {
-                float g = fmaxf(y[i], 0.0f);
-                out[(size_t)t * n[0] + i] = g * g * y[n[0] + i];
-            }
+            for (i = 0; i < n[0]; i++) out[(size_t)t * n[0] + i] = bitnet_glu(md->info.ffn_act, y[i], y[n[0] + i]);
     }
     free(a);
     free(y);
@@ -485,7 +482,7 @@ static void gpu_ops(bitnet_model *gm, int n_pre, int n_dec) {
             dl(s, H, q->h, (size_t)m * ff * 4);
             w3[0] = W->w_gate, w3[1] = W->w_up, n3[0] = n3[1] = ff;
             cpu_linear(gm, X2, m, dim, W->ffn_norm, w3, n3, 2, L_GLU, NULL, want);
-            mism(&st_lin, H, want, (size_t)m * ff, "relu2(gate) * up");
+            mism(&st_lin, H, want, (size_t)m * ff, "act(gate) * up");
             GPU(bitnet__gpu_norm_quant(s, q->h, L->ffn_sub_norm, m, &q->a_ff));
             GPU(bitnet__gpu_linear_m(s, &L->down, &q->a_ff, q->x, q->x));
             dl(s, X, q->x, (size_t)m * dim * 4);
@@ -545,7 +542,7 @@ static void gpu_ops(bitnet_model *gm, int n_pre, int n_dec) {
             dl(s, H, q->h, (size_t)ff * 4);
             w3[0] = W->w_gate, w3[1] = W->w_up, n3[0] = n3[1] = ff;
             cpu_linear(gm, X2, 1, dim, W->ffn_norm, w3, n3, 2, L_GLU, NULL, want);
-            mism(&st_lin, H, want, (size_t)ff, "relu2(gate) * up (gemv)");
+            mism(&st_lin, H, want, (size_t)ff, "act(gate) * up (gemv)");
             GPU(bitnet__gpu_linear(s, g->gemv_res, &L->down, q->h, L->ffn_sub_norm, q->x));
             dl(s, X, q->x, (size_t)dim * 4);
             w3[0] = W->w_down, n3[0] = dim;
