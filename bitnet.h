@@ -10370,6 +10370,9 @@ BITNET_API bitnet_result bitnet_gpu_act_upload(bitnet_gpu *gpu, bitnet_gpu_act *
 
 /* ---- W2A8 matmul ------------------------------------------------------------------------------ */
 
+/* Each kernel with a glu epilogue is built once for each activation; silu's are named ..._silu. */
+static const char *bitnet__glu_sfx(const bitnet_gpu_ternary *w) { return w->glu == BITNET_FFN_SILU ? "_silu" : ""; }
+
 static bitnet_result bitnet__tmm_check(const char *fn, const bitnet_gpu_ternary *w, const bitnet_gpu_act *a,
                                        bitnet_devptr out, bitnet_precision out_type) {
     if (!w || !a) return bitnet__err(BITNET_ERR_NULL_POINTER, "%s: weights or activations are NULL", fn);
@@ -10424,8 +10427,8 @@ static bitnet_result bitnet__tgemv_pdl(bitnet_gpu *gpu, const bitnet_gpu_ternary
     unsigned grid[3], block[3];
     bitnet_gpu_kernel *k4, *k8;
     if (bitnet__env_off("BITNET_TGEMV_PDL") || !bitnet__cuda.cu.cuLaunchKernelEx) return BITNET_ERR_UNSUPPORTED;
-    BITNET__TRY(bitnet_gpu_builtin_kernel(gpu, "bitnet_k_tgemv_b1_u4", &k4));
-    BITNET__TRY(bitnet_gpu_builtin_kernel(gpu, "bitnet_k_tgemv_b1_u8", &k8));
+    BITNET__TRY(bitnet_gpu_builtin_kernel(gpu, w->glu == BITNET_FFN_SILU ? "bitnet_k_tgemv_b1_u4_silu" : "bitnet_k_tgemv_b1_u4", &k4));
+    BITNET__TRY(bitnet_gpu_builtin_kernel(gpu, w->glu == BITNET_FFN_SILU ? "bitnet_k_tgemv_b1_u8_silu" : "bitnet_k_tgemv_b1_u8", &k8));
     for (i = 0; i < (int)(sizeof shapes / sizeof shapes[0]); i++) {
         int per_sm = bitnet__occupancy(gpu, shapes[i][1] == 8 ? k8 : k4, shapes[i][0] * rg);
         if (per_sm < 0) break;
@@ -10473,7 +10476,7 @@ static bitnet_result bitnet__tgemm90(bitnet_gpu *gpu, const bitnet_gpu_ternary *
     unsigned grid[3], block[3], smem;
     size_t tiles;
     bitnet_gpu_kernel *k;
-    char name[32];
+    char name[40];
     /* a ragged last 128-token tile on a grid that would be split: 64-token tiles, if they fill at most
        one block an SM (after their own split) */
     if (a->m > 128 && a->m % 128 && bitnet__tgemm90_split(t128, sms) > 1 && t64 * bitnet__tgemm90_split(t64, sms) <= sms) tn = 64;
@@ -10489,7 +10492,7 @@ static bitnet_result bitnet__tgemm90(bitnet_gpu *gpu, const bitnet_gpu_ternary *
        part's pairs of 8-token columns, 8 KB a pair */
     smem = BITNET__WG_STAGES * (unsigned)(tn * 128 + 128 * 32) + (unsigned)tn * 12 + 16;
     if (split > 1) smem += (unsigned)(split - 1) * (unsigned)((tn / 16 + split - 1) / split) * 8192u;
-    snprintf(name, sizeof name, "bitnet_k_tgemm90_n%d%s", tn, split > 1 ? "_split" : "");
+    snprintf(name, sizeof name, "bitnet_k_tgemm90_n%d%s%s", tn, split > 1 ? "_split" : "", bitnet__glu_sfx(w));
     BITNET__TRY(bitnet_gpu_builtin_kernel(gpu, name, &k));
     if (!strchr(k->mod->jit.target, 'a')) return BITNET_ERR_UNSUPPORTED; /* NVRTC without sm_90a: empty kernels */
     grid[1] *= (unsigned)split; /* a tile's blocks side by side along y, one cluster */
@@ -10522,9 +10525,10 @@ static bitnet_result bitnet__tmm_issue(bitnet_gpu *gpu, const bitnet_gpu_ternary
         size_t rows = w->n_pad / 128, want = (size_t)bitnet__gk_sm_count(gpu) * 4;
         int tn = 128, tn_force = bitnet__env_int("BITNET_TGEMM_TN", 32, 128, 0);
         while (tn > 32 && rows * ((m + (size_t)tn - 1) / (size_t)tn) < want) tn /= 2;
+        char name[40];
         if (tn_force == 32 || tn_force == 64 || tn_force == 128) tn = tn_force;
-        return bitnet__gk_launch(gpu, tn == 32 ? "bitnet_k_tgemm_n32" : tn == 64 ? "bitnet_k_tgemm_n64" : "bitnet_k_tgemm", (unsigned)rows,
-                                 (unsigned)((m + (size_t)tn - 1) / (size_t)tn), 1, 128, 1, args, 0);
+        snprintf(name, sizeof name, "bitnet_k_tgemm%s%s", tn == 32 ? "_n32" : tn == 64 ? "_n64" : "", bitnet__glu_sfx(w));
+        return bitnet__gk_launch(gpu, name, (unsigned)rows, (unsigned)((m + (size_t)tn - 1) / (size_t)tn), 1, 128, 1, args, 0);
     }
     if (m == 1 && gpu->dev->cc >= 90 && a->planes) {
         bitnet_result r = bitnet__tgemv_pdl(gpu, w, a, args);
@@ -10543,7 +10547,7 @@ static bitnet_result bitnet__tmm_issue(bitnet_gpu *gpu, const bitnet_gpu_ternary
         while (wpg < 32 && (size_t)groups * wpg < (size_t)sms * 24) wpg *= 2;
         cap = BITNET__MIN(32, 128 / mt) / rg;
         wpg = BITNET__MIN(BITNET__MIN(wpg, cap), nc);
-        snprintf(name, sizeof name, "bitnet_k_tgemv_m%d", mt);
+        snprintf(name, sizeof name, "bitnet_k_tgemv_m%d%s", mt, bitnet__glu_sfx(w));
         args[5] = &q, args[7] = &sc, args[8] = &su, args[10] = &o, args[13] = &r; /* this slice of the tokens */
         BITNET__TRY(bitnet__gk_launch(gpu, name, (unsigned)groups, 1, 1, 32, (unsigned)(wpg * rg), args, 0));
     }

@@ -67,10 +67,12 @@ static const char bitnet_cuda_src_util[] =
     "    p = __fadd_rn(__fmul_rn(p, r), 1.0f);\n" \
     "    return __fmul_rn(p, __int_as_float(((int)n + 127) << 23));\n" \
     "}\n" \
-    "/* The FFN's gated activation (act: bitnet_ffn_act, 1 relu(g)^2 * u, 2 silu(g) * u), rounded step\n" \
-    "   by step as bitnet_glu rounds it */\n" \
-    "BN_DEV float bn_glu(int act, float g, float u) {\n" \
-    "    if (act == 2) return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, bn_expf(-g))), u);\n" \
+    "/* The FFN's gated activation (ACT: bitnet_ffn_act, 1 relu(g)^2 * u, 2 silu(g) * u), rounded step\n" \
+    "   by step as bitnet_glu rounds it. A template argument, and each kernel with a glu epilogue built\n" \
+    "   once for each (the silu ones named ..._silu): chosen at run time, silu's code made the relu^2\n" \
+    "   GEMMs 3-21% slower, even out of line (BENCHMARKS.md, session 43). */\n" \
+    "template <int ACT> BN_DEV float bn_glu(float g, float u) {\n" \
+    "    if (ACT == 2) return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, bn_expf(-g))), u);\n" \
     "    g = g > 0.0f ? g : 0.0f;\n" \
     "    return __fmul_rn(__fmul_rn(g, g), u);\n" \
     "}\n" \
@@ -457,7 +459,7 @@ static const char bitnet_cuda_src_ternary[] = BITNET_CUDA_SRC_KHELPERS
     "   12: 13824x2560 4.76 -> 4.58 us). The activations are read by ld.global.ca, not the read-only\n"
     "   path (__ldg): under PDL this kernel starts while the one before may still write them (the decode\n"
     "   attention read stale values that way: BENCHMARKS.md session 20). Needs K <= 262144. */\n"
-    "template <int MT, int U = BITNET_TGEMV_UNROLL>\n"
+    "template <int MT, int ACT, int U = BITNET_TGEMV_UNROLL>\n"
     "BN_DEV void bn_tgemv(const uint4 *__restrict__ w, int n_out, int nc, const bitnet_k_segs &segs, int glu,\n"
     "                     const signed char *__restrict__ a, long long lda, const float *__restrict__ a_scale,\n"
     "                     const int *__restrict__ a_sum, int m, void *out, long long ldo, int out_type,\n"
@@ -514,7 +516,7 @@ static const char bitnet_cuda_src_ternary[] = BITNET_CUDA_SRC_KHELPERS
     "        float y;\n"
     "        if (glu) {\n"
     "            float g = bn_dequant(s0, su, sc, ws0), up = bn_dequant(s1, su, sc, ws1);\n"
-    "            y = bn_glu(glu, g, up);\n"
+    "            y = bn_glu<ACT>(g, up);\n"
     "        } else {\n"
     "            y = bn_dequant(s0, su, sc, ws0);\n"
     "        }\n"
@@ -523,18 +525,22 @@ static const char bitnet_cuda_src_ternary[] = BITNET_CUDA_SRC_KHELPERS
     "    }\n"
     "}\n"
     "\n"
-    "#define BN_TGEMV(MT)                                                                                              \\\n"
-    "    extern \"C\" __global__ void bitnet_k_tgemv_m##MT(                                                              \\\n"
+    "#define BN_TGEMV(MT, ACT, SFX)                                                                                    \\\n"
+    "    extern \"C\" __global__ void bitnet_k_tgemv_m##MT##SFX(                                                         \\\n"
     "        const uint4 *__restrict__ w, int n_out, int nc, bitnet_k_segs segs, int glu,                              \\\n"
     "        const signed char *__restrict__ a, long long lda, const float *__restrict__ a_scale,                      \\\n"
     "        const int *__restrict__ a_sum, int m, void *out, long long ldo, int out_type, const void *res,            \\\n"
     "        long long ldr) {                                                                                          \\\n"
-    "        bn_tgemv<MT>(w, n_out, nc, segs, glu, a, lda, a_scale, a_sum, m, out, ldo, out_type, res, ldr);           \\\n"
+    "        bn_tgemv<MT, ACT>(w, n_out, nc, segs, glu, a, lda, a_scale, a_sum, m, out, ldo, out_type, res, ldr);      \\\n"
     "    }\n"
-    "BN_TGEMV(1)\n"
-    "BN_TGEMV(2)\n"
-    "BN_TGEMV(4)\n"
-    "BN_TGEMV(8)\n"
+    "BN_TGEMV(1, 1, )\n"
+    "BN_TGEMV(2, 1, )\n"
+    "BN_TGEMV(4, 1, )\n"
+    "BN_TGEMV(8, 1, )\n"
+    "BN_TGEMV(1, 2, _silu)\n"
+    "BN_TGEMV(2, 2, _silu)\n"
+    "BN_TGEMV(4, 2, _silu)\n"
+    "BN_TGEMV(8, 2, _silu)\n"
     "\n"
     "/* W2A8 GEMV for one token on binary tensor cores (sm_80+: mma m16n8k256 .b1, AND + popcount).\n"
     "   The dot product of codes c = l + 2h (T32's bit pairs: l the even bit, h the odd one) with int8\n"
@@ -556,7 +562,7 @@ static const char bitnet_cuda_src_ternary[] = BITNET_CUDA_SRC_KHELPERS
     "                 : \"+r\"(c[0]), \"+r\"(c[1]), \"+r\"(c[2]), \"+r\"(c[3]) : \"r\"(a0), \"r\"(a1), \"r\"(a2), \"r\"(a3), \"r\"(b0), \"r\"(b1));\n"
     "}\n"
     "#endif\n"
-    "template <int U>\n"
+    "template <int U, int ACT>\n"
     "BN_DEV void bn_tgemv_b1(const uint4 *__restrict__ w, int n_out, int nc, const bitnet_k_segs &segs, int glu,\n"
     "                        const uint2 *__restrict__ planes, const float *__restrict__ a_scale,\n"
     "                        const int *__restrict__ a_sum, void *out, int out_type, const void *res) {\n"
@@ -623,23 +629,25 @@ static const char bitnet_cuda_src_ternary[] = BITNET_CUDA_SRC_KHELPERS
     "        if (glu && (ww & 1)) s1 += v; else s0 += v;\n"
     "    }\n"
     "    float y;\n"
-    "    if (glu) y = bn_glu(glu, bn_dequant(s0, s_su, s_sc, segs.scale[0]), bn_dequant(s1, s_su, s_sc, segs.scale[1]));\n"
+    "    if (glu) y = bn_glu<ACT>(bn_dequant(s0, s_su, s_sc, segs.scale[0]), bn_dequant(s1, s_su, s_sc, segs.scale[1]));\n"
     "    else y = bn_dequant(s0, s_su, s_sc, bn_seg_scale(segs, f));\n"
     "    if (res) y = __fadd_rn(bn_load(res, f, out_type), y);\n"
     "    bn_store(out, f, y, out_type);\n"
     "#endif /* (launched on sm_90 only) */\n"
     "}\n"
-    "#define BN_TGEMV_B1(U)                                                                                            \\\n"
-    "    extern \"C\" __global__ void __launch_bounds__(1024) bitnet_k_tgemv_b1_u##U(const uint4 *__restrict__ w,      \\\n"
+    "#define BN_TGEMV_B1(U, ACT, SFX)                                                                                  \\\n"
+    "    extern \"C\" __global__ void __launch_bounds__(1024) bitnet_k_tgemv_b1_u##U##SFX(const uint4 *__restrict__ w, \\\n"
     "        int n_out, int nc,                                                                                        \\\n"
     "        bitnet_k_segs segs, int glu, const uint2 *__restrict__ planes, long long lda,                            \\\n"
     "        const float *__restrict__ a_scale, const int *__restrict__ a_sum, int m, void *out, long long ldo,        \\\n"
     "        int out_type, const void *res, long long ldr) {                                                           \\\n"
     "        bn_pdl_launch();                                                                                          \\\n"
-    "        bn_tgemv_b1<U>(w, n_out, nc, segs, glu, planes, a_scale, a_sum, out, out_type, res);                      \\\n"
+    "        bn_tgemv_b1<U, ACT>(w, n_out, nc, segs, glu, planes, a_scale, a_sum, out, out_type, res);                 \\\n"
     "    }\n"
-    "BN_TGEMV_B1(4)\n"
-    "BN_TGEMV_B1(8)\n"
+    "BN_TGEMV_B1(4, 1, )\n"
+    "BN_TGEMV_B1(8, 1, )\n"
+    "BN_TGEMV_B1(4, 2, _silu)\n"
+    "BN_TGEMV_B1(8, 2, _silu)\n"
     "\n"
     "/* Absmean, step 1: per-block double sums of |w| (fixed order for a fixed launch shape). */\n"
     "extern \"C\" __global__ void bitnet_k_absmean_partial(const float *__restrict__ w, unsigned long long n,\n"
@@ -732,7 +740,7 @@ static const char bitnet_cuda_src_tgemm[] = BITNET_CUDA_SRC_KHELPERS
     "                 : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"r\"(b0), \"r\"(b1));\n"
     "}\n"
     "\n"
-    "template <int TN>\n"
+    "template <int TN, int ACT>\n"
     "BN_DEV void bn_tgemm(const uint4 *__restrict__ w, int n_out, int nc, const bitnet_k_segs &segs, int glu,\n"
     "                     const signed char *__restrict__ a, long long lda, const float *__restrict__ a_scale,\n"
     "                     const int *__restrict__ a_sum, int m, void *out, long long ldo, int out_type, const void *res,\n"
@@ -866,7 +874,7 @@ static const char bitnet_cuda_src_tgemm[] = BITNET_CUDA_SRC_KHELPERS
     "                if (col >= n_out) continue;\n"
     "                float gv = bn_dequant(sr[gr], ssu[tl], sas[tl], srs[gr]);\n"
     "                float uv = bn_dequant(sr[gr + 32], ssu[tl], sas[tl], srs[gr + 32]);\n"
-    "                y = bn_glu(glu, gv, uv);\n"
+    "                y = bn_glu<ACT>(gv, uv);\n"
     "            } else {\n"
     "                col = n0 + rl;\n"
     "                if (col >= n_out) continue;\n"
@@ -881,15 +889,16 @@ static const char bitnet_cuda_src_tgemm[] = BITNET_CUDA_SRC_KHELPERS
     "#define BN_TGEMM_ARGS const uint4 *__restrict__ w, int n_out, int nc, bitnet_k_segs segs, int glu, \\\n"
     "    const signed char *__restrict__ a, long long lda, const float *__restrict__ a_scale, const int *__restrict__ a_sum, \\\n"
     "    int m, void *out, long long ldo, int out_type, const void *res, long long ldr\n"
-    "extern \"C\" __global__ void __launch_bounds__(128) bitnet_k_tgemm(BN_TGEMM_ARGS) {\n"
-    "    bn_tgemm<128>(w, n_out, nc, segs, glu, a, lda, a_scale, a_sum, m, out, ldo, out_type, res, ldr);\n"
-    "}\n"
-    "extern \"C\" __global__ void __launch_bounds__(128) bitnet_k_tgemm_n64(BN_TGEMM_ARGS) {\n"
-    "    bn_tgemm<64>(w, n_out, nc, segs, glu, a, lda, a_scale, a_sum, m, out, ldo, out_type, res, ldr);\n"
-    "}\n"
-    "extern \"C\" __global__ void __launch_bounds__(128) bitnet_k_tgemm_n32(BN_TGEMM_ARGS) {\n"
-    "    bn_tgemm<32>(w, n_out, nc, segs, glu, a, lda, a_scale, a_sum, m, out, ldo, out_type, res, ldr);\n"
-    "}\n\n"
+    "#define BN_TGEMM(NAME, TN, ACT)                                                                            \\\n"
+    "    extern \"C\" __global__ void __launch_bounds__(128) bitnet_k_##NAME(BN_TGEMM_ARGS) {                             \\\n"
+    "        bn_tgemm<TN, ACT>(w, n_out, nc, segs, glu, a, lda, a_scale, a_sum, m, out, ldo, out_type, res, ldr);       \\\n"
+    "    }\n"
+    "BN_TGEMM(tgemm, 128, 1)\n"
+    "BN_TGEMM(tgemm_n64, 64, 1)\n"
+    "BN_TGEMM(tgemm_n32, 32, 1)\n"
+    "BN_TGEMM(tgemm_silu, 128, 2)\n"
+    "BN_TGEMM(tgemm_n64_silu, 64, 2)\n"
+    "BN_TGEMM(tgemm_n32_silu, 32, 2)\n\n"
     "/* ---- tgemm90: W2A8 GEMM on Hopper's warpgroup tensor cores (wgmma, sm_90a) for prefill ----\n"
     "   Block: two warpgroups, 128 T32 rows x TN tokens (TN = 128, 96 or 64), warpgroup g rows 64g..64g+63;\n"
     "   two blocks an SM. The weights are wgmma's A operand from registers: each thread widens\n"
@@ -973,6 +982,7 @@ static const char bitnet_cuda_src_tgemm[] = BITNET_CUDA_SRC_KHELPERS
     "   for i = 0, 1: tiles cut by the matrix's or the tokens' end, and fp16 / bf16 outputs. Out of line:\n"
     "   inlined with its checks, the call sites made the kernel slower (H100, 13824x2560, M = 512: 59.5\n"
     "   against 53.4 us); one call for more outputs saves the calls' own cost. */\n"
+    "template <int ACT>\n"
     "static __device__ __noinline__ void bn_wg_out(int d0, int d1, int d2, int d3, int d4, int d5, int d6, int d7, long long tok,\n"
     "                                              const float *sa, const int *su, long long ca, float wsa, float wsb, int glu,\n"
     "                                              int n_out, int m, void *out, long long ldo, int out_type, const void *res,\n"
@@ -984,7 +994,7 @@ static const char bitnet_cuda_src_tgemm[] = BITNET_CUDA_SRC_KHELPERS
     "        if (tok + o >= m) return;\n"
     "        float ya = bn_dequant(d[4 * i + e], su[o], sa[o], wsa), yb = bn_dequant(d[4 * i + 2 + e], su[o], sa[o], wsb);\n"
     "        if (glu) {\n"
-    "            ya = bn_glu(glu, ya, yb);\n"
+    "            ya = bn_glu<ACT>(ya, yb);\n"
     "        }\n"
     "        if (ca < n_out) {\n"
     "            if (res) ya = __fadd_rn(bn_load(res, (tok + o) * ldr + ca, out_type), ya);\n"
@@ -996,7 +1006,7 @@ static const char bitnet_cuda_src_tgemm[] = BITNET_CUDA_SRC_KHELPERS
     "        }\n"
     "    }\n"
     "}\n"
-    "template <int TN, bool SPLIT>\n"
+    "template <int TN, bool SPLIT, int ACT>\n"
     "BN_DEV void bn_tgemm90(const uint4 *__restrict__ w, int n_out, int nc, const bitnet_k_segs &segs, int glu,\n"
     "                       const signed char *__restrict__ a, long long lda, const float *__restrict__ a_scale,\n"
     "                       const int *__restrict__ a_sum, int m, void *out, long long ldo, int out_type, const void *res,\n"
@@ -1132,7 +1142,7 @@ static const char bitnet_cuda_src_tgemm[] = BITNET_CUDA_SRC_KHELPERS
     "                float ya = __fmul_rn(bn_div_y((float)(d[4 * j + e] - su), sa, ry), wsa);\n"
     "                float yb = __fmul_rn(bn_div_y((float)(d[4 * j + 2 + e] - su), sa, ry), wsb);\n"
     "                if (glu) {\n"
-    "                    ya = bn_glu(glu, ya, yb);\n"
+    "                    ya = bn_glu<ACT>(ya, yb);\n"
     "                    if (res) ya = __fadd_rn(((const float *)res)[row * ldr + ca], ya);\n"
     "                    o[row * ldo] = ya;\n"
     "                } else {\n"
@@ -1148,22 +1158,25 @@ static const char bitnet_cuda_src_tgemm[] = BITNET_CUDA_SRC_KHELPERS
     "#pragma unroll\n"
     "        for (int j = 0; j < TN / 8; j += 2)\n"
     "            if (j / 2 >= jp0 && j / 2 < jp1)\n"
-    "                bn_wg_out(d[4 * j], d[4 * j + 1], d[4 * j + 2], d[4 * j + 3], d[4 * j + 4], d[4 * j + 5], d[4 * j + 6], d[4 * j + 7],\n"
+    "                bn_wg_out<ACT>(d[4 * j], d[4 * j + 1], d[4 * j + 2], d[4 * j + 3], d[4 * j + 4], d[4 * j + 5], d[4 * j + 6], d[4 * j + 7],\n"
     "                          m0 + 8 * j + 2 * t, sas + 8 * j + 2 * t, ssu + 8 * j + 2 * t, ca, wsa, wsb, glu, n_out, m, out,\n"
     "                          ldo, out_type, res, ldr);\n"
     "    }\n"
     "#endif\n"
     "}\n"
-    "#define BN_TGEMM90(TN)                                                                                             \\\n"
-    "    extern \"C\" __global__ void __launch_bounds__(256, 1) bitnet_k_tgemm90_n##TN(BN_TGEMM_ARGS) {                   \\\n"
-    "        bn_tgemm90<TN, false>(w, n_out, nc, segs, glu, a, lda, a_scale, a_sum, m, out, ldo, out_type, res, ldr);  \\\n"
+    "#define BN_TGEMM90(TN, ACT, SFX)                                                                                   \\\n"
+    "    extern \"C\" __global__ void __launch_bounds__(256, 1) bitnet_k_tgemm90_n##TN##SFX(BN_TGEMM_ARGS) {              \\\n"
+    "        bn_tgemm90<TN, false, ACT>(w, n_out, nc, segs, glu, a, lda, a_scale, a_sum, m, out, ldo, out_type, res, ldr); \\\n"
     "    }                                                                                                              \\\n"
-    "    extern \"C\" __global__ void __launch_bounds__(256, 1) bitnet_k_tgemm90_n##TN##_split(BN_TGEMM_ARGS) {            \\\n"
-    "        bn_tgemm90<TN, true>(w, n_out, nc, segs, glu, a, lda, a_scale, a_sum, m, out, ldo, out_type, res, ldr);   \\\n"
+    "    extern \"C\" __global__ void __launch_bounds__(256, 1) bitnet_k_tgemm90_n##TN##_split##SFX(BN_TGEMM_ARGS) {      \\\n"
+    "        bn_tgemm90<TN, true, ACT>(w, n_out, nc, segs, glu, a, lda, a_scale, a_sum, m, out, ldo, out_type, res, ldr); \\\n"
     "    }\n"
-    "BN_TGEMM90(128)\n"
-    "BN_TGEMM90(96)\n"
-    "BN_TGEMM90(64)\n";
+    "BN_TGEMM90(128, 1, )\n"
+    "BN_TGEMM90(96, 1, )\n"
+    "BN_TGEMM90(64, 1, )\n"
+    "BN_TGEMM90(128, 2, _silu)\n"
+    "BN_TGEMM90(96, 2, _silu)\n"
+    "BN_TGEMM90(64, 2, _silu)\n";
 
 static const char bitnet_cuda_src_dense[] = BITNET_CUDA_SRC_KHELPERS
     "/* ---- dense: fp32 / fp16 / bf16 weights times activations of the same type, fp32 accumulation ----\n"
@@ -1687,7 +1700,7 @@ static const char bitnet_cuda_src_forward[] = BITNET_CUDA_SRC_KHELPERS
     "    }\n"
     "    if (EPI >= 2) {\n"
     "        float g = bn_dequant(s0, asum, ascale, segs.scale[0]), up = bn_dequant(s1, asum, ascale, segs.scale[1]);\n"
-    "        out[f] = bn_glu(EPI - 1, g, up);\n"
+    "        out[f] = bn_glu<EPI - 1>(g, up);\n"
     "    } else {\n"
     "        const float y = bn_dequant(s0, asum, ascale, bn_seg_scale(segs, f));\n"
     "        out[f] = EPI == 1 ? __fadd_rn(res, y) : y;\n"
@@ -2976,24 +2989,39 @@ static const char bitnet_cuda_src_forward[] = BITNET_CUDA_SRC_KHELPERS
     X(bitnet_k_t32_repack, ternary) \
     X(bitnet_k_quant_act, ternary) \
     X(bitnet_k_tgemv_m1, ternary) \
+    X(bitnet_k_tgemv_m1_silu, ternary) \
     X(bitnet_k_tgemv_m2, ternary) \
+    X(bitnet_k_tgemv_m2_silu, ternary) \
     X(bitnet_k_tgemv_m4, ternary) \
+    X(bitnet_k_tgemv_m4_silu, ternary) \
     X(bitnet_k_tgemv_m8, ternary) \
+    X(bitnet_k_tgemv_m8_silu, ternary) \
     X(bitnet_k_tgemv_b1_u4, ternary) \
+    X(bitnet_k_tgemv_b1_u4_silu, ternary) \
     X(bitnet_k_tgemv_b1_u8, ternary) \
+    X(bitnet_k_tgemv_b1_u8_silu, ternary) \
     X(bitnet_k_absmean_partial, ternary) \
     X(bitnet_k_absmean_final, ternary) \
     X(bitnet_k_ternary_codes, ternary) \
     X(bitnet_k_i2s_pack, ternary) \
     X(bitnet_k_tgemm, tgemm) \
+    X(bitnet_k_tgemm_silu, tgemm) \
     X(bitnet_k_tgemm_n64, tgemm) \
+    X(bitnet_k_tgemm_n64_silu, tgemm) \
     X(bitnet_k_tgemm_n32, tgemm) \
+    X(bitnet_k_tgemm_n32_silu, tgemm) \
     X(bitnet_k_tgemm90_n128, tgemm) \
+    X(bitnet_k_tgemm90_n128_silu, tgemm) \
     X(bitnet_k_tgemm90_n96, tgemm) \
+    X(bitnet_k_tgemm90_n96_silu, tgemm) \
     X(bitnet_k_tgemm90_n64, tgemm) \
+    X(bitnet_k_tgemm90_n64_silu, tgemm) \
     X(bitnet_k_tgemm90_n128_split, tgemm) \
+    X(bitnet_k_tgemm90_n128_split_silu, tgemm) \
     X(bitnet_k_tgemm90_n96_split, tgemm) \
+    X(bitnet_k_tgemm90_n96_split_silu, tgemm) \
     X(bitnet_k_tgemm90_n64_split, tgemm) \
+    X(bitnet_k_tgemm90_n64_split_silu, tgemm) \
     X(bitnet_k_dgemv_f32_m1, dense) \
     X(bitnet_k_dgemv_f32_m8, dense) \
     X(bitnet_k_dgemv_f16_m1, dense) \
