@@ -719,20 +719,32 @@ BITNET_API bitnet_result bitnet_gguf_writer_finish(bitnet_gguf_writer *w);
    classes are Unicode 16.0 (the version of tiktoken's regex tables). Text that is not valid UTF-8 is
    still encoded: each invalid byte counts as one punctuation-like character (neither letter,
    number nor white space), so decode(encode(bytes)) gives the bytes back for any input.
+   Or SentencePiece BPE (tokenizer.ggml.model "llama": LLaMA 1/2's vocabulary, 1bitLLM's models), as
+   llama.cpp encodes it: a space before the text (and after each special token), spaces written as
+   U+2581, then from single characters the adjacent pair whose join is a token of the highest score
+   merges first (leftmost on ties); a character that is no token becomes its <0xXX> byte tokens. A
+   piece decodes with U+2581 back to spaces, so decode(encode(text)) is " " + text.
    A tokenizer is immutable after creation: share it between threads freely. */
 typedef struct bitnet_tokenizer bitnet_tokenizer;
 typedef struct bitnet_tokenizer_desc {
     const bitnet_gguf_str *tokens; uint64_t n_tokens;      /* the vocabulary, in id order */
-    const bitnet_gguf_str *merges; uint64_t n_merges;      /* "a b" pairs, by rank */
+    const bitnet_gguf_str *merges; uint64_t n_merges;      /* "a b" pairs, by rank (not for spm) */
     const int32_t *token_types;                            /* optional: 3 = control (special) */
     int32_t bos, eos, eot;                                 /* -1 when absent */
+    int spm;                                               /* SentencePiece: the tokens as it spells them */
+    const float *scores;                                   /* spm: one per token (NULL: all 0) */
+    int no_space_prefix;                                   /* spm: add no space before the text */
 } bitnet_tokenizer_desc;
 /* Special tokens are those of type 3 (control) or 4 (user-defined); without token_types, those
    spelled "<|...|>". Their text is kept verbatim; every other token must be a byte-level string,
    the 256 single bytes must all be tokens, and each merge must join two tokens into a third
-   (else BITNET_ERR_BAD_METADATA, naming the entry). */
+   (else BITNET_ERR_BAD_METADATA, naming the entry). spm: special tokens are types 2 (unknown), 3
+   and 4; type 6 tokens spell a byte "<0xXX>", type 5 (unused) decode to nothing; every byte needs
+   a token (<0xXX>, else the byte itself, else the unknown one). */
 BITNET_API bitnet_result bitnet_tokenizer_create(const bitnet_tokenizer_desc *desc, bitnet_tokenizer **out);
-/* From tokenizer.ggml.* metadata (model "gpt2"); eot falls back to the token "<|eot_id|>". */
+/* From tokenizer.ggml.* metadata (model "gpt2", or "llama" with tokenizer.ggml.scores and
+   add_space_prefix); eot falls back to the token "<|eot_id|>"; "llama" without bos / eos ids takes
+   llama.cpp's 1 and 2. */
 BITNET_API bitnet_result bitnet_tokenizer_from_gguf(const bitnet_gguf *g, bitnet_tokenizer **out);
 BITNET_API void bitnet_tokenizer_free(bitnet_tokenizer *t);
 /* Encodes text (parse_special: recognise "<|...|>" special tokens in the text). *n_out gets the
@@ -740,6 +752,10 @@ BITNET_API void bitnet_tokenizer_free(bitnet_tokenizer *t);
    when cap is 0 (a size query); text may be NULL when len is 0. */
 BITNET_API bitnet_result bitnet_tokenize(const bitnet_tokenizer *t, const char *text, size_t len, int add_bos,
                                          int parse_special, int32_t *ids, size_t cap, size_t *n_out);
+/* The most ids bitnet_tokenize can give for len bytes of text, BOS included: len + 1 for byte-level
+   BPE; 3 * len + 4 for SentencePiece (a space becomes U+2581, whose three bytes may each fall back
+   to a byte token, and so may the space put before the text). SIZE_MAX when that overflows. */
+BITNET_API size_t bitnet_tokenize_bound(const bitnet_tokenizer *t, size_t len);
 /* The bytes of one token (special tokens as their text). Not NUL-terminated. */
 BITNET_API bitnet_result bitnet_token_piece(const bitnet_tokenizer *t, int32_t id, const char **bytes, size_t *len);
 /* The concatenated pieces, NUL-terminated. *len_out gets the length without the NUL;
@@ -5202,6 +5218,11 @@ static bitnet_result bitnet__gguf_check_bitnet(const bitnet_gguf *g, bitnet_mode
         if (strcmp(k, "tokenizer.ggml.eos_token_id") == 0) info->eos = (int32_t)id;
         if (strcmp(k, "tokenizer.ggml.eot_token_id") == 0) info->eot = (int32_t)id;
     }
+    if (bitnet_gguf_find_key(g, "tokenizer.ggml.model") >= 0 && bitnet_gguf_get_str(g, "tokenizer.ggml.model", &s) == BITNET_OK &&
+        s.len == 5 && memcmp(s.ptr, "llama", 5) == 0) { /* SentencePiece without ids: llama.cpp's 1 and 2 */
+        if (info->bos < 0 && n_vocab > 1) info->bos = 1;
+        if (info->eos < 0 && n_vocab > 2) info->eos = 2;
+    }
     if (info->eot < 0 && bitnet_gguf_find_key(g, "tokenizer.ggml.tokens") >= 0) {
         for (i = 0; i < n_vocab; i++) {
             BITNET__TRY(bitnet_gguf_arr_str(g, "tokenizer.ggml.tokens", i, &s));
@@ -5911,6 +5932,12 @@ struct bitnet_tokenizer {
     uint32_t pair_mask;
     int32_t *specials, n_specials; /* special tokens with text, for parse_special */
     unsigned char special_first[256];
+    /* SentencePiece: every token by its spelling (key, key_off: spaces as U+2581, the lookup of
+       tok_map), and its score; byte-level BPE: key and key_off are bytes and off */
+    int spm, space_prefix;
+    unsigned char *key;
+    uint32_t *key_off;
+    float *scores;
 };
 
 static int32_t bitnet__tok_find(const bitnet_tokenizer *t, const unsigned char *s, size_t n) {
@@ -5918,8 +5945,16 @@ static int32_t bitnet__tok_find(const bitnet_tokenizer *t, const unsigned char *
     for (;; h = (h + 1) & t->tok_mask) {
         int32_t id = t->tok_map[h];
         if (id < 0) return -1;
-        if (t->off[id + 1] - t->off[id] == n && memcmp(t->bytes + t->off[id], s, n) == 0) return id;
+        if (t->key_off[id + 1] - t->key_off[id] == n && memcmp(t->key + t->key_off[id], s, n) == 0) return id;
     }
+}
+static void bitnet__tok_index(bitnet_tokenizer *t, int32_t id) { /* the first of equal keys stays */
+    const unsigned char *k = t->key + t->key_off[id];
+    size_t n = t->key_off[id + 1] - t->key_off[id];
+    uint32_t h = bitnet__hash_bytes(k, n) & t->tok_mask;
+    if (bitnet__tok_find(t, k, n) >= 0) return;
+    while (t->tok_map[h] >= 0) h = (h + 1) & t->tok_mask;
+    t->tok_map[h] = id;
 }
 static const bitnet__pair *bitnet__pair_find(const bitnet_tokenizer *t, uint32_t a, uint32_t b) {
     uint32_t h = bitnet__hash_pair(a, b) & t->pair_mask;
@@ -5938,11 +5973,106 @@ BITNET_API void bitnet_tokenizer_free(bitnet_tokenizer *t) {
     bitnet__free(t->tok_map);
     bitnet__free(t->pairs);
     bitnet__free(t->specials);
+    if (t->spm) bitnet__free(t->key), bitnet__free(t->key_off);
+    bitnet__free(t->scores);
     bitnet__free(t);
 }
 
 static int bitnet__is_special_name(const unsigned char *s, size_t n) {
     return n >= 5 && s[0] == '<' && s[1] == '|' && s[n - 2] == '|' && s[n - 1] == '>';
+}
+
+/* LLaMA 3's end of turn, when the metadata does not name it */
+static void bitnet__tok_default_eot(bitnet_tokenizer *t) {
+    int32_t k;
+    for (k = 0; k < t->n_specials && t->eot < 0; k++) {
+        int32_t id = t->specials[k];
+        if (t->off[id + 1] - t->off[id] == 10 && memcmp(t->bytes + t->off[id], "<|eot_id|>", 10) == 0) t->eot = id;
+    }
+}
+
+static int bitnet__hex_digit(int c) {
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+/* SentencePiece: each token kept as spelled (its key: every token is one, as llama.cpp looks them
+   up) and as its piece: U+2581 back to spaces, a type-6 "<0xXX>" as its byte, specials verbatim,
+   unused tokens empty. A byte's fallback: "<0xXX>", else the byte itself, else the unknown token. */
+static bitnet_result bitnet__spm_create(const bitnet_tokenizer_desc *desc, uint64_t total, bitnet_tokenizer **out) {
+    bitnet_tokenizer *t = (bitnet_tokenizer *)bitnet__calloc(1, sizeof *t);
+    bitnet_result r = BITNET_OK;
+    int32_t n = (int32_t)desc->n_tokens, i, unk = -1, b;
+    uint32_t po = 0;
+    if (!t) return BITNET_ERR_OUT_OF_MEMORY;
+    t->n_vocab = n, t->bos = desc->bos, t->eos = desc->eos, t->eot = desc->eot;
+    t->spm = 1, t->space_prefix = !desc->no_space_prefix;
+    t->tok_mask = bitnet__table_size((uint64_t)n) - 1;
+    t->off = (uint32_t *)bitnet__malloc(((size_t)n + 1) * sizeof(uint32_t));
+    t->key_off = (uint32_t *)bitnet__malloc(((size_t)n + 1) * sizeof(uint32_t));
+    t->bytes = (unsigned char *)bitnet__malloc((size_t)total + 1); /* a piece is never longer than its key */
+    t->key = (unsigned char *)bitnet__malloc((size_t)total + 1);
+    t->special = (unsigned char *)bitnet__calloc((size_t)n, 1);
+    t->tok_map = (int32_t *)bitnet__malloc(((size_t)t->tok_mask + 1) * sizeof(int32_t));
+    t->specials = (int32_t *)bitnet__malloc((size_t)n * sizeof(int32_t));
+    t->scores = (float *)bitnet__malloc((size_t)n * sizeof(float));
+    if (!t->off || !t->key_off || !t->bytes || !t->key || !t->special || !t->tok_map || !t->specials || !t->scores) {
+        r = BITNET_ERR_OUT_OF_MEMORY;
+        goto done;
+    }
+    memset(t->tok_map, 0xFF, ((size_t)t->tok_mask + 1) * sizeof(int32_t));
+    t->key_off[0] = t->off[0] = 0;
+    for (i = 0; i < n; i++) {
+        const unsigned char *s = (const unsigned char *)desc->tokens[i].ptr;
+        size_t len = (size_t)desc->tokens[i].len, j;
+        int type = desc->token_types ? desc->token_types[i] : 1;
+        unsigned char *dst = t->bytes + po;
+        t->scores[i] = desc->scores ? desc->scores[i] : 0.0f;
+        if (t->scores[i] != t->scores[i]) {
+            r = bitnet__err(BITNET_ERR_BAD_METADATA, "bitnet_tokenizer_create: token %d has a NaN score", (int)i);
+            goto done;
+        }
+        if (len) memcpy(t->key + t->key_off[i], s, len);
+        t->key_off[i + 1] = t->key_off[i] + (uint32_t)len;
+        if (type == 2 || type == 3 || type == 4) { /* unknown, control, user-defined */
+            if (len) memcpy(dst, s, len), po += (uint32_t)len;
+            t->special[i] = 1;
+            if (type == 2 && unk < 0) unk = i;
+            if (len) t->specials[t->n_specials++] = i, t->special_first[s[0]] = 1;
+        } else if (type == 6 && len == 6 && memcmp(s, "<0x", 3) == 0 && s[5] == '>' && bitnet__hex_digit(s[3]) >= 0 &&
+                   bitnet__hex_digit(s[4]) >= 0) {
+            dst[0] = (unsigned char)(bitnet__hex_digit(s[3]) * 16 + bitnet__hex_digit(s[4])), po++;
+        } else if (type != 5) { /* (5: unused, no piece) */
+            for (j = 0; j < len; j++) {
+                if (j + 2 < len && s[j] == 0xE2 && s[j + 1] == 0x96 && s[j + 2] == 0x81) dst[0] = ' ', j += 2;
+                else dst[0] = s[j];
+                dst++, po++;
+            }
+        }
+        t->off[i + 1] = po;
+    }
+    for (i = 0; i < n; i++)
+        if (t->key_off[i + 1] > t->key_off[i]) bitnet__tok_index(t, i);
+    for (b = 0; b < 256; b++) {
+        static const char hex[] = "0123456789ABCDEF";
+        unsigned char k[6] = {'<', '0', 'x', (unsigned char)hex[b >> 4], (unsigned char)hex[b & 15], '>'}, c = (unsigned char)b;
+        int32_t id = bitnet__tok_find(t, k, 6);
+        if (id < 0) id = bitnet__tok_find(t, &c, 1);
+        if (id < 0) id = unk;
+        if (id < 0) {
+            r = bitnet__err(BITNET_ERR_BAD_METADATA, "bitnet_tokenizer_create: no token for byte 0x%02X (no <0x%02X>, no such "
+                            "token, no unknown token)", (unsigned)b, (unsigned)b);
+            goto done;
+        }
+        t->byte_id[b] = id;
+    }
+    bitnet__tok_default_eot(t);
+done:
+    if (r != BITNET_OK) {
+        bitnet_tokenizer_free(t);
+        return r;
+    }
+    *out = t;
+    return BITNET_OK;
 }
 
 BITNET_API bitnet_result bitnet_tokenizer_create(const bitnet_tokenizer_desc *desc, bitnet_tokenizer **out) {
@@ -5975,6 +6105,7 @@ BITNET_API bitnet_result bitnet_tokenizer_create(const bitnet_tokenizer_desc *de
         total += desc->tokens[i].len;
         if (total >= UINT32_MAX) return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_tokenizer_create: token text over 4 GiB");
     }
+    if (desc->spm) return bitnet__spm_create(desc, total, out);
     bitnet__gpt2_tables(b2c, c2b);
     t = (bitnet_tokenizer *)bitnet__calloc(1, sizeof *t);
     if (!t) return BITNET_ERR_OUT_OF_MEMORY;
@@ -5998,6 +6129,7 @@ BITNET_API bitnet_result bitnet_tokenizer_create(const bitnet_tokenizer_desc *de
     memset(t->tok_map, 0xFF, ((size_t)t->tok_mask + 1) * sizeof(int32_t));
     memset(t->pairs, 0xFF, ((size_t)t->pair_mask + 1) * sizeof(bitnet__pair));
     for (i = 0; i < 256; i++) t->byte_id[i] = -1;
+    t->key = t->bytes, t->key_off = t->off;
     /* Tokens: decode byte-level strings, keep special ones verbatim, index the regular ones. */
     t->off[0] = 0;
     for (i = 0; i < desc->n_tokens; i++) {
@@ -6027,9 +6159,7 @@ BITNET_API bitnet_result bitnet_tokenizer_create(const bitnet_tokenizer_desc *de
         t->off[i + 1] = t->off[i] + (uint32_t)k;
         if (k == 0) continue; /* an empty token can never be produced */
         if (bitnet__tok_find(t, dst, (size_t)k) < 0) {
-            uint32_t h = bitnet__hash_bytes(dst, (size_t)k) & t->tok_mask;
-            while (t->tok_map[h] >= 0) h = (h + 1) & t->tok_mask;
-            t->tok_map[h] = (int32_t)i;
+            bitnet__tok_index(t, (int32_t)i);
             if (k == 1) t->byte_id[dst[0]] = (int32_t)i;
         }
     }
@@ -6073,13 +6203,7 @@ BITNET_API bitnet_result bitnet_tokenizer_create(const bitnet_tokenizer_desc *de
             t->pairs[h].merged = m;
         }
     }
-    if (t->eot < 0) { /* LLaMA 3's end of turn, when the metadata does not name it */
-        int32_t k;
-        for (k = 0; k < t->n_specials; k++) {
-            int32_t id = t->specials[k];
-            if (t->off[id + 1] - t->off[id] == 10 && memcmp(t->bytes + t->off[id], "<|eot_id|>", 10) == 0) t->eot = id;
-        }
-    }
+    bitnet__tok_default_eot(t);
 done:
     bitnet__free(first_rank);
     bitnet__free(scratch);
@@ -6095,6 +6219,8 @@ done:
 
 typedef struct bitnet__sym { int32_t id, prev, next; } bitnet__sym;
 typedef struct bitnet__cand { int32_t prio, left, right, lid, rid, merged; } bitnet__cand;
+typedef struct bitnet__ssym { int32_t start, n, prev, next; } bitnet__ssym;  /* spm: a span of the escaped text */
+typedef struct bitnet__sbig { float score; int32_t left, right, size; } bitnet__sbig;
 typedef struct bitnet__enc {
     const bitnet_tokenizer *t;
     int32_t *ids;
@@ -6102,6 +6228,10 @@ typedef struct bitnet__enc {
     bitnet__sym *sym;      /* scratch for the longest piece so far */
     bitnet__cand *heap;
     size_t scratch_cap, nheap;
+    unsigned char *esc;    /* spm: the text with spaces as U+2581, its characters and bigrams */
+    bitnet__ssym *ssym;
+    bitnet__sbig *sheap;
+    size_t esc_cap, ssym_cap, nsheap;
 } bitnet__enc;
 
 static void bitnet__emit(bitnet__enc *e, int32_t id) {
@@ -6182,6 +6312,88 @@ static bitnet_result bitnet__bpe_piece(bitnet__enc *e, const unsigned char *s, s
     return BITNET_OK;
 }
 
+/* ---- SentencePiece ---- */
+
+static int bitnet__sbig_better(const bitnet__sbig *a, const bitnet__sbig *b) { /* higher score, then leftmost */
+    return a->score > b->score || (a->score == b->score && a->left < b->left);
+}
+static void bitnet__spm_push(bitnet__enc *e, int32_t left, int32_t right) {
+    const bitnet__ssym *l = &e->ssym[left], *r = &e->ssym[right];
+    int32_t id = bitnet__tok_find(e->t, e->esc + l->start, (size_t)(l->n + r->n));
+    bitnet__sbig c;
+    size_t i;
+    if (id < 0) return;
+    c.score = e->t->scores[id], c.left = left, c.right = right, c.size = l->n + r->n;
+    for (i = e->nsheap++; i > 0 && bitnet__sbig_better(&c, &e->sheap[(i - 1) / 2]); i = (i - 1) / 2) e->sheap[i] = e->sheap[(i - 1) / 2];
+    e->sheap[i] = c;
+}
+static bitnet__sbig bitnet__spm_pop(bitnet__enc *e) {
+    bitnet__sbig top = e->sheap[0], last = e->sheap[--e->nsheap];
+    size_t i = 0, n = e->nsheap;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= n) break;
+        if (c + 1 < n && bitnet__sbig_better(&e->sheap[c + 1], &e->sheap[c])) c++;
+        if (!bitnet__sbig_better(&e->sheap[c], &last)) break;
+        e->sheap[i] = e->sheap[c];
+        i = c;
+    }
+    if (n) e->sheap[i] = last;
+    return top;
+}
+/* One fragment of text between special tokens (llama.cpp's llm_tokenizer_spm_session): a space
+   first when prefix, spaces as U+2581, characters by their UTF-8 lead byte, merges, then each
+   symbol as its token or its bytes' fallback tokens. */
+static bitnet_result bitnet__spm_text(bitnet__enc *e, const unsigned char *s, size_t n, int prefix) {
+    static const unsigned char len_of[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4}; /* by the top 4 bits */
+    const bitnet_tokenizer *t = e->t;
+    size_t m = prefix ? 3 : 0, i, k;
+    int32_t ns = 0, j;
+    for (i = 0; i < n; i++) m += s[i] == ' ' ? 3 : 1;
+    if (m > (size_t)INT32_MAX / 4) return bitnet__err(BITNET_ERR_OVERFLOW, "bitnet_tokenize: a text of %zu bytes is too long", n);
+    if (m > e->esc_cap) {
+        size_t cap = BITNET__MAX(m, 2 * e->esc_cap);
+        bitnet__free(e->esc), bitnet__free(e->ssym), bitnet__free(e->sheap);
+        e->esc_cap = 0;
+        e->esc = (unsigned char *)bitnet__malloc(cap);
+        e->ssym = (bitnet__ssym *)bitnet__malloc(cap * sizeof(bitnet__ssym));
+        e->sheap = (bitnet__sbig *)bitnet__malloc(3 * cap * sizeof(bitnet__sbig)); /* n - 1 bigrams, at most 2 more a merge */
+        if (!e->esc || !e->ssym || !e->sheap) return BITNET_ERR_OUT_OF_MEMORY;
+        e->esc_cap = cap;
+    }
+    for (i = 0, k = 0; i < n + (prefix != 0); i++) {
+        unsigned char c = prefix ? (i ? s[i - 1] : ' ') : s[i];
+        if (c == ' ') e->esc[k++] = 0xE2, e->esc[k++] = 0x96, e->esc[k++] = 0x81;
+        else e->esc[k++] = c;
+    }
+    for (k = 0; k < m; ns++) {
+        size_t l = BITNET__MIN((size_t)len_of[e->esc[k] >> 4], m - k);
+        e->ssym[ns].start = (int32_t)k, e->ssym[ns].n = (int32_t)l, e->ssym[ns].prev = ns - 1;
+        k += l;
+        e->ssym[ns].next = k == m ? -1 : ns + 1;
+    }
+    e->nsheap = 0;
+    for (j = 1; j < ns; j++) bitnet__spm_push(e, j - 1, j);
+    while (e->nsheap) {
+        bitnet__sbig c = bitnet__spm_pop(e);
+        bitnet__ssym *l = &e->ssym[c.left], *r = &e->ssym[c.right];
+        if (l->n == 0 || r->n == 0 || l->n + r->n != c.size) continue; /* stale */
+        l->n += r->n, r->n = 0;
+        l->next = r->next;
+        if (r->next >= 0) e->ssym[r->next].prev = c.left;
+        if (l->prev >= 0) bitnet__spm_push(e, l->prev, c.left);
+        if (l->next >= 0) bitnet__spm_push(e, c.left, l->next);
+    }
+    for (j = ns ? 0 : -1; j >= 0; j = e->ssym[j].next) {
+        const unsigned char *p = e->esc + e->ssym[j].start;
+        int32_t id = bitnet__tok_find(t, p, (size_t)e->ssym[j].n);
+        if (id >= 0) bitnet__emit(e, id);
+        else
+            for (k = 0; k < (size_t)e->ssym[j].n; k++) bitnet__emit(e, t->byte_id[p[k]]);
+    }
+    return BITNET_OK;
+}
+
 static bitnet_result bitnet__encode_text(bitnet__enc *e, const unsigned char *s, size_t n) {
     size_t p = 0;
     while (p < n) {
@@ -6198,6 +6410,7 @@ BITNET_API bitnet_result bitnet_tokenize(const bitnet_tokenizer *t, const char *
     bitnet__enc e;
     bitnet_result r = BITNET_OK;
     size_t p = 0, seg = 0;
+    int after_special = 1; /* spm: a fragment at the start or after a special token gets the space */
     BITNET__CHECK_PTR(t);
     BITNET__CHECK_PTR(n_out);
     *n_out = 0;
@@ -6224,16 +6437,25 @@ BITNET_API bitnet_result bitnet_tokenize(const bitnet_tokenizer *t, const char *
                 }
                 if (sid >= 0) p = q;
             }
-        r = bitnet__encode_text(&e, s + seg, p - seg);
-        if (sid >= 0) bitnet__emit(&e, sid);
+        if (!t->spm) r = bitnet__encode_text(&e, s + seg, p - seg);
+        else if (p > seg) r = bitnet__spm_text(&e, s + seg, p - seg, t->space_prefix && after_special), after_special = 0;
+        if (sid >= 0) bitnet__emit(&e, sid), after_special = 1;
         seg = p + slen;
     }
     bitnet__free(e.sym);
     bitnet__free(e.heap);
+    bitnet__free(e.esc);
+    bitnet__free(e.ssym);
+    bitnet__free(e.sheap);
     if (r != BITNET_OK) return r;
     *n_out = e.count;
     if (e.count > cap) return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_tokenize: %zu tokens, room for %zu", e.count, cap);
     return BITNET_OK;
+}
+
+BITNET_API size_t bitnet_tokenize_bound(const bitnet_tokenizer *t, size_t len) {
+    if (t && t->spm) return len > (SIZE_MAX - 4) / 3 ? SIZE_MAX : 3 * len + 4;
+    return len == SIZE_MAX ? SIZE_MAX : len + 1;
 }
 
 BITNET_API bitnet_result bitnet_token_piece(const bitnet_tokenizer *t, int32_t id, const char **bytes, size_t *len) {
@@ -6557,6 +6779,7 @@ BITNET_API bitnet_result bitnet_tokenizer_from_gguf(const bitnet_gguf *g, bitnet
     bitnet_gguf_type et;
     uint64_t n_tok = 0, n_mer = 0, n_types = 0, i;
     int32_t *types = NULL;
+    float *scores = NULL;
     bitnet_result r;
     BITNET__CHECK_PTR(out);
     *out = NULL;
@@ -6564,10 +6787,16 @@ BITNET_API bitnet_result bitnet_tokenizer_from_gguf(const bitnet_gguf *g, bitnet
     memset(&d, 0, sizeof d);
     r = bitnet_gguf_get_str(g, "tokenizer.ggml.model", &model);
     if (r != BITNET_OK) return r;
-    if (model.len != 4 || memcmp(model.ptr, "gpt2", 4) != 0)
-        return bitnet__err(BITNET_ERR_UNSUPPORTED, "tokenizer.ggml.model is '%.*s'; only byte-level BPE ('gpt2') is supported",
-                           (int)BITNET__MIN(model.len, 64), model.ptr);
-    if (bitnet_gguf_find_key(g, "tokenizer.ggml.pre") >= 0 && bitnet_gguf_get_str(g, "tokenizer.ggml.pre", &pre) == BITNET_OK &&
+    d.spm = model.len == 5 && memcmp(model.ptr, "llama", 5) == 0;
+    if (!d.spm && (model.len != 4 || memcmp(model.ptr, "gpt2", 4) != 0))
+        return bitnet__err(BITNET_ERR_UNSUPPORTED, "tokenizer.ggml.model is '%.*s'; byte-level BPE ('gpt2') and SentencePiece "
+                           "('llama') are supported", (int)BITNET__MIN(model.len, 64), model.ptr);
+    if (d.spm && bitnet_gguf_find_key(g, "tokenizer.ggml.add_space_prefix") >= 0) {
+        int v = 1;
+        BITNET__TRY(bitnet_gguf_get_bool(g, "tokenizer.ggml.add_space_prefix", &v));
+        d.no_space_prefix = !v;
+    }
+    if (!d.spm && bitnet_gguf_find_key(g, "tokenizer.ggml.pre") >= 0 && bitnet_gguf_get_str(g, "tokenizer.ggml.pre", &pre) == BITNET_OK &&
         !(pre.len == 9 && memcmp(pre.ptr, "llama-bpe", 9) == 0))
         bitnet__log(BITNET_LOG_WARN, "tokenizer.ggml.pre is '%.*s'; using the LLaMA 3 pre-tokenizer",
                     (int)BITNET__MIN(pre.len, 64), pre.ptr);
@@ -6594,24 +6823,41 @@ BITNET_API bitnet_result bitnet_tokenizer_from_gguf(const bitnet_gguf *g, bitnet
             types[i] = (int32_t)((uint32_t)raw[4 * i] | (uint32_t)raw[4 * i + 1] << 8 | (uint32_t)raw[4 * i + 2] << 16 |
                                  (uint32_t)raw[4 * i + 3] << 24);
     }
+    if (d.spm && bitnet_gguf_find_key(g, "tokenizer.ggml.scores") >= 0) { /* (absent: all 0, as llama.cpp) */
+        const unsigned char *raw;
+        uint64_t n_sc = 0;
+        r = bitnet_gguf_get_arr(g, "tokenizer.ggml.scores", &et, &n_sc);
+        if (r == BITNET_OK && (et != BITNET_GGUF_FLOAT32 || n_sc != n_tok))
+            r = bitnet__err(BITNET_ERR_BAD_METADATA, "tokenizer.ggml.scores is not %llu float32 values", (unsigned long long)n_tok);
+        raw = r == BITNET_OK ? (const unsigned char *)bitnet_gguf_arr_data(g, "tokenizer.ggml.scores") : NULL;
+        if (r == BITNET_OK && !raw) r = bitnet__err(BITNET_ERR_BAD_METADATA, "tokenizer.ggml.scores has no data");
+        scores = r == BITNET_OK ? (float *)bitnet__malloc((size_t)n_tok * sizeof(float)) : NULL;
+        if (r == BITNET_OK && !scores) r = BITNET_ERR_OUT_OF_MEMORY;
+        for (i = 0; r == BITNET_OK && i < n_tok; i++) memcpy(&scores[i], raw + 4 * i, 4); /* (maybe unaligned) */
+        if (r != BITNET_OK) { bitnet__free(types); return r; }
+    }
     strs = (bitnet_gguf_str *)bitnet__calloc((size_t)(n_tok + n_mer), sizeof(bitnet_gguf_str));
-    if (!strs) { bitnet__free(types); return BITNET_ERR_OUT_OF_MEMORY; }
+    if (!strs) { bitnet__free(types), bitnet__free(scores); return BITNET_ERR_OUT_OF_MEMORY; }
     r = BITNET_OK;
     for (i = 0; i < n_tok && r == BITNET_OK; i++) r = bitnet_gguf_arr_str(g, "tokenizer.ggml.tokens", i, &strs[i]);
     for (i = 0; i < n_mer && r == BITNET_OK; i++) r = bitnet_gguf_arr_str(g, "tokenizer.ggml.merges", i, &strs[n_tok + i]);
     if (r == BITNET_OK) r = bitnet__gguf_token_id(g, "tokenizer.ggml.bos_token_id", &d.bos);
     if (r == BITNET_OK) r = bitnet__gguf_token_id(g, "tokenizer.ggml.eos_token_id", &d.eos);
     if (r == BITNET_OK) r = bitnet__gguf_token_id(g, "tokenizer.ggml.eot_token_id", &d.eot);
+    if (d.spm && d.bos < 0 && bitnet_gguf_find_key(g, "tokenizer.ggml.bos_token_id") < 0 && n_tok > 1) d.bos = 1; /* llama.cpp's */
+    if (d.spm && d.eos < 0 && bitnet_gguf_find_key(g, "tokenizer.ggml.eos_token_id") < 0 && n_tok > 2) d.eos = 2;
     if (r == BITNET_OK) {
         d.tokens = strs;
         d.n_tokens = n_tok;
-        d.merges = strs + n_tok;
-        d.n_merges = n_mer;
+        d.merges = d.spm ? NULL : strs + n_tok;
+        d.n_merges = d.spm ? 0 : n_mer;
         d.token_types = types;
+        d.scores = scores;
         r = bitnet_tokenizer_create(&d, out);
     }
     bitnet__free(strs);
     bitnet__free(types);
+    bitnet__free(scores);
     return r;
 }
 
@@ -12783,9 +13029,10 @@ BITNET_API bitnet_result bitnet_chat(bitnet_session *s, const char *role, const 
     if (r == BITNET_OK && s->pos > 0 && strncmp(text + head, bos, sizeof bos - 1) == 0)
         memmove(text + head, text + head + sizeof bos - 1, len - (sizeof bos - 1) + 1);
     k = state == 2; /* the reply's last token goes first */
-    if (r == BITNET_OK) { /* a token covers at least one byte */
-        ids = (int32_t *)bitnet__malloc((k + strlen(text) + 1) * sizeof *ids);
-        r = ids ? bitnet_tokenize(s->m->tok, text, strlen(text), 0, 1, ids + k, strlen(text) + 1, &n) : BITNET_ERR_OUT_OF_MEMORY;
+    if (r == BITNET_OK) {
+        size_t most = bitnet_tokenize_bound(s->m->tok, strlen(text));
+        ids = most < SIZE_MAX / sizeof *ids - 1 ? (int32_t *)bitnet__malloc((k + most) * sizeof *ids) : NULL;
+        r = ids ? bitnet_tokenize(s->m->tok, text, strlen(text), 0, 1, ids + k, most, &n) : BITNET_ERR_OUT_OF_MEMORY;
     }
     if (r == BITNET_OK && k) ids[0] = s->chat_last;
     pos0 = s->pos;

@@ -93,8 +93,9 @@ static bitnet_result tokenize_all(const bitnet_tokenizer *t, const char *text, s
                                   size_t *n) {
     bitnet_result r;
     int32_t *shrunk;
-    if (!(*ids = (int32_t *)malloc((len + 1) * sizeof **ids))) return BITNET_ERR_OUT_OF_MEMORY;
-    r = bitnet_tokenize(t, text, len, bos, special, *ids, len + 1, n);
+    size_t most = bitnet_tokenize_bound(t, len);
+    if (most > SIZE_MAX / sizeof **ids || !(*ids = (int32_t *)malloc(most * sizeof **ids))) return BITNET_ERR_OUT_OF_MEMORY;
+    r = bitnet_tokenize(t, text, len, bos, special, *ids, most, n);
     if (r == BITNET_OK && *n && (shrunk = (int32_t *)realloc(*ids, *n * sizeof **ids)) != NULL) *ids = shrunk;
     return r;
 }
@@ -1578,6 +1579,77 @@ static int gm_find_token(const gm_vocab *v, const char *text) {
     return -1;
 }
 
+/* A SentencePiece vocabulary (tokenizer.ggml.model "llama", as LLaMA 2's and 1bitLLM's models have)
+   made from a byte-level one: <unk>, <s>, </s>, the 256 <0xXX> byte tokens, then each regular token
+   that is valid UTF-8 with its spaces written U+2581 (scored by its place: earlier merges first;
+   tokens already holding U+2581 are left out, so no two spell alike), and the special tokens. */
+typedef struct gm_spm {
+    bitnet_gguf_str *tokens;
+    int32_t *types;
+    float *scores;
+    char *storage;
+    int n;
+} gm_spm;
+static size_t gm_utf8_ok(const unsigned char *s, size_t n) { /* n when s is valid UTF-8 (no overlong checks), else 0 */
+    size_t i = 0, k;
+    while (i < n) {
+        unsigned char c = s[i];
+        size_t l = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+        if (!l || i + l > n) return 0;
+        for (k = 1; k < l; k++)
+            if ((s[i + k] & 0xC0) != 0x80) return 0;
+        i += l;
+    }
+    return n;
+}
+static int gm_spm_vocab(const gm_vocab *v, gm_spm *o) {
+    int cp2b[324] = {0}, i, b;
+    size_t at = 0, cap = 0;
+    memset(o, 0, sizeof *o);
+    for (b = 0; b < 256; b++) cp2b[gm_byte_cp(b)] = b;
+    for (i = 0; i < v->n_tokens; i++) cap += 3 * v->tokens[i].len + 8;
+    cap += 259 * 8;
+    o->tokens = (bitnet_gguf_str *)calloc((size_t)v->n_tokens + 259, sizeof *o->tokens);
+    o->types = (int32_t *)calloc((size_t)v->n_tokens + 259, sizeof *o->types);
+    o->scores = (float *)calloc((size_t)v->n_tokens + 259, sizeof *o->scores);
+    o->storage = (char *)malloc(cap);
+    if (!o->tokens || !o->types || !o->scores || !o->storage) return 0;
+#define GM_SPM_ADD(S, L, TYPE, SCORE) do { memcpy(o->storage + at, (S), (L)); o->tokens[o->n].ptr = o->storage + at; \
+        o->tokens[o->n].len = (L); o->types[o->n] = (TYPE); o->scores[o->n++] = (SCORE); at += (L); } while (0)
+    GM_SPM_ADD("<unk>", 5, 2, 0.0f);
+    GM_SPM_ADD("<s>", 3, 3, 0.0f);
+    GM_SPM_ADD("</s>", 4, 3, 0.0f);
+    for (b = 0; b < 256; b++) {
+        char hex[8];
+        snprintf(hex, sizeof hex, "<0x%02X>", b);
+        GM_SPM_ADD(hex, 6, 6, 0.0f);
+    }
+    for (i = 0; i < v->n_tokens; i++) {
+        const unsigned char *s = (const unsigned char *)v->tokens[i].ptr;
+        unsigned char raw[512], esc[1536];
+        size_t n = 0, k = 0, j = 0, m = 0;
+        if (v->types[i] != 1) { /* special: as it is */
+            GM_SPM_ADD(v->tokens[i].ptr, (size_t)v->tokens[i].len, 3, 0.0f);
+            continue;
+        }
+        while (j < (size_t)v->tokens[i].len && n < sizeof raw) { /* GPT-2's code points back to bytes */
+            int c = s[j] < 0x80 ? s[j++] : ((s[j] & 0x1F) << 6) | (s[j + 1] & 0x3F);
+            if (c >= 0x80) j += 2;
+            raw[n++] = c < 324 ? (unsigned char)cp2b[c] : 0;
+        }
+        if (!gm_utf8_ok(raw, n)) continue;
+        for (k = 0; k < n; k++) {
+            if (k + 2 < n && raw[k] == 0xE2 && raw[k + 1] == 0x96 && raw[k + 2] == 0x81) break;
+            if (raw[k] == ' ') esc[m++] = 0xE2, esc[m++] = 0x96, esc[m++] = 0x81;
+            else esc[m++] = raw[k];
+        }
+        if (k == n) GM_SPM_ADD(esc, m, 1, -(float)i);
+    }
+#undef GM_SPM_ADD
+    return 1;
+}
+static void gm_spm_free(gm_spm *o) { free(o->tokens), free(o->types), free(o->scores), free(o->storage); }
+
 /* Each tensor has its own random stream, so the file does not depend on the order of the work. */
 static uint64_t gm_stream(uint64_t seed, uint64_t index) { return seed * 0x9E3779B97F4A7C15ull ^ (index + 1) * 0xD1B54A32D192ED03ull; }
 
@@ -1655,9 +1727,10 @@ static int cmd_gen_model(int argc, char **argv) {
     bitnet_gguf_writer *w = NULL;
     bitnet_result r = BITNET_OK;
     char key[128], name[64];
-    const char *arch = "bitnet-b1.58", *type_name = "i2_s";
+    const char *arch = "bitnet-b1.58", *type_name = "i2_s", *vocab_kind = "bpe";
+    gm_spm spm;
     bitnet_tensor_type wtype = BITNET_TENSOR_I2_S;
-    int i, l, k, bos, eos, eot;
+    int i, l, k, bos, eos, eot, n_vocab;
     uint8_t yes = 1;
     double t0 = 0;
     struct timespec ts;
@@ -1669,8 +1742,11 @@ static int cmd_gen_model(int argc, char **argv) {
         else if (strcmp(argv[i], "--tiktoken") == 0 && i + 1 < argc) tiktoken = argv[++i];
         else if (strcmp(argv[i], "--type") == 0 && i + 1 < argc) type_name = argv[++i];
         else if (strcmp(argv[i], "--arch") == 0 && i + 1 < argc) arch = argv[++i];
+        else if (strcmp(argv[i], "--vocab") == 0 && i + 1 < argc) vocab_kind = argv[++i];
         else break;
     }
+    if (strcmp(vocab_kind, "bpe") && strcmp(vocab_kind, "spm")) preset = NULL;
+    memset(&spm, 0, sizeof spm);
     if (strcmp(arch, "bitnet-b1.58") && strcmp(arch, "bitnet-25") && strcmp(arch, "bitnet")) preset = NULL;
     for (k = 0; preset && k < (int)(sizeof gm_presets / sizeof gm_presets[0]); k++)
         if (strcmp(preset, gm_presets[k].name) == 0) p = &gm_presets[k];
@@ -1679,12 +1755,15 @@ static int cmd_gen_model(int argc, char **argv) {
     else if (strcmp(type_name, "i2_s")) p = NULL;
     if (i < argc || !p || !out) {
         fprintf(stderr, "usage: bitnet gen-model --preset tiny|small|2b4t [--seed S] [--tiktoken FILE] [--type i2_s|tq1_0|tq2_0]\n"
-                        "                        [--arch bitnet-b1.58|bitnet-25|bitnet] -o FILE.gguf\n"
+                        "                        [--arch bitnet-b1.58|bitnet-25|bitnet] [--vocab bpe|spm] -o FILE.gguf\n"
                         "  random weights (the model says nothing useful) in bitnet.cpp's GGUF layout; tiny and small\n"
                         "  get a small byte-level tokenizer, 2b4t the LLaMA 3 vocabulary from --tiktoken FILE\n"
                         "  (default ../shared/data/llama3-tokenizer.tiktoken). --type: the ternary matrices in\n"
                         "  bitnet.cpp's I2_S (the default) or llama.cpp's TQ1_0 / TQ2_0 (scales rounded to fp16).\n"
-                        "  --arch: general.architecture; \"bitnet\" (1bitLLM's models) has a silu(gate) * up FFN\n");
+                        "  --arch: general.architecture; \"bitnet\" (1bitLLM's models) has a silu(gate) * up FFN.\n"
+                        "  --vocab spm: the vocabulary as SentencePiece (tokenizer.ggml.model \"llama\", as LLaMA 2's and\n"
+                        "  1bitLLM's models), made from the byte-level one: its UTF-8 tokens, spaces as U+2581, scores\n"
+                        "  by rank, <0xXX> byte tokens, <s> and </s>\n");
         return 2;
     }
     if (wtype != BITNET_TENSOR_I2_S && (p->dim % 256 || p->ffn % 256)) {
@@ -1710,9 +1789,19 @@ static int cmd_gen_model(int argc, char **argv) {
         gm_vocab_free(&v);
         return 1;
     }
+    n_vocab = v.n_tokens;
     bos = gm_find_token(&v, "<|begin_of_text|>");
     eos = gm_find_token(&v, "<|end_of_text|>");
     eot = gm_find_token(&v, "<|eot_id|>");
+    if (vocab_kind[0] == 's') { /* SentencePiece: the arrays below become spm's */
+        if (!gm_spm_vocab(&v, &spm)) {
+            fprintf(stderr, "bitnet gen-model: out of memory\n");
+            gm_spm_free(&spm), gm_vocab_free(&v);
+            return 1;
+        }
+        for (eot = spm.n - 1; eot >= 0 && !(spm.tokens[eot].len == 10 && memcmp(spm.tokens[eot].ptr, "<|eot_id|>", 10) == 0); eot--) {}
+        bos = 1, eos = 2, n_vocab = spm.n;
+    }
     if (bos < 0 || eos < 0 || eot < 0) {
         fprintf(stderr, "bitnet gen-model: the vocabulary lacks <|begin_of_text|>, <|end_of_text|> or <|eot_id|>\n");
         gm_vocab_free(&v);
@@ -1728,7 +1817,7 @@ static int cmd_gen_model(int argc, char **argv) {
     /* LLAMA_FTYPE_MOSTLY_I2_S (bitnet.cpp), _TQ1_0, _TQ2_0 (llama.cpp) */
     GM(bitnet_gguf_writer_set_u32(w, "general.file_type", wtype == BITNET_TENSOR_I2_S ? 40 : wtype == BITNET_TENSOR_TQ1_0 ? 36 : 37));
     GM(bitnet_gguf_writer_set_u32(w, "general.quantization_version", 2));
-    GM_HP("vocab_size", v.n_tokens);
+    GM_HP("vocab_size", n_vocab);
     GM_HP("context_length", p->ctx);
     GM_HP("embedding_length", p->dim);
     GM_HP("feed_forward_length", p->ffn);
@@ -1740,11 +1829,16 @@ static int cmd_gen_model(int argc, char **argv) {
     GM(bitnet_gguf_writer_set_f32(w, key, 500000.0f));
     snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", arch);
     GM(bitnet_gguf_writer_set_f32(w, key, 1e-5f));
-    GM(bitnet_gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2"));
-    GM(bitnet_gguf_writer_set_str(w, "tokenizer.ggml.pre", "llama-bpe"));
-    GM(bitnet_gguf_writer_set_arr(w, "tokenizer.ggml.tokens", BITNET_GGUF_STRING, v.tokens, (uint64_t)v.n_tokens));
-    GM(bitnet_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", BITNET_GGUF_INT32, v.types, (uint64_t)v.n_tokens));
-    GM(bitnet_gguf_writer_set_arr(w, "tokenizer.ggml.merges", BITNET_GGUF_STRING, v.merges, (uint64_t)v.n_merges));
+    GM(bitnet_gguf_writer_set_str(w, "tokenizer.ggml.model", spm.n ? "llama" : "gpt2"));
+    if (!spm.n) GM(bitnet_gguf_writer_set_str(w, "tokenizer.ggml.pre", "llama-bpe"));
+    GM(bitnet_gguf_writer_set_arr(w, "tokenizer.ggml.tokens", BITNET_GGUF_STRING, spm.n ? spm.tokens : v.tokens, (uint64_t)n_vocab));
+    GM(bitnet_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", BITNET_GGUF_INT32, spm.n ? spm.types : v.types, (uint64_t)n_vocab));
+    if (spm.n) {
+        GM(bitnet_gguf_writer_set_arr(w, "tokenizer.ggml.scores", BITNET_GGUF_FLOAT32, spm.scores, (uint64_t)spm.n));
+        GM(bitnet_gguf_writer_set(w, "tokenizer.ggml.add_space_prefix", BITNET_GGUF_BOOL, &yes));
+    } else {
+        GM(bitnet_gguf_writer_set_arr(w, "tokenizer.ggml.merges", BITNET_GGUF_STRING, v.merges, (uint64_t)v.n_merges));
+    }
     GM(bitnet_gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)bos));
     GM(bitnet_gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)eos));
     GM(bitnet_gguf_writer_set_u32(w, "tokenizer.ggml.eot_token_id", (uint32_t)eot));
@@ -1757,7 +1851,7 @@ static int cmd_gen_model(int argc, char **argv) {
     {
         uint64_t dim = (uint64_t)p->dim, ffn = (uint64_t)p->ffn, kvd = (uint64_t)(p->dim / p->n_heads * p->n_kv_heads);
         uint64_t ne[2];
-        ne[0] = dim; ne[1] = (uint64_t)v.n_tokens;
+        ne[0] = dim; ne[1] = (uint64_t)n_vocab;
         GM(bitnet_gguf_writer_add_tensor(w, "token_embd.weight", BITNET_TENSOR_F16, 2, ne));
         for (l = 0; l < p->n_layers; l++)
             for (k = 0; k < 11; k++) {
@@ -1794,7 +1888,7 @@ static int cmd_gen_model(int argc, char **argv) {
                 pool.job[j].out = (unsigned char *)malloc(bitnet_i2s_bytes((size_t)pool.job[j].ne1, (size_t)pool.job[j].ne0));
                 if (r == BITNET_OK && !pool.job[j].out) r = BITNET_ERR_OUT_OF_MEMORY;
             }
-            GM(gm_write_embedding(w, wk[0].f, (uint16_t *)wk[0].q, cap / 2, dim, (uint64_t)v.n_tokens, seed));
+            GM(gm_write_embedding(w, wk[0].f, (uint16_t *)wk[0].q, cap / 2, dim, (uint64_t)n_vocab, seed));
             for (l = 0; l < p->n_layers && r == BITNET_OK; l++) {
                 int threaded;
                 for (j = 0; j < 7; j++) pool.job[j].index = 1 + (uint64_t)l * 11 + (uint64_t)order[j];
@@ -1838,6 +1932,7 @@ static int cmd_gen_model(int argc, char **argv) {
 #undef GM
 #undef GM_HP
     bitnet_gguf_writer_free(w);
+    gm_spm_free(&spm);
     gm_vocab_free(&v);
     if (r != BITNET_OK) {
         fprintf(stderr, "bitnet gen-model: %s: %s\n", bitnet_result_string(r), bitnet_last_error());

@@ -1126,6 +1126,47 @@ static void test_cli_arch_bitnet_silu(void) {
     remove(path);
 }
 
+/* gen-model --vocab spm: a SentencePiece vocabulary (tokenizer.ggml.model "llama", as 1bitLLM's
+   models have) that loads, encodes with BOS 1 and the space before the text, decodes back, and
+   runs; `bitnet tokenize` prints the same ids. */
+static void test_cli_spm_vocab(void) {
+    char bin[512], cmd[2048], path[640], outp[640], why[600], out[256] = "";
+    bitnet_model_desc d;
+    bitnet_model *m = NULL;
+    bitnet_session *s = NULL;
+    const bitnet_tokenizer *tk;
+    int32_t ids[64];
+    size_t n = 0, blen = 0, i;
+    char back[128], want[256] = "";
+    float lg[683];
+    FILE *f;
+    if (cli_bin(bin, sizeof bin, why, sizeof why)) TEST_SKIP("%s", why);
+    snprintf(path, sizeof path, "%s", tmp_path("gen_spm.gguf"));
+    snprintf(cmd, sizeof cmd, "%s gen-model --preset tiny --arch bitnet --vocab spm -o %s 2>/dev/null", bin, path);
+    TEST_CHECK(system(cmd) == 0);
+    memset(&d, 0, sizeof d);
+    d.path = path, d.backend = BITNET_BACKEND_CPU;
+    TEST_CHECKF(bitnet_model_load(&d, &m) == BITNET_OK && bitnet_session_create(m, NULL, &s) == BITNET_OK, "%s", bitnet_last_error());
+    tk = m ? bitnet_model_tokenizer(m) : NULL;
+    if (tk && s) {
+        TEST_CHECK(bitnet_tokenize(tk, "Hello world, the model", 22, 1, 1, ids, 64, &n) == BITNET_OK && n > 3 && ids[0] == 1);
+        TEST_CHECK(bitnet_detokenize(tk, ids + 1, n - 1, back, sizeof back, &blen) == BITNET_OK && strcmp(back, " Hello world, the model") == 0);
+        TEST_CHECK(bitnet_tokenizer_vocab_size(tk) == 683 && bitnet_session_eval(s, ids, n, lg, 0) == BITNET_OK && isfinite(lg[0]));
+        for (i = 0; i < n; i++) snprintf(want + strlen(want), sizeof want - strlen(want), i ? ",%d" : "%d", (int)ids[i]);
+    }
+    bitnet_session_free(s), bitnet_model_free(m);
+    snprintf(outp, sizeof outp, "%s", tmp_path("gen_spm.txt"));
+    snprintf(cmd, sizeof cmd, "%s tokenize -m %s -p 'Hello world, the model' > %s 2>/dev/null", bin, path, outp);
+    TEST_CHECK(system(cmd) == 0);
+    if ((f = fopen(outp, "rb")) != NULL) {
+        if (!fgets(out, sizeof out, f)) out[0] = 0;
+        fclose(f);
+    }
+    out[strcspn(out, "\n")] = 0;
+    TEST_CHECKF(strcmp(out, want) == 0, "tokenize printed '%s', the library gives '%s'", out, want);
+    remove(path), remove(outp);
+}
+
 /* -h / --help: the whole list, or one command's usage right after its name; exit 0. "-p --help"
    stays a prompt. An unknown command after help is an error. */
 static void test_cli_help(void) {
@@ -1372,6 +1413,7 @@ int main(void) {
     RUN_TEST(test_concurrent_readers);
     RUN_TEST(test_cli_gen_model_and_info);
     RUN_TEST(test_cli_arch_bitnet_silu);
+    RUN_TEST(test_cli_spm_vocab);
     RUN_TEST(test_cli_help);
     RUN_TEST(test_cli_run_flags);
     RUN_TEST(test_cli_perplexity);

@@ -3,6 +3,7 @@
    format, and known LLaMA 3 ids (computed with tiktoken) when the tiktoken file is present. */
 #include "../bitnet.h"
 #include "harness.h"
+#include <math.h>
 #include <time.h>
 
 /* ---- a tiny byte-level vocabulary: the 256 bytes (id = byte), then extra tokens and specials ---- */
@@ -508,7 +509,7 @@ static int write_tok_gguf(const char *path, int what) {
     uint64_t n_tok = (uint64_t)V.n_tokens - (what == 3 ? 1 : 0);
     ok = bitnet_gguf_writer_create(&w) == BITNET_OK;
     ok = ok && bitnet_gguf_writer_set_str(w, "general.architecture", "bitnet-b1.58") == BITNET_OK;
-    ok = ok && bitnet_gguf_writer_set_str(w, "tokenizer.ggml.model", what == 1 ? "llama" : "gpt2") == BITNET_OK;
+    ok = ok && bitnet_gguf_writer_set_str(w, "tokenizer.ggml.model", what == 1 ? "bert" : "gpt2") == BITNET_OK;
     ok = ok && bitnet_gguf_writer_set_str(w, "tokenizer.ggml.pre", "llama-bpe") == BITNET_OK;
     if (what == 2) ok = ok && bitnet_gguf_writer_set_arr(w, "tokenizer.ggml.tokens", BITNET_GGUF_INT32, V.types, n_tok) == BITNET_OK;
     else ok = ok && bitnet_gguf_writer_set_arr(w, "tokenizer.ggml.tokens", BITNET_GGUF_STRING, V.tokens, n_tok) == BITNET_OK;
@@ -564,6 +565,237 @@ static void test_from_gguf(void) {
             bitnet_tokenizer_free(t);
         }
     }
+}
+
+
+/* ---- SentencePiece (tokenizer.ggml.model "llama") --------------------------------------------- */
+
+#define SPM_MAX 400
+typedef struct spm_vocab {
+    bitnet_gguf_str tok[SPM_MAX];
+    char text[SPM_MAX][16];
+    float score[SPM_MAX];
+    int32_t type[SPM_MAX];
+    int n;
+} spm_vocab;
+static int spm_add(spm_vocab *v, const char *s, float score, int type) {
+    size_t n = strlen(s);
+    memcpy(v->text[v->n], s, n + 1);
+    v->tok[v->n].ptr = v->text[v->n], v->tok[v->n].len = n;
+    v->score[v->n] = score, v->type[v->n] = type;
+    return v->n++;
+}
+/* <unk> <s> </s>, the 256 byte tokens when bytes, then pieces (U+2581 spelled \xe2\x96\x81) */
+static void spm_init(spm_vocab *v, int bytes) {
+    int b;
+    v->n = 0;
+    spm_add(v, "<unk>", 0, 2), spm_add(v, "<s>", 0, 3), spm_add(v, "</s>", 0, 3);
+    for (b = 0; bytes && b < 256; b++) {
+        char hex[8];
+        snprintf(hex, sizeof hex, "<0x%02X>", b);
+        spm_add(v, hex, 0, 6);
+    }
+}
+static bitnet_tokenizer *spm_tok(const spm_vocab *v, int no_prefix) {
+    bitnet_tokenizer_desc d;
+    bitnet_tokenizer *t = NULL;
+    memset(&d, 0, sizeof d);
+    d.tokens = v->tok, d.n_tokens = (uint64_t)v->n, d.token_types = v->type, d.scores = v->score;
+    d.bos = 1, d.eos = 2, d.eot = -1, d.spm = 1, d.no_space_prefix = no_prefix;
+    TEST_CHECKF(bitnet_tokenizer_create(&d, &t) == BITNET_OK, "%s", bitnet_last_error());
+    return t;
+}
+static int spm_lookup(const spm_vocab *v, const char *s, size_t n) {
+    int i;
+    for (i = 0; i < v->n; i++)
+        if (v->tok[i].len == n && memcmp(v->tok[i].ptr, s, n) == 0) return i;
+    return -1;
+}
+/* The algorithm written plainly (every round scans every adjacent pair), for comparison. */
+static int spm_ref(const spm_vocab *v, const char *text, size_t len, int prefix, int32_t *out) {
+    char esc[1200];
+    int start[400], n[400], ns = 0, m = 0, i, count = 0;
+    size_t k;
+    if (prefix) memcpy(esc, "\xe2\x96\x81", 3), m = 3;
+    for (k = 0; k < len; k++)
+        if (text[k] == ' ') memcpy(esc + m, "\xe2\x96\x81", 3), m += 3;
+        else esc[m++] = text[k];
+    for (i = 0; i < m; ns++) {
+        unsigned char c = (unsigned char)esc[i];
+        int l = c < 0xC0 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+        start[ns] = i, n[ns] = l < m - i ? l : m - i, i += n[ns];
+    }
+    for (;;) {
+        int best = -1;
+        float bs = 0;
+        for (i = 0; i + 1 < ns; i++) {
+            int id = spm_lookup(v, esc + start[i], (size_t)(n[i] + n[i + 1]));
+            if (id >= 0 && (best < 0 || v->score[id] > bs)) best = i, bs = v->score[id];
+        }
+        if (best < 0) break;
+        n[best] += n[best + 1];
+        for (i = best + 1; i + 1 < ns; i++) start[i] = start[i + 1], n[i] = n[i + 1];
+        ns--;
+    }
+    for (i = 0; i < ns; i++) {
+        int id = spm_lookup(v, esc + start[i], (size_t)n[i]), j;
+        if (id >= 0) { out[count++] = id; continue; }
+        for (j = 0; j < n[i]; j++) {
+            char hex[8], c = esc[start[i] + j];
+            snprintf(hex, sizeof hex, "<0x%02X>", (unsigned char)c);
+            id = spm_lookup(v, hex, 6);
+            if (id < 0) id = spm_lookup(v, &c, 1);
+            out[count++] = id < 0 ? 0 : id;
+        }
+    }
+    return count;
+}
+
+#define CHECK_SPM(t, str, bos, special, ...) \
+    do { const int32_t want_[] = {__VA_ARGS__}; int32_t got_[256]; \
+        int n_ = encode((t), (str), sizeof(str) - 1, (bos), (special), got_, 256); \
+        TEST_CHECKF(same_ids(got_, n_, want_, (int)(sizeof want_ / sizeof want_[0])), "%s: got %d ids, first %d", \
+                    #str, n_, n_ > 0 ? got_[0] : -1); } while (0)
+/* Hand-worked: scores decide, not lengths; byte fallback; the space before the text and after a
+   special token; decoding. */
+static void test_spm_hand(void) {
+    spm_vocab v;
+    bitnet_tokenizer *t, *np;
+    int a, b, c, s_, ab, bc, sa, sab, abc;
+    char back[64];
+    size_t blen = 0;
+    int32_t ids[32];
+    size_t n = 0;
+    spm_init(&v, 1);
+    s_ = spm_add(&v, "\xe2\x96\x81", -1, 1), a = spm_add(&v, "a", -1, 1), b = spm_add(&v, "b", -1, 1), c = spm_add(&v, "c", -1, 1);
+    ab = spm_add(&v, "ab", -3, 1), bc = spm_add(&v, "bc", -2, 1), sa = spm_add(&v, "\xe2\x96\x81" "a", -4, 1);
+    sab = spm_add(&v, "\xe2\x96\x81" "ab", -5, 1), abc = spm_add(&v, "abc", -0.5f, 1);
+    t = spm_tok(&v, 0), np = spm_tok(&v, 1);
+    if (!t || !np) { bitnet_tokenizer_free(t), bitnet_tokenizer_free(np); return; }
+    /* "_abc": bc (-2) before ab (-3) and _a (-4), then a + bc = abc (-0.5); _ + abc is no token */
+    CHECK_SPM(t, "abc", 0, 0, s_, abc);
+    CHECK_SPM(t, "acbc", 0, 0, sa, c, bc);
+    /* no prefix: "abc" -> bc first, then a + bc = abc (-0.5) */
+    CHECK_SPM(np, "abc", 0, 0, abc);
+    CHECK_SPM(np, "ab", 1, 0, 1, ab);
+    CHECK_SPM(t, "ab", 0, 0, sab); /* _a (-4) < ab (-3): ab first, then _ + ab = _ab */
+    (void)b;
+    /* "z" is no token: its byte token <0x7A> (id 3 + 0x7a); "é" two byte tokens */
+    CHECK_SPM(np, "z\xc3\xa9", 0, 0, 3 + 0x7a, 3 + 0xc3, 3 + 0xa9);
+    /* a special token: the text after it gets a space again */
+    CHECK_SPM(t, "a</s>a", 0, 1, sa, 2, sa);
+    CHECK_SPM(t, "a</s>a", 0, 0, sa, 3 + '<', 3 + '/', 3 + 's', 3 + '>', a);
+    TEST_CHECK(bitnet_tokenize(t, "ab c z\xc3\xa9", 9, 1, 0, ids, 32, &n) == BITNET_OK && ids[0] == 1);
+    TEST_CHECK(bitnet_detokenize(t, ids + 1, n - 1, back, sizeof back, &blen) == BITNET_OK);
+    TEST_CHECKF(blen == 10 && memcmp(back, " ab c z\xc3\xa9", 10) == 0, "decoded '%s'", back);
+    TEST_CHECK(bitnet_detokenize(t, ids, 1, back, sizeof back, &blen) == BITNET_OK && strcmp(back, "<s>") == 0);
+    {   /* the bound is met: with no U+2581 token each space, and the one put first, become three byte tokens */
+        spm_vocab w;
+        bitnet_tokenizer *bt;
+        spm_init(&w, 1);
+        bt = spm_tok(&w, 0);
+        if (bt) {
+            TEST_CHECK(bitnet_tokenize(bt, "   ", 3, 1, 0, ids, 32, &n) == BITNET_OK && n == 13 && n == bitnet_tokenize_bound(bt, 3));
+            TEST_CHECK(ids[1] == 3 + 0xE2 && ids[2] == 3 + 0x96 && ids[3] == 3 + 0x81);
+            TEST_CHECK(bitnet_tokenize_bound(bt, SIZE_MAX / 2) == SIZE_MAX && bitnet_tokenize_bound(NULL, 5) == 6);
+        }
+        bitnet_tokenizer_free(bt);
+    }
+    bitnet_tokenizer_free(t), bitnet_tokenizer_free(np);
+}
+
+/* Random vocabularies (ties among the scores included) and texts against spm_ref, and round trips. */
+static void test_spm_random(void) {
+    static const char *const alpha[] = {"a", "b", "c", "\xe2\x96\x81", "\xc3\xa9"};
+    int it;
+    test_seed(21);
+    for (it = 0; it < 40; it++) {
+        spm_vocab v;
+        bitnet_tokenizer *t;
+        int i, j, k;
+        spm_init(&v, it % 4 != 3); /* without byte tokens: the unknown token */
+        for (k = 0; k < 5; k++) spm_add(&v, alpha[k], (float)test_rand_int(-8, 0), 1);
+        while (v.n < 259 + 60) {
+            char s[16] = "";
+            int len = test_rand_int(1, 4);
+            for (k = 0; k < len; k++) strcat(s, alpha[test_rand_int(0, 4)]);
+            if (spm_lookup(&v, s, strlen(s)) < 0) spm_add(&v, s, (float)test_rand_int(-8, 0), 1);
+        }
+        t = spm_tok(&v, it & 1);
+        if (!t) return;
+        for (j = 0; j < 50; j++) {
+            static const char *const units[] = {"a", "b", "c", " ", " ", "z", "\xc3\xa9", "\xff", "\x80"};
+            char text[80];
+            int32_t got[200], want[200];
+            size_t len = 0, n = 0;
+            int nw, nu = test_rand_int(1, 30);
+            for (i = 0; i < nu; i++) {
+                const char *u = units[test_rand_int(0, 8)];
+                memcpy(text + len, u, strlen(u)), len += strlen(u);
+            }
+            nw = spm_ref(&v, text, len, !(it & 1), want);
+            TEST_CHECK(bitnet_tokenize(t, text, len, 0, 0, got, 200, &n) == BITNET_OK);
+            TEST_CHECKF(same_ids(got, (int)n, want, nw), "vocab %d text %d: %zu ids, the reference %d", it, j, n, nw);
+            if (it % 4 != 3 && !memchr(text, 0xff, len) && !memchr(text, 0x80, len)) {
+                /* with byte tokens every valid text comes back (an invalid byte may take the next bytes into its
+                   character, a space's U+2581 too, as in llama.cpp) */
+                char back[200];
+                size_t blen = 0, off = (it & 1) ? 0 : 1;
+                TEST_CHECK(bitnet_detokenize(t, got, n, back, sizeof back, &blen) == BITNET_OK);
+                TEST_CHECKF(blen == len + off && memcmp(back + off, text, len) == 0 && (!off || back[0] == ' '), "round trip: vocab %d text %d: '%.*s' -> '%.*s'", it, j, (int)len, text, (int)blen, back);
+            }
+            if (test__cur_failed) { bitnet_tokenizer_free(t); return; }
+        }
+        bitnet_tokenizer_free(t);
+    }
+}
+
+/* From GGUF metadata: scores, types, add_space_prefix; llama.cpp's BOS 1 / EOS 2 without ids;
+   errors. */
+static void test_spm_gguf(void) {
+    spm_vocab v;
+    bitnet_tokenizer *t = NULL, *ref;
+    char path[512];
+    int what;
+    spm_init(&v, 1);
+    spm_add(&v, "\xe2\x96\x81" "a", -1, 1), spm_add(&v, "bc", -2, 1), spm_add(&v, "<|eot_id|>", 0, 3);
+    ref = spm_tok(&v, 1);
+    temp_path(path, sizeof path, "spm");
+    for (what = 0; what < 4; what++) { /* 1: a NaN score; 2: scores of the wrong type; 3: no byte coverage */
+        bitnet_gguf_writer *w = NULL;
+        uint8_t no = 0;
+        float sc[SPM_MAX];
+        int ok;
+        bitnet_result r;
+        memcpy(sc, v.score, sizeof sc);
+        if (what == 1) sc[5] = NAN;
+        ok = bitnet_gguf_writer_create(&w) == BITNET_OK;
+        ok = ok && bitnet_gguf_writer_set_str(w, "tokenizer.ggml.model", "llama") == BITNET_OK;
+        /* 3: the pieces alone (no <unk>, no byte tokens) */
+        ok = ok && bitnet_gguf_writer_set_arr(w, "tokenizer.ggml.tokens", BITNET_GGUF_STRING, what == 3 ? v.tok + 259 : v.tok,
+                                              (uint64_t)(what == 3 ? v.n - 259 : v.n)) == BITNET_OK;
+        if (what != 3) ok = ok && bitnet_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", BITNET_GGUF_INT32, v.type, (uint64_t)v.n) == BITNET_OK;
+        if (what == 2) ok = ok && bitnet_gguf_writer_set_arr(w, "tokenizer.ggml.scores", BITNET_GGUF_INT32, v.type, (uint64_t)v.n) == BITNET_OK;
+        else if (what != 3) ok = ok && bitnet_gguf_writer_set_arr(w, "tokenizer.ggml.scores", BITNET_GGUF_FLOAT32, sc, (uint64_t)v.n) == BITNET_OK;
+        ok = ok && bitnet_gguf_writer_set(w, "tokenizer.ggml.add_space_prefix", BITNET_GGUF_BOOL, &no) == BITNET_OK;
+        ok = ok && bitnet_gguf_writer_begin(w, path) == BITNET_OK && bitnet_gguf_writer_finish(w) == BITNET_OK;
+        bitnet_gguf_writer_free(w);
+        TEST_CHECK(ok);
+        r = tok_from_file(path, &t);
+        TEST_CHECKF(r == (what ? BITNET_ERR_BAD_METADATA : BITNET_OK), "case %d: %s", what, bitnet_last_error());
+        if (r == BITNET_OK && ref) {
+            static const char text[] = "abc a<|eot_id|>bc";
+            int32_t x[64], y[64], bos, eos, eot;
+            int nx = encode(ref, text, sizeof text - 1, 1, 1, x, 64), ny = encode(t, text, sizeof text - 1, 1, 1, y, 64);
+            TEST_CHECK(nx > 0 && same_ids(x, nx, y, ny));
+            bitnet_tokenizer_special_ids(t, &bos, &eos, &eot);
+            TEST_CHECK(bos == 1 && eos == 2 && eot == v.n - 1);
+        }
+        bitnet_tokenizer_free(t);
+        t = NULL;
+    }
+    remove(path);
+    bitnet_tokenizer_free(ref);
 }
 
 /* ---- the LLaMA 3 vocabulary (needs ../shared/data/llama3-tokenizer.tiktoken) ---------------- */
@@ -651,6 +883,9 @@ int main(void) {
     RUN_TEST(test_vocab_from_small_tiktoken);
     RUN_TEST(test_vocab_bad_files);
     RUN_TEST(test_from_gguf);
+    RUN_TEST(test_spm_hand);
+    RUN_TEST(test_spm_random);
+    RUN_TEST(test_spm_gguf);
     RUN_TEST(test_llama3_vocab);
     RUN_TEST(test_llama3_known_ids);
     bitnet_tokenizer_free(small_tok());
