@@ -22,7 +22,7 @@
      >>cpu-math        fp32 GEMM, RMSNorm, softmax, fp16 GEMV (scalar and SIMD)
      >>cpu-kernels     ternary GEMV/GEMM and friends, scalar reference then SIMD paths
      >>gguf            GGUF reader and writer
-     >>tokenizer       byte-level BPE
+     >>tokenizer       byte-level BPE (LLaMA 3) and SentencePiece (LLaMA 2)
      >>sampler         sampling
      >>cpu-forward     the transformer forward pass on the CPU
      >>cuda-loader     dlopen of libcuda and NVRTC, device query, context, streams
@@ -5616,7 +5616,8 @@ BITNET_API bitnet_result bitnet_gguf_writer_finish(bitnet_gguf_writer *w) {
 
 /* >>tokenizer ================================================================================= */
 
-/* Byte-level BPE, equal to tiktoken with the LLaMA 3 pattern:
+/* SentencePiece ("llama" vocabularies) is below, after the byte-level encoder ("---- SentencePiece").
+   Byte-level BPE, equal to tiktoken with the LLaMA 3 pattern:
      (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|
      \s*[\r\n]+|\s+(?!\S)|\s+
    The pattern is matched by hand (bitnet__pretok_end), each piece is BPE-encoded on its own with

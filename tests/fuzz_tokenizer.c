@@ -1,13 +1,14 @@
 /* libFuzzer harness for the tokenizer: encodes arbitrary bytes (which must decode back to the same
    bytes), decodes arbitrary ids, pre-tokenizes and formats chats. The vocabulary is LLaMA 3's when
    the tiktoken file is found ($BITNET_TIKTOKEN, ../shared/data/llama3-tokenizer.tiktoken), else a
-   small built-in byte-level one. The first input byte picks the operation and its flags. */
+   small built-in byte-level one; and a small SentencePiece one. The first input byte picks the
+   operation and its flags. */
 #include "../bitnet.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static bitnet_tokenizer *tok;
+static bitnet_tokenizer *tok, *spm;
 
 #define FUZZ_REQUIRE(c) do { if (!(c)) { fprintf(stderr, "fuzz_tokenizer: %s failed (%s)\n", #c, bitnet_last_error()); abort(); } } while (0)
 
@@ -79,11 +80,39 @@ static bitnet_tokenizer *llama3_vocab(void) {
     return t;
 }
 
+/* SentencePiece: <unk> <s> </s>, the 256 byte tokens, pieces with tied and distinct scores */
+static bitnet_tokenizer *spm_vocab(void) {
+    static const char *const pieces[] = {"\xe2\x96\x81", "a", "b", "ab", "\xe2\x96\x81" "a", "\xe2\x96\x81" "ab", "ba", "aab",
+                                         "\xc3\xa9", "\xe2\x96\x81\xe2\x96\x81", "<", "s", ">", "<s"};
+    enum { NP = sizeof pieces / sizeof pieces[0], N = 259 + NP };
+    static char text[N][16];
+    static bitnet_gguf_str toks[N];
+    static int32_t types[N];
+    static float scores[N];
+    bitnet_tokenizer_desc d;
+    bitnet_tokenizer *t = NULL;
+    int i;
+    strcpy(text[0], "<unk>"), strcpy(text[1], "<s>"), strcpy(text[2], "</s>");
+    for (i = 0; i < 256; i++) snprintf(text[3 + i], sizeof text[3 + i], "<0x%02X>", i);
+    for (i = 0; i < NP; i++) strcpy(text[259 + i], pieces[i]);
+    for (i = 0; i < N; i++) {
+        toks[i].ptr = text[i], toks[i].len = strlen(text[i]);
+        types[i] = i == 0 ? 2 : i < 3 ? 3 : i < 259 ? 6 : 1;
+        scores[i] = i < 259 ? 0.0f : -(float)(i % 5);
+    }
+    memset(&d, 0, sizeof d);
+    d.tokens = toks; d.n_tokens = N; d.token_types = types; d.scores = scores; d.spm = 1;
+    d.bos = 1; d.eos = 2; d.eot = -1;
+    FUZZ_REQUIRE(bitnet_tokenizer_create(&d, &t) == BITNET_OK);
+    return t;
+}
+
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc; (void)argv;
     tok = llama3_vocab();
     if (!tok) tok = small_vocab();
+    spm = spm_vocab();
     fprintf(stderr, "fuzz_tokenizer: vocabulary of %d tokens\n", (int)bitnet_tokenizer_vocab_size(tok));
     return 0;
 }
@@ -104,6 +133,32 @@ static void fuzz_encode(const char *s, size_t n, int bos, int special) {
     FUZZ_REQUIRE(back != NULL);
     FUZZ_REQUIRE(bitnet_detokenize(tok, ids, count, back, n + plen + 1, &len) == BITNET_OK);
     FUZZ_REQUIRE(len == n + plen && memcmp(back, bos_text, plen) == 0 && memcmp(back + plen, s, n) == 0);
+    free(back);
+    free(ids);
+}
+
+/* SentencePiece: at most bitnet_tokenize_bound ids; text that is valid UTF-8 without U+2581, encoded
+   without specials, decodes to " " + text. */
+static void fuzz_encode_spm(const char *s, size_t n, int bos, int special) {
+    size_t count = 0, count2 = 0, len = 0, i = 0, cap;
+    int32_t *ids;
+    char *back;
+    int plain = !special;
+    bitnet_result r = bitnet_tokenize(spm, s, n, bos, special, NULL, 0, &count);
+    FUZZ_REQUIRE(r == (count ? BITNET_ERR_BAD_SIZE : BITNET_OK) && count <= bitnet_tokenize_bound(spm, n));
+    ids = (int32_t *)malloc((count + 1) * sizeof(int32_t));
+    FUZZ_REQUIRE(ids != NULL && bitnet_tokenize(spm, s, n, bos, special, ids, count, &count2) == BITNET_OK && count2 == count);
+    cap = 8 * count + 2;
+    back = (char *)malloc(cap);
+    FUZZ_REQUIRE(back != NULL && bitnet_detokenize(spm, ids + (bos != 0), count - (bos != 0), back, cap, &len) == BITNET_OK);
+    while (plain && i < n) { /* valid UTF-8 (by lead byte and continuations), no U+2581 */
+        unsigned char c = (unsigned char)s[i];
+        size_t l = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0, k;
+        if (!l || i + l > n || (l == 3 && c == 0xE2 && (unsigned char)s[i + 1] == 0x96 && (unsigned char)s[i + 2] == 0x81)) plain = 0;
+        for (k = 1; plain && k < l; k++) plain = ((unsigned char)s[i + k] & 0xC0) == 0x80;
+        i += l ? l : 1;
+    }
+    if (plain && n) FUZZ_REQUIRE(len == n + 1 && back[0] == ' ' && memcmp(back + 1, s, n) == 0);
     free(back);
     free(ids);
 }
@@ -173,7 +228,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size == 0) return 0;
     mode = data[0];
     switch (mode & 3) {
-    case 0: fuzz_encode(s, n, (mode >> 2) & 1, (mode >> 3) & 1); break;
+    case 0:
+        if (mode & 16) fuzz_encode_spm(s, n, (mode >> 2) & 1, (mode >> 3) & 1);
+        else fuzz_encode(s, n, (mode >> 2) & 1, (mode >> 3) & 1);
+        break;
     case 1: fuzz_decode(data + 1, n); break;
     case 2: fuzz_pretokenize(s, n); break;
     default: fuzz_chat(s, n, mode >> 2); break;
