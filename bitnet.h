@@ -6219,20 +6219,21 @@ done:
 /* ---- encoding ----------------------------------------------------------------------------- */
 
 typedef struct bitnet__sym { int32_t id, prev, next; } bitnet__sym;
+/* A candidate merge of symbols left and right, lowest prio first, then leftmost. Byte-level BPE:
+   prio the rank, lid and rid the ids it joins, merged the result; SentencePiece: prio orders the
+   join's score high to low (bitnet__score_prio), merged is the join's length in bytes. */
 typedef struct bitnet__cand { int32_t prio, left, right, lid, rid, merged; } bitnet__cand;
 typedef struct bitnet__ssym { int32_t start, n, prev, next; } bitnet__ssym;  /* spm: a span of the escaped text */
-typedef struct bitnet__sbig { float score; int32_t left, right, size; } bitnet__sbig;
 typedef struct bitnet__enc {
     const bitnet_tokenizer *t;
     int32_t *ids;
     size_t cap, count;
     bitnet__sym *sym;      /* scratch for the longest piece so far */
     bitnet__cand *heap;
-    size_t scratch_cap, nheap;
-    unsigned char *esc;    /* spm: the text with spaces as U+2581, its characters and bigrams */
+    size_t scratch_cap, heap_cap, nheap;
+    unsigned char *esc;    /* spm: the text with spaces as U+2581, and its characters */
     bitnet__ssym *ssym;
-    bitnet__sbig *sheap;
-    size_t esc_cap, ssym_cap, nsheap;
+    size_t esc_cap;
 } bitnet__enc;
 
 static void bitnet__emit(bitnet__enc *e, int32_t id) {
@@ -6242,10 +6243,27 @@ static void bitnet__emit(bitnet__enc *e, int32_t id) {
 static int bitnet__cand_less(const bitnet__cand *a, const bitnet__cand *b) {
     return a->prio < b->prio || (a->prio == b->prio && a->left < b->left); /* lowest rank, then leftmost */
 }
+static void bitnet__heap_add(bitnet__enc *e, const bitnet__cand *c) {
+    size_t i;
+    for (i = e->nheap++; i > 0 && bitnet__cand_less(c, &e->heap[(i - 1) / 2]); i = (i - 1) / 2) e->heap[i] = e->heap[(i - 1) / 2];
+    e->heap[i] = *c;
+}
+/* Room for the candidates of n symbols: n - 1 at first, at most 2 more a merge. */
+static bitnet_result bitnet__heap_reserve(bitnet__enc *e, size_t n) {
+    size_t cap = BITNET__MAX(n, 2 * e->heap_cap), bytes;
+    if (n <= e->heap_cap) return BITNET_OK;
+    if (cap > (size_t)INT32_MAX || !bitnet__mul_size(cap, 3 * sizeof(bitnet__cand), &bytes))
+        return bitnet__err(BITNET_ERR_OVERFLOW, "bitnet_tokenize: a piece of %zu bytes is too long", n);
+    bitnet__free(e->heap);
+    e->heap_cap = 0;
+    e->heap = (bitnet__cand *)bitnet__malloc(bytes);
+    if (!e->heap) return BITNET_ERR_OUT_OF_MEMORY;
+    e->heap_cap = cap;
+    return BITNET_OK;
+}
 static void bitnet__heap_push(bitnet__enc *e, int32_t left, int32_t right) {
     const bitnet__pair *p = bitnet__pair_find(e->t, (uint32_t)e->sym[left].id, (uint32_t)e->sym[right].id);
     bitnet__cand c;
-    size_t i;
     if (!p) return;
     c.prio = p->prio;
     c.left = left;
@@ -6253,9 +6271,7 @@ static void bitnet__heap_push(bitnet__enc *e, int32_t left, int32_t right) {
     c.lid = e->sym[left].id;
     c.rid = e->sym[right].id;
     c.merged = p->merged;
-    for (i = e->nheap++; i > 0 && bitnet__cand_less(&c, &e->heap[(i - 1) / 2]); i = (i - 1) / 2)
-        e->heap[i] = e->heap[(i - 1) / 2];
-    e->heap[i] = c;
+    bitnet__heap_add(e, &c);
 }
 static bitnet__cand bitnet__heap_pop(bitnet__enc *e) {
     bitnet__cand top = e->heap[0], last = e->heap[--e->nheap];
@@ -6277,18 +6293,13 @@ static bitnet_result bitnet__bpe_piece(bitnet__enc *e, const unsigned char *s, s
     int32_t id, i;
     if (n == 1) { bitnet__emit(e, t->byte_id[s[0]]); return BITNET_OK; }
     if ((id = bitnet__tok_find(t, s, n)) >= 0) { bitnet__emit(e, id); return BITNET_OK; } /* a whole token */
+    BITNET__TRY(bitnet__heap_reserve(e, n));
     if (n > e->scratch_cap) {
-        size_t cap = BITNET__MAX(n, 2 * e->scratch_cap), hbytes;
-        if (cap > (size_t)INT32_MAX || !bitnet__mul_size(cap, 3 * sizeof(bitnet__cand), &hbytes))
-            return bitnet__err(BITNET_ERR_OVERFLOW, "bitnet_tokenize: a piece of %zu bytes is too long", n);
+        size_t cap = BITNET__MAX(n, 2 * e->scratch_cap);
         bitnet__free(e->sym);
-        bitnet__free(e->heap);
-        e->heap = NULL;
         e->scratch_cap = 0;
-        e->sym = (bitnet__sym *)bitnet__malloc(cap * sizeof(bitnet__sym));
+        e->sym = (bitnet__sym *)bitnet__malloc(cap * sizeof(bitnet__sym)); /* (at most 2 heap_cap: no overflow) */
         if (!e->sym) return BITNET_ERR_OUT_OF_MEMORY;
-        e->heap = (bitnet__cand *)bitnet__malloc(hbytes); /* n - 1 initial pairs, at most 2 per merge */
-        if (!e->heap) return BITNET_ERR_OUT_OF_MEMORY;
         e->scratch_cap = cap;
     }
     for (i = 0; i < (int32_t)n; i++) {
@@ -6315,32 +6326,21 @@ static bitnet_result bitnet__bpe_piece(bitnet__enc *e, const unsigned char *s, s
 
 /* ---- SentencePiece ---- */
 
-static int bitnet__sbig_better(const bitnet__sbig *a, const bitnet__sbig *b) { /* higher score, then leftmost */
-    return a->score > b->score || (a->score == b->score && a->left < b->left);
+/* A score as a prio: higher scores lower (an order-preserving map of the float's bits; -0 as +0). */
+static int32_t bitnet__score_prio(float score) {
+    uint32_t u;
+    if (score == 0.0f) score = 0.0f;
+    memcpy(&u, &score, 4);
+    u = (u & 0x80000000u) ? ~u : u | 0x80000000u; /* increasing with the score */
+    return (int32_t)(~u ^ 0x80000000u);
 }
 static void bitnet__spm_push(bitnet__enc *e, int32_t left, int32_t right) {
     const bitnet__ssym *l = &e->ssym[left], *r = &e->ssym[right];
     int32_t id = bitnet__tok_find(e->t, e->esc + l->start, (size_t)(l->n + r->n));
-    bitnet__sbig c;
-    size_t i;
+    bitnet__cand c;
     if (id < 0) return;
-    c.score = e->t->scores[id], c.left = left, c.right = right, c.size = l->n + r->n;
-    for (i = e->nsheap++; i > 0 && bitnet__sbig_better(&c, &e->sheap[(i - 1) / 2]); i = (i - 1) / 2) e->sheap[i] = e->sheap[(i - 1) / 2];
-    e->sheap[i] = c;
-}
-static bitnet__sbig bitnet__spm_pop(bitnet__enc *e) {
-    bitnet__sbig top = e->sheap[0], last = e->sheap[--e->nsheap];
-    size_t i = 0, n = e->nsheap;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= n) break;
-        if (c + 1 < n && bitnet__sbig_better(&e->sheap[c + 1], &e->sheap[c])) c++;
-        if (!bitnet__sbig_better(&e->sheap[c], &last)) break;
-        e->sheap[i] = e->sheap[c];
-        i = c;
-    }
-    if (n) e->sheap[i] = last;
-    return top;
+    c.prio = bitnet__score_prio(e->t->scores[id]), c.left = left, c.right = right, c.lid = c.rid = 0, c.merged = l->n + r->n;
+    bitnet__heap_add(e, &c);
 }
 /* One fragment of text between special tokens (llama.cpp's llm_tokenizer_spm_session): a space
    first when prefix, spaces as U+2581, characters by their UTF-8 lead byte, merges, then each
@@ -6352,14 +6352,14 @@ static bitnet_result bitnet__spm_text(bitnet__enc *e, const unsigned char *s, si
     int32_t ns = 0, j;
     for (i = 0; i < n; i++) m += s[i] == ' ' ? 3 : 1;
     if (m > (size_t)INT32_MAX / 4) return bitnet__err(BITNET_ERR_OVERFLOW, "bitnet_tokenize: a text of %zu bytes is too long", n);
+    BITNET__TRY(bitnet__heap_reserve(e, m));
     if (m > e->esc_cap) {
         size_t cap = BITNET__MAX(m, 2 * e->esc_cap);
-        bitnet__free(e->esc), bitnet__free(e->ssym), bitnet__free(e->sheap);
+        bitnet__free(e->esc), bitnet__free(e->ssym);
         e->esc_cap = 0;
         e->esc = (unsigned char *)bitnet__malloc(cap);
         e->ssym = (bitnet__ssym *)bitnet__malloc(cap * sizeof(bitnet__ssym));
-        e->sheap = (bitnet__sbig *)bitnet__malloc(3 * cap * sizeof(bitnet__sbig)); /* n - 1 bigrams, at most 2 more a merge */
-        if (!e->esc || !e->ssym || !e->sheap) return BITNET_ERR_OUT_OF_MEMORY;
+        if (!e->esc || !e->ssym) return BITNET_ERR_OUT_OF_MEMORY;
         e->esc_cap = cap;
     }
     for (i = 0, k = 0; i < n + (prefix != 0); i++) {
@@ -6373,12 +6373,12 @@ static bitnet_result bitnet__spm_text(bitnet__enc *e, const unsigned char *s, si
         k += l;
         e->ssym[ns].next = k == m ? -1 : ns + 1;
     }
-    e->nsheap = 0;
+    e->nheap = 0;
     for (j = 1; j < ns; j++) bitnet__spm_push(e, j - 1, j);
-    while (e->nsheap) {
-        bitnet__sbig c = bitnet__spm_pop(e);
+    while (e->nheap) {
+        bitnet__cand c = bitnet__heap_pop(e);
         bitnet__ssym *l = &e->ssym[c.left], *r = &e->ssym[c.right];
-        if (l->n == 0 || r->n == 0 || l->n + r->n != c.size) continue; /* stale */
+        if (l->n == 0 || r->n == 0 || l->n + r->n != c.merged) continue; /* stale */
         l->n += r->n, r->n = 0;
         l->next = r->next;
         if (r->next >= 0) e->ssym[r->next].prev = c.left;
@@ -6447,7 +6447,6 @@ BITNET_API bitnet_result bitnet_tokenize(const bitnet_tokenizer *t, const char *
     bitnet__free(e.heap);
     bitnet__free(e.esc);
     bitnet__free(e.ssym);
-    bitnet__free(e.sheap);
     if (r != BITNET_OK) return r;
     *n_out = e.count;
     if (e.count > cap) return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_tokenize: %zu tokens, room for %zu", e.count, cap);
