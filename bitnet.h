@@ -667,8 +667,8 @@ BITNET_API bitnet_result bitnet_gguf_find_tensor(const bitnet_gguf *g, const cha
 /* Validates a GGUF against the BitNet b1.58 architecture and fills *info (all of it is
    overwritten; the backend fields are left zero). Architectures "bitnet-b1.58", "bitnet-25" and
    "bitnet" (the FFN as bitnet.cpp computes it: relu(gate)^2 * up, and for "bitnet", 1bitLLM's
-   models, silu(gate) * up; info->ffn_act), keys under that prefix: embedding_length, block_count, attention.head_count,
-   feed_forward_length, context_length, attention.layer_norm_rms_epsilon (required);
+   models, silu(gate) * up; info->ffn_act), keys under that prefix: embedding_length, block_count,
+   attention.head_count, feed_forward_length, context_length, attention.layer_norm_rms_epsilon (required);
    attention.head_count_kv (default head_count), rope.freq_base (default 10000), vocab_size and
    rope.dimension_count (checked when present). Tensors (ggml ne order, ne0 = in-features), as
    bitnet.cpp writes them: token_embd.weight F16 [dim, vocab]; output_norm.weight F32 [dim];
