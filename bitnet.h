@@ -2019,6 +2019,17 @@ static const bitnet__ttype *bitnet__ttype_of(uint32_t t) {
 static int bitnet__ternary_type(bitnet_tensor_type t) {
     return t == BITNET_TENSOR_I2_S || t == BITNET_TENSOR_TQ1_0 || t == BITNET_TENSOR_TQ2_0;
 }
+/* The names of the table's types that ok() accepts, "A, B or C" (for error messages). */
+static const char *bitnet__ttype_list(int (*ok)(int, bitnet_tensor_type), int arg, char *buf, size_t cap) {
+    size_t i, n = 0, k = 0, len = 0;
+    for (i = 0; i < sizeof bitnet__ttypes / sizeof bitnet__ttypes[0]; i++) n += ok(arg, bitnet__ttypes[i].t) != 0;
+    buf[0] = 0;
+    for (i = 0; i < sizeof bitnet__ttypes / sizeof bitnet__ttypes[0] && len < cap; i++)
+        if (ok(arg, bitnet__ttypes[i].t))
+            len += (size_t)snprintf(buf + len, cap - len, "%s%s", k++ == 0 ? "" : k == n ? " or " : ", ", bitnet__ttypes[i].name);
+    return buf;
+}
+static int bitnet__ttype_any(int arg, bitnet_tensor_type t) { return (void)arg, (void)t, 1; }
 
 /* ---- llama.cpp's TQ1_0 / TQ2_0 <-> I2_S (a block: 256 codes, then its fp16 scale) ---- */
 static const uint8_t bitnet__pow3[5] = {1, 3, 9, 27, 81};
@@ -4689,10 +4700,11 @@ static bitnet_result bitnet__gguf_parse(bitnet_gguf *g) {
         BITNET__TRY(bitnet__rd_u32(&r, &type, what));
         snprintf(what, sizeof what, "offset of tensor '%.48s'", ti->name);
         BITNET__TRY(bitnet__rd_u64(&r, &ti->offset, what));
-        if (!bitnet__ttype_of(type))
-            return bitnet__err(BITNET_ERR_UNSUPPORTED_TYPE,
-                               "GGUF: tensor '%s' has type %u (%s), not one of F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, "
-                               "Q5_K, Q6_K, TQ1_0, TQ2_0, I2_S", ti->name, type, bitnet__ggml_type_name(type));
+        if (!bitnet__ttype_of(type)) {
+            char types[160];
+            return bitnet__err(BITNET_ERR_UNSUPPORTED_TYPE, "GGUF: tensor '%s' has type %u (%s), not %s", ti->name, type,
+                               bitnet__ggml_type_name(type), bitnet__ttype_list(bitnet__ttype_any, 0, types, sizeof types));
+        }
         ti->type = (bitnet_tensor_type)type;
         res = bitnet_tensor_nbytes(ti->type, ti->ne, &ti->bytes);
         if (res != BITNET_OK) {
@@ -5085,12 +5097,11 @@ static bitnet_result bitnet__gguf_want(const bitnet_gguf *g, const char *name, i
     bitnet_tensor_info t;
     if (!tp) return optional ? BITNET_OK : bitnet__err(BITNET_ERR_MISSING_TENSOR, "GGUF: tensor '%s' is missing", name);
     t = *tp;
-    if (!bitnet__gguf_role_ok(role, t.type))
+    if (!bitnet__gguf_role_ok(role, t.type)) {
+        char types[160];
         return bitnet__err(BITNET_ERR_UNSUPPORTED_TYPE, "GGUF: tensor '%s' is %s, a BitNet model needs %s here", name,
-                           bitnet_tensor_type_name(t.type),
-                           role == BITNET__GGUF_TERNARY ? "I2_S, TQ1_0, TQ2_0, F32, F16 or BF16"
-                           : role == BITNET__GGUF_EMBD  ? "F32, F16, BF16, Q8_0, Q6_K, Q5_K, Q5_1, Q5_0, Q4_K, Q4_1 or Q4_0"
-                                                        : "F32, F16 or BF16");
+                           bitnet_tensor_type_name(t.type), bitnet__ttype_list(bitnet__gguf_role_ok, role, types, sizeof types));
+    }
     if (t.ne[0] != ne0 || t.ne[1] != ne1 || t.ne[2] != 1 || t.ne[3] != 1)
         return bitnet__err(BITNET_ERR_BAD_SHAPE, "GGUF: tensor '%s' has shape [%llu, %llu, %llu, %llu], the hyperparameters say [%llu, %llu]",
                            name, (unsigned long long)t.ne[0], (unsigned long long)t.ne[1], (unsigned long long)t.ne[2],

@@ -874,10 +874,12 @@ static void test_check_inconsistent(void) {
     TEST_CHECK(check_micro(&c, NULL) == BITNET_ERR_MISSING_TENSOR);
     c = micro_default(); c.q8_instead = "blk.0.attn_k.weight";
     TEST_CHECK(check_micro(&c, NULL) == BITNET_ERR_UNSUPPORTED_TYPE && strstr(bitnet_last_error(), "attn_k") != NULL);
+    TEST_CHECKF(strstr(bitnet_last_error(), "needs F32, F16, BF16, TQ1_0, TQ2_0 or I2_S here") != NULL, "%s", bitnet_last_error());
     c = micro_default(); c.q8_instead = "token_embd.weight"; /* llama.cpp's block types: the embedding and output only */
     TEST_CHECKF(check_micro(&c, NULL) == BITNET_OK, "%s", bitnet_last_error());
     c = micro_default(); c.q8_instead = "output_norm.weight";
     TEST_CHECK(check_micro(&c, NULL) == BITNET_ERR_UNSUPPORTED_TYPE && strstr(bitnet_last_error(), "output_norm") != NULL);
+    TEST_CHECKF(strstr(bitnet_last_error(), "needs F32, F16 or BF16 here") != NULL, "%s", bitnet_last_error());
     c = micro_default(); c.shape_ffn = 384; /* tensors disagree with feed_forward_length */
     TEST_CHECK(check_micro(&c, NULL) == BITNET_ERR_BAD_SHAPE && strstr(bitnet_last_error(), "blk.0.ffn_gate") != NULL);
     c = micro_default(); c.rope_dims = 16; /* head_dim is 32 */
