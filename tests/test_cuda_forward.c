@@ -465,13 +465,12 @@ static void test_random_hd64(void) {
 
 /* The "bitnet" architecture's FFN, silu(gate) * up (1bitLLM's models): prefill through the GEMM
    epilogues, decode through the GEMV's, greedy tokens. */
-static void test_random_silu(void) {
+static void random_silu(int dim, int heads, int kv, int ffn, unsigned long long seed) {
     rmodel r;
     bitnet_model *cpu = NULL, *gpu = NULL;
     bitnet_model_info info;
-    NEED_GPU();
     w_lo = 0.3f, w_hi = 1.5f;
-    rmodel_build(&r, 1000, 256, 2, 4, 2, 384, 13);
+    rmodel_build(&r, 1000, dim, 2, heads, kv, ffn, seed);
     r.w.ffn_act = BITNET_FFN_SILU;
     TEST_CHECKF(load_pair_weights(&r.w, &cpu, &gpu) == BITNET_OK, "%s", bitnet_last_error());
     if (cpu && gpu) {
@@ -484,6 +483,11 @@ static void test_random_silu(void) {
     bitnet_model_free(gpu);
     bitnet_model_free(cpu);
     rmodel_free(&r);
+}
+static void test_random_silu(void) {
+    NEED_GPU();
+    random_silu(256, 4, 2, 384, 13);
+    random_silu(384, 4, 4, 512, 14); /* head_dim 96, no GQA: bitnet_b1_58-large's heads (1536 / 16) */
 }
 
 /* Asking for CUDA without a usable one is an error, never a silent CPU run. */
