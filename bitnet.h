@@ -667,7 +667,9 @@ BITNET_API bitnet_result bitnet_gguf_find_tensor(const bitnet_gguf *g, const cha
 /* Validates a GGUF against the BitNet b1.58 architecture and fills *info (all of it is
    overwritten; the backend fields are left zero). Architectures "bitnet-b1.58", "bitnet-25" and
    "bitnet" (the FFN as bitnet.cpp computes it: relu(gate)^2 * up, and for "bitnet", 1bitLLM's
-   models, silu(gate) * up; info->ffn_act), keys under that prefix: embedding_length, block_count,
+   models, silu(gate) * up; info->ffn_act), and "llama" when its matrices are ternary (Llama3-8B-1.58,
+   Falcon3-1.58bit: silu, no attn_sub_norm / ffn_sub_norm, q and k rows put back from llama.cpp's
+   RoPE permutation at load; rope_freqs is refused), keys under that prefix: embedding_length, block_count,
    attention.head_count, feed_forward_length, context_length, attention.layer_norm_rms_epsilon (required);
    attention.head_count_kv (default head_count), rope.freq_base (default 10000), vocab_size and
    rope.dimension_count (checked when present). Tensors (ggml ne order, ne0 = in-features), as
@@ -826,6 +828,7 @@ typedef struct bitnet_model_info {
     float rope_theta, norm_eps;
     int32_t bos, eos, eot;                    /* -1 when absent */
     int32_t ffn_act;                          /* bitnet_ffn_act */
+    int32_t sub_norms;                        /* 1: RMSNorms before O and down (BitNet); 0: none ("llama") */
     bitnet_backend backend;                   /* the backend actually in use */
     char backend_reason[256];                 /* why (e.g. "CUDA unavailable: ...; using the CPU") */
     int32_t head_bits;                        /* the head as computed: 8 (int8 rows) or 16 (fp16) */
@@ -851,6 +854,7 @@ typedef struct bitnet_model_weights {
     float rope_theta, norm_eps;
     int32_t bos, eos, eot;                    /* -1 when absent */
     int32_t ffn_act;                          /* bitnet_ffn_act; 0 = BITNET_FFN_RELU2 */
+    int32_t no_sub_norms;                     /* 1: no attn_sub_norm / ffn_sub_norm (they may be NULL) */
     const uint16_t *tok_embd;                 /* fp16 [n_vocab][dim] */
     const uint16_t *output;                   /* fp16 [n_vocab][dim]; NULL = tied to tok_embd */
     const float *output_norm;                 /* [dim] */
@@ -2657,8 +2661,8 @@ BITNET_API bitnet_result bitnet_rmsnorm(const float *x, const float *weight, siz
    followed by bitnet_quantize_act on the same path. sum may be NULL. For the forward pass. */
 static void bitnet__rmsnorm_quantize(const float *x, const float *w, size_t k, float eps, int8_t *q, float *scale,
                                      int32_t *sum) {
-    bitnet_isa isa = bitnet_cpu_isa();
-    bitnet__quantize_row_fn(isa)(x, w, bitnet__rms_factor(isa, x, k, eps), k, q, scale, sum);
+    bitnet_isa isa = bitnet_cpu_isa(); /* w NULL: no norm (a "llama" model's missing sub-norms), the absmax alone */
+    bitnet__quantize_row_fn(isa)(x, w, w ? bitnet__rms_factor(isa, x, k, eps) : 1.0f, k, q, scale, sum);
 }
 
 BITNET_API bitnet_result bitnet_rmsnorm_quantize(const float *x, const float *weight, size_t m, size_t k, float eps,
@@ -5135,10 +5139,13 @@ static const struct bitnet__layer_part {
     {"ffn_down", BITNET__GGUF_TERNARY, 3, 1, offsetof(bitnet_layer_weights, w_down)},
     {"ffn_sub_norm", BITNET__GGUF_FLOAT, 3, 0, offsetof(bitnet_layer_weights, ffn_sub_norm)}};
 #define BITNET__N_LAYER_PARTS (sizeof bitnet__layer_parts / sizeof bitnet__layer_parts[0])
+static int bitnet__layer_part_used(const struct bitnet__layer_part *P, const bitnet_model_info *info) {
+    return info->sub_norms || !strstr(P->name, "sub_norm");
+}
 
 /* Validates g as a BitNet b1.58 model and fills info; see bitnet_gguf_check_bitnet. */
 static bitnet_result bitnet__gguf_check_bitnet(const bitnet_gguf *g, bitnet_model_info *info) {
-    static const char *const archs[] = {"bitnet-b1.58", "bitnet-25", "bitnet"};
+    static const char *const archs[] = {"bitnet-b1.58", "bitnet-25", "bitnet", "llama"};
     bitnet_gguf_str s = {NULL, 0};
     bitnet_tensor_info emb;
     char arch[32], name[96];
@@ -5149,14 +5156,15 @@ static bitnet_result bitnet__gguf_check_bitnet(const bitnet_gguf *g, bitnet_mode
     info->bos = info->eos = info->eot = -1;
 
     BITNET__TRY(bitnet_gguf_get_str(g, "general.architecture", &s));
-    for (a = 0; a < 3; a++)
+    for (a = 0; a < 4; a++)
         if (s.len == strlen(archs[a]) && memcmp(s.ptr, archs[a], (size_t)s.len) == 0) break;
-    if (a == 3)
-        return bitnet__err(BITNET_ERR_UNSUPPORTED, "GGUF: architecture '%.*s' is not a BitNet one (bitnet-b1.58, bitnet-25, bitnet)",
-                           (int)BITNET__MIN(s.len, 64), s.ptr);
+    if (a == 4)
+        return bitnet__err(BITNET_ERR_UNSUPPORTED, "GGUF: architecture '%.*s' is not a BitNet one (bitnet-b1.58, bitnet-25, bitnet, "
+                           "or llama with ternary matrices)", (int)BITNET__MIN(s.len, 64), s.ptr);
     snprintf(arch, sizeof arch, "%s", archs[a]);
     snprintf(info->arch, sizeof info->arch, "%s", arch);
-    info->ffn_act = a == 2 ? BITNET_FFN_SILU : BITNET_FFN_RELU2; /* bitnet.cpp's build_bitnet: silu; build_bitnet_158: relu^2 */
+    info->ffn_act = a >= 2 ? BITNET_FFN_SILU : BITNET_FFN_RELU2; /* bitnet.cpp's build_bitnet and build_llama: silu */
+    info->sub_norms = a != 3; /* "llama": ternary LLaMA models (Llama3-8B-1.58, Falcon3-1.58bit) have none */
 
     BITNET__TRY(bitnet__gguf_hparam(g, arch, "embedding_length", 1, &info->dim));
     BITNET__TRY(bitnet__gguf_hparam(g, arch, "block_count", 1, &info->n_layers));
@@ -5250,13 +5258,20 @@ static bitnet_result bitnet__gguf_check_bitnet(const bitnet_gguf *g, bitnet_mode
     BITNET__TRY(bitnet__gguf_want(g, "token_embd.weight", BITNET__GGUF_EMBD, dim, n_vocab, 0));
     BITNET__TRY(bitnet__gguf_want(g, "output_norm.weight", BITNET__GGUF_FLOAT, dim, 1, 0));
     BITNET__TRY(bitnet__gguf_want(g, "output.weight", BITNET__GGUF_EMBD, dim, n_vocab, 1));
+    if (!info->sub_norms && bitnet__gguf_tensor_named(g, "rope_freqs.weight"))
+        return bitnet__err(BITNET_ERR_UNSUPPORTED, "GGUF: rope_freqs.weight (Llama 3.1's RoPE scaling) is not supported");
     for (l = 0; l < info->n_layers; l++) {
         const uint64_t sz[4] = {1, dim, kv_dim, ffn};
         size_t p;
         for (p = 0; p < BITNET__N_LAYER_PARTS; p++) {
             const struct bitnet__layer_part *P = &bitnet__layer_parts[p];
+            if (!bitnet__layer_part_used(P, info)) continue;
             snprintf(name, sizeof name, "blk.%d.%s.weight", l, P->name);
             BITNET__TRY(bitnet__gguf_want(g, name, P->role, sz[P->ne0], sz[P->ne1], 0));
+            if (!info->sub_norms && P->role == BITNET__GGUF_TERNARY && !bitnet__ternary_type(bitnet__gguf_tensor_named(g, name)->type))
+                return bitnet__err(BITNET_ERR_UNSUPPORTED, "GGUF: tensor '%s' is %s: a llama-architecture file is a BitNet model only "
+                                   "with ternary matrices (I2_S, TQ1_0, TQ2_0)", name,
+                                   bitnet_tensor_type_name(bitnet__gguf_tensor_named(g, name)->type));
         }
     }
     return BITNET_OK;
@@ -11234,6 +11249,7 @@ typedef struct bitnet__gmodel {
     bitnet__glayer *layers;
     int device, sm_count, cc, smem_optin; /* smem_optin: shared memory a block can have (bytes) */
     bitnet_gpu_kernel *embed, *gemv_store, *gemv_res, *gemv_glu, *attn, *head_k, *rope_kv, *attn_prefill, *topk, *penalize;
+    bitnet_gpu_kernel *gemv_sub; /* O's and down's GEMV: gemv_res, or without RMSNorm (no sub-norms, "llama") */
     bitnet_gpu_kernel *attn_warps;   /* the decode attention over warps for head_dim 32, 64 or 128 (else NULL: attn throughout) */
     bitnet_gpu_kernel *attn_warps2;  /* the same in ranges of two passes (with attn_warps) */
     int att_pk;                       /* attn_prefill's keys a tile: BITNET__GPU_ATT_PK (tools rebuild it with others) */
@@ -11342,9 +11358,9 @@ static void bitnet__gmodel_layout(bitnet__gmodel *g, const bitnet_model *m, bitn
     for (l = 0; l < in->n_layers; l++) {
         bitnet__glayer *L = &g->layers[l];
         L->attn_norm = bitnet__gtake(c, (size_t)in->dim, 4);
-        L->attn_sub_norm = bitnet__gtake(c, (size_t)m->q_dim, 4);
+        L->attn_sub_norm = in->sub_norms ? bitnet__gtake(c, (size_t)m->q_dim, 4) : 0; /* 0: none (the kernels skip the norm) */
         L->ffn_norm = bitnet__gtake(c, (size_t)in->dim, 4);
-        L->ffn_sub_norm = bitnet__gtake(c, (size_t)in->ffn_dim, 4);
+        L->ffn_sub_norm = in->sub_norms ? bitnet__gtake(c, (size_t)in->ffn_dim, 4) : 0;
     }
 }
 
@@ -11369,7 +11385,7 @@ static bitnet_result bitnet__gpu_ternary(bitnet__gmodel *g, const void *const *w
    The embedding (a step's first kernel: nothing before it to overlap) and the repetition penalty (not
    measured under it) launch plainly; their griddepcontrol.wait then returns at once. */
 static void bitnet__gmodel_pdl(bitnet__gmodel *g, int on) {
-    g->gemv_store->pdl = g->gemv_res->pdl = g->gemv_glu->pdl = g->attn->pdl = g->head_k->pdl = g->topk->pdl = on;
+    g->gemv_store->pdl = g->gemv_res->pdl = g->gemv_glu->pdl = g->gemv_sub->pdl = g->attn->pdl = g->head_k->pdl = g->topk->pdl = on;
     if (g->attn_warps) g->attn_warps->pdl = g->attn_warps2->pdl = on;
     g->rope_kv->pdl = g->attn_prefill->pdl = on;
 }
@@ -11383,6 +11399,7 @@ static bitnet_result bitnet__gmodel_kernels(bitnet__gmodel *g, bitnet_gpu_module
     BITNET__GK("bitnet_k_fwd_gemv_store", &g->gemv_store);
     BITNET__GK("bitnet_k_fwd_gemv_res", &g->gemv_res);
     BITNET__GK(in->ffn_act == BITNET_FFN_SILU ? "bitnet_k_fwd_gemv_glu_silu" : "bitnet_k_fwd_gemv_glu", &g->gemv_glu);
+    BITNET__GK(in->sub_norms ? "bitnet_k_fwd_gemv_res" : "bitnet_k_fwd_gemv_res_raw", &g->gemv_sub);
     BITNET__GK("bitnet_k_fwd_attn_decode", &g->attn);
     if (head_dim == 32 || head_dim == 64 || head_dim == 128) {
         char name[40];
@@ -11444,9 +11461,9 @@ static bitnet_result bitnet__gpu_model_init(bitnet_model *m, int device) {
         const void *w[3];
         int n[3];
         BITNET__TRY(bitnet_gpu_upload(g->gpu, L->attn_norm, W->attn_norm, (size_t)in->dim * 4));
-        BITNET__TRY(bitnet_gpu_upload(g->gpu, L->attn_sub_norm, W->attn_sub_norm, (size_t)m->q_dim * 4));
+        if (in->sub_norms) BITNET__TRY(bitnet_gpu_upload(g->gpu, L->attn_sub_norm, W->attn_sub_norm, (size_t)m->q_dim * 4));
         BITNET__TRY(bitnet_gpu_upload(g->gpu, L->ffn_norm, W->ffn_norm, (size_t)in->dim * 4));
-        BITNET__TRY(bitnet_gpu_upload(g->gpu, L->ffn_sub_norm, W->ffn_sub_norm, (size_t)in->ffn_dim * 4));
+        if (in->sub_norms) BITNET__TRY(bitnet_gpu_upload(g->gpu, L->ffn_sub_norm, W->ffn_sub_norm, (size_t)in->ffn_dim * 4));
         w[0] = W->wq, w[1] = W->wk, w[2] = W->wv, n[0] = m->q_dim, n[1] = m->kv_dim, n[2] = m->kv_dim;
         BITNET__TRY(bitnet__gpu_ternary(g, w, n, 3, in->dim, 0, &L->qkv));
         w[0] = W->wo, n[0] = in->dim;
@@ -11798,10 +11815,10 @@ static bitnet_result bitnet__gpu_step(bitnet_session *s) {
         /* attention block */
         BITNET__TRY(bitnet__gpu_linear(s, g->gemv_store, &L->qkv, q->x, L->attn_norm, q->qkv));             /* qkv */
         BITNET__TRY(bitnet__gpu_attention(s, l));                                                          /* att [q_dim] */
-        BITNET__TRY(bitnet__gpu_linear(s, g->gemv_res, &L->o, q->att, L->attn_sub_norm, q->x));              /* x += o */
+        BITNET__TRY(bitnet__gpu_linear(s, g->gemv_sub, &L->o, q->att, L->attn_sub_norm, q->x));              /* x += o */
         /* feed-forward block */
         BITNET__TRY(bitnet__gpu_linear(s, g->gemv_glu, &L->gu, q->x, L->ffn_norm, q->h));                   /* h */
-        BITNET__TRY(bitnet__gpu_linear(s, g->gemv_res, &L->down, q->h, L->ffn_sub_norm, q->x));             /* x += down */
+        BITNET__TRY(bitnet__gpu_linear(s, g->gemv_sub, &L->down, q->h, L->ffn_sub_norm, q->x));             /* x += down */
     }
     return bitnet__gpu_head(s, q->x, 1);                                             /* logits; next token and position */
 }
@@ -12363,6 +12380,7 @@ static bitnet_result bitnet__model_build(bitnet_model *m, const bitnet_model_wei
     in->eos = w->eos < 0 ? -1 : w->eos;
     in->eot = w->eot < 0 ? -1 : w->eot;
     in->ffn_act = w->ffn_act ? w->ffn_act : BITNET_FFN_RELU2;
+    in->sub_norms = !w->no_sub_norms;
     m->q_dim = w->n_heads * hd;
     m->kv_dim = w->n_kv_heads * hd;
     m->tok_embd = w->tok_embd;
@@ -12373,13 +12391,13 @@ static bitnet_result bitnet__model_build(bitnet_model *m, const bitnet_model_wei
     for (l = 0; l < w->n_layers; l++) {
         const bitnet_layer_weights *s = &w->layers[l];
         bitnet__layer *o = &m->layers[l];
-        if (!s->attn_norm || !s->attn_sub_norm || !s->ffn_norm || !s->ffn_sub_norm || !s->wq || !s->wk || !s->wv ||
-            !s->wo || !s->w_gate || !s->w_up || !s->w_down)
+        if (!s->attn_norm || (!w->no_sub_norms && (!s->attn_sub_norm || !s->ffn_sub_norm)) || !s->ffn_norm || !s->wq || !s->wk ||
+            !s->wv || !s->wo || !s->w_gate || !s->w_up || !s->w_down)
             return bitnet__err(BITNET_ERR_NULL_POINTER, "model: layer %d has a NULL tensor", (int)l);
         o->attn_norm = s->attn_norm;
-        o->attn_sub_norm = s->attn_sub_norm;
+        o->attn_sub_norm = w->no_sub_norms ? NULL : s->attn_sub_norm;
         o->ffn_norm = s->ffn_norm;
-        o->ffn_sub_norm = s->ffn_sub_norm;
+        o->ffn_sub_norm = w->no_sub_norms ? NULL : s->ffn_sub_norm;
         o->wq = s->wq;
         o->wk = s->wk;
         o->wv = s->wv;
@@ -12463,7 +12481,7 @@ BITNET_API bitnet_result bitnet_model_from_weights(const bitnet_model_weights *w
     *out = NULL;
     m = (bitnet_model *)bitnet__calloc(1, sizeof *m);
     if (!m) return BITNET_ERR_OUT_OF_MEMORY;
-    snprintf(m->info.arch, sizeof m->info.arch, "%s", w->ffn_act == BITNET_FFN_SILU ? "bitnet" : "bitnet-b1.58");
+    snprintf(m->info.arch, sizeof m->info.arch, "%s", w->no_sub_norms ? "llama" : w->ffn_act == BITNET_FFN_SILU ? "bitnet" : "bitnet-b1.58");
     bitnet__progress(desc, 0.0f);
     r = bitnet__resolve_backend(desc ? desc->backend : BITNET_BACKEND_AUTO, &m->info);
     if (r == BITNET_OK) r = bitnet__model_build(m, w, desc);
@@ -12578,6 +12596,24 @@ static bitnet_result bitnet__tensor_i2s(bitnet_model *m, const char *name, const
     return BITNET_OK;
 }
 
+/* "llama" GGUFs hold q and k with each head's rows permuted (llama.cpp's converter, for its pairwise
+   RoPE: row 2i + j of a head is the Hugging Face row j * head_dim / 2 + i). A copy of the I2_S
+   matrix in the Hugging Face order, so the forward's rotate-half RoPE applies (on every backend). */
+static bitnet_result bitnet__unpermute_rope(bitnet_model *m, const void **w, int heads, int hd, int k) {
+    const size_t rb = (size_t)k / 4, rows = (size_t)heads * (size_t)hd, bytes = bitnet_i2s_bytes(rows, (size_t)k);
+    const uint8_t *src = (const uint8_t *)*w;
+    uint8_t *dst = (uint8_t *)bitnet__malloc(bytes);
+    int h, i, j;
+    BITNET__TRY(bitnet__model_own(m, dst));
+    for (h = 0; h < heads; h++)
+        for (i = 0; i < hd / 2; i++)
+            for (j = 0; j < 2; j++)
+                memcpy(dst + ((size_t)h * hd + (size_t)j * (hd / 2) + i) * rb, src + ((size_t)h * hd + 2 * (size_t)i + j) * rb, rb);
+    memcpy(dst + rows * rb, src + rows * rb, bytes - rows * rb); /* the scale's tail */
+    *w = dst;
+    return BITNET_OK;
+}
+
 /* Tensors by bitnet.cpp's names, after bitnet__gguf_check_bitnet (>>gguf) has checked the
    architecture, hparams, special ids, and every tensor's presence, type and shape. */
 static bitnet_result bitnet__model_from_gguf(bitnet_model *m, const bitnet_model_desc *d) {
@@ -12596,7 +12632,7 @@ static bitnet_result bitnet__model_from_gguf(bitnet_model *m, const bitnet_model
     w.n_vocab = hp.n_vocab, w.dim = hp.dim, w.n_layers = hp.n_layers, w.n_heads = hp.n_heads;
     w.n_kv_heads = hp.n_kv_heads, w.head_dim = hp.head_dim, w.ffn_dim = hp.ffn_dim, w.n_ctx_train = hp.n_ctx_train;
     w.rope_theta = hp.rope_theta, w.norm_eps = hp.norm_eps, w.bos = hp.bos, w.eos = hp.eos, w.eot = hp.eot;
-    w.ffn_act = hp.ffn_act;
+    w.ffn_act = hp.ffn_act, w.no_sub_norms = !hp.sub_norms;
     bitnet__progress(d, 0.02f);
     BITNET__TRY(bitnet_gguf_find_tensor(g, "token_embd.weight", &ti));
     if (bitnet__ttype_of((uint32_t)ti.type)->blk > 1) { /* a block type: rows made fp16 when read (bitnet__emb_row) */
@@ -12619,10 +12655,15 @@ static bitnet_result bitnet__model_from_gguf(bitnet_model *m, const bitnet_model
         for (i = 0; i < (int)BITNET__N_LAYER_PARTS; i++) {
             const struct bitnet__layer_part *P = &bitnet__layer_parts[i];
             char *field = (char *)&lw[l] + P->field;
+            if (!bitnet__layer_part_used(P, &hp)) continue;
             snprintf(name, sizeof name, "blk.%d.%s.weight", (int)l, P->name);
             BITNET__TRY(bitnet_gguf_find_tensor(g, name, &ti));
             if (P->role == BITNET__GGUF_FLOAT) BITNET__TRY(bitnet__tensor_f32(m, name, &ti, sz[P->ne0], (const float **)field));
             else BITNET__TRY(bitnet__tensor_i2s(m, name, &ti, sz[P->ne1], sz[P->ne0], (const void **)field));
+        }
+        if (!hp.sub_norms) { /* llama.cpp's converter permuted q and k for its pairwise RoPE: back to rotate-half */
+            BITNET__TRY(bitnet__unpermute_rope(m, &lw[l].wq, w.n_heads, w.head_dim, w.dim));
+            BITNET__TRY(bitnet__unpermute_rope(m, &lw[l].wk, w.n_kv_heads, w.head_dim, w.dim));
         }
         bitnet__progress(d, 0.02f + 0.08f * (float)(l + 1) / (float)w.n_layers);
     }

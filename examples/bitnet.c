@@ -1358,7 +1358,8 @@ static int cmd_info(int argc, char **argv) {
         printf("\nBitNet check: ok (%s: dim %d, %d layers, %d heads, %d kv heads, ffn %d (%s), vocab %d, context %d, "
                "rope theta %g, eps %g, bos %d, eos %d, eot %d)\n",
                mi.arch, mi.dim, mi.n_layers, mi.n_heads, mi.n_kv_heads, mi.ffn_dim,
-               mi.ffn_act == BITNET_FFN_SILU ? "silu(gate) * up" : "relu(gate)^2 * up", mi.n_vocab, mi.n_ctx_train,
+               mi.ffn_act == BITNET_FFN_SILU ? (mi.sub_norms ? "silu(gate) * up" : "silu(gate) * up, no sub-norms") : "relu(gate)^2 * up",
+               mi.n_vocab, mi.n_ctx_train,
                (double)mi.rope_theta, (double)mi.norm_eps, mi.bos, mi.eos, mi.eot);
     else
         printf("\nBitNet check: %s: %s\n", bitnet_result_string(r), bitnet_last_error());
@@ -1730,7 +1731,7 @@ static int cmd_gen_model(int argc, char **argv) {
     const char *arch = "bitnet-b1.58", *type_name = "i2_s", *vocab_kind = "bpe";
     gm_spm spm;
     bitnet_tensor_type wtype = BITNET_TENSOR_I2_S;
-    int i, l, k, bos, eos, eot, n_vocab;
+    int i, l, k, bos, eos, eot, n_vocab, no_sub = 0;
     uint8_t yes = 1;
     double t0 = 0;
     struct timespec ts;
@@ -1747,7 +1748,8 @@ static int cmd_gen_model(int argc, char **argv) {
     }
     if (strcmp(vocab_kind, "bpe") && strcmp(vocab_kind, "spm")) preset = NULL;
     memset(&spm, 0, sizeof spm);
-    if (strcmp(arch, "bitnet-b1.58") && strcmp(arch, "bitnet-25") && strcmp(arch, "bitnet")) preset = NULL;
+    if (strcmp(arch, "bitnet-b1.58") && strcmp(arch, "bitnet-25") && strcmp(arch, "bitnet") && strcmp(arch, "llama")) preset = NULL;
+    no_sub = strcmp(arch, "llama") == 0; /* a ternary LLaMA: no sub-norms, silu, q and k rows as llama.cpp permutes them */
     for (k = 0; preset && k < (int)(sizeof gm_presets / sizeof gm_presets[0]); k++)
         if (strcmp(preset, gm_presets[k].name) == 0) p = &gm_presets[k];
     if (strcmp(type_name, "tq1_0") == 0) wtype = BITNET_TENSOR_TQ1_0;
@@ -1755,12 +1757,13 @@ static int cmd_gen_model(int argc, char **argv) {
     else if (strcmp(type_name, "i2_s")) p = NULL;
     if (i < argc || !p || !out) {
         fprintf(stderr, "usage: bitnet gen-model --preset tiny|small|2b4t [--seed S] [--tiktoken FILE] [--type i2_s|tq1_0|tq2_0]\n"
-                        "                        [--arch bitnet-b1.58|bitnet-25|bitnet] [--vocab bpe|spm] -o FILE.gguf\n"
+                        "                        [--arch bitnet-b1.58|bitnet-25|bitnet|llama] [--vocab bpe|spm] -o FILE.gguf\n"
                         "  random weights (the model says nothing useful) in bitnet.cpp's GGUF layout; tiny and small\n"
                         "  get a small byte-level tokenizer, 2b4t the LLaMA 3 vocabulary from --tiktoken FILE\n"
                         "  (default ../shared/data/llama3-tokenizer.tiktoken). --type: the ternary matrices in\n"
                         "  bitnet.cpp's I2_S (the default) or llama.cpp's TQ1_0 / TQ2_0 (scales rounded to fp16).\n"
-                        "  --arch: general.architecture; \"bitnet\" (1bitLLM's models) has a silu(gate) * up FFN.\n"
+                        "  --arch: general.architecture; \"bitnet\" (1bitLLM's models) has a silu(gate) * up FFN, \"llama\"\n"
+                        "  (ternary LLaMAs: Llama3-8B-1.58, Falcon3-1.58bit) that and no sub-norms.\n"
                         "  --vocab spm: the vocabulary as SentencePiece (tokenizer.ggml.model \"llama\", as LLaMA 2's and\n"
                         "  1bitLLM's models), made from the byte-level one: its UTF-8 tokens, spaces as U+2581, scores\n"
                         "  by rank, <0xXX> byte tokens, <s> and </s>\n");
@@ -1856,6 +1859,7 @@ static int cmd_gen_model(int argc, char **argv) {
         for (l = 0; l < p->n_layers; l++)
             for (k = 0; k < 11; k++) {
                 int vec = strstr(parts[k], "norm") != NULL;
+                if (no_sub && strstr(parts[k], "sub_norm")) continue;
                 ne[0] = (k == 9 || k == 10) ? ffn : dim;
                 ne[1] = (k == 2 || k == 3) ? kvd : (k == 7 || k == 8) ? ffn : dim;
                 snprintf(name, sizeof name, "blk.%d.%s.weight", l, parts[k]);
@@ -1900,6 +1904,7 @@ static int cmd_gen_model(int argc, char **argv) {
                 GM(pool.r);
                 for (k = 0; k < 11 && r == BITNET_OK; k++) { /* write the layer in file order */
                     uint64_t index = 1 + (uint64_t)l * 11 + (uint64_t)k;
+                    if (no_sub && strstr(parts[k], "sub_norm")) continue;
                     if (strstr(parts[k], "norm")) {
                         r = gm_write_norm(w, wk[0].f, k == 10 ? ffn : dim, seed, index);
                         continue;

@@ -465,17 +465,17 @@ static void test_random_hd64(void) {
 
 /* The "bitnet" architecture's FFN, silu(gate) * up (1bitLLM's models): prefill through the GEMM
    epilogues, decode through the GEMV's, greedy tokens. */
-static void random_silu(int dim, int heads, int kv, int ffn, unsigned long long seed) {
+static void random_silu(int dim, int heads, int kv, int ffn, unsigned long long seed, int no_sub) {
     rmodel r;
     bitnet_model *cpu = NULL, *gpu = NULL;
     bitnet_model_info info;
     w_lo = 0.3f, w_hi = 1.5f;
     rmodel_build(&r, 1000, dim, 2, heads, kv, ffn, seed);
-    r.w.ffn_act = BITNET_FFN_SILU;
+    r.w.ffn_act = BITNET_FFN_SILU, r.w.no_sub_norms = no_sub;
     TEST_CHECKF(load_pair_weights(&r.w, &cpu, &gpu) == BITNET_OK, "%s", bitnet_last_error());
     if (cpu && gpu) {
         TEST_CHECK(bitnet_model_get_info(gpu, &info) == BITNET_OK && info.ffn_act == BITNET_FFN_SILU);
-        TEST_CHECK(strcmp(info.arch, "bitnet") == 0);
+        TEST_CHECK(strcmp(info.arch, no_sub ? "llama" : "bitnet") == 0 && info.sub_norms == !no_sub);
         compare(cpu, gpu, 100, 60);
         compare(cpu, gpu, 1, 3);
         greedy(cpu, gpu);
@@ -486,8 +486,10 @@ static void random_silu(int dim, int heads, int kv, int ffn, unsigned long long 
 }
 static void test_random_silu(void) {
     NEED_GPU();
-    random_silu(256, 4, 2, 384, 13);
-    random_silu(384, 4, 4, 512, 14); /* head_dim 96, no GQA: bitnet_b1_58-large's heads (1536 / 16) */
+    random_silu(256, 4, 2, 384, 13, 0);
+    random_silu(384, 4, 4, 512, 14, 0); /* head_dim 96, no GQA: bitnet_b1_58-large's heads (1536 / 16) */
+    random_silu(256, 4, 2, 384, 15, 1); /* "llama": no sub-norms (the GEMV bitnet_k_fwd_gemv_res_raw, prefill's
+                                           quantization without norm) */
 }
 
 /* Asking for CUDA without a usable one is an error, never a silent CPU run. */

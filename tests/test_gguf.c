@@ -846,13 +846,20 @@ static void test_check_valid_micro(void) {
     TEST_CHECK(info.ffn_act == BITNET_FFN_RELU2);
     c = micro_default(); c.arch = "bitnet";
     TEST_CHECK(check_micro(&c, &info) == BITNET_OK && strcmp(info.arch, "bitnet") == 0 && info.ffn_act == BITNET_FFN_SILU);
+    TEST_CHECK(info.sub_norms == 1);
+    c = micro_default(); c.arch = "llama"; /* (its sub-norm tensors are left unread) */
+    TEST_CHECK(check_micro(&c, &info) == BITNET_OK && info.ffn_act == BITNET_FFN_SILU && info.sub_norms == 0);
+    c.float_matrices = 1; /* a plain LLaMA GGUF is no BitNet model */
+    TEST_CHECKF(check_micro(&c, &info) == BITNET_ERR_UNSUPPORTED && strstr(bitnet_last_error(), "ternary matrices"), "%s", bitnet_last_error());
+    c = micro_default(); c.arch = "gemma";
+    TEST_CHECK(check_micro(&c, &info) == BITNET_ERR_UNSUPPORTED);
     TEST_CHECK(bitnet_gguf_check_bitnet(NULL, &info) == BITNET_ERR_NULL_POINTER);
 }
 
 static void test_check_inconsistent(void) {
     micro_cfg c;
-    c = micro_default(); c.arch = "llama";
-    TEST_CHECK(check_micro(&c, NULL) == BITNET_ERR_UNSUPPORTED && strstr(bitnet_last_error(), "llama") != NULL);
+    c = micro_default(); c.arch = "qwen2";
+    TEST_CHECK(check_micro(&c, NULL) == BITNET_ERR_UNSUPPORTED && strstr(bitnet_last_error(), "qwen2") != NULL);
     c = micro_default(); c.n_heads = 0;
     TEST_CHECK(check_micro(&c, NULL) == BITNET_ERR_BAD_METADATA && strstr(bitnet_last_error(), "head_count") != NULL);
     c = micro_default(); c.n_kv = 0;
@@ -1123,8 +1130,82 @@ static void test_cli_arch_bitnet_silu(void) {
     }
     TEST_CHECKF(isfinite(lg[1][0]) && memcmp(lg[0], lg[1], sizeof lg[0]) != 0, "logit 0: %g (relu^2), %g (silu)", (double)lg[0][0],
                 (double)lg[1][0]);
-    snprintf(cmd, sizeof cmd, "%s gen-model --preset tiny --arch llama -o %s > /dev/null 2>&1", bin, path);
+    snprintf(cmd, sizeof cmd, "%s gen-model --preset tiny --arch qwen2 -o %s > /dev/null 2>&1", bin, path);
     TEST_CHECK(system(cmd) != 0);
+    remove(path);
+}
+
+/* "llama" (ternary LLaMAs, e.g. Llama3-8B-1.58): no sub-norms, silu, and q / k rows permuted by
+   llama.cpp's converter for its pairwise RoPE. gen-model's file loads, and gives the logits of the
+   same tensors through bitnet_model_from_weights with q and k put back in rotate-half order here. */
+static void test_cli_arch_llama(void) {
+    char bin[512], cmd[2048], path[640], why[600];
+    bitnet_model_desc d;
+    bitnet_model *m = NULL, *mw = NULL;
+    bitnet_session *s = NULL, *sw = NULL;
+    bitnet_model_info info;
+    bitnet_gguf *g = NULL;
+    bitnet_model_weights w;
+    bitnet_layer_weights lw[2];
+    bitnet_tensor_info ti;
+    void *perm[2][2] = {{NULL, NULL}, {NULL, NULL}};
+    int32_t tok[4] = {3, 50, 7, 99};
+    static float a[552 * 4], b[552 * 4];
+    int l, p, h, i, j;
+    if (cli_bin(bin, sizeof bin, why, sizeof why)) TEST_SKIP("%s", why);
+    snprintf(path, sizeof path, "%s", tmp_path("gen_llama.gguf"));
+    snprintf(cmd, sizeof cmd, "%s gen-model --preset tiny --seed 3 --arch llama -o %s 2>/dev/null", bin, path);
+    TEST_CHECK(system(cmd) == 0);
+    memset(&d, 0, sizeof d);
+    d.path = path, d.backend = BITNET_BACKEND_CPU, d.head_f16 = 1;
+    TEST_CHECKF(bitnet_model_load(&d, &m) == BITNET_OK && bitnet_session_create(m, NULL, &s) == BITNET_OK, "%s", bitnet_last_error());
+    TEST_CHECK(m && bitnet_model_get_info(m, &info) == BITNET_OK && strcmp(info.arch, "llama") == 0 && info.sub_norms == 0 &&
+               info.ffn_act == BITNET_FFN_SILU && info.n_layers == 2);
+    TEST_CHECK(bitnet_gguf_open(path, &g) == BITNET_OK);
+    if (!s || !g || info.n_layers != 2) { bitnet_session_free(s), bitnet_model_free(m), bitnet_gguf_close(g); return; }
+    memset(&w, 0, sizeof w), memset(lw, 0, sizeof lw);
+    w.n_vocab = info.n_vocab, w.dim = info.dim, w.n_layers = 2, w.n_heads = info.n_heads, w.n_kv_heads = info.n_kv_heads;
+    w.ffn_dim = info.ffn_dim, w.n_ctx_train = info.n_ctx_train, w.rope_theta = info.rope_theta, w.norm_eps = info.norm_eps;
+    w.bos = info.bos, w.eos = info.eos, w.eot = info.eot, w.ffn_act = BITNET_FFN_SILU, w.no_sub_norms = 1;
+    bitnet_gguf_find_tensor(g, "token_embd.weight", &ti), w.tok_embd = (const uint16_t *)ti.data;
+    bitnet_gguf_find_tensor(g, "output_norm.weight", &ti), w.output_norm = (const float *)ti.data;
+    for (l = 0; l < 2; l++) {
+        static const char *const names[7] = {"attn_norm", "ffn_norm", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"};
+        const void **dst[7];
+        char name[64];
+        dst[0] = (const void **)&lw[l].attn_norm, dst[1] = (const void **)&lw[l].ffn_norm, dst[2] = &lw[l].wv, dst[3] = &lw[l].wo;
+        dst[4] = &lw[l].w_gate, dst[5] = &lw[l].w_up, dst[6] = &lw[l].w_down;
+        for (i = 0; i < 7; i++) {
+            snprintf(name, sizeof name, "blk.%d.%s.weight", l, names[i]);
+            TEST_CHECK(bitnet_gguf_find_tensor(g, name, &ti) == BITNET_OK);
+            *dst[i] = ti.data;
+        }
+        for (p = 0; p < 2; p++) { /* q, k: row 2i + j of each head back to j * hd / 2 + i */
+            int heads = p ? info.n_kv_heads : info.n_heads, hd = info.head_dim;
+            size_t rb = (size_t)info.dim / 4;
+            snprintf(name, sizeof name, "blk.%d.%s.weight", l, p ? "attn_k" : "attn_q");
+            TEST_CHECK(bitnet_gguf_find_tensor(g, name, &ti) == BITNET_OK);
+            perm[l][p] = malloc((size_t)ti.bytes);
+            memcpy(perm[l][p], ti.data, (size_t)ti.bytes);
+            for (h = 0; h < heads; h++)
+                for (i = 0; i < hd / 2; i++)
+                    for (j = 0; j < 2; j++)
+                        memcpy((char *)perm[l][p] + ((size_t)h * hd + (size_t)j * hd / 2 + i) * rb,
+                               (const char *)ti.data + ((size_t)h * hd + 2 * (size_t)i + j) * rb, rb);
+        }
+        lw[l].wq = perm[l][0], lw[l].wk = perm[l][1];
+    }
+    w.layers = lw;
+    d.path = NULL;
+    TEST_CHECKF(bitnet_model_from_weights(&w, &d, &mw) == BITNET_OK && bitnet_session_create(mw, NULL, &sw) == BITNET_OK, "%s",
+                bitnet_last_error());
+    if (sw) {
+        TEST_CHECK(bitnet_session_eval(s, tok, 4, a, 1) == BITNET_OK && bitnet_session_eval(sw, tok, 4, b, 1) == BITNET_OK);
+        TEST_CHECK(isfinite(a[0]) && memcmp(a, b, sizeof a) == 0);
+        TEST_CHECK(bitnet_model_get_info(mw, &info) == BITNET_OK && strcmp(info.arch, "llama") == 0);
+    }
+    bitnet_session_free(s), bitnet_session_free(sw), bitnet_model_free(m), bitnet_model_free(mw), bitnet_gguf_close(g);
+    for (l = 0; l < 2; l++) free(perm[l][0]), free(perm[l][1]);
     remove(path);
 }
 
@@ -1416,6 +1497,7 @@ int main(void) {
     RUN_TEST(test_cli_gen_model_and_info);
     RUN_TEST(test_cli_arch_bitnet_silu);
     RUN_TEST(test_cli_spm_vocab);
+    RUN_TEST(test_cli_arch_llama);
     RUN_TEST(test_cli_help);
     RUN_TEST(test_cli_run_flags);
     RUN_TEST(test_cli_perplexity);

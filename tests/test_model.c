@@ -39,12 +39,12 @@ static float *tm_norm(int n) {
     return v;
 }
 
-static int tm_act; /* the FFN activation of the models tm_build makes (0: relu^2) */
+static int tm_act, tm_no_sub; /* the FFN activation of the models tm_build makes (0: relu^2); no sub-norms */
 static void tm_build(tmodel *t, int n_vocab, int dim, int n_layers, int n_heads, int n_kv, int ffn, unsigned long long seed) {
     int l, i, m;
     memset(t, 0, sizeof *t);
     test_seed(seed);
-    t->w.ffn_act = tm_act;
+    t->w.ffn_act = tm_act, t->w.no_sub_norms = tm_no_sub;
     t->w.n_vocab = n_vocab, t->w.dim = dim, t->w.n_layers = n_layers, t->w.n_heads = n_heads, t->w.n_kv_heads = n_kv;
     t->w.ffn_dim = ffn, t->w.n_ctx_train = 256, t->w.rope_theta = 500000.0f, t->w.norm_eps = 1e-5f;
     t->w.bos = 0, t->w.eos = 1, t->w.eot = -1;
@@ -181,7 +181,8 @@ static void ref_forward(const tmodel *t, const int32_t *tok, int T, int q8_head,
             }
         for (p = 0; p < T; p++) {
             float *xp = x + p * dim;
-            ref_rmsnorm(att + p * qd, t->norm[l][1], qd, w->norm_eps, xn);
+            if (w->no_sub_norms) memcpy(xn, att + p * qd, (size_t)qd * 4);
+            else ref_rmsnorm(att + p * qd, t->norm[l][1], qd, w->norm_eps, xn);
             ref_fakequant(xn, qd);
             ref_linear(t->wf[l][TM_O], dim, qd, xn, o);
             for (i = 0; i < dim; i++) xp[i] += o[i];
@@ -191,7 +192,8 @@ static void ref_forward(const tmodel *t, const int32_t *tok, int T, int q8_head,
             ref_linear(t->wf[l][TM_UP], ff, dim, xn, u);
             for (i = 0; i < ff; i++)
                 g[i] = w->ffn_act == BITNET_FFN_SILU ? g[i] / (1.0f + expf(-g[i])) * u[i] : (g[i] > 0 ? g[i] * g[i] : 0) * u[i];
-            ref_rmsnorm(g, t->norm[l][3], ff, w->norm_eps, xn);
+            if (w->no_sub_norms) memcpy(xn, g, (size_t)ff * 4);
+            else ref_rmsnorm(g, t->norm[l][3], ff, w->norm_eps, xn);
             ref_fakequant(xn, ff);
             ref_linear(t->wf[l][TM_DOWN], dim, ff, xn, o);
             for (i = 0; i < dim; i++) xp[i] += o[i];
@@ -241,7 +243,7 @@ static void forward_vs_reference(int n_vocab, int dim, int n_layers, int n_heads
     bitnet_model *m;
     bitnet_session *s = NULL;
     int32_t tok[40];
-    int i, V = n_vocab;
+    int i, V = n_vocab, far = 0;
     float *got, *want;
     tm_build(&t, n_vocab, dim, n_layers, n_heads, n_kv, ffn, (unsigned long long)(dim * 31 + n_heads));
     m = tm_model(&t, 1);
@@ -253,11 +255,15 @@ static void forward_vs_reference(int n_vocab, int dim, int n_layers, int n_heads
     TEST_CHECK(bitnet_session_create(m, NULL, &s) == BITNET_OK);
     TEST_CHECK(bitnet_session_eval(s, tok, (size_t)T, got, 1) == BITNET_OK);
     TEST_CHECK(bitnet_session_pos(s) == T);
-    for (i = 0; i < T; i++) {
+    for (i = 0; i < T; i++) { /* (most positions within 1e-6) */
         double e = rel_l2(got + i * V, want + i * V, (size_t)V);
-        TEST_CHECKF(e < 1e-3, "dim %d heads %d/%d: position %d: rel L2 %.3g against the float reference", dim, n_heads,
-                    n_kv, i, e);
+        /* without sub-norms down's input is not normalised, so an int8 code that a tie rounds the other
+           way moves the logits more: 2e-3 at 2 of 41 positions (the rest ~1e-7); many such would fail */
+        far += e > 1e-5;
+        TEST_CHECKF(e < (tm_no_sub ? 1e-2 : 1e-3), "dim %d heads %d/%d: position %d: rel L2 %.3g against the float reference",
+                    dim, n_heads, n_kv, i, e);
     }
+    TEST_CHECKF(far <= T / 8, "%d of %d positions over 1e-5 from the float reference", far, T);
     if (bitnet_cpu_isa() != BITNET_ISA_SCALAR) {
         bitnet_isa isa = bitnet_cpu_isa();
         float *sc = (float *)malloc((size_t)T * V * 4);
@@ -287,7 +293,10 @@ static void test_forward_matches_reference(void) {
     tm_act = BITNET_FFN_SILU; /* the "bitnet" architecture's FFN */
     forward_vs_reference(96, 128, 2, 4, 2, 256, 21);
     forward_vs_reference(48, 512, 1, 4, 1, 384, 20);
-    tm_act = 0;
+    tm_no_sub = 1; /* and "llama"'s: no sub-norms (the int8 quantization alone before O and down) */
+    forward_vs_reference(96, 128, 2, 4, 2, 256, 21);
+    forward_vs_reference(48, 512, 1, 4, 1, 384, 20);
+    tm_act = tm_no_sub = 0;
 }
 
 static void test_q8_head(void) {

@@ -533,7 +533,7 @@ static void gpu_ops(bitnet_model *gm, int n_pre, int n_dec) {
             memcpy(Q2, QKV, ldq * 4); /* the kernel rotates q internally: the CPU's rotation stands in */
             for (i = 0; i < in->n_heads; i++) bitnet__rope_head(Q2 + (size_t)i * hd, s->rope + (size_t)t * hd, hd / 2);
             check_attn(s, Q2, ldq, KC, VC, t, 1, ATT);
-            GPU(bitnet__gpu_linear(s, g->gemv_res, &L->o, q->att, L->attn_sub_norm, q->x));
+            GPU(bitnet__gpu_linear(s, g->gemv_sub, &L->o, q->att, L->attn_sub_norm, q->x));
             dl(s, X2, q->x, (size_t)dim * 4);
             w3[0] = W->wo, n3[0] = dim;
             cpu_linear(gm, ATT, 1, qd, W->attn_sub_norm, w3, n3, 1, L_RES, X, want);
@@ -543,7 +543,7 @@ static void gpu_ops(bitnet_model *gm, int n_pre, int n_dec) {
             w3[0] = W->w_gate, w3[1] = W->w_up, n3[0] = n3[1] = ff;
             cpu_linear(gm, X2, 1, dim, W->ffn_norm, w3, n3, 2, L_GLU, NULL, want);
             mism(&st_lin, H, want, (size_t)ff, "act(gate) * up (gemv)");
-            GPU(bitnet__gpu_linear(s, g->gemv_res, &L->down, q->h, L->ffn_sub_norm, q->x));
+            GPU(bitnet__gpu_linear(s, g->gemv_sub, &L->down, q->h, L->ffn_sub_norm, q->x));
             dl(s, X, q->x, (size_t)dim * 4);
             w3[0] = W->w_down, n3[0] = dim;
             cpu_linear(gm, H, 1, ff, W->ffn_sub_norm, w3, n3, 1, L_RES, X2, want);
