@@ -1763,7 +1763,7 @@ static int cmd_gen_model(int argc, char **argv) {
                         "  (default ../shared/data/llama3-tokenizer.tiktoken). --type: the ternary matrices in\n"
                         "  bitnet.cpp's I2_S (the default) or llama.cpp's TQ1_0 / TQ2_0 (scales rounded to fp16).\n"
                         "  --arch: general.architecture; \"bitnet\" (1bitLLM's models) has a silu(gate) * up FFN, \"llama\"\n"
-                        "  (ternary LLaMAs: Llama3-8B-1.58, Falcon3-1.58bit) that and no sub-norms.\n"
+                        "  (ternary LLaMAs: Llama3-8B-1.58, Falcon3-1.58bit) the same FFN and no sub-norms.\n"
                         "  --vocab spm: the vocabulary as SentencePiece (tokenizer.ggml.model \"llama\", as LLaMA 2's and\n"
                         "  1bitLLM's models), made from the byte-level one: its UTF-8 tokens, spaces as U+2581, scores\n"
                         "  by rank, <0xXX> byte tokens, <s> and </s>\n");
