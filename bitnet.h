@@ -5120,28 +5120,26 @@ static bitnet_result bitnet__gguf_want(const bitnet_gguf *g, const char *name, i
 }
 
 /* A layer's tensors in bitnet.cpp's GGUF ("blk.<l>.<name>.weight"): the role, the shape [ne0, ne1]
-   in codes (0: 1, 1: dim, 2: kv_dim, 3: ffn; a matrix has ne1 rows of ne0) and the loader's field.
-   The check (>>gguf) and the loader (>>model) both read it. */
+   in codes (0: 1, 1: dim, 2: kv_dim, 3: ffn; a matrix has ne1 rows of ne0), whether it is a sub-norm
+   (which "llama" files lack) and the loader's field. The check (>>gguf) and the loader (>>model) both
+   read it. */
 static const struct bitnet__layer_part {
     const char *name;
-    int role, ne0, ne1;
+    int role, ne0, ne1, sub;
     size_t field; /* offsetof bitnet_layer_weights */
 } bitnet__layer_parts[] = {
-    {"attn_norm", BITNET__GGUF_FLOAT, 1, 0, offsetof(bitnet_layer_weights, attn_norm)},
-    {"attn_q", BITNET__GGUF_TERNARY, 1, 1, offsetof(bitnet_layer_weights, wq)},
-    {"attn_k", BITNET__GGUF_TERNARY, 1, 2, offsetof(bitnet_layer_weights, wk)},
-    {"attn_v", BITNET__GGUF_TERNARY, 1, 2, offsetof(bitnet_layer_weights, wv)},
-    {"attn_output", BITNET__GGUF_TERNARY, 1, 1, offsetof(bitnet_layer_weights, wo)},
-    {"attn_sub_norm", BITNET__GGUF_FLOAT, 1, 0, offsetof(bitnet_layer_weights, attn_sub_norm)},
-    {"ffn_norm", BITNET__GGUF_FLOAT, 1, 0, offsetof(bitnet_layer_weights, ffn_norm)},
-    {"ffn_gate", BITNET__GGUF_TERNARY, 1, 3, offsetof(bitnet_layer_weights, w_gate)},
-    {"ffn_up", BITNET__GGUF_TERNARY, 1, 3, offsetof(bitnet_layer_weights, w_up)},
-    {"ffn_down", BITNET__GGUF_TERNARY, 3, 1, offsetof(bitnet_layer_weights, w_down)},
-    {"ffn_sub_norm", BITNET__GGUF_FLOAT, 3, 0, offsetof(bitnet_layer_weights, ffn_sub_norm)}};
+    {"attn_norm", BITNET__GGUF_FLOAT, 1, 0, 0, offsetof(bitnet_layer_weights, attn_norm)},
+    {"attn_q", BITNET__GGUF_TERNARY, 1, 1, 0, offsetof(bitnet_layer_weights, wq)},
+    {"attn_k", BITNET__GGUF_TERNARY, 1, 2, 0, offsetof(bitnet_layer_weights, wk)},
+    {"attn_v", BITNET__GGUF_TERNARY, 1, 2, 0, offsetof(bitnet_layer_weights, wv)},
+    {"attn_output", BITNET__GGUF_TERNARY, 1, 1, 0, offsetof(bitnet_layer_weights, wo)},
+    {"attn_sub_norm", BITNET__GGUF_FLOAT, 1, 0, 1, offsetof(bitnet_layer_weights, attn_sub_norm)},
+    {"ffn_norm", BITNET__GGUF_FLOAT, 1, 0, 0, offsetof(bitnet_layer_weights, ffn_norm)},
+    {"ffn_gate", BITNET__GGUF_TERNARY, 1, 3, 0, offsetof(bitnet_layer_weights, w_gate)},
+    {"ffn_up", BITNET__GGUF_TERNARY, 1, 3, 0, offsetof(bitnet_layer_weights, w_up)},
+    {"ffn_down", BITNET__GGUF_TERNARY, 3, 1, 0, offsetof(bitnet_layer_weights, w_down)},
+    {"ffn_sub_norm", BITNET__GGUF_FLOAT, 3, 0, 1, offsetof(bitnet_layer_weights, ffn_sub_norm)}};
 #define BITNET__N_LAYER_PARTS (sizeof bitnet__layer_parts / sizeof bitnet__layer_parts[0])
-static int bitnet__layer_part_used(const struct bitnet__layer_part *P, const bitnet_model_info *info) {
-    return info->sub_norms || !strstr(P->name, "sub_norm");
-}
 
 /* Validates g as a BitNet b1.58 model and fills info; see bitnet_gguf_check_bitnet. */
 static bitnet_result bitnet__gguf_check_bitnet(const bitnet_gguf *g, bitnet_model_info *info) {
@@ -5265,13 +5263,14 @@ static bitnet_result bitnet__gguf_check_bitnet(const bitnet_gguf *g, bitnet_mode
         size_t p;
         for (p = 0; p < BITNET__N_LAYER_PARTS; p++) {
             const struct bitnet__layer_part *P = &bitnet__layer_parts[p];
-            if (!bitnet__layer_part_used(P, info)) continue;
+            bitnet_tensor_type type;
+            if (P->sub && !info->sub_norms) continue;
             snprintf(name, sizeof name, "blk.%d.%s.weight", l, P->name);
             BITNET__TRY(bitnet__gguf_want(g, name, P->role, sz[P->ne0], sz[P->ne1], 0));
-            if (!info->sub_norms && P->role == BITNET__GGUF_TERNARY && !bitnet__ternary_type(bitnet__gguf_tensor_named(g, name)->type))
+            type = bitnet__gguf_tensor_named(g, name)->type;
+            if (!info->sub_norms && P->role == BITNET__GGUF_TERNARY && !bitnet__ternary_type(type))
                 return bitnet__err(BITNET_ERR_UNSUPPORTED, "GGUF: tensor '%s' is %s: a llama-architecture file is a BitNet model only "
-                                   "with ternary matrices (I2_S, TQ1_0, TQ2_0)", name,
-                                   bitnet_tensor_type_name(bitnet__gguf_tensor_named(g, name)->type));
+                                   "with ternary matrices (I2_S, TQ1_0, TQ2_0)", name, bitnet_tensor_type_name(type));
         }
     }
     return BITNET_OK;
@@ -12655,7 +12654,7 @@ static bitnet_result bitnet__model_from_gguf(bitnet_model *m, const bitnet_model
         for (i = 0; i < (int)BITNET__N_LAYER_PARTS; i++) {
             const struct bitnet__layer_part *P = &bitnet__layer_parts[i];
             char *field = (char *)&lw[l] + P->field;
-            if (!bitnet__layer_part_used(P, &hp)) continue;
+            if (P->sub && !hp.sub_norms) continue;
             snprintf(name, sizeof name, "blk.%d.%s.weight", (int)l, P->name);
             BITNET__TRY(bitnet_gguf_find_tensor(g, name, &ti));
             if (P->role == BITNET__GGUF_FLOAT) BITNET__TRY(bitnet__tensor_f32(m, name, &ti, sz[P->ne0], (const float **)field));
@@ -13548,12 +13547,9 @@ static int bitnet__json_hex4(bitnet__json *j, uint32_t *out) {
     int i;
     if (j->len - j->pos < 4) return 0;
     for (i = 0; i < 4; i++) {
-        unsigned char c = j->src[j->pos + i];
-        v <<= 4;
-        if (c >= '0' && c <= '9') v |= (uint32_t)(c - '0');
-        else if (c >= 'a' && c <= 'f') v |= (uint32_t)(c - 'a' + 10);
-        else if (c >= 'A' && c <= 'F') v |= (uint32_t)(c - 'A' + 10);
-        else return 0;
+        int d = bitnet__hex_digit(j->src[j->pos + i]);
+        if (d < 0) return 0;
+        v = v << 4 | (uint32_t)d;
     }
     j->pos += 4;
     *out = v;
