@@ -1728,7 +1728,7 @@ static int cmd_gen_model(int argc, char **argv) {
     bitnet_gguf_writer *w = NULL;
     bitnet_result r = BITNET_OK;
     char key[128], name[64];
-    const char *arch = "bitnet-b1.58", *type_name = "i2_s", *vocab_kind = "bpe";
+    const char *arch = "bitnet-b1.58", *type_name = "i2_s", *vocab_kind = "bpe", *pre = "llama-bpe";
     gm_spm spm;
     bitnet_tensor_type wtype = BITNET_TENSOR_I2_S;
     int i, l, k, bos, eos, eot, n_vocab, no_sub = 0;
@@ -1744,9 +1744,11 @@ static int cmd_gen_model(int argc, char **argv) {
         else if (strcmp(argv[i], "--type") == 0 && i + 1 < argc) type_name = argv[++i];
         else if (strcmp(argv[i], "--arch") == 0 && i + 1 < argc) arch = argv[++i];
         else if (strcmp(argv[i], "--vocab") == 0 && i + 1 < argc) vocab_kind = argv[++i];
+        else if (strcmp(argv[i], "--pre") == 0 && i + 1 < argc) pre = argv[++i];
         else break;
     }
     if (strcmp(vocab_kind, "bpe") && strcmp(vocab_kind, "spm")) preset = NULL;
+    if (strcmp(pre, "llama-bpe") && strcmp(pre, "falcon3") && strcmp(pre, "falcon_e")) preset = NULL;
     memset(&spm, 0, sizeof spm);
     if (strcmp(arch, "bitnet-b1.58") && strcmp(arch, "bitnet-25") && strcmp(arch, "bitnet") && strcmp(arch, "llama")) preset = NULL;
     no_sub = strcmp(arch, "llama") == 0; /* a ternary LLaMA: no sub-norms, silu, q and k rows as llama.cpp permutes them */
@@ -1757,7 +1759,8 @@ static int cmd_gen_model(int argc, char **argv) {
     else if (strcmp(type_name, "i2_s")) p = NULL;
     if (i < argc || !p || !out) {
         fprintf(stderr, "usage: bitnet gen-model --preset tiny|small|2b4t [--seed S] [--tiktoken FILE] [--type i2_s|tq1_0|tq2_0]\n"
-                        "                        [--arch bitnet-b1.58|bitnet-25|bitnet|llama] [--vocab bpe|spm] -o FILE.gguf\n"
+                        "                        [--arch bitnet-b1.58|bitnet-25|bitnet|llama] [--vocab bpe|spm]\n"
+                        "                        [--pre llama-bpe|falcon3|falcon_e] -o FILE.gguf\n"
                         "  random weights (the model says nothing useful) in bitnet.cpp's GGUF layout; tiny and small\n"
                         "  get a small byte-level tokenizer, 2b4t the LLaMA 3 vocabulary from --tiktoken FILE\n"
                         "  (default ../shared/data/llama3-tokenizer.tiktoken). --type: the ternary matrices in\n"
@@ -1766,7 +1769,8 @@ static int cmd_gen_model(int argc, char **argv) {
                         "  (ternary LLaMAs: Llama3-8B-1.58, Falcon3-1.58bit) the same FFN and no sub-norms.\n"
                         "  --vocab spm: the vocabulary as SentencePiece (tokenizer.ggml.model \"llama\", as LLaMA 2's and\n"
                         "  1bitLLM's models), made from the byte-level one: its UTF-8 tokens, spaces as U+2581, scores\n"
-                        "  by rank, <0xXX> byte tokens, <s> and </s>\n");
+                        "  by rank, <0xXX> byte tokens, <s> and </s>. --pre: tokenizer.ggml.pre of a byte-level vocabulary\n"
+                        "  (Falcon 3's pre-tokenizer for falcon3 and falcon_e).\n");
         return 2;
     }
     if (wtype != BITNET_TENSOR_I2_S && (p->dim % 256 || p->ffn % 256)) {
@@ -1833,7 +1837,7 @@ static int cmd_gen_model(int argc, char **argv) {
     snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", arch);
     GM(bitnet_gguf_writer_set_f32(w, key, 1e-5f));
     GM(bitnet_gguf_writer_set_str(w, "tokenizer.ggml.model", spm.n ? "llama" : "gpt2"));
-    if (!spm.n) GM(bitnet_gguf_writer_set_str(w, "tokenizer.ggml.pre", "llama-bpe"));
+    if (!spm.n) GM(bitnet_gguf_writer_set_str(w, "tokenizer.ggml.pre", pre));
     GM(bitnet_gguf_writer_set_arr(w, "tokenizer.ggml.tokens", BITNET_GGUF_STRING, spm.n ? spm.tokens : v.tokens, (uint64_t)n_vocab));
     GM(bitnet_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", BITNET_GGUF_INT32, spm.n ? spm.types : v.types, (uint64_t)n_vocab));
     if (spm.n) {

@@ -1,14 +1,14 @@
 /* libFuzzer harness for the tokenizer: encodes arbitrary bytes (which must decode back to the same
    bytes), decodes arbitrary ids, pre-tokenizes and formats chats. The vocabulary is LLaMA 3's when
    the tiktoken file is found ($BITNET_TIKTOKEN, ../shared/data/llama3-tokenizer.tiktoken), else a
-   small built-in byte-level one; and a small SentencePiece one. The first input byte picks the
-   operation and its flags. */
+   small built-in byte-level one, under LLaMA 3's pre-tokenizer and under Falcon 3's; and a small
+   SentencePiece one. The first input byte picks the operation and its flags. */
 #include "../bitnet.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static bitnet_tokenizer *tok, *spm;
+static bitnet_tokenizer *tok, *falcon, *spm;
 
 #define FUZZ_REQUIRE(c) do { if (!(c)) { fprintf(stderr, "fuzz_tokenizer: %s failed (%s)\n", #c, bitnet_last_error()); abort(); } } while (0)
 
@@ -26,7 +26,7 @@ static size_t byte_str(const char *s, char *out) {
     return k;
 }
 
-static bitnet_tokenizer *small_vocab(void) {
+static bitnet_tokenizer *small_vocab(bitnet_pretokenizer pre) {
     static const char *const extra[] = {"th", "he", "the", " t", " the", "in", "ing", "aa", "aaaa", " \n", "12", "\xc3\xa9"};
     static const char *const merges[][2] = {{"t", "h"}, {"h", "e"}, {"th", "e"}, {"t", "he"}, {" ", "t"}, {" t", "he"},
                                             {"i", "n"}, {"in", "g"}, {"a", "a"}, {"aa", "aa"}, {" ", "\n"}, {"1", "2"},
@@ -57,12 +57,12 @@ static bitnet_tokenizer *small_vocab(void) {
     }
     memset(&d, 0, sizeof d);
     d.tokens = toks; d.n_tokens = N; d.merges = ms; d.n_merges = NM; d.token_types = types;
-    d.bos = 256 + NE; d.eos = -1; d.eot = 256 + NE + 1;
+    d.bos = 256 + NE; d.eos = -1; d.eot = 256 + NE + 1; d.pre = pre;
     FUZZ_REQUIRE(bitnet_tokenizer_create(&d, &t) == BITNET_OK);
     return t;
 }
 
-static bitnet_tokenizer *llama3_vocab(void) {
+static bitnet_tokenizer *llama3_vocab(bitnet_pretokenizer pre) {
     const char *path = getenv("BITNET_TIKTOKEN");
     bitnet_vocab v;
     bitnet_tokenizer_desc d;
@@ -74,7 +74,7 @@ static bitnet_tokenizer *llama3_vocab(void) {
     if (bitnet_vocab_from_tiktoken(path, 256, &v) != BITNET_OK) return NULL;
     memset(&d, 0, sizeof d);
     d.tokens = v.tokens; d.n_tokens = v.n_tokens; d.merges = v.merges; d.n_merges = v.n_merges;
-    d.token_types = v.token_types; d.bos = 128000; d.eos = 128001; d.eot = 128009;
+    d.token_types = v.token_types; d.bos = 128000; d.eos = 128001; d.eot = 128009; d.pre = pre;
     FUZZ_REQUIRE(bitnet_tokenizer_create(&d, &t) == BITNET_OK);
     bitnet_vocab_free(&v);
     return t;
@@ -110,14 +110,15 @@ static bitnet_tokenizer *spm_vocab(void) {
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc; (void)argv;
-    tok = llama3_vocab();
-    if (!tok) tok = small_vocab();
+    tok = llama3_vocab(BITNET_PRE_LLAMA3);
+    falcon = tok ? llama3_vocab(BITNET_PRE_FALCON3) : NULL;
+    if (!tok) tok = small_vocab(BITNET_PRE_LLAMA3), falcon = small_vocab(BITNET_PRE_FALCON3);
     spm = spm_vocab();
     fprintf(stderr, "fuzz_tokenizer: vocabulary of %d tokens\n", (int)bitnet_tokenizer_vocab_size(tok));
     return 0;
 }
 
-static void fuzz_encode(const char *s, size_t n, int bos, int special) {
+static void fuzz_encode(bitnet_tokenizer *tok, const char *s, size_t n, int bos, int special) {
     size_t count = 0, count2 = 0, len = 0, plen = 0;
     int32_t *ids;
     char *back;
@@ -182,13 +183,13 @@ static void fuzz_decode(const unsigned char *p, size_t n) {
     free(ids);
 }
 
-static void fuzz_pretokenize(const char *s, size_t n) {
+static void fuzz_pretokenize(bitnet_pretokenizer pre, const char *s, size_t n) {
     size_t count = 0, i;
     size_t *ends;
-    bitnet_result r = bitnet_pretokenize(s, n, NULL, 0, &count);
+    bitnet_result r = bitnet_pretokenize(pre, s, n, NULL, 0, &count);
     FUZZ_REQUIRE(r == (count ? BITNET_ERR_BAD_SIZE : BITNET_OK) && count <= n);
     ends = (size_t *)malloc((count + 1) * sizeof(size_t));
-    FUZZ_REQUIRE(ends != NULL && bitnet_pretokenize(s, n, ends, count, &count) == BITNET_OK);
+    FUZZ_REQUIRE(ends != NULL && bitnet_pretokenize(pre, s, n, ends, count, &count) == BITNET_OK);
     for (i = 0; i < count; i++) FUZZ_REQUIRE(ends[i] > (i ? ends[i - 1] : 0) && ends[i] <= n);
     FUZZ_REQUIRE(count == 0 || ends[count - 1] == n);
     free(ends);
@@ -214,7 +215,7 @@ static void fuzz_chat(const char *s, size_t n, int flags) {
         char *buf = (char *)malloc(len + 1);
         FUZZ_REQUIRE(r == BITNET_ERR_BAD_SIZE && buf != NULL);
         FUZZ_REQUIRE(bitnet_chat_format(m, 4, flags & 1, buf, len + 1, &len2) == BITNET_OK && len2 == len && strlen(buf) <= len);
-        fuzz_encode(buf, len, 0, 1);
+        fuzz_encode(tok, buf, len, 0, 1);
         free(buf);
     }
     free(copy);
@@ -230,10 +231,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     switch (mode & 3) {
     case 0:
         if (mode & 16) fuzz_encode_spm(s, n, (mode >> 2) & 1, (mode >> 3) & 1);
-        else fuzz_encode(s, n, (mode >> 2) & 1, (mode >> 3) & 1);
+        else fuzz_encode(mode & 32 ? falcon : tok, s, n, (mode >> 2) & 1, (mode >> 3) & 1);
         break;
     case 1: fuzz_decode(data + 1, n); break;
-    case 2: fuzz_pretokenize(s, n); break;
+    case 2: fuzz_pretokenize(mode & 4 ? BITNET_PRE_FALCON3 : BITNET_PRE_LLAMA3, s, n); break;
     default: fuzz_chat(s, n, mode >> 2); break;
     }
     return 0;

