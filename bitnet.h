@@ -11496,12 +11496,18 @@ static bitnet_result bitnet__gmodel_kernels(bitnet__gmodel *g, bitnet_gpu_module
     }
     BITNET__GK(g->head_q8 ? "bitnet_k_fwd_head_q8" : "bitnet_k_fwd_head", &g->head_k);
     BITNET__GK("bitnet_k_fwd_rope_kv", &g->rope_kv);
-    BITNET__GK("bitnet_k_fwd_attn_prefill", &g->attn_prefill);
+    BITNET__GK(head_dim > 128 ? "bitnet_k_fwd_attn_prefill_h256" : "bitnet_k_fwd_attn_prefill", &g->attn_prefill);
     BITNET__GK("bitnet_k_fwd_topk", &g->topk);
     BITNET__GK("bitnet_k_fwd_penalize", &g->penalize);
 #undef BITNET__GK
     bitnet__gmodel_pdl(g, pdl);
     return BITNET_OK;
+}
+
+/* The prefill attention's dynamic shared memory: rows of q and of scores in double, two buffers of
+   fp16 K and V tiles (hd 128: 74 KiB, three blocks an H100 SM; hd 256: 138 KiB, one) */
+static unsigned bitnet__gatt_prefill_smem(unsigned hd, unsigned pk) {
+    return (BITNET__GPU_ATT_ROWS * (hd + 4) + BITNET__GPU_ATT_ROWS * (pk + 4)) * 8 + 4 * pk * hd * 2;
 }
 
 static bitnet_result bitnet__gpu_model_init(bitnet_model *m, int device) {
@@ -11510,8 +11516,8 @@ static bitnet_result bitnet__gpu_model_init(bitnet_model *m, int device) {
     bitnet_gpu_device_info di;
     bitnet__gmodel *g;
     bitnet__gcarve c;
-    if (hd % 32 || hd > 128 || G < 1 || G > 8)
-        return bitnet__err(BITNET_ERR_UNSUPPORTED, "CUDA forward: head_dim %d must be a multiple of 32 up to 128, and "
+    if (hd % 32 || hd > 256 || G < 1 || G > 8)
+        return bitnet__err(BITNET_ERR_UNSUPPORTED, "CUDA forward: head_dim %d must be a multiple of 32 up to 256, and "
                            "n_heads / n_kv_heads = %d at most 8", (int)hd, (int)G);
     g = (bitnet__gmodel *)bitnet__calloc(1, sizeof *g);
     if (!g) return BITNET_ERR_OUT_OF_MEMORY;
@@ -11523,6 +11529,10 @@ static bitnet_result bitnet__gpu_model_init(bitnet_model *m, int device) {
     g->sm_count = di.sm_count > 0 ? di.sm_count : 1;
     g->cc = di.cc_major * 10 + di.cc_minor;
     g->smem_optin = BITNET__MAX(di.smem_per_block_optin, di.smem_per_block);
+    if (bitnet__gatt_prefill_smem((unsigned)hd, BITNET__GPU_ATT_PK) > (unsigned)g->smem_optin)
+        return bitnet__err(BITNET_ERR_UNSUPPORTED, "CUDA forward: head_dim %d: the prefill attention needs %u bytes of shared "
+                           "memory a block, this GPU gives %d", hd, bitnet__gatt_prefill_smem((unsigned)hd, BITNET__GPU_ATT_PK),
+                           g->smem_optin);
     BITNET__TRY(bitnet_gpu_open(device, &g->gpu));
     g->head_q8 = m->head_q8 != NULL; /* quantized on the host by >>model, as for the CPU */
     BITNET__TRY(bitnet__gmodel_kernels(g, NULL, in, g->gpu->pdl));
@@ -11812,7 +11822,8 @@ static bitnet_result bitnet__gpu_attention(bitnet_session *s, int l) {
     size_t layer = (size_t)l * (size_t)m->kv_dim * (size_t)s->n_ctx * 2;
     bitnet_devptr kc = q->kc + layer, vc = q->vc + layer, pos = q->io + 4;
     bitnet_devptr part_ml = q->att_part + 8 * (bitnet_devptr)nh * (bitnet_devptr)q->smax * (bitnet_devptr)hd;
-    unsigned smem = bitnet__gatt_smem((unsigned)hd, 128, (unsigned)q->att_tile);
+    const unsigned nt = hd > 128 ? (unsigned)hd : 128; /* (a thread a dim, at least) */
+    unsigned smem = bitnet__gatt_smem((unsigned)hd, nt, (unsigned)q->att_tile);
     void *args[16];
     args[0] = &q->qkv, args[1] = &q->rope, args[2] = &pos, args[3] = &kc, args[4] = &vc, args[5] = &s->n_ctx, args[6] = &nh,
     args[7] = &nkv;
@@ -11823,10 +11834,10 @@ static bitnet_result bitnet__gpu_attention(bitnet_session *s, int l) {
         return bitnet__gpu_launch(q->gpu, two ? g->attn_warps2 : g->attn_warps, (unsigned)nh, ny, 512, 1, two ? q->att_smem2 : 0,
                                   cl ? ny : 1, args);
     }
-    /* the long form: ranges of about R positions, a block of 128 threads each */
+    /* the long form: ranges of about R positions, a block of 128 threads each (hd of them past 128) */
     args[8] = &hd, args[9] = &q->smax, args[10] = &q->att_tile, args[11] = &q->att_r, args[12] = &q->att_part,
     args[13] = &part_ml, args[14] = &q->ctr, args[15] = &q->att;
-    return bitnet__gpu_launch(q->gpu, g->attn, (unsigned)nh, (unsigned)q->smax, 128, 1, smem, 1, args);
+    return bitnet__gpu_launch(q->gpu, g->attn, (unsigned)nh, (unsigned)q->smax, nt, 1, smem, 1, args);
 }
 
 /* 8. head: logits = head . rmsnorm(x_row) * output_norm, and its argmax into io[0] (adv: a decode
@@ -12004,7 +12015,7 @@ static bitnet_result bitnet__gpu_attention_m(bitnet_session *s, int l, int m, in
     const long long p0 = (long long)s->pos + r0; /* the first row's position */
     bitnet_devptr kc = q->kc + layer, vc = q->vc + layer, pos = q->io + (r0 ? 16 : 4), ctr = q->ctr + 4 * ((bitnet_devptr)nh + 2);
     bitnet_devptr qin = q->qkv + (bitnet_devptr)r0 * (bitnet_devptr)ldq * 4, out = q->att + (bitnet_devptr)r0 * (bitnet_devptr)ldo * 4;
-    unsigned smem = (unsigned)((BITNET__GPU_ATT_ROWS * (hd + 4) + BITNET__GPU_ATT_ROWS * (pk + 4)) * 8 + 4 * pk * hd * 2);
+    unsigned smem = bitnet__gatt_prefill_smem((unsigned)hd, (unsigned)pk);
     int nqb, cut = 0, pieces = 2, b;
     const int no_cuts = bitnet__env_off("BITNET_GPU_ATT_CUT");
     void *args[16];

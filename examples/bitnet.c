@@ -1377,6 +1377,7 @@ static const gm_preset gm_presets[] = {
     {"tiny", 128, 2, 4, 2, 384, 512},      /* byte-level BPE; committed as tests/data/tiny.gguf */
     {"small", 512, 4, 8, 2, 1536, 2048},   /* byte-level BPE; quick speed checks */
     {"2b4t", 2560, 30, 20, 5, 6912, 4096}, /* BitNet b1.58 2B-4T's exact shape, LLaMA 3 vocabulary */
+    {"falcon3-1b", 2048, 18, 8, 4, 8192, 4096}, /* Falcon3-1B-Instruct-1.58bit's (head_dim 256), LLaMA 3 vocabulary */
 };
 
 /* splitmix64: fast, and every tensor gets its own stream so the output does not depend on chunking. */
@@ -1758,11 +1759,13 @@ static int cmd_gen_model(int argc, char **argv) {
     else if (strcmp(type_name, "tq2_0") == 0) wtype = BITNET_TENSOR_TQ2_0;
     else if (strcmp(type_name, "i2_s")) p = NULL;
     if (i < argc || !p || !out) {
-        fprintf(stderr, "usage: bitnet gen-model --preset tiny|small|2b4t [--seed S] [--tiktoken FILE] [--type i2_s|tq1_0|tq2_0]\n"
+        fprintf(stderr, "usage: bitnet gen-model --preset tiny|small|2b4t|falcon3-1b [--seed S] [--tiktoken FILE]\n"
+                        "                        [--type i2_s|tq1_0|tq2_0]\n"
                         "                        [--arch bitnet-b1.58|bitnet-25|bitnet|llama] [--vocab bpe|spm]\n"
                         "                        [--pre llama-bpe|falcon3|falcon_e] -o FILE.gguf\n"
                         "  random weights (the model says nothing useful) in bitnet.cpp's GGUF layout; tiny and small\n"
-                        "  get a small byte-level tokenizer, 2b4t the LLaMA 3 vocabulary from --tiktoken FILE\n"
+                        "  get a small byte-level tokenizer, 2b4t and falcon3-1b (its shape: head_dim 256; with --arch\n"
+                        "  llama --pre falcon3) the LLaMA 3 vocabulary from --tiktoken FILE\n"
                         "  (default ../shared/data/llama3-tokenizer.tiktoken). --type: the ternary matrices in\n"
                         "  bitnet.cpp's I2_S (the default) or llama.cpp's TQ1_0 / TQ2_0 (scales rounded to fp16).\n"
                         "  --arch: general.architecture; \"bitnet\" (1bitLLM's models) has a silu(gate) * up FFN, \"llama\"\n"
@@ -1781,7 +1784,7 @@ static int cmd_gen_model(int argc, char **argv) {
     clock_gettime(CLOCK_MONOTONIC, &ts);
     t0 = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
     gm_table_init();
-    if (strcmp(p->name, "2b4t") == 0) { /* LLaMA 3: 128000 tiktoken ranks + 256 specials */
+    if (strcmp(p->name, "tiny") && strcmp(p->name, "small")) { /* LLaMA 3: 128000 tiktoken ranks + 256 specials */
         if ((r = bitnet_vocab_from_tiktoken(tiktoken, 256, &v.llama3)) != BITNET_OK) {
             fprintf(stderr, "bitnet gen-model: %s: %s\n", bitnet_result_string(r), bitnet_last_error());
             return 1;

@@ -491,6 +491,12 @@ static void test_random_silu(void) {
     random_silu(256, 4, 2, 384, 15, 1); /* "llama": no sub-norms (the GEMV bitnet_k_fwd_gemv_res_raw, prefill's
                                            quantization without norm) */
 }
+/* Falcon 3's heads ("llama", head_dim 256, 3 query heads a kv head): the prefill attention's _h256
+   build, the decode attention's long form with a thread a dim. */
+static void test_random_hd256(void) {
+    NEED_GPU();
+    random_silu(768, 3, 1, 1024, 16, 1);
+}
 
 /* Asking for CUDA without a usable one is an error, never a silent CPU run. */
 static void test_backend_cuda_without_gpu(void) {
@@ -516,6 +522,7 @@ int main(void) {
     RUN_TEST(test_random_hd128_gqa4);
     RUN_TEST(test_random_hd64);
     RUN_TEST(test_random_silu);
+    RUN_TEST(test_random_hd256);
     if (worst_rel > 0) printf("  worst relative L2 distance of GPU to CPU logits: %.3g\n", worst_rel);
     return test_summary();
 }
