@@ -3079,6 +3079,7 @@ static const char bitnet_cuda_src_forward[] = BITNET_CUDA_SRC_KHELPERS
     X(bitnet_k_fwd_attn_warps2_d4, forward) \
     X(bitnet_k_fwd_rope_kv, forward) \
     X(bitnet_k_fwd_attn_prefill, forward) \
+    X(bitnet_k_fwd_attn_prefill_h256, forward) \
     X(bitnet_k_fwd_head, forward) \
     X(bitnet_k_fwd_head_q8, forward) \
     X(bitnet_k_fwd_topk, forward) \

@@ -5,7 +5,7 @@
 set -uo pipefail
 t0=$SECONDS
 TK=$PWD/.bitnetcpp/llama3-tokenizer.tiktoken
-make -j"$(nproc)" all build/impl.o > /tmp/build.log 2>&1 || { tail -30 /tmp/build.log; exit 1; }
+make -j"$(nproc)" all build/impl.o $(ls tests/test_*.c | sed "s#tests/#build/tests/#; s#\.c$##") > /tmp/build.log 2>&1 || { tail -30 /tmp/build.log; exit 1; }
 echo "built ($((SECONDS - t0)) s)"
 BITNET_REQUIRE_GPU=1 build/tests/test_cuda_forward > "$OUT/test_cuda_forward.txt" 2>&1
 echo "test_cuda_forward ($((SECONDS - t0)) s): $(tail -1 "$OUT/test_cuda_forward.txt")"; grep -E "FAIL|worst|hd256" "$OUT/test_cuda_forward.txt" | head
