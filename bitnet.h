@@ -790,13 +790,24 @@ typedef struct bitnet_vocab {
 } bitnet_vocab;
 BITNET_API bitnet_result bitnet_vocab_from_tiktoken(const char *path, int n_special, bitnet_vocab *out);
 BITNET_API void bitnet_vocab_free(bitnet_vocab *v);
-/* The BitNet b1.58 2B-4T chat prompt: "<|begin_of_text|>", then per message "System: ", "User: " or
-   "Assistant: " (role "system", "user" or "assistant"), the content without leading and trailing
-   white space, and "<|eot_id|>"; add_generation_prompt appends "Assistant: ". Tokenize the result
-   with add_bos = 0 and parse_special = 1. buf gets a NUL-terminated string and *len_out its length;
-   BITNET_ERR_BAD_SIZE (with *len_out set) when cap < *len_out + 1; buf may be NULL when cap is 0. */
+/* Chat prompts, per message of role "system", "user" or "assistant", and the generation prompt:
+   BITNET   BitNet b1.58 2B-4T's: "<|begin_of_text|>", then "System: ", "User: " or "Assistant: ", the
+            content without leading and trailing white space, "<|eot_id|>"; then "Assistant: ".
+   LLAMA3   "<|begin_of_text|>", then "<|start_header_id|>ROLE<|end_header_id|>\n\n", the trimmed
+            content, "<|eot_id|>"; then "<|start_header_id|>assistant<|end_header_id|>\n\n".
+   FALCON3  "<|ROLE|>\n", the content, "\n"; then "<|assistant|>\n" (no BOS).
+   AUTO (in bitnet_model_desc): a GGUF's tokenizer.chat_template picks one as llama.cpp does
+   (bitnet_model_info.chat_template): FALCON3 when it holds "<|user|>" and "<|assistant|>", LLAMA3
+   when "<|start_header_id|>" and "<|end_header_id|>", else (and with none) BITNET. */
+typedef enum bitnet_chat_template {
+    BITNET_CHAT_AUTO = 0, BITNET_CHAT_BITNET = 1, BITNET_CHAT_LLAMA3 = 2, BITNET_CHAT_FALCON3 = 3
+} bitnet_chat_template;
+/* The prompt of n messages in template tmpl (not AUTO), add_generation_prompt: the assistant's
+   opening after them. Tokenize the result with add_bos = 0 and parse_special = 1. buf gets a NUL-terminated string
+   and *len_out its length; BITNET_ERR_BAD_SIZE (with *len_out set) when cap < *len_out + 1; buf may
+   be NULL when cap is 0. */
 typedef struct bitnet_chat_message { const char *role; const char *content; } bitnet_chat_message;
-BITNET_API bitnet_result bitnet_chat_format(const bitnet_chat_message *msgs, size_t n, int add_generation_prompt,
+BITNET_API bitnet_result bitnet_chat_format(bitnet_chat_template tmpl, const bitnet_chat_message *msgs, size_t n, int add_generation_prompt,
                                             char *buf, size_t cap, size_t *len_out);
 
 /* ---- >>api-model: model, session, generation, sampling --------------------------------------- */
@@ -817,6 +828,7 @@ typedef struct bitnet_model_desc {            /* zero-initialise; 0 / NULL means
     int head_f16;                             /* CPU and GPU: keep the exact fp16 head (also BITNET_HEAD=f16);
                                                  the default quantizes it once to int8 rows, which
                                                  reads half the bytes per token (see README) */
+    bitnet_chat_template chat_template;       /* bitnet_chat's; AUTO: the file's (see bitnet_chat_template) */
 } bitnet_model_desc;
 
 /* The FFN's gated activation. bitnet.cpp's graphs: relu(gate)^2 * up for "bitnet-b1.58" and
@@ -835,6 +847,7 @@ typedef struct bitnet_model_info {
     int32_t bos, eos, eot;                    /* -1 when absent */
     int32_t ffn_act;                          /* bitnet_ffn_act */
     int32_t sub_norms;                        /* 1: RMSNorms before O and down (BitNet); 0: none ("llama") */
+    int32_t chat_template;                    /* bitnet_chat_template (bitnet_chat uses it) */
     bitnet_backend backend;                   /* the backend actually in use */
     char backend_reason[256];                 /* why (e.g. "CUDA unavailable: ...; using the CPU") */
     int32_t head_bits;                        /* the head as computed: 8 (int8 rows) or 16 (fp16) */
@@ -929,13 +942,14 @@ typedef struct bitnet_generate_stats {
 BITNET_API bitnet_result bitnet_generate(bitnet_session *s, const int32_t *prompt, size_t n_prompt,
                                          const bitnet_generate_params *p, int32_t *out, size_t cap,
                                          bitnet_generate_stats *stats);
-/* A conversation on one session, in the 2B-4T chat format (bitnet_chat_format). Each call appends one
-   message: role "user" is answered, as bitnet_generate would (p, out, cap and stats as there; the
-   reply streams through p->on_token); role "system" is only evaluated. The first message of a new
-   or reset session starts the text with BOS; a message after a reply first closes the reply with
-   <|eot_id|>, after the reply's last token where max_tokens or the callback cut it short. The
-   session's other calls (eval, generate) between two messages end the reply's bookkeeping: the
-   next message then goes on from the session's text as it is. */
+/* A conversation on one session, in the model's chat template (bitnet_chat_format). Each call
+   appends one message: role "user" is answered, as bitnet_generate would (p, out, cap and stats as
+   there; the reply streams through p->on_token); role "system" is only evaluated. The first message
+   of a new or reset session starts with the vocabulary's BOS token where the template starts with
+   BOS; a message after a reply first closes the reply with the template's end of a message
+   (<|eot_id|>; FALCON3: "\n"), after the reply's last token where max_tokens or the callback cut it
+   short. The session's other calls (eval, generate) between two messages end the reply's
+   bookkeeping: the next message then goes on from the session's text as it is. */
 BITNET_API bitnet_result bitnet_chat(bitnet_session *s, const char *role, const char *content,
                                      const bitnet_generate_params *p, int32_t *out, size_t cap,
                                      bitnet_generate_stats *stats);
@@ -1182,6 +1196,13 @@ static BITNET__PRINTF(2, 3) bitnet_result bitnet__err(bitnet_result code, const 
 #define BITNET__TRY(expr) \
     do { bitnet_result bitnet__r_ = (expr); if (bitnet__r_ != BITNET_OK) return bitnet__r_; } while (0)
 
+/* The first occurrence of needle (m bytes) in hay (n bytes), or NULL (memmem is not C11) */
+BITNET__UNUSED static const char *bitnet__memmem(const char *hay, size_t n, const char *needle, size_t m) {
+    size_t i;
+    for (i = 0; m <= n && i <= n - m; i++)
+        if (memcmp(hay + i, needle, m) == 0) return hay + i;
+    return NULL;
+}
 BITNET__UNUSED static int bitnet__mul_size(size_t a, size_t b, size_t *out) {
     if (a != 0 && b > SIZE_MAX / a) return 0;
     *out = a * b;
@@ -5149,6 +5170,16 @@ static const struct bitnet__layer_part {
     {"ffn_sub_norm", BITNET__GGUF_FLOAT, 3, 0, 1, offsetof(bitnet_layer_weights, ffn_sub_norm)}};
 #define BITNET__N_LAYER_PARTS (sizeof bitnet__layer_parts / sizeof bitnet__layer_parts[0])
 
+/* A chat template by tokenizer.chat_template's text, as llama.cpp's llama_chat_apply_template picks
+   it (among the formats bitnet.h has) */
+static bitnet_chat_template bitnet__chat_detect(const char *s, size_t n) {
+#define BITNET__HAS(lit) (bitnet__memmem(s, n, lit, sizeof lit - 1) != NULL)
+    if (BITNET__HAS("<|user|>") && BITNET__HAS("<|assistant|>")) return BITNET_CHAT_FALCON3;
+    if (BITNET__HAS("<|start_header_id|>") && BITNET__HAS("<|end_header_id|>")) return BITNET_CHAT_LLAMA3;
+#undef BITNET__HAS
+    return BITNET_CHAT_BITNET;
+}
+
 /* Validates g as a BitNet b1.58 model and fills info; see bitnet_gguf_check_bitnet. */
 static bitnet_result bitnet__gguf_check_bitnet(const bitnet_gguf *g, bitnet_model_info *info) {
     static const char *const archs[] = {"bitnet-b1.58", "bitnet-25", "bitnet", "llama"};
@@ -5160,6 +5191,7 @@ static bitnet_result bitnet__gguf_check_bitnet(const bitnet_gguf *g, bitnet_mode
     int a, l;
     memset(info, 0, sizeof *info);
     info->bos = info->eos = info->eot = -1;
+    info->chat_template = BITNET_CHAT_BITNET;
 
     BITNET__TRY(bitnet_gguf_get_str(g, "general.architecture", &s));
     for (a = 0; a < 4; a++)
@@ -5243,6 +5275,8 @@ static bitnet_result bitnet__gguf_check_bitnet(const bitnet_gguf *g, bitnet_mode
         if (strcmp(k, "tokenizer.ggml.eos_token_id") == 0) info->eos = (int32_t)id;
         if (strcmp(k, "tokenizer.ggml.eot_token_id") == 0) info->eot = (int32_t)id;
     }
+    if (bitnet_gguf_find_key(g, "tokenizer.chat_template") >= 0 && bitnet_gguf_get_str(g, "tokenizer.chat_template", &s) == BITNET_OK)
+        info->chat_template = bitnet__chat_detect(s.ptr, (size_t)s.len);
     if (bitnet_gguf_find_key(g, "tokenizer.ggml.model") >= 0 && bitnet_gguf_get_str(g, "tokenizer.ggml.model", &s) == BITNET_OK &&
         bitnet__str_is(s, "llama")) { /* SentencePiece without ids: llama.cpp's 1 and 2 */
         if (info->bos < 0 && n_vocab > 1) info->bos = 1;
@@ -6975,34 +7009,48 @@ BITNET_API bitnet_result bitnet_tokenizer_from_gguf(const bitnet_gguf *g, bitnet
 
 /* ---- chat format ----------------------------------------------------------------------------- */
 
-BITNET_API bitnet_result bitnet_chat_format(const bitnet_chat_message *msgs, size_t n, int add_generation_prompt,
-                                            char *buf, size_t cap, size_t *len_out) {
-    static const char *const bos = "<|begin_of_text|>", *const eot = "<|eot_id|>";
+/* Per template: its start, the opening of a system, user and assistant message (the last is also
+   the generation prompt), the end of a message, and whether contents are trimmed. */
+typedef struct bitnet__chat_tmpl { const char *bos, *open[3], *end; int trim; } bitnet__chat_tmpl;
+static const bitnet__chat_tmpl bitnet__chat_tmpls[3] = {
+    {"<|begin_of_text|>", {"System: ", "User: ", "Assistant: "}, "<|eot_id|>", 1},
+    {"<|begin_of_text|>",
+     {"<|start_header_id|>system<|end_header_id|>\n\n", "<|start_header_id|>user<|end_header_id|>\n\n",
+      "<|start_header_id|>assistant<|end_header_id|>\n\n"},
+     "<|eot_id|>", 1},
+    {"", {"<|system|>\n", "<|user|>\n", "<|assistant|>\n"}, "\n", 0}};
+static const bitnet__chat_tmpl *bitnet__chat_tmpl_of(int t) { /* NULL for AUTO and unknown values */
+    return t >= 1 && t <= (int)(sizeof bitnet__chat_tmpls / sizeof bitnet__chat_tmpls[0]) ? &bitnet__chat_tmpls[t - 1] : NULL;
+}
+BITNET_API bitnet_result bitnet_chat_format(bitnet_chat_template tmpl, const bitnet_chat_message *msgs, size_t n,
+                                            int add_generation_prompt, char *buf, size_t cap, size_t *len_out) {
+    static const char *const roles[3] = {"system", "user", "assistant"};
+    const bitnet__chat_tmpl *t = bitnet__chat_tmpl_of((int)tmpl);
     size_t pass, i, len = 0;
     BITNET__CHECK_PTR(len_out);
     *len_out = 0;
     if (!msgs && n) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_chat_format: 'msgs' is NULL");
     if (!buf && cap) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_chat_format: 'buf' is NULL");
+    if (!t) return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_chat_format: template %d", (int)tmpl);
     for (pass = 0; pass < 2; pass++) { /* measure, then write */
         len = 0;
 #define BITNET__PUT(s, l) do { if (pass) memcpy(buf + len, (s), (l)); len += (l); } while (0)
-        BITNET__PUT(bos, strlen(bos));
+        BITNET__PUT(t->bos, strlen(t->bos));
         for (i = 0; i < n; i++) {
-            const char *role = msgs[i].role, *c = msgs[i].content, *prefix;
-            size_t a = 0, b, adv;
+            const char *role = msgs[i].role, *c = msgs[i].content;
+            size_t a = 0, b, adv, k;
             if (!role || !c) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_chat_format: message %zu has a NULL role or content", i);
-            if (strcmp(role, "system") == 0) prefix = "System: ";
-            else if (strcmp(role, "user") == 0) prefix = "User: ";
-            else if (strcmp(role, "assistant") == 0) prefix = "Assistant: ";
-            else return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_chat_format: message %zu has role '%s' (system, user or assistant)",
-                                    i, role);
+            for (k = 0; k < 3 && strcmp(role, roles[k]) != 0; k++) {}
+            if (k == 3)
+                return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_chat_format: message %zu has role '%s' (system, user or assistant)",
+                                   i, role);
             b = strlen(c);
-            while (a < b) { /* trim white space (Unicode White_Space) at both ends */
+            while (t->trim && a < b) { /* trim white space (Unicode White_Space) at both ends */
                 uint32_t cp = bitnet__utf8_next((const unsigned char *)c + a, b - a, &adv);
                 if (cp == BITNET__CP_INVALID || bitnet__uni_class(cp) != BITNET__CL_SPACE) break;
                 a += adv;
             }
-            while (b > a) {
+            while (t->trim && b > a) {
                 size_t s = b - 1;
                 uint32_t cp;
                 while (s > a && ((unsigned char)c[s] & 0xC0) == 0x80 && b - s < 4) s--;
@@ -7010,11 +7058,11 @@ BITNET_API bitnet_result bitnet_chat_format(const bitnet_chat_message *msgs, siz
                 if (s + adv != b || cp == BITNET__CP_INVALID || bitnet__uni_class(cp) != BITNET__CL_SPACE) break;
                 b = s;
             }
-            BITNET__PUT(prefix, strlen(prefix));
+            BITNET__PUT(t->open[k], strlen(t->open[k]));
             BITNET__PUT(c + a, b - a);
-            BITNET__PUT(eot, strlen(eot));
+            BITNET__PUT(t->end, strlen(t->end));
         }
-        if (add_generation_prompt) BITNET__PUT("Assistant: ", 11);
+        if (add_generation_prompt) BITNET__PUT(t->open[2], strlen(t->open[2]));
 #undef BITNET__PUT
         if (!pass) {
             *len_out = len;
@@ -12478,6 +12526,10 @@ static bitnet_result bitnet__model_build(bitnet_model *m, const bitnet_model_wei
     in->eot = w->eot < 0 ? -1 : w->eot;
     in->ffn_act = w->ffn_act ? w->ffn_act : BITNET_FFN_RELU2;
     in->sub_norms = !w->no_sub_norms;
+    if (d && d->chat_template != BITNET_CHAT_AUTO && !bitnet__chat_tmpl_of(d->chat_template))
+        return bitnet__err(BITNET_ERR_INVALID_ARG, "model: chat template %d", (int)d->chat_template);
+    if (d && d->chat_template != BITNET_CHAT_AUTO) in->chat_template = d->chat_template;
+    else if (in->chat_template == BITNET_CHAT_AUTO) in->chat_template = BITNET_CHAT_BITNET; /* (no file to ask) */
     m->q_dim = w->n_heads * hd;
     m->kv_dim = w->n_kv_heads * hd;
     m->tok_embd = w->tok_embd;
@@ -12726,6 +12778,7 @@ static bitnet_result bitnet__model_from_gguf(bitnet_model *m, const bitnet_model
     BITNET__TRY(bitnet__gguf_check_bitnet(g, &hp));
     memset(&w, 0, sizeof w);
     snprintf(m->info.arch, sizeof m->info.arch, "%s", hp.arch);
+    m->info.chat_template = hp.chat_template;
     w.n_vocab = hp.n_vocab, w.dim = hp.dim, w.n_layers = hp.n_layers, w.n_heads = hp.n_heads;
     w.n_kv_heads = hp.n_kv_heads, w.head_dim = hp.head_dim, w.ffn_dim = hp.ffn_dim, w.n_ctx_train = hp.n_ctx_train;
     w.rope_theta = hp.rope_theta, w.norm_eps = hp.norm_eps, w.bos = hp.bos, w.eos = hp.eos, w.eot = hp.eot;
@@ -13146,7 +13199,7 @@ static int bitnet__chat_token(int32_t token, const char *piece, size_t len, void
 BITNET_API bitnet_result bitnet_chat(bitnet_session *s, const char *role, const char *content,
                                      const bitnet_generate_params *p, int32_t *out, size_t cap,
                                      bitnet_generate_stats *stats) {
-    static const char bos[] = "<|begin_of_text|>", eot[] = "<|eot_id|>";
+    const bitnet__chat_tmpl *t;
     bitnet_chat_message msg;
     bitnet_generate_params gp;
     bitnet_generate_stats st;
@@ -13164,26 +13217,27 @@ BITNET_API bitnet_result bitnet_chat(bitnet_session *s, const char *role, const 
     if (!reply && strcmp(role, "system") != 0)
         return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_chat: role '%s' (user or system)", role);
     if (!s->m->tok) return bitnet__err(BITNET_ERR_INVALID_STATE, "bitnet_chat: the model has no tokenizer");
+    t = bitnet__chat_tmpl_of(s->m->info.chat_template);
+    if (!t) return bitnet__err(BITNET_ERR_INVALID_STATE, "bitnet_chat: chat template %d", (int)s->m->info.chat_template);
     state = s->pos == s->chat_pos ? s->chat_state : 0;
     msg.role = role, msg.content = content;
-    /* the text: <|eot_id|> closing the reply, then the message, with BOS only at the start of the
-       session; sized up front from bitnet_chat_format's parts (BOS, the longest role prefix, the
-       content, <|eot_id|>, the generation prompt), so no size query reports an error */
-    head = state ? sizeof eot - 1 : 0;
-    len = sizeof bos + sizeof eot + 2 * sizeof "Assistant: " + strlen(content);
+    /* the text: the end of a message closing the reply, then the message (its template's BOS text
+       left out: BOS goes in as the vocabulary's token, only at the start of the session); sized up
+       front from bitnet_chat_format's parts, so no size query reports an error */
+    head = state ? strlen(t->end) : 0;
+    len = strlen(t->bos) + strlen(t->open[0]) + strlen(t->open[1]) + strlen(t->end) + strlen(t->open[2]) + strlen(content);
     text = (char *)bitnet__malloc(head + len + 1);
     if (!text) return BITNET_ERR_OUT_OF_MEMORY;
-    memcpy(text, eot, head);
-    r = bitnet_chat_format(&msg, 1, reply, text + head, len + 1, &len);
-    if (r == BITNET_OK && s->pos > 0 && strncmp(text + head, bos, sizeof bos - 1) == 0)
-        memmove(text + head, text + head + sizeof bos - 1, len - (sizeof bos - 1) + 1);
-    k = state == 2; /* the reply's last token goes first */
+    memcpy(text, t->end, head);
+    r = bitnet_chat_format((bitnet_chat_template)s->m->info.chat_template, &msg, 1, reply, text + head, len + 1, &len);
+    if (r == BITNET_OK) memmove(text + head, text + head + strlen(t->bos), len - strlen(t->bos) + 1);
+    k = (state == 2) + (s->pos == 0 && t->bos[0] && s->m->tok->bos >= 0); /* the reply's last token, or BOS, first */
     if (r == BITNET_OK) {
         size_t most = bitnet_tokenize_bound(s->m->tok, strlen(text));
         ids = most < SIZE_MAX / sizeof *ids - 1 ? (int32_t *)bitnet__malloc((k + most) * sizeof *ids) : NULL;
         r = ids ? bitnet_tokenize(s->m->tok, text, strlen(text), 0, 1, ids + k, most, &n) : BITNET_ERR_OUT_OF_MEMORY;
     }
-    if (r == BITNET_OK && k) ids[0] = s->chat_last;
+    if (r == BITNET_OK && k) ids[0] = state == 2 ? s->chat_last : s->m->tok->bos;
     pos0 = s->pos;
     if (r == BITNET_OK && !reply) r = bitnet_session_eval(s, ids, k + n, NULL, 0), state = 0;
     else if (r == BITNET_OK) {

@@ -29,6 +29,7 @@ static int cmd_version(int argc, char **argv) {
 /* ---- run and eval: shared option parsing ------------------------------------------------------- */
 typedef struct model_opts {
     const char *path; bitnet_backend backend; int threads, no_mmap, head_f16, n_ctx;
+    bitnet_chat_template chat_template;
 } model_opts;
 
 /* Consumes a model option at argv[*i]; 1 when it was one, -1 on a bad value, 0 when not. */
@@ -36,7 +37,7 @@ static int model_opt(model_opts *o, int argc, char **argv, int *i) {
     const char *a = argv[*i], *v = *i + 1 < argc ? argv[*i + 1] : NULL;
     if (strcmp(a, "--no-mmap") == 0) return o->no_mmap = 1, 1;
     if (strcmp(a, "-m") && strcmp(a, "--model") && strcmp(a, "--backend") && strcmp(a, "-t") && strcmp(a, "--threads") &&
-        strcmp(a, "--head") && strcmp(a, "-c") && strcmp(a, "--ctx") && strcmp(a, "--ctx-size"))
+        strcmp(a, "--head") && strcmp(a, "-c") && strcmp(a, "--ctx") && strcmp(a, "--ctx-size") && strcmp(a, "--chat-template"))
         return 0;
     if (!v) return fprintf(stderr, "bitnet: %s needs a value\n", a), -1;
     ++*i;
@@ -46,6 +47,11 @@ static int model_opt(model_opts *o, int argc, char **argv, int *i) {
     else if (strcmp(a, "--head") == 0) {
         if (strcmp(v, "f16") && strcmp(v, "q8")) return fprintf(stderr, "bitnet: --head is f16 or q8\n"), -1;
         o->head_f16 = strcmp(v, "f16") == 0;
+    } else if (strcmp(a, "--chat-template") == 0) { /* as llama.cpp's names */
+        if (strcmp(v, "bitnet") == 0) o->chat_template = BITNET_CHAT_BITNET;
+        else if (strcmp(v, "llama3") == 0) o->chat_template = BITNET_CHAT_LLAMA3;
+        else if (strcmp(v, "falcon3") == 0) o->chat_template = BITNET_CHAT_FALCON3;
+        else return fprintf(stderr, "bitnet: --chat-template is bitnet, llama3 or falcon3\n"), -1;
     } else if (strcmp(v, "auto") == 0) o->backend = BITNET_BACKEND_AUTO;
     else if (strcmp(v, "cpu") == 0) o->backend = BITNET_BACKEND_CPU;
     else if (strcmp(v, "cuda") == 0) o->backend = BITNET_BACKEND_CUDA;
@@ -77,6 +83,7 @@ static bitnet_result open_model(const char *cmd, const model_opts *o, bitnet_mod
     d.backend = o->backend;
     d.no_mmap = o->no_mmap;
     d.head_f16 = o->head_f16;
+    d.chat_template = o->chat_template;
     if (isatty(fileno(stderr))) d.progress = progress_bar;
     if ((r = bitnet_model_load(&d, m)) != BITNET_OK) return r;
     bitnet_model_get_info(*m, &info);
@@ -244,7 +251,7 @@ static int cmd_run(int argc, char **argv) {
     sd.n_ctx = mo.n_ctx;
     r = bitnet_session_create(m, &sd, &s);
     gp.on_token = print_piece;
-    if (r == BITNET_OK && chat) r = bitnet_chat(s, "user", prompt, &gp, NULL, 0, &st); /* the 2B-4T chat format */
+    if (r == BITNET_OK && chat) r = bitnet_chat(s, "user", prompt, &gp, NULL, 0, &st); /* the model's chat template */
     else if (r == BITNET_OK) {
         r = tokenize_all(tk, prompt, strlen(prompt), 1, 0, &ids, &n);
         if (r == BITNET_OK) r = bitnet_generate(s, ids, n, &gp, NULL, 0, &st);
@@ -1356,11 +1363,12 @@ static int cmd_info(int argc, char **argv) {
     r = bitnet_gguf_check_bitnet(g, &mi);
     if (r == BITNET_OK)
         printf("\nBitNet check: ok (%s: dim %d, %d layers, %d heads, %d kv heads, ffn %d (%s), vocab %d, context %d, "
-               "rope theta %g, eps %g, bos %d, eos %d, eot %d)\n",
+               "rope theta %g, eps %g, bos %d, eos %d, eot %d, chat template %s)\n",
                mi.arch, mi.dim, mi.n_layers, mi.n_heads, mi.n_kv_heads, mi.ffn_dim,
                mi.ffn_act == BITNET_FFN_SILU ? (mi.sub_norms ? "silu(gate) * up" : "silu(gate) * up, no sub-norms") : "relu(gate)^2 * up",
                mi.n_vocab, mi.n_ctx_train,
-               (double)mi.rope_theta, (double)mi.norm_eps, mi.bos, mi.eos, mi.eot);
+               (double)mi.rope_theta, (double)mi.norm_eps, mi.bos, mi.eos, mi.eot,
+               mi.chat_template == BITNET_CHAT_LLAMA3 ? "llama3" : mi.chat_template == BITNET_CHAT_FALCON3 ? "falcon3" : "bitnet");
     else
         printf("\nBitNet check: %s: %s\n", bitnet_result_string(r), bitnet_last_error());
     bitnet_gguf_close(g);
@@ -2521,15 +2529,16 @@ static const command commands[] = {
     {"tokenize", cmd_tokenize, "tokenize -m FILE -p TEXT     print token ids (--tiktoken FILE, --hex-lines FILE, --no-bos, --no-special)"},
     {"bench-kernels", cmd_bench_kernels, "bench-kernels [--backend cpu|cuda] [--json FILE]  kernel speed vs memory or copy bandwidth"},
     {"info", cmd_info, "info FILE                    print a GGUF file's metadata and tensors, and check it"},
-    {"gen-model", cmd_gen_model, "gen-model --preset tiny|small|2b4t [--seed S] -o FILE   write a random-weight model"},
+    {"gen-model", cmd_gen_model, "gen-model --preset tiny|small|2b4t|falcon3-1b [--seed S] -o FILE   write a random-weight model"},
     {"devices", cmd_devices, "devices [--json]             GPU backends and every CUDA device"},
     {"kernels", cmd_kernels, "kernels [--arch sm_XX] [--json] [--cache]  compile every built-in CUDA module (no GPU needed)"},
     {"help", cmd_help, "help [COMMAND]               this list, or one command's (also: bitnet COMMAND -h)"},
     {"run", cmd_run, "run -m FILE -p TEXT|-f FILE [-n N] [--backend auto|cpu|cuda] [--seed S] [--temp T] [--top-k K] [--top-p P]\n"
                      "      [--min-p P] [--repeat-penalty R] [--repeat-last-n N] [--ignore-eos] [--chat] [-cnv] [-t THREADS]\n"
-                     "      [-c N_CTX] [--head f16|q8] [--no-mmap]\n"
+                     "      [-c N_CTX] [--head f16|q8] [--no-mmap] [--chat-template bitnet|llama3|falcon3]\n"
                      "                               generate text, streamed to stdout; speeds on stderr. -cnv: a\n"
-                     "                               conversation, a message a line of stdin (-p: the system message)"},
+                     "                               conversation, a message a line of stdin (-p: the system message);\n"
+                     "                               --chat and -cnv in the file's chat template (else the one named)"},
     {"eval", cmd_eval, "eval -m FILE --tokens 1,2,3 --logits-out FILE.f32 [--backend B] [--head f16|q8]\n"
                        "                               float32 logits, one row of n_vocab per token (no BOS added)"},
     {"perplexity", cmd_perplexity, "perplexity -m FILE -f TEXT [-c N_CTX] [--chunks N] [--backend B] [-t THREADS]\n"

@@ -197,6 +197,7 @@ static void fuzz_pretokenize(bitnet_pretokenizer pre, const char *s, size_t n) {
 
 static void fuzz_chat(const char *s, size_t n, int flags) {
     static const char *const roles[] = {"system", "user", "assistant", "tool"};
+    const bitnet_chat_template tmpl = (bitnet_chat_template)(1 + (n ? (unsigned char)s[0] % 3 : 0)); /* (by the first byte) */
     bitnet_chat_message m[4];
     char *copy = (char *)malloc(n + 1), *p;
     size_t k = 0, len = 0, len2 = 0;
@@ -210,11 +211,11 @@ static void fuzz_chat(const char *s, size_t n, int flags) {
         p += strlen(p);
         if (p < copy + n) p++;
     }
-    r = bitnet_chat_format(m, 4, flags & 1, NULL, 0, &len);
+    r = bitnet_chat_format(tmpl, m, 4, flags & 1, NULL, 0, &len);
     if (r != BITNET_ERR_INVALID_ARG) {
         char *buf = (char *)malloc(len + 1);
         FUZZ_REQUIRE(r == BITNET_ERR_BAD_SIZE && buf != NULL);
-        FUZZ_REQUIRE(bitnet_chat_format(m, 4, flags & 1, buf, len + 1, &len2) == BITNET_OK && len2 == len && strlen(buf) <= len);
+        FUZZ_REQUIRE(bitnet_chat_format(tmpl, m, 4, flags & 1, buf, len + 1, &len2) == BITNET_OK && len2 == len && strlen(buf) <= len);
         fuzz_encode(tok, buf, len, 0, 1);
         free(buf);
     }

@@ -613,6 +613,7 @@ typedef struct micro_cfg {
     bitnet_tensor_type emb_type;   /* token_embd.weight (0: F16) */
     int no_tokenizer;              /* no tokenizer.* keys (then set vocab_key) */
     const void *emb_data;          /* token_embd.weight's bytes (NULL: the scale's, repeated) */
+    const char *chat_template;     /* tokenizer.chat_template (NULL: none) */
 } micro_cfg;
 
 static micro_cfg micro_default(void) {
@@ -676,6 +677,7 @@ static bitnet_result write_micro(const char *path, const micro_cfg *c) {
         W(bitnet_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", BITNET_GGUF_INT32, types, c->n_types ? c->n_types : c->vocab));
         if (c->bos >= 0) W(bitnet_gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)c->bos));
         W(bitnet_gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 0));
+        if (c->chat_template) W(bitnet_gguf_writer_set_str(w, "tokenizer.chat_template", c->chat_template));
     }
 #define T(nm, type, nd, a, b) do { uint64_t ne_[4] = {(a), (b), 1, 1}, nb_ = 0; \
         bitnet_tensor_type ty_ = (c->q8_instead && strcmp(c->q8_instead, nm) == 0) ? BITNET_TENSOR_Q8_0 \
@@ -839,6 +841,22 @@ static void test_check_valid_micro(void) {
     TEST_CHECK(info.ffn_dim == 256 && info.n_vocab == 20 && info.n_ctx_train == 64);
     TEST_CHECK(info.rope_theta == 500000.0f && info.norm_eps == 1e-5f);
     TEST_CHECK(info.bos == 17 && info.eos == 0 && info.eot == 19);
+    TEST_CHECK(info.chat_template == BITNET_CHAT_BITNET); /* (no template) */
+    { /* the chat template by the text of tokenizer.chat_template, as llama.cpp picks it */
+        static const struct { const char *text; bitnet_chat_template want; } tt[] = {
+            {"{% for m in messages %}{{ m['role'] | capitalize }}: {{ m['content'] }}<|eot_id|>{% endfor %}", BITNET_CHAT_BITNET},
+            {"{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' }}", BITNET_CHAT_LLAMA3},
+            {"{{ '<|user|>\\n' + message['content'] }}{% if add_generation_prompt %}{{ '<|assistant|>\\n' }}{% endif %}",
+             BITNET_CHAT_FALCON3},
+            {"<|start_header_id|> alone", BITNET_CHAT_BITNET}};
+        size_t i;
+        for (i = 0; i < sizeof tt / sizeof tt[0]; i++) {
+            c.chat_template = tt[i].text;
+            TEST_CHECKF(check_micro(&c, &info) == BITNET_OK && info.chat_template == (int32_t)tt[i].want, "template %zu: %d",
+                        i, (int)info.chat_template);
+        }
+        c.chat_template = NULL;
+    }
     c.arch = "bitnet-25";
     TEST_CHECK(check_micro(&c, &info) == BITNET_OK && strcmp(info.arch, "bitnet-25") == 0);
     c = micro_default(); c.float_matrices = 1; /* unquantized latent weights */
@@ -1335,6 +1353,12 @@ static void test_cli_run_flags(void) {
     TEST_CHECK(system(cmd) != 0);
     snprintf(cmd, sizeof cmd, "%s %s -n 4 -f %s --repeat-last-n -2 > /dev/null 2>&1", bin, run, pf);
     TEST_CHECK(system(cmd) != 0);
+    { /* --chat-template: a named one runs, another name is a usage error */
+        snprintf(cmd, sizeof cmd, "%s %s -n 4 --chat --chat-template falcon3 -p Hi > /dev/null 2>&1", bin, run);
+        TEST_CHECK(system(cmd) == 0);
+        snprintf(cmd, sizeof cmd, "%s %s -n 4 --chat --chat-template chatml -p Hi > /dev/null 2>&1", bin, run);
+        TEST_CHECK(system(cmd) != 0);
+    }
     snprintf(cmd, sizeof cmd, "%s %s -n 4 -f %s.missing > /dev/null 2>&1", bin, run, pf);
     TEST_CHECK(system(cmd) != 0);
     for (i = 0; i < 5; i++) out[i] = read_all(o[i], &n[i]);

@@ -302,7 +302,7 @@ static bitnet_result f_chat_tokenize(void *p) {
     bitnet_result r;
     msgs[0].role = "system", msgs[0].content = "You are terse.";
     msgs[1].role = "user", msgs[1].content = "Why is the sky blue?";
-    r = bitnet_chat_format(msgs, 2, 1, buf, sizeof buf, &len);
+    r = bitnet_chat_format(BITNET_CHAT_BITNET, msgs, 2, 1, buf, sizeof buf, &len);
     if (r == BITNET_OK) r = bitnet_tokenize(c->tk, buf, len, 0, 1, ids, 256, &n);
     return r;
 }

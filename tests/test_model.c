@@ -801,6 +801,62 @@ static void tok_append(const bitnet_tokenizer *tk, const char *text, int32_t *id
     *n += k;
 }
 
+/* bitnet_chat in the LLaMA 3 and Falcon 3 templates (asked for in the desc): the text each message
+   adds is the template's, BOS (LLaMA 3's only) as the vocabulary's token, a reply closed with the
+   template's end of a message; each reply is what one greedy generate over the transcript gives. */
+static void test_chat_templates(void) {
+    static const char *const want[2][3] = {
+        {"<|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\n"
+         "Hi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n",
+         "<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nAgain<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"},
+        {"<|system|>\n Be brief. \n<|user|>\nHi\n<|assistant|>\n", "\n<|user|>\nAgain\n<|assistant|>\n"}};
+    const bitnet_chat_template tmpl[2] = {BITNET_CHAT_LLAMA3, BITNET_CHAT_FALCON3};
+    int k;
+    for (k = 0; k < 2; k++) {
+        bitnet_model_desc d;
+        bitnet_model *m = NULL;
+        bitnet_session *s = NULL, *b = NULL;
+        bitnet_generate_params gp;
+        bitnet_model_info info;
+        int32_t r1[8], r2[8], ref[8], tx[512], none = 0;
+        size_t n = 0;
+        FILE *f = fopen("tests/data/tiny.gguf", "rb");
+        if (!f) TEST_SKIP("tests/data/tiny.gguf is absent (run from the repository root)");
+        fclose(f);
+        memset(&d, 0, sizeof d);
+        d.path = "tests/data/tiny.gguf", d.backend = BITNET_BACKEND_CPU, d.chat_template = tmpl[k];
+        TEST_CHECKF(bitnet_model_load(&d, &m) == BITNET_OK, "%s", bitnet_last_error());
+        TEST_CHECK(m && bitnet_model_get_info(m, &info) == BITNET_OK && info.chat_template == (int32_t)tmpl[k]);
+        TEST_CHECK(m && bitnet_session_create(m, NULL, &s) == BITNET_OK && bitnet_session_create(m, NULL, &b) == BITNET_OK);
+        if (s && b) {
+            memset(&gp, 0, sizeof gp);
+            gp.max_tokens = 4, gp.stop_tokens = &none, gp.n_stop = 0; /* greedy, cut at max_tokens */
+            TEST_CHECK(bitnet_chat(s, "system", " Be brief. ", NULL, NULL, 0, NULL) == BITNET_OK);
+            TEST_CHECK(bitnet_chat(s, "user", "Hi", &gp, r1, 8, NULL) == BITNET_OK);
+            if (tmpl[k] == BITNET_CHAT_LLAMA3) tx[n++] = info.bos;
+            tok_append(bitnet_model_tokenizer(m), want[k][0], tx, 512, &n);
+            TEST_CHECK(bitnet_generate(b, tx, n, &gp, ref, 8, NULL) == BITNET_OK && memcmp(ref, r1, 4 * sizeof *ref) == 0);
+            TEST_CHECKF(bitnet_session_pos(s) == (int32_t)n + 3, "template %d: %d positions, want %d", (int)tmpl[k],
+                        (int)bitnet_session_pos(s), (int)n + 3);
+            memcpy(tx + n, r1, 4 * sizeof *r1), n += 4;
+            tok_append(bitnet_model_tokenizer(m), want[k][1], tx, 512, &n);
+            bitnet_session_reset(b);
+            TEST_CHECK(bitnet_generate(b, tx, n, &gp, ref, 8, NULL) == BITNET_OK);
+            TEST_CHECK(bitnet_chat(s, "user", "Again", &gp, r2, 8, NULL) == BITNET_OK && memcmp(r2, ref, 4 * sizeof *ref) == 0);
+            TEST_CHECK(bitnet_session_pos(s) == (int32_t)n + 3);
+        }
+        bitnet_session_free(s), bitnet_session_free(b);
+        bitnet_model_free(m);
+    }
+    {   /* a template the library does not have */
+        bitnet_model_desc d;
+        bitnet_model *m = NULL;
+        memset(&d, 0, sizeof d);
+        d.path = "tests/data/tiny.gguf", d.backend = BITNET_BACKEND_CPU, d.chat_template = (bitnet_chat_template)9;
+        TEST_CHECK(bitnet_model_load(&d, &m) == BITNET_ERR_INVALID_ARG && m == NULL && strstr(bitnet_last_error(), "chat template 9"));
+    }
+}
+
 /* An eval between two messages ends the reply's bookkeeping, even where a discard brings the session
    back to the position the reply ended at: the next message then goes on from the text as it is
    (no <|eot_id|> and no reply token put before it). */
@@ -999,6 +1055,7 @@ int main(void) {
     RUN_TEST(test_alloc_faults);
     RUN_TEST(test_tiny_gguf);
     RUN_TEST(test_chat);
+    RUN_TEST(test_chat_templates);
     RUN_TEST(test_chat_after_eval);
     RUN_TEST(test_discard);
     return test_summary();

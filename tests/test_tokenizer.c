@@ -414,28 +414,40 @@ static void test_alloc_faults(void) {
 
 static void test_chat_format(void) {
     bitnet_chat_message m[3];
-    char buf[256];
+    char buf[512];
     size_t n = 0;
     static const char want[] = "<|begin_of_text|>System: Be brief.<|eot_id|>User: Hey, are you conscious?<|eot_id|>"
                                "Assistant: No.<|eot_id|>Assistant: ";
     m[0].role = "system"; m[0].content = "  Be brief.\n";
     m[1].role = "user"; m[1].content = "Hey, are you conscious?\xe3\x80\x80"; /* U+3000 is trimmed too */
     m[2].role = "assistant"; m[2].content = "No.";
-    TEST_CHECK(bitnet_chat_format(m, 3, 1, buf, sizeof buf, &n) == BITNET_OK);
+    TEST_CHECK(bitnet_chat_format(BITNET_CHAT_BITNET, m, 3, 1, buf, sizeof buf, &n) == BITNET_OK);
     TEST_CHECKF(n == sizeof want - 1 && strcmp(buf, want) == 0, "got '%s'", buf);
-    TEST_CHECK(bitnet_chat_format(m, 3, 1, NULL, 0, &n) == BITNET_ERR_BAD_SIZE && n == sizeof want - 1);
-    TEST_CHECK(bitnet_chat_format(m, 3, 1, buf, sizeof want - 1, &n) == BITNET_ERR_BAD_SIZE);
-    TEST_CHECK(bitnet_chat_format(m + 1, 1, 0, buf, sizeof buf, &n) == BITNET_OK &&
+    TEST_CHECK(bitnet_chat_format(BITNET_CHAT_BITNET, m, 3, 1, NULL, 0, &n) == BITNET_ERR_BAD_SIZE && n == sizeof want - 1);
+    TEST_CHECK(bitnet_chat_format(BITNET_CHAT_BITNET, m, 3, 1, buf, sizeof want - 1, &n) == BITNET_ERR_BAD_SIZE);
+    TEST_CHECK(bitnet_chat_format(BITNET_CHAT_BITNET, m + 1, 1, 0, buf, sizeof buf, &n) == BITNET_OK &&
                strcmp(buf, "<|begin_of_text|>User: Hey, are you conscious?<|eot_id|>") == 0);
     m[0].content = " \t ";
-    TEST_CHECK(bitnet_chat_format(m, 1, 0, buf, sizeof buf, &n) == BITNET_OK &&
+    TEST_CHECK(bitnet_chat_format(BITNET_CHAT_BITNET, m, 1, 0, buf, sizeof buf, &n) == BITNET_OK &&
                strcmp(buf, "<|begin_of_text|>System: <|eot_id|>") == 0);
     m[0].role = "tool";
-    TEST_CHECK(bitnet_chat_format(m, 1, 0, buf, sizeof buf, &n) == BITNET_ERR_INVALID_ARG);
+    TEST_CHECK(bitnet_chat_format(BITNET_CHAT_BITNET, m, 1, 0, buf, sizeof buf, &n) == BITNET_ERR_INVALID_ARG);
     m[0].role = NULL;
-    TEST_CHECK(bitnet_chat_format(m, 1, 0, buf, sizeof buf, &n) == BITNET_ERR_NULL_POINTER);
-    TEST_CHECK(bitnet_chat_format(NULL, 0, 1, buf, sizeof buf, &n) == BITNET_OK &&
+    TEST_CHECK(bitnet_chat_format(BITNET_CHAT_BITNET, m, 1, 0, buf, sizeof buf, &n) == BITNET_ERR_NULL_POINTER);
+    TEST_CHECK(bitnet_chat_format(BITNET_CHAT_BITNET, NULL, 0, 1, buf, sizeof buf, &n) == BITNET_OK &&
                strcmp(buf, "<|begin_of_text|>Assistant: ") == 0);
+    TEST_CHECK(bitnet_chat_format((bitnet_chat_template)4, NULL, 0, 1, buf, sizeof buf, &n) == BITNET_ERR_INVALID_ARG);
+    TEST_CHECK(bitnet_chat_format(BITNET_CHAT_AUTO, NULL, 0, 1, buf, sizeof buf, &n) == BITNET_ERR_INVALID_ARG); /* (a model's) */
+    /* LLaMA 3's (trimmed) and Falcon 3's (as given, no BOS) */
+    m[0].role = "system"; m[0].content = "  Be brief.\n";
+    TEST_CHECK(bitnet_chat_format(BITNET_CHAT_LLAMA3, m, 3, 1, buf, sizeof buf, &n) == BITNET_OK);
+    TEST_CHECKF(strcmp(buf, "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
+                            "<|start_header_id|>user<|end_header_id|>\n\nHey, are you conscious?<|eot_id|>"
+                            "<|start_header_id|>assistant<|end_header_id|>\n\nNo.<|eot_id|>"
+                            "<|start_header_id|>assistant<|end_header_id|>\n\n") == 0, "got '%s'", buf);
+    TEST_CHECK(bitnet_chat_format(BITNET_CHAT_FALCON3, m, 3, 1, buf, sizeof buf, &n) == BITNET_OK);
+    TEST_CHECKF(strcmp(buf, "<|system|>\n  Be brief.\n\n<|user|>\nHey, are you conscious?\xe3\x80\x80\n<|assistant|>\nNo.\n"
+                            "<|assistant|>\n") == 0, "got '%s'", buf);
 }
 
 /* ---- bitnet_vocab_from_tiktoken on small files written here ----------------------------------- */
