@@ -803,12 +803,12 @@ typedef enum bitnet_chat_template {
     BITNET_CHAT_AUTO = 0, BITNET_CHAT_BITNET = 1, BITNET_CHAT_LLAMA3 = 2, BITNET_CHAT_FALCON3 = 3
 } bitnet_chat_template;
 /* The prompt of n messages in template tmpl (not AUTO), add_generation_prompt: the assistant's
-   opening after them. Tokenize the result with add_bos = 0 and parse_special = 1. buf gets a NUL-terminated string
-   and *len_out its length; BITNET_ERR_BAD_SIZE (with *len_out set) when cap < *len_out + 1; buf may
-   be NULL when cap is 0. */
+   opening after them. Tokenize the result with add_bos = 0 and parse_special = 1. buf gets a
+   NUL-terminated string and *len_out its length; BITNET_ERR_BAD_SIZE (with *len_out set) when
+   cap < *len_out + 1; buf may be NULL when cap is 0. */
 typedef struct bitnet_chat_message { const char *role; const char *content; } bitnet_chat_message;
-BITNET_API bitnet_result bitnet_chat_format(bitnet_chat_template tmpl, const bitnet_chat_message *msgs, size_t n, int add_generation_prompt,
-                                            char *buf, size_t cap, size_t *len_out);
+BITNET_API bitnet_result bitnet_chat_format(bitnet_chat_template tmpl, const bitnet_chat_message *msgs, size_t n,
+                                            int add_generation_prompt, char *buf, size_t cap, size_t *len_out);
 
 /* ---- >>api-model: model, session, generation, sampling --------------------------------------- */
 /* Threads: share one model between threads, one session per thread (see THREAD SAFETY at the top). */
@@ -5965,7 +5965,7 @@ static size_t bitnet__gpt2_end(const unsigned char *s, size_t n, size_t p) {
     }
     if (c0.cp == ' ' && q < n && (c = bitnet__ch_at(s, n, q)).cls != BITNET__CL_SPACE) /* a space, then a run */
         return bitnet__class_run(s, n, q, c.cls);
-    if (c0.cls != BITNET__CL_SPACE && c0.cp != ' ') return bitnet__class_run(s, n, p, c0.cls);
+    if (c0.cls != BITNET__CL_SPACE) return bitnet__class_run(s, n, p, c0.cls);
     for (q = p; q < n && (c = bitnet__ch_at(s, n, q)).cls == BITNET__CL_SPACE; q += c.len, count++) last = q;
     return count > 1 && q < n ? last : q; /* white space: its last character joins what follows */
 }
