@@ -11968,10 +11968,8 @@ static bitnet_result bitnet__gpu_step(bitnet_session *s) {
     return bitnet__gpu_head(s, q->x, 1);                                             /* logits; next token and position */
 }
 
-/* The decode graph of a step at pos: its attention's form, captured on first use. */
-static bitnet_result bitnet__gpu_step_graph(bitnet_session *s, int32_t pos) {
-    bitnet__gsession *q = (bitnet__gsession *)s->gpu;
-    bitnet_gpu_graph **gr;
+/* The decode attention's form for a step at pos (q->form, q->form_n; bitnet__gpu_attention reads them) */
+static void bitnet__gpu_att_form(bitnet__gsession *q, int32_t pos) {
     q->form = pos + 1 <= q->att_t ? BITNET__ATT_ONE : pos + 1 <= q->att_w ? BITNET__ATT_RANGES : BITNET__ATT_LONG;
     q->form_n = 0;
     if (q->form == BITNET__ATT_RANGES && q->att_cl) {
@@ -11982,6 +11980,13 @@ static bitnet_result bitnet__gpu_step_graph(bitnet_session *s, int32_t pos) {
     if (q->form == BITNET__ATT_LONG && pos + 1 <= q->att_w2)
         q->form = BITNET__ATT_CL2,
         q->form_n = bitnet__att_ranges(pos + 1, 2 * BITNET__GPU_ATT_T, q->smax, q->att_w2 / (2 * BITNET__GPU_ATT_T));
+}
+
+/* The decode graph of a step at pos: its attention's form, captured on first use. */
+static bitnet_result bitnet__gpu_step_graph(bitnet_session *s, int32_t pos) {
+    bitnet__gsession *q = (bitnet__gsession *)s->gpu;
+    bitnet_gpu_graph **gr;
+    bitnet__gpu_att_form(q, pos);
     gr = &q->graph[q->draw][q->form][q->form_n];
     if (!*gr) {
         bitnet_result r, r2;

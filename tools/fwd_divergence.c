@@ -15,7 +15,8 @@
       beside the CPU's float attention on the same inputs (the ulp-level noise of a correct kernel).
    3. free-running: GPU vs CPU (fp16 head) rows as in the test, GPU vs CPU with double attention,
       and teacher-forced greedy argmaxes (CPU's tokens fed to both; first disagreement and the CPU's
-      top-2 gap there), for the CPU's fp16 head and its default int8 head.
+      top-2 gap there): GPU and CPU both with the fp16 head (the model of steps 2 and 3), then both
+      with the default int8 head.
    Exit status 1 when the op-by-op check fails (tools/gpu_forward.sh runs it on the test models).
    Built with the implementation (internal steps are called directly):
      cc -O2 -std=c11 -o build/fwd_divergence tools/fwd_divergence.c -lm -ldl -lpthread */
@@ -505,6 +506,7 @@ static void gpu_ops(bitnet_model *gm, int n_pre, int n_dec) {
         cur_pos = t;
         GPU(bitnet__gpu_put_tokens(s, tok + t, 1, t, 1));
         GPU(bitnet__gpu_embed(s, q->erow, q->iota, 1));
+        bitnet__gpu_att_form(q, t); /* the attention's form at this position, as a step's graph has it */
         dl(s, X, q->x, (size_t)dim * 4);
         {
             float *e = (float *)malloc((size_t)dim * 4);
@@ -581,7 +583,7 @@ int main(int argc, char **argv) {
     const char *what = argc > 1 ? argv[1] : "hd64";
     int no_gpu = 0, n_pre = 100, n_dec = 60, n_greedy = 64, n_prompt = 5, i;
     rmodel r;
-    bitnet_model *cpu16 = NULL, *cpu8 = NULL, *gpu = NULL;
+    bitnet_model *cpu16 = NULL, *cpu8 = NULL, *gpu = NULL, *gpu8 = NULL;
     bitnet_model_desc d;
     bitnet_model_weights *w = NULL;
     w_lo = -1;
@@ -619,7 +621,7 @@ int main(int argc, char **argv) {
     greedy_tf(cpu16, 3, cpu16, 2, n_prompt, n_greedy, "cpu-float vs cpu-double");
     compare_sched(cpu16, 1, cpu16, 2, n_pre, n_dec, "library cpu attention vs cpu-double");
     compare_sched(cpu16, 0, cpu16, 1, n_pre, n_dec, "library cpu vs cpu_fwd (sanity, expect 0)");
-    if (!no_gpu) LOAD(gpu, BITNET_BACKEND_CUDA, 0);
+    if (!no_gpu) LOAD(gpu, BITNET_BACKEND_CUDA, 1); /* the fp16 head, as the CPU reference's */
     if (gpu) {
 #if defined(BITNET__GPU_FORWARD)
         printf("2. GPU op by op, teacher-forced (prefill %d rows, then decode to %d)\n", n_pre, n_pre + n_dec);
@@ -630,10 +632,12 @@ int main(int argc, char **argv) {
         compare_sched(gpu, 0, cpu16, 2, n_pre, n_dec, "gpu vs cpu-double");
         greedy_tf(gpu, 0, cpu16, 0, n_prompt, n_greedy, "gpu vs cpu (fp16 head)");
         LOAD(cpu8, BITNET_BACKEND_CPU, 0);
-        if (cpu8) greedy_tf(gpu, 0, cpu8, 0, n_prompt, n_greedy, "gpu vs cpu (int8 head)");
+        LOAD(gpu8, BITNET_BACKEND_CUDA, 0);
+        if (cpu8 && gpu8) greedy_tf(gpu8, 0, cpu8, 0, n_prompt, n_greedy, "gpu vs cpu (int8 head)");
         if (cpu8) greedy_tf(cpu16, 0, cpu8, 0, n_prompt, n_greedy, "cpu fp16 head vs cpu int8 head");
     }
     bitnet_model_free(gpu);
+    bitnet_model_free(gpu8);
     bitnet_model_free(cpu8);
     bitnet_model_free(cpu16);
 #if defined(BITNET__GPU_FORWARD)
