@@ -7746,29 +7746,32 @@ BITNET__AVX512_FN static __m512d bitnet__exp_pd_avx512(__m512d x) {
 #else
 #define BITNET__UNROLL16
 #endif
-/* The same for head_dim 128 (the 2B-4T shape), up to 8 heads a group, in double like the reference:
-   16-key tiles converted once for all rows and heads, the scores of a tile for four heads at a time
-   (each key row loaded once), the head's output row in 16 zmm while the tile's values stream through. */
+/* The same for head_dim a multiple of 8 up to 256, groups of up to 8 heads and 1024 dims (2B-4T's
+   4 x 128, Falcon 3's 2-3 x 256, 1bitLLM's 96), in double like the reference: 16-key tiles converted
+   once for all rows and heads, the scores of a tile for four heads at a time (each key row loaded
+   once), a head's output in chunks of 128 dims held in 16 zmm while the tile's values stream
+   through (a last chunk of fewer dims in memory). */
+#define BITNET__ATTN_SIMD_HD 256
+#define BITNET__ATTN_SIMD_GHD 1024
 BITNET__AVX512_FN static void bitnet__attn_avx512(const float *q, size_t stride, int nt, int g, const uint16_t *kc,
                                                   const uint16_t *vc, int len0, int hd, float *out) {
-    double kd[128 * 16], vd[16 * 128], od[BITNET__ATTN_ROWS * 8 * 128], p[16], sc4[64], mx[BITNET__ATTN_ROWS * 8];
-    double sum[BITNET__ATTN_ROWS * 8], qd[BITNET__ATTN_ROWS * 8 * 128];
-    const double ds = 1.0 / sqrt(128.0);
-    int h, r, s0, j, d, c, len = len0 + nt - 1;
-    (void)hd;
+    double kd[BITNET__ATTN_SIMD_HD * 16], vd[16 * BITNET__ATTN_SIMD_HD], od[BITNET__ATTN_ROWS * BITNET__ATTN_SIMD_GHD];
+    double qd[BITNET__ATTN_ROWS * BITNET__ATTN_SIMD_GHD], p[16], sc4[64], mx[BITNET__ATTN_ROWS * 8], sum[BITNET__ATTN_ROWS * 8];
+    const double ds = 1.0 / sqrt((double)hd);
+    int h, r, s0, j, d, c, c0, len = len0 + nt - 1;
     for (r = 0; r < nt * g; r++) mx[r] = -INFINITY, sum[r] = 0;
     /* the queries in double once, so the score loop broadcasts them straight from memory */
     for (r = 0; r < nt; r++)
         for (h = 0; h < g; h++)
-            for (d = 0; d < 128; d += 8)
-                _mm512_storeu_pd(qd + ((size_t)r * g + h) * 128 + d, _mm512_cvtps_pd(_mm256_loadu_ps(q + r * stride + (size_t)h * 128 + d)));
-    memset(od, 0, (size_t)nt * (size_t)g * 128 * sizeof od[0]);
+            for (d = 0; d < hd; d += 8)
+                _mm512_storeu_pd(qd + ((size_t)r * g + h) * hd + d, _mm512_cvtps_pd(_mm256_loadu_ps(q + r * stride + (size_t)h * hd + d)));
+    memset(od, 0, (size_t)nt * (size_t)g * (size_t)hd * sizeof od[0]);
     for (s0 = 0; s0 < len; s0 += 16) {
         int nbv = BITNET__MIN(16, len - s0);
-        for (d = 0; d < 128 * 16; d += 8)
-            _mm512_storeu_pd(kd + d, _mm512_cvtps_pd(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kc + (size_t)s0 * 128 + d)))));
-        for (d = 0; d < nbv * 128; d += 8)
-            _mm512_storeu_pd(vd + d, _mm512_cvtps_pd(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(vc + (size_t)s0 * 128 + d)))));
+        for (d = 0; d < hd * 16; d += 8)
+            _mm512_storeu_pd(kd + d, _mm512_cvtps_pd(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kc + (size_t)s0 * hd + d)))));
+        for (d = 0; d < nbv * hd; d += 8)
+            _mm512_storeu_pd(vd + d, _mm512_cvtps_pd(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(vc + (size_t)s0 * hd + d)))));
         for (r = 0; r < nt; r++) {
             int nb = BITNET__MIN(16, len0 + r - s0);
             __mmask8 v0, v1;
@@ -7776,15 +7779,15 @@ BITNET__AVX512_FN static void bitnet__attn_avx512(const float *q, size_t stride,
             v0 = (__mmask8)(nb >= 8 ? 0xff : (1u << nb) - 1);
             v1 = (__mmask8)(nb >= 16 ? 0xff : nb <= 8 ? 0 : (1u << (nb - 8)) - 1);
             for (h = 0; h < g; h++) {
-                double *oh = od + ((size_t)r * g + h) * 128, bm, *mxh = &mx[r * g + h];
-                __m512d a0, a1, e0, e1, o[16];
+                double *oh = od + ((size_t)r * g + h) * hd, bm, f = 1.0, *mxh = &mx[r * g + h];
+                __m512d a0, a1, e0, e1, fv, o[16];
                 if (h % 4 == 0) { /* scores of the 16 keys for heads h..h+3: each key row loaded once */
-                    const double *q0 = qd + ((size_t)r * g + h) * 128;
-                    const double *q1 = qd + ((size_t)r * g + BITNET__MIN(h + 1, g - 1)) * 128;
-                    const double *q2 = qd + ((size_t)r * g + BITNET__MIN(h + 2, g - 1)) * 128;
-                    const double *q3 = qd + ((size_t)r * g + BITNET__MIN(h + 3, g - 1)) * 128;
+                    const double *q0 = qd + ((size_t)r * g + h) * hd;
+                    const double *q1 = qd + ((size_t)r * g + BITNET__MIN(h + 1, g - 1)) * hd;
+                    const double *q2 = qd + ((size_t)r * g + BITNET__MIN(h + 2, g - 1)) * hd;
+                    const double *q3 = qd + ((size_t)r * g + BITNET__MIN(h + 3, g - 1)) * hd;
                     __m512d s0l = _mm512_setzero_pd(), s0h = s0l, s1l = s0l, s1h = s0l, s2l = s0l, s2h = s0l, s3l = s0l, s3h = s0l;
-                    for (d = 0; d < 128; d++) {
+                    for (d = 0; d < hd; d++) {
                         __m512d kl = _mm512_loadu_pd(kd + 16 * d), kh = _mm512_loadu_pd(kd + 16 * d + 8), x;
                         x = _mm512_set1_pd(q0[d]), s0l = _mm512_fmadd_pd(x, kl, s0l), s0h = _mm512_fmadd_pd(x, kh, s0h);
                         x = _mm512_set1_pd(q1[d]), s1l = _mm512_fmadd_pd(x, kl, s1l), s1h = _mm512_fmadd_pd(x, kh, s1h);
@@ -7798,33 +7801,39 @@ BITNET__AVX512_FN static void bitnet__attn_avx512(const float *q, size_t stride,
                 a0 = _mm512_mask_mov_pd(_mm512_set1_pd(-INFINITY), v0, _mm512_mul_pd(_mm512_loadu_pd(sc4 + 16 * (h % 4)), _mm512_set1_pd(ds)));
                 a1 = _mm512_mask_mov_pd(_mm512_set1_pd(-INFINITY), v1, _mm512_mul_pd(_mm512_loadu_pd(sc4 + 16 * (h % 4) + 8), _mm512_set1_pd(ds)));
                 bm = _mm512_reduce_max_pd(_mm512_max_pd(a0, a1));
-                BITNET__UNROLL16 for (c = 0; c < 16; c++) o[c] = _mm512_loadu_pd(oh + 8 * c);
-                if (bm > *mxh) { /* a new maximum: rescale what has been summed so far */
-                    double f = exp(*mxh - bm);
-                    __m512d fv = _mm512_set1_pd(f);
-                    BITNET__UNROLL16 for (c = 0; c < 16; c++) o[c] = _mm512_mul_pd(o[c], fv);
+                if (bm > *mxh) { /* a new maximum: what has been summed so far is rescaled by f */
+                    f = exp(*mxh - bm);
                     sum[r * g + h] *= f;
                     *mxh = bm;
                 }
+                fv = _mm512_set1_pd(f);
                 e0 = bitnet__exp_pd_avx512(_mm512_sub_pd(a0, _mm512_set1_pd(*mxh)));
                 e1 = bitnet__exp_pd_avx512(_mm512_sub_pd(a1, _mm512_set1_pd(*mxh)));
                 sum[r * g + h] += _mm512_reduce_add_pd(_mm512_add_pd(e0, e1));
                 _mm512_storeu_pd(p, e0);
                 _mm512_storeu_pd(p + 8, e1);
-                for (j = 0; j < nb; j++) { /* out += p V */
-                    __m512d pj = _mm512_set1_pd(p[j]);
-                    const double *v = vd + 128 * j;
-                    BITNET__UNROLL16 for (c = 0; c < 16; c++) o[c] = _mm512_fmadd_pd(pj, _mm512_loadu_pd(v + 8 * c), o[c]);
+                for (c0 = 0; c0 + 128 <= hd; c0 += 128) { /* out = out f + p V, 128 dims in registers */
+                    BITNET__UNROLL16 for (c = 0; c < 16; c++) o[c] = _mm512_mul_pd(_mm512_loadu_pd(oh + c0 + 8 * c), fv);
+                    for (j = 0; j < nb; j++) {
+                        __m512d pj = _mm512_set1_pd(p[j]);
+                        const double *v = vd + (size_t)hd * j + c0;
+                        BITNET__UNROLL16 for (c = 0; c < 16; c++) o[c] = _mm512_fmadd_pd(pj, _mm512_loadu_pd(v + 8 * c), o[c]);
+                    }
+                    BITNET__UNROLL16 for (c = 0; c < 16; c++) _mm512_storeu_pd(oh + c0 + 8 * c, o[c]);
                 }
-                BITNET__UNROLL16 for (c = 0; c < 16; c++) _mm512_storeu_pd(oh + 8 * c, o[c]);
+                for (c = c0; c < hd; c += 8) { /* the rest, 8 dims at a time */
+                    __m512d oc = _mm512_mul_pd(_mm512_loadu_pd(oh + c), fv);
+                    for (j = 0; j < nb; j++) oc = _mm512_fmadd_pd(_mm512_set1_pd(p[j]), _mm512_loadu_pd(vd + (size_t)hd * j + c), oc);
+                    _mm512_storeu_pd(oh + c, oc);
+                }
             }
         }
     }
     for (r = 0; r < nt; r++)
         for (h = 0; h < g; h++) {
-            const double *oh = od + ((size_t)r * g + h) * 128, inv = 1.0 / sum[r * g + h];
-            float *dst = out + r * stride + (size_t)h * 128;
-            BITNET__UNROLL16 for (c = 0; c < 16; c++) _mm256_storeu_ps(dst + 8 * c, _mm512_cvtpd_ps(_mm512_mul_pd(_mm512_loadu_pd(oh + 8 * c), _mm512_set1_pd(inv))));
+            const double *oh = od + ((size_t)r * g + h) * hd, inv = 1.0 / sum[r * g + h];
+            float *dst = out + r * stride + (size_t)h * hd;
+            for (c = 0; c < hd; c += 8) _mm256_storeu_ps(dst + c, _mm512_cvtpd_ps(_mm512_mul_pd(_mm512_loadu_pd(oh + c), _mm512_set1_pd(inv))));
         }
 }
 #endif
@@ -7862,7 +7871,9 @@ static void bitnet__cpu_attention(bitnet_session *s, int l, int t0, int m) {
     c.next = 0;
     c.fn = bitnet__attn_ref;
 #if defined(BITNET__X86_SIMD)
-    if (bitnet_cpu_isa() == BITNET_ISA_AVX512 && s->m->info.head_dim == 128 && s->m->info.n_heads / s->m->info.n_kv_heads <= 8)
+    if (bitnet_cpu_isa() == BITNET_ISA_AVX512 && s->m->info.head_dim % 8 == 0 && s->m->info.head_dim <= BITNET__ATTN_SIMD_HD &&
+        s->m->info.n_heads / s->m->info.n_kv_heads <= 8 &&
+        s->m->info.n_heads / s->m->info.n_kv_heads * s->m->info.head_dim <= BITNET__ATTN_SIMD_GHD)
         c.fn = bitnet__attn_avx512;
 #endif
     bitnet__parallel(bitnet__attn_task, &c);

@@ -280,9 +280,9 @@ static void forward_vs_reference(int n_vocab, int dim, int n_layers, int n_heads
     tm_free(&t);
 }
 
-/* shapes: GQA groups of 1, 2, 4 and 6, head_dim 32, 64 and 128 (the 2B-4T head, which has its
-   own SIMD path, four heads at a time), more keys than one 16-key tile, positions in blocks of four
-   with a partial last block */
+/* shapes: GQA groups of 1, 2, 3, 4, 6 and 8, head_dim 32 to 256 (the SIMD path: chunks of 128 dims
+   and a rest of 8 at a time), more keys than one 16-key tile, positions in blocks of four with a
+   partial last block */
 static void test_forward_matches_reference(void) {
     forward_vs_reference(96, 128, 2, 4, 2, 256, 21);
     forward_vs_reference(64, 256, 1, 2, 1, 256, 37);
@@ -290,6 +290,10 @@ static void test_forward_matches_reference(void) {
     forward_vs_reference(64, 128, 1, 2, 2, 128, 9);
     forward_vs_reference(48, 512, 1, 4, 1, 128, 20); /* head_dim 128, a group of 4 */
     forward_vs_reference(48, 768, 1, 6, 1, 128, 17); /* head_dim 128, a group of 6 (4 + a partial 4) */
+    forward_vs_reference(48, 512, 1, 2, 1, 384, 35); /* head_dim 256 (Falcon 3's), two chunks of 128 dims */
+    forward_vs_reference(48, 768, 1, 3, 1, 256, 19); /* head_dim 256, a group of 3 */
+    forward_vs_reference(48, 384, 1, 4, 2, 128, 23); /* head_dim 96 (1bitLLM's): a chunk of fewer dims */
+    forward_vs_reference(48, 640, 1, 16, 2, 128, 18); /* head_dim 40: 8 dims at a time only, groups of 8 */
     tm_act = BITNET_FFN_SILU; /* the "bitnet" architecture's FFN */
     forward_vs_reference(96, 128, 2, 4, 2, 256, 21);
     forward_vs_reference(48, 512, 1, 4, 1, 384, 20);
