@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Session 44 call F (one H200), the final tree (after bitnet__gpu_att_form): make test-gpu.
+# Session 44 calls F and G (one H200): make test-gpu on the tree after bitnet__gpu_att_form (F), and again after
+# the CPU attention for any head_dim a multiple of 8, which the GPU tests compare with (G).
 set -uo pipefail
 t0=$SECONDS
 TK=$PWD/.bitnetcpp/llama3-tokenizer.tiktoken
