@@ -1386,6 +1386,7 @@ static const gm_preset gm_presets[] = {
     {"small", 512, 4, 8, 2, 1536, 2048},   /* byte-level BPE; quick speed checks */
     {"2b4t", 2560, 30, 20, 5, 6912, 4096}, /* BitNet b1.58 2B-4T's exact shape, LLaMA 3 vocabulary */
     {"falcon3-1b", 2048, 18, 8, 4, 8192, 4096}, /* Falcon3-1B-Instruct-1.58bit's (head_dim 256), LLaMA 3 vocabulary */
+    {"llama3-8b", 4096, 32, 32, 8, 14336, 8192}, /* Llama3-8B-1.58's, LLaMA 3 vocabulary */
 };
 
 /* splitmix64: fast, and every tensor gets its own stream so the output does not depend on chunking. */
@@ -1767,13 +1768,13 @@ static int cmd_gen_model(int argc, char **argv) {
     else if (strcmp(type_name, "tq2_0") == 0) wtype = BITNET_TENSOR_TQ2_0;
     else if (strcmp(type_name, "i2_s")) p = NULL;
     if (i < argc || !p || !out) {
-        fprintf(stderr, "usage: bitnet gen-model --preset tiny|small|2b4t|falcon3-1b [--seed S] [--tiktoken FILE]\n"
+        fprintf(stderr, "usage: bitnet gen-model --preset tiny|small|2b4t|falcon3-1b|llama3-8b [--seed S] [--tiktoken FILE]\n"
                         "                        [--type i2_s|tq1_0|tq2_0]\n"
                         "                        [--arch bitnet-b1.58|bitnet-25|bitnet|llama] [--vocab bpe|spm]\n"
                         "                        [--pre llama-bpe|falcon3|falcon_e] -o FILE.gguf\n"
                         "  random weights (the model says nothing useful) in bitnet.cpp's GGUF layout; tiny and small\n"
-                        "  get a small byte-level tokenizer, 2b4t and falcon3-1b (its shape: head_dim 256; with --arch\n"
-                        "  llama --pre falcon3) the LLaMA 3 vocabulary from --tiktoken FILE\n"
+                        "  get a small byte-level tokenizer, 2b4t, falcon3-1b (its shape: head_dim 256; with --arch llama\n"
+                        "  --pre falcon3) and llama3-8b (with --arch llama) the LLaMA 3 vocabulary from --tiktoken FILE\n"
                         "  (default ../shared/data/llama3-tokenizer.tiktoken). --type: the ternary matrices in\n"
                         "  bitnet.cpp's I2_S (the default) or llama.cpp's TQ1_0 / TQ2_0 (scales rounded to fp16).\n"
                         "  --arch: general.architecture; \"bitnet\" (1bitLLM's models) has a silu(gate) * up FFN, \"llama\"\n"
@@ -2529,7 +2530,7 @@ static const command commands[] = {
     {"tokenize", cmd_tokenize, "tokenize -m FILE -p TEXT     print token ids (--tiktoken FILE, --hex-lines FILE, --no-bos, --no-special)"},
     {"bench-kernels", cmd_bench_kernels, "bench-kernels [--backend cpu|cuda] [--json FILE]  kernel speed vs memory or copy bandwidth"},
     {"info", cmd_info, "info FILE                    print a GGUF file's metadata and tensors, and check it"},
-    {"gen-model", cmd_gen_model, "gen-model --preset tiny|small|2b4t|falcon3-1b [--seed S] -o FILE   write a random-weight model"},
+    {"gen-model", cmd_gen_model, "gen-model --preset tiny|small|2b4t|falcon3-1b|llama3-8b [--seed S] -o FILE   write a random-weight model"},
     {"devices", cmd_devices, "devices [--json]             GPU backends and every CUDA device"},
     {"kernels", cmd_kernels, "kernels [--arch sm_XX] [--json] [--cache]  compile every built-in CUDA module (no GPU needed)"},
     {"help", cmd_help, "help [COMMAND]               this list, or one command's (also: bitnet COMMAND -h)"},
