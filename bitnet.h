@@ -5952,17 +5952,13 @@ static size_t bitnet__pretok_end(const unsigned char *s, size_t n, size_t p) {
      GPT-2's 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+ in each;
      [0-9]                    each ASCII digit alone.
    The GPT-2 step ends a piece as llama.cpp's hand-written matcher does (the end of a first-step
-   piece is the end of its text). seg and piece: the ends of the current first- and second-step
-   pieces, so that each is found once. */
+   piece is the end of its text); its contractions never match, the apostrophe being a first-step
+   piece of its own. seg and piece: the ends of the current first- and second-step pieces, so that
+   each is found once. */
 typedef struct bitnet__pretok { int pre; size_t seg, piece; } bitnet__pretok;
 static size_t bitnet__gpt2_end(const unsigned char *s, size_t n, size_t p) {
     bitnet__ch c0 = bitnet__ch_at(s, n, p), c;
     size_t q = p + c0.len, last = p, count = 0;
-    if (c0.cp == '\'' && q < n) { /* lower case only */
-        if (s[q] == 's' || s[q] == 't' || s[q] == 'm' || s[q] == 'd') return q + 1;
-        if (q + 1 < n && ((s[q] == 'r' && s[q + 1] == 'e') || (s[q] == 'v' && s[q + 1] == 'e') || (s[q] == 'l' && s[q + 1] == 'l')))
-            return q + 2;
-    }
     if (c0.cp == ' ' && q < n && (c = bitnet__ch_at(s, n, q)).cls != BITNET__CL_SPACE) /* a space, then a run */
         return bitnet__class_run(s, n, q, c.cls);
     if (c0.cls != BITNET__CL_SPACE) return bitnet__class_run(s, n, p, c0.cls);
@@ -7780,6 +7776,7 @@ BITNET__AVX512_FN static void bitnet__attn_avx512(const float *q, size_t stride,
             v1 = (__mmask8)(nb >= 16 ? 0xff : nb <= 8 ? 0 : (1u << (nb - 8)) - 1);
             for (h = 0; h < g; h++) {
                 double *oh = od + ((size_t)r * g + h) * hd, bm, f = 1.0, *mxh = &mx[r * g + h];
+                int rescale = 0;
                 __m512d a0, a1, e0, e1, fv, o[16];
                 if (h % 4 == 0) { /* scores of the 16 keys for heads h..h+3: each key row loaded once */
                     const double *q0 = qd + ((size_t)r * g + h) * hd;
@@ -7802,7 +7799,7 @@ BITNET__AVX512_FN static void bitnet__attn_avx512(const float *q, size_t stride,
                 a1 = _mm512_mask_mov_pd(_mm512_set1_pd(-INFINITY), v1, _mm512_mul_pd(_mm512_loadu_pd(sc4 + 16 * (h % 4) + 8), _mm512_set1_pd(ds)));
                 bm = _mm512_reduce_max_pd(_mm512_max_pd(a0, a1));
                 if (bm > *mxh) { /* a new maximum: what has been summed so far is rescaled by f */
-                    f = exp(*mxh - bm);
+                    f = exp(*mxh - bm), rescale = 1;
                     sum[r * g + h] *= f;
                     *mxh = bm;
                 }
@@ -7813,7 +7810,10 @@ BITNET__AVX512_FN static void bitnet__attn_avx512(const float *q, size_t stride,
                 _mm512_storeu_pd(p, e0);
                 _mm512_storeu_pd(p + 8, e1);
                 for (c0 = 0; c0 + 128 <= hd; c0 += 128) { /* out = out f + p V, 128 dims in registers */
-                    BITNET__UNROLL16 for (c = 0; c < 16; c++) o[c] = _mm512_mul_pd(_mm512_loadu_pd(oh + c0 + 8 * c), fv);
+                    BITNET__UNROLL16 for (c = 0; c < 16; c++) o[c] = _mm512_loadu_pd(oh + c0 + 8 * c);
+                    if (rescale) {
+                        BITNET__UNROLL16 for (c = 0; c < 16; c++) o[c] = _mm512_mul_pd(o[c], fv);
+                    }
                     for (j = 0; j < nb; j++) {
                         __m512d pj = _mm512_set1_pd(p[j]);
                         const double *v = vd + (size_t)hd * j + c0;
@@ -7822,7 +7822,8 @@ BITNET__AVX512_FN static void bitnet__attn_avx512(const float *q, size_t stride,
                     BITNET__UNROLL16 for (c = 0; c < 16; c++) _mm512_storeu_pd(oh + c0 + 8 * c, o[c]);
                 }
                 for (c = c0; c < hd; c += 8) { /* the rest, 8 dims at a time */
-                    __m512d oc = _mm512_mul_pd(_mm512_loadu_pd(oh + c), fv);
+                    __m512d oc = _mm512_loadu_pd(oh + c);
+                    if (rescale) oc = _mm512_mul_pd(oc, fv);
                     for (j = 0; j < nb; j++) oc = _mm512_fmadd_pd(_mm512_set1_pd(p[j]), _mm512_loadu_pd(vd + (size_t)hd * j + c), oc);
                     _mm512_storeu_pd(oh + c, oc);
                 }
