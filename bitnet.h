@@ -12704,9 +12704,27 @@ static bitnet_result bitnet__tensor_f16(bitnet_model *m, const char *name, const
     return BITNET_OK;
 }
 
+/* A float matrix that is already ternary: every nonzero |w| the same a (bitnet.cpp's converter
+   writes 1bitLLM's matrices so, w = code * a, for llama-quantize to make I2_S with scale max|w|).
+   Its codes and a; 0 when the tensor holds other values (latent weights) or only zeros. */
+static int bitnet__float_ternary(const float *f, size_t n, int8_t *q, float *scale) {
+    float a = 0;
+    size_t i;
+    for (i = 0; i < n; i++) {
+        const float v = fabsf(f[i]);
+        if (v == 0) continue;
+        if (a == 0 && v <= FLT_MAX) a = v;
+        if (v != a) return 0; /* also NaN and infinities */
+    }
+    if (a == 0) return 0;
+    for (i = 0; i < n; i++) q[i] = (int8_t)(f[i] > 0 ? 1 : f[i] < 0 ? -1 : 0);
+    *scale = a;
+    return 1;
+}
+
 /* A ternary [n][k] matrix: I2_S in place; TQ1_0 / TQ2_0 repacked to I2_S; F32, F16 or BF16
-   (unquantized latent weights, as a converter's float output holds them) quantized here with the
-   per-tensor absmean. */
+   quantized here: already ternary (bitnet__float_ternary) with its own scale, else as
+   unquantized latent weights with the per-tensor absmean. */
 static bitnet_result bitnet__tensor_i2s(bitnet_model *m, const char *name, const bitnet_tensor_info *ti, size_t n,
                                         size_t k, const void **out) {
     size_t need = bitnet_i2s_bytes(n, k), nk = n * k;
@@ -12746,7 +12764,7 @@ static bitnet_result bitnet__tensor_i2s(bitnet_model *m, const char *name, const
         bitnet__free(packed);
         return BITNET_ERR_OUT_OF_MEMORY;
     }
-    r = bitnet_quantize_ternary(f, nk, q, &scale);
+    r = bitnet__float_ternary(f, nk, q, &scale) ? BITNET_OK : bitnet_quantize_ternary(f, nk, q, &scale);
     if (r == BITNET_OK) r = bitnet_i2s_pack(q, n, k, scale, packed, need);
     bitnet__free(q);
     if (r != BITNET_OK) {

@@ -1687,6 +1687,27 @@ static bitnet_result gm_write_norm(bitnet_gguf_writer *w, float *f, uint64_t n, 
     return bitnet_gguf_writer_write(w, f, (size_t)n * 4);
 }
 
+/* An I2_S matrix as floats code * scale in type t (F32, F16 or BF16; the scale rounded to t). */
+static bitnet_result gm_write_float_ternary(bitnet_gguf_writer *w, bitnet_tensor_type t, const void *i2s, size_t ib,
+                                            size_t n, size_t k) {
+    int8_t *q = (int8_t *)malloc(n * k);
+    void *buf = malloc(n * k * (t == BITNET_TENSOR_F32 ? 4 : 2));
+    float s;
+    size_t i;
+    bitnet_result r = q && buf ? bitnet_i2s_unpack(i2s, ib, n, k, q, &s) : BITNET_ERR_OUT_OF_MEMORY;
+    if (r == BITNET_OK) {
+        const uint16_t h = t == BITNET_TENSOR_F16 ? bitnet_fp32_to_fp16(s) : bitnet_fp32_to_bf16(s);
+        for (i = 0; i < n * k; i++) {
+            if (t == BITNET_TENSOR_F32) ((float *)buf)[i] = (float)q[i] * s;
+            else ((uint16_t *)buf)[i] = q[i] ? (uint16_t)(h | (q[i] < 0 ? 0x8000u : 0u)) : 0; /* sign bit of either type */
+        }
+        r = bitnet_gguf_writer_write(w, buf, n * k * (t == BITNET_TENSOR_F32 ? 4 : 2));
+    }
+    free(q);
+    free(buf);
+    return r;
+}
+
 /* The ternary matrices of a layer, quantized by two threads that take jobs in turn (largest first). */
 typedef struct gm_job { uint64_t ne0, ne1, index; unsigned char *out; } gm_job;
 typedef struct gm_pool {
@@ -1766,17 +1787,22 @@ static int cmd_gen_model(int argc, char **argv) {
         if (strcmp(preset, gm_presets[k].name) == 0) p = &gm_presets[k];
     if (strcmp(type_name, "tq1_0") == 0) wtype = BITNET_TENSOR_TQ1_0;
     else if (strcmp(type_name, "tq2_0") == 0) wtype = BITNET_TENSOR_TQ2_0;
+    else if (strcmp(type_name, "f32") == 0) wtype = BITNET_TENSOR_F32;
+    else if (strcmp(type_name, "f16") == 0) wtype = BITNET_TENSOR_F16;
+    else if (strcmp(type_name, "bf16") == 0) wtype = BITNET_TENSOR_BF16;
     else if (strcmp(type_name, "i2_s")) p = NULL;
     if (i < argc || !p || !out) {
         fprintf(stderr, "usage: bitnet gen-model --preset tiny|small|2b4t|falcon3-1b|llama3-8b [--seed S] [--tiktoken FILE]\n"
-                        "                        [--type i2_s|tq1_0|tq2_0]\n"
+                        "                        [--type i2_s|tq1_0|tq2_0|f32|f16|bf16]\n"
                         "                        [--arch bitnet-b1.58|bitnet-25|bitnet|llama] [--vocab bpe|spm]\n"
                         "                        [--pre llama-bpe|falcon3|falcon_e] -o FILE.gguf\n"
                         "  random weights (the model says nothing useful) in bitnet.cpp's GGUF layout; tiny and small\n"
                         "  get a small byte-level tokenizer, 2b4t, falcon3-1b (its shape: head_dim 256; with --arch llama\n"
                         "  --pre falcon3) and llama3-8b (with --arch llama) the LLaMA 3 vocabulary from --tiktoken FILE\n"
                         "  (default ../shared/data/llama3-tokenizer.tiktoken). --type: the ternary matrices in\n"
-                        "  bitnet.cpp's I2_S (the default) or llama.cpp's TQ1_0 / TQ2_0 (scales rounded to fp16).\n"
+                        "  bitnet.cpp's I2_S (the default), llama.cpp's TQ1_0 / TQ2_0 (scales rounded to fp16), or\n"
+                        "  floats code * scale, as bitnet.cpp's converter writes 1bitLLM's models before llama-quantize\n"
+                        "  (f16 and bf16: the scale rounded to the type).\n"
                         "  --arch: general.architecture; \"bitnet\" (1bitLLM's models) has a silu(gate) * up FFN, \"llama\"\n"
                         "  (ternary LLaMAs: Llama3-8B-1.58, Falcon3-1.58bit) the same FFN and no sub-norms.\n"
                         "  --vocab spm: the vocabulary as SentencePiece (tokenizer.ggml.model \"llama\", as LLaMA 2's and\n"
@@ -1785,7 +1811,7 @@ static int cmd_gen_model(int argc, char **argv) {
                         "  (Falcon 3's pre-tokenizer for falcon3 and falcon_e).\n");
         return 2;
     }
-    if (wtype != BITNET_TENSOR_I2_S && (p->dim % 256 || p->ffn % 256)) {
+    if ((wtype == BITNET_TENSOR_TQ1_0 || wtype == BITNET_TENSOR_TQ2_0) && (p->dim % 256 || p->ffn % 256)) {
         fprintf(stderr, "bitnet gen-model: --preset %s has rows of %d and %d weights; %s needs multiples of 256\n", p->name, p->dim,
                 p->ffn, type_name);
         return 2;
@@ -1833,8 +1859,9 @@ static int cmd_gen_model(int argc, char **argv) {
     GM(bitnet_gguf_writer_set_str(w, "general.architecture", arch));
     snprintf(name, sizeof name, "bitnet %s (random weights, seed %llu)", p->name, seed);
     GM(bitnet_gguf_writer_set_str(w, "general.name", name));
-    /* LLAMA_FTYPE_MOSTLY_I2_S (bitnet.cpp), _TQ1_0, _TQ2_0 (llama.cpp) */
-    GM(bitnet_gguf_writer_set_u32(w, "general.file_type", wtype == BITNET_TENSOR_I2_S ? 40 : wtype == BITNET_TENSOR_TQ1_0 ? 36 : 37));
+    /* LLAMA_FTYPE_MOSTLY_I2_S (bitnet.cpp), _TQ1_0, _TQ2_0 (llama.cpp); ALL_F32, MOSTLY_F16, MOSTLY_BF16 */
+    GM(bitnet_gguf_writer_set_u32(w, "general.file_type", wtype == BITNET_TENSOR_I2_S ? 40 : wtype == BITNET_TENSOR_TQ1_0 ? 36 :
+                                  wtype == BITNET_TENSOR_TQ2_0 ? 37 : wtype == BITNET_TENSOR_F32 ? 0 : wtype == BITNET_TENSOR_F16 ? 1 : 32));
     GM(bitnet_gguf_writer_set_u32(w, "general.quantization_version", 2));
     GM_HP("vocab_size", n_vocab);
     GM_HP("context_length", p->ctx);
@@ -1930,6 +1957,8 @@ static int cmd_gen_model(int argc, char **argv) {
                         size_t n1 = (size_t)pool.job[j].ne1, n0 = (size_t)pool.job[j].ne0, ib = bitnet_i2s_bytes(n1, n0);
                         if (wtype == BITNET_TENSOR_I2_S) {
                             r = bitnet_gguf_writer_write(w, pool.job[j].out, ib);
+                        } else if (wtype == BITNET_TENSOR_F32 || wtype == BITNET_TENSOR_F16 || wtype == BITNET_TENSOR_BF16) {
+                            r = gm_write_float_ternary(w, wtype, pool.job[j].out, ib, n1, n0);
                         } else { /* the same codes in llama.cpp's type */
                             size_t tb = bitnet_tq_bytes(wtype, n1, n0);
                             unsigned char *tq = (unsigned char *)malloc(tb);

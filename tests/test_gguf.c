@@ -1493,6 +1493,39 @@ static void test_cli_tq_models(void) {
     remove(lg[0]), remove(lg[1]);
 }
 
+/* gen-model --type f32 / f16 / bf16 writes the ternary matrices as floats code * scale, as
+   bitnet.cpp's converter writes 1bitLLM's models. The loader takes such a matrix's own scale (the
+   per-tensor absmean of already-ternary floats would shrink it by the share of nonzero codes):
+   f32 gives the logits of the I2_S file of the same seed, f16 those of TQ2_0 (both round the scale
+   to fp16), and bf16 loads. */
+static void test_cli_float_models(void) {
+    static const char *const runs[4][3] = {{"tiny", "i2_s", "1"}, {"tiny", "f32", "1"}, {"small", "tq2_0", "3"}, {"small", "f16", "3"}};
+    char bin[512], cmd[8192], path[5][640], lg[4][640], why[600];
+    unsigned char *l[4];
+    size_t n[4];
+    int t;
+    if (cli_bin(bin, sizeof bin, why, sizeof why)) TEST_SKIP("%s", why);
+    for (t = 0; t < 4; t++) {
+        snprintf(path[t], sizeof path[t], "%s-%s.gguf", tmp_path("float_model"), runs[t][1]);
+        snprintf(lg[t], sizeof lg[t], "%s%d.f32", tmp_path("float_logits"), t);
+        snprintf(cmd, sizeof cmd, "%s gen-model --preset %s --seed %s --type %s -o %s > /dev/null 2>&1", bin, runs[t][0],
+                 runs[t][2], runs[t][1], path[t]);
+        TEST_CHECKF(system(cmd) == 0, "gen-model %s %s", runs[t][0], runs[t][1]);
+        snprintf(cmd, sizeof cmd, "%s eval -m %s --backend cpu -t 1 --tokens 1,60,70,80,90,100 --logits-out %s > /dev/null 2>&1",
+                 bin, path[t], lg[t]);
+        TEST_CHECKF(system(cmd) == 0, "eval %s %s", runs[t][0], runs[t][1]);
+        l[t] = read_all(lg[t], &n[t]);
+    }
+    TEST_CHECKF(l[0] && l[1] && n[0] > 0 && n[0] == n[1] && memcmp(l[0], l[1], n[0]) == 0, "tiny: f32 against i2_s");
+    TEST_CHECKF(l[2] && l[3] && n[2] > 0 && n[2] == n[3] && memcmp(l[2], l[3], n[2]) == 0, "small: f16 against tq2_0");
+    snprintf(path[4], sizeof path[4], "%s-bf16.gguf", tmp_path("float_model"));
+    snprintf(cmd, sizeof cmd, "%s gen-model --preset tiny --type bf16 -o %s > /dev/null 2>&1 && %s run -m %s -p Hi -n 4 "
+             "--backend cpu > /dev/null 2>&1", bin, path[4], bin, path[4]);
+    TEST_CHECK(system(cmd) == 0);
+    for (t = 0; t < 4; t++) free(l[t]), remove(path[t]), remove(lg[t]);
+    remove(path[4]);
+}
+
 int main(void) {
     RUN_TEST(test_roundtrip_all_types);
     RUN_TEST(test_writer_misuse);
@@ -1526,6 +1559,7 @@ int main(void) {
     RUN_TEST(test_cli_run_flags);
     RUN_TEST(test_cli_perplexity);
     RUN_TEST(test_cli_tq_models);
+    RUN_TEST(test_cli_float_models);
     free(base_img);
     return test_summary();
 }
