@@ -861,8 +861,10 @@ BITNET_API const bitnet_tokenizer *bitnet_model_tokenizer(const bitnet_model *m)
 /* A model from arrays in memory, which must outlive it: what the GGUF loader fills in, public so
    converters and tests can build a model without a file (it has no tokenizer). Matrices are I2_S
    (bitnet_i2s_pack) with one row per output: wq [n_heads*head_dim][dim], wk and wv
-   [n_kv_heads*head_dim][dim], wo [dim][n_heads*head_dim], w_gate and w_up [ffn_dim][dim], w_down
-   [dim][ffn_dim]. Norms are float32, the embedding fp16 [n_vocab][dim]. */
+   [n_kv_heads*head_dim][dim], wo [dim][n_heads*head_dim], w_gate and w_up [ffn_k][dim], w_down
+   [dim][ffn_k], where ffn_k is ffn_dim rounded up to a multiple of 128 (I2_S rows) and the rows or
+   columns past ffn_dim are zero (1bitLLM's 3B has ffn_dim 8640). Norms are float32, the embedding
+   fp16 [n_vocab][dim]. */
 typedef struct bitnet_layer_weights {
     const float *attn_norm, *attn_sub_norm;   /* [dim], [n_heads*head_dim] */
     const float *ffn_norm, *ffn_sub_norm;     /* [dim], [ffn_dim] */
@@ -5229,9 +5231,9 @@ static bitnet_result bitnet__gguf_check_bitnet(const bitnet_gguf *g, bitnet_mode
     if (rope_dims && rope_dims != info->head_dim)
         return bitnet__err(BITNET_ERR_UNSUPPORTED, "GGUF: %s.rope.dimension_count %d differs from the head dimension %d (partial RoPE)",
                            arch, rope_dims, info->head_dim);
-    if (info->dim % BITNET_I2S_BLOCK || info->ffn_dim % BITNET_I2S_BLOCK)
-        return bitnet__err(BITNET_ERR_BAD_SHAPE, "GGUF: embedding_length %d and feed_forward_length %d must be multiples of %d (I2_S rows)",
-                           info->dim, info->ffn_dim, BITNET_I2S_BLOCK);
+    if (info->dim % BITNET_I2S_BLOCK) /* (feed_forward_length: float matrices are padded at load, >>model) */
+        return bitnet__err(BITNET_ERR_BAD_SHAPE, "GGUF: embedding_length %d must be a multiple of %d (I2_S rows)", info->dim,
+                           BITNET_I2S_BLOCK);
 
     /* The vocabulary: the token list, else vocab_size, else the embedding. */
     if (bitnet_gguf_find_key(g, "tokenizer.ggml.tokens") >= 0) {
@@ -7347,6 +7349,7 @@ typedef struct bitnet__layer {
 struct bitnet_model {
     bitnet_model_info info;
     int32_t q_dim, kv_dim;        /* n_heads*head_dim, n_kv_heads*head_dim */
+    int32_t ffn_k;                /* the matrices' FFN width: ffn_dim rounded up to whole I2_S blocks (zeros past it) */
     const uint16_t *tok_embd;     /* fp16 [n_vocab][dim]; NULL for a block-type embedding (rows from emb_q) unless
                                      an fp16 head needs its table */
     const uint8_t *emb_q;         /* token_embd in a llama.cpp block type (emb_type, emb_row bytes a row) */
@@ -7378,8 +7381,8 @@ struct bitnet_session {
     float *xb;                    /* [n_batch][max(dim, q_dim)] attention output, then o/down output */
     float *q;                     /* [n_batch][q_dim] */
     float *k, *v;                 /* [n_batch][kv_dim] */
-    float *hg, *hu;               /* [n_batch][ffn_dim] gate, up */
-    int8_t *aq;                   /* [n_batch][max(dim, q_dim, ffn_dim)] int8 activations of a linear */
+    float *hg, *hu;               /* [n_batch][ffn_k] gate, up */
+    int8_t *aq;                   /* [n_batch][max(dim, q_dim, ffn_k)] int8 activations of a linear */
     float *as;                    /* [n_batch] their scales (127 / absmax) */
     int32_t *asum;                /* [n_batch] their sums */
     float *logits;                /* [n_vocab] the last evaluated token's (bitnet_generate samples it) */
@@ -7390,6 +7393,10 @@ struct bitnet_session {
     int32_t chat_last;            /* (2) the reply's last token, sampled and not evaluated */
     void *gpu;                    /* the GPU forward's buffers */
 };
+
+static int32_t bitnet__ffn_k(int32_t ffn_dim) {
+    return (ffn_dim + BITNET_I2S_BLOCK - 1) / BITNET_I2S_BLOCK * BITNET_I2S_BLOCK;
+}
 
 /* ---- row-parallel helper: fn(ctx, r) for r in [0, n), in chunks claimed by the threads ------ */
 /* About 8 chunks per thread, so a thread the OS keeps waiting does not hold the others up. */
@@ -7520,7 +7527,7 @@ BITNET_API float bitnet_glu(int act, float gate, float up) {
       fp16). */
 /* ops: PLAIN, ADD, and the gated activations by their bitnet_ffn_act values */
 enum { BITNET__NQ_PLAIN, BITNET__NQ_RELU2 = BITNET_FFN_RELU2, BITNET__NQ_SILU = BITNET_FFN_SILU, BITNET__NQ_ADD };
-typedef struct bitnet__nq { bitnet_session *s; float *in; const float *y; const float *w; int k, op; } bitnet__nq;
+typedef struct bitnet__nq { bitnet_session *s; float *in; const float *y; const float *w; int k, ld, op; } bitnet__nq;
 /* x += y (op ADD) or x = act(x) * y (RELU2, SILU) on [i, k): the same IEEE operations on every path */
 static void bitnet__ew_ref(float *x, const float *y, int i, int k, int op) {
     if (op == BITNET__NQ_ADD)
@@ -7571,33 +7578,36 @@ static void bitnet__ew_op(float *x, const float *y, int k, int op) {
 #endif
     bitnet__ew_ref(x, y, 0, k, op);
 }
+/* Rows of k values ld apart; aq's rows too, their codes past k zero (a padded matrix's K) */
 static void bitnet__nq_row(void *ctx, int t) {
     const bitnet__nq *c = (const bitnet__nq *)ctx;
-    float *x = c->in + (size_t)t * c->k;
-    const float *y = c->y ? c->y + (size_t)t * c->k : NULL;
+    float *x = c->in + (size_t)t * c->ld;
+    const float *y = c->y ? c->y + (size_t)t * c->ld : NULL;
+    int8_t *q = c->s->aq + (size_t)t * c->ld;
     if (c->op != BITNET__NQ_PLAIN) bitnet__ew_op(x, y, c->k, c->op);
-    bitnet__rmsnorm_quantize(x, c->w, (size_t)c->k, c->s->m->info.norm_eps, c->s->aq + (size_t)t * c->k, c->s->as + t,
-                             c->s->asum + t);
+    bitnet__rmsnorm_quantize(x, c->w, (size_t)c->k, c->s->m->info.norm_eps, q, c->s->as + t, c->s->asum + t);
+    if (c->ld > c->k) memset(q + c->k, 0, (size_t)(c->ld - c->k));
 }
-static void bitnet__norm_quant_op(bitnet_session *s, float *in, const float *y, const float *w, int m, int k, int op) {
+static void bitnet__norm_quant_op(bitnet_session *s, float *in, const float *y, const float *w, int m, int k, int ld, int op) {
     bitnet__nq c;
     c.s = s;
     c.in = in;
     c.y = y;
     c.w = w;
     c.k = k;
+    c.ld = ld;
     c.op = op;
     bitnet__for_rows(m, (size_t)k * 4, bitnet__nq_row, &c);
 }
 static void bitnet__cpu_norm_quant(bitnet_session *s, float *in, const float *w, int m, int k) {
-    bitnet__norm_quant_op(s, in, NULL, w, m, k, BITNET__NQ_PLAIN);
+    bitnet__norm_quant_op(s, in, NULL, w, m, k, k, BITNET__NQ_PLAIN);
 }
 static void bitnet__cpu_add_norm_quant(bitnet_session *s, float *x, const float *y, const float *w, int m, int k) {
-    bitnet__norm_quant_op(s, x, y, w, m, k, BITNET__NQ_ADD);
+    bitnet__norm_quant_op(s, x, y, w, m, k, k, BITNET__NQ_ADD);
 }
-/* g = act(g) * u: the model's bitnet_ffn_act */
+/* g = act(g) * u: the model's bitnet_ffn_act; k = ffn_dim values of rows ffn_k apart */
 static void bitnet__cpu_glu_norm_quant(bitnet_session *s, float *g, const float *u, const float *w, int m, int k) {
-    bitnet__norm_quant_op(s, g, u, w, m, k, s->m->info.ffn_act);
+    bitnet__norm_quant_op(s, g, u, w, m, k, s->m->ffn_k, s->m->info.ffn_act);
 }
 
 /* 3. linear: out[m][n] = ternary W[n][k] x aq[m][k] (both scales applied) */
@@ -7917,7 +7927,7 @@ static bitnet_result bitnet__cpu_head(bitnet_session *s, const float *x, int m, 
    output is read: none without logits, the last one for the last row's logits. */
 static bitnet_result bitnet__cpu_forward(bitnet_session *s, const int32_t *tokens, int m, float *logits, int all) {
     const bitnet_model *md = s->m;
-    int l, dim = md->info.dim, qd = md->q_dim, kvd = md->kv_dim, ff = md->info.ffn_dim;
+    int l, dim = md->info.dim, qd = md->q_dim, kvd = md->kv_dim, ff = md->info.ffn_dim, fk = md->ffn_k;
     bitnet__cpu_embed(s, tokens, m);                                            /* x  [m][dim] */
     for (l = 0; l < md->info.n_layers; l++) {
         const bitnet__layer *L = &md->layers[l];
@@ -7940,10 +7950,10 @@ static bitnet_result bitnet__cpu_forward(bitnet_session *s, const int32_t *token
         BITNET__TRY(bitnet__cpu_linear(s, L->wo, dim, qd, n, xb));              /* xb [n][dim] */
         /* feed-forward block */
         bitnet__cpu_add_norm_quant(s, x, xb, L->ffn_norm, n, dim);              /* x += xb; aq [n][dim] */
-        BITNET__TRY(bitnet__cpu_linear(s, L->w_gate, ff, dim, n, s->hg));       /* hg [n][ffn_dim] */
-        BITNET__TRY(bitnet__cpu_linear(s, L->w_up, ff, dim, n, s->hu));         /* hu [n][ffn_dim] */
-        bitnet__cpu_glu_norm_quant(s, s->hg, s->hu, L->ffn_sub_norm, n, ff);    /* hg = act(hg) hu; aq [n][ffn_dim] */
-        BITNET__TRY(bitnet__cpu_linear(s, L->w_down, dim, ff, n, xb));          /* xb [n][dim] */
+        BITNET__TRY(bitnet__cpu_linear(s, L->w_gate, fk, dim, n, s->hg));       /* hg [n][ffn_k] */
+        BITNET__TRY(bitnet__cpu_linear(s, L->w_up, fk, dim, n, s->hu));         /* hu [n][ffn_k] */
+        bitnet__cpu_glu_norm_quant(s, s->hg, s->hu, L->ffn_sub_norm, n, ff);    /* hg = act(hg) hu; aq [n][ffn_k] */
+        BITNET__TRY(bitnet__cpu_linear(s, L->w_down, dim, fk, n, xb));          /* xb [n][dim] */
         bitnet__cpu_add(x, xb, n, dim);                                         /* x += xb */
         bitnet__nvtx_pop();
     }
@@ -11579,6 +11589,9 @@ static bitnet_result bitnet__gpu_model_init(bitnet_model *m, int device) {
     if (hd % 32 || hd > 256 || G < 1 || G > 8)
         return bitnet__err(BITNET_ERR_UNSUPPORTED, "CUDA forward: head_dim %d must be a multiple of 32 up to 256, and "
                            "n_heads / n_kv_heads = %d at most 8", (int)hd, (int)G);
+    if (m->ffn_k != in->ffn_dim) /* (the CPU runs it on matrices padded to 128-weight rows) */
+        return bitnet__err(BITNET_ERR_UNSUPPORTED, "CUDA forward: ffn_dim %d must be a multiple of %d", (int)in->ffn_dim,
+                           BITNET_I2S_BLOCK);
     g = (bitnet__gmodel *)bitnet__calloc(1, sizeof *g);
     if (!g) return BITNET_ERR_OUT_OF_MEMORY;
     m->gpu = g;
@@ -12420,7 +12433,7 @@ static void bitnet__wpass_one(void *ctx, int i) {
 static bitnet_result bitnet__weights_pass(bitnet_model *m, const bitnet_model_desc *d, int copy) {
     static const char *const names[7] = {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"};
     const bitnet_model_info *in = &m->info;
-    const size_t dim = (size_t)in->dim, ff = (size_t)in->ffn_dim, qd = (size_t)m->q_dim, kvd = (size_t)m->kv_dim;
+    const size_t dim = (size_t)in->dim, ff = (size_t)m->ffn_k, qd = (size_t)m->q_dim, kvd = (size_t)m->kv_dim;
     const size_t n[7] = {qd, kvd, kvd, dim, ff, ff, dim}, k[7] = {dim, dim, dim, qd, dim, dim, ff};
     size_t per_layer = 0, off = 0, bytes[7];
     int l, i;
@@ -12513,11 +12526,11 @@ static bitnet_result bitnet__model_build(bitnet_model *m, const bitnet_model_wei
         return bitnet__err(BITNET_ERR_BAD_METADATA, "model: head_dim %d (dim %d / %d heads) must be even, whole and at most %d",
                            (int)hd, (int)w->dim, (int)w->n_heads, BITNET__MAX_HEAD_DIM);
     if ((int64_t)w->n_heads * hd > INT32_MAX / BITNET__MAX_BATCH || (int64_t)w->dim > INT32_MAX / BITNET__MAX_BATCH ||
-        (int64_t)w->ffn_dim > INT32_MAX / BITNET__MAX_BATCH)
+        (int64_t)w->ffn_dim > INT32_MAX / BITNET__MAX_BATCH - BITNET_I2S_BLOCK)
         return bitnet__err(BITNET_ERR_OVERFLOW, "model: dimensions too large");
-    if (w->dim % BITNET_I2S_BLOCK || w->ffn_dim % BITNET_I2S_BLOCK || (w->n_heads * hd) % BITNET_I2S_BLOCK)
-        return bitnet__err(BITNET_ERR_BAD_SHAPE, "model: dim %d, ffn_dim %d and n_heads*head_dim %d must be multiples of %d (I2_S rows)",
-                           (int)w->dim, (int)w->ffn_dim, (int)(w->n_heads * hd), BITNET_I2S_BLOCK);
+    if (w->dim % BITNET_I2S_BLOCK || (w->n_heads * hd) % BITNET_I2S_BLOCK)
+        return bitnet__err(BITNET_ERR_BAD_SHAPE, "model: dim %d and n_heads*head_dim %d must be multiples of %d (I2_S rows)",
+                           (int)w->dim, (int)(w->n_heads * hd), BITNET_I2S_BLOCK);
     if (!(w->rope_theta > 0) || !(w->norm_eps >= 0))
         return bitnet__err(BITNET_ERR_BAD_METADATA, "model: rope_theta %g must be positive and norm_eps %g not negative",
                            (double)w->rope_theta, (double)w->norm_eps);
@@ -12549,6 +12562,7 @@ static bitnet_result bitnet__model_build(bitnet_model *m, const bitnet_model_wei
     else if (in->chat_template == BITNET_CHAT_AUTO) in->chat_template = BITNET_CHAT_BITNET; /* (no file to ask) */
     m->q_dim = w->n_heads * hd;
     m->kv_dim = w->n_kv_heads * hd;
+    m->ffn_k = bitnet__ffn_k(w->ffn_dim);
     m->tok_embd = w->tok_embd;
     m->head_f16 = w->output ? w->output : w->tok_embd;
     m->output_norm = w->output_norm;
@@ -12706,34 +12720,52 @@ static bitnet_result bitnet__tensor_f16(bitnet_model *m, const char *name, const
 
 /* A float matrix that is already ternary: every nonzero |w| the same a (bitnet.cpp's converter
    writes 1bitLLM's matrices so, w = code * a, for llama-quantize to make I2_S with scale max|w|).
-   Its codes and a; 0 when the tensor holds other values (latent weights) or only zeros. */
-static int bitnet__float_ternary(const float *f, size_t n, int8_t *q, float *scale) {
-    float a = 0;
-    size_t i;
-    for (i = 0; i < n; i++) {
-        const float v = fabsf(f[i]);
-        if (v == 0) continue;
-        if (a == 0 && v <= FLT_MAX) a = v;
-        if (v != a) return 0; /* also NaN and infinities */
-    }
-    if (a == 0) return 0;
-    for (i = 0; i < n; i++) q[i] = (int8_t)(f[i] > 0 ? 1 : f[i] < 0 ? -1 : 0);
-    *scale = a;
+   Read in its own type (F32, F16 or BF16: the magnitude's bits compared, no float copy); its codes
+   go to rows kp apart in q, and a to scale. 0 when it holds other values (latent weights), only
+   zeros, or a non-finite value. */
+/* (the loops in one type each, branch-free, so the compiler vectorizes them) */
+#define BITNET__FT_SCAN(T, MAG, INF)                                                                                   \
+    do {                                                                                                               \
+        const T *p_ = (const T *)src;                                                                                  \
+        T bad_ = 0;                                                                                                    \
+        for (i = 0; i < nk && !a; i++) a = (T)(p_[i] & (MAG));                                                          \
+        for (; i < nk; i++) bad_ |= (T)((p_[i] & (MAG)) != 0 && (p_[i] & (MAG)) != a);                                   \
+        if (bad_ || a == 0 || a >= (INF)) return 0; /* latent weights, all zero, or not finite */                      \
+        for (i = 0; i < n; i++)                                                                                        \
+            for (c = 0; c < k; c++) {                                                                                  \
+                const T v_ = p_[i * k + c];                                                                            \
+                q[i * kp + c] = (int8_t)((v_ & (MAG)) ? (v_ > (MAG) ? -1 : 1) : 0); /* above MAG: the sign bit */     \
+            }                                                                                                          \
+    } while (0)
+static int bitnet__float_ternary(const void *src, bitnet_tensor_type t, size_t n, size_t k, size_t kp, int8_t *q, float *scale) {
+    uint32_t a = 0;
+    size_t i, c, nk = n * k;
+    if (t == BITNET_TENSOR_F32) BITNET__FT_SCAN(uint32_t, 0x7fffffffu, 0x7f800000u);
+    else BITNET__FT_SCAN(uint16_t, 0x7fffu, t == BITNET_TENSOR_F16 ? 0x7c00u : 0x7f80u);
+    if (t == BITNET_TENSOR_F32) memcpy(scale, &a, 4);
+    else *scale = t == BITNET_TENSOR_F16 ? bitnet_fp16_to_fp32((uint16_t)a) : bitnet_bf16_to_fp32((uint16_t)a);
     return 1;
 }
+#undef BITNET__FT_SCAN
 
-/* A ternary [n][k] matrix: I2_S in place; TQ1_0 / TQ2_0 repacked to I2_S; F32, F16 or BF16
-   quantized here: already ternary (bitnet__float_ternary) with its own scale, else as
-   unquantized latent weights with the per-tensor absmean. */
+/* A ternary [n][k] matrix as I2_S [np][kp] (np >= n, kp >= k a multiple of 128: zero rows and
+   columns past n and k): I2_S in place; TQ1_0 / TQ2_0 repacked to I2_S; F32, F16 or BF16 quantized
+   here: already ternary (bitnet__float_ternary) with its own scale, else as unquantized latent
+   weights with the per-tensor absmean. Only float matrices are padded (I2_S and TQ rows are whole
+   blocks). */
 static bitnet_result bitnet__tensor_i2s(bitnet_model *m, const char *name, const bitnet_tensor_info *ti, size_t n,
-                                        size_t k, const void **out) {
-    size_t need = bitnet_i2s_bytes(n, k), nk = n * k;
+                                        size_t k, size_t np, size_t kp, const void **out) {
+    size_t need = bitnet_i2s_bytes(np, kp), nk = n * k, i;
     const float *f;
     int8_t *q;
     void *packed;
     float scale;
     bitnet_result r;
-    if (need == 0) return bitnet__err(BITNET_ERR_BAD_SHAPE, "GGUF: tensor %s: [%zu, %zu] cannot be I2_S", name, k, n);
+    int pad = np != n || kp != k, is_float = ti->type == BITNET_TENSOR_F32 || ti->type == BITNET_TENSOR_F16 ||
+                                                 ti->type == BITNET_TENSOR_BF16;
+    if (need == 0 || (pad && !is_float))
+        return bitnet__err(BITNET_ERR_BAD_SHAPE, "GGUF: tensor %s: [%zu, %zu] cannot be I2_S (rows of whole 128-weight blocks)%s",
+                           name, k, n, pad ? "; only a float file's matrices are padded to them" : "");
     if (ti->type == BITNET_TENSOR_I2_S) {
         if (ti->bytes < need)
             return bitnet__err(BITNET_ERR_CORRUPT, "GGUF: I2_S tensor %s holds %llu bytes; [%zu, %zu] needs %zu", name,
@@ -12753,27 +12785,35 @@ static bitnet_result bitnet__tensor_i2s(bitnet_model *m, const char *name, const
         *out = packed;
         return BITNET_OK;
     }
-    if (ti->type != BITNET_TENSOR_F32 && ti->type != BITNET_TENSOR_F16 && ti->type != BITNET_TENSOR_BF16)
+    if (!is_float)
         return bitnet__err(BITNET_ERR_UNSUPPORTED_TYPE, "GGUF: tensor %s has type %d; expected I2_S (36), TQ1_0 (34), TQ2_0 (35), "
                            "F32, F16 or BF16", name, (int)ti->type);
-    BITNET__TRY(bitnet__tensor_f32(m, name, ti, nk, &f));
-    q = (int8_t *)bitnet__malloc(nk);
+    if (ti->bytes < nk * (ti->type == BITNET_TENSOR_F32 ? 4 : 2) || ((uintptr_t)ti->data & (ti->type == BITNET_TENSOR_F32 ? 3 : 1)))
+        return bitnet__err(BITNET_ERR_CORRUPT, "GGUF: tensor %s is short or misaligned", name);
+    q = (int8_t *)bitnet__calloc(np, kp);
     packed = bitnet__malloc(need);
     if (!q || !packed) {
         bitnet__free(q);
         bitnet__free(packed);
         return BITNET_ERR_OUT_OF_MEMORY;
     }
-    r = bitnet__float_ternary(f, nk, q, &scale) ? BITNET_OK : bitnet_quantize_ternary(f, nk, q, &scale);
-    if (r == BITNET_OK) r = bitnet_i2s_pack(q, n, k, scale, packed, need);
+    r = BITNET_OK;
+    if (!bitnet__float_ternary(ti->data, ti->type, n, k, kp, q, &scale)) {
+        r = bitnet__tensor_f32(m, name, ti, nk, &f);
+        if (r == BITNET_OK) r = bitnet_quantize_ternary(f, nk, q, &scale);
+        for (i = n; r == BITNET_OK && kp != k && i-- > 0;) { /* rows to their padded places, last first; zeros between */
+            memmove(q + i * kp, q + i * k, k);
+            memset(q + i * kp + k, 0, kp - k);
+        }
+        /* the float copy (when one was made) is no longer needed: it is the last owned buffer */
+        if (r == BITNET_OK && ti->type != BITNET_TENSOR_F32 && m->n_owned && m->owned[m->n_owned - 1] == (void *)f)
+            bitnet__free(m->owned[--m->n_owned]);
+    }
+    if (r == BITNET_OK) r = bitnet_i2s_pack(q, np, kp, scale, packed, need);
     bitnet__free(q);
     if (r != BITNET_OK) {
         bitnet__free(packed);
         return r;
-    }
-    /* the float copy (when one was made) is no longer needed: it is the last owned buffer */
-    if (ti->type != BITNET_TENSOR_F32 && m->n_owned && m->owned[m->n_owned - 1] == (void *)f) {
-        bitnet__free(m->owned[--m->n_owned]);
     }
     BITNET__TRY(bitnet__model_own(m, packed));
     *out = packed;
@@ -12837,6 +12877,7 @@ static bitnet_result bitnet__model_from_gguf(bitnet_model *m, const bitnet_model
     for (l = 0; l < w.n_layers; l++) {
         /* (the check made n_heads * head_dim = dim) */
         const size_t sz[4] = {1, (size_t)w.dim, (size_t)w.n_kv_heads * (size_t)w.head_dim, (size_t)w.ffn_dim};
+        const size_t szp[4] = {1, (size_t)w.dim, (size_t)w.n_kv_heads * (size_t)w.head_dim, (size_t)bitnet__ffn_k(w.ffn_dim)};
         for (i = 0; i < (int)BITNET__N_LAYER_PARTS; i++) {
             const struct bitnet__layer_part *P = &bitnet__layer_parts[i];
             char *field = (char *)&lw[l] + P->field;
@@ -12844,7 +12885,7 @@ static bitnet_result bitnet__model_from_gguf(bitnet_model *m, const bitnet_model
             snprintf(name, sizeof name, "blk.%d.%s.weight", (int)l, P->name);
             BITNET__TRY(bitnet_gguf_find_tensor(g, name, &ti));
             if (P->role == BITNET__GGUF_FLOAT) BITNET__TRY(bitnet__tensor_f32(m, name, &ti, sz[P->ne0], (const float **)field));
-            else BITNET__TRY(bitnet__tensor_i2s(m, name, &ti, sz[P->ne1], sz[P->ne0], (const void **)field));
+            else BITNET__TRY(bitnet__tensor_i2s(m, name, &ti, sz[P->ne1], sz[P->ne0], szp[P->ne1], szp[P->ne0], (const void **)field));
         }
         if (!hp.sub_norms) { /* llama.cpp's converter permuted q and k for its pairwise RoPE: back to rotate-half */
             BITNET__TRY(bitnet__unpermute_rope(m, &lw[l].wq, w.n_heads, w.head_dim, w.dim));
@@ -12935,7 +12976,7 @@ BITNET_API void bitnet_session_free(bitnet_session *s) {
 /* The CPU buffers: the fp16 KV cache and the activations of one chunk. */
 static bitnet_result bitnet__cpu_session_init(bitnet_session *s) {
     const bitnet_model *m = s->m;
-    size_t kv, B = (size_t)s->n_batch, dim = (size_t)m->info.dim, ff = (size_t)m->info.ffn_dim, qd = (size_t)m->q_dim;
+    size_t kv, B = (size_t)s->n_batch, dim = (size_t)m->info.dim, ff = (size_t)m->ffn_k, qd = (size_t)m->q_dim;
     size_t wide = BITNET__MAX(BITNET__MAX(dim, qd), ff);
     s->n_kv = (s->n_ctx + 15) / 16 * 16;
     if (!bitnet__mul_size((size_t)m->info.n_layers * (size_t)m->kv_dim, (size_t)s->n_kv, &kv) || kv > SIZE_MAX / 2)

@@ -1387,6 +1387,7 @@ static const gm_preset gm_presets[] = {
     {"2b4t", 2560, 30, 20, 5, 6912, 4096}, /* BitNet b1.58 2B-4T's exact shape, LLaMA 3 vocabulary */
     {"falcon3-1b", 2048, 18, 8, 4, 8192, 4096}, /* Falcon3-1B-Instruct-1.58bit's (head_dim 256), LLaMA 3 vocabulary */
     {"llama3-8b", 4096, 32, 32, 8, 14336, 8192}, /* Llama3-8B-1.58's, LLaMA 3 vocabulary */
+    {"1bitllm-3b", 3200, 26, 32, 32, 8640, 2048}, /* bitnet_b1_58-3B's (head_dim 100, ffn not whole I2_S blocks: float types) */
 };
 
 /* splitmix64: fast, and every tensor gets its own stream so the output does not depend on chunking. */
@@ -1687,19 +1688,21 @@ static bitnet_result gm_write_norm(bitnet_gguf_writer *w, float *f, uint64_t n, 
     return bitnet_gguf_writer_write(w, f, (size_t)n * 4);
 }
 
-/* An I2_S matrix as floats code * scale in type t (F32, F16 or BF16; the scale rounded to t). */
+/* An I2_S [n][kp] matrix's first k columns as floats code * scale in type t (F32, F16 or BF16; the
+   scale rounded to t). */
 static bitnet_result gm_write_float_ternary(bitnet_gguf_writer *w, bitnet_tensor_type t, const void *i2s, size_t ib,
-                                            size_t n, size_t k) {
-    int8_t *q = (int8_t *)malloc(n * k);
+                                            size_t n, size_t kp, size_t k) {
+    int8_t *q = (int8_t *)malloc(n * kp);
     void *buf = malloc(n * k * (t == BITNET_TENSOR_F32 ? 4 : 2));
     float s;
     size_t i;
-    bitnet_result r = q && buf ? bitnet_i2s_unpack(i2s, ib, n, k, q, &s) : BITNET_ERR_OUT_OF_MEMORY;
+    bitnet_result r = q && buf ? bitnet_i2s_unpack(i2s, ib, n, kp, q, &s) : BITNET_ERR_OUT_OF_MEMORY;
     if (r == BITNET_OK) {
         const uint16_t h = t == BITNET_TENSOR_F16 ? bitnet_fp32_to_fp16(s) : bitnet_fp32_to_bf16(s);
         for (i = 0; i < n * k; i++) {
-            if (t == BITNET_TENSOR_F32) ((float *)buf)[i] = (float)q[i] * s;
-            else ((uint16_t *)buf)[i] = q[i] ? (uint16_t)(h | (q[i] < 0 ? 0x8000u : 0u)) : 0; /* sign bit of either type */
+            const int8_t c = q[i / k * kp + i % k];
+            if (t == BITNET_TENSOR_F32) ((float *)buf)[i] = (float)c * s;
+            else ((uint16_t *)buf)[i] = c ? (uint16_t)(h | (c < 0 ? 0x8000u : 0u)) : 0; /* sign bit of either type */
         }
         r = bitnet_gguf_writer_write(w, buf, n * k * (t == BITNET_TENSOR_F32 ? 4 : 2));
     }
@@ -1708,8 +1711,9 @@ static bitnet_result gm_write_float_ternary(bitnet_gguf_writer *w, bitnet_tensor
     return r;
 }
 
-/* The ternary matrices of a layer, quantized by two threads that take jobs in turn (largest first). */
-typedef struct gm_job { uint64_t ne0, ne1, index; unsigned char *out; } gm_job;
+/* The ternary matrices of a layer, quantized by two threads that take jobs in turn (largest first);
+   rows of ne0 weights go into I2_S rows of ne0p (ne0 rounded up to whole blocks, zeros past ne0). */
+typedef struct gm_job { uint64_t ne0, ne0p, ne1, index; unsigned char *out; } gm_job;
 typedef struct gm_pool {
     pthread_mutex_t mu;
     gm_job job[7];
@@ -1725,7 +1729,7 @@ static void *gm_work(void *arg) {
     for (;;) {
         int j;
         gm_job *jb;
-        uint64_t s;
+        uint64_t s, row;
         float scale;
         bitnet_result r;
         pthread_mutex_lock(&p->mu);
@@ -1737,9 +1741,13 @@ static void *gm_work(void *arg) {
         s = gm_stream(p->seed, jb->index);
         gm_normals(&s, wk->f, (size_t)(jb->ne0 * jb->ne1), 1.0f / sqrtf((float)jb->ne0));
         r = bitnet_quantize_ternary(wk->f, (size_t)(jb->ne0 * jb->ne1), wk->q, &scale);
+        for (row = jb->ne1; r == BITNET_OK && jb->ne0p != jb->ne0 && row-- > 0;) { /* rows to their padded places, last first */
+            memmove(wk->q + row * jb->ne0p, wk->q + row * jb->ne0, (size_t)jb->ne0);
+            memset(wk->q + row * jb->ne0p + jb->ne0, 0, (size_t)(jb->ne0p - jb->ne0));
+        }
         if (r == BITNET_OK)
-            r = bitnet_i2s_pack(wk->q, (size_t)jb->ne1, (size_t)jb->ne0, scale, jb->out,
-                                bitnet_i2s_bytes((size_t)jb->ne1, (size_t)jb->ne0));
+            r = bitnet_i2s_pack(wk->q, (size_t)jb->ne1, (size_t)jb->ne0p, scale, jb->out,
+                                bitnet_i2s_bytes((size_t)jb->ne1, (size_t)jb->ne0p));
         if (r != BITNET_OK) {
             pthread_mutex_lock(&p->mu);
             p->r = r;
@@ -1792,13 +1800,14 @@ static int cmd_gen_model(int argc, char **argv) {
     else if (strcmp(type_name, "bf16") == 0) wtype = BITNET_TENSOR_BF16;
     else if (strcmp(type_name, "i2_s")) p = NULL;
     if (i < argc || !p || !out) {
-        fprintf(stderr, "usage: bitnet gen-model --preset tiny|small|2b4t|falcon3-1b|llama3-8b [--seed S] [--tiktoken FILE]\n"
+        fprintf(stderr, "usage: bitnet gen-model --preset tiny|small|2b4t|falcon3-1b|llama3-8b|1bitllm-3b [--seed S] [--tiktoken FILE]\n"
                         "                        [--type i2_s|tq1_0|tq2_0|f32|f16|bf16]\n"
                         "                        [--arch bitnet-b1.58|bitnet-25|bitnet|llama] [--vocab bpe|spm]\n"
                         "                        [--pre llama-bpe|falcon3|falcon_e] -o FILE.gguf\n"
                         "  random weights (the model says nothing useful) in bitnet.cpp's GGUF layout; tiny and small\n"
                         "  get a small byte-level tokenizer, 2b4t, falcon3-1b (its shape: head_dim 256; with --arch llama\n"
-                        "  --pre falcon3) and llama3-8b (with --arch llama) the LLaMA 3 vocabulary from --tiktoken FILE\n"
+                        "  --pre falcon3), llama3-8b (with --arch llama) and 1bitllm-3b (bitnet_b1_58-3B's: head_dim 100,\n"
+                        "  FFN 8640, so a float --type; with --arch bitnet --vocab spm) the LLaMA 3 vocabulary from --tiktoken FILE\n"
                         "  (default ../shared/data/llama3-tokenizer.tiktoken). --type: the ternary matrices in\n"
                         "  bitnet.cpp's I2_S (the default), llama.cpp's TQ1_0 / TQ2_0 (scales rounded to fp16), or\n"
                         "  floats code * scale, as bitnet.cpp's converter writes 1bitLLM's models before llama-quantize\n"
@@ -1809,6 +1818,11 @@ static int cmd_gen_model(int argc, char **argv) {
                         "  1bitLLM's models), made from the byte-level one: its UTF-8 tokens, spaces as U+2581, scores\n"
                         "  by rank, <0xXX> byte tokens, <s> and </s>. --pre: tokenizer.ggml.pre of a byte-level vocabulary\n"
                         "  (Falcon 3's pre-tokenizer for falcon3 and falcon_e).\n");
+        return 2;
+    }
+    if (wtype == BITNET_TENSOR_I2_S && p->ffn % 128) {
+        fprintf(stderr, "bitnet gen-model: --preset %s has FFN rows of %d weights; i2_s needs multiples of 128 (--type f32, "
+                "f16 or bf16 write it, as bitnet.cpp's converter does)\n", p->name, p->ffn);
         return 2;
     }
     if ((wtype == BITNET_TENSOR_TQ1_0 || wtype == BITNET_TENSOR_TQ2_0) && (p->dim % 256 || p->ffn % 256)) {
@@ -1913,7 +1927,8 @@ static int cmd_gen_model(int argc, char **argv) {
         GM(bitnet_gguf_writer_begin(w, out));
         /* scratch for two workers, sized for the largest matrix; one output buffer per matrix of a layer */
         {
-            size_t cap = (size_t)(ffn * dim > (uint64_t)1 << 20 ? ffn * dim : (uint64_t)1 << 20);
+            const uint64_t ffnp = (ffn + 127) / 128 * 128;
+            size_t cap = (size_t)(ffnp * dim > (uint64_t)1 << 20 ? ffnp * dim : (uint64_t)1 << 20);
             static const int order[7] = {7, 8, 9, 1, 4, 2, 3}; /* the matrices, largest first */
             gm_worker wk[2];
             gm_pool pool;
@@ -1931,8 +1946,9 @@ static int cmd_gen_model(int argc, char **argv) {
             for (j = 0; j < 7; j++) {
                 k = order[j];
                 pool.job[j].ne0 = (k == 9) ? ffn : dim;
+                pool.job[j].ne0p = (k == 9) ? ffnp : dim;
                 pool.job[j].ne1 = (k == 2 || k == 3) ? kvd : (k == 7 || k == 8) ? ffn : dim;
-                pool.job[j].out = (unsigned char *)malloc(bitnet_i2s_bytes((size_t)pool.job[j].ne1, (size_t)pool.job[j].ne0));
+                pool.job[j].out = (unsigned char *)malloc(bitnet_i2s_bytes((size_t)pool.job[j].ne1, (size_t)pool.job[j].ne0p));
                 if (r == BITNET_OK && !pool.job[j].out) r = BITNET_ERR_OUT_OF_MEMORY;
             }
             GM(gm_write_embedding(w, wk[0].f, (uint16_t *)wk[0].q, cap / 2, dim, (uint64_t)n_vocab, seed));
@@ -1954,11 +1970,11 @@ static int cmd_gen_model(int argc, char **argv) {
                     }
                     for (j = 0; j < 7 && order[j] != k; j++) {}
                     {
-                        size_t n1 = (size_t)pool.job[j].ne1, n0 = (size_t)pool.job[j].ne0, ib = bitnet_i2s_bytes(n1, n0);
+                        size_t n1 = (size_t)pool.job[j].ne1, n0 = (size_t)pool.job[j].ne0, ib = bitnet_i2s_bytes(n1, (size_t)pool.job[j].ne0p);
                         if (wtype == BITNET_TENSOR_I2_S) {
                             r = bitnet_gguf_writer_write(w, pool.job[j].out, ib);
                         } else if (wtype == BITNET_TENSOR_F32 || wtype == BITNET_TENSOR_F16 || wtype == BITNET_TENSOR_BF16) {
-                            r = gm_write_float_ternary(w, wtype, pool.job[j].out, ib, n1, n0);
+                            r = gm_write_float_ternary(w, wtype, pool.job[j].out, ib, n1, (size_t)pool.job[j].ne0p, n0);
                         } else { /* the same codes in llama.cpp's type */
                             size_t tb = bitnet_tq_bytes(wtype, n1, n0);
                             unsigned char *tq = (unsigned char *)malloc(tb);
@@ -2559,7 +2575,7 @@ static const command commands[] = {
     {"tokenize", cmd_tokenize, "tokenize -m FILE -p TEXT     print token ids (--tiktoken FILE, --hex-lines FILE, --no-bos, --no-special)"},
     {"bench-kernels", cmd_bench_kernels, "bench-kernels [--backend cpu|cuda] [--json FILE]  kernel speed vs memory or copy bandwidth"},
     {"info", cmd_info, "info FILE                    print a GGUF file's metadata and tensors, and check it"},
-    {"gen-model", cmd_gen_model, "gen-model --preset tiny|small|2b4t|falcon3-1b|llama3-8b [--seed S] -o FILE   write a random-weight model"},
+    {"gen-model", cmd_gen_model, "gen-model --preset tiny|small|2b4t|falcon3-1b|llama3-8b|1bitllm-3b [--seed S] -o FILE   write a random-weight model"},
     {"devices", cmd_devices, "devices [--json]             GPU backends and every CUDA device"},
     {"kernels", cmd_kernels, "kernels [--arch sm_XX] [--json] [--cache]  compile every built-in CUDA module (no GPU needed)"},
     {"help", cmd_help, "help [COMMAND]               this list, or one command's (also: bitnet COMMAND -h)"},

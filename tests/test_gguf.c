@@ -758,6 +758,30 @@ static void test_float_embedding_tied(void) {
     remove(path);
 }
 
+/* A feed-forward width that is not whole 128-weight I2_S rows (1bitLLM's 3B: 8640): a float file's
+   matrices are padded at load (zero rows and columns) and the model runs. (I2_S and TQ tensors of
+   such rows cannot be written: bitnet_tensor_nbytes refuses them.) */
+static void test_ffn_not_whole_blocks(void) {
+    const char *path = tmp_path("micro-ffn200.gguf");
+    micro_cfg c = micro_default();
+    bitnet_model_desc d;
+    bitnet_model *m = NULL;
+    bitnet_session *s = NULL;
+    bitnet_model_info info;
+    int32_t tok[3] = {3, 5, 7};
+    float lg[3 * 20];
+    c.ffn = 200, c.float_matrices = 1;
+    c.no_tokenizer = 1, c.vocab_key = c.vocab, c.bos = -1;
+    TEST_CHECKF(write_micro(path, &c) == BITNET_OK, "%s", bitnet_last_error());
+    memset(&d, 0, sizeof d);
+    d.path = path, d.backend = BITNET_BACKEND_CPU;
+    TEST_CHECKF(bitnet_model_load(&d, &m) == BITNET_OK && bitnet_session_create(m, NULL, &s) == BITNET_OK, "%s", bitnet_last_error());
+    TEST_CHECK(m && bitnet_model_get_info(m, &info) == BITNET_OK && info.ffn_dim == 200);
+    if (s) TEST_CHECK(bitnet_session_eval(s, tok, 3, lg, 1) == BITNET_OK && isfinite(lg[59]));
+    bitnet_session_free(s), bitnet_model_free(m);
+    remove(path);
+}
+
 /* An embedding (tied head) in llama.cpp's block types, as bitnet.cpp's llama-quantize
    --token-embedding-type writes it. Its rows are made fp16 when read (with the int8 head no fp16
    table is kept; the fp16 head keeps one), so the model gives the same logits, bit for bit, as one
@@ -1560,6 +1584,7 @@ int main(void) {
     RUN_TEST(test_cli_perplexity);
     RUN_TEST(test_cli_tq_models);
     RUN_TEST(test_cli_float_models);
+    RUN_TEST(test_ffn_not_whole_blocks);
     free(base_img);
     return test_summary();
 }

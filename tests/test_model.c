@@ -17,7 +17,7 @@ typedef struct tmodel {
     uint16_t *emb;                            /* fp16 [n_vocab][dim] */
     float *onorm;                             /* [dim] */
     float *norm[TM_MAX_LAYERS][4];            /* attn, attn_sub, ffn, ffn_sub */
-    void *packed[TM_MAX_LAYERS][TM_NMAT];     /* I2_S */
+    void *packed[TM_MAX_LAYERS][TM_NMAT];     /* I2_S, the FFN's padded to ffn_k (bitnet_model_weights) */
     float *wf[TM_MAX_LAYERS][TM_NMAT];        /* the same matrices dequantized, [n][k] */
 } tmodel;
 
@@ -59,19 +59,23 @@ static void tm_build(tmodel *t, int n_vocab, int dim, int n_layers, int n_heads,
         t->norm[l][0] = tm_norm(dim), t->norm[l][1] = tm_norm(dim), t->norm[l][2] = tm_norm(dim), t->norm[l][3] = tm_norm(ffn);
         L->attn_norm = t->norm[l][0], L->attn_sub_norm = t->norm[l][1], L->ffn_norm = t->norm[l][2], L->ffn_sub_norm = t->norm[l][3];
         for (m = 0; m < TM_NMAT; m++) {
-            int n, k;
+            const int fk = (ffn + 127) / 128 * 128; /* ffn_k: the FFN matrices' rows or columns past ffn are zero */
+            int n, k, np, kp;
             size_t bytes;
             int8_t *q;
             float scale;
             tm_dims(m, &t->w, &n, &k);
-            bytes = bitnet_i2s_bytes((size_t)n, (size_t)k);
-            q = (int8_t *)malloc((size_t)n * k);
+            np = m == TM_GATE || m == TM_UP ? fk : n, kp = m == TM_DOWN ? fk : k;
+            bytes = bitnet_i2s_bytes((size_t)np, (size_t)kp);
+            q = (int8_t *)calloc((size_t)np * kp, 1);
             scale = test_rand_float(0.5f, 2.0f) / sqrtf((float)k);
-            for (i = 0; i < n * k; i++) q[i] = (int8_t)test_rand_int(-1, 1);
-            t->packed[l][m] = malloc(bytes);
-            bitnet_i2s_pack(q, (size_t)n, (size_t)k, scale, t->packed[l][m], bytes);
             t->wf[l][m] = (float *)malloc((size_t)n * k * sizeof(float));
-            for (i = 0; i < n * k; i++) t->wf[l][m][i] = (float)q[i] * scale;
+            for (i = 0; i < n * k; i++) {
+                q[i / k * kp + i % k] = (int8_t)test_rand_int(-1, 1);
+                t->wf[l][m][i] = (float)q[i / k * kp + i % k] * scale;
+            }
+            t->packed[l][m] = malloc(bytes);
+            bitnet_i2s_pack(q, (size_t)np, (size_t)kp, scale, t->packed[l][m], bytes);
             *mats[m] = t->packed[l][m];
             free(q);
         }
@@ -294,8 +298,10 @@ static void test_forward_matches_reference(void) {
     forward_vs_reference(48, 768, 1, 3, 1, 256, 19); /* head_dim 256, a group of 3 */
     forward_vs_reference(48, 384, 1, 4, 2, 128, 23); /* head_dim 96 (1bitLLM's): a chunk of fewer dims */
     forward_vs_reference(48, 640, 1, 16, 2, 128, 18); /* head_dim 40: 8 dims at a time only, groups of 8 */
+    forward_vs_reference(48, 128, 2, 4, 2, 200, 19); /* ffn 200: the matrices padded to 256 */
     tm_act = BITNET_FFN_SILU; /* the "bitnet" architecture's FFN */
     forward_vs_reference(96, 128, 2, 4, 2, 256, 21);
+    forward_vs_reference(48, 3200, 1, 32, 32, 1000, 5); /* 1bitLLM-3B's heads (32 of 100 dims) and a padded ffn */
     forward_vs_reference(48, 512, 1, 4, 1, 384, 20);
     tm_no_sub = 1; /* and "llama"'s: no sub-norms (the int8 quantization alone before O and down) */
     forward_vs_reference(96, 128, 2, 4, 2, 256, 21);
