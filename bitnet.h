@@ -7342,8 +7342,8 @@ typedef struct bitnet__layer {
     const float *ffn_sub_norm;    /* [ffn_dim] */
     const void *wq, *wk, *wv;     /* I2_S [q_dim][dim], [kv_dim][dim], [kv_dim][dim]; scale in the tail */
     const void *wo;               /* I2_S [dim][q_dim] */
-    const void *w_gate, *w_up;    /* I2_S [ffn_dim][dim] */
-    const void *w_down;           /* I2_S [dim][ffn_dim] */
+    const void *w_gate, *w_up;    /* I2_S [ffn_k][dim] */
+    const void *w_down;           /* I2_S [dim][ffn_k] */
 } bitnet__layer;
 
 struct bitnet_model {
