@@ -4737,8 +4737,10 @@ static bitnet_result bitnet__gguf_parse(bitnet_gguf *g) {
         BITNET__TRY(bitnet__rd_u64(&r, &ti->offset, what));
         if (!bitnet__ttype_of(type)) {
             char types[160];
-            return bitnet__err(BITNET_ERR_UNSUPPORTED_TYPE, "GGUF: tensor '%s' has type %u (%s), not %s", ti->name, type,
-                               bitnet__ggml_type_name(type), bitnet__ttype_list(bitnet__ttype_any, 0, types, sizeof types));
+            return bitnet__err(BITNET_ERR_UNSUPPORTED_TYPE, "GGUF: tensor '%s' has type %u (%s), not %s%s", ti->name, type,
+                               bitnet__ggml_type_name(type), bitnet__ttype_list(bitnet__ttype_any, 0, types, sizeof types),
+                               type == 38 || type == 39 ? " (bitnet.cpp lays TL1 / TL2 out for kernels it generates per model: "
+                                                          "the f32 or f16 GGUF its converter wrote before llama-quantize loads)" : "");
         }
         ti->type = (bitnet_tensor_type)type;
         res = bitnet_tensor_nbytes(ti->type, ti->ne, &ti->bytes);
