@@ -12817,6 +12817,7 @@ static bitnet_result bitnet__tensor_i2s(bitnet_model *m, const char *name, const
         bitnet__free(packed);
         return r;
     }
+    bitnet__release_mapped(m->gguf, ti->data, (size_t)ti->bytes); /* the floats' pages: read once (a 3B f16 file is 7 GB) */
     BITNET__TRY(bitnet__model_own(m, packed));
     *out = packed;
     return BITNET_OK;
