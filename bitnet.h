@@ -10729,13 +10729,14 @@ BITNET_API bitnet_result bitnet_gpu_act_alloc(bitnet_gpu *gpu, size_t cap, size_
 }
 
 #define BITNET__QA_R 28 /* BN_QA_R of the kernel source: elements a thread holds in registers */
-BITNET_API bitnet_result bitnet_gpu_quantize_act(bitnet_gpu *gpu, bitnet_devptr x, size_t m, size_t k,
-                                                 bitnet_devptr norm_weight, float eps, bitnet_gpu_act *a) {
+/* (kn <= k: the count the norm's mean is over, for a padded row: >>pad) */
+static bitnet_result bitnet__gpu_quantize_act(bitnet_gpu *gpu, bitnet_devptr x, size_t m, size_t k, int kn,
+                                              bitnet_devptr norm_weight, float eps, bitnet_gpu_act *a) {
     long long ld;
     int kk;
     unsigned nt;
     bitnet_devptr planes;
-    void *args[10];
+    void *args[11];
     BITNET__CHECK_PTR(gpu);
     BITNET__CHECK_PTR(a);
     if (!x) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_gpu_quantize_act: x is 0");
@@ -10754,10 +10755,14 @@ BITNET_API bitnet_result bitnet_gpu_quantize_act(bitnet_gpu *gpu, bitnet_devptr 
     /* Under programmatic dependent launch (sm_90; BITNET_GPU_PDL=0: plainly) the launch overlaps the
        end of the kernel before, which the kernel waits for. With the planes for one row only, H200,
        2B-4T prompts of 16 / 64 / 512 tokens: +13% / +13% / +5% (BENCHMARKS.md, session 39). */
-    args[5] = &a->q, args[6] = &ld, args[7] = &a->scale, args[8] = &a->sum, args[9] = &planes;
+    args[5] = &a->q, args[6] = &ld, args[7] = &a->scale, args[8] = &a->sum, args[9] = &planes, args[10] = &kn;
     BITNET__TRY(bitnet__gk_launch(gpu, "bitnet_k_quant_act", (unsigned)m, 1, 1, nt, 1, args, gpu->pdl));
     a->m = m;
     return BITNET_OK;
+}
+BITNET_API bitnet_result bitnet_gpu_quantize_act(bitnet_gpu *gpu, bitnet_devptr x, size_t m, size_t k,
+                                                 bitnet_devptr norm_weight, float eps, bitnet_gpu_act *a) {
+    return bitnet__gpu_quantize_act(gpu, x, m, k, (int)k, norm_weight, eps, a);
 }
 
 /* bn_put_planes of the kernel source, on the host: word 16G + 2p + h holds bit p of values
@@ -11411,16 +11416,18 @@ typedef struct bitnet__gmodel {
     bitnet_gpu_kernel *attn_warps;   /* the decode attention over warps for head_dim 32, 64 or 128 (else NULL: attn throughout) */
     bitnet_gpu_kernel *attn_warps2;  /* the same in ranges of two passes (with attn_warps) */
     int att_pk;                       /* attn_prefill's keys a tile: BITNET__GPU_ATT_PK (tools rebuild it with others) */
+    int hd, q_dim, kv_dim, ffn_k;     /* the device's layout: head_dim rounded up to 32 (bitnet__gpad), n_heads * hd,
+                                         n_kv_heads * hd, and the model's ffn_k */
 } bitnet__gmodel;
 
 typedef struct bitnet__gsession {
     bitnet_gpu *gpu;                  /* this session's stream and pool */
     bitnet_devptr mem;
     size_t bytes;
-    bitnet_devptr kc, vc;             /* fp16 [n_layers][n_kv][n_ctx][head_dim] */
-    bitnet_devptr rope;               /* the session's cos/sin table, [n_ctx][head_dim] */
-    bitnet_devptr x, qkv, att, h;     /* fp32 [B][dim], [B][q+2kv], [B][q_dim], [B][ffn_dim] */
-    bitnet_gpu_act a_dim, a_q, a_ff;  /* prefill: int8 activations of k = dim, q_dim, ffn_dim (one buffer) */
+    bitnet_devptr kc, vc;             /* fp16 [n_layers][n_kv][n_ctx][hd] (the device's dims: bitnet__gmodel) */
+    bitnet_devptr rope;               /* the session's cos/sin table, [n_ctx][hd] */
+    bitnet_devptr x, qkv, att, h;     /* fp32 [B][dim], [B][q+2kv], [B][q_dim], [B][ffn_k] */
+    bitnet_gpu_act a_dim, a_q, a_ff;  /* prefill: int8 activations of k = dim, q_dim, ffn_k (one buffer) */
     bitnet_devptr logits;             /* fp32 [n_vocab] */
     bitnet_devptr att_part;           /* the attention's partials, double: decode ranges [n_heads][smax][hd] then
                                          [n_heads][smax][2] (max, sum); or prefill pieces (cuts: bitnet__gatt_cuts)
@@ -11516,9 +11523,9 @@ static void bitnet__gmodel_layout(bitnet__gmodel *g, const bitnet_model *m, bitn
     for (l = 0; l < in->n_layers; l++) {
         bitnet__glayer *L = &g->layers[l];
         L->attn_norm = bitnet__gtake(c, (size_t)in->dim, 4);
-        L->attn_sub_norm = in->sub_norms ? bitnet__gtake(c, (size_t)m->q_dim, 4) : 0; /* 0: none (the kernels skip the norm) */
+        L->attn_sub_norm = in->sub_norms ? bitnet__gtake(c, (size_t)g->q_dim, 4) : 0; /* 0: none (the kernels skip the norm) */
         L->ffn_norm = bitnet__gtake(c, (size_t)in->dim, 4);
-        L->ffn_sub_norm = in->sub_norms ? bitnet__gtake(c, (size_t)in->ffn_dim, 4) : 0;
+        L->ffn_sub_norm = in->sub_norms ? bitnet__gtake(c, (size_t)g->ffn_k, 4) : 0;
     }
 }
 
@@ -11551,7 +11558,7 @@ static void bitnet__gmodel_pdl(bitnet__gmodel *g, int on) {
 /* The forward module's kernels: from mod (a build with other options, for tools' A/B runs) or, with mod
    NULL, the built-in module; then their launch flags. */
 static bitnet_result bitnet__gmodel_kernels(bitnet__gmodel *g, bitnet_gpu_module *mod, const bitnet_model_info *in, int pdl) {
-    const int head_dim = in->head_dim;
+    const int head_dim = g->hd;
 #define BITNET__GK(NAME, DST) BITNET__TRY(mod ? bitnet_gpu_kernel_get(mod, NAME, DST) : bitnet_gpu_builtin_kernel(g->gpu, NAME, DST))
     BITNET__GK("bitnet_k_fwd_embed", &g->embed);
     BITNET__GK("bitnet_k_fwd_gemv_store", &g->gemv_store);
@@ -11582,21 +11589,50 @@ static unsigned bitnet__gatt_prefill_smem(unsigned hd, unsigned pk) {
     return (BITNET__GPU_ATT_ROWS * (hd + 4) + BITNET__GPU_ATT_ROWS * (pk + 4)) * 8 + 4 * pk * hd * 2;
 }
 
+/* >>pad: a head_dim that is not a multiple of 32 (1bitLLM-3B's 100) runs on the device in heads of
+   hd rounded up to 32 (ghd). Dim i of a head's first half stays i, dim hd/2 + i goes to ghd/2 + i, so
+   RoPE's pairs (i, i + hd/2) are the kernels' (i, i + ghd/2); the dims between are zero rows of wq, wk
+   and wv (so q, k and v are zero there), zero columns of wo and zero sub-norm weights. The rope table's
+   pairs past hd/2 are (1, 0), the scores keep 1 / sqrt(hd) (the kernels' hds) and the sub-norm its
+   mean over the model's q_dim (their kn). The FFN's padding is the model's own (ffn_k). */
+static size_t bitnet__gpad(int hd, int ghd, size_t d) {
+    const size_t h = d / (size_t)hd, i = d % (size_t)hd, half = (size_t)hd / 2;
+    return h * (size_t)ghd + (i < half ? i : (size_t)ghd / 2 + i - half);
+}
+/* An I2_S [n][k] matrix with its rows (rows = 1) or columns moved by bitnet__gpad into a new I2_S
+   [np][kp] (host memory, the caller frees it) */
+static bitnet_result bitnet__gpad_i2s(const void *src, size_t n, size_t k, int rows, int hd, int ghd, size_t np, size_t kp,
+                                      void **out) {
+    const size_t ob = bitnet_i2s_bytes(np, kp);
+    int8_t *q = (int8_t *)bitnet__malloc(n * k), *p = (int8_t *)bitnet__calloc(np, kp);
+    float scale = 0;
+    size_t i, j;
+    bitnet_result r = q && p ? bitnet_i2s_unpack(src, bitnet_i2s_bytes(n, k), n, k, q, &scale) : BITNET_ERR_OUT_OF_MEMORY;
+    *out = NULL;
+    for (i = 0; r == BITNET_OK && i < n; i++) {
+        if (rows) memcpy(p + bitnet__gpad(hd, ghd, i) * kp, q + i * k, k);
+        else for (j = 0; j < k; j++) p[i * kp + bitnet__gpad(hd, ghd, j)] = q[i * k + j];
+    }
+    if (r == BITNET_OK && !(*out = bitnet__malloc(ob))) r = BITNET_ERR_OUT_OF_MEMORY;
+    if (r == BITNET_OK) r = bitnet_i2s_pack(p, np, kp, scale, *out, ob);
+    bitnet__free(q);
+    bitnet__free(p);
+    return r;
+}
+
 static bitnet_result bitnet__gpu_model_init(bitnet_model *m, int device) {
     const bitnet_model_info *in = &m->info;
-    int hd = in->head_dim, G = in->n_kv_heads > 0 ? in->n_heads / in->n_kv_heads : 0, l;
+    int hd = (in->head_dim + 31) / 32 * 32, G = in->n_kv_heads > 0 ? in->n_heads / in->n_kv_heads : 0, l; /* >>pad */
     bitnet_gpu_device_info di;
     bitnet__gmodel *g;
     bitnet__gcarve c;
-    if (hd % 32 || hd > 256 || G < 1 || G > 8)
-        return bitnet__err(BITNET_ERR_UNSUPPORTED, "CUDA forward: head_dim %d must be a multiple of 32 up to 256, and "
-                           "n_heads / n_kv_heads = %d at most 8", (int)hd, (int)G);
-    if (m->ffn_k != in->ffn_dim) /* (the CPU runs it on matrices padded to 128-weight rows) */
-        return bitnet__err(BITNET_ERR_UNSUPPORTED, "CUDA forward: ffn_dim %d must be a multiple of %d", (int)in->ffn_dim,
-                           BITNET_I2S_BLOCK);
+    if (hd > 256 || G < 1 || G > 8)
+        return bitnet__err(BITNET_ERR_UNSUPPORTED, "CUDA forward: head_dim %d must be at most 256, and n_heads / n_kv_heads = %d "
+                           "at most 8", (int)in->head_dim, (int)G);
     g = (bitnet__gmodel *)bitnet__calloc(1, sizeof *g);
     if (!g) return BITNET_ERR_OUT_OF_MEMORY;
     m->gpu = g;
+    g->hd = hd, g->q_dim = in->n_heads * hd, g->kv_dim = in->n_kv_heads * hd, g->ffn_k = m->ffn_k;
     g->device = device;
     g->layers = (bitnet__glayer *)bitnet__calloc((size_t)in->n_layers, sizeof *g->layers);
     if (!g->layers) return BITNET_ERR_OUT_OF_MEMORY;
@@ -11630,19 +11666,43 @@ static bitnet_result bitnet__gpu_model_init(bitnet_model *m, int device) {
         const bitnet__layer *W = &m->layers[l];
         bitnet__glayer *L = &g->layers[l];
         const void *w[3];
-        int n[3];
+        void *pad[4] = {NULL, NULL, NULL, NULL};
+        int n[3], i;
+        bitnet_result r = BITNET_OK;
         BITNET__TRY(bitnet_gpu_upload(g->gpu, L->attn_norm, W->attn_norm, (size_t)in->dim * 4));
-        if (in->sub_norms) BITNET__TRY(bitnet_gpu_upload(g->gpu, L->attn_sub_norm, W->attn_sub_norm, (size_t)m->q_dim * 4));
         BITNET__TRY(bitnet_gpu_upload(g->gpu, L->ffn_norm, W->ffn_norm, (size_t)in->dim * 4));
         if (in->sub_norms) BITNET__TRY(bitnet_gpu_upload(g->gpu, L->ffn_sub_norm, W->ffn_sub_norm, (size_t)in->ffn_dim * 4));
-        w[0] = W->wq, w[1] = W->wk, w[2] = W->wv, n[0] = m->q_dim, n[1] = m->kv_dim, n[2] = m->kv_dim;
-        BITNET__TRY(bitnet__gpu_ternary(g, w, n, 3, in->dim, 0, &L->qkv));
-        w[0] = W->wo, n[0] = in->dim;
-        BITNET__TRY(bitnet__gpu_ternary(g, w, n, 1, m->q_dim, 0, &L->o));
-        w[0] = W->w_gate, w[1] = W->w_up, n[0] = n[1] = in->ffn_dim;
+        if (in->sub_norms && g->ffn_k > in->ffn_dim) /* zeros past a padded FFN's */
+            BITNET__TRY(bitnet_gpu_memset(g->gpu, L->ffn_sub_norm + (bitnet_devptr)in->ffn_dim * 4, 0,
+                                          (size_t)(g->ffn_k - in->ffn_dim) * 4));
+        w[0] = W->wq, w[1] = W->wk, w[2] = W->wv, n[0] = g->q_dim, n[1] = n[2] = g->kv_dim;
+        if (g->hd != in->head_dim) { /* >>pad: q, k, v rows and o columns in the device's heads */
+            for (i = 0; i < 3 && r == BITNET_OK; i++)
+                r = bitnet__gpad_i2s(w[i], (size_t)(i ? m->kv_dim : m->q_dim), (size_t)in->dim, 1, in->head_dim, g->hd, (size_t)n[i],
+                                     (size_t)in->dim, &pad[i]);
+            if (r == BITNET_OK)
+                r = bitnet__gpad_i2s(W->wo, (size_t)in->dim, (size_t)m->q_dim, 0, in->head_dim, g->hd, (size_t)in->dim,
+                                     (size_t)g->q_dim, &pad[3]);
+            if (r == BITNET_OK && in->sub_norms) { /* the sub-norm's weights moved alike */
+                float *sn = (float *)bitnet__calloc((size_t)g->q_dim, 4);
+                if (!sn) r = BITNET_ERR_OUT_OF_MEMORY;
+                for (i = 0; sn && i < m->q_dim; i++) sn[bitnet__gpad(in->head_dim, g->hd, (size_t)i)] = W->attn_sub_norm[i];
+                if (sn) r = bitnet_gpu_upload(g->gpu, L->attn_sub_norm, sn, (size_t)g->q_dim * 4);
+                bitnet__free(sn);
+            }
+            w[0] = pad[0], w[1] = pad[1], w[2] = pad[2];
+        } else if (in->sub_norms) {
+            r = bitnet_gpu_upload(g->gpu, L->attn_sub_norm, W->attn_sub_norm, (size_t)m->q_dim * 4);
+        }
+        if (r == BITNET_OK) r = bitnet__gpu_ternary(g, w, n, 3, in->dim, 0, &L->qkv);
+        w[0] = pad[3] ? pad[3] : W->wo, n[0] = in->dim;
+        if (r == BITNET_OK) r = bitnet__gpu_ternary(g, w, n, 1, g->q_dim, 0, &L->o);
+        for (i = 0; i < 4; i++) bitnet__free(pad[i]);
+        BITNET__TRY(r);
+        w[0] = W->w_gate, w[1] = W->w_up, n[0] = n[1] = g->ffn_k; /* (the model's FFN matrices are ffn_k wide) */
         BITNET__TRY(bitnet__gpu_ternary(g, w, n, 2, in->dim, in->ffn_act, &L->gu));
         w[0] = W->w_down, n[0] = in->dim;
-        BITNET__TRY(bitnet__gpu_ternary(g, w, n, 1, in->ffn_dim, 0, &L->down));
+        BITNET__TRY(bitnet__gpu_ternary(g, w, n, 1, g->ffn_k, 0, &L->down));
     }
     { /* the embedding in mapped host memory: the decode step reads its row from there, so a step
          needs nothing from the host and greedy decoding runs a step ahead (bitnet__gpu_next_token);
@@ -11696,9 +11756,9 @@ static size_t bitnet__gatt_cuts(int B, const bitnet_model_info *in) {
 }
 
 /* The attention's partials (doubles): the larger of the decode ranges' and the prefill pieces' */
-static size_t bitnet__gatt_part(const bitnet__gsession *q, const bitnet_model_info *in) {
-    size_t dec = (size_t)in->n_heads * (size_t)q->smax * ((size_t)in->head_dim + 2);
-    size_t pre = bitnet__gatt_cuts(q->B, in) * (size_t)in->n_kv_heads * 2 * BITNET__GPU_ATT_ROWS * ((size_t)in->head_dim + 2);
+static size_t bitnet__gatt_part(const bitnet__gsession *q, const bitnet_model_info *in, int hd) {
+    size_t dec = (size_t)in->n_heads * (size_t)q->smax * ((size_t)hd + 2);
+    size_t pre = bitnet__gatt_cuts(q->B, in) * (size_t)in->n_kv_heads * 2 * BITNET__GPU_ATT_ROWS * ((size_t)hd + 2);
     return BITNET__MAX(dec, pre);
 }
 static size_t bitnet__gctr_count(const bitnet__gsession *q, const bitnet_model_info *in) {
@@ -11707,25 +11767,26 @@ static size_t bitnet__gctr_count(const bitnet__gsession *q, const bitnet_model_i
 
 static void bitnet__gsession_layout(bitnet__gsession *q, const bitnet_session *s, bitnet__gcarve *c) {
     const bitnet_model *m = s->m;
+    const bitnet__gmodel *g = (const bitnet__gmodel *)m->gpu;
     const bitnet_model_info *in = &m->info;
-    size_t B = (size_t)q->B, kv = (size_t)in->n_layers * (size_t)m->kv_dim;
-    size_t wide = BITNET__MAX(BITNET__MAX((size_t)in->dim, (size_t)m->q_dim), (size_t)in->ffn_dim);
+    size_t B = (size_t)q->B, kv = (size_t)in->n_layers * (size_t)g->kv_dim;
+    size_t wide = BITNET__MAX(BITNET__MAX((size_t)in->dim, (size_t)g->q_dim), (size_t)g->ffn_k);
     q->kc = bitnet__gtake(c, kv * (size_t)s->n_ctx, 2);
     q->vc = bitnet__gtake(c, kv * (size_t)s->n_ctx, 2);
-    q->rope = bitnet__gtake(c, (size_t)s->n_ctx * (size_t)in->head_dim, 4);
+    q->rope = bitnet__gtake(c, (size_t)s->n_ctx * (size_t)g->hd, 4);
     q->x = bitnet__gtake(c, B * (size_t)in->dim, 4);
-    q->qkv = bitnet__gtake(c, B * (size_t)(m->q_dim + 2 * m->kv_dim), 4);
-    q->att = bitnet__gtake(c, B * (size_t)m->q_dim, 4);
-    q->h = bitnet__gtake(c, B * (size_t)in->ffn_dim, 4);
+    q->qkv = bitnet__gtake(c, B * (size_t)(g->q_dim + 2 * g->kv_dim), 4);
+    q->att = bitnet__gtake(c, B * (size_t)g->q_dim, 4);
+    q->h = bitnet__gtake(c, B * (size_t)g->ffn_k, 4);
     q->a_dim.q = bitnet__gtake(c, B * wide, 1);
     q->a_dim.scale = bitnet__gtake(c, B, 4);
     q->a_dim.sum = bitnet__gtake(c, B, 4);
     q->a_dim.planes = bitnet__gtake(c, 2 * wide, 4);
     q->a_dim.cap = B, q->a_dim.k = (size_t)in->dim;
-    q->a_q = q->a_dim, q->a_q.k = (size_t)m->q_dim;
-    q->a_ff = q->a_dim, q->a_ff.k = (size_t)in->ffn_dim;
+    q->a_q = q->a_dim, q->a_q.k = (size_t)g->q_dim;
+    q->a_ff = q->a_dim, q->a_ff.k = (size_t)g->ffn_k;
     q->logits = bitnet__gtake(c, (size_t)in->n_vocab, 4);
-    q->att_part = bitnet__gtake(c, bitnet__gatt_part(q, in), 8); /* double */
+    q->att_part = bitnet__gtake(c, bitnet__gatt_part(q, in, g->hd), 8); /* double */
     q->hv = bitnet__gtake(c, (size_t)q->head_blocks * 2, 4); /* room for twice the blocks (tuning) */
     q->hi = bitnet__gtake(c, (size_t)q->head_blocks * 2, 4);
     q->iota = bitnet__gtake(c, B, 4);
@@ -11802,7 +11863,7 @@ static bitnet_result bitnet__gpu_session_init(bitnet_session *s) {
     }
     /* then ranges of two passes, the second's K and V rows in shared memory, while a wave holds their clusters:
        fewer, longer ranges where one pass would need more blocks than a wave holds (BENCHMARKS.md, session 28) */
-    q->att_smem2 = 2u * BITNET__GPU_ATT_T * (unsigned)s->m->info.head_dim * 2u;
+    q->att_smem2 = 2u * BITNET__GPU_ATT_T * (unsigned)g->hd * 2u;
     if (q->att_cl && q->att_smem2 <= (unsigned)g->gpu->dev->smem_optin) {
         const int ew = bitnet__env_int("BITNET_GPU_ATT_W2", 0, 2 * BITNET__GPU_ATT_T * BITNET__MIN(q->smax, BITNET__GPU_ATT_CLMAX), -1);
         int n = bitnet__gpu_att_clusters(g, g->attn_warps2, s->m->info.n_heads, BITNET__MIN(q->smax, BITNET__GPU_ATT_CLMAX),
@@ -11836,7 +11897,23 @@ static bitnet_result bitnet__gpu_session_init(bitnet_session *s) {
         bitnet__log(BITNET_LOG_INFO, "CUDA forward: %s; greedy decoding downloads each token before the next step", bitnet_last_error());
         q->pin = NULL, q->pin_dev = 0;
     }
-    return bitnet_gpu_upload(q->gpu, q->rope, s->rope, (size_t)s->n_ctx * (size_t)s->m->info.head_dim * 4);
+    if (g->hd == s->m->info.head_dim) return bitnet_gpu_upload(q->gpu, q->rope, s->rope, (size_t)s->n_ctx * (size_t)g->hd * 4);
+    { /* >>pad: pair i of the device's heads is the model's up to hd/2, then (1, 0) on zeros */
+        const int hd = s->m->info.head_dim;
+        size_t n = (size_t)s->n_ctx * (size_t)g->hd, p, i;
+        float *t = (float *)bitnet__malloc(n * 4);
+        bitnet_result r;
+        if (!t) return BITNET_ERR_OUT_OF_MEMORY;
+        for (p = 0; p < (size_t)s->n_ctx; p++)
+            for (i = 0; i < (size_t)g->hd / 2; i++) {
+                const int own = i < (size_t)hd / 2;
+                t[p * (size_t)g->hd + 2 * i] = own ? s->rope[p * (size_t)hd + 2 * i] : 1.0f;
+                t[p * (size_t)g->hd + 2 * i + 1] = own ? s->rope[p * (size_t)hd + 2 * i + 1] : 0.0f;
+            }
+        r = bitnet_gpu_upload(q->gpu, q->rope, t, n * 4);
+        bitnet__free(t);
+        return r;
+    }
 }
 
 /* io = {first token, position} and, with rows, the m tokens' fp16 embedding rows from the host
@@ -11866,9 +11943,10 @@ static bitnet_result bitnet__gpu_embed(bitnet_session *s, bitnet_devptr table, b
 }
 
 /* 2+3. norm_quant + linear for one token: out = W . int8(rmsnorm(in) * norm_w) with the matrix's
-   epilogue (kernel: store, res (out += y), glu (act(gate) * up)) */
+   epilogue (kernel: store, res (out += y), glu (act(gate) * up)); the norm's mean over kn of the
+   matrix's K inputs (the model's width of a padded row: >>pad) */
 static bitnet_result bitnet__gpu_linear(bitnet_session *s, bitnet_gpu_kernel *k, const bitnet_gpu_ternary *w,
-                                        bitnet_devptr in, bitnet_devptr norm_w, bitnet_devptr out) {
+                                        bitnet_devptr in, bitnet_devptr norm_w, int kn, bitnet_devptr out) {
     const bitnet__gmodel *g = (const bitnet__gmodel *)s->m->gpu;
     bitnet__gsession *q = (bitnet__gsession *)s->gpu;
     float eps = s->m->info.norm_eps;
@@ -11881,9 +11959,9 @@ static bitnet_result bitnet__gpu_linear(bitnet_session *s, bitnet_gpu_kernel *k,
        gets at most 8 warps */
     int warps = BITNET__MIN((int)groups > g->sm_count ? 8 : 16, BITNET__MAX(1, (items + q->gemv_items - 1) / q->gemv_items));
     unsigned smem = (unsigned)w->k + (unsigned)(warps * (w->glu ? 2 : 1) * 32 * 4);
-    void *args[8];
+    void *args[9];
     args[0] = (void *)&w->data, args[1] = &n_out, args[2] = &nc, args[3] = &segs, args[4] = &in, args[5] = &norm_w,
-    args[6] = &eps, args[7] = &out;
+    args[6] = &eps, args[7] = &out, args[8] = &kn;
     return bitnet__gpu_launch(q->gpu, k, groups, 1, 32, (unsigned)warps, smem, 1, args);
 }
 
@@ -11893,25 +11971,25 @@ static bitnet_result bitnet__gpu_attention(bitnet_session *s, int l) {
     const bitnet_model *m = s->m;
     const bitnet__gmodel *g = (const bitnet__gmodel *)m->gpu;
     bitnet__gsession *q = (bitnet__gsession *)s->gpu;
-    int hd = m->info.head_dim, nh = m->info.n_heads, nkv = m->info.n_kv_heads;
-    size_t layer = (size_t)l * (size_t)m->kv_dim * (size_t)s->n_ctx * 2;
+    int hd = g->hd, nh = m->info.n_heads, nkv = m->info.n_kv_heads, hds = m->info.head_dim;
+    size_t layer = (size_t)l * (size_t)g->kv_dim * (size_t)s->n_ctx * 2;
     bitnet_devptr kc = q->kc + layer, vc = q->vc + layer, pos = q->io + 4;
     bitnet_devptr part_ml = q->att_part + 8 * (bitnet_devptr)nh * (bitnet_devptr)q->smax * (bitnet_devptr)hd;
     const unsigned nt = hd > 128 ? (unsigned)hd : 128; /* (a thread a dim, at least) */
     unsigned smem = bitnet__gatt_smem((unsigned)hd, nt, (unsigned)q->att_tile);
-    void *args[16];
+    void *args[17];
     args[0] = &q->qkv, args[1] = &q->rope, args[2] = &pos, args[3] = &kc, args[4] = &vc, args[5] = &s->n_ctx, args[6] = &nh,
     args[7] = &nkv;
     if (q->form != BITNET__ATT_LONG) { /* over warps: blocks of 16 warps, ny ranges a head */
         const int two = q->form == BITNET__ATT_CL2, cl = two || q->form == BITNET__ATT_CL;
         const unsigned ny = cl ? (unsigned)q->form_n : q->form == BITNET__ATT_RANGES ? (unsigned)(q->att_w / BITNET__GPU_ATT_T) : 1u;
-        args[8] = &q->smax, args[9] = &q->att_part, args[10] = &part_ml, args[11] = &q->ctr, args[12] = &q->att;
+        args[8] = &q->smax, args[9] = &q->att_part, args[10] = &part_ml, args[11] = &q->ctr, args[12] = &q->att, args[13] = &hds;
         return bitnet__gpu_launch(q->gpu, two ? g->attn_warps2 : g->attn_warps, (unsigned)nh, ny, 512, 1, two ? q->att_smem2 : 0,
                                   cl ? ny : 1, args);
     }
     /* the long form: ranges of about R positions, a block of 128 threads each (hd of them past 128) */
     args[8] = &hd, args[9] = &q->smax, args[10] = &q->att_tile, args[11] = &q->att_r, args[12] = &q->att_part,
-    args[13] = &part_ml, args[14] = &q->ctr, args[15] = &q->att;
+    args[13] = &part_ml, args[14] = &q->ctr, args[15] = &q->att, args[16] = &hds;
     return bitnet__gpu_launch(q->gpu, g->attn, (unsigned)nh, (unsigned)q->smax, nt, 1, smem, 1, args);
 }
 
@@ -11979,18 +12057,18 @@ static bitnet_result bitnet__gpu_step(bitnet_session *s) {
     const bitnet_model *m = s->m;
     const bitnet__gmodel *g = (const bitnet__gmodel *)m->gpu;
     bitnet__gsession *q = (bitnet__gsession *)s->gpu;
-    int l, nl = m->info.n_layers;
+    int l, nl = m->info.n_layers, dim = m->info.dim, qd = m->q_dim, ff = m->info.ffn_dim; /* (norms' counts: >>pad) */
     /* x [dim]: the row of the token in io from the mapped table, or the row put_tokens uploaded */
     BITNET__TRY(g->emb_dev ? bitnet__gpu_embed(s, g->emb_dev, q->io, 1) : bitnet__gpu_embed(s, q->erow, q->iota, 1));
     for (l = 0; l < nl; l++) {
         const bitnet__glayer *L = &g->layers[l];
         /* attention block */
-        BITNET__TRY(bitnet__gpu_linear(s, g->gemv_store, &L->qkv, q->x, L->attn_norm, q->qkv));             /* qkv */
+        BITNET__TRY(bitnet__gpu_linear(s, g->gemv_store, &L->qkv, q->x, L->attn_norm, dim, q->qkv));         /* qkv */
         BITNET__TRY(bitnet__gpu_attention(s, l));                                                          /* att [q_dim] */
-        BITNET__TRY(bitnet__gpu_linear(s, g->gemv_sub, &L->o, q->att, L->attn_sub_norm, q->x));              /* x += o */
+        BITNET__TRY(bitnet__gpu_linear(s, g->gemv_sub, &L->o, q->att, L->attn_sub_norm, qd, q->x));          /* x += o */
         /* feed-forward block */
-        BITNET__TRY(bitnet__gpu_linear(s, g->gemv_glu, &L->gu, q->x, L->ffn_norm, q->h));                   /* h */
-        BITNET__TRY(bitnet__gpu_linear(s, g->gemv_sub, &L->down, q->h, L->ffn_sub_norm, q->x));             /* x += down */
+        BITNET__TRY(bitnet__gpu_linear(s, g->gemv_glu, &L->gu, q->x, L->ffn_norm, dim, q->h));               /* h */
+        BITNET__TRY(bitnet__gpu_linear(s, g->gemv_sub, &L->down, q->h, L->ffn_sub_norm, ff, q->x));          /* x += down */
     }
     return bitnet__gpu_head(s, q->x, 1);                                             /* logits; next token and position */
 }
@@ -12051,10 +12129,10 @@ static bitnet_result bitnet__gpu_decode(bitnet_session *s, int32_t token, int32_
 
 /* ---- prefill steps (m tokens, the rows of the batch buffers) --------------------------------------- */
 
-/* 2. norm_quant: a = int8(rmsnorm(in[t]) * w) with scales and sums, for m rows of a->k */
-static bitnet_result bitnet__gpu_norm_quant(bitnet_session *s, bitnet_devptr in, bitnet_devptr w, int m, bitnet_gpu_act *a) {
+/* 2. norm_quant: a = int8(rmsnorm(in[t]) * w) with scales and sums, for m rows of a->k (the mean over kn) */
+static bitnet_result bitnet__gpu_norm_quant(bitnet_session *s, bitnet_devptr in, bitnet_devptr w, int m, int kn, bitnet_gpu_act *a) {
     bitnet__gsession *q = (bitnet__gsession *)s->gpu;
-    return bitnet_gpu_quantize_act(q->gpu, in, (size_t)m, a->k, w, s->m->info.norm_eps, a);
+    return bitnet__gpu_quantize_act(q->gpu, in, (size_t)m, a->k, kn, w, s->m->info.norm_eps, a);
 }
 
 /* 3. linear for m tokens: out[m][n] (+= res when res is out) = W . a (int8 tensor cores); for the
@@ -12070,9 +12148,9 @@ static bitnet_result bitnet__gpu_rope_kv(bitnet_session *s, int l, int m) {
     const bitnet_model *md = s->m;
     const bitnet__gmodel *g = (const bitnet__gmodel *)md->gpu;
     bitnet__gsession *q = (bitnet__gsession *)s->gpu;
-    int hd = md->info.head_dim, nh = md->info.n_heads, nkv = md->info.n_kv_heads;
-    long long ldq = md->q_dim + 2 * md->kv_dim;
-    size_t layer = (size_t)l * (size_t)md->kv_dim * (size_t)s->n_ctx * 2;
+    int hd = g->hd, nh = md->info.n_heads, nkv = md->info.n_kv_heads;
+    long long ldq = g->q_dim + 2 * g->kv_dim;
+    size_t layer = (size_t)l * (size_t)g->kv_dim * (size_t)s->n_ctx * 2;
     bitnet_devptr kc = q->kc + layer, vc = q->vc + layer, pos = q->io + 4;
     void *args[10];
     args[0] = &q->qkv, args[1] = &ldq, args[2] = &q->rope, args[3] = &pos, args[4] = &kc, args[5] = &vc, args[6] = &s->n_ctx,
@@ -12088,17 +12166,17 @@ static bitnet_result bitnet__gpu_attention_m(bitnet_session *s, int l, int m, in
     const bitnet_model *md = s->m;
     const bitnet__gmodel *g = (const bitnet__gmodel *)md->gpu;
     bitnet__gsession *q = (bitnet__gsession *)s->gpu;
-    int hd = md->info.head_dim, nh = md->info.n_heads, nkv = md->info.n_kv_heads;
+    int hd = g->hd, nh = md->info.n_heads, nkv = md->info.n_kv_heads, hds = md->info.head_dim;
     int qt = BITNET__GPU_ATT_ROWS / (nh / nkv), pk = g->att_pk; /* queries a block, keys a tile (the build's BF_PK) */
-    long long ldq = md->q_dim + 2 * md->kv_dim, ldo = md->q_dim;
-    size_t layer = (size_t)l * (size_t)md->kv_dim * (size_t)s->n_ctx * 2;
+    long long ldq = g->q_dim + 2 * g->kv_dim, ldo = g->q_dim;
+    size_t layer = (size_t)l * (size_t)g->kv_dim * (size_t)s->n_ctx * 2;
     const long long p0 = (long long)s->pos + r0; /* the first row's position */
     bitnet_devptr kc = q->kc + layer, vc = q->vc + layer, pos = q->io + (r0 ? 16 : 4), ctr = q->ctr + 4 * ((bitnet_devptr)nh + 2);
     bitnet_devptr qin = q->qkv + (bitnet_devptr)r0 * (bitnet_devptr)ldq * 4, out = q->att + (bitnet_devptr)r0 * (bitnet_devptr)ldo * 4;
     unsigned smem = bitnet__gatt_prefill_smem((unsigned)hd, (unsigned)pk);
     int nqb, cut = 0, pieces = 2, b;
     const int no_cuts = bitnet__env_off("BITNET_GPU_ATT_CUT");
-    void *args[16];
+    void *args[17];
     m -= r0;
     nqb = (m + qt - 1) / qt;
     /* Cuts: the heaviest query blocks (first in the grid) in `pieces` blocks each, over even runs of
@@ -12128,7 +12206,7 @@ static bitnet_result bitnet__gpu_attention_m(bitnet_session *s, int l, int m, in
     }
     args[0] = &qin, args[1] = &ldq, args[2] = &kc, args[3] = &vc, args[4] = &pos, args[5] = &m, args[6] = &s->n_ctx,
     args[7] = &nh, args[8] = &nkv, args[9] = &hd, args[10] = &out, args[11] = &ldo, args[12] = &cut, args[13] = &pieces,
-    args[14] = &q->att_part, args[15] = &ctr;
+    args[14] = &q->att_part, args[15] = &ctr, args[16] = &hds;
     return bitnet__gpu_launch(q->gpu, g->attn_prefill, (unsigned)(nqb + cut * (pieces - 1)), (unsigned)nkv, 128, 1, smem, 1, args);
 }
 
@@ -12149,7 +12227,7 @@ static bitnet_result bitnet__gpu_prefill(bitnet_session *s, const int32_t *token
         bitnet_devptr x = q->x + (bitnet_devptr)r0 * (bitnet_devptr)dim * 4;
         bitnet__nvtx_push("bitnet layer"); /* closed below, or by bitnet__eval after an error */
         /* attention block */
-        BITNET__TRY(bitnet__gpu_norm_quant(s, q->x, L->attn_norm, m, &q->a_dim));            /* aq [m][dim] */
+        BITNET__TRY(bitnet__gpu_norm_quant(s, q->x, L->attn_norm, m, dim, &q->a_dim));       /* aq [m][dim] */
         BITNET__TRY(bitnet__gpu_linear_m(s, &L->qkv, &q->a_dim, q->qkv, 0));                 /* qkv [m][q+2kv] */
         BITNET__TRY(bitnet__gpu_rope_kv(s, l, m));
         if (n == 0) { /* from here on, rows r0 .. m-1 only */
@@ -12157,13 +12235,13 @@ static bitnet_result bitnet__gpu_prefill(bitnet_session *s, const int32_t *token
             break;
         }
         BITNET__TRY(bitnet__gpu_attention_m(s, l, m, r0));                                   /* att [n][q_dim] */
-        BITNET__TRY(bitnet__gpu_norm_quant(s, q->att + (bitnet_devptr)r0 * (bitnet_devptr)md->q_dim * 4, L->attn_sub_norm, n,
-                                           &q->a_q));                                        /* aq [n][q_dim] */
+        BITNET__TRY(bitnet__gpu_norm_quant(s, q->att + (bitnet_devptr)r0 * (bitnet_devptr)g->q_dim * 4, L->attn_sub_norm, n,
+                                           md->q_dim, &q->a_q));                             /* aq [n][q_dim] */
         BITNET__TRY(bitnet__gpu_linear_m(s, &L->o, &q->a_q, x, x));                          /* x += o */
         /* feed-forward block */
-        BITNET__TRY(bitnet__gpu_norm_quant(s, x, L->ffn_norm, n, &q->a_dim));                /* aq [n][dim] */
+        BITNET__TRY(bitnet__gpu_norm_quant(s, x, L->ffn_norm, n, dim, &q->a_dim));           /* aq [n][dim] */
         BITNET__TRY(bitnet__gpu_linear_m(s, &L->gu, &q->a_dim, q->h, 0));                    /* h [n][ffn] */
-        BITNET__TRY(bitnet__gpu_norm_quant(s, q->h, L->ffn_sub_norm, n, &q->a_ff));          /* aq [n][ffn] */
+        BITNET__TRY(bitnet__gpu_norm_quant(s, q->h, L->ffn_sub_norm, n, md->info.ffn_dim, &q->a_ff)); /* aq [n][ffn] */
         BITNET__TRY(bitnet__gpu_linear_m(s, &L->down, &q->a_ff, x, x));                      /* x += down */
         bitnet__nvtx_pop();
     }

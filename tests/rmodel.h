@@ -16,15 +16,17 @@ static void *rmodel_keep(rmodel *r, size_t bytes) {
     return p;
 }
 TEST__UNUSED static float w_lo, w_hi; /* the range of the ternary tensors' scales */
-static const void *rmodel_ternary(rmodel *r, int n, int k) {
-    size_t bytes = bitnet_i2s_bytes((size_t)n, (size_t)k), i;
-    int8_t *q = (int8_t *)malloc((size_t)n * k);
+/* Random codes [n][k] in an I2_S [np][kp] (zeros past n and k: an FFN padded to ffn_k) */
+static const void *rmodel_ternary_pad(rmodel *r, int n, int k, int np, int kp) {
+    size_t bytes = bitnet_i2s_bytes((size_t)np, (size_t)kp), i;
+    int8_t *q = (int8_t *)calloc((size_t)np * kp, 1);
     void *dst = rmodel_keep(r, bytes);
-    for (i = 0; i < (size_t)n * k; i++) q[i] = (int8_t)test_rand_int(-1, 1);
-    bitnet_i2s_pack(q, (size_t)n, (size_t)k, test_rand_float(w_lo, w_hi), dst, bytes);
+    for (i = 0; i < (size_t)n * k; i++) q[i / k * kp + i % k] = (int8_t)test_rand_int(-1, 1);
+    bitnet_i2s_pack(q, (size_t)np, (size_t)kp, test_rand_float(w_lo, w_hi), dst, bytes);
     free(q);
     return dst;
 }
+static const void *rmodel_ternary(rmodel *r, int n, int k) { return rmodel_ternary_pad(r, n, k, n, k); }
 static const float *rmodel_norm(rmodel *r, int n) {
     float *p = (float *)rmodel_keep(r, (size_t)n * 4);
     int i;
@@ -56,9 +58,9 @@ static void rmodel_build(rmodel *r, int vocab, int dim, int n_layers, int heads,
         L->wk = rmodel_ternary(r, kv * hd, dim);
         L->wv = rmodel_ternary(r, kv * hd, dim);
         L->wo = rmodel_ternary(r, dim, heads * hd);
-        L->w_gate = rmodel_ternary(r, ffn, dim);
-        L->w_up = rmodel_ternary(r, ffn, dim);
-        L->w_down = rmodel_ternary(r, dim, ffn);
+        L->w_gate = rmodel_ternary_pad(r, ffn, dim, (ffn + 127) / 128 * 128, dim);
+        L->w_up = rmodel_ternary_pad(r, ffn, dim, (ffn + 127) / 128 * 128, dim);
+        L->w_down = rmodel_ternary_pad(r, dim, ffn, dim, (ffn + 127) / 128 * 128);
     }
     r->w.layers = r->layers;
 }

@@ -499,6 +499,13 @@ static void test_random_hd256(void) {
 }
 
 /* Asking for CUDA without a usable one is an error, never a silent CPU run. */
+/* 1bitLLM-3B's heads (32 of 100 dims: the device's heads of 128, >>pad) and an FFN that is not whole
+   I2_S rows (1000: matrices 1024 wide), with and without GQA */
+static void test_random_padded(void) {
+    NEED_GPU();
+    random_silu(3200, 32, 32, 1000, 17, 0);
+    random_silu(3200, 32, 8, 1000, 18, 0);
+}
 static void test_backend_cuda_without_gpu(void) {
     rmodel r;
     bitnet_model *m = NULL;
@@ -523,6 +530,7 @@ int main(void) {
     RUN_TEST(test_random_hd64);
     RUN_TEST(test_random_silu);
     RUN_TEST(test_random_hd256);
+    RUN_TEST(test_random_padded);
     if (worst_rel > 0) printf("  worst relative L2 distance of GPU to CPU logits: %.3g\n", worst_rel);
     return test_summary();
 }

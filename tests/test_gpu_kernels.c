@@ -292,9 +292,10 @@ static void test_gpu_decode_gemv_prologue(void) {
             for (v = 0; v < sizeof warps / sizeof warps[0]; v++) {
                 bitnet_devptr dx = upload(x, k * 4), dnw = upload(nw, k * 4), dout = poisoned(N * 4);
                 unsigned grid[3] = {(N + 31) / 32, 1, 1}, block[3] = {32, warps[v], 1}, smem = (unsigned)k + warps[v] * 32 * 4;
-                void *args[8];
+                void *args[9];
+                int kn = (int)k; /* the norm's mean over all of x */
                 args[0] = &w.data, args[1] = &n_out, args[2] = &nc, args[3] = &segs, args[4] = &dx, args[5] = &dnw, args[6] = &eps,
-                args[7] = &dout;
+                args[7] = &dout, args[8] = &kn;
                 TEST_CHECK(dx && dnw && dout);
                 TEST_CHECKF(bitnet_gpu_launch(G, kern, grid, block, smem, args) == BITNET_OK, "%s", bitnet_last_error());
                 TEST_CHECK(bitnet_gpu_download(G, out, dout, sizeof out) == BITNET_OK);

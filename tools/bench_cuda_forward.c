@@ -227,11 +227,11 @@ static void kernel_times(void) {
             bitnet_result r = BITNET_OK;
             switch (kind) {
             case 0: r = bitnet__gpu_embed(G_s, q->erow, q->iota, 1); break;
-            case 1: r = bitnet__gpu_linear(G_s, gm->gemv_store, &L->qkv, q->x, L->attn_norm, q->qkv); break;
+            case 1: r = bitnet__gpu_linear(G_s, gm->gemv_store, &L->qkv, q->x, L->attn_norm, G_s->m->info.dim, q->qkv); break;
             case 2: r = bitnet__gpu_attention(G_s, l); break;
-            case 3: r = bitnet__gpu_linear(G_s, gm->gemv_sub, &L->o, q->att, L->attn_sub_norm, q->x); break;
-            case 4: r = bitnet__gpu_linear(G_s, gm->gemv_glu, &L->gu, q->x, L->ffn_norm, q->h); break;
-            case 5: r = bitnet__gpu_linear(G_s, gm->gemv_sub, &L->down, q->h, L->ffn_sub_norm, q->x); break;
+            case 3: r = bitnet__gpu_linear(G_s, gm->gemv_sub, &L->o, q->att, L->attn_sub_norm, G_s->m->q_dim, q->x); break;
+            case 4: r = bitnet__gpu_linear(G_s, gm->gemv_glu, &L->gu, q->x, L->ffn_norm, G_s->m->info.dim, q->h); break;
+            case 5: r = bitnet__gpu_linear(G_s, gm->gemv_sub, &L->down, q->h, L->ffn_sub_norm, G_s->m->info.ffn_dim, q->x); break;
             default: r = bitnet__gpu_head(G_s, q->x, 1); break;
             }
             CHECK(r);

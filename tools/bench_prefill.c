@@ -32,15 +32,15 @@ static void launch_kind(int kind, int l) {
     int m = G_n;
     switch (kind) {
     case 0: CHECK(bitnet__gpu_embed(G_s, q->erow, q->iota, m)); break;
-    case 1: CHECK(bitnet__gpu_norm_quant(G_s, q->x, L->attn_norm, m, &q->a_dim)); break;
+    case 1: CHECK(bitnet__gpu_norm_quant(G_s, q->x, L->attn_norm, m, G_s->m->info.dim, &q->a_dim)); break;
     case 2: CHECK(bitnet__gpu_linear_m(G_s, &L->qkv, &q->a_dim, q->qkv, 0)); break;
     case 3: CHECK(bitnet__gpu_rope_kv(G_s, l, m)); break;
     case 4: CHECK(bitnet__gpu_attention_m(G_s, l, m, 0)); break;
-    case 5: CHECK(bitnet__gpu_norm_quant(G_s, q->att, L->attn_sub_norm, m, &q->a_q)); break;
+    case 5: CHECK(bitnet__gpu_norm_quant(G_s, q->att, L->attn_sub_norm, m, G_s->m->q_dim, &q->a_q)); break;
     case 6: CHECK(bitnet__gpu_linear_m(G_s, &L->o, &q->a_q, q->h, 0)); break; /* (into h: x stays) */
-    case 7: CHECK(bitnet__gpu_norm_quant(G_s, q->x, L->ffn_norm, m, &q->a_dim)); break;
+    case 7: CHECK(bitnet__gpu_norm_quant(G_s, q->x, L->ffn_norm, m, G_s->m->info.dim, &q->a_dim)); break;
     case 8: CHECK(bitnet__gpu_linear_m(G_s, &L->gu, &q->a_dim, q->h, 0)); break;
-    case 9: CHECK(bitnet__gpu_norm_quant(G_s, q->h, L->ffn_sub_norm, m, &q->a_ff)); break;
+    case 9: CHECK(bitnet__gpu_norm_quant(G_s, q->h, L->ffn_sub_norm, m, G_s->m->info.ffn_dim, &q->a_ff)); break;
     case 10: CHECK(bitnet__gpu_linear_m(G_s, &L->down, &q->a_ff, q->qkv, 0)); break; /* (into qkv, m x dim fits) */
     default: CHECK(bitnet__gpu_head(G_s, q->x, 0)); break;
     }
