@@ -11593,7 +11593,7 @@ static unsigned bitnet__gatt_prefill_smem(unsigned hd, unsigned pk) {
    hd rounded up to 32 (ghd). Dim i of a head's first half stays i, dim hd/2 + i goes to ghd/2 + i, so
    RoPE's pairs (i, i + hd/2) are the kernels' (i, i + ghd/2); the dims between are zero rows of wq, wk
    and wv (so q, k and v are zero there), zero columns of wo and zero sub-norm weights. The rope table's
-   pairs past hd/2 are (1, 0), the scores keep 1 / sqrt(hd) (the kernels' hds) and the sub-norm its
+   pairs past hd/2 are (1, 0), the scores keep 1 / sqrt(hd) (the kernels' isq) and the sub-norm its
    mean over the model's q_dim (their kn). The FFN's padding is the model's own (ffn_k). */
 static size_t bitnet__gpad(int hd, int ghd, size_t d) {
     const size_t h = d / (size_t)hd, i = d % (size_t)hd, half = (size_t)hd / 2;
@@ -11971,7 +11971,8 @@ static bitnet_result bitnet__gpu_attention(bitnet_session *s, int l) {
     const bitnet_model *m = s->m;
     const bitnet__gmodel *g = (const bitnet__gmodel *)m->gpu;
     bitnet__gsession *q = (bitnet__gsession *)s->gpu;
-    int hd = g->hd, nh = m->info.n_heads, nkv = m->info.n_kv_heads, hds = m->info.head_dim;
+    int hd = g->hd, nh = m->info.n_heads, nkv = m->info.n_kv_heads;
+    double isq = 1.0 / sqrt((double)m->info.head_dim); /* (the model's, of a padded head too: >>pad) */
     size_t layer = (size_t)l * (size_t)g->kv_dim * (size_t)s->n_ctx * 2;
     bitnet_devptr kc = q->kc + layer, vc = q->vc + layer, pos = q->io + 4;
     bitnet_devptr part_ml = q->att_part + 8 * (bitnet_devptr)nh * (bitnet_devptr)q->smax * (bitnet_devptr)hd;
@@ -11983,13 +11984,13 @@ static bitnet_result bitnet__gpu_attention(bitnet_session *s, int l) {
     if (q->form != BITNET__ATT_LONG) { /* over warps: blocks of 16 warps, ny ranges a head */
         const int two = q->form == BITNET__ATT_CL2, cl = two || q->form == BITNET__ATT_CL;
         const unsigned ny = cl ? (unsigned)q->form_n : q->form == BITNET__ATT_RANGES ? (unsigned)(q->att_w / BITNET__GPU_ATT_T) : 1u;
-        args[8] = &q->smax, args[9] = &q->att_part, args[10] = &part_ml, args[11] = &q->ctr, args[12] = &q->att, args[13] = &hds;
+        args[8] = &q->smax, args[9] = &q->att_part, args[10] = &part_ml, args[11] = &q->ctr, args[12] = &q->att, args[13] = &isq;
         return bitnet__gpu_launch(q->gpu, two ? g->attn_warps2 : g->attn_warps, (unsigned)nh, ny, 512, 1, two ? q->att_smem2 : 0,
                                   cl ? ny : 1, args);
     }
     /* the long form: ranges of about R positions, a block of 128 threads each (hd of them past 128) */
     args[8] = &hd, args[9] = &q->smax, args[10] = &q->att_tile, args[11] = &q->att_r, args[12] = &q->att_part,
-    args[13] = &part_ml, args[14] = &q->ctr, args[15] = &q->att, args[16] = &hds;
+    args[13] = &part_ml, args[14] = &q->ctr, args[15] = &q->att, args[16] = &isq;
     return bitnet__gpu_launch(q->gpu, g->attn, (unsigned)nh, (unsigned)q->smax, nt, 1, smem, 1, args);
 }
 
@@ -12166,7 +12167,8 @@ static bitnet_result bitnet__gpu_attention_m(bitnet_session *s, int l, int m, in
     const bitnet_model *md = s->m;
     const bitnet__gmodel *g = (const bitnet__gmodel *)md->gpu;
     bitnet__gsession *q = (bitnet__gsession *)s->gpu;
-    int hd = g->hd, nh = md->info.n_heads, nkv = md->info.n_kv_heads, hds = md->info.head_dim;
+    int hd = g->hd, nh = md->info.n_heads, nkv = md->info.n_kv_heads;
+    double isq = 1.0 / sqrt((double)md->info.head_dim); /* (the model's, of a padded head too: >>pad) */
     int qt = BITNET__GPU_ATT_ROWS / (nh / nkv), pk = g->att_pk; /* queries a block, keys a tile (the build's BF_PK) */
     long long ldq = g->q_dim + 2 * g->kv_dim, ldo = g->q_dim;
     size_t layer = (size_t)l * (size_t)g->kv_dim * (size_t)s->n_ctx * 2;
@@ -12206,7 +12208,7 @@ static bitnet_result bitnet__gpu_attention_m(bitnet_session *s, int l, int m, in
     }
     args[0] = &qin, args[1] = &ldq, args[2] = &kc, args[3] = &vc, args[4] = &pos, args[5] = &m, args[6] = &s->n_ctx,
     args[7] = &nh, args[8] = &nkv, args[9] = &hd, args[10] = &out, args[11] = &ldo, args[12] = &cut, args[13] = &pieces,
-    args[14] = &q->att_part, args[15] = &ctr, args[16] = &hds;
+    args[14] = &q->att_part, args[15] = &ctr, args[16] = &isq;
     return bitnet__gpu_launch(q->gpu, g->attn_prefill, (unsigned)(nqb + cut * (pieces - 1)), (unsigned)nkv, 128, 1, smem, 1, args);
 }
 
