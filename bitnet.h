@@ -11412,7 +11412,7 @@ typedef struct bitnet__gmodel {
     bitnet__glayer *layers;
     int device, sm_count, cc, smem_optin; /* smem_optin: shared memory a block can have (bytes) */
     bitnet_gpu_kernel *embed, *gemv_store, *gemv_res, *gemv_glu, *attn, *head_k, *rope_kv, *attn_prefill, *topk, *penalize;
-    bitnet_gpu_kernel *gemv_sub; /* O's and down's GEMV: gemv_res, or without RMSNorm (no sub-norms, "llama") */
+    bitnet_gpu_kernel *gemv_sub; /* O's and down's GEMV: gemv_res (gemv_res_kn with >>pad), or without RMSNorm ("llama") */
     bitnet_gpu_kernel *attn_warps;   /* the decode attention over warps for head_dim 32, 64 or 128 (else NULL: attn throughout) */
     bitnet_gpu_kernel *attn_warps2;  /* the same in ranges of two passes (with attn_warps) */
     int att_pk;                       /* attn_prefill's keys a tile: BITNET__GPU_ATT_PK (tools rebuild it with others) */
@@ -11564,7 +11564,8 @@ static bitnet_result bitnet__gmodel_kernels(bitnet__gmodel *g, bitnet_gpu_module
     BITNET__GK("bitnet_k_fwd_gemv_store", &g->gemv_store);
     BITNET__GK("bitnet_k_fwd_gemv_res", &g->gemv_res);
     BITNET__GK(in->ffn_act == BITNET_FFN_SILU ? "bitnet_k_fwd_gemv_glu_silu" : "bitnet_k_fwd_gemv_glu", &g->gemv_glu);
-    BITNET__GK(in->sub_norms ? "bitnet_k_fwd_gemv_res" : "bitnet_k_fwd_gemv_res_raw", &g->gemv_sub);
+    BITNET__GK(!in->sub_norms ? "bitnet_k_fwd_gemv_res_raw" : g->hd != in->head_dim || g->ffn_k != in->ffn_dim ?
+               "bitnet_k_fwd_gemv_res_kn" : "bitnet_k_fwd_gemv_res", &g->gemv_sub); /* (kn: >>pad) */
     BITNET__GK("bitnet_k_fwd_attn_decode", &g->attn);
     if (head_dim == 32 || head_dim == 64 || head_dim == 128) {
         char name[40];

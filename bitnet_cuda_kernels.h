@@ -1655,7 +1655,7 @@ static const char bitnet_cuda_src_forward[] = BITNET_CUDA_SRC_KHELPERS
     "   (QKV did so after its dot products until its prologue's maxima went to redux.sync: BENCHMARKS.md\n"
     "   sessions 12 and 21). Every read of what an earlier kernel wrote still follows the wait. Dynamic\n"
     "   shared memory: k + 8*32*W bytes. */\n"
-    "template <int EPI, bool NORM>\n"
+    "template <int EPI, bool NORM, bool KN>\n"
     "BF_DEV void bf_gemv(const uint4 *__restrict__ w, int n_out, int nc, const bitnet_k_segs &segs, const float *x,\n"
     "                    const float *__restrict__ nw, float eps, float *out, int kn) {\n"
     "    extern __shared__ __align__(16) unsigned char bf_smem[];\n"
@@ -1682,7 +1682,7 @@ static const char bitnet_cuda_src_forward[] = BITNET_CUDA_SRC_KHELPERS
     "    const float res = EPI == 1 && wid == 0 && f < n_out ? out[f] : 0.0f; /* the residual: its latency beside the prologue's */\n"
     "    float ascale;\n"
     "    int asum;\n"
-    "    bf_norm_quant<NORM>(x, nw, nwv, k, kn, eps, a, ascale, asum, red);\n"
+    "    bf_norm_quant<NORM>(x, nw, nwv, k, KN ? kn : k, eps, a, ascale, asum, red);\n"
     "    asum = (int)bn_warp_u<false>((unsigned int)asum);\n"
     "    if (lane == 0) psum[wid] = asum; /* the codes' sum, added up below with the partial dot products */\n"
     "    __syncthreads();\n"
@@ -1723,17 +1723,18 @@ static const char bitnet_cuda_src_forward[] = BITNET_CUDA_SRC_KHELPERS
     "    }\n"
     "}\n"
     "\n"
-    "#define BF_GEMV(NAME, EPI, NORM)                                                                                    \\\n"
+    "#define BF_GEMV(NAME, EPI, NORM, KN)                                                                                \\\n"
     "    extern \"C\" __global__ void __launch_bounds__(512) bitnet_k_fwd_gemv_##NAME(                                     \\\n"
     "        const uint4 *__restrict__ w, int n_out, int nc, bitnet_k_segs segs, const float *x, const float *__restrict__ nw, \\\n"
     "        float eps, float *out, int kn) {                                                                            \\\n"
-    "        bf_gemv<EPI, NORM>(w, n_out, nc, segs, x, nw, eps, out, kn);                                                \\\n"
+    "        bf_gemv<EPI, NORM, KN>(w, n_out, nc, segs, x, nw, eps, out, kn);                                            \\\n"
     "    }\n"
-    "BF_GEMV(store, 0, true)\n"
-    "BF_GEMV(res, 1, true)\n"
-    "BF_GEMV(glu, 2, true)\n"
-    "BF_GEMV(glu_silu, 3, true)\n"
-    "BF_GEMV(res_raw, 1, false) /* no RMSNorm: O and down of a \"llama\" model */\n"
+    "BF_GEMV(store, 0, true, false)\n"
+    "BF_GEMV(res, 1, true, false)\n"
+    "BF_GEMV(res_kn, 1, true, true) /* O and down of padded heads or FFN: the norm's mean over kn (>>pad) */\n"
+    "BF_GEMV(glu, 2, true, false)\n"
+    "BF_GEMV(glu_silu, 3, true, false)\n"
+    "BF_GEMV(res_raw, 1, false, false) /* no RMSNorm: O and down of a \"llama\" model */\n"
     "\n"
     "/* x[t] = the fp16 embedding row of tokens[t] as fp32; grid m. */\n"
     "extern \"C\" __global__ void bitnet_k_fwd_embed(const unsigned short *__restrict__ emb, int dim, const int *__restrict__ tokens,\n"
@@ -3069,6 +3070,7 @@ static const char bitnet_cuda_src_forward[] = BITNET_CUDA_SRC_KHELPERS
     X(bitnet_k_fwd_gemv_glu, forward) \
     X(bitnet_k_fwd_gemv_glu_silu, forward) \
     X(bitnet_k_fwd_gemv_res_raw, forward) \
+    X(bitnet_k_fwd_gemv_res_kn, forward) \
     X(bitnet_k_fwd_embed, forward) \
     X(bitnet_k_fwd_attn_decode, forward) \
     X(bitnet_k_fwd_attn_warps_d1, forward) \
