@@ -30,6 +30,7 @@
      >>gpu-pool        device memory pool and statistics
      >>cuda-kernels    host side of the kernels in bitnet_cuda_kernels.h
      >>cuda-forward    the forward pass on the GPU, in the same order as the CPU one
+       >>pad           heads whose dims are not a multiple of 32 (1bitLLM-3B's 100), padded on the GPU
      >>model           model loading and sessions
      >>public          bodies of the public functions that are thin shells
 
