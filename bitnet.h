@@ -12806,31 +12806,33 @@ static bitnet_result bitnet__tensor_f16(bitnet_model *m, const char *name, const
    writes 1bitLLM's matrices so, w = code * a, for llama-quantize to make I2_S with scale max|w|).
    Read in its own type (F32, F16 or BF16: the magnitude's bits compared, no float copy); its codes
    go to rows kp apart in q, and a to scale. 0 when it holds other values (latent weights), only
-   zeros, or a non-finite value. */
-/* (the loops in one type each, branch-free, so the compiler vectorizes them) */
-#define BITNET__FT_SCAN(T, MAG, INF)                                                                                   \
-    do {                                                                                                               \
-        const T *p_ = (const T *)src;                                                                                  \
-        T bad_ = 0;                                                                                                    \
-        for (i = 0; i < nk && !a; i++) a = (T)(p_[i] & (MAG));                                                          \
-        for (; i < nk; i++) bad_ |= (T)((p_[i] & (MAG)) != 0 && (p_[i] & (MAG)) != a);                                   \
-        if (bad_ || a == 0 || a >= (INF)) return 0; /* latent weights, all zero, or not finite */                      \
+   zeros, or a non-finite value. One function a width (T, its magnitude's bits MAG: the sign bit is
+   the one above), branch-free loops so the compiler vectorizes them; inf: the type's infinity. */
+#define BITNET__TERNARY_BITS(NAME, T, MAG)                                                                              \
+    static uint32_t NAME(const T *p, size_t n, size_t k, size_t kp, uint32_t inf, int8_t *q) {                         \
+        T a = 0, bad = 0;                                                                                              \
+        size_t i, c;                                                                                                   \
+        for (i = 0; i < n * k && !a; i++) a = (T)(p[i] & (MAG));                                                        \
+        for (; i < n * k; i++) bad |= (T)((p[i] & (MAG)) != 0 && (p[i] & (MAG)) != a);                                   \
+        if (bad || !a || a >= inf) return 0;                                                                           \
         for (i = 0; i < n; i++)                                                                                        \
-            for (c = 0; c < k; c++) {                                                                                  \
-                const T v_ = p_[i * k + c];                                                                            \
-                q[i * kp + c] = (int8_t)((v_ & (MAG)) ? (v_ > (MAG) ? -1 : 1) : 0); /* above MAG: the sign bit */     \
-            }                                                                                                          \
-    } while (0)
+            for (c = 0; c < k; c++) q[i * kp + c] = (int8_t)((p[i * k + c] & (MAG)) ? (p[i * k + c] > (MAG) ? -1 : 1) : 0); \
+        return a;                                                                                                      \
+    }
+BITNET__TERNARY_BITS(bitnet__ternary_bits16, uint16_t, 0x7fffu)
+BITNET__TERNARY_BITS(bitnet__ternary_bits32, uint32_t, 0x7fffffffu)
+#undef BITNET__TERNARY_BITS
 static int bitnet__float_ternary(const void *src, bitnet_tensor_type t, size_t n, size_t k, size_t kp, int8_t *q, float *scale) {
-    uint32_t a = 0;
-    size_t i, c, nk = n * k;
-    if (t == BITNET_TENSOR_F32) BITNET__FT_SCAN(uint32_t, 0x7fffffffu, 0x7f800000u);
-    else BITNET__FT_SCAN(uint16_t, 0x7fffu, t == BITNET_TENSOR_F16 ? 0x7c00u : 0x7f80u);
-    if (t == BITNET_TENSOR_F32) memcpy(scale, &a, 4);
-    else *scale = t == BITNET_TENSOR_F16 ? bitnet_fp16_to_fp32((uint16_t)a) : bitnet_bf16_to_fp32((uint16_t)a);
+    uint32_t a;
+    if (t == BITNET_TENSOR_F32) {
+        if (!(a = bitnet__ternary_bits32((const uint32_t *)src, n, k, kp, 0x7f800000u, q))) return 0;
+        memcpy(scale, &a, 4);
+    } else {
+        if (!(a = bitnet__ternary_bits16((const uint16_t *)src, n, k, kp, t == BITNET_TENSOR_F16 ? 0x7c00u : 0x7f80u, q))) return 0;
+        *scale = t == BITNET_TENSOR_F16 ? bitnet_fp16_to_fp32((uint16_t)a) : bitnet_bf16_to_fp32((uint16_t)a);
+    }
     return 1;
 }
-#undef BITNET__FT_SCAN
 
 /* A ternary [n][k] matrix as I2_S [np][kp] (np >= n, kp >= k a multiple of 128: zero rows and
    columns past n and k): I2_S in place; TQ1_0 / TQ2_0 repacked to I2_S; F32, F16 or BF16 quantized
