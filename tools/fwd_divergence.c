@@ -432,6 +432,11 @@ static void gpu_ops(bitnet_model *gm, int n_pre, int n_dec) {
     int32_t *tok = (int32_t *)malloc((size_t)n * 4);
     float *X, *X2, *QKV, *Q2, *ATT, *H, *want, *lg;
     uint16_t *KC, *VC;
+    if (g->hd != hd || g->ffn_k != ff) { /* (its CPU ops read the device's buffers in the model's layout) */
+        printf("  op check: not for padded heads or FFN (>>pad)\n");
+        free(tok);
+        return;
+    }
     memset(&sd, 0, sizeof sd);
     sd.n_ctx = n + 8;
     if (bitnet_session_create(gm, &sd, &s) != BITNET_OK) { printf("  gpu session: %s\n", bitnet_last_error()); return; }
