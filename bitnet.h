@@ -7755,11 +7755,12 @@ BITNET__AVX512_FN static __m512d bitnet__exp_pd_avx512(__m512d x) {
 #else
 #define BITNET__UNROLL16
 #endif
-/* The same for head_dim a multiple of 8 up to 256, groups of up to 8 heads and 1024 dims (2B-4T's
-   4 x 128, Falcon 3's 2-3 x 256, 1bitLLM's 96), in double like the reference: 16-key tiles converted
-   once for all rows and heads, the scores of a tile for four heads at a time (each key row loaded
-   once), a head's output in chunks of 128 dims held in 16 zmm while the tile's values stream
-   through (a last chunk of fewer dims in memory). */
+/* The same for head_dim up to 256, groups of up to 8 heads and 1024 dims (2B-4T's 4 x 128, Falcon
+   3's 2-3 x 256, 1bitLLM's 96 and 100), in double like the reference: 16-key tiles converted once
+   for all rows and heads, the scores of a tile for four heads at a time (each key row loaded once),
+   a head's output in chunks of 128 dims held in 16 zmm while the tile's values stream through (a
+   last chunk of fewer dims in memory, 8 at a time; a head's last 8 under a mask where hd is not a
+   multiple of 8). */
 #define BITNET__ATTN_SIMD_HD 256
 #define BITNET__ATTN_SIMD_GHD 1024
 BITNET__AVX512_FN static void bitnet__attn_avx512(const float *q, size_t stride, int nt, int g, const uint16_t *kc,
@@ -7768,19 +7769,24 @@ BITNET__AVX512_FN static void bitnet__attn_avx512(const float *q, size_t stride,
     double qd[BITNET__ATTN_ROWS * BITNET__ATTN_SIMD_GHD], p[16], sc4[64], mx[BITNET__ATTN_ROWS * 8], sum[BITNET__ATTN_ROWS * 8];
     const double ds = 1.0 / sqrt((double)hd);
     int h, r, s0, j, d, c, c0, len = len0 + nt - 1;
+#define BITNET__LAST(c, n) ((n) - (c) >= 8 ? (__mmask8)0xff : (__mmask8)((1u << ((n) - (c))) - 1)) /* lanes c .. n-1 of 8 */
     for (r = 0; r < nt * g; r++) mx[r] = -INFINITY, sum[r] = 0;
     /* the queries in double once, so the score loop broadcasts them straight from memory */
     for (r = 0; r < nt; r++)
         for (h = 0; h < g; h++)
             for (d = 0; d < hd; d += 8)
-                _mm512_storeu_pd(qd + ((size_t)r * g + h) * hd + d, _mm512_cvtps_pd(_mm256_loadu_ps(q + r * stride + (size_t)h * hd + d)));
+                _mm512_mask_storeu_pd(qd + ((size_t)r * g + h) * hd + d, BITNET__LAST(d, hd),
+                                      _mm512_cvtps_pd(_mm256_maskz_loadu_ps(BITNET__LAST(d, hd), q + r * stride + (size_t)h * hd + d)));
     memset(od, 0, (size_t)nt * (size_t)g * (size_t)hd * sizeof od[0]);
     for (s0 = 0; s0 < len; s0 += 16) {
         int nbv = BITNET__MIN(16, len - s0);
         for (d = 0; d < hd * 16; d += 8)
             _mm512_storeu_pd(kd + d, _mm512_cvtps_pd(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kc + (size_t)s0 * hd + d)))));
-        for (d = 0; d < nbv * hd; d += 8)
+        for (d = 0; d + 8 <= nbv * hd; d += 8) /* (the tile's values: no mask in this loop, the decode's hottest) */
             _mm512_storeu_pd(vd + d, _mm512_cvtps_pd(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(vc + (size_t)s0 * hd + d)))));
+        if (d < nbv * hd)
+            _mm512_mask_storeu_pd(vd + d, BITNET__LAST(d, nbv * hd),
+                                  _mm512_cvtps_pd(_mm256_cvtph_ps(_mm_maskz_loadu_epi16(BITNET__LAST(d, nbv * hd), vc + (size_t)s0 * hd + d))));
         for (r = 0; r < nt; r++) {
             int nb = BITNET__MIN(16, len0 + r - s0);
             __mmask8 v0, v1;
@@ -7835,10 +7841,11 @@ BITNET__AVX512_FN static void bitnet__attn_avx512(const float *q, size_t stride,
                     BITNET__UNROLL16 for (c = 0; c < 16; c++) _mm512_storeu_pd(oh + c0 + 8 * c, o[c]);
                 }
                 for (c = c0; c < hd; c += 8) { /* the rest, 8 dims at a time */
-                    __m512d oc = _mm512_loadu_pd(oh + c);
+                    const __mmask8 mk = BITNET__LAST(c, hd);
+                    __m512d oc = _mm512_maskz_loadu_pd(mk, oh + c);
                     if (rescale) oc = _mm512_mul_pd(oc, fv);
-                    for (j = 0; j < nb; j++) oc = _mm512_fmadd_pd(_mm512_set1_pd(p[j]), _mm512_loadu_pd(vd + (size_t)hd * j + c), oc);
-                    _mm512_storeu_pd(oh + c, oc);
+                    for (j = 0; j < nb; j++) oc = _mm512_fmadd_pd(_mm512_set1_pd(p[j]), _mm512_maskz_loadu_pd(mk, vd + (size_t)hd * j + c), oc);
+                    _mm512_mask_storeu_pd(oh + c, mk, oc);
                 }
             }
         }
@@ -7847,8 +7854,11 @@ BITNET__AVX512_FN static void bitnet__attn_avx512(const float *q, size_t stride,
         for (h = 0; h < g; h++) {
             const double *oh = od + ((size_t)r * g + h) * hd, inv = 1.0 / sum[r * g + h];
             float *dst = out + r * stride + (size_t)h * hd;
-            for (c = 0; c < hd; c += 8) _mm256_storeu_ps(dst + c, _mm512_cvtpd_ps(_mm512_mul_pd(_mm512_loadu_pd(oh + c), _mm512_set1_pd(inv))));
+            for (c = 0; c < hd; c += 8)
+                _mm256_mask_storeu_ps(dst + c, BITNET__LAST(c, hd),
+                                      _mm512_cvtpd_ps(_mm512_mul_pd(_mm512_maskz_loadu_pd(BITNET__LAST(c, hd), oh + c), _mm512_set1_pd(inv))));
         }
+#undef BITNET__LAST
 }
 #endif
 
@@ -7885,7 +7895,7 @@ static void bitnet__cpu_attention(bitnet_session *s, int l, int t0, int m) {
     c.next = 0;
     c.fn = bitnet__attn_ref;
 #if defined(BITNET__X86_SIMD)
-    if (bitnet_cpu_isa() == BITNET_ISA_AVX512 && s->m->info.head_dim % 8 == 0 && s->m->info.head_dim <= BITNET__ATTN_SIMD_HD &&
+    if (bitnet_cpu_isa() == BITNET_ISA_AVX512 && s->m->info.head_dim <= BITNET__ATTN_SIMD_HD &&
         s->m->info.n_heads / s->m->info.n_kv_heads <= 8 &&
         s->m->info.n_heads / s->m->info.n_kv_heads * s->m->info.head_dim <= BITNET__ATTN_SIMD_GHD)
         c.fn = bitnet__attn_avx512;

@@ -285,7 +285,7 @@ static void forward_vs_reference(int n_vocab, int dim, int n_layers, int n_heads
 }
 
 /* shapes: GQA groups of 1, 2, 3, 4, 6 and 8, head_dim 32 to 256 (the SIMD path: chunks of 128 dims
-   and a rest of 8 at a time), more keys than one 16-key tile, positions in blocks of four with a
+   and a rest of 8 at a time, the last under a mask), more keys than one 16-key tile, positions in blocks of four with a
    partial last block */
 static void test_forward_matches_reference(void) {
     forward_vs_reference(96, 128, 2, 4, 2, 256, 21);
@@ -299,6 +299,8 @@ static void test_forward_matches_reference(void) {
     forward_vs_reference(48, 384, 1, 4, 2, 128, 23); /* head_dim 96 (1bitLLM's): a chunk of fewer dims */
     forward_vs_reference(48, 640, 1, 16, 2, 128, 18); /* head_dim 40: 8 dims at a time only, groups of 8 */
     forward_vs_reference(48, 128, 2, 4, 2, 200, 19); /* ffn 200: the matrices padded to 256 */
+    forward_vs_reference(48, 1152, 1, 32, 8, 256, 21); /* head_dim 36: the SIMD path's last 8 dims under a mask */
+    forward_vs_reference(48, 3200, 1, 64, 8, 256, 19); /* head_dim 50, groups of 8 */
     tm_act = BITNET_FFN_SILU; /* the "bitnet" architecture's FFN */
     forward_vs_reference(96, 128, 2, 4, 2, 256, 21);
     forward_vs_reference(48, 3200, 1, 32, 32, 1000, 5); /* 1bitLLM-3B's heads (32 of 100 dims) and a padded ffn */
