@@ -670,12 +670,13 @@ BITNET_API bitnet_result bitnet_gguf_find_tensor(const bitnet_gguf *g, const cha
    "bitnet" (the FFN as bitnet.cpp computes it: relu(gate)^2 * up, and for "bitnet", 1bitLLM's
    models, silu(gate) * up; info->ffn_act), and "llama" when its matrices are ternary (Llama3-8B-1.58,
    Falcon3-1.58bit: silu, no attn_sub_norm / ffn_sub_norm, q and k rows put back from llama.cpp's
-   RoPE permutation at load; rope_freqs is refused), keys under that prefix: embedding_length, block_count,
+   RoPE permutation at load), keys under that prefix: embedding_length, block_count,
    attention.head_count, feed_forward_length, context_length, attention.layer_norm_rms_epsilon (required);
    attention.head_count_kv (default head_count), rope.freq_base (default 10000), vocab_size and
    rope.dimension_count (checked when present). Tensors (ggml ne order, ne0 = in-features), as
    bitnet.cpp writes them: token_embd.weight F16 [dim, vocab]; output_norm.weight F32 [dim];
-   optional output.weight F16 [dim, vocab]; per layer blk.N.attn_norm, attn_sub_norm, ffn_norm F32
+   optional output.weight F16 [dim, vocab]; optional rope_freqs.weight F32 [head_dim/2] (Llama 3.1's
+   RoPE scaling: each frequency divided by its factor, as bitnet.cpp applies it); per layer blk.N.attn_norm, attn_sub_norm, ffn_norm F32
    [dim], ffn_sub_norm F32 [ffn], attn_q and attn_output I2_S [dim, dim], attn_k and attn_v I2_S
    [dim, n_kv*head_dim], ffn_gate and ffn_up I2_S [dim, ffn], ffn_down I2_S [ffn, dim]. Float
    tensors may be any of F32, F16, BF16, and the ternary ones also float (unquantized latent
@@ -881,6 +882,8 @@ typedef struct bitnet_model_weights {
     const uint16_t *output;                   /* fp16 [n_vocab][dim]; NULL = tied to tok_embd */
     const float *output_norm;                 /* [dim] */
     const bitnet_layer_weights *layers;       /* [n_layers] */
+    const float *rope_freqs;                  /* [head_dim/2] divisors of RoPE's frequencies (Llama 3.1's
+                                                 rope_freqs.weight; finite, > 0); NULL = none */
 } bitnet_model_weights;
 /* desc may be NULL; its path, data and no_mmap are ignored. */
 BITNET_API bitnet_result bitnet_model_from_weights(const bitnet_model_weights *w, const bitnet_model_desc *desc,
@@ -5303,8 +5306,7 @@ static bitnet_result bitnet__gguf_check_bitnet(const bitnet_gguf *g, bitnet_mode
     BITNET__TRY(bitnet__gguf_want(g, "token_embd.weight", BITNET__GGUF_EMBD, dim, n_vocab, 0));
     BITNET__TRY(bitnet__gguf_want(g, "output_norm.weight", BITNET__GGUF_FLOAT, dim, 1, 0));
     BITNET__TRY(bitnet__gguf_want(g, "output.weight", BITNET__GGUF_EMBD, dim, n_vocab, 1));
-    if (!info->sub_norms && bitnet__gguf_tensor_named(g, "rope_freqs.weight"))
-        return bitnet__err(BITNET_ERR_UNSUPPORTED, "GGUF: rope_freqs.weight (Llama 3.1's RoPE scaling) is not supported");
+    BITNET__TRY(bitnet__gguf_want(g, "rope_freqs.weight", BITNET__GGUF_FLOAT, (uint64_t)info->head_dim / 2, 1, 1));
     for (l = 0; l < info->n_layers; l++) {
         const uint64_t sz[4] = {1, dim, kv_dim, ffn};
         size_t p;
@@ -7362,6 +7364,7 @@ struct bitnet_model {
     int8_t *head_q8;              /* int8 [n_vocab][dim], NULL when the fp16 head is used */
     float *head_scale;            /* [n_vocab]: row r of the head = head_q8[r] * head_scale[r] */
     const float *output_norm;     /* [dim] */
+    const float *rope_ff;         /* [head_dim/2] RoPE frequency divisors, or NULL */
     bitnet__layer *layers;        /* [n_layers] */
     bitnet_gguf *gguf;            /* owns the mapping that the pointers above point into */
     void *file_copy;              /* no_mmap: the file, read into memory */
@@ -7378,7 +7381,7 @@ struct bitnet_session {
                                      transposed, so attention scores 16 keys with plain vector FMAs */
     uint16_t *v_cache;            /* fp16 [n_layers][n_kv_heads][n_kv][head_dim]. fp16 halves what decode
                                      reads per token, and the values match the GPU cache's */
-    float *rope;                  /* [n_ctx][head_dim/2][2]: cos, sin of pos * theta^(-2i/head_dim),
+    float *rope;                  /* [n_ctx][head_dim/2][2]: cos, sin of pos * theta^(-2i/head_dim) / rope_ff[i],
                                      angles in float32 as Hugging Face computes them */
     float *x;                     /* [n_batch][dim] the residual stream */
     float *xb;                    /* [n_batch][max(dim, q_dim)] attention output, then o/down output */
@@ -12660,6 +12663,11 @@ static bitnet_result bitnet__model_build(bitnet_model *m, const bitnet_model_wei
     m->tok_embd = w->tok_embd;
     m->head_f16 = w->output ? w->output : w->tok_embd;
     m->output_norm = w->output_norm;
+    for (l = 0; w->rope_freqs && l < hd / 2; l++)
+        if (!(w->rope_freqs[l] > 0 && w->rope_freqs[l] <= FLT_MAX))
+            return bitnet__err(BITNET_ERR_BAD_METADATA, "model: rope_freqs[%d] is %g (must be finite and > 0)", (int)l,
+                               (double)w->rope_freqs[l]);
+    m->rope_ff = w->rope_freqs;
     m->layers = (bitnet__layer *)bitnet__calloc((size_t)w->n_layers, sizeof *m->layers);
     if (!m->layers) return BITNET_ERR_OUT_OF_MEMORY;
     for (l = 0; l < w->n_layers; l++) {
@@ -12968,6 +12976,8 @@ static bitnet_result bitnet__model_from_gguf(bitnet_model *m, const bitnet_model
         BITNET__TRY(bitnet__tensor_f16(m, "output.weight", tp, (size_t)w.n_vocab, (size_t)w.dim, &w.output));
     BITNET__TRY(bitnet_gguf_find_tensor(g, "output_norm.weight", &ti));
     BITNET__TRY(bitnet__tensor_f32(m, "output_norm.weight", &ti, (size_t)w.dim, &w.output_norm));
+    if ((tp = bitnet__gguf_tensor_named(g, "rope_freqs.weight")) != NULL) /* optional: Llama 3.1's RoPE scaling */
+        BITNET__TRY(bitnet__tensor_f32(m, "rope_freqs.weight", tp, (size_t)hp.head_dim / 2, &w.rope_freqs));
     lw = (bitnet_layer_weights *)bitnet__calloc((size_t)w.n_layers, sizeof *lw);
     BITNET__TRY(bitnet__model_own(m, lw));
     w.layers = lw;
@@ -13131,12 +13141,14 @@ BITNET_API bitnet_result bitnet_session_create(bitnet_model *m, const bitnet_ses
     s->tokens = (int32_t *)bitnet__malloc((size_t)n_ctx * sizeof(int32_t));
     if (!s->rope || !s->logits || !s->tokens) r = BITNET_ERR_OUT_OF_MEMORY;
     else {
-        /* cos and sin of pos * theta^(-2i/head_dim), one table for both backends. The angle is
-           computed in float32 the way Hugging Face (and llama.cpp) compute it: the fp16 KV cache
-           and the int8 activations turn even last-bit differences in it into visible logit
-           differences, so matching the reference arithmetic matters more than a rounder angle. */
+        /* cos and sin of pos * theta^(-2i/head_dim) / rope_ff[i], one table for both backends. The
+           angle is computed in float32 the way Hugging Face (and llama.cpp) compute it: the fp16 KV
+           cache and the int8 activations turn even last-bit differences in it into visible logit
+           differences, so matching the reference arithmetic matters more than a rounder angle.
+           rope_ff (Llama 3.1's scaling) divides the frequency, as Hugging Face's scaled inv_freq. */
         for (i = 0; i < hd / 2; i++) {
             float inv_freq = 1.0f / powf(m->info.rope_theta, (float)(2 * i) / (float)hd);
+            if (m->rope_ff) inv_freq /= m->rope_ff[i];
             for (p = 0; p < n_ctx; p++) {
                 float a = (float)p * inv_freq;
                 s->rope[(size_t)p * hd + 2 * i] = cosf(a);

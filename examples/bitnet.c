@@ -1711,6 +1711,19 @@ static bitnet_result gm_write_float_ternary(bitnet_gguf_writer *w, bitnet_tensor
     return r;
 }
 
+/* Llama 3.1's RoPE scaling as GGUF's rope_freqs.weight (what llama.cpp's converter writes for
+   rope_scaling "llama3": factor 8, low and high frequency factors 1 and 4, original context 8192):
+   frequency i is divided by f[i], 1 for short wavelengths, 8 for long ones, smooth between. */
+static void gm_llama3_rope_freqs(float *f, int hd, float base) {
+    const double two_pi = 6.283185307179586, lo_wavelen = 8192.0 / 1.0, hi_wavelen = 8192.0 / 4.0;
+    int i;
+    for (i = 0; i < hd / 2; i++) {
+        const double wavelen = two_pi / (1.0 / pow(base, 2.0 * i / hd));
+        const double smooth = (8192.0 / wavelen - 1.0) / (4.0 - 1.0);
+        f[i] = wavelen < hi_wavelen ? 1.0f : wavelen > lo_wavelen ? 8.0f : (float)(1.0 / ((1.0 - smooth) / 8.0 + smooth));
+    }
+}
+
 /* The ternary matrices of a layer, quantized by two threads that take jobs in turn (largest first);
    rows of ne0 weights go into I2_S rows of ne0p (ne0 rounded up to whole blocks, zeros past ne0). */
 typedef struct gm_job { uint64_t ne0, ne0p, ne1, index; unsigned char *out; } gm_job;
@@ -1770,7 +1783,7 @@ static int cmd_gen_model(int argc, char **argv) {
     const char *arch = "bitnet-b1.58", *type_name = "i2_s", *vocab_kind = "bpe", *pre = "llama-bpe";
     gm_spm spm;
     bitnet_tensor_type wtype = BITNET_TENSOR_I2_S;
-    int i, l, k, bos, eos, eot, n_vocab, no_sub = 0;
+    int i, l, k, bos, eos, eot, n_vocab, no_sub = 0, rope_llama3 = 0;
     uint8_t yes = 1;
     double t0 = 0;
     struct timespec ts;
@@ -1784,6 +1797,7 @@ static int cmd_gen_model(int argc, char **argv) {
         else if (strcmp(argv[i], "--arch") == 0 && i + 1 < argc) arch = argv[++i];
         else if (strcmp(argv[i], "--vocab") == 0 && i + 1 < argc) vocab_kind = argv[++i];
         else if (strcmp(argv[i], "--pre") == 0 && i + 1 < argc) pre = argv[++i];
+        else if (strcmp(argv[i], "--rope-scaling") == 0 && i + 1 < argc) rope_llama3 = strcmp(argv[++i], "llama3") == 0 ? 1 : -1;
         else break;
     }
     if (strcmp(vocab_kind, "bpe") && strcmp(vocab_kind, "spm")) preset = NULL;
@@ -1799,11 +1813,11 @@ static int cmd_gen_model(int argc, char **argv) {
     else if (strcmp(type_name, "f16") == 0) wtype = BITNET_TENSOR_F16;
     else if (strcmp(type_name, "bf16") == 0) wtype = BITNET_TENSOR_BF16;
     else if (strcmp(type_name, "i2_s")) p = NULL;
-    if (i < argc || !p || !out) {
+    if (i < argc || !p || !out || rope_llama3 < 0) {
         fprintf(stderr, "usage: bitnet gen-model --preset tiny|small|2b4t|falcon3-1b|llama3-8b|1bitllm-3b [--seed S] [--tiktoken FILE]\n"
                         "                        [--type i2_s|tq1_0|tq2_0|f32|f16|bf16]\n"
                         "                        [--arch bitnet-b1.58|bitnet-25|bitnet|llama] [--vocab bpe|spm]\n"
-                        "                        [--pre llama-bpe|falcon3|falcon_e] -o FILE.gguf\n"
+                        "                        [--pre llama-bpe|falcon3|falcon_e] [--rope-scaling llama3] -o FILE.gguf\n"
                         "  random weights (the model says nothing useful) in bitnet.cpp's GGUF layout; tiny and small\n"
                         "  get a small byte-level tokenizer, 2b4t, falcon3-1b (its shape: head_dim 256; with --arch llama\n"
                         "  --pre falcon3), llama3-8b (with --arch llama) and 1bitllm-3b (bitnet_b1_58-3B's: head_dim 100,\n"
@@ -1817,7 +1831,8 @@ static int cmd_gen_model(int argc, char **argv) {
                         "  --vocab spm: the vocabulary as SentencePiece (tokenizer.ggml.model \"llama\", as LLaMA 2's and\n"
                         "  1bitLLM's models), made from the byte-level one: its UTF-8 tokens, spaces as U+2581, scores\n"
                         "  by rank, <0xXX> byte tokens, <s> and </s>. --pre: tokenizer.ggml.pre of a byte-level vocabulary\n"
-                        "  (Falcon 3's pre-tokenizer for falcon3 and falcon_e).\n");
+                        "  (Falcon 3's pre-tokenizer for falcon3 and falcon_e). --rope-scaling llama3: Llama 3.1's RoPE\n"
+                        "  frequency factors as rope_freqs.weight (as llama.cpp's converter writes them).\n");
         return 2;
     }
     if (wtype == BITNET_TENSOR_I2_S && p->ffn % 128) {
@@ -1924,6 +1939,8 @@ static int cmd_gen_model(int argc, char **argv) {
             }
         ne[0] = dim;
         GM(bitnet_gguf_writer_add_tensor(w, "output_norm.weight", BITNET_TENSOR_F32, 1, ne));
+        ne[0] = (uint64_t)(p->dim / p->n_heads / 2);
+        if (rope_llama3) GM(bitnet_gguf_writer_add_tensor(w, "rope_freqs.weight", BITNET_TENSOR_F32, 1, ne));
         GM(bitnet_gguf_writer_begin(w, out));
         /* scratch for two workers, sized for the largest matrix; one output buffer per matrix of a layer */
         {
@@ -1986,6 +2003,10 @@ static int cmd_gen_model(int argc, char **argv) {
                 }
             }
             if (r == BITNET_OK) r = gm_write_norm(w, wk[0].f, dim, seed, 1 + (uint64_t)p->n_layers * 11);
+            if (r == BITNET_OK && rope_llama3) {
+                gm_llama3_rope_freqs(wk[0].f, p->dim / p->n_heads, 500000.0f);
+                r = bitnet_gguf_writer_write(w, wk[0].f, (size_t)(p->dim / p->n_heads / 2) * 4);
+            }
             for (j = 0; j < 2; j++) {
                 free(wk[j].f);
                 free(wk[j].q);

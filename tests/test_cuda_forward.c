@@ -465,13 +465,14 @@ static void test_random_hd64(void) {
 
 /* The "bitnet" architecture's FFN, silu(gate) * up (1bitLLM's models): prefill through the GEMM
    epilogues, decode through the GEMV's, greedy tokens. */
+static const float *r_ff; /* the models' rope_freqs (NULL: none) */
 static void random_silu(int dim, int heads, int kv, int ffn, unsigned long long seed, int no_sub) {
     rmodel r;
     bitnet_model *cpu = NULL, *gpu = NULL;
     bitnet_model_info info;
     w_lo = 0.3f, w_hi = 1.5f;
     rmodel_build(&r, 1000, dim, 2, heads, kv, ffn, seed);
-    r.w.ffn_act = BITNET_FFN_SILU, r.w.no_sub_norms = no_sub;
+    r.w.ffn_act = BITNET_FFN_SILU, r.w.no_sub_norms = no_sub, r.w.rope_freqs = r_ff;
     TEST_CHECKF(load_pair_weights(&r.w, &cpu, &gpu) == BITNET_OK, "%s", bitnet_last_error());
     if (cpu && gpu) {
         TEST_CHECK(bitnet_model_get_info(gpu, &info) == BITNET_OK && info.ffn_act == BITNET_FFN_SILU);
@@ -490,6 +491,18 @@ static void test_random_silu(void) {
     random_silu(384, 4, 4, 512, 14, 0); /* head_dim 96, no GQA: bitnet_b1_58-large's heads (1536 / 16) */
     random_silu(256, 4, 2, 384, 15, 1); /* "llama": no sub-norms (the GEMV bitnet_k_fwd_gemv_res_raw, prefill's
                                            quantization without norm) */
+}
+/* Llama 3.1's rope_freqs (the host's rope table, one for both backends): "llama" heads of 64, and
+   padded heads of 100 (the device's table keeps each pair's factor in its padded place) */
+static void test_random_rope_freqs(void) {
+    float ff[64];
+    int i;
+    NEED_GPU();
+    for (i = 0; i < 64; i++) ff[i] = 1.0f + 0.25f * (float)(i % 13);
+    r_ff = ff;
+    random_silu(256, 4, 2, 384, 19, 1);
+    random_silu(3200, 32, 8, 1000, 20, 0);
+    r_ff = NULL;
 }
 /* Falcon 3's heads ("llama", head_dim 256, 3 query heads a kv head): the prefill attention's _h256
    build, the decode attention's long form with a thread a dim. */
@@ -531,6 +544,7 @@ int main(void) {
     RUN_TEST(test_random_silu);
     RUN_TEST(test_random_hd256);
     RUN_TEST(test_random_padded);
+    RUN_TEST(test_random_rope_freqs);
     if (worst_rel > 0) printf("  worst relative L2 distance of GPU to CPU logits: %.3g\n", worst_rel);
     return test_summary();
 }

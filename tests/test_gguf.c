@@ -615,6 +615,7 @@ typedef struct micro_cfg {
     int no_tokenizer;              /* no tokenizer.* keys (then set vocab_key) */
     const void *emb_data;          /* token_embd.weight's bytes (NULL: the scale's, repeated) */
     const char *chat_template;     /* tokenizer.chat_template (NULL: none) */
+    uint32_t rope_freqs;           /* rope_freqs.weight F32 [rope_freqs] (0: none), every factor the scale */
 } micro_cfg;
 
 static micro_cfg micro_default(void) {
@@ -689,6 +690,7 @@ static bitnet_result write_micro(const char *path, const micro_cfg *c) {
     } while (0)
     T("token_embd.weight", c->emb_type ? c->emb_type : BITNET_TENSOR_F16, 2, c->dim, c->vocab);
     T("output_norm.weight", BITNET_TENSOR_F32, 1, c->dim, 1);
+    if (c->rope_freqs) T("rope_freqs.weight", BITNET_TENSOR_F32, 1, c->rope_freqs, 1);
     for (l = 0; l < c->n_layers; l++)
         for (p = 0; p < 11; p++) {
             uint64_t a = c->dim, b = 1;
@@ -946,6 +948,14 @@ static void test_check_inconsistent(void) {
     TEST_CHECK(check_micro(&c, NULL) == BITNET_ERR_BAD_SHAPE);
     c = micro_default(); c.omit_eps = 1;
     TEST_CHECK(check_micro(&c, NULL) == BITNET_ERR_BAD_METADATA && strstr(bitnet_last_error(), "epsilon") != NULL);
+    c = micro_default(); c.rope_freqs = 16; /* Llama 3.1's RoPE factors: head_dim / 2 of them */
+    TEST_CHECKF(check_micro(&c, NULL) == BITNET_OK, "%s", bitnet_last_error());
+    c.arch = "llama";
+    TEST_CHECKF(check_micro(&c, NULL) == BITNET_OK, "%s", bitnet_last_error());
+    c = micro_default(); c.rope_freqs = 32;
+    TEST_CHECK(check_micro(&c, NULL) == BITNET_ERR_BAD_SHAPE && strstr(bitnet_last_error(), "rope_freqs") != NULL);
+    c = micro_default(); c.rope_freqs = 32; c.q8_instead = "rope_freqs.weight"; /* (Q8_0 blocks hold 32; the type is checked first) */
+    TEST_CHECK(check_micro(&c, NULL) == BITNET_ERR_UNSUPPORTED_TYPE && strstr(bitnet_last_error(), "rope_freqs") != NULL);
 }
 
 /* The committed model: gen-model --preset tiny --seed 1. */

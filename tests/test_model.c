@@ -40,11 +40,12 @@ static float *tm_norm(int n) {
 }
 
 static int tm_act, tm_no_sub; /* the FFN activation of the models tm_build makes (0: relu^2); no sub-norms */
+static const float *tm_ff;    /* and their rope_freqs (NULL: none) */
 static void tm_build(tmodel *t, int n_vocab, int dim, int n_layers, int n_heads, int n_kv, int ffn, unsigned long long seed) {
     int l, i, m;
     memset(t, 0, sizeof *t);
     test_seed(seed);
-    t->w.ffn_act = tm_act, t->w.no_sub_norms = tm_no_sub;
+    t->w.ffn_act = tm_act, t->w.no_sub_norms = tm_no_sub, t->w.rope_freqs = tm_ff;
     t->w.n_vocab = n_vocab, t->w.dim = dim, t->w.n_layers = n_layers, t->w.n_heads = n_heads, t->w.n_kv_heads = n_kv;
     t->w.ffn_dim = ffn, t->w.n_ctx_train = 256, t->w.rope_theta = 500000.0f, t->w.norm_eps = 1e-5f;
     t->w.bos = 0, t->w.eos = 1, t->w.eot = -1;
@@ -158,7 +159,8 @@ static void ref_forward(const tmodel *t, const int32_t *tok, int T, int q8_head,
             for (h = 0; h < w->n_heads + w->n_kv_heads; h++) { /* rotate-half RoPE */
                 float *vec = h < w->n_heads ? q + p * qd + h * hd : k + p * kvd + (h - w->n_heads) * hd;
                 for (i = 0; i < hd / 2; i++) { /* the angle in float32, as Hugging Face computes it */
-                    float a = (float)p * (1.0f / powf(w->rope_theta, (float)(2 * i) / (float)hd));
+                    float f = 1.0f / powf(w->rope_theta, (float)(2 * i) / (float)hd);
+                    float a = (float)p * (w->rope_freqs ? f / w->rope_freqs[i] : f);
                     float c = cosf(a), sn = sinf(a), x0 = vec[i], x1 = vec[i + hd / 2];
                     vec[i] = x0 * c - x1 * sn;
                     vec[i + hd / 2] = x0 * sn + x1 * c;
@@ -309,6 +311,58 @@ static void test_forward_matches_reference(void) {
     forward_vs_reference(96, 128, 2, 4, 2, 256, 21);
     forward_vs_reference(48, 512, 1, 4, 1, 384, 20);
     tm_act = tm_no_sub = 0;
+}
+
+/* Llama 3.1's rope_freqs: frequency i divided by factor i. Factors c^(2i/hd) make theta * c; all
+   ones change nothing; non-positive or non-finite factors are refused. */
+static float *rf_logits(tmodel *t, const int32_t *tok, int T) {
+    bitnet_model *m = tm_model(t, 1);
+    bitnet_session *s = NULL;
+    float *l = (float *)malloc((size_t)T * t->w.n_vocab * 4);
+    int ok = m && l && bitnet_session_create(m, NULL, &s) == BITNET_OK && bitnet_session_eval(s, tok, (size_t)T, l, 1) == BITNET_OK;
+    TEST_CHECKF(ok, "%s", bitnet_last_error());
+    bitnet_session_free(s), bitnet_model_free(m);
+    if (!ok) free(l);
+    return ok ? l : NULL;
+}
+static void test_rope_freqs(void) {
+    float ff[128], bad[4] = {0.0f, -1.0f, NAN, INFINITY};
+    tmodel t;
+    bitnet_model *m = NULL;
+    bitnet_model_weights w;
+    int32_t tok[30];
+    float *none, *ones, *scaled, *theta;
+    const int T = 30, hd = 32;
+    int i;
+    for (i = 0; i < 128; i++) ff[i] = 1.0f + 0.5f * (float)(i % 16); /* far from 1 at once: every pair's angle moves */
+    tm_ff = ff;
+    forward_vs_reference(96, 128, 2, 4, 2, 256, 21);
+    forward_vs_reference(48, 512, 1, 2, 1, 384, 35); /* head_dim 256 */
+    tm_ff = NULL;
+    TM_STD(&t); /* head_dim 32 */
+    for (i = 0; i < T; i++) tok[i] = test_rand_int(0, 95);
+    none = rf_logits(&t, tok, T);
+    for (i = 0; i < hd / 2; i++) ff[i] = 1.0f;
+    t.w.rope_freqs = ff;
+    ones = rf_logits(&t, tok, T);
+    for (i = 0; i < hd / 2; i++) ff[i] = powf(1e-3f, (float)(2 * i) / (float)hd);
+    scaled = rf_logits(&t, tok, T);
+    t.w.rope_freqs = NULL, t.w.rope_theta *= 1e-3f;
+    theta = rf_logits(&t, tok, T);
+    if (none && ones && scaled && theta) {
+        const size_t n = (size_t)T * 96;
+        TEST_CHECK(memcmp(none, ones, n * 4) == 0);
+        TEST_CHECKF(rel_l2(scaled, theta, n) < 1e-4, "factors c^(2i/hd) against theta * c: %.3g", rel_l2(scaled, theta, n));
+        TEST_CHECKF(rel_l2(scaled, none, n) > 1e-2, "the factors change little: %.3g", rel_l2(scaled, none, n));
+    }
+    free(none), free(ones), free(scaled), free(theta);
+    t.w.rope_theta /= 1e-3f;
+    for (i = 0; i < 4; i++) {
+        w = t.w, w.rope_freqs = ff, ff[5] = bad[i];
+        TEST_CHECKF(bitnet_model_from_weights(&w, NULL, &m) == BITNET_ERR_BAD_METADATA && !m, "factor %g", (double)bad[i]);
+        TEST_CHECK(strstr(bitnet_last_error(), "rope_freqs[5]") != NULL);
+    }
+    tm_free(&t);
 }
 
 static void test_q8_head(void) {
@@ -1057,6 +1111,7 @@ done:
 
 int main(void) {
     RUN_TEST(test_forward_matches_reference);
+    RUN_TEST(test_rope_freqs);
     RUN_TEST(test_q8_head);
     RUN_TEST(test_prefill_equals_stepwise);
     RUN_TEST(test_generate);
