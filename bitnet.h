@@ -32,6 +32,7 @@
      >>cuda-forward    the forward pass on the GPU, in the same order as the CPU one
        >>pad           heads whose dims are not a multiple of 32 (1bitLLM-3B's 100), padded on the GPU
      >>model           model loading and sessions
+       >>state         a session's state as bytes (prompt caches), one layout for both backends
      >>public          bodies of the public functions that are thin shells
 
    OPTIONS (compile time; "impl" = only needed in the BITNET_IMPLEMENTATION file)
@@ -911,6 +912,20 @@ BITNET_API bitnet_result bitnet_session_eval(bitnet_session *s, const int32_t *t
    drop the oldest of the rest. A conversation of bitnet_chat goes on across it. BITNET_ERR_INVALID_ARG
    when [first, first + n) is not inside the text. */
 BITNET_API bitnet_result bitnet_session_discard(bitnet_session *s, int32_t first, int32_t n);
+/* The session's text: its bitnet_session_pos tokens (valid until the session next changes). */
+BITNET_API const int32_t *bitnet_session_tokens(const bitnet_session *s);
+/* A session's state as bytes: its text, its KV cache and where a bitnet_chat conversation stands, to
+   start other sessions of the same model from it (a prompt cache: a long system prompt evaluated once).
+   The bytes are the same for both backends (the KV cache as fp16 [layer][kv head][position][head_dim];
+   >>state), so a state saved on the GPU restores on the CPU and back. bitnet_session_state_size: the
+   bytes its state takes now (0 for NULL). bitnet_session_state_get: BITNET_ERR_BAD_SIZE when size is
+   smaller. bitnet_session_state_set: BITNET_ERR_INVALID_ARG for another model's state or not a state,
+   BITNET_ERR_BAD_VERSION, BITNET_ERR_TRUNCATED and BITNET_ERR_CORRUPT (a checksum) for damaged bytes,
+   BITNET_ERR_CONTEXT_FULL when the session is too short for it; on any error the session is reset. No
+   logits are kept: go on with at least one token (bitnet_generate's prompt, or bitnet_chat). */
+BITNET_API size_t bitnet_session_state_size(const bitnet_session *s);
+BITNET_API bitnet_result bitnet_session_state_get(const bitnet_session *s, void *buf, size_t size);
+BITNET_API bitnet_result bitnet_session_state_set(bitnet_session *s, const void *buf, size_t size);
 
 typedef struct bitnet_sampler_params {        /* zero-initialised = greedy */
     float temperature;                        /* 0 = greedy (argmax) */
@@ -1145,6 +1160,15 @@ BITNET_API bitnet_result bitnet_receipt_check(const bitnet_receipt *r, const bit
 #define BITNET__ALIGN 64
 
 /* >>util ====================================================================================== */
+
+/* FNV-1a, 64 bits: hash tables, cache keys, fingerprints and checksums. */
+#define BITNET__FNV_INIT 0xcbf29ce484222325ull
+static uint64_t bitnet__fnv(uint64_t h, const void *data, size_t n) {
+    const unsigned char *p = (const unsigned char *)data;
+    size_t i;
+    for (i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull;
+    return h;
+}
 
 static BITNET__TLS char bitnet__errbuf[4096];
 static bitnet_log_fn bitnet__logger;
@@ -4454,17 +4478,11 @@ static uint32_t bitnet__le32(const uint8_t *p) {
 }
 static uint64_t bitnet__le64(const uint8_t *p) { return (uint64_t)bitnet__le32(p) | (uint64_t)bitnet__le32(p + 4) << 32; }
 
-static uint64_t bitnet__fnv1a(const char *s, size_t n) {
-    uint64_t h = 0xcbf29ce484222325ull;
-    size_t i;
-    for (i = 0; i < n; i++) h = (h ^ (uint8_t)s[i]) * 0x100000001b3ull;
-    return h;
-}
 /* Slot for name in a table whose entries name(i) are the NUL-terminated names: either the slot
    holding it or the empty slot where it would go. */
 static size_t bitnet__gguf_slot(const uint32_t *tab, size_t cap, const char *name, size_t len,
                                 const bitnet__gguf_kv *kv, const bitnet_tensor_info *ti) {
-    size_t i = (size_t)bitnet__fnv1a(name, len) & (cap - 1);
+    size_t i = (size_t)bitnet__fnv(BITNET__FNV_INIT, name, len) & (cap - 1);
     for (;; i = (i + 1) & (cap - 1)) {
         const char *other;
         if (!tab[i]) return i;
@@ -6043,9 +6061,7 @@ static size_t bitnet__gpt2_encode(const uint16_t b2c[256], const unsigned char *
 }
 
 static uint32_t bitnet__hash_bytes(const unsigned char *s, size_t n) { /* FNV-1a, folded */
-    uint64_t h = 0xcbf29ce484222325ull;
-    size_t i;
-    for (i = 0; i < n; i++) h = (h ^ s[i]) * 0x100000001b3ull;
+    const uint64_t h = bitnet__fnv(BITNET__FNV_INIT, s, n);
     return (uint32_t)(h ^ (h >> 32));
 }
 static uint32_t bitnet__hash_pair(uint32_t a, uint32_t b) {
@@ -7365,6 +7381,7 @@ struct bitnet_model {
     float *head_scale;            /* [n_vocab]: row r of the head = head_q8[r] * head_scale[r] */
     const float *output_norm;     /* [dim] */
     const float *rope_ff;         /* [head_dim/2] RoPE frequency divisors, or NULL */
+    uint64_t fingerprint;         /* of its shape and norms: a session state names its model by it (>>state) */
     bitnet__layer *layers;        /* [n_layers] */
     bitnet_gguf *gguf;            /* owns the mapping that the pointers above point into */
     void *file_copy;              /* no_mmap: the file, read into memory */
@@ -7664,6 +7681,23 @@ static void bitnet__cpu_kv_store(bitnet_session *s, int l, int m) {
             for (d = 0; d < hd; d++) kt[d * 16 + p % 16] = row[d];
             bitnet_convert_fp32_to_fp16(s->v + (size_t)t * md->kv_dim + h * hd, s->v_cache + base + (size_t)p * hd, (size_t)hd);
         }
+}
+
+/* K and V of positions [0, n) of layer l's kv head h, to (put) or from the fp16 rows k[n][hd] and
+   v[n][hd] of a session state (>>state); a tile is zeroed as kv_store zeroes it */
+static void bitnet__cpu_kv_io(bitnet_session *s, int l, int h, uint16_t *k, uint16_t *v, int n, int put) {
+    const size_t hd = (size_t)s->m->info.head_dim, base = ((size_t)l * (size_t)s->m->info.n_kv_heads + (size_t)h) * (size_t)s->n_kv * hd;
+    size_t p, d;
+    for (p = 0; p < (size_t)n; p++) {
+        uint16_t *kt = s->k_cache + base + p / 16 * hd * 16 + p % 16, *vr = s->v_cache + base + p * hd;
+        if (put && p % 16 == 0) memset(kt, 0, hd * 16 * sizeof *kt);
+        for (d = 0; d < hd; d++) {
+            if (put) kt[d * 16] = k[p * hd + d];
+            else k[p * hd + d] = kt[d * 16];
+        }
+        if (put) memcpy(vr, v + p * hd, hd * sizeof *vr);
+        else memcpy(v + p * hd, vr, hd * sizeof *vr);
+    }
 }
 
 /* 6. attention: xb[t][h] = softmax(q[t][h] . K[0..pos+t] / sqrt(head_dim)) V, causal, GQA (query
@@ -9595,14 +9629,6 @@ BITNET_API const char *bitnet_gpu_builtin_name(int i) { return i >= 0 && i < BIT
 BITNET_API int bitnet_gpu_builtin_min_sm(int i) { return i >= 0 && i < BITNET__N_BUILTINS ? bitnet__builtins[i].min_sm : -1; }
 BITNET_API int bitnet_gpu_builtin_a_sm(int i) { return i >= 0 && i < BITNET__N_BUILTINS ? bitnet__builtins[i].a_sm : -1; }
 
-/* FNV-1a, 64 bits: cache keys and binary fingerprints. */
-#define BITNET__FNV_INIT 0xcbf29ce484222325ull
-static uint64_t bitnet__fnv(uint64_t h, const void *data, size_t n) {
-    const unsigned char *p = (const unsigned char *)data;
-    size_t i;
-    for (i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull;
-    return h;
-}
 static uint64_t bitnet__fnv_str(uint64_t h, const char *s) { /* the NUL separates fields */
     if (!s) s = "";
     return bitnet__fnv(h, s, strlen(s) + 1);
@@ -12405,6 +12431,33 @@ static bitnet_result bitnet__gpu_sample(bitnet_session *s, const bitnet_sampler_
     return BITNET_OK;
 }
 
+/* bitnet__cpu_kv_io's contract on the device's cache ([layer][kv head][n_ctx][g->hd], a padded
+   head's dims in their >>pad places) */
+static bitnet_result bitnet__gpu_kv_io(bitnet_session *s, int l, int h, uint16_t *k, uint16_t *v, int n, int put) {
+    const bitnet__gmodel *g = (const bitnet__gmodel *)s->m->gpu;
+    bitnet__gsession *q = (bitnet__gsession *)s->gpu;
+    const size_t hd = (size_t)s->m->info.head_dim, ghd = (size_t)g->hd, bytes = (size_t)n * ghd * 2;
+    const bitnet_devptr at = (bitnet_devptr)(((size_t)l * (size_t)g->kv_dim + (size_t)h * ghd) * (size_t)s->n_ctx * 2);
+    uint16_t *t = NULL;
+    size_t p, d;
+    int c;
+    bitnet_result r = BITNET_OK;
+    if (!n) return BITNET_OK;
+    if (ghd != hd && !(t = (uint16_t *)bitnet__calloc(bytes, 1))) return BITNET_ERR_OUT_OF_MEMORY;
+    q->have_next = 0;
+    for (c = 0; c < 2 && r == BITNET_OK; c++) {
+        uint16_t *rows = c ? v : k, *buf = t ? t : rows;
+        const bitnet_devptr dev = (c ? q->vc : q->kc) + at;
+        for (p = 0; put && t && p < (size_t)n; p++)
+            for (d = 0; d < hd; d++) t[p * ghd + bitnet__gpad((int)hd, (int)ghd, d)] = rows[p * hd + d];
+        r = put ? bitnet_gpu_upload(q->gpu, dev, buf, bytes) : bitnet_gpu_download(q->gpu, buf, dev, bytes);
+        for (p = 0; r == BITNET_OK && !put && t && p < (size_t)n; p++)
+            for (d = 0; d < hd; d++) rows[p * hd + d] = t[p * ghd + bitnet__gpad((int)hd, (int)ghd, d)];
+    }
+    bitnet__free(t);
+    return r;
+}
+
 #endif /* BITNET__GPU_FORWARD */
 
 /* >>model ===================================================================================== */
@@ -12420,6 +12473,7 @@ static bitnet_result bitnet__gpu_sample(bitnet_session *s, const bitnet_sampler_
      bitnet__gpu_next_token(bitnet_session *, ahead, token, launched)  the token the device left (greedy's
                                                          argmax or a device draw), the next step launched first
      bitnet__gpu_sample(bitnet_session *, sampler, history, n, rng, token)  sampling from the device's k best
+     bitnet__gpu_kv_io(bitnet_session *, l, h, k, v, n, put)  a kv head's cache rows to or from a state (>>state)
    bitnet_generate also reads the GPU session's pin, have_next and draw (>>cuda-forward's bitnet__gsession). */
 
 static bitnet_result bitnet__model_own(bitnet_model *m, void *p) {
@@ -12687,6 +12741,17 @@ static bitnet_result bitnet__model_build(bitnet_model *m, const bitnet_model_wei
         o->w_gate = s->w_gate;
         o->w_up = s->w_up;
         o->w_down = s->w_down;
+    }
+    { /* (what a state must agree with: the shape, and norms that tell one model's weights from another's) */
+        const int32_t shape[9] = {in->n_vocab, in->dim, in->n_layers, in->n_heads, in->n_kv_heads, in->head_dim, in->ffn_dim,
+                                  in->ffn_act, in->sub_norms};
+        uint64_t f = bitnet__fnv(BITNET__FNV_INIT, shape, sizeof shape);
+        f = bitnet__fnv(bitnet__fnv(f, &in->rope_theta, 4), &in->norm_eps, 4);
+        if (m->rope_ff) f = bitnet__fnv(f, m->rope_ff, (size_t)hd / 2 * 4);
+        f = bitnet__fnv(f, m->output_norm, (size_t)in->dim * 4);
+        for (l = 0; l < w->n_layers; l++)
+            f = bitnet__fnv(bitnet__fnv(f, m->layers[l].attn_norm, (size_t)in->dim * 4), m->layers[l].ffn_norm, (size_t)in->dim * 4);
+        m->fingerprint = f;
     }
     if (env && strcmp(env, "f16") && strcmp(env, "q8"))
         return bitnet__err(BITNET_ERR_INVALID_ARG, "BITNET_HEAD=%s is not f16 or q8", env);
@@ -13249,6 +13314,129 @@ BITNET_API bitnet_result bitnet_session_discard(bitnet_session *s, int32_t first
     bitnet__free(tail);
     if (r == BITNET_OK && chat) s->chat_pos = s->pos;
     return r;
+}
+
+BITNET_API const int32_t *bitnet_session_tokens(const bitnet_session *s) { return s ? s->tokens : NULL; }
+
+/* ---- >>state: a session's state as bytes ---------------------------------------------------------
+   Little-endian, as every platform this runs on: a 64-byte head (below), then the text int32 [pos],
+   K fp16 [n_layers][n_kv_heads][pos][head_dim] and V the same. Both backends read and write this
+   layout (bitnet__cpu_kv_io, bitnet__gpu_kv_io), a kv head at a time. */
+#define BITNET__STATE_VERSION 1
+typedef struct bitnet__state_head {
+    char magic[8];                            /* "bitnetST" */
+    uint32_t version, n_layers, n_kv_heads, head_dim, n_vocab, dim, pos;
+    int32_t chat_state, chat_last;            /* a bitnet_chat conversation in step with the text; else -1 */
+    uint32_t zero;
+    uint64_t model;                           /* bitnet_model's fingerprint */
+    uint64_t sum;                             /* FNV-1a of everything after the head */
+} bitnet__state_head;
+typedef char bitnet__state_head_is_64[sizeof(bitnet__state_head) == 64 ? 1 : -1];
+
+static size_t bitnet__state_kv(const bitnet_session *s, int32_t pos) { /* bytes of K (or V) for pos positions */
+    const bitnet_model_info *in = &s->m->info;
+    return (size_t)in->n_layers * (size_t)in->n_kv_heads * (size_t)pos * (size_t)in->head_dim * 2;
+}
+static bitnet_result bitnet__kv_io(bitnet_session *s, int l, int h, uint16_t *k, uint16_t *v, int n, int put) {
+#if defined(BITNET__GPU_FORWARD)
+    if (s->m->info.backend == BITNET_BACKEND_CUDA) return bitnet__gpu_kv_io(s, l, h, k, v, n, put);
+#endif
+    bitnet__cpu_kv_io(s, l, h, k, v, n, put);
+    return BITNET_OK;
+}
+/* K and V of every layer and kv head between the session and a state's two areas */
+static bitnet_result bitnet__state_kv_io(bitnet_session *s, unsigned char *k, unsigned char *v, int32_t pos, int put) {
+    const bitnet_model_info *in = &s->m->info;
+    const size_t head = (size_t)pos * (size_t)in->head_dim * 2;
+    int l, h;
+    for (l = 0; l < in->n_layers; l++)
+        for (h = 0; h < in->n_kv_heads; h++) {
+            const size_t at = ((size_t)l * (size_t)in->n_kv_heads + (size_t)h) * head;
+            BITNET__TRY(bitnet__kv_io(s, l, h, (uint16_t *)(void *)(k + at), (uint16_t *)(void *)(v + at), pos, put));
+        }
+    return BITNET_OK;
+}
+
+BITNET_API size_t bitnet_session_state_size(const bitnet_session *s) {
+    return s ? sizeof(bitnet__state_head) + (size_t)s->pos * 4 + 2 * bitnet__state_kv(s, s->pos) : 0;
+}
+
+BITNET_API bitnet_result bitnet_session_state_get(const bitnet_session *s, void *buf, size_t size) {
+    const size_t need = bitnet_session_state_size(s);
+    unsigned char *b = (unsigned char *)buf, *kv, *tmp = NULL;
+    bitnet__state_head hd;
+    bitnet_result r;
+    BITNET__CHECK_PTR(s);
+    BITNET__CHECK_PTR(buf);
+    if (size < need) return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_session_state_get: %zu bytes; the state takes %zu", size, need);
+    memset(&hd, 0, sizeof hd);
+    memcpy(hd.magic, "bitnetST", 8);
+    hd.version = BITNET__STATE_VERSION, hd.n_layers = (uint32_t)s->m->info.n_layers, hd.n_kv_heads = (uint32_t)s->m->info.n_kv_heads;
+    hd.head_dim = (uint32_t)s->m->info.head_dim, hd.n_vocab = (uint32_t)s->m->info.n_vocab, hd.dim = (uint32_t)s->m->info.dim;
+    hd.pos = (uint32_t)s->pos, hd.model = s->m->fingerprint;
+    hd.chat_state = s->chat_pos == s->pos ? s->chat_state : -1, hd.chat_last = hd.chat_state >= 0 ? s->chat_last : -1;
+    kv = b + sizeof hd + (size_t)s->pos * 4;
+    memcpy(b + sizeof hd, s->tokens, (size_t)s->pos * 4);
+    /* fp16 rows straight into buf, or through a copy where buf is not 2-byte aligned */
+    if (((uintptr_t)kv & 1) && !(tmp = (unsigned char *)bitnet__malloc(2 * bitnet__state_kv(s, s->pos) + 1)))
+        return BITNET_ERR_OUT_OF_MEMORY;
+    /* (reading the cache does not change the session; the GPU's copy only orders after its work) */
+    r = bitnet__state_kv_io((bitnet_session *)(uintptr_t)s, tmp ? tmp : kv, (tmp ? tmp : kv) + bitnet__state_kv(s, s->pos), s->pos, 0);
+    if (r == BITNET_OK && tmp) memcpy(kv, tmp, 2 * bitnet__state_kv(s, s->pos));
+    bitnet__free(tmp);
+    if (r != BITNET_OK) return r;
+    hd.sum = bitnet__fnv(BITNET__FNV_INIT, b + sizeof hd, need - sizeof hd);
+    memcpy(b, &hd, sizeof hd);
+    return BITNET_OK;
+}
+
+BITNET_API bitnet_result bitnet_session_state_set(bitnet_session *s, const void *buf, size_t size) {
+    const unsigned char *b = (const unsigned char *)buf;
+    const bitnet_model_info *in;
+    bitnet__state_head hd;
+    size_t need, i;
+    unsigned char *copy = NULL, *kv;
+    bitnet_result r;
+    BITNET__CHECK_PTR(s);
+    BITNET__CHECK_PTR(buf);
+    in = &s->m->info;
+    bitnet_session_reset(s);
+    if (size < sizeof hd) return bitnet__err(BITNET_ERR_TRUNCATED, "session state: %zu bytes, less than its 64-byte head", size);
+    memcpy(&hd, b, sizeof hd);
+    if (memcmp(hd.magic, "bitnetST", 8) != 0) return bitnet__err(BITNET_ERR_INVALID_ARG, "session state: not a bitnet.h session state");
+    if (hd.version != BITNET__STATE_VERSION)
+        return bitnet__err(BITNET_ERR_BAD_VERSION, "session state: version %u (this build reads %d)", hd.version, BITNET__STATE_VERSION);
+    if (hd.n_layers != (uint32_t)in->n_layers || hd.n_kv_heads != (uint32_t)in->n_kv_heads || hd.head_dim != (uint32_t)in->head_dim ||
+        hd.n_vocab != (uint32_t)in->n_vocab || hd.dim != (uint32_t)in->dim || hd.model != s->m->fingerprint)
+        return bitnet__err(BITNET_ERR_INVALID_ARG, "session state: of another model (%u layers, dim %u, %u kv heads of %u, vocabulary "
+                           "%u; this one: %d, %d, %d of %d, %d%s)", hd.n_layers, hd.dim, hd.n_kv_heads, hd.head_dim, hd.n_vocab,
+                           (int)in->n_layers, (int)in->dim, (int)in->n_kv_heads, (int)in->head_dim, (int)in->n_vocab,
+                           hd.model != s->m->fingerprint ? "; other weights" : "");
+    if (hd.pos > (uint32_t)s->n_ctx)
+        return bitnet__err(BITNET_ERR_CONTEXT_FULL, "session state: %u positions; the session holds %d", hd.pos, (int)s->n_ctx);
+    need = sizeof hd + (size_t)hd.pos * 4 + 2 * bitnet__state_kv(s, (int32_t)hd.pos);
+    if (size < need) return bitnet__err(BITNET_ERR_TRUNCATED, "session state: %zu bytes of its %zu", size, need);
+    if (bitnet__fnv(BITNET__FNV_INIT, b + sizeof hd, need - sizeof hd) != hd.sum)
+        return bitnet__err(BITNET_ERR_CORRUPT, "session state: the checksum does not match (damaged bytes)");
+    if (hd.chat_state < -1 || hd.chat_state > 2 || hd.chat_last < -1 || hd.chat_last >= in->n_vocab)
+        return bitnet__err(BITNET_ERR_CORRUPT, "session state: conversation state %d, last token %d", (int)hd.chat_state, (int)hd.chat_last);
+    memcpy(s->tokens, b + sizeof hd, (size_t)hd.pos * 4);
+    for (i = 0; i < hd.pos; i++)
+        if (s->tokens[i] < 0 || s->tokens[i] >= in->n_vocab)
+            return bitnet__err(BITNET_ERR_BAD_TOKEN, "session state: token %d at %zu is outside the vocabulary", (int)s->tokens[i], i);
+    kv = (unsigned char *)(uintptr_t)(b + sizeof hd + (size_t)hd.pos * 4); /* (read only: put) */
+    if ((uintptr_t)kv & 1) { /* fp16 rows read in place, or from a copy where buf is not 2-byte aligned */
+        if (!(copy = (unsigned char *)bitnet__malloc(2 * bitnet__state_kv(s, (int32_t)hd.pos) + 1))) return BITNET_ERR_OUT_OF_MEMORY;
+        memcpy(copy, kv, 2 * bitnet__state_kv(s, (int32_t)hd.pos));
+        kv = copy;
+    }
+    r = bitnet__state_kv_io(s, kv, kv + bitnet__state_kv(s, (int32_t)hd.pos), (int32_t)hd.pos, 1);
+    bitnet__free(copy);
+    if (r != BITNET_OK) return r;
+    s->pos = (int32_t)hd.pos;
+    s->chat_pos = hd.chat_state >= 0 ? s->pos : -1;
+    s->chat_state = hd.chat_state >= 0 ? hd.chat_state : 0, s->chat_last = hd.chat_last;
+    return BITNET_OK;
 }
 
 /* ---- generation ------------------------------------------------------------------------------- */

@@ -178,9 +178,55 @@ static int run_conversation(bitnet_model *m, const model_opts *mo, bitnet_genera
     return r == BITNET_OK ? 0 : fail("run", r);
 }
 
+static double cli_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* run --prompt-cache FILE, as llama.cpp's: the session's state after all of the prompt but its last
+   token (bitnet_session_state_get). Where the file's text starts the prompt, it is restored and only
+   the rest is evaluated; the file is then written for this prompt. *done: prompt tokens in the
+   session on return (n - 1); *reused: those the file gave; *seconds: the time their evaluation took. */
+static bitnet_result prompt_cache(bitnet_session *s, const char *path, const int32_t *ids, size_t n, size_t *reused, double *seconds) {
+    FILE *f = fopen(path, "rb");
+    unsigned char *buf = NULL;
+    long len = 0;
+    size_t keep = 0, have, size;
+    bitnet_result r = BITNET_OK;
+    double t0;
+    *reused = 0, *seconds = 0.0;
+    if (f && fseek(f, 0, SEEK_END) == 0 && (len = ftell(f)) > 0 && fseek(f, 0, SEEK_SET) == 0 &&
+        (buf = (unsigned char *)malloc((size_t)len)) && fread(buf, 1, (size_t)len, f) == (size_t)len) {
+        if (bitnet_session_state_set(s, buf, (size_t)len) == BITNET_OK) {
+            const int32_t *t = bitnet_session_tokens(s);
+            have = (size_t)bitnet_session_pos(s);
+            while (keep < have && keep + 1 < n && t[keep] == ids[keep]) keep++;
+            r = bitnet_session_discard(s, (int32_t)keep, (int32_t)(have - keep)); /* (a tail: nothing to evaluate again) */
+        } else {
+            fprintf(stderr, "bitnet run: --prompt-cache %s not used: %s\n", path, bitnet_last_error());
+        }
+    }
+    if (f) fclose(f);
+    free(buf);
+    buf = NULL;
+    *reused = keep;
+    if (r != BITNET_OK || keep + 1 >= n) return r;
+    t0 = cli_seconds();
+    r = bitnet_session_eval(s, ids + keep, n - 1 - keep, NULL, 0);
+    *seconds = cli_seconds() - t0;
+    size = bitnet_session_state_size(s);
+    if (r == BITNET_OK && !(buf = (unsigned char *)malloc(size))) r = BITNET_ERR_OUT_OF_MEMORY;
+    if (r == BITNET_OK) r = bitnet_session_state_get(s, buf, size);
+    if (r == BITNET_OK && (!(f = fopen(path, "wb")) || fwrite(buf, 1, size, f) != size || fclose(f) != 0))
+        fprintf(stderr, "bitnet run: cannot write --prompt-cache %s: %s\n", path, strerror(errno));
+    free(buf);
+    return r;
+}
+
 static int cmd_run(int argc, char **argv) {
     model_opts mo;
-    const char *prompt = NULL, *prompt_file = NULL;
+    const char *prompt = NULL, *prompt_file = NULL, *cache = NULL;
     char *file_text = NULL;
     int i, chat = 0, cnv = 0, last_n = 64, err, rc = 1;
     int32_t none = 0;
@@ -220,12 +266,14 @@ static int cmd_run(int argc, char **argv) {
         else if (strcmp(a, "--min-p") == 0) gp.sampler.min_p = (float)atof(v);
         else if (strcmp(a, "--repeat-penalty") == 0) gp.sampler.repeat_penalty = (float)atof(v);
         else if (strcmp(a, "--repeat-last-n") == 0) last_n = atoi(v);
+        else if (strcmp(a, "--prompt-cache") == 0) cache = v;
         else return fprintf(stderr, "bitnet run: unknown option %s\n", a), 2;
     }
     if (last_n < -1) return fprintf(stderr, "bitnet run: --repeat-last-n %d (-1: the context, 0: off)\n", last_n), 2;
     if (last_n == 0) gp.sampler.repeat_penalty = 1.0f; /* as llama.cpp: 0 turns the penalty off */
     gp.sampler.repeat_last_n = last_n < 0 ? INT32_MAX : last_n; /* (the library clips it to the context) */
     if (prompt && prompt_file) return fprintf(stderr, "bitnet run: -p and -f both given\n"), 2;
+    if (cache && (chat || cnv)) return fprintf(stderr, "bitnet run: --prompt-cache takes a plain prompt (not --chat or -cnv)\n"), 2;
     if (!mo.path || !(prompt || prompt_file || cnv))
         return fprintf(stderr, "usage: bitnet run -m FILE -p TEXT [options] (see bitnet help)\n"), 2;
     if (prompt_file) { /* -f: the prompt from a file */
@@ -253,8 +301,16 @@ static int cmd_run(int argc, char **argv) {
     gp.on_token = print_piece;
     if (r == BITNET_OK && chat) r = bitnet_chat(s, "user", prompt, &gp, NULL, 0, &st); /* the model's chat template */
     else if (r == BITNET_OK) {
+        size_t reused = 0, first = 0;
+        double secs = 0.0;
         r = tokenize_all(tk, prompt, strlen(prompt), 1, 0, &ids, &n);
-        if (r == BITNET_OK) r = bitnet_generate(s, ids, n, &gp, NULL, 0, &st);
+        if (r == BITNET_OK && cache && n > 1) { /* the prompt but its last token from or into the cache */
+            r = prompt_cache(s, cache, ids, n, &reused, &secs);
+            first = n - 1;
+            fprintf(stderr, "bitnet run: --prompt-cache %s: %zu of the prompt's %zu tokens from it\n", cache, reused, n);
+        }
+        if (r == BITNET_OK) r = bitnet_generate(s, ids + first, n - first, &gp, NULL, 0, &st);
+        st.n_prompt += first - reused, st.prompt_seconds += secs; /* (the prompt's tokens evaluated in this run) */
     }
     printf("\n");
     if (r == BITNET_OK)
@@ -2602,10 +2658,12 @@ static const command commands[] = {
     {"help", cmd_help, "help [COMMAND]               this list, or one command's (also: bitnet COMMAND -h)"},
     {"run", cmd_run, "run -m FILE -p TEXT|-f FILE [-n N] [--backend auto|cpu|cuda] [--seed S] [--temp T] [--top-k K] [--top-p P]\n"
                      "      [--min-p P] [--repeat-penalty R] [--repeat-last-n N] [--ignore-eos] [--chat] [-cnv] [-t THREADS]\n"
-                     "      [-c N_CTX] [--head f16|q8] [--no-mmap] [--chat-template bitnet|llama3|falcon3]\n"
+                     "      [-c N_CTX] [--head f16|q8] [--no-mmap] [--chat-template bitnet|llama3|falcon3] [--prompt-cache FILE]\n"
                      "                               generate text, streamed to stdout; speeds on stderr. -cnv: a\n"
                      "                               conversation, a message a line of stdin (-p: the system message);\n"
-                     "                               --chat and -cnv in the file's chat template (else the one named)"},
+                     "                               --chat and -cnv in the file's chat template (else the one named);\n"
+                     "                               --prompt-cache: the prompt's state kept in FILE, the part that\n"
+                     "                               matches reused next time"},
     {"eval", cmd_eval, "eval -m FILE --tokens 1,2,3 --logits-out FILE.f32 [--backend B] [--head f16|q8]\n"
                        "                               float32 logits, one row of n_vocab per token (no BOS added)"},
     {"perplexity", cmd_perplexity, "perplexity -m FILE -f TEXT [-c N_CTX] [--chunks N] [--backend B] [-t THREADS]\n"

@@ -1,11 +1,12 @@
 /* libFuzzer harness for model loading and the forward pass: an arbitrary GGUF image through
-   bitnet_model_load (tensor types and shapes, conversions, the tokenizer from metadata), and when
-   it loads, a session of a few positions that tokenizes a short text, evaluates it, samples two
-   tokens and discards one. Weights may hold NaN and infinities; every call must still return. The
-   CPU backend, or the GPU with BITNET_FUZZ_BACKEND=cuda (tools/fuzz_replay.c runs a corpus so on
-   the GPU machine). Seeds: tests/corpus/model/ (the one-layer models of tests/corpus/gguf/, whose
-   tokenizers are not byte-level, and tests/data/tiny.gguf). A crash, sanitizer report, leak or
-   inconsistent answer (__builtin_trap) is a finding: fix it and add the input to tests/test_hostile.c. */
+   bitnet_model_load (tensor types and shapes, conversions, the tokenizer from metadata), and when it
+   loads, a session of a few positions that tokenizes a short text, evaluates it, samples two tokens,
+   discards one and reads its state back into itself. Weights may hold NaN and infinities; every call
+   must still return. The CPU backend, or the GPU with BITNET_FUZZ_BACKEND=cuda (tools/fuzz_replay.c
+   runs a corpus so on the GPU machine). Seeds: tests/corpus/model/ (the one-layer models of
+   tests/corpus/gguf/, whose tokenizers are not byte-level, and tests/data/tiny.gguf). A crash,
+   sanitizer report, leak or inconsistent answer (__builtin_trap) is a finding: fix it and add the
+   input to tests/test_hostile.c. */
 #include "../bitnet.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,6 +76,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             gp.sampler.repeat_penalty = 1.1f, gp.sampler.seed = 1, gp.max_tokens = 2;
             if (bitnet_generate(s, NULL, 0, &gp, out, 2, NULL) == BITNET_OK && bitnet_session_pos(s) >= 2)
                 bitnet_session_discard(s, 0, 1);
+            { /* the session's state read back into it: the same text, and the same bytes again */
+                const size_t sz = bitnet_session_state_size(s);
+                const int32_t pos = bitnet_session_pos(s);
+                unsigned char *a = (unsigned char *)malloc(sz), *b = (unsigned char *)malloc(sz);
+                if (a && b && bitnet_session_state_get(s, a, sz) == BITNET_OK) {
+                    if (bitnet_session_state_set(s, a, sz) != BITNET_OK || bitnet_session_pos(s) != pos ||
+                        bitnet_session_state_get(s, b, sz) != BITNET_OK || memcmp(a, b, sz) != 0)
+                        __builtin_trap();
+                }
+                free(a), free(b);
+            }
         }
         bitnet_session_free(s);
     }

@@ -289,6 +289,61 @@ static void sampled(bitnet_model *gpu) {
     bitnet_session_free(sg);
 }
 
+/* A session's state (>>state) between the backends: a GPU state read back after restoring it into a
+   GPU session is the same bytes (a padded head's dims back in the model's places); restored into a
+   GPU session it goes on as the session it came from, bit for bit; each backend's state goes on in
+   the other backend as the first would (within the tolerance). */
+static void states(bitnet_model *cpu, bitnet_model *gpu) {
+    bitnet_model_info info;
+    bitnet_session *s[5] = {NULL, NULL, NULL, NULL, NULL}; /* cpu, gpu, cpu from gpu, gpu from cpu, gpu from gpu */
+    bitnet_session_desc sd;
+    int32_t tok[45];
+    unsigned char *st[2] = {NULL, NULL}, *back = NULL;
+    float *lg[5];
+    size_t nv, n = 0;
+    double err[2][8];
+    int i, j, diff = 0;
+    bitnet_model_get_info(cpu, &info);
+    nv = (size_t)info.n_vocab;
+    memset(&sd, 0, sizeof sd);
+    sd.n_ctx = 64;
+    for (i = 0; i < 5; i++) {
+        TEST_CHECKF(bitnet_session_create(i == 0 || i == 2 ? cpu : gpu, &sd, &s[i]) == BITNET_OK, "%s", bitnet_last_error());
+        lg[i] = (float *)malloc(nv * sizeof(float));
+    }
+    if (!s[0] || !s[1] || !s[2] || !s[3] || !s[4]) goto done;
+    for (i = 0; i < 45; i++) tok[i] = (int32_t)((3 + 97 * (size_t)i * i) % nv);
+    for (i = 0; i < 2; i++) { /* 37 positions (a partial 16-key tile on the CPU) */
+        TEST_CHECKF(bitnet_session_eval(s[i], tok, 37, NULL, 0) == BITNET_OK, "%s", bitnet_last_error());
+        n = bitnet_session_state_size(s[i]);
+        st[i] = (unsigned char *)malloc(n);
+        memset(st[i], 0xA5 + i, n);
+        TEST_CHECKF(bitnet_session_state_get(s[i], st[i], n) == BITNET_OK, "%s", bitnet_last_error());
+    }
+    for (i = 64; i < (int)n; i++) diff += st[0][i] != st[1][i];
+    printf("  state of 37 positions: %zu bytes, %d of them differ between the CPU's and the GPU's\n", n, diff);
+    TEST_CHECKF(bitnet_session_state_set(s[2], st[1], n) == BITNET_OK, "%s", bitnet_last_error());
+    TEST_CHECKF(bitnet_session_state_set(s[3], st[0], n) == BITNET_OK, "%s", bitnet_last_error());
+    TEST_CHECKF(bitnet_session_state_set(s[4], st[1], n) == BITNET_OK, "%s", bitnet_last_error());
+    back = (unsigned char *)malloc(n);
+    memset(back, 0x5A, n);
+    TEST_CHECK(bitnet_session_state_get(s[3], back, n) == BITNET_OK && memcmp(back, st[0], n) == 0);
+    for (j = 0; j < 8; j++) {
+        for (i = 0; i < 5; i++) {
+            poison(lg[i], nv);
+            TEST_CHECKF(bitnet_session_eval(s[i], tok + 37 + j, 1, lg[i], 0) == BITNET_OK, "%s", bitnet_last_error());
+        }
+        TEST_CHECKF(memcmp(lg[4], lg[1], nv * sizeof(float)) == 0, "step %d: a GPU state restored on the GPU", j);
+        err[0][j] = rel_l2(lg[2], lg[1], nv); /* the GPU's state on the CPU, against the GPU */
+        err[1][j] = rel_l2(lg[3], lg[0], nv); /* the CPU's on the GPU, against the CPU */
+    }
+    check_rows(err[0], 8, "GPU state on the CPU");
+    check_rows(err[1], 8, "CPU state on the GPU");
+done:
+    for (i = 0; i < 5; i++) bitnet_session_free(s[i]), free(lg[i]);
+    free(st[0]), free(st[1]), free(back);
+}
+
 static bitnet_result load_pair_weights(const bitnet_model_weights *w, bitnet_model **cpu, bitnet_model **gpu) {
     bitnet_model_desc d;
     bitnet_result r;
@@ -335,6 +390,7 @@ static void random_model(int vocab, int dim, int layers, int heads, int kv, int 
         unsetenv("BITNET_GPU_ATT_R");
         unsetenv("BITNET_GPU_ATT_TILE");
         greedy(cpu, gpu);
+        states(cpu, gpu);
         if (heads / kv == 4) sampled(gpu); /* (one random model is enough) */
     }
     bitnet_model_free(gpu);
@@ -480,6 +536,7 @@ static void random_silu(int dim, int heads, int kv, int ffn, unsigned long long 
         compare(cpu, gpu, 100, 60);
         compare(cpu, gpu, 1, 3);
         greedy(cpu, gpu);
+        states(cpu, gpu);
     }
     bitnet_model_free(gpu);
     bitnet_model_free(cpu);

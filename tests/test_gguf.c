@@ -1561,6 +1561,66 @@ static void test_cli_float_models(void) {
     remove(path[4]);
 }
 
+/* run --prompt-cache: a first run writes the prompt's state, a second reuses all of it but the last
+   token, a prompt that shares only a start reuses that, a cache of another model is not used; the
+   greedy text is the same every time as without a cache. Also gen-model --rope-scaling llama3: the
+   file loads and its factors move the logits. */
+static void test_cli_prompt_cache(void) {
+    static const char *const prompts[4] = {"The quick brown fox jumps over the lazy dog and runs far away", "",
+                                           "The quick brown fox sleeps", "The quick brown fox jumps over the lazy dog and runs far away"};
+    char bin[512], cmd[8192], out[2][640], err[640], cache[640], small[640], rs[2][640], why[600];
+    unsigned char *a, *b, *e;
+    size_t na, nb, ne;
+    int t;
+    if (cli_bin(bin, sizeof bin, why, sizeof why)) TEST_SKIP("%s", why);
+    snprintf(out[0], sizeof out[0], "%s", tmp_path("pc_out0.txt"));
+    snprintf(out[1], sizeof out[1], "%s", tmp_path("pc_out1.txt"));
+    snprintf(err, sizeof err, "%s", tmp_path("pc_err.txt"));
+    snprintf(cache, sizeof cache, "%s", tmp_path("pc_cache.bin"));
+    snprintf(small, sizeof small, "%s", tmp_path("pc_small.gguf"));
+    remove(cache);
+    snprintf(cmd, sizeof cmd, "%s gen-model --preset small -o %s > /dev/null 2>&1", bin, small);
+    TEST_CHECK(system(cmd) == 0);
+    for (t = 0; t < 4; t++) {
+        const char *p = prompts[t][0] ? prompts[t] : prompts[0];
+        /* t = 3: a cache written by another model first */
+        if (t == 3) {
+            remove(cache);
+            snprintf(cmd, sizeof cmd, "%s run -m %s -p '%s' -n 2 --temp 0 --backend cpu --prompt-cache %s > /dev/null 2>&1", bin, small, p, cache);
+            TEST_CHECK(system(cmd) == 0);
+        }
+        snprintf(cmd, sizeof cmd, "%s run -m tests/data/tiny.gguf -p '%s' -n 12 --temp 0 --ignore-eos --backend cpu > %s 2>/dev/null", bin, p, out[0]);
+        TEST_CHECK(system(cmd) == 0);
+        snprintf(cmd, sizeof cmd, "%s run -m tests/data/tiny.gguf -p '%s' -n 12 --temp 0 --ignore-eos --backend cpu --prompt-cache %s > %s 2> %s",
+                 bin, p, cache, out[1], err);
+        TEST_CHECK(system(cmd) == 0);
+        a = read_all(out[0], &na), b = read_all(out[1], &nb), e = read_all(err, &ne);
+        TEST_CHECKF(a && b && na > 1 && na == nb && memcmp(a, b, na) == 0, "prompt %d: the text with the cache differs", t);
+        if (e) { /* "--prompt-cache FILE: R of the prompt's N tokens from it": none, all but one, a start; another model's: not used */
+            const char *at = strstr((const char *)e, " tokens from it"), *c = at ? at : (const char *)e;
+            size_t used = 0, all = 0;
+            while (c > (const char *)e && c[-1] != ':') c--;
+            TEST_CHECKF(at && sscanf(c, " %zu of the prompt's %zu", &used, &all) == 2, "prompt %d: %s", t, (const char *)e);
+            TEST_CHECKF(t == 0 || t == 3 ? used == 0 : t == 1 ? used + 1 == all : used >= 8 && used + 4 < all, "prompt %d: %zu of %zu", t, used, all);
+            if (t == 3) TEST_CHECK(strstr((const char *)e, "not used") != NULL);
+        }
+        free(a), free(b), free(e);
+    }
+    for (t = 0; t < 2; t++) {
+        snprintf(rs[t], sizeof rs[t], "%s%d.gguf", tmp_path("rope_scaled"), t);
+        snprintf(cmd, sizeof cmd, "%s gen-model --preset tiny %s -o %s > /dev/null 2>&1 && %s eval -m %s --backend cpu "
+                 "--tokens 1,60,70,80,90,100,110,120,130,140,150,160,170,180 --logits-out %s.f32 > /dev/null 2>&1",
+                 bin, t ? "--rope-scaling llama3" : "", rs[t], bin, rs[t], rs[t]);
+        TEST_CHECKF(system(cmd) == 0, "gen-model / eval %d", t);
+    }
+    snprintf(cmd, sizeof cmd, "%s.f32", rs[0]), a = read_all(cmd, &na);
+    snprintf(cmd, sizeof cmd, "%s.f32", rs[1]), b = read_all(cmd, &nb);
+    TEST_CHECK(a && b && na == nb && na > 0 && memcmp(a, b, na) != 0);
+    free(a), free(b);
+    for (t = 0; t < 2; t++) remove(rs[t]), snprintf(cmd, sizeof cmd, "%s.f32", rs[t]), remove(cmd);
+    remove(out[0]), remove(out[1]), remove(err), remove(cache), remove(small);
+}
+
 int main(void) {
     RUN_TEST(test_roundtrip_all_types);
     RUN_TEST(test_writer_misuse);
@@ -1595,6 +1655,7 @@ int main(void) {
     RUN_TEST(test_cli_perplexity);
     RUN_TEST(test_cli_tq_models);
     RUN_TEST(test_cli_float_models);
+    RUN_TEST(test_cli_prompt_cache);
     RUN_TEST(test_ffn_not_whole_blocks);
     free(base_img);
     return test_summary();

@@ -1109,6 +1109,103 @@ done:
     bitnet_model_free(m);
 }
 
+/* A session's state (>>state): restored into another session (a shorter context, a misaligned buffer)
+   it goes on exactly as the first; read back it is the same bytes; damaged, foreign or too long
+   states are refused with the session reset. */
+static void test_state(void) {
+    tmodel t, t2;
+    bitnet_model *m, *m2;
+    bitnet_session *a = NULL, *b = NULL, *c = NULL, *o = NULL;
+    bitnet_session_desc sd;
+    int32_t tok[50], ga[8], gb[8];
+    float la[5 * 96], lb[5 * 96];
+    unsigned char *st, *st2, *bad;
+    size_t n, i;
+    int mis;
+    bitnet_generate_params gp;
+    TM_STD(&t);
+    tm_build(&t2, 96, 128, 2, 4, 2, 256, 12); /* the same shape, other weights */
+    m = tm_model(&t, 0), m2 = tm_model(&t2, 0);
+    TEST_CHECK(m && m2);
+    if (!m || !m2) goto out;
+    for (i = 0; i < 50; i++) tok[i] = test_rand_int(0, 95);
+    memset(&sd, 0, sizeof sd);
+    TEST_CHECK(bitnet_session_create(m, NULL, &a) == BITNET_OK && bitnet_session_create(m2, NULL, &o) == BITNET_OK);
+    TEST_CHECK(bitnet_session_state_size(a) == 64 && bitnet_session_state_size(NULL) == 0);
+    TEST_CHECK(bitnet_session_eval(a, tok, 37, NULL, 0) == BITNET_OK); /* 37: a partial 16-key tile */
+    n = bitnet_session_state_size(a);
+    TEST_CHECKF(n == 64 + 37 * 4 + 2 * 2 * 2 * 37 * 32 * 2, "state size %zu", n);
+    st = (unsigned char *)malloc(n + 1), st2 = (unsigned char *)malloc(n + 1), bad = (unsigned char *)malloc(n + 1);
+    for (mis = 0; mis < 2; mis++) { /* the buffers at an odd address: through the library's aligned copy */
+        memset(st, 0xAB, n + 1), memset(st2, 0xCD, n + 1);
+        TEST_CHECK(bitnet_session_state_get(a, st + mis, n - 1) == BITNET_ERR_BAD_SIZE);
+        TEST_CHECKF(bitnet_session_state_get(a, st + mis, n) == BITNET_OK, "%s", bitnet_last_error());
+        sd.n_ctx = 40 + mis; /* a shorter session than a's */
+        TEST_CHECK(bitnet_session_create(m, &sd, &b) == BITNET_OK);
+        TEST_CHECKF(bitnet_session_state_set(b, st + mis, n) == BITNET_OK, "%s", bitnet_last_error());
+        TEST_CHECK(bitnet_session_pos(b) == 37 && memcmp(bitnet_session_tokens(b), tok, 37 * 4) == 0);
+        TEST_CHECK(bitnet_session_state_get(b, st2 + 1 - mis, n) == BITNET_OK && memcmp(st + mis, st2 + 1 - mis, n) == 0);
+        bitnet_session_free(b);
+        b = NULL;
+    }
+    sd.n_ctx = 60;
+    TEST_CHECK(bitnet_session_create(m, &sd, &b) == BITNET_OK && bitnet_session_state_set(b, st + 1, n) == BITNET_OK);
+    TEST_CHECK(bitnet_session_eval(a, tok + 37, 5, la, 1) == BITNET_OK && bitnet_session_eval(b, tok + 37, 5, lb, 1) == BITNET_OK);
+    TEST_CHECK(memcmp(la, lb, sizeof la) == 0);
+    memset(&gp, 0, sizeof gp);
+    gp.max_tokens = 8, gp.stop_tokens = tok, gp.n_stop = 0;
+    TEST_CHECK(bitnet_generate(a, tok + 42, 1, &gp, ga, 8, NULL) == BITNET_OK && bitnet_generate(b, tok + 42, 1, &gp, gb, 8, NULL) == BITNET_OK);
+    TEST_CHECK(memcmp(ga, gb, sizeof ga) == 0);
+    /* refusals, each leaving the session reset */
+    TEST_CHECK(bitnet_session_state_set(b, st + 1, n - 1) == BITNET_ERR_TRUNCATED && bitnet_session_pos(b) == 0);
+    TEST_CHECK(bitnet_session_state_set(b, st + 1, 63) == BITNET_ERR_TRUNCATED);
+    memcpy(bad, st + 1, n), bad[n - 100] ^= 0x40;
+    TEST_CHECK(bitnet_session_state_set(b, bad, n) == BITNET_ERR_CORRUPT && bitnet_session_pos(b) == 0);
+    memcpy(bad, st + 1, n), bad[0] = 'X';
+    TEST_CHECK(bitnet_session_state_set(b, bad, n) == BITNET_ERR_INVALID_ARG);
+    memcpy(bad, st + 1, n), bad[8] = 9; /* the version */
+    TEST_CHECK(bitnet_session_state_set(b, bad, n) == BITNET_ERR_BAD_VERSION);
+    TEST_CHECK(bitnet_session_state_set(o, st + 1, n) == BITNET_ERR_INVALID_ARG && strstr(bitnet_last_error(), "other weights"));
+    sd.n_ctx = 36;
+    TEST_CHECK(bitnet_session_create(m, &sd, &c) == BITNET_OK && bitnet_session_state_set(c, st + 1, n) == BITNET_ERR_CONTEXT_FULL);
+    TEST_CHECK(bitnet_session_state_set(NULL, st, n) == BITNET_ERR_NULL_POINTER && bitnet_session_state_get(a, NULL, n) == BITNET_ERR_NULL_POINTER);
+    TEST_CHECK(bitnet_session_state_set(b, st + 1, n) == BITNET_OK && bitnet_session_pos(b) == 37); /* (the buffer itself was fine) */
+    free(st), free(st2), free(bad);
+out:
+    bitnet_session_free(a), bitnet_session_free(b), bitnet_session_free(c), bitnet_session_free(o);
+    bitnet_model_free(m), bitnet_model_free(m2);
+    tm_free(&t), tm_free(&t2);
+}
+
+/* A bitnet_chat conversation goes on from a state as in the session it was saved from. */
+static void test_state_chat(void) {
+    bitnet_model_desc d;
+    bitnet_model *m = NULL;
+    bitnet_session *s = NULL, *b = NULL;
+    bitnet_generate_params gp;
+    int32_t r1[8], r2[8], none = 0;
+    unsigned char *st = NULL;
+    size_t n;
+    if (!tiny_load(&d, &m)) TEST_SKIP("tests/data/tiny.gguf is absent (run from the repository root)");
+    TEST_CHECK(m && bitnet_session_create(m, NULL, &s) == BITNET_OK && bitnet_session_create(m, NULL, &b) == BITNET_OK);
+    if (!s || !b) goto done;
+    memset(&gp, 0, sizeof gp);
+    gp.max_tokens = 6, gp.stop_tokens = &none, gp.n_stop = 0; /* cut short: the reply's last token is not evaluated */
+    TEST_CHECK(bitnet_chat(s, "system", "Be brief.", NULL, NULL, 0, NULL) == BITNET_OK);
+    TEST_CHECK(bitnet_chat(s, "user", "Hello there", &gp, r1, 8, NULL) == BITNET_OK);
+    n = bitnet_session_state_size(s);
+    st = (unsigned char *)malloc(n);
+    TEST_CHECK(st && bitnet_session_state_get(s, st, n) == BITNET_OK && bitnet_session_state_set(b, st, n) == BITNET_OK);
+    TEST_CHECK(bitnet_chat(s, "user", "Again", &gp, r1, 8, NULL) == BITNET_OK);
+    TEST_CHECK(bitnet_chat(b, "user", "Again", &gp, r2, 8, NULL) == BITNET_OK);
+    TEST_CHECK(memcmp(r1, r2, 6 * sizeof *r1) == 0 && bitnet_session_pos(s) == bitnet_session_pos(b));
+    TEST_CHECK(memcmp(bitnet_session_tokens(s), bitnet_session_tokens(b), (size_t)bitnet_session_pos(s) * 4) == 0);
+done:
+    free(st);
+    bitnet_session_free(s), bitnet_session_free(b);
+    bitnet_model_free(m);
+}
+
 int main(void) {
     RUN_TEST(test_forward_matches_reference);
     RUN_TEST(test_rope_freqs);
@@ -1125,5 +1222,7 @@ int main(void) {
     RUN_TEST(test_chat_templates);
     RUN_TEST(test_chat_after_eval);
     RUN_TEST(test_discard);
+    RUN_TEST(test_state);
+    RUN_TEST(test_state_chat);
     return test_summary();
 }
