@@ -11661,7 +11661,10 @@ static bitnet_result bitnet__gpad_i2s(const void *src, size_t n, size_t k, int r
     return r;
 }
 
-static bitnet_result bitnet__gpu_model_init(bitnet_model *m, int device) {
+static void bitnet__progress(const bitnet_model_desc *d, float f);
+/* (progress from 0.6 to 0.95: the kernels, then a layer at a time; the head was quantized before) */
+static bitnet_result bitnet__gpu_model_init(bitnet_model *m, const bitnet_model_desc *d) {
+    const int device = d ? d->device : 0;
     const bitnet_model_info *in = &m->info;
     int hd = (in->head_dim + 31) / 32 * 32, G = in->n_kv_heads > 0 ? in->n_heads / in->n_kv_heads : 0, l; /* >>pad */
     bitnet_gpu_device_info di;
@@ -11688,6 +11691,7 @@ static bitnet_result bitnet__gpu_model_init(bitnet_model *m, int device) {
     BITNET__TRY(bitnet_gpu_open(device, &g->gpu));
     g->head_q8 = m->head_q8 != NULL; /* quantized on the host by >>model, as for the CPU */
     BITNET__TRY(bitnet__gmodel_kernels(g, NULL, in, g->gpu->pdl));
+    bitnet__progress(d, 0.65f);
     g->att_pk = BITNET__GPU_ATT_PK;
     memset(&c, 0, sizeof c);
     bitnet__gmodel_layout(g, m, &c);
@@ -11744,6 +11748,7 @@ static bitnet_result bitnet__gpu_model_init(bitnet_model *m, int device) {
         BITNET__TRY(bitnet__gpu_ternary(g, w, n, 2, in->dim, in->ffn_act, &L->gu));
         w[0] = W->w_down, n[0] = in->dim;
         BITNET__TRY(bitnet__gpu_ternary(g, w, n, 1, g->ffn_k, 0, &L->down));
+        bitnet__progress(d, 0.65f + 0.3f * (float)(l + 1) / (float)in->n_layers);
     }
     { /* the embedding in mapped host memory: the decode step reads its row from there, so a step
          needs nothing from the host and greedy decoding runs a step ahead (bitnet__gpu_next_token);
@@ -12463,7 +12468,7 @@ static bitnet_result bitnet__gpu_kv_io(bitnet_session *s, int l, int h, uint16_t
 /* >>model ===================================================================================== */
 
 /* A GPU forward plugs in here: >>cuda-forward defines BITNET__GPU_FORWARD and
-     bitnet__gpu_model_init(bitnet_model *, int device)   upload the weights (m->gpu)
+     bitnet__gpu_model_init(bitnet_model *, desc)         upload the weights (m->gpu) to desc's device
      bitnet__gpu_model_free(bitnet_model *)
      bitnet__gpu_session_init(bitnet_session *)           KV cache and buffers (s->gpu)
      bitnet__gpu_session_free(bitnet_session *)
@@ -12632,7 +12637,8 @@ static void bitnet__head_row(void *ctx, int i) {
     else
         c->scale[r] = 1.0f / c->scale[r];
 }
-static bitnet_result bitnet__head_quantize(bitnet_model *m, const bitnet_model_desc *d) {
+/* (progress from 0.4 to p1) */
+static bitnet_result bitnet__head_quantize(bitnet_model *m, const bitnet_model_desc *d, float p1) {
     size_t nv = (size_t)m->info.n_vocab, dim = (size_t)m->info.dim, rows = BITNET__MAX((size_t)1, ((size_t)1 << 22) / dim), r;
     bitnet__hq c;
     c.bad = 0, c.dim = dim, c.m = m;
@@ -12646,7 +12652,7 @@ static bitnet_result bitnet__head_quantize(bitnet_model *m, const bitnet_model_d
         size_t n = BITNET__MIN(rows, nv - r);
         c.r0 = r;
         bitnet__for_rows((int)n, dim * 4, bitnet__head_row, &c);
-        bitnet__progress(d, 0.4f + 0.6f * (float)(r + n) / (float)nv);
+        bitnet__progress(d, 0.4f + (p1 - 0.4f) * (float)(r + n) / (float)nv);
     }
     bitnet__free(c.f);
     return c.bad == 2 ? BITNET_ERR_OUT_OF_MEMORY : c.bad ? bitnet__err(BITNET_ERR_INVALID_STATE, "quantizing the head failed") : BITNET_OK;
@@ -12769,10 +12775,10 @@ static bitnet_result bitnet__model_build(bitnet_model *m, const bitnet_model_wei
         char why[184];
         BITNET__TRY(bitnet__weights_pass(m, d, 0)); /* the CPU's check first: a corrupt matrix is named alike */
         if (!want_f16) {
-            BITNET__TRY(bitnet__head_quantize(m, d));
+            BITNET__TRY(bitnet__head_quantize(m, d, 0.6f));
             in->head_bits = 8;
         }
-        r = bitnet__gpu_model_init(m, d ? d->device : 0);
+        r = bitnet__gpu_model_init(m, d);
         bitnet__free(m->head_q8);
         bitnet__free(m->head_scale);
         m->head_q8 = NULL, m->head_scale = NULL;
@@ -12792,7 +12798,7 @@ static bitnet_result bitnet__model_build(bitnet_model *m, const bitnet_model_wei
 #endif
     BITNET__TRY(bitnet__weights_pass(m, d, m->gguf && d && d->path && !d->no_mmap));
     if (!want_f16) {
-        BITNET__TRY(bitnet__head_quantize(m, d));
+        BITNET__TRY(bitnet__head_quantize(m, d, 1.0f));
         in->head_bits = 8;
         /* the head's rows are now read one per token (the embedding, when tied), not all of them */
         if (m->head_f16) bitnet__release_mapped(m->gguf, m->head_f16, t * 2);
