@@ -11,14 +11,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-static double t0, marks[64];
-static float fracs[64];
+static double t0, marks[4096];
+static float fracs[4096];
 static int n_marks;
 
 static void stamp(float f, void *user) {
     (void)user;
-    if (n_marks < 64) fracs[n_marks] = f, marks[n_marks++] = bitnet__now() - t0;
-    else marks[63] = bitnet__now() - t0, fracs[63] = f; /* (the last stamp kept) */
+    if (n_marks < 4096) fracs[n_marks] = f, marks[n_marks++] = bitnet__now() - t0;
+    else marks[4095] = bitnet__now() - t0, fracs[4095] = f; /* (the last stamp kept) */
 }
 
 int main(int argc, char **argv) {
