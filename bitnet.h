@@ -7452,6 +7452,20 @@ static void bitnet__for_rows(int n, size_t work, void (*fn)(void *ctx, int r), v
     else bitnet__parallel(bitnet__rows_task, &t);
 }
 
+/* memcpy on the thread pool, 4 MB a piece: a large copy out of a mapped file (its page faults too)
+   spread over the cores */
+typedef struct bitnet__pcopy { unsigned char *dst; const unsigned char *src; size_t n; } bitnet__pcopy;
+static void bitnet__pcopy_one(void *ctx, int i) {
+    const bitnet__pcopy *c = (const bitnet__pcopy *)ctx;
+    const size_t a = (size_t)i << 22, e = BITNET__MIN(c->n, a + ((size_t)1 << 22));
+    memcpy(c->dst + a, c->src + a, e - a);
+}
+static void bitnet__copy_parallel(void *dst, const void *src, size_t n) {
+    bitnet__pcopy c;
+    c.dst = (unsigned char *)dst, c.src = (const unsigned char *)src, c.n = n;
+    bitnet__for_rows((int)((n + ((size_t)1 << 22) - 1) >> 22), (size_t)1 << 22, bitnet__pcopy_one, &c);
+}
+
 /* ---- the steps of the forward pass (the GPU side numbers its functions alike) ---------------- */
 
 /* Float or block-type tensors made fp16, 256 elements at a time (whole blocks of any type), on the thread pool. */
@@ -11760,8 +11774,8 @@ static bitnet_result bitnet__gpu_model_init(bitnet_model *m, const bitnet_model_
             bitnet__log(BITNET_LOG_INFO, "CUDA forward: BITNET_GPU_HOST_EMB=0: each decode step uploads its embedding row");
         else if (bitnet__gpu_host_alloc(g->gpu, bytes, &g->emb_host, &g->emb_dev) != BITNET_OK)
             bitnet__log(BITNET_LOG_INFO, "CUDA forward: %s; each decode step uploads its embedding row", bitnet_last_error());
-        else if (m->tok_embd)
-            memcpy(g->emb_host, m->tok_embd, bytes);
+        else if (bitnet__progress(d, 0.96f), m->tok_embd)
+            bitnet__copy_parallel(g->emb_host, m->tok_embd, bytes);
         else
             bitnet__emb_fill(m, (uint16_t *)g->emb_host);
     }
