@@ -1416,6 +1416,19 @@ BITNET__UNUSED static void bitnet__free(void *p) {
     else BITNET_FREE(raw);
 }
 
+/* Asks for 2 MB pages on the whole 2 MB blocks inside [p, p + n): decoding streams every weight
+   once a token, and with 4 KB pages the TLB misses cost about a tenth of the read bandwidth here.
+   Call it before the memory is first written, so the first touch gets the large pages. */
+BITNET__UNUSED static void bitnet__hugepages(void *p, size_t n) {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    uintptr_t a = ((uintptr_t)p + ((uintptr_t)1 << 21) - 1) & ~(((uintptr_t)1 << 21) - 1);
+    uintptr_t b = ((uintptr_t)p + n) & ~(((uintptr_t)1 << 21) - 1);
+    if (b > a) madvise((void *)a, (size_t)(b - a), MADV_HUGEPAGE); /* a hint: failure changes nothing */
+#else
+    (void)p, (void)n;
+#endif
+}
+
 /* >>formats =================================================================================== */
 
 /* Conversions are integer bit manipulation, so they are exact whatever the FP environment.
@@ -7460,7 +7473,7 @@ static void bitnet__pcopy_one(void *ctx, int i) {
     const size_t a = (size_t)i << 22, e = BITNET__MIN(c->n, a + ((size_t)1 << 22));
     memcpy(c->dst + a, c->src + a, e - a);
 }
-static void bitnet__copy_parallel(void *dst, const void *src, size_t n) {
+BITNET__UNUSED static void bitnet__copy_parallel(void *dst, const void *src, size_t n) {
     bitnet__pcopy c;
     c.dst = (unsigned char *)dst, c.src = (const unsigned char *)src, c.n = n;
     bitnet__for_rows((int)((n + ((size_t)1 << 22) - 1) >> 22), (size_t)1 << 22, bitnet__pcopy_one, &c);
@@ -8101,9 +8114,9 @@ enum { /* cuda.h values */
     X(cuMemGetInfo, 3020, 1, "cuMemGetInfo_v2", (size_t *free_bytes, size_t *total)) \
     X(cuMemAlloc, 3020, 1, "cuMemAlloc_v2", (bitnet_devptr *p, size_t bytes)) \
     X(cuMemFree, 3020, 1, "cuMemFree_v2", (bitnet_devptr p)) \
-    X(cuMemHostAlloc, 3020, 0, "cuMemHostAlloc", (void **p, size_t bytes, unsigned flags)) \
+    X(cuMemHostRegister, 6050, 0, "cuMemHostRegister_v2", (void *p, size_t bytes, unsigned flags)) \
     X(cuMemHostGetDevicePointer, 3020, 0, "cuMemHostGetDevicePointer_v2", (bitnet_devptr *d, void *p, unsigned flags)) \
-    X(cuMemFreeHost, 2000, 0, "cuMemFreeHost", (void *p)) \
+    X(cuMemHostUnregister, 4000, 0, "cuMemHostUnregister", (void *p)) \
     X(cuMemcpyHtoDAsync, 3020, 1, "cuMemcpyHtoDAsync_v2", (bitnet_devptr dst, const void *src, size_t n, bitnet__CUstream s)) \
     X(cuMemcpyDtoHAsync, 3020, 1, "cuMemcpyDtoHAsync_v2", (void *dst, bitnet_devptr src, size_t n, bitnet__CUstream s)) \
     X(cuMemcpyDtoDAsync, 3020, 1, "cuMemcpyDtoDAsync_v2", (bitnet_devptr dst, bitnet_devptr src, size_t n, bitnet__CUstream s)) \
@@ -9239,28 +9252,56 @@ BITNET_API bitnet_result bitnet_gpu_download(bitnet_gpu *gpu, void *dst, bitnet_
 #if !defined(BITNET_NO_CUDA) /* the four helpers below serve only >>cuda-forward */
 /* Page-locked host memory that the device reads and writes in place (*dev: its device address):
    for host data a kernel needs without a copy each time (the decode step's embedding rows) and for
-   downloads that must not wait. */
-static bitnet_result bitnet__gpu_host_alloc(bitnet_gpu *gpu, size_t bytes, void **host, bitnet_devptr *dev) {
+   downloads that must not wait. Pages of our own (bitnet__malloc with a page of slack each side, so
+   no other allocation shares a registered page; large pages where they fit), written by fill (NULL:
+   zeros; the embedding's copy on the thread pool, page faults and all) and then registered with the
+   driver: cuMemHostAlloc took 234-405 ms to pin the 657 MB embedding and 60-91 ms to free it, this
+   20-40 ms and 12 (BENCHMARKS.md, session 46). The raw pointer sits just before the pages. */
+static size_t bitnet__page_size(void) {
+#if !defined(_WIN32)
+    const long pg = sysconf(_SC_PAGESIZE);
+    if (pg >= 4096 && !(pg & (pg - 1))) return (size_t)pg;
+#endif
+    return 4096;
+}
+static bitnet_result bitnet__gpu_host_alloc(bitnet_gpu *gpu, size_t bytes, void (*fill)(void *host, size_t bytes, const void *ctx),
+                                            const void *ctx, void **host, bitnet_devptr *dev) {
+    const size_t pg = bitnet__page_size(), span = (bytes + pg - 1) & ~(pg - 1);
     bitnet__CUresult r;
+    unsigned char *raw, *p;
     char what[96];
     BITNET__CHECK_GPU(gpu);
     *host = NULL, *dev = 0;
-    if (!bitnet__cuda.cu.cuMemHostAlloc || !bitnet__cuda.cu.cuMemHostGetDevicePointer || !bitnet__cuda.cu.cuMemFreeHost)
-        return bitnet__err(BITNET_ERR_UNSUPPORTED, "mapped host memory: the driver has no cuMemHostAlloc");
-    BITNET__TRY(bitnet__ctx_push(gpu->dev->ctx));
-    r = bitnet__cuda.cu.cuMemHostAlloc(host, bytes, 0x01 | 0x02); /* portable, mapped into the device */
-    if (r == 0 && (r = bitnet__cuda.cu.cuMemHostGetDevicePointer(dev, *host, 0)) != 0) {
-        bitnet__cuda.cu.cuMemFreeHost(*host);
-        *host = NULL;
+    if (!bitnet__cuda.cu.cuMemHostRegister || !bitnet__cuda.cu.cuMemHostGetDevicePointer || !bitnet__cuda.cu.cuMemHostUnregister)
+        return bitnet__err(BITNET_ERR_UNSUPPORTED, "mapped host memory: the driver has no cuMemHostRegister");
+    if (span < bytes || span > SIZE_MAX - 2 * pg) return bitnet__err(BITNET_ERR_OVERFLOW, "mapped host memory of %zu bytes", bytes);
+    if (!(raw = (unsigned char *)bitnet__malloc(span + 2 * pg))) return BITNET_ERR_OUT_OF_MEMORY;
+    p = (unsigned char *)(((uintptr_t)raw + sizeof raw + pg - 1) & ~(uintptr_t)(pg - 1));
+    memcpy(p - sizeof raw, &raw, sizeof raw);
+    bitnet__hugepages(p, span);
+    if (fill) fill(p, bytes, ctx);
+    else memset(p, 0, bytes);
+    if ((r = bitnet__ctx_push(gpu->dev->ctx)) == BITNET_OK) {
+        r = bitnet__cuda.cu.cuMemHostRegister(p, span, 0x01 | 0x02); /* portable, mapped into the device */
+        if (r == 0 && (r = bitnet__cuda.cu.cuMemHostGetDevicePointer(dev, p, 0)) != 0) bitnet__cuda.cu.cuMemHostUnregister(p);
+        bitnet__ctx_pop();
+        snprintf(what, sizeof what, "mapped host memory of %zu bytes", bytes);
+        if (r) r = bitnet__cu_fail(BITNET_ERR_OUT_OF_MEMORY, r, what);
     }
-    bitnet__ctx_pop();
-    snprintf(what, sizeof what, "mapped host memory of %zu bytes", bytes);
-    return r ? bitnet__cu_fail(BITNET_ERR_OUT_OF_MEMORY, r, what) : BITNET_OK;
+    if (r) {
+        bitnet__free(raw);
+        *dev = 0;
+        return (bitnet_result)r;
+    }
+    *host = p;
+    return BITNET_OK;
 }
 static void bitnet__gpu_host_free(bitnet_gpu *gpu, void *host) {
-    if (!host || !gpu || bitnet__ctx_push(gpu->dev->ctx) != BITNET_OK) return;
-    bitnet__cuda.cu.cuMemFreeHost(host);
-    bitnet__ctx_pop();
+    void *raw;
+    if (!host || !gpu) return;
+    if (bitnet__ctx_push(gpu->dev->ctx) == BITNET_OK) bitnet__cuda.cu.cuMemHostUnregister(host), bitnet__ctx_pop();
+    memcpy(&raw, (unsigned char *)host - sizeof raw, sizeof raw);
+    bitnet__free(raw);
 }
 
 /* A download into page-locked memory (bitnet__gpu_host_alloc's) that returns at once, with a marker
@@ -11675,6 +11716,12 @@ static bitnet_result bitnet__gpad_i2s(const void *src, size_t n, size_t k, int r
     return r;
 }
 
+/* the embedding's fp16 rows into the device's mapped copy (bitnet__gpu_host_alloc's fill) */
+static void bitnet__emb_host_fill(void *host, size_t bytes, const void *ctx) {
+    const bitnet_model *m = (const bitnet_model *)ctx;
+    if (m->tok_embd) bitnet__copy_parallel(host, m->tok_embd, bytes);
+    else bitnet__emb_fill(m, (uint16_t *)host);
+}
 static void bitnet__progress(const bitnet_model_desc *d, float f);
 /* (progress from 0.6 to 0.95: the kernels, then a layer at a time; the head was quantized before) */
 static bitnet_result bitnet__gpu_model_init(bitnet_model *m, const bitnet_model_desc *d) {
@@ -11772,12 +11819,8 @@ static bitnet_result bitnet__gpu_model_init(bitnet_model *m, const bitnet_model_
         size_t bytes = (size_t)in->n_vocab * (size_t)in->dim * 2;
         if (bitnet__env_off("BITNET_GPU_HOST_EMB"))
             bitnet__log(BITNET_LOG_INFO, "CUDA forward: BITNET_GPU_HOST_EMB=0: each decode step uploads its embedding row");
-        else if (bitnet__gpu_host_alloc(g->gpu, bytes, &g->emb_host, &g->emb_dev) != BITNET_OK)
+        else if (bitnet__gpu_host_alloc(g->gpu, bytes, bitnet__emb_host_fill, m, &g->emb_host, &g->emb_dev) != BITNET_OK)
             bitnet__log(BITNET_LOG_INFO, "CUDA forward: %s; each decode step uploads its embedding row", bitnet_last_error());
-        else if (bitnet__progress(d, 0.96f), m->tok_embd)
-            bitnet__copy_parallel(g->emb_host, m->tok_embd, bytes);
-        else
-            bitnet__emb_fill(m, (uint16_t *)g->emb_host);
     }
     BITNET__TRY(bitnet_gpu_sync(g->gpu));
     return bitnet_gpu_pool_trim(g->gpu); /* the upload's staging buffers */
@@ -11953,7 +11996,7 @@ static bitnet_result bitnet__gpu_session_init(bitnet_session *s) {
     BITNET__TRY(bitnet_gpu_upload(q->gpu, q->iota, q->stage, (size_t)q->B * 4));
     BITNET__TRY(bitnet_gpu_sync(q->gpu)); /* the stage is reused right away */
     q->dev_pos = -1;
-    if (g->emb_dev && bitnet__gpu_host_alloc(q->gpu, 64, (void **)&q->pin, &q->pin_dev) != BITNET_OK) {
+    if (g->emb_dev && bitnet__gpu_host_alloc(q->gpu, 64, NULL, NULL, (void **)&q->pin, &q->pin_dev) != BITNET_OK) {
         bitnet__log(BITNET_LOG_INFO, "CUDA forward: %s; greedy decoding downloads each token before the next step", bitnet_last_error());
         q->pin = NULL, q->pin_dev = 0;
     }
@@ -12539,19 +12582,6 @@ static bitnet_result bitnet__resolve_backend(bitnet_backend want, bitnet_model_i
     if (gpu_ok) snprintf(info->backend_reason, sizeof info->backend_reason, "CUDA %s", want == BITNET_BACKEND_CUDA ? "requested" : "usable");
     else snprintf(info->backend_reason, sizeof info->backend_reason, "CUDA unavailable: %s; using the CPU", why);
     return BITNET_OK;
-}
-
-/* Asks for 2 MB pages on the whole 2 MB blocks inside [p, p + n): decoding streams every weight
-   once a token, and with 4 KB pages the TLB misses cost about a tenth of the read bandwidth here.
-   Call it before the memory is first written, so the first touch gets the large pages. */
-static void bitnet__hugepages(void *p, size_t n) {
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-    uintptr_t a = ((uintptr_t)p + ((uintptr_t)1 << 21) - 1) & ~(((uintptr_t)1 << 21) - 1);
-    uintptr_t b = ((uintptr_t)p + n) & ~(((uintptr_t)1 << 21) - 1);
-    if (b > a) madvise((void *)a, (size_t)(b - a), MADV_HUGEPAGE); /* a hint: failure changes nothing */
-#else
-    (void)p, (void)n;
-#endif
 }
 
 /* Drops this process's pages of [p, p + n) when they lie in g's read-only file mapping (whole pages
