@@ -1,6 +1,7 @@
 /* What page-locking a 657 MB host table costs (the GPU forward's mapped embedding; BENCHMARKS.md,
    session 46): cuMemHostAlloc against memory of our own, filled first (faults on all cores), then
-   cuMemHostRegister'd, with and without large pages (MADV_HUGEPAGE).
+   cuMemHostRegister'd, with and without large pages (MADV_HUGEPAGE). (The library now does the
+   latter: bitnet__gpu_host_alloc.)
      pin_cost [MB (657)] */
 #define _GNU_SOURCE
 #define BITNET_IMPLEMENTATION
@@ -13,29 +14,33 @@
 
 typedef int (*reg_fn)(void *p, size_t n, unsigned flags);
 typedef int (*unreg_fn)(void *p);
+typedef int (*halloc_fn)(void **p, size_t n, unsigned flags);
 
 int main(int argc, char **argv) {
     const size_t bytes = (size_t)(argc > 1 ? atof(argv[1]) : 657.0) * 1048576;
     bitnet_gpu *gpu = NULL;
     void *lib = dlopen("libcuda.so.1", RTLD_NOW), *h;
     reg_fn reg = lib ? (reg_fn)dlsym(lib, "cuMemHostRegister_v2") : NULL;
-    unreg_fn unreg = lib ? (unreg_fn)dlsym(lib, "cuMemHostUnregister") : NULL;
+    unreg_fn unreg = lib ? (unreg_fn)dlsym(lib, "cuMemHostUnregister") : NULL, hfree = lib ? (unreg_fn)dlsym(lib, "cuMemFreeHost") : NULL;
+    halloc_fn halloc = lib ? (halloc_fn)dlsym(lib, "cuMemHostAlloc") : NULL;
     bitnet_devptr dev;
     unsigned char *src = (unsigned char *)malloc(bytes);
     double t;
     int rep, huge, rc;
-    if (!reg || !unreg || !src || bitnet_gpu_open(0, &gpu) != BITNET_OK) return fprintf(stderr, "setup: %s\n", bitnet_last_error()), 1;
+    if (!reg || !unreg || !hfree || !halloc || !src || bitnet_gpu_open(0, &gpu) != BITNET_OK) return fprintf(stderr, "setup: %s\n", bitnet_last_error()), 1;
     memset(src, 1, bytes);
     if (system("cat /sys/kernel/mm/transparent_hugepage/enabled") != 0) printf("(no THP setting)\n");
     for (rep = 0; rep < 3; rep++) {
         t = bitnet__now();
-        if (bitnet__gpu_host_alloc(gpu, bytes, &h, &dev) != BITNET_OK) return 1;
+        bitnet__ctx_push(gpu->dev->ctx);
+        if (halloc(&h, bytes, 0x01 | 0x02) != 0) return 1;
         printf("cuMemHostAlloc %.0f ms", (bitnet__now() - t) * 1e3);
         t = bitnet__now();
         bitnet__copy_parallel(h, src, bytes);
         printf(", copy %.0f ms", (bitnet__now() - t) * 1e3);
         t = bitnet__now();
-        bitnet__gpu_host_free(gpu, h);
+        hfree(h);
+        bitnet__ctx_pop();
         printf(", free %.0f ms\n", (bitnet__now() - t) * 1e3);
         for (huge = 0; huge < 2; huge++) {
             void *p = NULL;
