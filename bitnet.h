@@ -12817,6 +12817,7 @@ static bitnet_result bitnet__model_build(bitnet_model *m, const bitnet_model_wei
     if (in->backend == BITNET_BACKEND_CUDA) { /* the same int8 head by default: quantized here, uploaded, freed */
         bitnet_result r;
         char why[184];
+        BITNET__TRY(bitnet__weights_pass(m, d, 0)); /* the CPU's check first: a corrupt matrix is named alike */
         if (!want_f16) {
             BITNET__TRY(bitnet__head_quantize(m, d, 0.6f));
             in->head_bits = 8;
@@ -12828,14 +12829,6 @@ static bitnet_result bitnet__model_build(bitnet_model *m, const bitnet_model_wei
         if (r == BITNET_OK) {
             bitnet__progress(d, 1.0f);
             return BITNET_OK;
-        }
-        /* The upload refuses I2_S code 3 (a corrupt file, on any backend); the CPU's pass, run only then
-           (it took ~120 of a 2B-4T load's ~830 ms), names the matrix as the CPU backend does. */
-        if (r == BITNET_ERR_CORRUPT) {
-            bitnet__gpu_model_free(m);
-            in->head_bits = 16;
-            BITNET__TRY(bitnet__weights_pass(m, NULL, 0));
-            return r;
         }
         bitnet__gpu_model_free(m);
         in->head_bits = 16;
