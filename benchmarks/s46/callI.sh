@@ -14,7 +14,7 @@ echo "make test-gpu: $(tail -1 "$OUT/test-gpu.log")"; grep -E "FAIL" "$OUT/test-
 grep -E '^(ok|FAIL) +test_bad_weights' "$OUT/test-gpu.log"
 tail -5 "$OUT/test-gpu.log" > "$OUT/callI-test-gpu-tail.txt"
 cc -O1 -g -o /tmp/fuzz_replay tools/fuzz_replay.c tests/fuzz_model.c build/impl.o -lm -ldl -lpthread || exit 1
-for b in cpu cuda; do BITNET_FUZZ_BACKEND=$b /tmp/fuzz_replay tests/corpus/model 2>&1 | sed 's/, [0-9.]* ms,/,/' > "$OUT/callI-replay-$b.txt"; done
+for b in cpu cuda; do BITNET_FUZZ_BACKEND=$b /tmp/fuzz_replay tests/corpus/model .dev/fzm 2>&1 | sed 's/, [0-9.]* ms,/,/' > "$OUT/callI-replay-$b.txt"; done
 echo "fuzz corpus: $(wc -l < "$OUT/callI-replay-cpu.txt") lines; cpu and cuda differ at $(diff "$OUT/callI-replay-cpu.txt" "$OUT/callI-replay-cuda.txt" | grep -c '^<') files"
 grep -c 'code 3' "$OUT/callI-replay-cuda.txt"
 diff "$OUT/callI-replay-cpu.txt" "$OUT/callI-replay-cuda.txt" | head -6
