@@ -854,6 +854,7 @@ typedef struct bitnet_model_info {
     bitnet_backend backend;                   /* the backend actually in use */
     char backend_reason[256];                 /* why (e.g. "CUDA unavailable: ...; using the CPU") */
     int32_t head_bits;                        /* the head as computed: 8 (int8 rows) or 16 (fp16) */
+    int32_t rope_freqs;                       /* 1: RoPE's frequencies divided by rope_freqs (Llama 3.1's scaling) */
 } bitnet_model_info;
 
 BITNET_API bitnet_result bitnet_model_load(const bitnet_model_desc *desc, bitnet_model **out);
@@ -5338,6 +5339,7 @@ static bitnet_result bitnet__gguf_check_bitnet(const bitnet_gguf *g, bitnet_mode
     BITNET__TRY(bitnet__gguf_want(g, "output_norm.weight", BITNET__GGUF_FLOAT, dim, 1, 0));
     BITNET__TRY(bitnet__gguf_want(g, "output.weight", BITNET__GGUF_EMBD, dim, n_vocab, 1));
     BITNET__TRY(bitnet__gguf_want(g, "rope_freqs.weight", BITNET__GGUF_FLOAT, (uint64_t)info->head_dim / 2, 1, 1));
+    info->rope_freqs = bitnet__gguf_tensor_named(g, "rope_freqs.weight") != NULL;
     for (l = 0; l < info->n_layers; l++) {
         const uint64_t sz[4] = {1, dim, kv_dim, ffn};
         size_t p;
@@ -12772,6 +12774,7 @@ static bitnet_result bitnet__model_build(bitnet_model *m, const bitnet_model_wei
             return bitnet__err(BITNET_ERR_BAD_METADATA, "model: rope_freqs[%d] is %g (must be finite and > 0)", (int)l,
                                (double)w->rope_freqs[l]);
     m->rope_ff = w->rope_freqs;
+    in->rope_freqs = w->rope_freqs != NULL;
     m->layers = (bitnet__layer *)bitnet__calloc((size_t)w->n_layers, sizeof *m->layers);
     if (!m->layers) return BITNET_ERR_OUT_OF_MEMORY;
     for (l = 0; l < w->n_layers; l++) {

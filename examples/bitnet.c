@@ -1419,11 +1419,11 @@ static int cmd_info(int argc, char **argv) {
     r = bitnet_gguf_check_bitnet(g, &mi);
     if (r == BITNET_OK)
         printf("\nBitNet check: ok (%s: dim %d, %d layers, %d heads, %d kv heads, ffn %d (%s), vocab %d, context %d, "
-               "rope theta %g, eps %g, bos %d, eos %d, eot %d, chat template %s)\n",
+               "rope theta %g%s, eps %g, bos %d, eos %d, eot %d, chat template %s)\n",
                mi.arch, mi.dim, mi.n_layers, mi.n_heads, mi.n_kv_heads, mi.ffn_dim,
                mi.ffn_act == BITNET_FFN_SILU ? (mi.sub_norms ? "silu(gate) * up" : "silu(gate) * up, no sub-norms") : "relu(gate)^2 * up",
                mi.n_vocab, mi.n_ctx_train,
-               (double)mi.rope_theta, (double)mi.norm_eps, mi.bos, mi.eos, mi.eot,
+               (double)mi.rope_theta, mi.rope_freqs ? " with rope_freqs" : "", (double)mi.norm_eps, mi.bos, mi.eos, mi.eot,
                mi.chat_template == BITNET_CHAT_LLAMA3 ? "llama3" : mi.chat_template == BITNET_CHAT_FALCON3 ? "falcon3" : "bitnet");
     else
         printf("\nBitNet check: %s: %s\n", bitnet_result_string(r), bitnet_last_error());

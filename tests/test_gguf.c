@@ -949,7 +949,10 @@ static void test_check_inconsistent(void) {
     c = micro_default(); c.omit_eps = 1;
     TEST_CHECK(check_micro(&c, NULL) == BITNET_ERR_BAD_METADATA && strstr(bitnet_last_error(), "epsilon") != NULL);
     c = micro_default(); c.rope_freqs = 16; /* Llama 3.1's RoPE factors: head_dim / 2 of them */
-    TEST_CHECKF(check_micro(&c, NULL) == BITNET_OK, "%s", bitnet_last_error());
+    {
+        bitnet_model_info info;
+        TEST_CHECKF(check_micro(&c, &info) == BITNET_OK && info.rope_freqs == 1, "%s", bitnet_last_error());
+    }
     c.arch = "llama";
     TEST_CHECKF(check_micro(&c, NULL) == BITNET_OK, "%s", bitnet_last_error());
     c = micro_default(); c.rope_freqs = 32;

@@ -327,6 +327,7 @@ static float *rf_logits(tmodel *t, const int32_t *tok, int T) {
 }
 static void test_rope_freqs(void) {
     float ff[128], bad[4] = {0.0f, -1.0f, NAN, INFINITY};
+    bitnet_model_info info;
     tmodel t;
     bitnet_model *m = NULL;
     bitnet_model_weights w;
@@ -336,6 +337,11 @@ static void test_rope_freqs(void) {
     int i;
     for (i = 0; i < 128; i++) ff[i] = 1.0f + 0.5f * (float)(i % 16); /* far from 1 at once: every pair's angle moves */
     tm_ff = ff;
+    TM_STD(&t);
+    m = tm_model(&t, 1);
+    TEST_CHECK(m && bitnet_model_get_info(m, &info) == BITNET_OK && info.rope_freqs == 1);
+    bitnet_model_free(m), m = NULL;
+    tm_free(&t);
     forward_vs_reference(96, 128, 2, 4, 2, 256, 21);
     forward_vs_reference(48, 512, 1, 2, 1, 384, 35); /* head_dim 256 */
     tm_ff = NULL;
