@@ -9269,7 +9269,8 @@ static size_t bitnet__page_size(void) {
 static bitnet_result bitnet__gpu_host_alloc(bitnet_gpu *gpu, size_t bytes, void (*fill)(void *host, size_t bytes, const void *ctx),
                                             const void *ctx, void **host, bitnet_devptr *dev) {
     const size_t pg = bitnet__page_size(), span = (bytes + pg - 1) & ~(pg - 1);
-    bitnet__CUresult r;
+    bitnet__CUresult r = 0;
+    bitnet_result res;
     unsigned char *raw, *p;
     char what[96];
     BITNET__CHECK_GPU(gpu);
@@ -9283,17 +9284,17 @@ static bitnet_result bitnet__gpu_host_alloc(bitnet_gpu *gpu, size_t bytes, void 
     bitnet__hugepages(p, span);
     if (fill) fill(p, bytes, ctx);
     else memset(p, 0, bytes);
-    if ((r = bitnet__ctx_push(gpu->dev->ctx)) == BITNET_OK) {
+    if ((res = bitnet__ctx_push(gpu->dev->ctx)) == BITNET_OK) {
         r = bitnet__cuda.cu.cuMemHostRegister(p, span, 0x01 | 0x02); /* portable, mapped into the device */
         if (r == 0 && (r = bitnet__cuda.cu.cuMemHostGetDevicePointer(dev, p, 0)) != 0) bitnet__cuda.cu.cuMemHostUnregister(p);
         bitnet__ctx_pop();
         snprintf(what, sizeof what, "mapped host memory of %zu bytes", bytes);
-        if (r) r = bitnet__cu_fail(BITNET_ERR_OUT_OF_MEMORY, r, what);
+        if (r) res = bitnet__cu_fail(BITNET_ERR_OUT_OF_MEMORY, r, what);
     }
-    if (r) {
+    if (res != BITNET_OK) {
         bitnet__free(raw);
         *dev = 0;
-        return (bitnet_result)r;
+        return res;
     }
     *host = p;
     return BITNET_OK;
@@ -12508,7 +12509,7 @@ static bitnet_result bitnet__gpu_kv_io(bitnet_session *s, int l, int h, uint16_t
     bitnet_result r = BITNET_OK;
     if (!n) return BITNET_OK;
     if (ghd != hd && !(t = (uint16_t *)bitnet__calloc(bytes, 1))) return BITNET_ERR_OUT_OF_MEMORY;
-    q->have_next = 0;
+    if (put) q->have_next = 0; /* (the device's logits are no longer the text's) */
     for (c = 0; c < 2 && r == BITNET_OK; c++) {
         uint16_t *rows = c ? v : k, *buf = t ? t : rows;
         const bitnet_devptr dev = (c ? q->vc : q->kc) + at;

@@ -339,6 +339,16 @@ static void states(bitnet_model *cpu, bitnet_model *gpu) {
     }
     check_rows(err[0], 8, "GPU state on the CPU");
     check_rows(err[1], 8, "CPU state on the GPU");
+    { /* reading a state between an eval and a generation that goes on from its logits changes nothing */
+        bitnet_generate_params gp;
+        int32_t out[2];
+        memset(&gp, 0, sizeof gp);
+        gp.max_tokens = 2, gp.stop_tokens = tok, gp.n_stop = 0;
+        n = bitnet_session_state_size(s[4]);
+        free(back), back = (unsigned char *)malloc(n);
+        TEST_CHECK(back && bitnet_session_state_get(s[4], back, n) == BITNET_OK);
+        TEST_CHECKF(bitnet_generate(s[4], NULL, 0, &gp, out, 2, NULL) == BITNET_OK, "%s", bitnet_last_error());
+    }
 done:
     for (i = 0; i < 5; i++) bitnet_session_free(s[i]), free(lg[i]);
     free(st[0]), free(st[1]), free(back);

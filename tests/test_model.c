@@ -1162,6 +1162,13 @@ static void test_state(void) {
     gp.max_tokens = 8, gp.stop_tokens = tok, gp.n_stop = 0;
     TEST_CHECK(bitnet_generate(a, tok + 42, 1, &gp, ga, 8, NULL) == BITNET_OK && bitnet_generate(b, tok + 42, 1, &gp, gb, 8, NULL) == BITNET_OK);
     TEST_CHECK(memcmp(ga, gb, sizeof ga) == 0);
+    TEST_CHECK(bitnet_session_eval(a, tok, 1, la, 0) == BITNET_OK); /* a state read between an eval and a generation from its logits */
+    {
+        unsigned char *mid = (unsigned char *)malloc(bitnet_session_state_size(a));
+        TEST_CHECK(mid && bitnet_session_state_get(a, mid, bitnet_session_state_size(a)) == BITNET_OK);
+        TEST_CHECK(bitnet_generate(a, NULL, 0, &gp, ga, 8, NULL) == BITNET_OK);
+        free(mid);
+    }
     /* refusals, each leaving the session reset */
     TEST_CHECK(bitnet_session_state_set(b, st + 1, n - 1) == BITNET_ERR_TRUNCATED && bitnet_session_pos(b) == 0);
     TEST_CHECK(bitnet_session_state_set(b, st + 1, 63) == BITNET_ERR_TRUNCATED);
