@@ -707,7 +707,7 @@ static bitnet_result write_micro(const char *path, const micro_cfg *c) {
 #undef T
     W(bitnet_gguf_writer_begin(w, path));
     for (k = 0; k < nt && r == BITNET_OK; k++) { /* I2_S: code 1 (weight 0) then the scale; else the scale's bytes */
-        unsigned char *buf = (unsigned char *)malloc((size_t)sizes[k]);
+        unsigned char *buf = (unsigned char *)calloc((size_t)sizes[k], 1); /* (a block type's tail past the last whole float: zeros) */
         size_t e;
         if (k == 0 && c->emb_data && (!c->skip || strcmp(c->skip, "token_embd.weight") != 0)) {
             memcpy(buf, c->emb_data, (size_t)sizes[k]);
