@@ -6251,7 +6251,7 @@ BITNET_API bitnet_result bitnet_tokenizer_create(const bitnet_tokenizer_desc *de
     uint16_t b2c[256];
     int16_t c2b[324];
     uint64_t i, total = 0;
-    int32_t *first_rank = NULL;
+    int32_t *first_rank = NULL, *abm = NULL;
     unsigned char *scratch = NULL;
     size_t max_merge = 0;
     int32_t n;
@@ -6347,13 +6347,16 @@ BITNET_API bitnet_result bitnet_tokenizer_create(const bitnet_tokenizer_desc *de
        like tiktoken's ranks; under Falcon 3's a merge's own rank, as llama.cpp and Hugging Face rank. */
     for (i = 0; i < desc->n_merges; i++) max_merge = BITNET__MAX(max_merge, (size_t)desc->merges[i].len);
     scratch = (unsigned char *)bitnet__malloc(max_merge + 1);
-    if (!scratch) { r = BITNET_ERR_OUT_OF_MEMORY; goto done; }
+    abm = (int32_t *)bitnet__malloc((size_t)desc->n_merges * 3 * sizeof(int32_t) + 1);
+    if (!scratch || !abm) { r = BITNET_ERR_OUT_OF_MEMORY; goto done; }
+    /* two passes: the merges' token ids first, then their pairs into the table, each slot asked of
+       the cache 8 merges ahead (the table's random slots were most of the build: 2B-4T's 280,147
+       merges, BENCHMARKS.md session 46) */
     for (i = 0; i < desc->n_merges; i++) {
         const unsigned char *s = (const unsigned char *)desc->merges[i].ptr, *sp;
         size_t len = (size_t)desc->merges[i].len;
         long ka, kb;
         int32_t a, b, m;
-        uint32_t h;
         sp = (s && len) ? (const unsigned char *)memchr(s, ' ', len) : NULL;
         ka = sp ? bitnet__gpt2_decode(c2b, s, (size_t)(sp - s), scratch) : -1;
         kb = ka > 0 ? bitnet__gpt2_decode(c2b, sp + 1, len - (size_t)(sp - s) - 1, scratch + ka) : -1;
@@ -6367,6 +6370,15 @@ BITNET_API bitnet_result bitnet_tokenizer_create(const bitnet_tokenizer_desc *de
             goto done;
         }
         if (first_rank[m] == INT32_MAX) first_rank[m] = (int32_t)i;
+        abm[3 * i] = a, abm[3 * i + 1] = b, abm[3 * i + 2] = m;
+    }
+    for (i = 0; i < desc->n_merges; i++) {
+        const int32_t a = abm[3 * i], b = abm[3 * i + 1], m = abm[3 * i + 2];
+        uint32_t h;
+#if defined(__GNUC__)
+        if (i + 8 < desc->n_merges)
+            __builtin_prefetch(t->pairs + (bitnet__hash_pair((uint32_t)abm[3 * i + 24], (uint32_t)abm[3 * i + 25]) & t->pair_mask), 1);
+#endif
         h = bitnet__hash_pair((uint32_t)a, (uint32_t)b) & t->pair_mask;
         for (; t->pairs[h].left != UINT32_MAX; h = (h + 1) & t->pair_mask)
             if (t->pairs[h].left == (uint32_t)a && t->pairs[h].right == (uint32_t)b) break;
@@ -6381,6 +6393,7 @@ BITNET_API bitnet_result bitnet_tokenizer_create(const bitnet_tokenizer_desc *de
 done:
     bitnet__free(first_rank);
     bitnet__free(scratch);
+    bitnet__free(abm);
     if (r != BITNET_OK) {
         bitnet_tokenizer_free(t);
         return r;
