@@ -107,8 +107,8 @@ static bitnet_result tokenize_all(const bitnet_tokenizer *t, const char *text, s
     return r;
 }
 
-static int print_piece(int32_t token, const char *piece, size_t len, void *user) {
-    (void)user;
+static int print_piece(int32_t token, const char *piece, size_t len, void *user) { /* user: NULL, or the last token */
+    if (user) *(int32_t *)user = token;
     if (piece) fwrite(piece, 1, len, stdout);
     else printf("[%d]", (int)token);
     fflush(stdout);
@@ -228,7 +228,7 @@ static int cmd_run(int argc, char **argv) {
     model_opts mo;
     const char *prompt = NULL, *prompt_file = NULL, *cache = NULL;
     char *file_text = NULL;
-    int i, chat = 0, cnv = 0, last_n = 64, err, rc = 1;
+    int i, chat = 0, cnv = 0, shift = 0, last_n = 64, err, rc = 1;
     int32_t none = 0;
     bitnet_generate_params gp;
     bitnet_generate_stats st;
@@ -250,6 +250,7 @@ static int cmd_run(int argc, char **argv) {
         if (k) continue;
         if (strcmp(a, "--chat") == 0) { chat = 1; continue; }
         if (strcmp(a, "-cnv") == 0 || strcmp(a, "--conversation") == 0) { cnv = 1; continue; }
+        if (strcmp(a, "--context-shift") == 0) { shift = 1; continue; }
         if (strcmp(a, "--ignore-eos") == 0) { gp.stop_tokens = &none, gp.n_stop = 0; continue; } /* (non-NULL, none) */
         if (!v) return fprintf(stderr, "bitnet run: unknown option or missing value: %s\n", a), 2;
         i++;
@@ -298,6 +299,10 @@ static int cmd_run(int argc, char **argv) {
     memset(&sd, 0, sizeof sd);
     sd.n_ctx = mo.n_ctx;
     r = bitnet_session_create(m, &sd, &s);
+    if (!sd.n_ctx) { /* (the model's training context, as the session took it) */
+        bitnet_model_info info;
+        if (bitnet_model_get_info(m, &info) == BITNET_OK) sd.n_ctx = info.n_ctx_train;
+    }
     gp.on_token = print_piece;
     if (r == BITNET_OK && chat) r = bitnet_chat(s, "user", prompt, &gp, NULL, 0, &st); /* the model's chat template */
     else if (r == BITNET_OK) {
@@ -309,8 +314,24 @@ static int cmd_run(int argc, char **argv) {
             first = n - 1;
             fprintf(stderr, "bitnet run: --prompt-cache %s: %zu of the prompt's %zu tokens from it\n", cache, reused, n);
         }
+        int32_t last = -1;
+        gp.user = &last;
         if (r == BITNET_OK) r = bitnet_generate(s, ids + first, n - first, &gp, NULL, 0, &st);
         st.n_prompt += first - reused, st.prompt_seconds += secs; /* (the prompt's tokens evaluated in this run) */
+        while (r == BITNET_OK && shift && last >= 0 && bitnet_session_pos(s) >= sd.n_ctx && (!gp.max_tokens || st.n_generated < (size_t)gp.max_tokens)) {
+            /* --context-shift: the context filled before -n tokens: the older half of the text after the
+               prompt goes (bitnet_session_discard: the rest evaluated again, where llama.cpp rotates the
+               cached keys), and generation goes on from the last token, which was not evaluated */
+            const int32_t drop = (bitnet_session_pos(s) - (int32_t)n) / 2;
+            bitnet_generate_params g2 = gp;
+            bitnet_generate_stats s2;
+            if (drop <= 0) break; /* (the prompt alone fills it) */
+            fprintf(stderr, "\nbitnet run: context shift: %d tokens after the prompt dropped\n", (int)drop);
+            r = bitnet_session_discard(s, (int32_t)n, drop);
+            if (gp.max_tokens) g2.max_tokens = gp.max_tokens - (int32_t)st.n_generated;
+            if (r == BITNET_OK) r = bitnet_generate(s, &last, 1, &g2, NULL, 0, &s2);
+            if (r == BITNET_OK) st.n_generated += s2.n_generated, st.gen_seconds += s2.gen_seconds + s2.prompt_seconds;
+        }
     }
     printf("\n");
     if (r == BITNET_OK)
@@ -321,7 +342,9 @@ static int cmd_run(int argc, char **argv) {
         bitnet_model_info info;
         int ctx = mo.n_ctx;
         if (!ctx && bitnet_model_get_info(m, &info) == BITNET_OK) ctx = info.n_ctx_train;
-        if (bitnet_session_pos(s) >= ctx) fprintf(stderr, "bitnet run: stopped at the end of the context (%d positions; -c sets it)\n", ctx);
+        if (bitnet_session_pos(s) >= ctx && (!gp.max_tokens || st.n_generated < (size_t)gp.max_tokens))
+            fprintf(stderr, "bitnet run: stopped at the end of the context (%d positions; -c sets it%s)\n", ctx,
+                    shift ? "" : ", --context-shift goes on");
     }
     rc = r == BITNET_OK ? 0 : fail("run", r);
 done:
@@ -2659,11 +2682,13 @@ static const command commands[] = {
     {"run", cmd_run, "run -m FILE -p TEXT|-f FILE [-n N] [--backend auto|cpu|cuda] [--seed S] [--temp T] [--top-k K] [--top-p P]\n"
                      "      [--min-p P] [--repeat-penalty R] [--repeat-last-n N] [--ignore-eos] [--chat] [-cnv] [-t THREADS]\n"
                      "      [-c N_CTX] [--head f16|q8] [--no-mmap] [--chat-template bitnet|llama3|falcon3] [--prompt-cache FILE]\n"
+                     "      [--context-shift]\n"
                      "                               generate text, streamed to stdout; speeds on stderr. -cnv: a\n"
                      "                               conversation, a message a line of stdin (-p: the system message);\n"
                      "                               --chat and -cnv in the file's chat template (else the one named);\n"
                      "                               --prompt-cache: the prompt's state kept in FILE, the part that\n"
-                     "                               matches reused next time"},
+                     "                               matches reused next time; --context-shift: where the context fills\n"
+                     "                               before -n tokens, the older half after the prompt goes"},
     {"eval", cmd_eval, "eval -m FILE --tokens 1,2,3 --logits-out FILE.f32 [--backend B] [--head f16|q8]\n"
                        "                               float32 logits, one row of n_vocab per token (no BOS added)"},
     {"perplexity", cmd_perplexity, "perplexity -m FILE -f TEXT [-c N_CTX] [--chunks N] [--backend B] [-t THREADS]\n"

@@ -1624,6 +1624,31 @@ static void test_cli_prompt_cache(void) {
     remove(out[0]), remove(out[1]), remove(err), remove(cache), remove(small);
 }
 
+/* run --context-shift: -n 150 in a context of 48 positions generates all 150 (the older half after the
+   prompt dropped each time it fills); without it generation stops at the context's end and says so. */
+static void test_cli_context_shift(void) {
+    char bin[512], cmd[2048], err[640], why[600];
+    unsigned char *e;
+    size_t ne, gen;
+    int shift;
+    if (cli_bin(bin, sizeof bin, why, sizeof why)) TEST_SKIP("%s", why);
+    snprintf(err, sizeof err, "%s", tmp_path("cs_err.txt"));
+    for (shift = 0; shift < 2; shift++) {
+        const char *at;
+        snprintf(cmd, sizeof cmd, "%s run -m tests/data/tiny.gguf -p 'Hello there' -n 150 -c 48 --temp 0 --ignore-eos --backend cpu%s "
+                 "> /dev/null 2> %s", bin, shift ? " --context-shift" : "", err);
+        TEST_CHECK(system(cmd) == 0);
+        e = read_all(err, &ne);
+        at = e ? strstr((const char *)e, "generation ") : NULL;
+        TEST_CHECKF(at && sscanf(at, "generation %zu tokens", &gen) == 1, "%s", e ? (const char *)e : "(no output)");
+        if (at) TEST_CHECKF(shift ? gen == 150 : gen < 48, "--context-shift %d: %zu tokens", shift, gen);
+        TEST_CHECK(e && (strstr((const char *)e, "context shift: ") != NULL) == shift);
+        TEST_CHECK(e && (strstr((const char *)e, "stopped at the end of the context") != NULL) == !shift);
+        free(e);
+    }
+    remove(err);
+}
+
 int main(void) {
     RUN_TEST(test_roundtrip_all_types);
     RUN_TEST(test_writer_misuse);
@@ -1659,6 +1684,7 @@ int main(void) {
     RUN_TEST(test_cli_tq_models);
     RUN_TEST(test_cli_float_models);
     RUN_TEST(test_cli_prompt_cache);
+    RUN_TEST(test_cli_context_shift);
     RUN_TEST(test_ffn_not_whole_blocks);
     free(base_img);
     return test_summary();
