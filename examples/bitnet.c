@@ -186,8 +186,8 @@ static double cli_seconds(void) {
 
 /* run --prompt-cache FILE, as llama.cpp's: the session's state after all of the prompt but its last
    token (bitnet_session_state_get). Where the file's text starts the prompt, it is restored and only
-   the rest is evaluated; the file is then written for this prompt. *done: prompt tokens in the
-   session on return (n - 1); *reused: those the file gave; *seconds: the time their evaluation took. */
+   the rest is evaluated; the file is then written for this prompt. On return the session holds the
+   prompt's first n - 1 tokens; *reused: those the file gave; *seconds: the others' evaluation. */
 static bitnet_result prompt_cache(bitnet_session *s, const char *path, const int32_t *ids, size_t n, size_t *reused, double *seconds) {
     FILE *f = fopen(path, "rb");
     unsigned char *buf = NULL;
@@ -308,13 +308,13 @@ static int cmd_run(int argc, char **argv) {
     else if (r == BITNET_OK) {
         size_t reused = 0, first = 0;
         double secs = 0.0;
+        int32_t last = -1; /* (print_piece's: the last token shown) */
         r = tokenize_all(tk, prompt, strlen(prompt), 1, 0, &ids, &n);
         if (r == BITNET_OK && cache && n > 1) { /* the prompt but its last token from or into the cache */
             r = prompt_cache(s, cache, ids, n, &reused, &secs);
             first = n - 1;
             fprintf(stderr, "bitnet run: --prompt-cache %s: %zu of the prompt's %zu tokens from it\n", cache, reused, n);
         }
-        int32_t last = -1;
         gp.user = &last;
         if (r == BITNET_OK) r = bitnet_generate(s, ids + first, n - first, &gp, NULL, 0, &st);
         st.n_prompt += first - reused, st.prompt_seconds += secs; /* (the prompt's tokens evaluated in this run) */
@@ -338,14 +338,9 @@ static int cmd_run(int argc, char **argv) {
         fprintf(stderr, "bitnet run: prompt %zu tokens, %.2f tokens/s; generation %zu tokens, %.2f tokens/s\n", st.n_prompt,
                 st.prompt_seconds > 0 ? (double)st.n_prompt / st.prompt_seconds : 0.0, st.n_generated,
                 st.gen_seconds > 0 ? (double)st.n_generated / st.gen_seconds : 0.0);
-    if (r == BITNET_OK) { /* generation that filled the context stopped there: say so */
-        bitnet_model_info info;
-        int ctx = mo.n_ctx;
-        if (!ctx && bitnet_model_get_info(m, &info) == BITNET_OK) ctx = info.n_ctx_train;
-        if (bitnet_session_pos(s) >= ctx && (!gp.max_tokens || st.n_generated < (size_t)gp.max_tokens))
-            fprintf(stderr, "bitnet run: stopped at the end of the context (%d positions; -c sets it%s)\n", ctx,
-                    shift ? "" : ", --context-shift goes on");
-    }
+    if (r == BITNET_OK && bitnet_session_pos(s) >= sd.n_ctx && (!gp.max_tokens || st.n_generated < (size_t)gp.max_tokens))
+        fprintf(stderr, "bitnet run: stopped at the end of the context (%d positions; -c sets it%s)\n", (int)sd.n_ctx,
+                shift ? "" : ", --context-shift goes on"); /* (generation that filled the context stopped there) */
     rc = r == BITNET_OK ? 0 : fail("run", r);
 done:
     free(file_text), free(ids);
