@@ -136,11 +136,74 @@ static char *read_line(FILE *f) {
     return b;
 }
 
+static double cli_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* run --prompt-cache FILE: KEY and a NUL, then a session's state (bitnet_session_state_get). KEY is
+   -cnv's system message, "" for a plain prompt. cache_read: the state's bytes (in *file, malloc'd)
+   when FILE holds one under KEY, else NULL. */
+static const unsigned char *cache_read(const char *path, const char *key, unsigned char **file, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    long n = 0;
+    const size_t kl = strlen(key) + 1;
+    *file = NULL, *len = 0;
+    if (f && fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) > (long)kl && fseek(f, 0, SEEK_SET) == 0 &&
+        (*file = (unsigned char *)malloc((size_t)n)) && fread(*file, 1, (size_t)n, f) == (size_t)n && memcmp(*file, key, kl) == 0)
+        *len = (size_t)n - kl;
+    if (f) fclose(f);
+    if (!*len) free(*file), *file = NULL;
+    return *file ? *file + kl : NULL;
+}
+static void cache_write(const char *path, const char *key, const bitnet_session *s) {
+    const size_t size = bitnet_session_state_size(s), kl = strlen(key) + 1;
+    unsigned char *buf = (unsigned char *)malloc(kl + size);
+    FILE *f = NULL;
+    bitnet_result r = buf ? bitnet_session_state_get(s, buf + kl, size) : BITNET_ERR_OUT_OF_MEMORY;
+    if (r == BITNET_OK) memcpy(buf, key, kl);
+    if (r != BITNET_OK || !(f = fopen(path, "wb")) || fwrite(buf, 1, kl + size, f) != kl + size || fclose(f) != 0)
+        fprintf(stderr, "bitnet run: cannot write --prompt-cache %s: %s\n", path, r != BITNET_OK ? bitnet_last_error() : strerror(errno));
+    free(buf);
+}
+
+/* A plain prompt's cache, as llama.cpp's: the state after all of the prompt but its last token. Where
+   the file's text starts the prompt, it is restored and only the rest is evaluated; the file is then
+   written for this prompt. On return the session holds the prompt's first n - 1 tokens; *reused:
+   those the file gave; *seconds: the others' evaluation. */
+static bitnet_result prompt_cache(bitnet_session *s, const char *path, const int32_t *ids, size_t n, size_t *reused, double *seconds) {
+    unsigned char *file;
+    size_t len, keep = 0, have;
+    const unsigned char *st = cache_read(path, "", &file, &len);
+    bitnet_result r = BITNET_OK;
+    double t0;
+    *reused = 0, *seconds = 0.0;
+    if (st && bitnet_session_state_set(s, st, len) == BITNET_OK) {
+        const int32_t *t = bitnet_session_tokens(s);
+        have = (size_t)bitnet_session_pos(s);
+        while (keep < have && keep + 1 < n && t[keep] == ids[keep]) keep++;
+        r = bitnet_session_discard(s, (int32_t)keep, (int32_t)(have - keep)); /* (a tail: nothing to evaluate again) */
+    } else if (st) {
+        fprintf(stderr, "bitnet run: --prompt-cache %s not used: %s\n", path, bitnet_last_error());
+    }
+    free(file);
+    *reused = keep;
+    if (r != BITNET_OK || keep + 1 >= n) return r;
+    t0 = cli_seconds();
+    r = bitnet_session_eval(s, ids + keep, n - 1 - keep, NULL, 0);
+    *seconds = cli_seconds() - t0;
+    if (r == BITNET_OK) cache_write(path, "", s);
+    return r;
+}
+
 /* run -cnv: a conversation, one user message a line of stdin, each reply streamed to stdout (the
    prompt, when given, is the system message), until the input ends. When a message does not fit, the
    older half of the conversation after the system message is dropped first (as llama.cpp's context
-   shift; here the kept text is evaluated again, so nothing is approximated). */
-static int run_conversation(bitnet_model *m, const model_opts *mo, bitnet_generate_params *gp, const char *system) {
+   shift; here the kept text is evaluated again, so nothing is approximated). With cache (--prompt-cache),
+   the session after the system message comes from the file when it holds this system message's, and
+   goes into it otherwise. */
+static int run_conversation(bitnet_model *m, const model_opts *mo, bitnet_generate_params *gp, const char *system, const char *cache) {
     const int tty = isatty(fileno(stdin));
     bitnet_session *s = NULL;
     bitnet_session_desc sd;
@@ -154,7 +217,19 @@ static int run_conversation(bitnet_model *m, const model_opts *mo, bitnet_genera
     sd.n_ctx = mo->n_ctx;
     if ((r = bitnet_session_create(m, &sd, &s)) != BITNET_OK) return fail("run", r);
     gp->on_token = print_piece;
-    if (system && *system) r = bitnet_chat(s, "system", system, NULL, NULL, 0, NULL);
+    if (system && *system) {
+        unsigned char *file = NULL;
+        size_t len = 0;
+        const unsigned char *st = cache ? cache_read(cache, system, &file, &len) : NULL;
+        if (st && bitnet_session_state_set(s, st, len) == BITNET_OK) {
+            fprintf(stderr, "bitnet run: --prompt-cache %s: the system message's %d tokens from it\n", cache, (int)bitnet_session_pos(s));
+        } else {
+            if (st) fprintf(stderr, "bitnet run: --prompt-cache %s not used: %s\n", cache, bitnet_last_error());
+            r = bitnet_chat(s, "system", system, NULL, NULL, 0, NULL);
+            if (r == BITNET_OK && cache) cache_write(cache, system, s);
+        }
+        free(file);
+    }
     keep = bitnet_session_pos(s);
     while (r == BITNET_OK) {
         if (tty) fputs("> ", stderr), fflush(stderr);
@@ -176,52 +251,6 @@ static int run_conversation(bitnet_model *m, const model_opts *mo, bitnet_genera
             np, tp > 0 ? (double)np / tp : 0.0, ng, tg > 0 ? (double)ng / tg : 0.0);
     bitnet_session_free(s);
     return r == BITNET_OK ? 0 : fail("run", r);
-}
-
-static double cli_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/* run --prompt-cache FILE, as llama.cpp's: the session's state after all of the prompt but its last
-   token (bitnet_session_state_get). Where the file's text starts the prompt, it is restored and only
-   the rest is evaluated; the file is then written for this prompt. On return the session holds the
-   prompt's first n - 1 tokens; *reused: those the file gave; *seconds: the others' evaluation. */
-static bitnet_result prompt_cache(bitnet_session *s, const char *path, const int32_t *ids, size_t n, size_t *reused, double *seconds) {
-    FILE *f = fopen(path, "rb");
-    unsigned char *buf = NULL;
-    long len = 0;
-    size_t keep = 0, have, size;
-    bitnet_result r = BITNET_OK;
-    double t0;
-    *reused = 0, *seconds = 0.0;
-    if (f && fseek(f, 0, SEEK_END) == 0 && (len = ftell(f)) > 0 && fseek(f, 0, SEEK_SET) == 0 &&
-        (buf = (unsigned char *)malloc((size_t)len)) && fread(buf, 1, (size_t)len, f) == (size_t)len) {
-        if (bitnet_session_state_set(s, buf, (size_t)len) == BITNET_OK) {
-            const int32_t *t = bitnet_session_tokens(s);
-            have = (size_t)bitnet_session_pos(s);
-            while (keep < have && keep + 1 < n && t[keep] == ids[keep]) keep++;
-            r = bitnet_session_discard(s, (int32_t)keep, (int32_t)(have - keep)); /* (a tail: nothing to evaluate again) */
-        } else {
-            fprintf(stderr, "bitnet run: --prompt-cache %s not used: %s\n", path, bitnet_last_error());
-        }
-    }
-    if (f) fclose(f);
-    free(buf);
-    buf = NULL;
-    *reused = keep;
-    if (r != BITNET_OK || keep + 1 >= n) return r;
-    t0 = cli_seconds();
-    r = bitnet_session_eval(s, ids + keep, n - 1 - keep, NULL, 0);
-    *seconds = cli_seconds() - t0;
-    size = bitnet_session_state_size(s);
-    if (r == BITNET_OK && !(buf = (unsigned char *)malloc(size))) r = BITNET_ERR_OUT_OF_MEMORY;
-    if (r == BITNET_OK) r = bitnet_session_state_get(s, buf, size);
-    if (r == BITNET_OK && (!(f = fopen(path, "wb")) || fwrite(buf, 1, size, f) != size || fclose(f) != 0))
-        fprintf(stderr, "bitnet run: cannot write --prompt-cache %s: %s\n", path, strerror(errno));
-    free(buf);
-    return r;
 }
 
 static int cmd_run(int argc, char **argv) {
@@ -274,7 +303,7 @@ static int cmd_run(int argc, char **argv) {
     if (last_n == 0) gp.sampler.repeat_penalty = 1.0f; /* as llama.cpp: 0 turns the penalty off */
     gp.sampler.repeat_last_n = last_n < 0 ? INT32_MAX : last_n; /* (the library clips it to the context) */
     if (prompt && prompt_file) return fprintf(stderr, "bitnet run: -p and -f both given\n"), 2;
-    if (cache && (chat || cnv)) return fprintf(stderr, "bitnet run: --prompt-cache takes a plain prompt (not --chat or -cnv)\n"), 2;
+    if (cache && chat) return fprintf(stderr, "bitnet run: --prompt-cache takes a plain prompt or -cnv's system message (not --chat)\n"), 2;
     if (!mo.path || !(prompt || prompt_file || cnv))
         return fprintf(stderr, "usage: bitnet run -m FILE -p TEXT [options] (see bitnet help)\n"), 2;
     if (prompt_file) { /* -f: the prompt from a file */
@@ -293,7 +322,7 @@ static int cmd_run(int argc, char **argv) {
         goto done;
     }
     if (cnv) {
-        rc = run_conversation(m, &mo, &gp, prompt);
+        rc = run_conversation(m, &mo, &gp, prompt, cache);
         goto done;
     }
     memset(&sd, 0, sizeof sd);
@@ -2681,8 +2710,8 @@ static const command commands[] = {
                      "                               generate text, streamed to stdout; speeds on stderr. -cnv: a\n"
                      "                               conversation, a message a line of stdin (-p: the system message);\n"
                      "                               --chat and -cnv in the file's chat template (else the one named);\n"
-                     "                               --prompt-cache: the prompt's state kept in FILE, the part that\n"
-                     "                               matches reused next time; --context-shift: where the context fills\n"
+                     "                               --prompt-cache: the prompt's (-cnv: the system message's) state\n"
+                     "                               kept in FILE, what matches reused next time; --context-shift: where the context fills\n"
                      "                               before -n tokens, the older half after the prompt goes"},
     {"eval", cmd_eval, "eval -m FILE --tokens 1,2,3 --logits-out FILE.f32 [--backend B] [--head f16|q8]\n"
                        "                               float32 logits, one row of n_vocab per token (no BOS added)"},

@@ -1609,6 +1609,20 @@ static void test_cli_prompt_cache(void) {
         }
         free(a), free(b), free(e);
     }
+    /* -cnv: the system message's state; the same replies with it, and a new system message not from it */
+    remove(cache);
+    for (t = 0; t < 3; t++) {
+        snprintf(cmd, sizeof cmd, "printf 'Hi there\\nAnd again\\n' | %s run -m tests/data/tiny.gguf -cnv -p '%s' -n 6 --temp 0 "
+                 "--ignore-eos --backend cpu --prompt-cache %s > %s 2> %s", bin, t < 2 ? "Be brief." : "Be long.", cache, out[t & 1], err);
+        TEST_CHECK(system(cmd) == 0);
+        e = read_all(err, &ne);
+        TEST_CHECKF(e && (strstr((const char *)e, "system message's") != NULL) == (t == 1), "-cnv run %d: %s", t, e ? (const char *)e : "");
+        free(e);
+        if (t != 1) continue;
+        a = read_all(out[0], &na), b = read_all(out[1], &nb);
+        TEST_CHECKF(a && b && na > 2 && na == nb && memcmp(a, b, na) == 0, "-cnv: the replies with the cache differ");
+        free(a), free(b);
+    }
     for (t = 0; t < 2; t++) {
         snprintf(rs[t], sizeof rs[t], "%s%d.gguf", tmp_path("rope_scaled"), t);
         snprintf(cmd, sizeof cmd, "%s gen-model --preset tiny %s -o %s > /dev/null 2>&1 && %s eval -m %s --backend cpu "
