@@ -1417,6 +1417,15 @@ BITNET__UNUSED static void bitnet__free(void *p) {
     else BITNET_FREE(raw);
 }
 
+/* The host's page size (a power of two, 4 KB at least). */
+BITNET__UNUSED static size_t bitnet__page_size(void) {
+#if !defined(_WIN32)
+    const long pg = sysconf(_SC_PAGESIZE);
+    if (pg >= 4096 && !(pg & (pg - 1))) return (size_t)pg;
+#endif
+    return 4096;
+}
+
 /* Asks for 2 MB pages on the whole 2 MB blocks inside [p, p + n): decoding streams every weight
    once a token, and with 4 KB pages the TLB misses cost about a tenth of the read bandwidth here.
    Call it before the memory is first written, so the first touch gets the large pages. */
@@ -9272,13 +9281,6 @@ BITNET_API bitnet_result bitnet_gpu_download(bitnet_gpu *gpu, void *dst, bitnet_
    zeros; the embedding's copy on the thread pool, page faults and all) and then registered with the
    driver: cuMemHostAlloc took 234-405 ms to pin the 657 MB embedding and 60-91 ms to free it, this
    20-40 ms and 12 (BENCHMARKS.md, session 46). The raw pointer sits just before the pages. */
-static size_t bitnet__page_size(void) {
-#if !defined(_WIN32)
-    const long pg = sysconf(_SC_PAGESIZE);
-    if (pg >= 4096 && !(pg & (pg - 1))) return (size_t)pg;
-#endif
-    return 4096;
-}
 static bitnet_result bitnet__gpu_host_alloc(bitnet_gpu *gpu, size_t bytes, void (*fill)(void *host, size_t bytes, const void *ctx),
                                             const void *ctx, void **host, bitnet_devptr *dev) {
     const size_t pg = bitnet__page_size(), span = (bytes + pg - 1) & ~(pg - 1);
@@ -12606,7 +12608,7 @@ static bitnet_result bitnet__resolve_backend(bitnet_backend want, bitnet_model_i
    memory, an image read into memory) is left alone: there MADV_DONTNEED would zero it. */
 static void bitnet__release_mapped(const bitnet_gguf *g, const void *p, size_t n) {
 #if defined(__linux__) && defined(MADV_DONTNEED)
-    uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE), u = (uintptr_t)p, base = g ? (uintptr_t)g->base : 0, a, b;
+    uintptr_t pg = (uintptr_t)bitnet__page_size(), u = (uintptr_t)p, base = g ? (uintptr_t)g->base : 0, a, b;
     if (!g || !g->map || u < base || n > g->size || u - base > g->size - n) return;
     a = (u + pg - 1) & ~(pg - 1), b = (u + n) & ~(pg - 1);
     if (b > a) madvise((void *)a, (size_t)(b - a), MADV_DONTNEED);
