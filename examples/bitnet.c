@@ -475,7 +475,6 @@ static int cmd_perplexity(int argc, char **argv) {
     bitnet_model_info info;
     const bitnet_tokenizer *tok;
     bitnet_result r;
-    struct timespec ts;
     {
         static const char *const names[2] = {"-f", "--chunks"};
         const char *vals[2] = {NULL, NULL};
@@ -513,8 +512,7 @@ static int cmd_perplexity(int argc, char **argv) {
     first = n_ctx / 2;
     fprintf(stderr, "bitnet perplexity: %zu tokens, %zu chunks of %d, scoring the last %d of each\n", n_tok, n_chunks, n_ctx,
             n_ctx - first);
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    t0 = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    t0 = cli_seconds();
     for (c = 0; c < n_chunks && r == BITNET_OK; c++) {
         int j0;
         memcpy(chunk, ids + c * (size_t)n_ctx, (size_t)n_ctx * sizeof *chunk);
@@ -536,8 +534,7 @@ static int cmd_perplexity(int argc, char **argv) {
         if (r == BITNET_OK) fprintf(stderr, "[%zu]%.4f%s", c + 1, exp(sum / (double)scored), c + 1 < n_chunks ? "," : "\n");
     }
     if (r != BITNET_OK) goto done;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    t1 = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    t1 = cli_seconds();
     {
         double mean = sum / (double)scored, var = sum2 / (double)scored - mean * mean;
         double se = scored > 1 && var > 0.0 ? sqrt(var / (double)(scored - 1)) : 0.0;
@@ -1889,7 +1886,6 @@ static int cmd_gen_model(int argc, char **argv) {
     int i, l, k, bos, eos, eot, n_vocab, no_sub = 0, rope_llama3 = 0;
     uint8_t yes = 1;
     double t0 = 0;
-    struct timespec ts;
     memset(&v, 0, sizeof v);
     for (i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--preset") == 0 && i + 1 < argc) preset = argv[++i];
@@ -1948,8 +1944,7 @@ static int cmd_gen_model(int argc, char **argv) {
                 p->ffn, type_name);
         return 2;
     }
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    t0 = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    t0 = cli_seconds();
     gm_table_init();
     if (strcmp(p->name, "tiny") && strcmp(p->name, "small")) { /* LLaMA 3: 128000 tiktoken ranks + 256 specials */
         if ((r = bitnet_vocab_from_tiktoken(tiktoken, 256, &v.llama3)) != BITNET_OK) {
@@ -2128,13 +2123,12 @@ static int cmd_gen_model(int argc, char **argv) {
         fprintf(stderr, "bitnet gen-model: %s: %s\n", bitnet_result_string(r), bitnet_last_error());
         return 1;
     }
-    clock_gettime(CLOCK_MONOTONIC, &ts);
     {
         FILE *f = fopen(out, "rb");
         long size = 0;
         if (f) { fseek(f, 0, SEEK_END); size = ftell(f); fclose(f); }
         fprintf(stderr, "wrote %s: preset %s, seed %llu, %ld bytes in %.2f s (random weights: the text it generates means nothing)\n",
-                out, p->name, seed, size, (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9 - t0);
+                out, p->name, seed, size, cli_seconds() - t0);
     }
     return 0;
 }
