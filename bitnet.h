@@ -24,6 +24,7 @@
      >>gguf            GGUF reader and writer
      >>tokenizer       byte-level BPE (LLaMA 3) and SentencePiece (LLaMA 2)
      >>sampler         sampling
+     >>grammar         GBNF grammars: generation held to a grammar
      >>cpu-forward     the transformer forward pass on the CPU
      >>cuda-loader     dlopen of libcuda and NVRTC, device query, context, streams
      >>nvrtc           JIT compile and module cache
@@ -945,6 +946,33 @@ BITNET_API uint64_t bitnet_rng_seed(uint64_t seed);
 BITNET_API bitnet_result bitnet_sample(float *logits, int32_t n_vocab, const bitnet_sampler_params *p,
                                        const int32_t *history, size_t n_history, uint64_t *rng, int32_t *out);
 
+/* Grammars: GBNF, llama.cpp's notation. Rules "name ::= ..." (names of letters, digits, '-' and
+   '_'; the text must match rule "root"), each a line (newlines may follow "::=" and "|", and come
+   anywhere inside parentheses); "strings", [classes] of characters and ranges ([^...] negated), '.'
+   (any character), rule names, ( groups ), alternatives with '|', and the repetitions *, +, ?,
+   {m}, {m,} and {m,n} (m, n <= 1000); "# ..." comments; escapes \n \r \t \\ \" \[ \] \- \^ \xHH
+   \uHHHH \UHHHHHHHH. Characters are Unicode code points of UTF-8 text. Refused with
+   BITNET_ERR_INVALID_ARG and the line and column: bad syntax, a rule used and not defined or
+   defined twice, no root, left recursion (a rule that can reach itself before a character); at
+   most 4096 rules (groups and repetitions count) and 2^20 elements. A grammar is immutable: share
+   it between threads and generations. */
+typedef struct bitnet_grammar bitnet_grammar;
+BITNET_API bitnet_result bitnet_grammar_parse(const char *text, size_t len, bitnet_grammar **out);
+BITNET_API void bitnet_grammar_free(bitnet_grammar *g);
+/* Where text stands in the grammar: *status 1 a whole sentence (more may follow), 0 only the start
+   of one, -1 neither. */
+BITNET_API bitnet_result bitnet_grammar_match(const bitnet_grammar *g, const char *text, size_t len, int *status);
+/* For a sampling loop of one's own: where a text in tokens is in the grammar. allowed sets
+   allow[id] (n_vocab bytes) to 1 for each token that may come next, 0 for the rest: stop tokens
+   (the caller's list) only where the text is a whole sentence, other special tokens never; accept
+   takes a token into the text (BITNET_ERR_INVALID_ARG for one the grammar does not allow). The
+   tokenizer and the grammar must outlive the state. */
+typedef struct bitnet_grammar_state bitnet_grammar_state;
+BITNET_API bitnet_result bitnet_grammar_state_create(const bitnet_grammar *g, const bitnet_tokenizer *t, bitnet_grammar_state **out);
+BITNET_API void bitnet_grammar_state_free(bitnet_grammar_state *st);
+BITNET_API bitnet_result bitnet_grammar_state_allowed(bitnet_grammar_state *st, const int32_t *stop, size_t n_stop, unsigned char *allow);
+BITNET_API bitnet_result bitnet_grammar_state_accept(bitnet_grammar_state *st, int32_t token, const int32_t *stop, size_t n_stop);
+
 /* Streaming callback: return nonzero to stop. */
 typedef int (*bitnet_token_fn)(int32_t token, const char *piece, size_t len, void *user);
 typedef struct bitnet_generate_params {
@@ -952,6 +980,11 @@ typedef struct bitnet_generate_params {
     int32_t max_tokens;                       /* 0 = until a stop token or the context ends */
     const int32_t *stop_tokens; size_t n_stop; /* NULL = the model's EOS and EOT; non-NULL with n_stop 0: none */
     bitnet_token_fn on_token; void *user;
+    const bitnet_grammar *grammar;            /* NULL = none; else the generated text follows it: the
+                                                 sampler sees only tokens the grammar allows (greedy
+                                                 tries the best few first), stop tokens only where
+                                                 the text is a whole sentence, no other special
+                                                 token; generation ends where nothing may follow */
 } bitnet_generate_params;
 typedef struct bitnet_generate_stats {
     size_t n_prompt, n_generated;
@@ -7262,6 +7295,20 @@ static bitnet_result bitnet__penalty_ids(const int32_t *history, size_t n_histor
     return BITNET_OK;
 }
 
+/* 1. of bitnet_sample: the repetition penalty (CTRL style: divide positive logits, multiply negative
+   ones), once per distinct token among the last repeat_last_n of history. */
+static bitnet_result bitnet__penalize(float *logits, int32_t n_vocab, const bitnet_sampler_params *d, const int32_t *history,
+                                      size_t n_history) {
+    int32_t *ids;
+    size_t m, i;
+    if (!bitnet__sampler_penalty(d) || !n_history) return BITNET_OK;
+    BITNET__TRY(bitnet__penalty_ids(history, n_history, d->repeat_last_n, n_vocab, &ids, &m));
+    for (i = 0; i < m; i++)
+        logits[ids[i]] = logits[ids[i]] > 0 ? logits[ids[i]] / d->repeat_penalty : logits[ids[i]] * d->repeat_penalty;
+    bitnet__free(ids);
+    return BITNET_OK;
+}
+
 /* e^x for x <= 0 (the softmax of a draw), rounded to float from double arithmetic in which every step
    is one IEEE operation (no fused multiply-add: a volatile keeps each product rounded on its own):
    x = (32 e + j) ln2/32 + r, e^x = 2^e 2^(j/32) e^r, e^r a degree-5 polynomial (|r| <= ln2/64). The CUDA
@@ -7343,16 +7390,7 @@ BITNET_API bitnet_result bitnet_sample(float *logits, int32_t n_vocab, const bit
     memset(&d, 0, sizeof d);
     if (p) d = *p;
     BITNET__TRY(bitnet__sampler_check(&d, "bitnet_sample"));
-    /* 1. repetition penalty (CTRL style: divide positive logits, multiply negative ones), once per
-       distinct token among the last repeat_last_n of history */
-    if (bitnet__sampler_penalty(&d) && n_history) {
-        int32_t *ids;
-        size_t m;
-        BITNET__TRY(bitnet__penalty_ids(history, n_history, d.repeat_last_n, n_vocab, &ids, &m));
-        for (i = 0; i < m; i++)
-            logits[ids[i]] = logits[ids[i]] > 0 ? logits[ids[i]] / d.repeat_penalty : logits[ids[i]] * d.repeat_penalty;
-        bitnet__free(ids);
-    }
+    BITNET__TRY(bitnet__penalize(logits, n_vocab, &d, history, n_history)); /* 1. */
     /* 2. greedy: temperature 0 or top-k 1 */
     if (bitnet__sampler_greedy(&d)) {
         *out = bitnet__argmax(logits, n_vocab);
@@ -7379,6 +7417,764 @@ BITNET_API bitnet_result bitnet_sample(float *logits, int32_t n_vocab, const bit
     *out = bitnet__sample_from(c, n, &d, rng);
     bitnet__free(c);
     return BITNET_OK;
+}
+
+/* >>grammar =================================================================================== */
+
+/* GBNF (llama.cpp's notation) compiled to rules, each a list of alternatives, each a run of
+   elements ended by END: a character set, its negation, or a rule. Groups and repetitions become
+   rules of their own (x* is R ::= x R | empty), so a text's place in the grammar is a set of
+   pushdown stacks. A stack holds element positions, its top the next element to match (always a
+   character set); under the top, where each enclosing rule goes on. Nothing is pushed where
+   nothing follows, so right recursion (every repetition) does not grow a stack. An empty stack
+   is a whole sentence. */
+enum { BITNET__GE_END, BITNET__GE_RULE, BITNET__GE_CHAR, BITNET__GE_NCHAR };
+typedef struct bitnet__gel { uint32_t kind, a, n; } bitnet__gel; /* sets: ranges a .. a+n; RULE: rule a */
+typedef struct bitnet__galt { uint32_t rule, start; } bitnet__galt;
+typedef struct bitnet__grule { const char *name; uint32_t len, defined, owner; } bitnet__grule;
+struct bitnet_grammar {
+    bitnet__gel *el;      /* every alternative's elements, each alternative ended by END */
+    uint32_t *rng;        /* character ranges: lo, hi (inclusive) */
+    uint32_t *alt;        /* rule r's alternatives start at el[alt[rule_alt[r]] .. alt[rule_alt[r + 1] - 1]] */
+    uint32_t *rule_alt;
+    uint32_t n_rules, root;
+};
+
+#define BITNET__G_MAX_RULES 4096    /* named and made (groups, repetitions) */
+#define BITNET__G_MAX_ELEMS (1u << 20)
+#define BITNET__G_MAX_REPEAT 1000   /* x{m,n}: m, n at most this */
+#define BITNET__G_MAX_NEST 64       /* groups in groups */
+#define BITNET__G_MAX_STACKS 4096   /* stacks a text may be in at once (ambiguity) */
+#define BITNET__G_MAX_DEPTH 4096    /* rules open at once (nesting in the text) */
+#define BITNET__G_MAX_CHAIN 1024    /* rules entered in a row before a character */
+
+typedef struct bitnet__gp { /* the parser */
+    const char *text, *p, *end;
+    bitnet__gel *el; size_t n_el, cap_el;
+    uint32_t *rng; size_t n_rng, cap_rng;
+    bitnet__galt *alt; size_t n_alt, cap_alt;
+    bitnet__grule *rule; size_t n_rule, cap_rule;
+    uint32_t cur; /* the named rule being parsed (messages) */
+    int nest;
+} bitnet__gp;
+typedef struct bitnet__gseq { bitnet__gel *v; size_t n, cap; } bitnet__gseq;
+
+static bitnet_result bitnet__gp_fail(const bitnet__gp *gp, const char *what) {
+    const char *q;
+    int line = 1, col = 1;
+    for (q = gp->text; q < gp->p && q < gp->end; q++) (*q == '\n') ? (line++, col = 1) : col++;
+    return bitnet__err(BITNET_ERR_INVALID_ARG, "grammar: line %d, column %d: %s", line, col, what);
+}
+static bitnet_result bitnet__gseq_push(bitnet__gseq *s, uint32_t kind, uint32_t a, uint32_t n) {
+    void *v = s->v;
+    BITNET__TRY(bitnet__grow(&v, &s->cap, s->n + 1, sizeof *s->v));
+    s->v = (bitnet__gel *)v;
+    s->v[s->n].kind = kind, s->v[s->n].a = a, s->v[s->n++].n = n;
+    return BITNET_OK;
+}
+static bitnet_result bitnet__gp_range(bitnet__gp *gp, uint32_t lo, uint32_t hi) {
+    void *v = gp->rng;
+    BITNET__TRY(bitnet__grow(&v, &gp->cap_rng, gp->n_rng + 2, sizeof *gp->rng));
+    gp->rng = (uint32_t *)v;
+    gp->rng[gp->n_rng++] = lo, gp->rng[gp->n_rng++] = hi;
+    return BITNET_OK;
+}
+/* A rule by name (added undefined when new), or a made one (name NULL). */
+static bitnet_result bitnet__gp_rule(bitnet__gp *gp, const char *name, size_t len, uint32_t *id) {
+    size_t i;
+    void *v = gp->rule;
+    if (name)
+        for (i = 0; i < gp->n_rule; i++)
+            if (gp->rule[i].name && gp->rule[i].len == len && memcmp(gp->rule[i].name, name, len) == 0) return *id = (uint32_t)i, BITNET_OK;
+    if (gp->n_rule >= BITNET__G_MAX_RULES) return bitnet__gp_fail(gp, "more than 4096 rules, groups and repetitions");
+    BITNET__TRY(bitnet__grow(&v, &gp->cap_rule, gp->n_rule + 1, sizeof *gp->rule));
+    gp->rule = (bitnet__grule *)v;
+    gp->rule[gp->n_rule].name = name, gp->rule[gp->n_rule].len = (uint32_t)len;
+    gp->rule[gp->n_rule].defined = name == NULL, gp->rule[gp->n_rule].owner = gp->cur;
+    *id = (uint32_t)gp->n_rule++;
+    return BITNET_OK;
+}
+/* Appends an alternative of rule: its n elements, then END. */
+static bitnet_result bitnet__gp_alt(bitnet__gp *gp, uint32_t rule, const bitnet__gel *e, size_t n) {
+    void *v = gp->el, *w = gp->alt;
+    if (gp->n_el + n + 1 > BITNET__G_MAX_ELEMS) return bitnet__gp_fail(gp, "the grammar grows past 2^20 elements (repetition counts?)");
+    BITNET__TRY(bitnet__grow(&v, &gp->cap_el, gp->n_el + n + 1, sizeof *gp->el));
+    gp->el = (bitnet__gel *)v;
+    BITNET__TRY(bitnet__grow(&w, &gp->cap_alt, gp->n_alt + 1, sizeof *gp->alt));
+    gp->alt = (bitnet__galt *)w;
+    gp->alt[gp->n_alt].rule = rule, gp->alt[gp->n_alt++].start = (uint32_t)gp->n_el;
+    if (n) memcpy(gp->el + gp->n_el, e, n * sizeof *e);
+    gp->n_el += n;
+    gp->el[gp->n_el].kind = BITNET__GE_END, gp->el[gp->n_el].a = gp->el[gp->n_el].n = 0;
+    gp->n_el++;
+    return BITNET_OK;
+}
+
+/* Spaces, tabs and # comments; newlines too where nl (inside groups, after ::= and |). */
+static void bitnet__gp_space(bitnet__gp *gp, int nl) {
+    while (gp->p < gp->end) {
+        char c = *gp->p;
+        if (c == ' ' || c == '\t' || (nl && (c == '\n' || c == '\r'))) gp->p++;
+        else if (c == '#') while (gp->p < gp->end && *gp->p != '\n' && *gp->p != '\r') gp->p++;
+        else break;
+    }
+}
+static int bitnet__gp_word(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_'; }
+static int bitnet__gp_hex(const bitnet__gp *gp, int n, uint32_t *v) {
+    int i;
+    for (*v = 0, i = 0; i < n; i++) {
+        char c = gp->p + i < gp->end ? gp->p[i] : 0;
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        if (d < 0) return 0;
+        *v = *v << 4 | (uint32_t)d;
+    }
+    return 1;
+}
+/* One character of a "string" or a [class]: UTF-8, or an escape (\n \r \t \\ \" \[ \] \- \xHH
+   \uHHHH \UHHHHHHHH). */
+static bitnet_result bitnet__gp_char(bitnet__gp *gp, uint32_t *cp) {
+    const unsigned char *u = (const unsigned char *)gp->p;
+    size_t left = (size_t)(gp->end - gp->p), n, i;
+    if (!left) return bitnet__gp_fail(gp, "unexpected end inside a string or class");
+    if (*u == '\\') {
+        char c = left > 1 ? (char)u[1] : 0;
+        int hex = c == 'x' ? 2 : c == 'u' ? 4 : c == 'U' ? 8 : 0;
+        gp->p += 2;
+        if (hex) {
+            if (!bitnet__gp_hex(gp, hex, cp) || *cp > 0x10FFFF) return gp->p -= 2, bitnet__gp_fail(gp, "a bad \\x, \\u or \\U escape");
+            gp->p += hex;
+            return BITNET_OK;
+        }
+        switch (c) {
+        case 'n': *cp = '\n'; return BITNET_OK;
+        case 'r': *cp = '\r'; return BITNET_OK;
+        case 't': *cp = '\t'; return BITNET_OK;
+        case '\\': case '"': case '[': case ']': case '-': case '^': *cp = (uint32_t)c; return BITNET_OK;
+        default: return gp->p -= 2, bitnet__gp_fail(gp, "an unknown escape");
+        }
+    }
+    n = *u < 0x80 ? 1 : (*u >> 5) == 6 ? 2 : (*u >> 4) == 14 ? 3 : (*u >> 3) == 30 ? 4 : 0;
+    if (!n || n > left) return bitnet__gp_fail(gp, "text that is not UTF-8");
+    *cp = n == 1 ? *u : (uint32_t)(*u & (0x7F >> n));
+    for (i = 1; i < n; i++) {
+        if ((u[i] & 0xC0) != 0x80) return bitnet__gp_fail(gp, "text that is not UTF-8");
+        *cp = *cp << 6 | (u[i] & 0x3F);
+    }
+    gp->p += n;
+    return BITNET_OK;
+}
+static int bitnet__gp_int(bitnet__gp *gp, uint32_t *v) {
+    const char *q = gp->p;
+    for (*v = 0; gp->p < gp->end && *gp->p >= '0' && *gp->p <= '9'; gp->p++)
+        if ((*v = *v * 10 + (uint32_t)(*gp->p - '0')) > BITNET__G_MAX_REPEAT) return 0;
+    return gp->p > q;
+}
+
+static bitnet_result bitnet__gp_alternates(bitnet__gp *gp, uint32_t rule, int nested);
+
+/* The repetition after an item: s->v[at ..] becomes the item repeated. */
+static bitnet_result bitnet__gp_repeat(bitnet__gp *gp, bitnet__gseq *s, size_t at) {
+    char op = *gp->p;
+    uint32_t m = 0, n = 0, r, opt = 0, i;
+    int unbounded = 0;
+    bitnet__gel x, two[2];
+    bitnet_result res;
+    gp->p++;
+    if (op == '*') unbounded = 1;
+    else if (op == '+') m = 1, unbounded = 1;
+    else if (op == '?') n = 1;
+    else { /* {m}, {m,}, {m,n} */
+        bitnet__gp_space(gp, 0);
+        if (!bitnet__gp_int(gp, &m)) return bitnet__gp_fail(gp, "a repetition count (0 to 1000) was expected");
+        bitnet__gp_space(gp, 0);
+        n = m;
+        if (gp->p < gp->end && *gp->p == ',') {
+            gp->p++;
+            bitnet__gp_space(gp, 0);
+            if (gp->p < gp->end && *gp->p == '}') unbounded = 1;
+            else if (!bitnet__gp_int(gp, &n) || n < m) return bitnet__gp_fail(gp, "a bad upper repetition count (m to 1000)");
+            bitnet__gp_space(gp, 0);
+        }
+        if (gp->p >= gp->end || *gp->p != '}') return bitnet__gp_fail(gp, "'}' was expected");
+        gp->p++;
+    }
+    if (s->n == at) return BITNET_OK; /* an empty item repeated is empty */
+    if (s->n - at > 1) { /* one element to repeat: the item as a rule of its own */
+        BITNET__TRY(bitnet__gp_rule(gp, NULL, 0, &r));
+        BITNET__TRY(bitnet__gp_alt(gp, r, s->v + at, s->n - at));
+        s->n = at;
+        BITNET__TRY(bitnet__gseq_push(s, BITNET__GE_RULE, r, 0));
+    }
+    x = s->v[at];
+    s->n = at;
+    for (i = 0; i < m; i++) BITNET__TRY(bitnet__gseq_push(s, x.kind, x.a, x.n));
+    if (unbounded) { /* R ::= x R | empty */
+        BITNET__TRY(bitnet__gp_rule(gp, NULL, 0, &r));
+        two[0] = x, two[1].kind = BITNET__GE_RULE, two[1].a = r, two[1].n = 0;
+        if ((res = bitnet__gp_alt(gp, r, two, 2)) != BITNET_OK || (res = bitnet__gp_alt(gp, r, NULL, 0)) != BITNET_OK) return res;
+        return bitnet__gseq_push(s, BITNET__GE_RULE, r, 0);
+    }
+    for (i = m; i < n; i++) { /* O_j ::= x O_(j-1) | empty, nested so there is one way to match */
+        BITNET__TRY(bitnet__gp_rule(gp, NULL, 0, &r));
+        two[0] = x, two[1].kind = BITNET__GE_RULE, two[1].a = opt, two[1].n = 0;
+        BITNET__TRY(bitnet__gp_alt(gp, r, two, i > m ? 2 : 1));
+        BITNET__TRY(bitnet__gp_alt(gp, r, NULL, 0));
+        opt = r;
+    }
+    return n > m ? bitnet__gseq_push(s, BITNET__GE_RULE, opt, 0) : BITNET_OK;
+}
+
+/* A sequence of items, up to '|', ')', the end, or (not nested) the end of the line. */
+static bitnet_result bitnet__gp_sequence(bitnet__gp *gp, bitnet__gseq *s, int nested) {
+    for (;;) {
+        size_t at = s->n;
+        uint32_t cp, hi, r;
+        char c;
+        bitnet__gp_space(gp, nested);
+        if (gp->p >= gp->end) return BITNET_OK;
+        c = *gp->p;
+        if (c == '"') {
+            for (gp->p++; gp->p < gp->end && *gp->p != '"';) {
+                BITNET__TRY(bitnet__gp_char(gp, &cp));
+                BITNET__TRY(bitnet__gseq_push(s, BITNET__GE_CHAR, (uint32_t)gp->n_rng / 2, 1));
+                BITNET__TRY(bitnet__gp_range(gp, cp, cp));
+            }
+            if (gp->p >= gp->end) return bitnet__gp_fail(gp, "a string without its closing '\"'");
+            gp->p++;
+        } else if (c == '[') {
+            uint32_t first = (uint32_t)gp->n_rng / 2, kind = BITNET__GE_CHAR;
+            gp->p++;
+            if (gp->p < gp->end && *gp->p == '^') kind = BITNET__GE_NCHAR, gp->p++;
+            while (gp->p < gp->end && *gp->p != ']') {
+                BITNET__TRY(bitnet__gp_char(gp, &cp));
+                hi = cp;
+                if (gp->end - gp->p > 1 && gp->p[0] == '-' && gp->p[1] != ']') {
+                    gp->p++;
+                    BITNET__TRY(bitnet__gp_char(gp, &hi));
+                    if (hi < cp) return bitnet__gp_fail(gp, "a character range whose end is below its start");
+                }
+                BITNET__TRY(bitnet__gp_range(gp, cp, hi));
+            }
+            if (gp->p >= gp->end) return bitnet__gp_fail(gp, "a character class without its closing ']'");
+            gp->p++;
+            BITNET__TRY(bitnet__gseq_push(s, kind, first, (uint32_t)gp->n_rng / 2 - first));
+        } else if (c == '.') {
+            gp->p++;
+            BITNET__TRY(bitnet__gseq_push(s, BITNET__GE_CHAR, (uint32_t)gp->n_rng / 2, 1));
+            BITNET__TRY(bitnet__gp_range(gp, 0, 0x10FFFF));
+        } else if (bitnet__gp_word(c)) {
+            const char *name = gp->p;
+            while (gp->p < gp->end && bitnet__gp_word(*gp->p)) gp->p++;
+            BITNET__TRY(bitnet__gp_rule(gp, name, (size_t)(gp->p - name), &r));
+            BITNET__TRY(bitnet__gseq_push(s, BITNET__GE_RULE, r, 0));
+        } else if (c == '(') {
+            if (gp->nest >= BITNET__G_MAX_NEST) return bitnet__gp_fail(gp, "groups nested more than 64 deep");
+            gp->p++, gp->nest++;
+            BITNET__TRY(bitnet__gp_rule(gp, NULL, 0, &r));
+            BITNET__TRY(bitnet__gp_alternates(gp, r, 1));
+            if (gp->p >= gp->end || *gp->p != ')') return bitnet__gp_fail(gp, "')' was expected");
+            gp->p++, gp->nest--;
+            BITNET__TRY(bitnet__gseq_push(s, BITNET__GE_RULE, r, 0));
+        } else return BITNET_OK;
+        bitnet__gp_space(gp, nested);
+        if (gp->p < gp->end && (*gp->p == '*' || *gp->p == '+' || *gp->p == '?' || *gp->p == '{'))
+            BITNET__TRY(bitnet__gp_repeat(gp, s, at));
+    }
+}
+
+static bitnet_result bitnet__gp_alternates(bitnet__gp *gp, uint32_t rule, int nested) {
+    for (;;) {
+        bitnet__gseq s = {NULL, 0, 0};
+        bitnet_result r = bitnet__gp_sequence(gp, &s, nested);
+        if (r == BITNET_OK) r = bitnet__gp_alt(gp, rule, s.v, s.n);
+        bitnet__free(s.v);
+        if (r != BITNET_OK) return r;
+        if (gp->p >= gp->end || *gp->p != '|') return BITNET_OK;
+        gp->p++;
+        bitnet__gp_space(gp, 1);
+    }
+}
+
+static void bitnet__grammar_name(const bitnet__gp *gp, uint32_t r, char *buf, size_t cap) {
+    const bitnet__grule *u = &gp->rule[r], *o = &gp->rule[u->owner];
+    if (u->name) snprintf(buf, cap, "rule '%.*s'", (int)(u->len < 64 ? u->len : 64), u->name);
+    else snprintf(buf, cap, "a group or repetition in rule '%.*s'", (int)(o->len < 64 ? o->len : 64), o->name ? o->name : "?");
+}
+
+/* No rule may reach itself before matching a character (left recursion, or a repetition of
+   something that can be empty): matching would never end. Kahn's order over "r starts with s". */
+static bitnet_result bitnet__grammar_check(const bitnet__gp *gp, const bitnet_grammar *g) {
+    uint32_t nr = g->n_rules, r, a, i, *deg = NULL, *queue = NULL, done = 0, qh = 0, qt = 0;
+    unsigned char *nullable = (unsigned char *)bitnet__calloc(nr, 1);
+    int changed = 1;
+    bitnet_result res = BITNET_OK;
+    deg = (uint32_t *)bitnet__calloc(nr, sizeof *deg), queue = (uint32_t *)bitnet__calloc(nr, sizeof *queue);
+    if (!nullable || !deg || !queue) { res = BITNET_ERR_OUT_OF_MEMORY; goto out; }
+    while (changed) /* which rules can match the empty text */
+        for (changed = 0, r = 0; r < nr; r++)
+            for (a = g->rule_alt[r]; a < g->rule_alt[r + 1] && !nullable[r]; a++) {
+                for (i = g->alt[a]; g->el[i].kind == BITNET__GE_RULE && nullable[g->el[i].a]; i++) {}
+                if (g->el[i].kind == BITNET__GE_END) nullable[r] = 1, changed = 1;
+            }
+    /* edges r -> s where s can come first in r; deg[s] counts them */
+    for (r = 0; r < nr; r++)
+        for (a = g->rule_alt[r]; a < g->rule_alt[r + 1]; a++)
+            for (i = g->alt[a]; g->el[i].kind == BITNET__GE_RULE; i++) {
+                deg[g->el[i].a]++;
+                if (!nullable[g->el[i].a]) break;
+            }
+    for (r = 0; r < nr; r++) if (!deg[r]) queue[qt++] = r;
+    while (qh < qt) {
+        r = queue[qh++], done++;
+        for (a = g->rule_alt[r]; a < g->rule_alt[r + 1]; a++)
+            for (i = g->alt[a]; g->el[i].kind == BITNET__GE_RULE; i++) {
+                if (--deg[g->el[i].a] == 0) queue[qt++] = g->el[i].a;
+                if (!nullable[g->el[i].a]) break;
+            }
+    }
+    if (done < nr) {
+        char name[160];
+        for (r = 0; r < nr && !deg[r]; r++) {}
+        bitnet__grammar_name(gp, r, name, sizeof name);
+        res = bitnet__err(BITNET_ERR_INVALID_ARG, "grammar: %s can reach itself before matching a character (left recursion, or a "
+                          "repetition of something that can be empty)", name);
+    }
+out:
+    bitnet__free(nullable), bitnet__free(deg), bitnet__free(queue);
+    return res;
+}
+
+BITNET_API void bitnet_grammar_free(bitnet_grammar *g) {
+    if (!g) return;
+    bitnet__free(g->el), bitnet__free(g->rng), bitnet__free(g->alt), bitnet__free(g->rule_alt);
+    bitnet__free(g);
+}
+
+BITNET_API bitnet_result bitnet_grammar_parse(const char *text, size_t len, bitnet_grammar **out) {
+    bitnet__gp gp;
+    bitnet_grammar *g = NULL;
+    bitnet_result r = BITNET_OK;
+    uint32_t id, i, root = UINT32_MAX;
+    BITNET__CHECK_PTR(out);
+    *out = NULL;
+    if (len && !text) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_grammar_parse: text is NULL");
+    memset(&gp, 0, sizeof gp);
+    gp.text = gp.p = text ? text : "", gp.end = gp.text + len;
+    bitnet__gp_space(&gp, 1);
+    while (r == BITNET_OK && gp.p < gp.end) { /* name ::= alternates, to the end of the line */
+        const char *name = gp.p;
+        while (gp.p < gp.end && bitnet__gp_word(*gp.p)) gp.p++;
+        if (gp.p == name) { r = bitnet__gp_fail(&gp, "a rule name was expected"); break; }
+        if ((r = bitnet__gp_rule(&gp, name, (size_t)(gp.p - name), &id)) != BITNET_OK) break;
+        if (gp.rule[id].defined) { r = bitnet__gp_fail(&gp, "this rule is defined twice"); break; }
+        gp.rule[id].defined = 1, gp.cur = id;
+        bitnet__gp_space(&gp, 0);
+        if (gp.end - gp.p < 3 || memcmp(gp.p, "::=", 3) != 0) { r = bitnet__gp_fail(&gp, "'::=' was expected"); break; }
+        gp.p += 3;
+        bitnet__gp_space(&gp, 1);
+        if ((r = bitnet__gp_alternates(&gp, id, 0)) != BITNET_OK) break;
+        if (gp.p < gp.end && *gp.p != '\n' && *gp.p != '\r') { r = bitnet__gp_fail(&gp, "the end of the line was expected"); break; }
+        bitnet__gp_space(&gp, 1);
+    }
+    for (i = 0; r == BITNET_OK && i < gp.n_rule; i++) {
+        if (!gp.rule[i].defined) {
+            r = bitnet__err(BITNET_ERR_INVALID_ARG, "grammar: rule '%.*s' is used but not defined", (int)(gp.rule[i].len < 64 ? gp.rule[i].len : 64),
+                            gp.rule[i].name);
+        } else if (gp.rule[i].name && gp.rule[i].len == 4 && memcmp(gp.rule[i].name, "root", 4) == 0) root = i;
+    }
+    if (r == BITNET_OK && root == UINT32_MAX) r = bitnet__err(BITNET_ERR_INVALID_ARG, "grammar: there is no rule named 'root'");
+    if (r == BITNET_OK && !(g = (bitnet_grammar *)bitnet__calloc(1, sizeof *g))) r = BITNET_ERR_OUT_OF_MEMORY;
+    if (r == BITNET_OK) { /* the alternatives, by rule (a counting sort) */
+        g->n_rules = (uint32_t)gp.n_rule, g->root = root;
+        g->el = gp.el, g->rng = gp.rng, gp.el = NULL, gp.rng = NULL;
+        g->rule_alt = (uint32_t *)bitnet__calloc(gp.n_rule + 1, sizeof *g->rule_alt);
+        g->alt = (uint32_t *)bitnet__calloc(gp.n_alt + 1, sizeof *g->alt);
+        if (!g->rule_alt || !g->alt) r = BITNET_ERR_OUT_OF_MEMORY;
+        else {
+            for (i = 0; i < gp.n_alt; i++) g->rule_alt[gp.alt[i].rule + 1]++;
+            for (i = 0; i < gp.n_rule; i++) g->rule_alt[i + 1] += g->rule_alt[i];
+            for (i = 0; i < gp.n_alt; i++) g->alt[g->rule_alt[gp.alt[i].rule]++] = gp.alt[i].start;
+            for (i = (uint32_t)gp.n_rule; i > 0; i--) g->rule_alt[i] = g->rule_alt[i - 1];
+            g->rule_alt[0] = 0;
+            r = bitnet__grammar_check(&gp, g);
+        }
+    }
+    bitnet__free(gp.el), bitnet__free(gp.rng), bitnet__free(gp.alt), bitnet__free(gp.rule);
+    if (r != BITNET_OK) {
+        bitnet_grammar_free(g);
+        return r;
+    }
+    *out = g;
+    return BITNET_OK;
+}
+
+/* ---- matching: sets of stacks --------------------------------------------------------------- */
+
+typedef struct bitnet__gset {
+    uint32_t *v; size_t nv, cap_v;    /* stack i is v[off[i] .. off[i + 1]), its top last */
+    uint32_t *off; size_t n, cap_off;
+    uint64_t *h; size_t cap_h;        /* each stack's hash (duplicates are dropped) */
+} bitnet__gset;
+static void bitnet__gset_free(bitnet__gset *s) { bitnet__free(s->v), bitnet__free(s->off), bitnet__free(s->h); }
+static bitnet_result bitnet__gset_add(bitnet__gset *s, const uint32_t *stk, size_t d) {
+    uint64_t h = bitnet__fnv(BITNET__FNV_INIT, stk, d * sizeof *stk);
+    size_t i;
+    void *v = s->v, *o = s->off, *hh = s->h;
+    for (i = 0; i < s->n; i++)
+        if (s->h[i] == h && s->off[i + 1] - s->off[i] == d && (!d || memcmp(s->v + s->off[i], stk, d * sizeof *stk) == 0)) return BITNET_OK;
+    if (s->n >= BITNET__G_MAX_STACKS)
+        return bitnet__err(BITNET_ERR_INVALID_STATE, "grammar: the text can be read more than %d ways here (an ambiguous grammar)",
+                           BITNET__G_MAX_STACKS);
+    BITNET__TRY(bitnet__grow(&v, &s->cap_v, s->nv + d, sizeof *s->v));
+    s->v = (uint32_t *)v;
+    BITNET__TRY(bitnet__grow(&o, &s->cap_off, s->n + 2, sizeof *s->off));
+    s->off = (uint32_t *)o;
+    BITNET__TRY(bitnet__grow(&hh, &s->cap_h, s->n + 1, sizeof *s->h));
+    s->h = (uint64_t *)hh;
+    if (s->n == 0) s->off[0] = 0;
+    if (d) memcpy(s->v + s->nv, stk, d * sizeof *stk);
+    s->nv += d, s->h[s->n++] = h, s->off[s->n] = (uint32_t)s->nv;
+    return BITNET_OK;
+}
+static void bitnet__gset_clear(bitnet__gset *s) { s->n = s->nv = 0; }
+
+/* Adds stk[0 .. d) to s once its top is a character set: ends of alternatives are popped, and a
+   rule on top is replaced by each of its alternatives (over where it goes on, unless it ends).
+   stk[0 .. d) is as it was on return; the call chain is at most one level a rule entered before a
+   character (no left recursion), bounded by BITNET__G_MAX_CHAIN all the same. */
+static bitnet_result bitnet__gexpand(const bitnet_grammar *g, bitnet__gset *s, uint32_t *stk, size_t d, int level) {
+    uint32_t a, p, keep[2];
+    size_t base;
+    bitnet_result r = BITNET_OK;
+    while (d && g->el[stk[d - 1]].kind == BITNET__GE_END) d--;
+    if (!d || g->el[stk[d - 1]].kind != BITNET__GE_RULE) return bitnet__gset_add(s, stk, d);
+    if (d + 1 > BITNET__G_MAX_DEPTH) return bitnet__err(BITNET_ERR_INVALID_STATE, "grammar: the text nests more than %d rules deep", BITNET__G_MAX_DEPTH);
+    if (level > BITNET__G_MAX_CHAIN)
+        return bitnet__err(BITNET_ERR_INVALID_STATE, "grammar: more than %d rules entered in a row before a character", BITNET__G_MAX_CHAIN);
+    p = stk[d - 1], keep[0] = p, keep[1] = stk[d]; /* the two slots written here, put back after */
+    base = d - 1;
+    if (g->el[p + 1].kind != BITNET__GE_END) stk[base++] = p + 1;
+    for (a = g->rule_alt[g->el[p].a]; a < g->rule_alt[g->el[p].a + 1] && r == BITNET_OK; a++) {
+        stk[base] = g->alt[a];
+        r = bitnet__gexpand(g, s, stk, base + 1, level + 1);
+    }
+    stk[d - 1] = keep[0], stk[d] = keep[1];
+    return r;
+}
+static int bitnet__gel_has(const bitnet_grammar *g, const bitnet__gel *e, uint32_t lo, uint32_t hi) { /* any of lo..hi */
+    uint32_t i;
+    if (e->kind == BITNET__GE_CHAR) {
+        for (i = e->a; i < e->a + e->n; i++) if (g->rng[2 * i] <= hi && lo <= g->rng[2 * i + 1]) return 1;
+        return 0;
+    }
+    if (e->kind != BITNET__GE_NCHAR) return 0;
+    for (i = e->a; i < e->a + e->n; i++) if (g->rng[2 * i] <= lo && hi <= g->rng[2 * i + 1]) return 0;
+    return 1; /* (a range the negated ones cover only together counts as possible: callers only prune) */
+}
+
+/* A text may end inside a character's UTF-8 bytes (a token often does): the character's len bytes
+   so far give cp, need more are missing. */
+typedef struct bitnet__gu { uint32_t cp, need, len; } bitnet__gu;
+/* The matcher: where a text is in the grammar. */
+typedef struct bitnet__gm {
+    const bitnet_grammar *g;
+    bitnet__gset cur, tmp[2], *lv;   /* the text's stacks; scratch sets; the mask walk's, by depth */
+    size_t n_lv;
+    bitnet__gu u;
+    uint32_t *stk;                   /* BITNET__G_MAX_DEPTH + 1 positions */
+    const bitnet_tokenizer *tok;     /* the mask: the vocabulary's regular tokens sorted by bytes */
+    int32_t *order; size_t n_order;
+} bitnet__gm;
+
+static void bitnet__gm_free(bitnet__gm *m) {
+    size_t i;
+    bitnet__gset_free(&m->cur), bitnet__gset_free(&m->tmp[0]), bitnet__gset_free(&m->tmp[1]);
+    for (i = 0; i < m->n_lv; i++) bitnet__gset_free(&m->lv[i]);
+    bitnet__free(m->lv), bitnet__free(m->stk), bitnet__free(m->order);
+    memset(m, 0, sizeof *m);
+}
+static bitnet_result bitnet__gm_init(bitnet__gm *m, const bitnet_grammar *g, const bitnet_tokenizer *tok) {
+    uint32_t a;
+    memset(m, 0, sizeof *m);
+    m->g = g, m->tok = tok;
+    if (!(m->stk = (uint32_t *)bitnet__malloc((BITNET__G_MAX_DEPTH + 2) * sizeof *m->stk))) return BITNET_ERR_OUT_OF_MEMORY;
+    for (a = g->rule_alt[g->root]; a < g->rule_alt[g->root + 1]; a++) {
+        m->stk[0] = g->alt[a];
+        BITNET__TRY(bitnet__gexpand(g, &m->cur, m->stk, 1, 0));
+    }
+    return BITNET_OK;
+}
+/* out = the stacks of s that go on with the character cp. */
+static bitnet_result bitnet__gm_advance(bitnet__gm *m, const bitnet__gset *s, uint32_t cp, bitnet__gset *out) {
+    size_t i, d;
+    bitnet__gset_clear(out);
+    for (i = 0; i < s->n; i++) {
+        d = s->off[i + 1] - s->off[i];
+        if (!d || !bitnet__gel_has(m->g, &m->g->el[s->v[s->off[i] + d - 1]], cp, cp)) continue;
+        memcpy(m->stk, s->v + s->off[i], d * sizeof *m->stk);
+        m->stk[d - 1]++;
+        BITNET__TRY(bitnet__gexpand(m->g, out, m->stk, d, 0));
+    }
+    return BITNET_OK;
+}
+/* The code points u can still become: 0 when none (an overlong start, or past U+10FFFF). */
+static int bitnet__gu_range(bitnet__gu u, uint32_t *lo, uint32_t *hi) {
+    static const uint32_t least[5] = {0, 0, 0x80, 0x800, 0x10000};
+    *lo = u.cp << (6 * u.need), *hi = *lo | ((1u << (6 * u.need)) - 1);
+    if (*lo < least[u.len]) *lo = least[u.len];
+    if (*hi > 0x10FFFF) *hi = 0x10FFFF;
+    return *lo <= *hi;
+}
+/* Whether some stack of s can take a character that starts as u does. */
+static int bitnet__gm_partial(const bitnet__gm *m, const bitnet__gset *s, bitnet__gu u) {
+    uint32_t lo, hi;
+    size_t i;
+    if (!bitnet__gu_range(u, &lo, &hi)) return 0;
+    for (i = 0; i < s->n; i++)
+        if (s->off[i + 1] > s->off[i] && bitnet__gel_has(m->g, &m->g->el[s->v[s->off[i + 1] - 1]], lo, hi)) return 1;
+    return 0;
+}
+/* One more byte of UTF-8 into u: 0 when it cannot be (a stray or overlong byte, a surrogate). */
+static int bitnet__gm_byte(bitnet__gu *u, unsigned char b) {
+    uint32_t lo, hi;
+    if (u->need) {
+        if ((b & 0xC0) != 0x80) return 0;
+        u->cp = u->cp << 6 | (b & 0x3F), u->need--;
+        return bitnet__gu_range(*u, &lo, &hi) && !(u->need == 0 && u->cp >= 0xD800 && u->cp <= 0xDFFF);
+    }
+    if (b < 0x80) u->cp = b, u->len = 1;
+    else if (b >= 0xC2 && b <= 0xDF) u->cp = b & 0x1F, u->need = 1, u->len = 2;
+    else if (b >= 0xE0 && b <= 0xEF) u->cp = b & 0x0F, u->need = 2, u->len = 3;
+    else if (b >= 0xF0 && b <= 0xF4) u->cp = b & 0x07, u->need = 3, u->len = 4;
+    else return 0;
+    return 1;
+}
+/* Whether the text can go on with bytes b[0 .. n); with commit, it does. */
+static bitnet_result bitnet__gm_try(bitnet__gm *m, const unsigned char *b, size_t n, int commit, int *ok) {
+    const bitnet__gset *s = &m->cur;
+    bitnet__gu u = m->u;
+    size_t i;
+    int k = 0;
+    *ok = 0;
+    for (i = 0; i < n; i++) {
+        if (!bitnet__gm_byte(&u, b[i])) return BITNET_OK;
+        if (u.need) continue;
+        BITNET__TRY(bitnet__gm_advance(m, s, u.cp, &m->tmp[k]));
+        s = &m->tmp[k], k ^= 1;
+        if (!s->n) return BITNET_OK;
+    }
+    if (u.need && !bitnet__gm_partial(m, s, u)) return BITNET_OK;
+    *ok = 1;
+    if (commit) {
+        if (s != &m->cur) {
+            bitnet__gset t = m->cur;
+            m->cur = *s, *(bitnet__gset *)(uintptr_t)s = t;
+        }
+        m->u = u;
+    }
+    return BITNET_OK;
+}
+/* A whole sentence so far; nothing may follow. */
+static int bitnet__gm_complete(const bitnet__gm *m) {
+    size_t i;
+    if (m->u.need) return 0;
+    for (i = 0; i < m->cur.n; i++) if (m->cur.off[i + 1] == m->cur.off[i]) return 1;
+    return 0;
+}
+static int bitnet__gm_finished(const bitnet__gm *m) { return bitnet__gm_complete(m) && m->cur.nv == 0; }
+
+BITNET_API bitnet_result bitnet_grammar_match(const bitnet_grammar *g, const char *text, size_t len, int *status) {
+    bitnet__gm m;
+    int ok = 0;
+    bitnet_result r;
+    BITNET__CHECK_PTR(g);
+    BITNET__CHECK_PTR(status);
+    if (len && !text) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_grammar_match: text is NULL");
+    r = bitnet__gm_init(&m, g, NULL);
+    if (r == BITNET_OK) r = bitnet__gm_try(&m, (const unsigned char *)text, len, 1, &ok);
+    if (r == BITNET_OK) *status = !ok ? -1 : bitnet__gm_complete(&m) ? 1 : 0;
+    bitnet__gm_free(&m);
+    return r;
+}
+
+/* ---- the vocabulary under a grammar ---------------------------------------------------------- */
+
+struct bitnet_grammar_state { bitnet__gm m; };
+
+typedef struct bitnet__gtok { const unsigned char *b; uint32_t len; int32_t id; } bitnet__gtok;
+static int bitnet__gtok_cmp(const void *x, const void *y) {
+    const bitnet__gtok *a = (const bitnet__gtok *)x, *b = (const bitnet__gtok *)y;
+    int c = memcmp(a->b, b->b, a->len < b->len ? a->len : b->len);
+    return c ? c : (a->len > b->len) - (a->len < b->len);
+}
+/* Whether token id may come next (stop tokens: where the text is a whole sentence; other special
+   tokens never). */
+static bitnet_result bitnet__gm_allows(bitnet__gm *m, int32_t id, const int32_t *stop, size_t n_stop, int *ok) {
+    const bitnet_tokenizer *t = m->tok;
+    size_t i;
+    for (i = 0; i < n_stop; i++)
+        if (id == stop[i]) return *ok = bitnet__gm_complete(m), BITNET_OK;
+    *ok = 0;
+    if (t->special[id] || t->off[id + 1] == t->off[id]) return BITNET_OK;
+    return bitnet__gm_try(m, t->bytes + t->off[id], t->off[id + 1] - t->off[id], 0, ok);
+}
+/* Marks in allow[] the tokens of order[lo .. hi) (equal in their first depth bytes, which took
+   the text to s and u) that the grammar takes: each distinct next byte is tried once for all the
+   tokens that share it, as in a walk down a trie. */
+static bitnet_result bitnet__gm_walk(bitnet__gm *m, const bitnet__gset *s, bitnet__gu u, size_t lo, size_t hi, size_t depth,
+                                     unsigned char *allow) {
+    const bitnet_tokenizer *t = m->tok;
+    size_t i = lo, j;
+    for (; i < hi && t->off[m->order[i] + 1] - t->off[m->order[i]] == depth; i++)
+        allow[m->order[i]] = (unsigned char)(!u.need || bitnet__gm_partial(m, s, u));
+    for (; i < hi; i = j) {
+        unsigned char b = t->bytes[t->off[m->order[i]] + depth];
+        bitnet__gu u2 = u;
+        for (j = i + 1; j < hi && t->bytes[t->off[m->order[j]] + depth] == b; j++) {}
+        if (!bitnet__gm_byte(&u2, b)) continue;
+        if (u2.need) {
+            if (bitnet__gm_partial(m, s, u2)) BITNET__TRY(bitnet__gm_walk(m, s, u2, i, j, depth + 1, allow));
+            continue;
+        }
+        BITNET__TRY(bitnet__gm_advance(m, s, u2.cp, &m->lv[depth + 1]));
+        if (m->lv[depth + 1].n) BITNET__TRY(bitnet__gm_walk(m, &m->lv[depth + 1], u2, i, j, depth + 1, allow));
+    }
+    return BITNET_OK;
+}
+/* allow[id] = 1 for every token the grammar takes next (bitnet__gm_allows for all, at once). */
+static bitnet_result bitnet__gm_mask(bitnet__gm *m, const int32_t *stop, size_t n_stop, unsigned char *allow) {
+    const bitnet_tokenizer *t = m->tok;
+    size_t i, maxlen = 0;
+    if (!m->order) { /* the regular tokens sorted by their bytes, once a generation */
+        bitnet__gtok *v = (bitnet__gtok *)bitnet__malloc((size_t)t->n_vocab * sizeof *v);
+        if (!v || !(m->order = (int32_t *)bitnet__malloc((size_t)t->n_vocab * sizeof *m->order))) return bitnet__free(v), BITNET_ERR_OUT_OF_MEMORY;
+        for (m->n_order = 0, i = 0; i < (size_t)t->n_vocab; i++)
+            if (!t->special[i] && t->off[i + 1] > t->off[i])
+                v[m->n_order].b = t->bytes + t->off[i], v[m->n_order].len = t->off[i + 1] - t->off[i], v[m->n_order++].id = (int32_t)i;
+        qsort(v, m->n_order, sizeof *v, bitnet__gtok_cmp);
+        for (i = 0; i < m->n_order; i++) m->order[i] = v[i].id, maxlen = v[i].len > maxlen ? v[i].len : maxlen;
+        bitnet__free(v);
+        /* a set for each depth of the walk, made once: the walk holds pointers into them */
+        if (!(m->lv = (bitnet__gset *)bitnet__calloc(maxlen + 2, sizeof *m->lv))) return BITNET_ERR_OUT_OF_MEMORY;
+        m->n_lv = maxlen + 2;
+    }
+    memset(allow, 0, (size_t)t->n_vocab);
+    BITNET__TRY(bitnet__gm_walk(m, &m->cur, m->u, 0, m->n_order, 0, allow));
+    for (i = 0; i < n_stop; i++) allow[stop[i]] = (unsigned char)bitnet__gm_complete(m);
+    return BITNET_OK;
+}
+
+static void bitnet__scand_sift(bitnet__scand *h, size_t n, size_t j) { /* max-heap by bitnet__scand_before */
+    for (;;) {
+        size_t l = 2 * j + 1, r = l + 1, w = j;
+        bitnet__scand t;
+        if (l < n && bitnet__scand_before(&h[l], &h[w])) w = l;
+        if (r < n && bitnet__scand_before(&h[r], &h[w])) w = r;
+        if (w == j) return;
+        t = h[j], h[j] = h[w], h[w] = t, j = w;
+    }
+}
+static int bitnet__id_cmp(const void *a, const void *b) {
+    return bitnet__i32_cmp(&((const bitnet__scand *)a)->id, &((const bitnet__scand *)b)->id);
+}
+
+/* The next token under the grammar: bitnet_sample's choice on logits where the tokens the grammar
+   does not allow are gone (the same token, the same draw). Where the sampler keeps the best (greedy,
+   top-k, min-p), the tokens are tried best first, off a heap, until it has all it keeps: a few
+   tokens' bytes through the grammar, not the vocabulary's. Otherwise the whole vocabulary is masked
+   (bitnet__gm_mask). The choice is taken into the matcher unless it is a stop token. */
+static bitnet_result bitnet__gm_sample(bitnet__gm *m, float *logits, int32_t n_vocab, const bitnet_sampler_params *sp,
+                                       const int32_t *hist, size_t n_hist, uint64_t *rng, const int32_t *stop, size_t n_stop,
+                                       int32_t *out) {
+    const int greedy = bitnet__sampler_greedy(sp);
+    const size_t keep = greedy ? 1 : sp->top_k > 0 ? (size_t)sp->top_k : 0;
+    const float temp = greedy ? 1.0f : sp->temperature;
+    bitnet__scand *c = NULL;
+    unsigned char *allow = NULL;
+    size_t i, n = 0, nh = 0;
+    float floor_logit = -INFINITY;
+    int ok = 0;
+    bitnet_result r = BITNET_OK;
+    if (!greedy && !rng) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_generate: rng is NULL");
+    BITNET__TRY(bitnet__penalize(logits, n_vocab, sp, hist, n_hist));
+    if (!(c = (bitnet__scand *)bitnet__malloc((size_t)n_vocab * sizeof *c))) return BITNET_ERR_OUT_OF_MEMORY;
+    if (keep || sp->min_p > 0) { /* h: a heap of the rest, best on top */
+        bitnet__scand *h = (bitnet__scand *)bitnet__malloc((size_t)n_vocab * sizeof *h);
+        if (!h) r = BITNET_ERR_OUT_OF_MEMORY;
+        for (i = 0; h && i < (size_t)n_vocab; i++)
+            if (logits[i] == logits[i]) h[nh].logit = logits[i] / temp, h[nh++].id = (int32_t)i;
+        for (i = nh / 2; i-- > 0;) bitnet__scand_sift(h, nh, i);
+        while (nh && r == BITNET_OK && !(keep && n == keep) && !(h[0].logit < floor_logit)) { /* (min-p's floor) */
+            bitnet__scand best = h[0];
+            h[0] = h[--nh];
+            bitnet__scand_sift(h, nh, 0);
+            if ((r = bitnet__gm_allows(m, best.id, stop, n_stop, &ok)) != BITNET_OK || !ok) continue;
+            if (n == 0) floor_logit = bitnet__min_p_floor(best.logit, greedy ? 0.0f : sp->min_p); /* under the best allowed */
+            c[n++] = best;
+        }
+        bitnet__free(h);
+        /* without top-k or top-p the draw walks the candidates in id order, as bitnet_sample's */
+        if (r == BITNET_OK && !greedy && keep == 0 && !(sp->top_p > 0 && sp->top_p < 1)) qsort(c, n, sizeof *c, bitnet__id_cmp);
+    } else { /* temperature and top-p alone: every allowed token */
+        if (!(allow = (unsigned char *)bitnet__malloc((size_t)n_vocab))) r = BITNET_ERR_OUT_OF_MEMORY;
+        else r = bitnet__gm_mask(m, stop, n_stop, allow);
+        for (i = 0; r == BITNET_OK && i < (size_t)n_vocab; i++)
+            if (allow[i] && logits[i] == logits[i]) c[n].logit = logits[i] / temp, c[n++].id = (int32_t)i;
+        bitnet__free(allow);
+    }
+    if (r == BITNET_OK && n == 0) r = bitnet__err(BITNET_ERR_INVALID_STATE, "grammar: no token of the vocabulary can go on from here");
+    if (r == BITNET_OK) *out = greedy ? c[0].id : bitnet__sample_from(c, n, sp, rng);
+    bitnet__free(c);
+    if (r != BITNET_OK) return r;
+    for (i = 0; i < n_stop; i++) if (*out == stop[i]) return BITNET_OK;
+    return bitnet__gm_try(m, m->tok->bytes + m->tok->off[*out], m->tok->off[*out + 1] - m->tok->off[*out], 1, &ok);
+}
+
+BITNET_API bitnet_result bitnet_grammar_state_create(const bitnet_grammar *g, const bitnet_tokenizer *t, bitnet_grammar_state **out) {
+    bitnet_grammar_state *st;
+    bitnet_result r;
+    BITNET__CHECK_PTR(out);
+    *out = NULL;
+    BITNET__CHECK_PTR(g);
+    BITNET__CHECK_PTR(t);
+    if (!(st = (bitnet_grammar_state *)bitnet__calloc(1, sizeof *st))) return BITNET_ERR_OUT_OF_MEMORY;
+    if ((r = bitnet__gm_init(&st->m, g, t)) != BITNET_OK) {
+        bitnet_grammar_state_free(st);
+        return r;
+    }
+    *out = st;
+    return BITNET_OK;
+}
+BITNET_API void bitnet_grammar_state_free(bitnet_grammar_state *st) {
+    if (!st) return;
+    bitnet__gm_free(&st->m);
+    bitnet__free(st);
+}
+static bitnet_result bitnet__gm_stops(const bitnet__gm *m, const int32_t *stop, size_t n_stop) {
+    size_t i;
+    if (n_stop && !stop) return bitnet__err(BITNET_ERR_NULL_POINTER, "grammar state: stop is NULL");
+    for (i = 0; i < n_stop; i++)
+        if (stop[i] < 0 || stop[i] >= m->tok->n_vocab) return bitnet__err(BITNET_ERR_BAD_TOKEN, "grammar state: stop token %d", (int)stop[i]);
+    return BITNET_OK;
+}
+BITNET_API bitnet_result bitnet_grammar_state_allowed(bitnet_grammar_state *st, const int32_t *stop, size_t n_stop, unsigned char *allow) {
+    BITNET__CHECK_PTR(st);
+    BITNET__CHECK_PTR(allow);
+    BITNET__TRY(bitnet__gm_stops(&st->m, stop, n_stop));
+    return bitnet__gm_mask(&st->m, stop, n_stop, allow);
+}
+BITNET_API bitnet_result bitnet_grammar_state_accept(bitnet_grammar_state *st, int32_t token, const int32_t *stop, size_t n_stop) {
+    const bitnet_tokenizer *t;
+    size_t i;
+    int ok = 0;
+    BITNET__CHECK_PTR(st);
+    BITNET__TRY(bitnet__gm_stops(&st->m, stop, n_stop));
+    t = st->m.tok;
+    if (token < 0 || token >= t->n_vocab) return bitnet__err(BITNET_ERR_BAD_TOKEN, "bitnet_grammar_state_accept: token %d", (int)token);
+    BITNET__TRY(bitnet__gm_allows(&st->m, token, stop, n_stop, &ok));
+    if (!ok) return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_grammar_state_accept: the grammar does not allow token %d here", (int)token);
+    for (i = 0; i < n_stop; i++) if (token == stop[i]) return BITNET_OK;
+    return bitnet__gm_try(&st->m, t->bytes + t->off[token], t->off[token + 1] - t->off[token], 1, &ok);
 }
 
 /* >>cpu-forward =============================================================================== */
@@ -13530,7 +14326,9 @@ BITNET_API bitnet_result bitnet_generate(bitnet_session *s, const int32_t *promp
     uint64_t rng;
     double t0;
     int gpu_greedy = 0, gpu_topk = 0, gpu_draw = 0;
+    bitnet__gm gm;
     bitnet_result r = BITNET_OK;
+    memset(&gm, 0, sizeof gm);
     BITNET__CHECK_PTR(s);
     if (n_prompt && !prompt) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_generate: prompt is NULL");
     if (out && cap == 0) return bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_generate: out has no room (cap 0)");
@@ -13542,6 +14340,7 @@ BITNET_API bitnet_result bitnet_generate(bitnet_session *s, const int32_t *promp
     BITNET__TRY(bitnet__check_tokens(s, prompt ? prompt : stop_default, n_prompt));
     if (!n_prompt && !s->has_logits)
         return bitnet__err(BITNET_ERR_INVALID_STATE, "bitnet_generate: no prompt, and nothing evaluated to continue from");
+    if (d.grammar && !s->m->tok) return bitnet__err(BITNET_ERR_INVALID_STATE, "bitnet_generate: a grammar needs the model's tokenizer");
     s->chat_pos = -1; /* as bitnet_session_eval */
     memset(&st, 0, sizeof st);
     if (d.stop_tokens) stop = d.stop_tokens, n_stop = d.n_stop;
@@ -13555,7 +14354,8 @@ BITNET_API bitnet_result bitnet_generate(bitnet_session *s, const int32_t *promp
 #if defined(BITNET__GPU_FORWARD)
     {
         const int topk_env = bitnet__env_int("BITNET_GPU_TOPK", 0, 1, -1);
-        const int cuda = s->m->info.backend == BITNET_BACKEND_CUDA, greedy = bitnet__sampler_greedy(&d.sampler);
+        /* (under a grammar the host samples from the whole row) */
+        const int cuda = s->m->info.backend == BITNET_BACKEND_CUDA && !d.grammar, greedy = bitnet__sampler_greedy(&d.sampler);
         /* greedy on the GPU: the head kernel leaves the argmax on the device, so no logits move */
         gpu_greedy = cuda && greedy && !bitnet__sampler_penalty(&d.sampler);
         /* top-k sampling, greedy with the penalty, and min-p without a top-k the device keeps: the
@@ -13569,7 +14369,8 @@ BITNET_API bitnet_result bitnet_generate(bitnet_session *s, const int32_t *promp
     }
 #endif
     t0 = bitnet__now();
-    if (n_prompt) BITNET__TRY(bitnet__eval(s, prompt, n_prompt, s->logits, 0));
+    if (d.grammar && (r = bitnet__gm_init(&gm, d.grammar, s->m->tok)) != BITNET_OK) goto end;
+    if (n_prompt && (r = bitnet__eval(s, prompt, n_prompt, s->logits, 0)) != BITNET_OK) goto end;
 #if defined(BITNET__GPU_FORWARD)
     if (gpu_draw && (!((bitnet__gsession *)s->gpu)->pin || !((bitnet__gsession *)s->gpu)->have_next)) gpu_draw = 0;
     if (gpu_draw && (r = bitnet__gpu_draw_begin(s, &d.sampler, &rng)) != BITNET_OK) goto end;
@@ -13590,6 +14391,10 @@ BITNET_API bitnet_result bitnet_generate(bitnet_session *s, const int32_t *promp
             r = bitnet__gpu_sample(s, &d.sampler, s->tokens, (size_t)s->pos, &rng, &tok);
         else
 #endif
+        if (gm.g) {
+            if (bitnet__gm_finished(&gm)) break; /* nothing may follow */
+            r = bitnet__gm_sample(&gm, s->logits, s->m->info.n_vocab, &d.sampler, s->tokens, (size_t)s->pos, &rng, stop, n_stop, &tok);
+        } else
             r = bitnet_sample(s->logits, s->m->info.n_vocab, &d.sampler, s->tokens, (size_t)s->pos, &rng, &tok);
         s->has_logits = 0; /* sampling rewrote them */
         if (r != BITNET_OK) goto end;
@@ -13620,6 +14425,7 @@ BITNET_API bitnet_result bitnet_generate(bitnet_session *s, const int32_t *promp
     st.gen_seconds = bitnet__now() - t0;
     if (stats) *stats = st;
 end:
+    bitnet__gm_free(&gm);
 #if defined(BITNET__GPU_FORWARD)
     if (gpu_draw) ((bitnet__gsession *)s->gpu)->draw = 0; /* (other evals: the plain step) */
 #else

@@ -255,9 +255,10 @@ static int run_conversation(bitnet_model *m, const model_opts *mo, bitnet_genera
 
 static int cmd_run(int argc, char **argv) {
     model_opts mo;
-    const char *prompt = NULL, *prompt_file = NULL, *cache = NULL;
-    char *file_text = NULL;
+    const char *prompt = NULL, *prompt_file = NULL, *cache = NULL, *grammar = NULL, *grammar_file = NULL;
+    char *file_text = NULL, *grammar_text = NULL;
     int i, chat = 0, cnv = 0, shift = 0, last_n = 64, err, rc = 1;
+    bitnet_grammar *g = NULL;
     int32_t none = 0;
     bitnet_generate_params gp;
     bitnet_generate_stats st;
@@ -270,6 +271,7 @@ static int cmd_run(int argc, char **argv) {
     size_t n = 0;
     memset(&mo, 0, sizeof mo);
     memset(&gp, 0, sizeof gp);
+    memset(&st, 0, sizeof st);
     gp.max_tokens = 128;
     gp.sampler.temperature = 0.8f, gp.sampler.top_k = 40, gp.sampler.top_p = 0.95f, gp.sampler.min_p = 0.05f;
     for (i = 1; i < argc; i++) {
@@ -297,6 +299,8 @@ static int cmd_run(int argc, char **argv) {
         else if (strcmp(a, "--repeat-penalty") == 0) gp.sampler.repeat_penalty = (float)atof(v);
         else if (strcmp(a, "--repeat-last-n") == 0) last_n = atoi(v);
         else if (strcmp(a, "--prompt-cache") == 0) cache = v;
+        else if (strcmp(a, "--grammar") == 0) grammar = v;
+        else if (strcmp(a, "--grammar-file") == 0) grammar_file = v;
         else return fprintf(stderr, "bitnet run: unknown option %s\n", a), 2;
     }
     if (last_n < -1) return fprintf(stderr, "bitnet run: --repeat-last-n %d (-1: the context, 0: off)\n", last_n), 2;
@@ -306,12 +310,28 @@ static int cmd_run(int argc, char **argv) {
     if (cache && chat) return fprintf(stderr, "bitnet run: --prompt-cache takes a plain prompt or -cnv's system message (not --chat)\n"), 2;
     if (!mo.path || !(prompt || prompt_file || cnv))
         return fprintf(stderr, "usage: bitnet run -m FILE -p TEXT [options] (see bitnet help)\n"), 2;
+    if (grammar && grammar_file) return fprintf(stderr, "bitnet run: --grammar and --grammar-file both given\n"), 2;
+    if ((grammar || grammar_file) && shift) /* (the text after a shift would start the grammar again) */
+        return fprintf(stderr, "bitnet run: --context-shift does not go with a grammar\n"), 2;
     if (prompt_file) { /* -f: the prompt from a file */
         size_t len;
         if ((err = cli_read_file(prompt_file, (size_t)1 << 26, &file_text, &len)) != 0)
             return fprintf(stderr, "bitnet run: cannot read %s: %s\n", prompt_file, strerror(err)), 1;
         prompt = file_text;
     }
+    if (grammar_file) { /* --grammar-file: GBNF from a file */
+        size_t len;
+        if ((err = cli_read_file(grammar_file, (size_t)1 << 24, &grammar_text, &len)) != 0) {
+            fprintf(stderr, "bitnet run: cannot read %s: %s\n", grammar_file, strerror(err));
+            goto done;
+        }
+        grammar = grammar_text;
+    }
+    if (grammar && (r = bitnet_grammar_parse(grammar, strlen(grammar), &g)) != BITNET_OK) {
+        rc = fail("run", r);
+        goto done;
+    }
+    gp.grammar = g;
     if ((r = open_model("run", &mo, &m)) != BITNET_OK) {
         rc = fail("run", r);
         goto done;
@@ -372,7 +392,8 @@ static int cmd_run(int argc, char **argv) {
                 shift ? "" : ", --context-shift goes on"); /* (generation that filled the context stopped there) */
     rc = r == BITNET_OK ? 0 : fail("run", r);
 done:
-    free(file_text), free(ids);
+    free(file_text), free(grammar_text), free(ids);
+    bitnet_grammar_free(g);
     bitnet_session_free(s);
     bitnet_model_free(m);
     return rc;
@@ -2700,13 +2721,14 @@ static const command commands[] = {
     {"run", cmd_run, "run -m FILE -p TEXT|-f FILE [-n N] [--backend auto|cpu|cuda] [--seed S] [--temp T] [--top-k K] [--top-p P]\n"
                      "      [--min-p P] [--repeat-penalty R] [--repeat-last-n N] [--ignore-eos] [--chat] [-cnv] [-t THREADS]\n"
                      "      [-c N_CTX] [--head f16|q8] [--no-mmap] [--chat-template bitnet|llama3|falcon3] [--prompt-cache FILE]\n"
-                     "      [--context-shift]\n"
+                     "      [--context-shift] [--grammar GBNF | --grammar-file FILE]\n"
                      "                               generate text, streamed to stdout; speeds on stderr. -cnv: a\n"
                      "                               conversation, a message a line of stdin (-p: the system message);\n"
                      "                               --chat and -cnv in the file's chat template (else the one named);\n"
                      "                               --prompt-cache: the prompt's (-cnv: the system message's) state\n"
                      "                               kept in FILE, what matches reused next time; --context-shift: where the context fills\n"
-                     "                               before -n tokens, the older half after the prompt goes"},
+                     "                               before -n tokens, the older half after the prompt goes; --grammar: the\n"
+                     "                               reply held to a GBNF grammar (llama.cpp's notation; root rule \"root\")"},
     {"eval", cmd_eval, "eval -m FILE --tokens 1,2,3 --logits-out FILE.f32 [--backend B] [--head f16|q8]\n"
                        "                               float32 logits, one row of n_vocab per token (no BOS added)"},
     {"perplexity", cmd_perplexity, "perplexity -m FILE -f TEXT [-c N_CTX] [--chunks N] [--backend B] [-t THREADS]\n"

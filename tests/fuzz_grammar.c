@@ -1,0 +1,55 @@
+/* libFuzzer harness for grammars: the bytes up to the first NUL are GBNF, the rest a text. Parsing
+   returns a grammar or BITNET_ERR_INVALID_ARG; a grammar then matches the text, and on the tiny
+   model's vocabulary (tests/data/tiny.gguf, when found) masks it and takes allowed tokens in turn,
+   picked by the text's bytes. Seeds: tests/corpus/grammar/. */
+#include "../bitnet.h"
+#include <stdlib.h>
+#include <string.h>
+
+static bitnet_tokenizer *fuzz_tok;
+static unsigned char fuzz_allow[4096];
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    static int loaded;
+    const uint8_t *nul = (const uint8_t *)memchr(data, 0, size);
+    const size_t glen = nul ? (size_t)(nul - data) : size, tlen = nul ? size - glen - 1 : 0;
+    const char *text = (const char *)data + glen + (nul ? 1 : 0);
+    bitnet_grammar *g = NULL;
+    bitnet_grammar_state *st = NULL;
+    bitnet_result r;
+    int status;
+    size_t i;
+    if (!loaded) {
+        bitnet_gguf *f = NULL;
+        loaded = 1;
+        if (bitnet_gguf_open("tests/data/tiny.gguf", &f) == BITNET_OK) bitnet_tokenizer_from_gguf(f, &fuzz_tok);
+        bitnet_gguf_close(f);
+        if (fuzz_tok && bitnet_tokenizer_vocab_size(fuzz_tok) > (int32_t)sizeof fuzz_allow) abort();
+    }
+    r = bitnet_grammar_parse((const char *)data, glen, &g);
+    if (r != BITNET_OK) {
+        if (r != BITNET_ERR_INVALID_ARG && r != BITNET_ERR_OUT_OF_MEMORY) abort();
+        return 0;
+    }
+    r = bitnet_grammar_match(g, text, tlen, &status);
+    if (r != BITNET_OK && r != BITNET_ERR_INVALID_STATE) abort();
+    if (r == BITNET_OK && status != -1 && status != 0 && status != 1) abort();
+    if (fuzz_tok && bitnet_grammar_state_create(g, fuzz_tok, &st) == BITNET_OK) {
+        int32_t stop = 0, n = bitnet_tokenizer_vocab_size(fuzz_tok);
+        bitnet_tokenizer_special_ids(fuzz_tok, NULL, &stop, NULL);
+        for (i = 0; i < tlen && i < 32; i++) { /* the text's byte picks among the allowed tokens */
+            int32_t k, pick = -1, count = 0;
+            if (bitnet_grammar_state_allowed(st, &stop, 1, fuzz_allow) != BITNET_OK) break;
+            for (k = 0; k < n; k++) count += fuzz_allow[k];
+            if (!count) break;
+            for (k = 0, count = (unsigned char)text[i] % count; k < n && pick < 0; k++)
+                if (fuzz_allow[k] && count-- == 0) pick = k;
+            if (bitnet_grammar_state_accept(st, pick, &stop, 1) != BITNET_OK) abort(); /* allowed must be accepted */
+            if (pick == stop) break;
+        }
+    }
+    bitnet_grammar_state_free(st);
+    bitnet_grammar_free(g);
+    return 0;
+}

@@ -1,0 +1,461 @@
+/* Grammars (GBNF): the parser's refusals, texts matched against hand-worked grammars, hostile
+   grammar text, and generation held to a grammar on the tiny model: the text follows the grammar,
+   and the tokens are those of a loop that masks the vocabulary (bitnet_grammar_state_allowed) and
+   calls bitnet_sample, for every kind of sampler. */
+#include "../bitnet.h"
+#include "harness.h"
+#include <math.h>
+#include <unistd.h>
+
+static bitnet_grammar *parse(const char *text) {
+    bitnet_grammar *g = NULL;
+    bitnet_result r = bitnet_grammar_parse(text, strlen(text), &g);
+    TEST_CHECKF(r == BITNET_OK, "%s: %s", text, bitnet_last_error());
+    return g;
+}
+/* -1 not a start of a sentence, 0 a start only, 1 a sentence; -2 an error */
+static int match(const bitnet_grammar *g, const char *text) {
+    int st = 9;
+    return bitnet_grammar_match(g, text, strlen(text), &st) == BITNET_OK ? st : -2;
+}
+
+static void test_match_table(void) {
+    static const struct { const char *grammar, *text; int want; } cases[] = {
+        {"root ::= \"yes\" | \"no\"", "yes", 1},
+        {"root ::= \"yes\" | \"no\"", "n", 0},
+        {"root ::= \"yes\" | \"no\"", "", 0},
+        {"root ::= \"yes\" | \"no\"", "yess", -1},
+        {"root ::= \"yes\" | \"no\"", "maybe", -1},
+        {"root ::= [0-9]+", "", 0},
+        {"root ::= [0-9]+", "0123456789", 1},
+        {"root ::= [0-9]+", "12a", -1},
+        {"root ::= [0-9]*", "", 1},
+        {"root ::= \"a\"? \"b\"", "b", 1},
+        {"root ::= \"a\"? \"b\"", "ab", 1},
+        {"root ::= \"a\"? \"b\"", "aab", -1},
+        {"root ::= [a-c]{3}", "abc", 1},
+        {"root ::= [a-c]{3}", "ab", 0},
+        {"root ::= [a-c]{3}", "abca", -1},
+        {"root ::= \"x\"{2,}", "x", 0},
+        {"root ::= \"x\"{2,}", "xxxxxxx", 1},
+        {"root ::= \"x\"{0,2} \"y\"", "y", 1},
+        {"root ::= \"x\"{0,2} \"y\"", "xxy", 1},
+        {"root ::= \"x\"{0,2} \"y\"", "xxxy", -1},
+        {"root ::= (\"ab\" | \"cd\")+ \"!\"", "abcdab!", 1},
+        {"root ::= (\"ab\" | \"cd\")+ \"!\"", "ac", -1},
+        {"root ::= \"(\" root \")\" | \"x\"", "(((x)))", 1},
+        {"root ::= \"(\" root \")\" | \"x\"", "(((x))", 0},
+        {"root ::= \"(\" root \")\" | \"x\"", "((x)))", -1},
+        {"root ::= [^\"\\\\]* \"\\\"\"", "it's \xc3\xa9t\xc3\xa9\"", 1},
+        {"root ::= [^\"\\\\]* \"\\\"\"", "a\\b\"", -1},
+        {"root ::= . .", "\xe2\x82\xac\xf0\x9f\x98\x80", 1},    /* two characters of 3 and 4 bytes */
+        {"root ::= . .", "\xe2\x82", 0},                         /* inside the first */
+        {"root ::= .", "\xc0\xaf", -1},                          /* an overlong '/' */
+        {"root ::= \"/\"", "\xe0\x80\xaf", -1},                   /* another */
+        {"root ::= .", "\xf0\x80\x81", -1},                      /* the start of a third */
+        {"root ::= .", "\xed\xa0\x80", -1},                      /* a surrogate */
+        {"root ::= .", "\xf4\x90\x80\x80", -1},                  /* past U+10FFFF */
+        {"root ::= [\\u00e0-\\u00fc]+", "\xc3\xa0\xc3\xbc", 1},
+        {"root ::= [\\u00e0-\\u00fc]+", "\xc3\xbd", -1},
+        {"root ::= [\\u00e0-\\u00fc]+", "\xc3", 0},
+        {"root ::= [\\u00e0-\\u00fc]+", "\xc4", -1},             /* no character of the class starts so */
+        {"root ::= \"\\x41\\u0042\\U00000043\\n\\t\"", "ABC\n\t", 1},
+        {"root ::= a b\na ::= \"1\" # one\n# a comment line\n\nb ::=\n  \"2\" |\n  \"3\"\n", "13", 1},
+        {"root ::= (\n  \"a\"\n  | \"b\"\n)", "b", 1},
+        {"root ::= [-a]+ [\\]\\-]", "-a-]", 1},
+        {"root ::= \"\"", "", 1},
+        {"root ::= []", "", 0},                                  /* a class of nothing: never whole */
+        {"root ::= item (\",\" item)*\nitem ::= [a-z]+", "ab,c,def", 1},
+        {"root ::= item (\",\" item)*\nitem ::= [a-z]+", "ab,,c", -1},
+    };
+    size_t i;
+    for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        bitnet_grammar *g = parse(cases[i].grammar);
+        int got;
+        if (!g) continue;
+        got = match(g, cases[i].text);
+        TEST_CHECKF(got == cases[i].want, "case %zu: %s on \"%s\": %d, want %d", i, cases[i].grammar, cases[i].text, got, cases[i].want);
+        bitnet_grammar_free(g);
+    }
+}
+
+static void test_json_grammar(void) {
+    static const char *const good[] = {"{}", "{\"a\": 1}", "{\"a\": [1, -2.5e3, \"x\\n\\u00e9\", {\"b\": null}], \"c\": true}",
+                                       "{\n\t\"k\": \"\xe2\x82\xac\"\n}"};
+    static const char *const bad[] = {"{\"a\": 01}", "{\"a\" 1}", "[1]", "{\"a\": tru}", "{\"a\": \"\x01\"}", "{,}"};
+    size_t i, n = 0;
+    unsigned char buf[4096];
+    bitnet_grammar *g = NULL;
+    FILE *f = fopen("examples/grammars/json.gbnf", "rb");
+    if (!f) TEST_SKIP("examples/grammars/json.gbnf not found");
+    n = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    TEST_CHECKF(bitnet_grammar_parse((const char *)buf, n, &g) == BITNET_OK, "%s", bitnet_last_error());
+    if (!g) return;
+    for (i = 0; i < sizeof good / sizeof good[0]; i++) TEST_CHECKF(match(g, good[i]) == 1, "%s", good[i]);
+    for (i = 0; i < sizeof bad / sizeof bad[0]; i++) TEST_CHECKF(match(g, bad[i]) == -1, "%s", bad[i]);
+    TEST_CHECK(match(g, "{\"a\": [1, ") == 0);
+    bitnet_grammar_free(g);
+}
+
+static void test_parse_errors(void) {
+    static const struct { const char *grammar, *msg; } cases[] = {
+        {"root ::= x", "rule 'x' is used but not defined"},
+        {"a ::= \"a\"", "no rule named 'root'"},
+        {"root ::= \"a\"\nroot ::= \"b\"", "defined twice"},
+        {"root ::= root \"a\" | \"b\"", "rule 'root' can reach itself"},
+        {"root ::= a\na ::= b \"x\"\nb ::= \"y\"? a", "can reach itself"},       /* through something empty */
+        {"root ::= (\"a\"?)*", "a group or repetition in rule 'root' can reach itself"},
+        {"root ::= \"abc", "line 1, column 14: a string without its closing '\"'"},
+        {"root ::= [abc", "without its closing ']'"},
+        {"root ::= [z-a]", "end is below its start"},
+        {"root ::= \"\\q\"", "an unknown escape"},
+        {"root ::= \"\\u12\"", "a bad \\x, \\u or \\U escape"},
+        {"root ::= \"\\U00110000\"", "a bad \\x, \\u or \\U escape"},
+        {"root ::= \"a\"{1001}", "a repetition count (0 to 1000)"},
+        {"root ::= \"a\"{3,2}", "a bad upper repetition count"},
+        {"root ::= \"a\"{2", "'}' was expected"},
+        {"root ::= (\"a\"", "')' was expected"},
+        {"root \"a\"", "'::=' was expected"},
+        {"::= \"a\"", "a rule name was expected"},
+        {"root ::= \"a\" )", "the end of the line was expected"},
+        {"root ::= \"\xff\"", "not UTF-8"},
+        {"root ::= \"a\"{0,1000} \"b\"{0,1000} \"c\"{0,1000} \"d\"{0,1000} \"e\"{0,1000}", "more than 4096 rules"},
+    };
+    size_t i;
+    char deep[400];
+    bitnet_grammar *g = (bitnet_grammar *)&g;
+    for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        bitnet_result r = bitnet_grammar_parse(cases[i].grammar, strlen(cases[i].grammar), &g);
+        TEST_CHECKF(r == BITNET_ERR_INVALID_ARG && g == NULL && strstr(bitnet_last_error(), cases[i].msg),
+                    "case %zu: %s: %d \"%s\"", i, cases[i].grammar, (int)r, bitnet_last_error());
+        g = (bitnet_grammar *)&g;
+    }
+    /* 65 groups deep; 64 parse */
+    memset(deep, 0, sizeof deep);
+    strcpy(deep, "root ::= ");
+    for (i = 0; i < 65; i++) strcat(deep, "(");
+    strcat(deep, "\"a\"");
+    for (i = 0; i < 65; i++) strcat(deep, ")");
+    TEST_CHECK(bitnet_grammar_parse(deep, strlen(deep), &g) == BITNET_ERR_INVALID_ARG && strstr(bitnet_last_error(), "64 deep"));
+    TEST_CHECK(bitnet_grammar_parse(deep + 1, strlen(deep) - 2, &g) == BITNET_ERR_INVALID_ARG); /* (not "root") */
+    memmove(deep + 9, deep + 10, strlen(deep + 10) + 1);
+    deep[strlen(deep) - 1] = 0;
+    TEST_CHECKF(bitnet_grammar_parse(deep, strlen(deep), &g) == BITNET_OK, "%s", bitnet_last_error());
+    if (g) {
+        TEST_CHECK(match(g, "a") == 1);
+        bitnet_grammar_free(g);
+    }
+    { /* 1,100 x 1000 elements */
+        char *big = (char *)malloc(20000);
+        if (big) {
+            strcpy(big, "root ::=");
+            for (i = 0; i < 1100; i++) strcat(big, " [a]{1000}");
+            TEST_CHECK(bitnet_grammar_parse(big, strlen(big), &g) == BITNET_ERR_INVALID_ARG && strstr(bitnet_last_error(), "2^20 elements"));
+            free(big);
+        }
+    }
+    TEST_CHECK(bitnet_grammar_parse(NULL, 3, &g) == BITNET_ERR_NULL_POINTER);
+    TEST_CHECK(bitnet_grammar_parse("root ::= \"a\"", 12, NULL) == BITNET_ERR_NULL_POINTER);
+    TEST_CHECK(bitnet_grammar_parse(NULL, 0, &g) == BITNET_ERR_INVALID_ARG); /* (no root) */
+    TEST_CHECK(bitnet_grammar_match(NULL, "a", 1, (int *)&i) == BITNET_ERR_NULL_POINTER);
+    bitnet_grammar_free(NULL);
+}
+
+/* A text nested deeper than the matcher keeps (4096 rules) is an error, not a crash. */
+static void test_deep_text(void) {
+    bitnet_grammar *g = parse("root ::= \"(\" root \")\" | \"x\"");
+    char *text = (char *)malloc(5002);
+    int st;
+    if (!g || !text) { bitnet_grammar_free(g), free(text); return; }
+    memset(text, '(', 5000), text[5000] = 'x', text[5001] = 0;
+    TEST_CHECK(bitnet_grammar_match(g, text, 3000, &st) == BITNET_OK && st == 0);
+    TEST_CHECK(bitnet_grammar_match(g, text, 5001, &st) == BITNET_ERR_INVALID_STATE && strstr(bitnet_last_error(), "4096 rules deep"));
+    bitnet_grammar_free(g);
+    free(text);
+}
+
+/* Random grammar text and mutations of good grammars: an error or a grammar, never a crash; a
+   grammar then matches random text without one. */
+static void test_hostile_grammars(void) {
+    static const char *const seeds[] = {
+        "root ::= (\"ab\" | [c-f]+)* x{2,4}\nx ::= [^a] | \"\\u00e9\" # c\n",
+        "root ::= \"{\" ws (s \":\" ws root)? \"}\" | s\ns ::= \"\\\"\" [^\"]* \"\\\"\"\nws ::= [ \\n]*\n",
+    };
+    static const char alphabet[] = "root::=()[]{}|*+?.\"\\^-,# \nabx0129u";
+    char text[256], probe[16];
+    int i, j, ok = 0, st;
+    test_seed(7);
+    for (i = 0; i < 4000; i++) {
+        size_t n;
+        bitnet_grammar *g = NULL;
+        bitnet_result r;
+        if (i & 1) { /* a good grammar with a few bytes changed, cut or added */
+            const char *s = seeds[(i >> 1) & 1];
+            n = strlen(s);
+            memcpy(text, s, n);
+            for (j = test_rand_int(1, 3); j > 0; j--) {
+                size_t at = (size_t)test_rand_int(0, (int)n - 1);
+                int what = test_rand_int(0, 2);
+                if (what == 0) text[at] = alphabet[test_rand_int(0, (int)sizeof alphabet - 2)];
+                else if (what == 1) n = at + 1;
+                else if (n < sizeof text - 1) memmove(text + at + 1, text + at, n - at), text[at] = (char)test_rand_int(1, 255), n++;
+            }
+        } else { /* "root ::= " and random symbols */
+            n = (size_t)test_rand_int(0, 60);
+            memcpy(text, "root ::= ", 9);
+            for (j = 9; j < (int)n + 9; j++) text[j] = alphabet[test_rand_int(0, (int)sizeof alphabet - 2)];
+            n += 9;
+        }
+        r = bitnet_grammar_parse(text, n, &g);
+        TEST_CHECKF(r == BITNET_OK || r == BITNET_ERR_INVALID_ARG, "%d: %s", (int)r, bitnet_last_error());
+        if (r != BITNET_OK) continue;
+        ok++;
+        for (j = 0; j < 8; j++) {
+            int k, len = test_rand_int(0, (int)sizeof probe);
+            for (k = 0; k < len; k++) probe[k] = alphabet[test_rand_int(0, (int)sizeof alphabet - 2)];
+            r = bitnet_grammar_match(g, probe, (size_t)len, &st);
+            TEST_CHECK(r == BITNET_OK || r == BITNET_ERR_INVALID_STATE);
+        }
+        bitnet_grammar_free(g);
+    }
+    TEST_CHECKF(ok > 100, "only %d of 4000 parsed", ok); /* (the test reaches the matcher) */
+}
+
+/* ---- generation on the tiny model ---------------------------------------------------------- */
+
+static bitnet_model *tiny_model(void) {
+    bitnet_model_desc md;
+    bitnet_model *m = NULL;
+    memset(&md, 0, sizeof md);
+    md.path = "tests/data/tiny.gguf";
+    md.backend = BITNET_BACKEND_CPU;
+    if (bitnet_model_load(&md, &m) != BITNET_OK) return NULL;
+    return m;
+}
+
+typedef struct gen_out { char text[4096]; size_t len; int32_t ids[256]; size_t n; } gen_out;
+static int collect(int32_t token, const char *piece, size_t len, void *user) {
+    gen_out *o = (gen_out *)user;
+    if (o->len + len < sizeof o->text) memcpy(o->text + o->len, piece, len), o->len += len, o->text[o->len] = 0;
+    if (o->n < 256) o->ids[o->n++] = token;
+    return 0;
+}
+
+static const char *const gen_grammars[] = {
+    "root ::= \"yes\" | \"no\"",
+    "root ::= [0-9]{1,6} (\".\" [0-9]{1,3})?",
+    "root ::= \"{\\\"name\\\": \\\"\" [^\"\\\\\\x00-\\x1f]{0,12} \"\\\", \\\"age\\\": \" [1-9] [0-9]? \"}\"",
+    "root ::= ([\\u00c0-\\u024f] | [a-z] | \" \")+",
+};
+
+/* bitnet_generate under each grammar and sampler: the text is in the grammar; where generation
+   ended before max_tokens, it is a whole sentence. */
+static void test_generate_follows(void) {
+    bitnet_model *m = tiny_model();
+    bitnet_session *s = NULL;
+    const bitnet_tokenizer *tk;
+    size_t gi, si;
+    int32_t prompt[8];
+    size_t np = 0;
+    if (!m) TEST_SKIP("tests/data/tiny.gguf did not load: %s", bitnet_last_error());
+    tk = bitnet_model_tokenizer(m);
+    TEST_CHECK(bitnet_session_create(m, NULL, &s) == BITNET_OK);
+    TEST_CHECK(bitnet_tokenize(tk, "Hi", 2, 1, 0, prompt, 8, &np) == BITNET_OK);
+    for (gi = 0; s && gi < sizeof gen_grammars / sizeof gen_grammars[0]; gi++) {
+        bitnet_grammar *g = parse(gen_grammars[gi]);
+        for (si = 0; g && si < 4; si++) {
+            bitnet_generate_params p;
+            gen_out o;
+            bitnet_result r;
+            memset(&p, 0, sizeof p), memset(&o, 0, sizeof o);
+            p.grammar = g, p.on_token = collect, p.user = &o, p.max_tokens = 40;
+            p.sampler.seed = 11 + si;
+            if (si == 1) p.sampler.temperature = 1.5f, p.sampler.top_k = 40;
+            if (si == 2) p.sampler.temperature = 2.0f; /* every allowed token (the whole mask) */
+            if (si == 3) p.sampler.temperature = 1.0f, p.sampler.min_p = 0.02f, p.sampler.repeat_penalty = 1.3f;
+            bitnet_session_reset(s);
+            r = bitnet_generate(s, prompt, np, &p, NULL, 0, NULL);
+            TEST_CHECKF(r == BITNET_OK, "grammar %zu, sampler %zu: %s", gi, si, bitnet_last_error());
+            TEST_CHECKF(match(g, o.text) >= 0, "grammar %zu, sampler %zu: \"%s\"", gi, si, o.text);
+            if (o.n < 40) TEST_CHECKF(match(g, o.text) == 1, "grammar %zu, sampler %zu: \"%s\" ended early", gi, si, o.text);
+            TEST_CHECK(o.len > 0);
+        }
+        bitnet_grammar_free(g);
+    }
+    bitnet_session_free(s);
+    bitnet_model_free(m);
+}
+
+/* The same tokens as a loop of one's own: mask (bitnet_grammar_state_allowed: NaN for the tokens
+   it refuses, which bitnet_sample never takes), sample, accept, evaluate. */
+static void test_generate_equals_mask(void) {
+    bitnet_model *m = tiny_model();
+    bitnet_session *s = NULL;
+    bitnet_model_info info;
+    float *logits = NULL;
+    unsigned char *allow = NULL;
+    size_t gi, si;
+    int32_t prompt[8], stop[2];
+    size_t np = 0, n_stop = 0;
+    if (!m) TEST_SKIP("tests/data/tiny.gguf did not load: %s", bitnet_last_error());
+    TEST_CHECK(bitnet_model_get_info(m, &info) == BITNET_OK);
+    TEST_CHECK(bitnet_session_create(m, NULL, &s) == BITNET_OK);
+    logits = (float *)malloc((size_t)info.n_vocab * sizeof *logits);
+    allow = (unsigned char *)malloc((size_t)info.n_vocab);
+    TEST_CHECK(bitnet_tokenize(bitnet_model_tokenizer(m), "Hi", 2, 1, 0, prompt, 8, &np) == BITNET_OK);
+    if (info.eos >= 0) stop[n_stop++] = info.eos;
+    if (info.eot >= 0) stop[n_stop++] = info.eot;
+    for (gi = 0; s && logits && allow && gi < sizeof gen_grammars / sizeof gen_grammars[0]; gi++) {
+        bitnet_grammar *g = parse(gen_grammars[gi]);
+        for (si = 0; g && si < 7; si++) {
+            bitnet_generate_params p;
+            bitnet_grammar_state *st = NULL;
+            gen_out o;
+            uint64_t rng;
+            size_t k = 0;
+            int32_t tok = -1;
+            memset(&p, 0, sizeof p), memset(&o, 0, sizeof o);
+            p.grammar = g, p.on_token = collect, p.user = &o, p.max_tokens = 24;
+            p.sampler.seed = 100 + si;
+            switch (si) {
+            case 1: p.sampler.repeat_penalty = 1.5f; break; /* greedy with the penalty */
+            case 2: p.sampler.temperature = 1.2f, p.sampler.top_k = 5; break;
+            case 3: p.sampler.temperature = 1.2f, p.sampler.min_p = 0.05f; break;
+            case 4: p.sampler.temperature = 1.2f, p.sampler.top_p = 0.9f; break;
+            case 5: p.sampler.temperature = 1.2f; break;
+            case 6: p.sampler.temperature = 0.9f, p.sampler.top_k = 40, p.sampler.top_p = 0.95f, p.sampler.min_p = 0.05f,
+                    p.sampler.repeat_penalty = 1.1f; break;
+            default: break;
+            }
+            bitnet_session_reset(s);
+            TEST_CHECK(bitnet_generate(s, prompt, np, &p, NULL, 0, NULL) == BITNET_OK);
+            /* the loop */
+            bitnet_session_reset(s);
+            TEST_CHECK(bitnet_grammar_state_create(g, bitnet_model_tokenizer(m), &st) == BITNET_OK);
+            rng = bitnet_rng_seed(p.sampler.seed);
+            TEST_CHECK(bitnet_session_eval(s, prompt, np, logits, 0) == BITNET_OK);
+            for (k = 0; st && k < 24; k++) {
+                int32_t i;
+                size_t j;
+                int is_stop = 0;
+                TEST_CHECK(bitnet_grammar_state_allowed(st, stop, n_stop, allow) == BITNET_OK);
+                for (i = 0; i < info.n_vocab; i++) if (!allow[i]) logits[i] = NAN;
+                TEST_CHECK(bitnet_sample(logits, info.n_vocab, &p.sampler, bitnet_session_tokens(s), (size_t)bitnet_session_pos(s),
+                                         &rng, &tok) == BITNET_OK);
+                for (j = 0; j < n_stop; j++) is_stop |= tok == stop[j];
+                if (is_stop) break;
+                TEST_CHECKF(k < o.n && tok == o.ids[k], "grammar %zu, sampler %zu, token %zu: %d against %d", gi, si, k, (int)tok,
+                            k < o.n ? (int)o.ids[k] : -1);
+                if (k >= o.n || tok != o.ids[k]) break;
+                TEST_CHECK(bitnet_grammar_state_accept(st, tok, stop, n_stop) == BITNET_OK);
+                TEST_CHECK(bitnet_session_eval(s, &tok, 1, logits, 0) == BITNET_OK);
+            }
+            TEST_CHECKF(k == o.n, "grammar %zu, sampler %zu: the loop made %zu tokens, bitnet_generate %zu", gi, si, k, o.n);
+            bitnet_grammar_state_free(st);
+        }
+        bitnet_grammar_free(g);
+    }
+    free(logits), free(allow);
+    bitnet_session_free(s);
+    bitnet_model_free(m);
+}
+
+static void test_state_errors(void) {
+    bitnet_model *m = tiny_model();
+    bitnet_grammar *g = parse("root ::= \"ab\"");
+    bitnet_grammar_state *st = NULL;
+    const bitnet_tokenizer *tk;
+    unsigned char allow[1024];
+    int32_t a = -1, b = -1, x = -1, stop = 0, i, n_allowed = 0;
+    if (!m || !g) { bitnet_grammar_free(g), bitnet_model_free(m); TEST_SKIP("tests/data/tiny.gguf did not load"); }
+    tk = bitnet_model_tokenizer(m);
+    for (i = 0; i < bitnet_tokenizer_vocab_size(tk); i++) {
+        const char *p;
+        size_t len;
+        bitnet_token_piece(tk, i, &p, &len);
+        if (len == 1 && *p == 'a') a = i;
+        if (len == 1 && *p == 'b') b = i;
+        if (len == 1 && *p == 'x') x = i;
+    }
+    bitnet_tokenizer_special_ids(tk, NULL, &stop, NULL);
+    TEST_CHECK(a >= 0 && b >= 0 && x >= 0 && stop >= 0 && bitnet_tokenizer_vocab_size(tk) <= 1024);
+    TEST_CHECK(bitnet_grammar_state_create(NULL, tk, &st) == BITNET_ERR_NULL_POINTER);
+    TEST_CHECK(bitnet_grammar_state_create(g, NULL, &st) == BITNET_ERR_NULL_POINTER);
+    TEST_CHECK(bitnet_grammar_state_create(g, tk, &st) == BITNET_OK);
+    if (st) {
+        TEST_CHECK(bitnet_grammar_state_allowed(st, &stop, 1, allow) == BITNET_OK);
+        for (i = 0; i < bitnet_tokenizer_vocab_size(tk); i++) n_allowed += allow[i];
+        TEST_CHECK(allow[a] && !allow[b] && !allow[stop]); /* "a", or a token that starts "ab" */
+        TEST_CHECK(bitnet_grammar_state_accept(st, x, &stop, 1) == BITNET_ERR_INVALID_ARG && strstr(bitnet_last_error(), "does not allow"));
+        TEST_CHECK(bitnet_grammar_state_accept(st, stop, &stop, 1) == BITNET_ERR_INVALID_ARG);
+        TEST_CHECK(bitnet_grammar_state_accept(st, 1 << 20, &stop, 1) == BITNET_ERR_BAD_TOKEN);
+        TEST_CHECK(bitnet_grammar_state_accept(st, a, NULL, 1) == BITNET_ERR_NULL_POINTER);
+        TEST_CHECK(bitnet_grammar_state_allowed(st, &stop, 1, NULL) == BITNET_ERR_NULL_POINTER);
+        TEST_CHECK(bitnet_grammar_state_accept(st, a, &stop, 1) == BITNET_OK);
+        TEST_CHECK(bitnet_grammar_state_accept(st, b, &stop, 1) == BITNET_OK);
+        TEST_CHECK(bitnet_grammar_state_allowed(st, &stop, 1, allow) == BITNET_OK);
+        for (n_allowed = 0, i = 0; i < bitnet_tokenizer_vocab_size(tk); i++) n_allowed += allow[i];
+        TEST_CHECK(n_allowed == 1 && allow[stop]); /* "ab" is whole: only the stop token */
+        TEST_CHECK(bitnet_grammar_state_accept(st, stop, &stop, 1) == BITNET_OK);
+    }
+    bitnet_grammar_state_free(st);
+    bitnet_grammar_state_free(NULL);
+    bitnet_grammar_free(g);
+    bitnet_model_free(m);
+}
+
+/* bitnet run --grammar / --grammar-file on the tiny model; a bad grammar is a clear error. */
+static void test_cli_grammar(void) {
+    const char *build = getenv("BUILD"), *runner = getenv("RUNNER"), *d = getenv("TMPDIR");
+    char bin[512], out[600], err[600], cmd[2048];
+    unsigned char text[4096];
+    size_t n;
+    FILE *f;
+    bitnet_grammar *g = parse("root ::= [0-9]+ \" apples\"");
+    if (runner && *runner) { bitnet_grammar_free(g); TEST_SKIP("the CLI is not run under RUNNER"); }
+    snprintf(bin, sizeof bin, "%s/bitnet", build && *build ? build : "build");
+    if (access(bin, X_OK) != 0) { bitnet_grammar_free(g); TEST_SKIP("%s not built", bin); }
+    snprintf(out, sizeof out, "%s/bitnet_test_grammar_%d.out", d && *d ? d : "/tmp", (int)getpid());
+    snprintf(err, sizeof err, "%s/bitnet_test_grammar_%d.err", d && *d ? d : "/tmp", (int)getpid());
+    snprintf(cmd, sizeof cmd, "%s run -m tests/data/tiny.gguf --backend cpu -t 1 --seed 2 -n 30 -p Count "
+             "--grammar 'root ::= [0-9]+ \" apples\"' > %s 2>%s", bin, out, err);
+    TEST_CHECK(system(cmd) == 0);
+    f = fopen(out, "rb");
+    n = f ? fread(text, 1, sizeof text - 1, f) : 0;
+    if (f) fclose(f);
+    while (n && text[n - 1] == '\n') n--; /* (run ends with a newline) */
+    text[n] = 0;
+    TEST_CHECKF(g && match(g, (const char *)text) >= 0 && n > 0, "\"%s\"", (const char *)text);
+    snprintf(cmd, sizeof cmd, "%s run -m tests/data/tiny.gguf --backend cpu -n 4 -p x --grammar 'root ::= nope' > %s 2>%s", bin, out, err);
+    TEST_CHECK(system(cmd) != 0);
+    f = fopen(err, "rb");
+    n = f ? fread(text, 1, sizeof text - 1, f) : 0;
+    if (f) fclose(f);
+    text[n] = 0;
+    TEST_CHECKF(strstr((const char *)text, "rule 'nope' is used but not defined") != NULL, "%s", (const char *)text);
+    snprintf(cmd, sizeof cmd, "%s run -m tests/data/tiny.gguf --backend cpu -n 4 -p x --grammar-file examples/grammars/json.gbnf "
+             "> %s 2>%s", bin, out, err);
+    TEST_CHECK(system(cmd) == 0);
+    f = fopen(out, "rb");
+    n = f ? fread(text, 1, sizeof text - 1, f) : 0;
+    if (f) fclose(f);
+    TEST_CHECK(n > 0 && text[0] == '{');
+    snprintf(cmd, sizeof cmd, "%s run -m tests/data/tiny.gguf -n 4 -p x --grammar-file /nonexistent.gbnf > %s 2>%s", bin, out, err);
+    TEST_CHECK(system(cmd) != 0);
+    remove(out), remove(err);
+    bitnet_grammar_free(g);
+}
+
+int main(void) {
+    RUN_TEST(test_match_table);
+    RUN_TEST(test_json_grammar);
+    RUN_TEST(test_parse_errors);
+    RUN_TEST(test_deep_text);
+    RUN_TEST(test_hostile_grammars);
+    RUN_TEST(test_generate_follows);
+    RUN_TEST(test_generate_equals_mask);
+    RUN_TEST(test_state_errors);
+    RUN_TEST(test_cli_grammar);
+    return test_summary();
+}
