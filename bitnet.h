@@ -14392,7 +14392,7 @@ BITNET_API bitnet_result bitnet_generate(bitnet_session *s, const int32_t *promp
         else
 #endif
         if (gm.g) {
-            if (bitnet__gm_finished(&gm)) break; /* nothing may follow */
+            if (bitnet__gm_finished(&gm)) break; /* (a grammar of the empty text) */
             r = bitnet__gm_sample(&gm, s->logits, s->m->info.n_vocab, &d.sampler, s->tokens, (size_t)s->pos, &rng, stop, n_stop, &tok);
         } else
             r = bitnet_sample(s->logits, s->m->info.n_vocab, &d.sampler, s->tokens, (size_t)s->pos, &rng, &tok);
@@ -14415,6 +14415,7 @@ BITNET_API bitnet_result bitnet_generate(bitnet_session *s, const int32_t *promp
             if (d.on_token(tok, piece, len, d.user)) break;
         }
         if ((d.max_tokens && st.n_generated >= (size_t)d.max_tokens) || (out && st.n_generated >= cap)) break;
+        if (gm.g && bitnet__gm_finished(&gm)) break; /* the grammar's sentence is whole and nothing may follow */
         if (s->pos >= s->n_ctx) {
             bitnet__log(BITNET_LOG_WARN, "generation stopped: the context of %d positions is full", (int)s->n_ctx);
             break;

@@ -280,6 +280,25 @@ static void test_generate_follows(void) {
             TEST_CHECKF(match(g, o.text) >= 0, "grammar %zu, sampler %zu: \"%s\"", gi, si, o.text);
             if (o.n < 40) TEST_CHECKF(match(g, o.text) == 1, "grammar %zu, sampler %zu: \"%s\" ended early", gi, si, o.text);
             TEST_CHECK(o.len > 0);
+            if (gi == 0) /* "yes" or "no" ends the grammar: the last token is not evaluated, as after a stop token */
+                TEST_CHECKF((size_t)bitnet_session_pos(s) == np + o.n - 1, "pos %d, %zu + %zu tokens", (int)bitnet_session_pos(s), np, o.n);
+        }
+        bitnet_grammar_free(g);
+    }
+    { /* a conversation: each reply follows the grammar, and the second message goes on after the first reply */
+        bitnet_grammar *g = parse(gen_grammars[0]);
+        bitnet_generate_params p;
+        gen_out o;
+        int i;
+        memset(&p, 0, sizeof p);
+        p.grammar = g, p.on_token = collect, p.user = &o, p.sampler.temperature = 1.0f, p.sampler.seed = 3;
+        if (s) bitnet_session_reset(s);
+        for (i = 0; s && g && i < 3; i++) {
+            int32_t before = bitnet_session_pos(s);
+            memset(&o, 0, sizeof o);
+            TEST_CHECKF(bitnet_chat(s, "user", "Is it?", &p, NULL, 0, NULL) == BITNET_OK, "%s", bitnet_last_error());
+            TEST_CHECKF(match(g, o.text) == 1, "reply %d: \"%s\"", i, o.text);
+            TEST_CHECK(bitnet_session_pos(s) > before);
         }
         bitnet_grammar_free(g);
     }
