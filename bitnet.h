@@ -8078,56 +8078,91 @@ static int bitnet__id_cmp(const void *a, const void *b) {
     return bitnet__i32_cmp(&((const bitnet__scand *)a)->id, &((const bitnet__scand *)b)->id);
 }
 
-/* The next token under the grammar: bitnet_sample's choice on logits where the tokens the grammar
-   does not allow are gone (the same token, the same draw). Where the sampler keeps the best (greedy,
-   top-k, min-p), the tokens are tried best first, off a heap, until it has all it keeps: a few
-   tokens' bytes through the grammar, not the vocabulary's. Otherwise the whole vocabulary is masked
-   (bitnet__gm_mask). The choice is taken into the matcher unless it is a stop token. */
+/* Candidates best first (logit / temperature, then id): a heap over the whole row (whole), or the
+   device's sorted k best. */
+typedef struct bitnet__gsrc { bitnet__scand *h; size_t n; int heap, whole; } bitnet__gsrc;
+static int bitnet__gsrc_next(bitnet__gsrc *src, bitnet__scand *c) {
+    if (!src->n) return 0;
+    *c = src->h[0];
+    if (!src->heap) src->h++, src->n--;
+    else src->h[0] = src->h[--src->n], bitnet__scand_sift(src->h, src->n, 0);
+    return 1;
+}
+
+/* bitnet_sample's choice among the tokens the grammar allows, where the sampler keeps the best
+   (greedy, top-k, min-p): the candidates are tried best first until it has all it keeps, so only a
+   few tokens' bytes go through the grammar. c gets them, *n their count; *done is 0 where src ran
+   out first and is not the whole row (the caller then asks the whole row). */
+static bitnet_result bitnet__gm_select(bitnet__gm *m, const bitnet_sampler_params *sp, bitnet__gsrc *src, const int32_t *stop,
+                                       size_t n_stop, bitnet__scand *c, size_t *n, int *done) {
+    const int greedy = bitnet__sampler_greedy(sp);
+    const size_t keep = greedy ? 1 : sp->top_k > 0 ? (size_t)sp->top_k : 0;
+    float floor_logit = -INFINITY;
+    bitnet__scand best;
+    int ok;
+    *n = 0, *done = 1;
+    while (!(keep && *n == keep) && !(src->n && src->h[0].logit < floor_logit)) { /* (min-p's floor) */
+        if (!bitnet__gsrc_next(src, &best)) return *done = src->whole, BITNET_OK;
+        BITNET__TRY(bitnet__gm_allows(m, best.id, stop, n_stop, &ok));
+        if (!ok) continue;
+        if (*n == 0) floor_logit = bitnet__min_p_floor(best.logit, greedy ? 0.0f : sp->min_p); /* under the best allowed */
+        c[(*n)++] = best;
+    }
+    return BITNET_OK;
+}
+
+/* The draw from what the grammar left (c[0 .. n), best first), and the choice taken into the
+   matcher unless it is a stop token. */
+static bitnet_result bitnet__gm_draw(bitnet__gm *m, const bitnet_sampler_params *sp, bitnet__scand *c, size_t n, uint64_t *rng,
+                                     const int32_t *stop, size_t n_stop, int32_t *out) {
+    size_t i;
+    int ok;
+    if (!n) return bitnet__err(BITNET_ERR_INVALID_STATE, "grammar: no token of the vocabulary can go on from here");
+    if (bitnet__sampler_greedy(sp)) *out = c[0].id;
+    else {
+        /* without top-k or top-p the draw walks the candidates in id order, as bitnet_sample's */
+        if (sp->top_k <= 0 && !(sp->top_p > 0 && sp->top_p < 1)) qsort(c, n, sizeof *c, bitnet__id_cmp);
+        *out = bitnet__sample_from(c, n, sp, rng);
+    }
+    for (i = 0; i < n_stop; i++) if (*out == stop[i]) return BITNET_OK;
+    return bitnet__gm_try(m, m->tok->bytes + m->tok->off[*out], m->tok->off[*out + 1] - m->tok->off[*out], 1, &ok);
+}
+
+/* The next token under the grammar, from the logits row: bitnet_sample's choice where the tokens the
+   grammar does not allow are gone (the same token, the same draw). Greedy, top-k and min-p take
+   candidates off a heap (bitnet__gm_select); temperature and top-p alone need every allowed token,
+   and the whole vocabulary is masked (bitnet__gm_mask). */
 static bitnet_result bitnet__gm_sample(bitnet__gm *m, float *logits, int32_t n_vocab, const bitnet_sampler_params *sp,
                                        const int32_t *hist, size_t n_hist, uint64_t *rng, const int32_t *stop, size_t n_stop,
                                        int32_t *out) {
     const int greedy = bitnet__sampler_greedy(sp);
-    const size_t keep = greedy ? 1 : sp->top_k > 0 ? (size_t)sp->top_k : 0;
     const float temp = greedy ? 1.0f : sp->temperature;
-    bitnet__scand *c = NULL;
+    bitnet__scand *c = NULL, *h = NULL;
     unsigned char *allow = NULL;
-    size_t i, n = 0, nh = 0;
-    float floor_logit = -INFINITY;
-    int ok = 0;
+    size_t i, n = 0;
+    int done;
     bitnet_result r = BITNET_OK;
     if (!greedy && !rng) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_generate: rng is NULL");
     BITNET__TRY(bitnet__penalize(logits, n_vocab, sp, hist, n_hist));
-    if (!(c = (bitnet__scand *)bitnet__malloc((size_t)n_vocab * sizeof *c))) return BITNET_ERR_OUT_OF_MEMORY;
-    if (keep || sp->min_p > 0) { /* h: a heap of the rest, best on top */
-        bitnet__scand *h = (bitnet__scand *)bitnet__malloc((size_t)n_vocab * sizeof *h);
-        if (!h) r = BITNET_ERR_OUT_OF_MEMORY;
-        for (i = 0; h && i < (size_t)n_vocab; i++)
-            if (logits[i] == logits[i]) h[nh].logit = logits[i] / temp, h[nh++].id = (int32_t)i;
-        for (i = nh / 2; i-- > 0;) bitnet__scand_sift(h, nh, i);
-        while (nh && r == BITNET_OK && !(keep && n == keep) && !(h[0].logit < floor_logit)) { /* (min-p's floor) */
-            bitnet__scand best = h[0];
-            h[0] = h[--nh];
-            bitnet__scand_sift(h, nh, 0);
-            if ((r = bitnet__gm_allows(m, best.id, stop, n_stop, &ok)) != BITNET_OK || !ok) continue;
-            if (n == 0) floor_logit = bitnet__min_p_floor(best.logit, greedy ? 0.0f : sp->min_p); /* under the best allowed */
-            c[n++] = best;
-        }
-        bitnet__free(h);
-        /* without top-k or top-p the draw walks the candidates in id order, as bitnet_sample's */
-        if (r == BITNET_OK && !greedy && keep == 0 && !(sp->top_p > 0 && sp->top_p < 1)) qsort(c, n, sizeof *c, bitnet__id_cmp);
-    } else { /* temperature and top-p alone: every allowed token */
-        if (!(allow = (unsigned char *)bitnet__malloc((size_t)n_vocab))) r = BITNET_ERR_OUT_OF_MEMORY;
+    c = (bitnet__scand *)bitnet__malloc((size_t)n_vocab * sizeof *c);
+    if (greedy || sp->top_k > 0 || sp->min_p > 0) {
+        bitnet__gsrc src;
+        h = (bitnet__scand *)bitnet__malloc((size_t)n_vocab * sizeof *h);
+        if (!c || !h) r = BITNET_ERR_OUT_OF_MEMORY;
+        for (src.n = 0, i = 0; r == BITNET_OK && i < (size_t)n_vocab; i++)
+            if (logits[i] == logits[i]) h[src.n].logit = logits[i] / temp, h[src.n++].id = (int32_t)i;
+        for (i = src.n / 2; r == BITNET_OK && i-- > 0;) bitnet__scand_sift(h, src.n, i);
+        src.h = h, src.heap = 1, src.whole = 1;
+        if (r == BITNET_OK) r = bitnet__gm_select(m, sp, &src, stop, n_stop, c, &n, &done);
+    } else { /* every allowed token */
+        if (!c || !(allow = (unsigned char *)bitnet__malloc((size_t)n_vocab))) r = BITNET_ERR_OUT_OF_MEMORY;
         else r = bitnet__gm_mask(m, stop, n_stop, allow);
         for (i = 0; r == BITNET_OK && i < (size_t)n_vocab; i++)
             if (allow[i] && logits[i] == logits[i]) c[n].logit = logits[i] / temp, c[n++].id = (int32_t)i;
-        bitnet__free(allow);
     }
-    if (r == BITNET_OK && n == 0) r = bitnet__err(BITNET_ERR_INVALID_STATE, "grammar: no token of the vocabulary can go on from here");
-    if (r == BITNET_OK) *out = greedy ? c[0].id : bitnet__sample_from(c, n, sp, rng);
-    bitnet__free(c);
-    if (r != BITNET_OK) return r;
-    for (i = 0; i < n_stop; i++) if (*out == stop[i]) return BITNET_OK;
-    return bitnet__gm_try(m, m->tok->bytes + m->tok->off[*out], m->tok->off[*out + 1] - m->tok->off[*out], 1, &ok);
+    if (r == BITNET_OK) r = bitnet__gm_draw(m, sp, c, n, rng, stop, n_stop, out);
+    bitnet__free(c), bitnet__free(h), bitnet__free(allow);
+    return r;
 }
 
 BITNET_API bitnet_result bitnet_grammar_state_create(const bitnet_grammar *g, const bitnet_tokenizer *t, bitnet_grammar_state **out) {
@@ -13307,6 +13342,36 @@ static bitnet_result bitnet__gpu_sample(bitnet_session *s, const bitnet_sampler_
     return BITNET_OK;
 }
 
+/* Sampling under a grammar (bitnet__gm_select) from the device's 128 best, the penalty applied on the
+   device first: only they move, and the whole row only where the grammar refuses so many of them
+   that the sampler's choice is not settled among them. */
+static bitnet_result bitnet__gpu_gm_sample(bitnet_session *s, bitnet__gm *gm, const bitnet_sampler_params *d, const int32_t *history,
+                                           size_t n_history, uint64_t *rng, const int32_t *stop, size_t n_stop, int32_t *token) {
+    bitnet__gsession *q = (bitnet__gsession *)s->gpu;
+    int32_t res[1 + 2 * BITNET__GPU_TOPK_MAX];
+    bitnet__scand list[BITNET__GPU_TOPK_MAX], c[BITNET__GPU_TOPK_MAX];
+    bitnet_sampler_params d1 = *d;
+    bitnet__gsrc src;
+    size_t n = 0;
+    int i, cnt, done;
+    if (!q || !q->have_next) return bitnet__err(BITNET_ERR_INVALID_STATE, "CUDA forward: no logits were computed on the device");
+    if (!bitnet__sampler_greedy(d) && !rng) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_generate: rng is NULL");
+    if (bitnet__sampler_penalty(d) && n_history) BITNET__TRY(bitnet__gpu_penalize(s, d, history, n_history));
+    if (bitnet__sampler_greedy(d)) d1.temperature = 1.0f;
+    d1.top_k = BITNET__GPU_TOPK_MAX; /* (greedy too: the 128 best, not the one) */
+    BITNET__TRY(bitnet__gpu_topk(s, &d1));
+    BITNET__TRY(bitnet_gpu_download(q->gpu, res, q->tk_res, sizeof res));
+    cnt = res[0];
+    if (cnt < 0 || cnt > BITNET__GPU_TOPK_MAX) return bitnet__err(BITNET_ERR_CUDA, "CUDA sampling: the topk kernel returned %d candidates", cnt);
+    for (i = 0; i < cnt; i++) memcpy(&list[i].logit, &res[1 + 2 * i], 4), list[i].id = res[2 + 2 * i];
+    src.h = list, src.n = (size_t)cnt, src.heap = 0, src.whole = cnt < BITNET__GPU_TOPK_MAX; /* (fewer: the row had no more) */
+    BITNET__TRY(bitnet__gm_select(gm, d, &src, stop, n_stop, c, &n, &done));
+    if (done) return bitnet__gm_draw(gm, d, c, n, rng, stop, n_stop, token);
+    d1 = *d, d1.repeat_penalty = 1; /* the whole row, its penalty applied already */
+    BITNET__TRY(bitnet_gpu_download(q->gpu, s->logits, q->logits, (size_t)s->m->info.n_vocab * 4));
+    return bitnet__gm_sample(gm, s->logits, s->m->info.n_vocab, &d1, history, n_history, rng, stop, n_stop, token);
+}
+
 /* bitnet__cpu_kv_io's contract on the device's cache ([layer][kv head][n_ctx][g->hd], a padded
    head's dims in their >>pad places) */
 static bitnet_result bitnet__gpu_kv_io(bitnet_session *s, int l, int h, uint16_t *k, uint16_t *v, int n, int put) {
@@ -14325,7 +14390,7 @@ BITNET_API bitnet_result bitnet_generate(bitnet_session *s, const int32_t *promp
     size_t n_stop, i;
     uint64_t rng;
     double t0;
-    int gpu_greedy = 0, gpu_topk = 0, gpu_draw = 0;
+    int gpu_greedy = 0, gpu_topk = 0, gpu_draw = 0, gpu_gm = 0;
     bitnet__gm gm;
     bitnet_result r = BITNET_OK;
     memset(&gm, 0, sizeof gm);
@@ -14366,6 +14431,9 @@ BITNET_API bitnet_result bitnet_generate(bitnet_session *s, const int32_t *promp
         /* all but min-p with no top-k the device keeps: drawn on the device (BITNET_GPU_TOPK=1: on the host) */
         gpu_draw = gpu_topk && (greedy || (d.sampler.top_k > 0 && d.sampler.top_k <= BITNET__GPU_TOPK_MAX)) &&
                    topk_env != 1;
+        /* a grammar where the sampler keeps the best: the device's 128 best first (BITNET_GPU_TOPK=0: the row) */
+        gpu_gm = s->m->info.backend == BITNET_BACKEND_CUDA && d.grammar && (greedy || d.sampler.top_k > 0 || d.sampler.min_p > 0) &&
+                 topk_env != 0;
     }
 #endif
     t0 = bitnet__now();
@@ -14393,7 +14461,11 @@ BITNET_API bitnet_result bitnet_generate(bitnet_session *s, const int32_t *promp
 #endif
         if (gm.g) {
             if (bitnet__gm_finished(&gm)) break; /* (a grammar of the empty text) */
-            r = bitnet__gm_sample(&gm, s->logits, s->m->info.n_vocab, &d.sampler, s->tokens, (size_t)s->pos, &rng, stop, n_stop, &tok);
+#if defined(BITNET__GPU_FORWARD)
+            if (gpu_gm) r = bitnet__gpu_gm_sample(s, &gm, &d.sampler, s->tokens, (size_t)s->pos, &rng, stop, n_stop, &tok);
+            else
+#endif
+                r = bitnet__gm_sample(&gm, s->logits, s->m->info.n_vocab, &d.sampler, s->tokens, (size_t)s->pos, &rng, stop, n_stop, &tok);
         } else
             r = bitnet_sample(s->logits, s->m->info.n_vocab, &d.sampler, s->tokens, (size_t)s->pos, &rng, &tok);
         s->has_logits = 0; /* sampling rewrote them */
@@ -14421,7 +14493,7 @@ BITNET_API bitnet_result bitnet_generate(bitnet_session *s, const int32_t *promp
             break;
         }
         if (launched) s->tokens[s->pos++] = tok; /* its step is on the device already */
-        else if ((r = bitnet__eval(s, &tok, 1, gpu_greedy || gpu_topk ? NULL : s->logits, 0)) != BITNET_OK) goto end;
+        else if ((r = bitnet__eval(s, &tok, 1, gpu_greedy || gpu_topk || gpu_gm ? NULL : s->logits, 0)) != BITNET_OK) goto end;
     }
     st.gen_seconds = bitnet__now() - t0;
     if (stats) *stats = st;
@@ -14430,7 +14502,7 @@ end:
 #if defined(BITNET__GPU_FORWARD)
     if (gpu_draw) ((bitnet__gsession *)s->gpu)->draw = 0; /* (other evals: the plain step) */
 #else
-    (void)gpu_draw;
+    (void)gpu_draw, (void)gpu_gm;
 #endif
     return r;
 }
