@@ -7878,19 +7878,29 @@ typedef struct bitnet__gu { uint32_t cp, need, len; } bitnet__gu;
 /* The matcher: where a text is in the grammar. */
 typedef struct bitnet__gm {
     const bitnet_grammar *g;
-    bitnet__gset cur, tmp[2], *lv;   /* the text's stacks; scratch sets; the mask walk's, by depth */
-    size_t n_lv;
+    bitnet__gset cur, tmp[2];        /* the text's stacks; scratch sets */
     bitnet__gu u;
     uint32_t *stk;                   /* BITNET__G_MAX_DEPTH + 1 positions */
-    const bitnet_tokenizer *tok;     /* the mask: the vocabulary's regular tokens sorted by bytes */
-    int32_t *order; size_t n_order;
+    const bitnet_tokenizer *tok;     /* the mask: the vocabulary's regular tokens sorted by bytes, */
+    int32_t *order; size_t n_order;  /* and their bytes in that order (token order[i] is sb[so[i] .. so[i + 1])) */
+    unsigned char *sb; uint32_t *so;
+    /* the mask's memo (bitnet__gm_next): the sets its walk meets, each once, and each set's successor
+       by which of its stacks a character passes (nothing else decides it) */
+    bitnet__gset *ms; size_t n_ms, cap_ms;
+    uint64_t *ms_h;
+    uint64_t *slot_key, *slot_mask;  /* transitions: set + 1 (0: empty) and mask, open addressing */
+    uint32_t *slot_to; size_t n_slot;
+    /* the last masks, by the text's stacks and u: inside a loop (a string's characters) each step's are the same */
+    bitnet__gset mc_set[4]; bitnet__gu mc_u[4]; unsigned char *mc_allow[4]; int mc_n, mc_next;
 } bitnet__gm;
 
 static void bitnet__gm_free(bitnet__gm *m) {
     size_t i;
     bitnet__gset_free(&m->cur), bitnet__gset_free(&m->tmp[0]), bitnet__gset_free(&m->tmp[1]);
-    for (i = 0; i < m->n_lv; i++) bitnet__gset_free(&m->lv[i]);
-    bitnet__free(m->lv), bitnet__free(m->stk), bitnet__free(m->order);
+    for (i = 0; i < m->cap_ms; i++) bitnet__gset_free(&m->ms[i]);
+    for (i = 0; i < 4; i++) bitnet__gset_free(&m->mc_set[i]), bitnet__free(m->mc_allow[i]);
+    bitnet__free(m->ms), bitnet__free(m->ms_h), bitnet__free(m->slot_key), bitnet__free(m->slot_to), bitnet__free(m->slot_mask);
+    bitnet__free(m->stk), bitnet__free(m->order), bitnet__free(m->sb), bitnet__free(m->so);
     memset(m, 0, sizeof *m);
 }
 static bitnet_result bitnet__gm_init(bitnet__gm *m, const bitnet_grammar *g, const bitnet_tokenizer *tok) {
@@ -8018,48 +8028,135 @@ static bitnet_result bitnet__gm_allows(bitnet__gm *m, int32_t id, const int32_t 
     if (t->special[id] || t->off[id + 1] == t->off[id]) return BITNET_OK;
     return bitnet__gm_try(m, t->bytes + t->off[id], t->off[id + 1] - t->off[id], 0, ok);
 }
-/* Marks in allow[] the tokens of order[lo .. hi) (equal in their first depth bytes, which took
-   the text to s and u) that the grammar takes: each distinct next byte is tried once for all the
-   tokens that share it, as in a walk down a trie. */
-static bitnet_result bitnet__gm_walk(bitnet__gm *m, const bitnet__gset *s, bitnet__gu u, size_t lo, size_t hi, size_t depth,
+#define BITNET__G_SLOTS 8192 /* the memo's transitions; past half full, successors are made each time */
+#define BITNET__G_NONE UINT32_MAX
+/* The successor of memo set id by character cp (BITNET__G_NONE where no stack takes it). */
+static bitnet_result bitnet__gm_next(bitnet__gm *m, uint32_t id, uint32_t cp, uint32_t *out) {
+    const bitnet__gset *s = &m->ms[id];
+    uint64_t mask = 0, h;
+    size_t i, slot = BITNET__G_SLOTS;
+    *out = BITNET__G_NONE;
+    for (i = 0; i < s->n; i++)
+        if (s->off[i + 1] > s->off[i] && bitnet__gel_has(m->g, &m->g->el[s->v[s->off[i + 1] - 1]], cp, cp)) mask |= 1ull << (i & 63);
+    if (!mask) return BITNET_OK;
+    if (s->n <= 64) /* (wider sets are advanced each time) */
+        for (slot = (size_t)((id * 0x9E3779B97F4A7C15ull ^ mask) * 0xD6E8FEB86659FD93ull >> 51) & (BITNET__G_SLOTS - 1);;
+             slot = (slot + 1) & (BITNET__G_SLOTS - 1)) {
+            if (!m->slot_key[slot]) break;
+            if (m->slot_key[slot] == (uint64_t)id + 1 && m->slot_mask[slot] == mask) return *out = m->slot_to[slot], BITNET_OK;
+        }
+    BITNET__TRY(bitnet__gm_advance(m, s, cp, &m->tmp[0]));
+    for (h = m->tmp[0].n, i = 0; i < m->tmp[0].n; i++) h = (h ^ m->tmp[0].h[i]) * 0x100000001B3ull;
+    for (i = 0; i < m->n_ms; i++) /* the same stacks are the same set */
+        if (m->ms_h[i] == h && m->ms[i].n == m->tmp[0].n && m->ms[i].nv == m->tmp[0].nv &&
+            memcmp(m->ms[i].off, m->tmp[0].off, (m->tmp[0].n + 1) * sizeof *m->tmp[0].off) == 0 &&
+            (!m->tmp[0].nv || memcmp(m->ms[i].v, m->tmp[0].v, m->tmp[0].nv * sizeof *m->tmp[0].v) == 0))
+            break;
+    if (i == m->n_ms) { /* a new set: tmp's buffers go into the memo, the slot's old ones to tmp */
+        bitnet__gset t;
+        if (m->n_ms == m->cap_ms) {
+            void *a = m->ms, *b = m->ms_h;
+            size_t ca = m->cap_ms, cb = m->cap_ms;
+            BITNET__TRY(bitnet__grow(&a, &ca, m->n_ms + 1, sizeof *m->ms));
+            m->ms = (bitnet__gset *)a;
+            memset(m->ms + m->cap_ms, 0, (ca - m->cap_ms) * sizeof *m->ms);
+            m->cap_ms = ca;
+            BITNET__TRY(bitnet__grow(&b, &cb, ca, sizeof *m->ms_h));
+            m->ms_h = (uint64_t *)b;
+        }
+        t = m->ms[m->n_ms], m->ms[m->n_ms] = m->tmp[0], m->tmp[0] = t;
+        m->ms_h[m->n_ms++] = h;
+    }
+    *out = (uint32_t)i;
+    if (slot < BITNET__G_SLOTS && 2 * m->n_slot < BITNET__G_SLOTS)
+        m->slot_key[slot] = (uint64_t)id + 1, m->slot_mask[slot] = mask, m->slot_to[slot] = (uint32_t)i, m->n_slot++;
+    return BITNET_OK;
+}
+
+/* Marks in allow[] the tokens of order[lo .. hi) (equal in their first depth bytes, which took the
+   text to memo set id and u) that the grammar takes: each distinct next byte is tried once for all
+   the tokens that share it, as in a walk down a trie. */
+static bitnet_result bitnet__gm_walk(bitnet__gm *m, uint32_t id, bitnet__gu u, size_t lo, size_t hi, size_t depth,
                                      unsigned char *allow) {
-    const bitnet_tokenizer *t = m->tok;
+    const unsigned char *sb = m->sb;
+    const uint32_t *so = m->so;
     size_t i = lo, j;
-    for (; i < hi && t->off[m->order[i] + 1] - t->off[m->order[i]] == depth; i++)
-        allow[m->order[i]] = (unsigned char)(!u.need || bitnet__gm_partial(m, s, u));
+    for (; i < hi && so[i + 1] - so[i] == depth; i++) allow[m->order[i]] = (unsigned char)(!u.need || bitnet__gm_partial(m, &m->ms[id], u));
     for (; i < hi; i = j) {
-        unsigned char b = t->bytes[t->off[m->order[i]] + depth];
+        unsigned char b = sb[so[i] + depth];
         bitnet__gu u2 = u;
-        for (j = i + 1; j < hi && t->bytes[t->off[m->order[j]] + depth] == b; j++) {}
+        uint32_t next;
+        for (j = i + 1; j < hi && sb[so[j] + depth] == b; j++) {}
         if (!bitnet__gm_byte(&u2, b)) continue;
         if (u2.need) {
-            if (bitnet__gm_partial(m, s, u2)) BITNET__TRY(bitnet__gm_walk(m, s, u2, i, j, depth + 1, allow));
+            if (bitnet__gm_partial(m, &m->ms[id], u2)) BITNET__TRY(bitnet__gm_walk(m, id, u2, i, j, depth + 1, allow));
             continue;
         }
-        BITNET__TRY(bitnet__gm_advance(m, s, u2.cp, &m->lv[depth + 1]));
-        if (m->lv[depth + 1].n) BITNET__TRY(bitnet__gm_walk(m, &m->lv[depth + 1], u2, i, j, depth + 1, allow));
+        BITNET__TRY(bitnet__gm_next(m, id, u2.cp, &next));
+        if (next != BITNET__G_NONE) BITNET__TRY(bitnet__gm_walk(m, next, u2, i, j, depth + 1, allow));
     }
+    return BITNET_OK;
+}
+static int bitnet__gset_same(const bitnet__gset *a, const bitnet__gset *b) {
+    return a->n == b->n && a->nv == b->nv && (!a->n || memcmp(a->off, b->off, (a->n + 1) * sizeof *a->off) == 0) &&
+           (!a->nv || memcmp(a->v, b->v, a->nv * sizeof *a->v) == 0);
+}
+static bitnet_result bitnet__gset_copy(bitnet__gset *dst, const bitnet__gset *src) {
+    size_t i;
+    bitnet__gset_clear(dst);
+    for (i = 0; i < src->n; i++) BITNET__TRY(bitnet__gset_add(dst, src->v + src->off[i], src->off[i + 1] - src->off[i]));
     return BITNET_OK;
 }
 /* allow[id] = 1 for every token the grammar takes next (bitnet__gm_allows for all, at once). */
 static bitnet_result bitnet__gm_mask(bitnet__gm *m, const int32_t *stop, size_t n_stop, unsigned char *allow) {
     const bitnet_tokenizer *t = m->tok;
-    size_t i, maxlen = 0;
-    if (!m->order) { /* the regular tokens sorted by their bytes, once a generation */
+    size_t i;
+    int k;
+    if (!m->order) { /* once a matcher: the regular tokens sorted by their bytes, the memo's room */
         bitnet__gtok *v = (bitnet__gtok *)bitnet__malloc((size_t)t->n_vocab * sizeof *v);
-        if (!v || !(m->order = (int32_t *)bitnet__malloc((size_t)t->n_vocab * sizeof *m->order))) return bitnet__free(v), BITNET_ERR_OUT_OF_MEMORY;
+        m->order = (int32_t *)bitnet__malloc((size_t)t->n_vocab * sizeof *m->order);
+        m->so = (uint32_t *)bitnet__malloc(((size_t)t->n_vocab + 1) * sizeof *m->so);
+        m->sb = (unsigned char *)bitnet__malloc((size_t)t->off[t->n_vocab] + 1);
+        m->slot_key = (uint64_t *)bitnet__malloc(BITNET__G_SLOTS * sizeof *m->slot_key);
+        m->slot_mask = (uint64_t *)bitnet__malloc(BITNET__G_SLOTS * sizeof *m->slot_mask);
+        m->slot_to = (uint32_t *)bitnet__malloc(BITNET__G_SLOTS * sizeof *m->slot_to);
+        if (!v || !m->order || !m->so || !m->sb || !m->slot_key || !m->slot_mask || !m->slot_to) return bitnet__free(v), BITNET_ERR_OUT_OF_MEMORY;
         for (m->n_order = 0, i = 0; i < (size_t)t->n_vocab; i++)
             if (!t->special[i] && t->off[i + 1] > t->off[i])
                 v[m->n_order].b = t->bytes + t->off[i], v[m->n_order].len = t->off[i + 1] - t->off[i], v[m->n_order++].id = (int32_t)i;
         qsort(v, m->n_order, sizeof *v, bitnet__gtok_cmp);
-        for (i = 0; i < m->n_order; i++) m->order[i] = v[i].id, maxlen = v[i].len > maxlen ? v[i].len : maxlen;
+        for (m->so[0] = 0, i = 0; i < m->n_order; i++) {
+            m->order[i] = v[i].id, m->so[i + 1] = m->so[i] + v[i].len;
+            memcpy(m->sb + m->so[i], v[i].b, v[i].len);
+        }
         bitnet__free(v);
-        /* a set for each depth of the walk, made once: the walk holds pointers into them */
-        if (!(m->lv = (bitnet__gset *)bitnet__calloc(maxlen + 2, sizeof *m->lv))) return BITNET_ERR_OUT_OF_MEMORY;
-        m->n_lv = maxlen + 2;
     }
+    for (k = 0; k < m->mc_n; k++)
+        if (m->mc_u[k].cp == m->u.cp && m->mc_u[k].need == m->u.need && m->mc_u[k].len == m->u.len && bitnet__gset_same(&m->mc_set[k], &m->cur))
+            break;
+    if (k < m->mc_n) {
+        memcpy(allow, m->mc_allow[k], (size_t)t->n_vocab);
+        goto stops;
+    }
+    /* the memo starts from the text's set, as set 0 */
+    memset(m->slot_key, 0, BITNET__G_SLOTS * sizeof *m->slot_key);
+    m->n_slot = 0, m->n_ms = 0;
+    if (!m->cap_ms) {
+        if (!(m->ms = (bitnet__gset *)bitnet__calloc(16, sizeof *m->ms)) || !(m->ms_h = (uint64_t *)bitnet__calloc(16, sizeof *m->ms_h)))
+            return BITNET_ERR_OUT_OF_MEMORY;
+        m->cap_ms = 16;
+    }
+    bitnet__gset_clear(&m->ms[0]);
+    for (i = 0; i < m->cur.n; i++) BITNET__TRY(bitnet__gset_add(&m->ms[0], m->cur.v + m->cur.off[i], m->cur.off[i + 1] - m->cur.off[i]));
+    m->n_ms = 1, m->ms_h[0] = 0; /* (never found by its hash: a successor equal to it is a set of its own) */
     memset(allow, 0, (size_t)t->n_vocab);
-    BITNET__TRY(bitnet__gm_walk(m, &m->cur, m->u, 0, m->n_order, 0, allow));
+    BITNET__TRY(bitnet__gm_walk(m, 0, m->u, 0, m->n_order, 0, allow));
+    k = m->mc_next, m->mc_next = (k + 1) & 3, m->mc_n += m->mc_n < 4;
+    if (!m->mc_allow[k] && !(m->mc_allow[k] = (unsigned char *)bitnet__malloc((size_t)t->n_vocab))) return BITNET_ERR_OUT_OF_MEMORY;
+    BITNET__TRY(bitnet__gset_copy(&m->mc_set[k], &m->cur));
+    m->mc_u[k] = m->u;
+    memcpy(m->mc_allow[k], allow, (size_t)t->n_vocab);
+stops:
     for (i = 0; i < n_stop; i++) allow[stop[i]] = (unsigned char)bitnet__gm_complete(m);
     return BITNET_OK;
 }

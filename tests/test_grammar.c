@@ -380,6 +380,114 @@ static void test_generate_equals_mask(void) {
     bitnet_model_free(m);
 }
 
+/* The mask (bitnet_grammar_state_allowed: a trie walk, its memo and its cache of masks) against an
+   oracle that knows none of them: token id may come next iff the text so far and its piece are the
+   start of a sentence (bitnet_grammar_match from the start); the stop token iff the text is whole;
+   other special tokens never. Along random walks of allowed tokens; every token checked, or where
+   sample is set that many at random and every allowed one among the first 4096 ids. */
+static void mask_oracle(const bitnet_tokenizer *tk, const char *grammar, int steps, int sample, unsigned long long seed) {
+    bitnet_grammar *g = parse(grammar);
+    bitnet_grammar_state *st = NULL;
+    const int32_t nv = bitnet_tokenizer_vocab_size(tk);
+    unsigned char *allow = (unsigned char *)malloc((size_t)nv);
+    char *text = (char *)malloc(1 << 16);
+    size_t len = 0;
+    int32_t stop = -1, i;
+    int step, bad = 0;
+    bitnet_tokenizer_special_ids(tk, NULL, &stop, NULL);
+    if (!g || !allow || !text || bitnet_grammar_state_create(g, tk, &st) != BITNET_OK) {
+        TEST_CHECK(0);
+        goto done;
+    }
+    test_seed(seed);
+    for (step = 0; step < steps && !bad; step++) {
+        int32_t pick = -1, n_ok = 0;
+        TEST_CHECK(bitnet_grammar_state_allowed(st, &stop, 1, allow) == BITNET_OK);
+        for (i = 0; i < nv && bad < 5; i++) {
+            const char *p;
+            size_t n;
+            int want;
+            if (sample && i >= 4096 && !allow[i] && test_rand_int(0, nv - 1) >= sample) continue;
+            bitnet_token_piece(tk, i, &p, &n);
+            if (i == stop) {
+                int stt = -9;
+                want = bitnet_grammar_match(g, text, len, &stt) == BITNET_OK && stt == 1;
+            }
+            else {
+                unsigned char sp = 0; /* special: its text is not generated under a grammar */
+                int32_t one;
+                size_t got = 0;
+                sp = n == 0 || (bitnet_tokenize(tk, p, n, 0, 1, &one, 1, &got) == BITNET_OK && got == 1 && one == i && n > 2 &&
+                                p[0] == '<' && p[n - 1] == '>' && bitnet_tokenize(tk, p, n, 0, 0, &one, 1, &got) != BITNET_OK);
+                if (!sp && len + n < (1 << 16)) {
+                    int stt = -9;
+                    memcpy(text + len, p, n);
+                    want = bitnet_grammar_match(g, text, len + n, &stt) == BITNET_OK && stt >= 0;
+                } else want = 0;
+            }
+            if ((allow[i] != 0) != want) {
+                TEST_CHECKF(0, "%s, step %d, token %d (%zu bytes): allowed %d, the oracle %d", grammar, step, (int)i, n, allow[i], want);
+                bad++;
+            }
+            if (allow[i] && i != stop && test_rand_int(0, ++n_ok - 1) == 0) pick = i; /* (one allowed token, at random) */
+        }
+        if (pick < 0) break;
+        {
+            const char *p;
+            size_t n;
+            bitnet_token_piece(tk, pick, &p, &n);
+            TEST_CHECK(bitnet_grammar_state_accept(st, pick, &stop, 1) == BITNET_OK);
+            if (len + n >= (1 << 16)) break;
+            memcpy(text + len, p, n), len += n;
+        }
+    }
+done:
+    bitnet_grammar_state_free(st);
+    bitnet_grammar_free(g);
+    free(allow), free(text);
+}
+
+static void test_mask_oracle(void) {
+    bitnet_model *m = tiny_model();
+    size_t gi;
+    if (!m) TEST_SKIP("tests/data/tiny.gguf did not load: %s", bitnet_last_error());
+    for (gi = 0; gi < sizeof gen_grammars / sizeof gen_grammars[0]; gi++) mask_oracle(bitnet_model_tokenizer(m), gen_grammars[gi], 24, 0, 1 + gi);
+    mask_oracle(bitnet_model_tokenizer(m), "root ::= ([^\\x00-\\x7f] | [a-c])+ \"!\"", 40, 0, 9);
+    bitnet_model_free(m);
+}
+
+/* The same on LLaMA 3's 128,256 tokens (multi-byte pieces, pieces that end inside a character). */
+static void test_mask_oracle_llama3(void) {
+    static const char *const c[] = {"../shared/data/llama3-tokenizer.tiktoken", "../../shared/data/llama3-tokenizer.tiktoken"};
+    const char *path = getenv("BITNET_TIKTOKEN");
+    bitnet_vocab v;
+    bitnet_tokenizer_desc d;
+    bitnet_tokenizer *t = NULL;
+    size_t i;
+    char *json = NULL;
+    FILE *f;
+    for (i = 0; (!path || !*path) && i < 2; i++)
+        if ((f = fopen(c[i], "rb")) != NULL) fclose(f), path = c[i];
+    if (!path || !*path) TEST_SKIP("no llama3-tokenizer.tiktoken (set BITNET_TIKTOKEN or put it in ../shared/data)");
+    if (getenv("RUNNER") && *getenv("RUNNER")) TEST_SKIP("LLaMA 3's vocabulary is too slow under RUNNER (the tiny one runs)");
+    TEST_CHECK(bitnet_vocab_from_tiktoken(path, 256, &v) == BITNET_OK);
+    memset(&d, 0, sizeof d);
+    d.tokens = v.tokens, d.n_tokens = v.n_tokens, d.merges = v.merges, d.n_merges = v.n_merges, d.token_types = v.token_types;
+    d.bos = 128000, d.eos = 128001, d.eot = 128009;
+    TEST_CHECK(bitnet_tokenizer_create(&d, &t) == BITNET_OK);
+    bitnet_vocab_free(&v);
+    if (!t) return;
+    if ((f = fopen("examples/grammars/json.gbnf", "rb")) != NULL) {
+        json = (char *)calloc(1, 8192);
+        if (json && fread(json, 1, 8191, f) > 0) mask_oracle(t, json, 8, 3000, 5);
+        fclose(f);
+    }
+    mask_oracle(t, gen_grammars[1], 6, 3000, 6);
+    mask_oracle(t, "root ::= [\\u00e0-\\u00ff\\u4e00-\\u4e20 ]{1,12} \"\\n\"", 8, 3000, 7);
+    free(json);
+    bitnet_tokenizer_free(t);
+}
+
 static void test_state_errors(void) {
     bitnet_model *m = tiny_model();
     bitnet_grammar *g = parse("root ::= \"ab\"");
@@ -474,6 +582,8 @@ int main(void) {
     RUN_TEST(test_hostile_grammars);
     RUN_TEST(test_generate_follows);
     RUN_TEST(test_generate_equals_mask);
+    RUN_TEST(test_mask_oracle);
+    RUN_TEST(test_mask_oracle_llama3);
     RUN_TEST(test_state_errors);
     RUN_TEST(test_cli_grammar);
     return test_summary();
