@@ -7892,6 +7892,7 @@ typedef struct bitnet__gm {
     uint32_t *slot_to; size_t n_slot;
     /* the last masks, by the text's stacks and u: inside a loop (a string's characters) each step's are the same */
     bitnet__gset mc_set[4]; bitnet__gu mc_u[4]; unsigned char *mc_allow[4]; int mc_n, mc_next;
+    void *scratch;                   /* bitnet__gm_sample's, n_vocab candidates and a heap or a mask (kept: fresh pages each step cost more) */
 } bitnet__gm;
 
 static void bitnet__gm_free(bitnet__gm *m) {
@@ -7900,7 +7901,7 @@ static void bitnet__gm_free(bitnet__gm *m) {
     for (i = 0; i < m->cap_ms; i++) bitnet__gset_free(&m->ms[i]);
     for (i = 0; i < 4; i++) bitnet__gset_free(&m->mc_set[i]), bitnet__free(m->mc_allow[i]);
     bitnet__free(m->ms), bitnet__free(m->ms_h), bitnet__free(m->slot_key), bitnet__free(m->slot_to), bitnet__free(m->slot_mask);
-    bitnet__free(m->stk), bitnet__free(m->order), bitnet__free(m->sb), bitnet__free(m->so);
+    bitnet__free(m->stk), bitnet__free(m->order), bitnet__free(m->sb), bitnet__free(m->so), bitnet__free(m->scratch);
     memset(m, 0, sizeof *m);
 }
 static bitnet_result bitnet__gm_init(bitnet__gm *m, const bitnet_grammar *g, const bitnet_tokenizer *tok) {
@@ -8234,32 +8235,27 @@ static bitnet_result bitnet__gm_sample(bitnet__gm *m, float *logits, int32_t n_v
                                        int32_t *out) {
     const int greedy = bitnet__sampler_greedy(sp);
     const float temp = greedy ? 1.0f : sp->temperature;
-    bitnet__scand *c = NULL, *h = NULL;
-    unsigned char *allow = NULL;
+    bitnet__scand *c, *h;
+    unsigned char *allow;
     size_t i, n = 0;
     int done;
-    bitnet_result r = BITNET_OK;
     if (!greedy && !rng) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_generate: rng is NULL");
     BITNET__TRY(bitnet__penalize(logits, n_vocab, sp, hist, n_hist));
-    c = (bitnet__scand *)bitnet__malloc((size_t)n_vocab * sizeof *c);
+    if (!m->scratch && !(m->scratch = bitnet__malloc(2 * (size_t)n_vocab * sizeof *c))) return BITNET_ERR_OUT_OF_MEMORY;
+    c = (bitnet__scand *)m->scratch, h = c + n_vocab, allow = (unsigned char *)h;
     if (greedy || sp->top_k > 0 || sp->min_p > 0) {
         bitnet__gsrc src;
-        h = (bitnet__scand *)bitnet__malloc((size_t)n_vocab * sizeof *h);
-        if (!c || !h) r = BITNET_ERR_OUT_OF_MEMORY;
-        for (src.n = 0, i = 0; r == BITNET_OK && i < (size_t)n_vocab; i++)
+        for (src.n = 0, i = 0; i < (size_t)n_vocab; i++)
             if (logits[i] == logits[i]) h[src.n].logit = logits[i] / temp, h[src.n++].id = (int32_t)i;
-        for (i = src.n / 2; r == BITNET_OK && i-- > 0;) bitnet__scand_sift(h, src.n, i);
+        for (i = src.n / 2; i-- > 0;) bitnet__scand_sift(h, src.n, i);
         src.h = h, src.heap = 1, src.whole = 1;
-        if (r == BITNET_OK) r = bitnet__gm_select(m, sp, &src, stop, n_stop, c, &n, &done);
+        BITNET__TRY(bitnet__gm_select(m, sp, &src, stop, n_stop, c, &n, &done));
     } else { /* every allowed token */
-        if (!c || !(allow = (unsigned char *)bitnet__malloc((size_t)n_vocab))) r = BITNET_ERR_OUT_OF_MEMORY;
-        else r = bitnet__gm_mask(m, stop, n_stop, allow);
-        for (i = 0; r == BITNET_OK && i < (size_t)n_vocab; i++)
+        BITNET__TRY(bitnet__gm_mask(m, stop, n_stop, allow));
+        for (i = 0; i < (size_t)n_vocab; i++)
             if (allow[i] && logits[i] == logits[i]) c[n].logit = logits[i] / temp, c[n++].id = (int32_t)i;
     }
-    if (r == BITNET_OK) r = bitnet__gm_draw(m, sp, c, n, rng, stop, n_stop, out);
-    bitnet__free(c), bitnet__free(h), bitnet__free(allow);
-    return r;
+    return bitnet__gm_draw(m, sp, c, n, rng, stop, n_stop, out);
 }
 
 BITNET_API bitnet_result bitnet_grammar_state_create(const bitnet_grammar *g, const bitnet_tokenizer *t, bitnet_grammar_state **out) {
