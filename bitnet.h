@@ -7880,7 +7880,7 @@ typedef struct bitnet__gm {
     const bitnet_grammar *g;
     bitnet__gset cur, tmp[2];        /* the text's stacks; scratch sets */
     bitnet__gu u;
-    uint32_t *stk;                   /* BITNET__G_MAX_DEPTH + 1 positions */
+    uint32_t *stk;                   /* BITNET__G_MAX_DEPTH + 2 positions (bitnet__gexpand's scratch) */
     const bitnet_tokenizer *tok;     /* the mask: the vocabulary's regular tokens sorted by bytes, */
     int32_t *order; size_t n_order;  /* and their bytes in that order (token order[i] is sb[so[i] .. so[i + 1])) */
     unsigned char *sb; uint32_t *so;
@@ -7908,7 +7908,7 @@ static bitnet_result bitnet__gm_init(bitnet__gm *m, const bitnet_grammar *g, con
     uint32_t a;
     memset(m, 0, sizeof *m);
     m->g = g, m->tok = tok;
-    if (!(m->stk = (uint32_t *)bitnet__malloc((BITNET__G_MAX_DEPTH + 2) * sizeof *m->stk))) return BITNET_ERR_OUT_OF_MEMORY;
+    if (!(m->stk = (uint32_t *)bitnet__calloc(BITNET__G_MAX_DEPTH + 2, sizeof *m->stk))) return BITNET_ERR_OUT_OF_MEMORY;
     for (a = g->rule_alt[g->root]; a < g->rule_alt[g->root + 1]; a++) {
         m->stk[0] = g->alt[a];
         BITNET__TRY(bitnet__gexpand(g, &m->cur, m->stk, 1, 0));
