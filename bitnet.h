@@ -8157,8 +8157,9 @@ static bitnet_result bitnet__gm_mask(bitnet__gm *m, const int32_t *stop, size_t 
     BITNET__TRY(bitnet__gset_copy(&m->mc_set[k], &m->cur));
     m->mc_u[k] = m->u;
     memcpy(m->mc_allow[k], allow, (size_t)t->n_vocab);
-stops:
-    for (i = 0; i < n_stop; i++) allow[stop[i]] = (unsigned char)bitnet__gm_complete(m);
+stops: /* (bitnet_generate takes any ids as stop tokens: those outside the vocabulary never come) */
+    for (i = 0; i < n_stop; i++)
+        if (stop[i] >= 0 && stop[i] < t->n_vocab) allow[stop[i]] = (unsigned char)bitnet__gm_complete(m);
     return BITNET_OK;
 }
 

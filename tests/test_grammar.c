@@ -252,6 +252,7 @@ static const char *const gen_grammars[] = {
 /* bitnet_generate under each grammar and sampler: the text is in the grammar; where generation
    ended before max_tokens, it is a whole sentence. */
 static void test_generate_follows(void) {
+    static const int32_t odd_stops[3] = {-5, 1 << 30, 0};
     bitnet_model *m = tiny_model();
     bitnet_session *s = NULL;
     const bitnet_tokenizer *tk;
@@ -274,6 +275,7 @@ static void test_generate_follows(void) {
             if (si == 1) p.sampler.temperature = 1.5f, p.sampler.top_k = 40;
             if (si == 2) p.sampler.temperature = 2.0f; /* every allowed token (the whole mask) */
             if (si == 3) p.sampler.temperature = 1.0f, p.sampler.min_p = 0.02f, p.sampler.repeat_penalty = 1.3f;
+            if (si == 2) p.stop_tokens = odd_stops, p.n_stop = 3; /* ids outside the vocabulary never come */
             bitnet_session_reset(s);
             r = bitnet_generate(s, prompt, np, &p, NULL, 0, NULL);
             TEST_CHECKF(r == BITNET_OK, "grammar %zu, sampler %zu: %s", gi, si, bitnet_last_error());
