@@ -8031,6 +8031,7 @@ static bitnet_result bitnet__gm_allows(bitnet__gm *m, int32_t id, const int32_t 
 }
 #define BITNET__G_SLOTS 8192 /* the memo's transitions; past half full, successors are made each time */
 #define BITNET__G_NONE UINT32_MAX
+#define BITNET__G_WALK_DEPTH 48 /* the mask's walk recurses this many bytes deep at most */
 /* The successor of memo set id by character cp (BITNET__G_NONE where no stack takes it). */
 static bitnet_result bitnet__gm_next(bitnet__gm *m, uint32_t id, uint32_t cp, uint32_t *out) {
     const bitnet__gset *s = &m->ms[id];
@@ -8083,6 +8084,18 @@ static bitnet_result bitnet__gm_walk(bitnet__gm *m, uint32_t id, bitnet__gu u, s
     const uint32_t *so = m->so;
     size_t i = lo, j;
     for (; i < hi && so[i + 1] - so[i] == depth; i++) allow[m->order[i]] = (unsigned char)(!u.need || bitnet__gm_partial(m, &m->ms[id], u));
+    if (depth >= BITNET__G_WALK_DEPTH) { /* longer pieces (a file's may be any length): one by one, without recursion */
+        for (; i < hi; i++) {
+            uint32_t at = id;
+            bitnet__gu u2 = u;
+            size_t k;
+            for (k = so[i] + depth; at != BITNET__G_NONE && k < so[i + 1]; k++)
+                if (!bitnet__gm_byte(&u2, sb[k])) at = BITNET__G_NONE;
+                else if (!u2.need) BITNET__TRY(bitnet__gm_next(m, at, u2.cp, &at));
+            allow[m->order[i]] = (unsigned char)(at != BITNET__G_NONE && (!u2.need || bitnet__gm_partial(m, &m->ms[at], u2)));
+        }
+        return BITNET_OK;
+    }
     for (; i < hi; i = j) {
         unsigned char b = sb[so[i] + depth];
         bitnet__gu u2 = u;
