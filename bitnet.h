@@ -8118,7 +8118,8 @@ static int bitnet__gset_same(const bitnet__gset *a, const bitnet__gset *b) {
 static bitnet_result bitnet__gset_copy(bitnet__gset *dst, const bitnet__gset *src) {
     size_t i;
     bitnet__gset_clear(dst);
-    for (i = 0; i < src->n; i++) BITNET__TRY(bitnet__gset_add(dst, src->v + src->off[i], src->off[i + 1] - src->off[i]));
+    for (i = 0; i < src->n; i++) /* (v is NULL while every stack is empty) */
+        BITNET__TRY(bitnet__gset_add(dst, src->nv ? src->v + src->off[i] : NULL, src->off[i + 1] - src->off[i]));
     return BITNET_OK;
 }
 /* allow[id] = 1 for every token the grammar takes next (bitnet__gm_allows for all, at once). */
@@ -8160,8 +8161,7 @@ static bitnet_result bitnet__gm_mask(bitnet__gm *m, const int32_t *stop, size_t 
             return BITNET_ERR_OUT_OF_MEMORY;
         m->cap_ms = 16;
     }
-    bitnet__gset_clear(&m->ms[0]);
-    for (i = 0; i < m->cur.n; i++) BITNET__TRY(bitnet__gset_add(&m->ms[0], m->cur.v + m->cur.off[i], m->cur.off[i + 1] - m->cur.off[i]));
+    BITNET__TRY(bitnet__gset_copy(&m->ms[0], &m->cur));
     m->n_ms = 1, m->ms_h[0] = 0; /* (never found by its hash: a successor equal to it is a set of its own) */
     memset(allow, 0, (size_t)t->n_vocab);
     BITNET__TRY(bitnet__gm_walk(m, 0, m->u, 0, m->n_order, 0, allow));
