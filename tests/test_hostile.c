@@ -75,8 +75,9 @@ typedef struct gen_job {
     size_t n_prompt;
     int n_tokens;
     uint64_t seed;
-    int32_t greedy[256], sampled[256];
-    size_t n_greedy, n_sampled;
+    int32_t greedy[256], sampled[256], held[256];
+    size_t n_greedy, n_sampled, n_held;
+    const bitnet_grammar *g; /* one grammar, shared by every thread */
     bitnet_result r;
     char err[256];
 } gen_job;
@@ -87,7 +88,8 @@ static int thread_tokens(void) {
     return n < 1 ? 1 : n > 256 ? 256 : n;
 }
 
-/* Its own session; greedy, then (after a reset) a seeded sampler with every filter on. */
+/* Its own session; greedy, then (after a reset) a seeded sampler with every filter on, then the
+   shared grammar with temperature alone (every step masks the vocabulary). */
 static void *gen_main(void *arg) {
     gen_job *j = (gen_job *)arg;
     bitnet_session *s = NULL;
@@ -107,6 +109,13 @@ static void *gen_main(void *arg) {
         j->r = bitnet_generate(s, j->prompt, j->n_prompt, &gp, j->sampled, 256, &st);
         j->n_sampled = j->r == BITNET_OK ? st.n_generated : 0;
     }
+    if (j->r == BITNET_OK && j->g) {
+        bitnet_session_reset(s);
+        memset(&gp.sampler, 0, sizeof gp.sampler);
+        gp.sampler.temperature = 1.0f, gp.sampler.seed = j->seed, gp.grammar = j->g;
+        j->r = bitnet_generate(s, j->prompt, j->n_prompt, &gp, j->held, 256, &st);
+        j->n_held = j->r == BITNET_OK ? st.n_generated : 0;
+    }
     if (j->r != BITNET_OK) snprintf(j->err, sizeof j->err, "%s", bitnet_last_error());
     bitnet_session_free(s);
     return NULL;
@@ -121,17 +130,23 @@ static void threads_vs_single(bitnet_model *m, const char *what) {
     pthread_t th[N_THREADS];
     int i, started[N_THREADS], n = thread_tokens();
     const bitnet_tokenizer *tk = bitnet_model_tokenizer(m);
+    static const char grammar[] = "root ::= ([a-z ] | [0-9] | [\\u00c0-\\u00ff])+"; /* (never whole: n tokens) */
+    bitnet_grammar *g = NULL;
     TEST_CHECK(tk != NULL);
-    if (!tk) return;
+    TEST_CHECK(bitnet_grammar_parse(grammar, strlen(grammar), &g) == BITNET_OK);
+    if (!tk || !g) {
+        bitnet_grammar_free(g);
+        return;
+    }
     for (i = 0; i < N_THREADS; i++) {
         TEST_CHECK(bitnet_tokenize(tk, texts[i], strlen(texts[i]), 1, 0, prompts[i], 64, &np[i]) == BITNET_OK);
         memset(&ref[i], 0, sizeof ref[i]);
         ref[i].m = m, ref[i].prompt = prompts[i], ref[i].n_prompt = np[i], ref[i].n_tokens = n;
-        ref[i].seed = 1000 + (uint64_t)i;
+        ref[i].seed = 1000 + (uint64_t)i, ref[i].g = g;
         par[i] = ref[i];
         gen_main(&ref[i]); /* one after the other on this thread */
-        TEST_CHECKF(ref[i].r == BITNET_OK && ref[i].n_greedy == (size_t)n && ref[i].n_sampled == (size_t)n,
-                    "%s single %d: %s", what, i, ref[i].err);
+        TEST_CHECKF(ref[i].r == BITNET_OK && ref[i].n_greedy == (size_t)n && ref[i].n_sampled == (size_t)n &&
+                    ref[i].n_held == (size_t)n, "%s single %d: %s", what, i, ref[i].err);
     }
     for (i = 0; i < N_THREADS; i++) started[i] = pthread_create(&th[i], NULL, gen_main, &par[i]) == 0;
     for (i = 0; i < N_THREADS; i++) {
@@ -143,10 +158,14 @@ static void threads_vs_single(bitnet_model *m, const char *what) {
                     "%s thread %d: greedy tokens differ from the single-threaded run", what, i);
         TEST_CHECKF(par[i].n_sampled == ref[i].n_sampled && memcmp(par[i].sampled, ref[i].sampled, ref[i].n_sampled * 4) == 0,
                     "%s thread %d: sampled tokens differ from the single-threaded run", what, i);
+        TEST_CHECKF(par[i].n_held == ref[i].n_held && memcmp(par[i].held, ref[i].held, ref[i].n_held * 4) == 0,
+                    "%s thread %d: tokens under the grammar differ from the single-threaded run", what, i);
     }
+    bitnet_grammar_free(g);
     /* the sampler did sample: different seeds, different texts */
     TEST_CHECK(memcmp(ref[0].sampled, ref[0].greedy, (size_t)n * 4) != 0);
-    printf("  %s: %d threads x %d tokens (greedy and sampled) equal the single-threaded runs\n", what, N_THREADS, n);
+    printf("  %s: %d threads x %d tokens (greedy, sampled, and under one shared grammar) equal the single-threaded runs\n", what,
+           N_THREADS, n);
 }
 
 static void test_threads_cpu(void) {
