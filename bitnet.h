@@ -34,6 +34,8 @@
        >>pad           heads whose dims are not a multiple of 32 (1bitLLM-3B's 100), padded on the GPU
      >>model           model loading and sessions
        >>state         a session's state as bytes (prompt caches), one layout for both backends
+     >>receipt         benchmarks and their receipts; SHA-256; the JSON writer and parser
+     >>convert         Hugging Face checkpoints (safetensors, tokenizer.json) to GGUF
      >>public          bodies of the public functions that are thin shells
 
    OPTIONS (compile time; "impl" = only needed in the BITNET_IMPLEMENTATION file)
@@ -715,6 +717,17 @@ BITNET_API bitnet_result bitnet_gguf_writer_add_tensor(bitnet_gguf_writer *w, co
 BITNET_API bitnet_result bitnet_gguf_writer_begin(bitnet_gguf_writer *w, const char *path);
 BITNET_API bitnet_result bitnet_gguf_writer_write(bitnet_gguf_writer *w, const void *data, size_t n);
 BITNET_API bitnet_result bitnet_gguf_writer_finish(bitnet_gguf_writer *w);
+
+/* A Hugging Face BitNet checkpoint folder to a GGUF in bitnet.cpp's layout (>>convert): config.json
+   (model_type "bitnet", BitNetForCausalLM), tokenizer.json (byte-level BPE with LLaMA 3's split
+   pattern), tokenizer_config.json (optional: chat_template) and model.safetensors or its shards
+   (model.safetensors.index.json). Ternary matrices come packed (uint8 [n/4][k] plus weight_scale,
+   as microsoft/bitnet-b1.58-2B-4T; linear_class "bitlinear" stores 1/scale) or as float master
+   weights (as the -bf16 repo), quantized by bitnet_quantize_ternary; both become I2_S. The
+   embedding and an untied head become fp16 (values beyond its range are an error), norms fp32.
+   Unsupported checkpoints are BITNET_ERR_UNSUPPORTED, broken ones CORRUPT, BAD_SHAPE,
+   BAD_METADATA or MISSING_TENSOR, with the file and the key or tensor named. */
+BITNET_API bitnet_result bitnet_convert_hf(const char *dir, const char *gguf_path);
 
 /* ---- >>api-tokenizer ------------------------------------------------------------------------- */
 
@@ -4895,17 +4908,14 @@ static int bitnet__file_size(FILE *f, uint64_t *size) {
 
 BITNET_API bitnet_result bitnet_gguf_open(const char *path, bitnet_gguf **out) { return bitnet_gguf_open_ex(path, 0, out); }
 
-BITNET_API bitnet_result bitnet_gguf_open_ex(const char *path, unsigned flags, bitnet_gguf **out) {
+/* A whole file, mapped (no_mmap 0 and mmap works) or read into memory: *map or *owned is set, the
+   other NULL. Released by bitnet__file_unmap. The GGUF reader and >>convert's safetensors use it. */
+static bitnet_result bitnet__file_map(const char *path, int no_mmap, void **map, void **owned, size_t *size_out) {
     FILE *f;
     uint64_t fsize;
     size_t size, got = 0;
-    void *map = NULL, *owned = NULL;
-    bitnet_gguf *g = NULL;
-    bitnet_result r;
-    BITNET__CHECK_PTR(path);
-    BITNET__CHECK_PTR(out);
-    *out = NULL;
-    if (flags & ~BITNET_GGUF_NO_MMAP) return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_gguf_open_ex: unknown flags 0x%x", flags);
+    *map = *owned = NULL;
+    *size_out = 0;
     f = fopen(path, "rb");
     if (!f) return bitnet__err(BITNET_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
     if (bitnet__file_size(f, &fsize) != 0) {
@@ -4918,34 +4928,60 @@ BITNET_API bitnet_result bitnet_gguf_open_ex(const char *path, unsigned flags, b
     }
     size = (size_t)fsize;
 #if !defined(_WIN32) && !defined(BITNET_NO_MMAP)
-    if (!(flags & BITNET_GGUF_NO_MMAP) && size > 0) {
-        map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fileno(f), 0);
-        if (map == MAP_FAILED) {
+    if (!no_mmap && size > 0) {
+        *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fileno(f), 0);
+        if (*map == MAP_FAILED) {
             bitnet__log(BITNET_LOG_INFO, "mmap of '%s' failed (%s); reading it into memory", path, strerror(errno));
-            map = NULL;
+            *map = NULL;
         }
     }
+#else
+    (void)no_mmap;
 #endif
-    if (!map) {
-        owned = bitnet__malloc(size ? size : 1);
-        if (!owned) {
+    if (!*map) {
+        *owned = bitnet__malloc(size ? size : 1);
+        if (!*owned) {
             fclose(f);
             return bitnet__err(BITNET_ERR_OUT_OF_MEMORY, "cannot allocate %zu bytes to read '%s'", size, path);
         }
         while (got < size) {
-            size_t n = fread((char *)owned + got, 1, size - got, f);
+            size_t n = fread((char *)*owned + got, 1, size - got, f);
             if (n == 0) break;
             got += n;
         }
         if (got != size) {
             int e = ferror(f) ? errno : 0;
             fclose(f);
-            bitnet__free(owned);
+            bitnet__free(*owned);
+            *owned = NULL;
             return bitnet__err(BITNET_ERR_IO, "reading '%s' stopped after %zu of %zu bytes%s%s", path, got, size,
                                e ? ": " : "", e ? strerror(e) : "");
         }
     }
     fclose(f);
+    *size_out = size;
+    return BITNET_OK;
+}
+
+static void bitnet__file_unmap(void *map, void *owned, size_t size) {
+#if !defined(_WIN32) && !defined(BITNET_NO_MMAP)
+    if (map) munmap(map, size);
+#else
+    (void)map, (void)size;
+#endif
+    bitnet__free(owned);
+}
+
+BITNET_API bitnet_result bitnet_gguf_open_ex(const char *path, unsigned flags, bitnet_gguf **out) {
+    size_t size;
+    void *map, *owned;
+    bitnet_gguf *g = NULL;
+    bitnet_result r;
+    BITNET__CHECK_PTR(path);
+    BITNET__CHECK_PTR(out);
+    *out = NULL;
+    if (flags & ~BITNET_GGUF_NO_MMAP) return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_gguf_open_ex: unknown flags 0x%x", flags);
+    BITNET__TRY(bitnet__file_map(path, (flags & BITNET_GGUF_NO_MMAP) != 0, &map, &owned, &size));
     r = bitnet__gguf_new((const uint8_t *)(map ? map : owned), size, &g);
     if (r == BITNET_OK) {
         g->map = map;
@@ -4960,19 +4996,13 @@ BITNET_API bitnet_result bitnet_gguf_open_ex(const char *path, unsigned flags, b
         *out = g;
         return BITNET_OK;
     }
-#if !defined(_WIN32) && !defined(BITNET_NO_MMAP)
-    if (map) munmap(map, size);
-#endif
-    bitnet__free(owned);
+    bitnet__file_unmap(map, owned, size);
     return r;
 }
 
 BITNET_API void bitnet_gguf_close(bitnet_gguf *g) {
     if (!g) return;
-#if !defined(_WIN32) && !defined(BITNET_NO_MMAP)
-    if (g->map) munmap(g->map, g->size);
-#endif
-    bitnet__free(g->owned);
+    bitnet__file_unmap(g->map, g->owned, g->size);
     bitnet__arena_free(&g->arena);
     bitnet__free(g);
 }
@@ -15055,11 +15085,12 @@ static void bitnet__jw_close(bitnet__jw *w, char c) {
 }
 
 /* ---- JSON parser: strict RFC 8259 into a flat node array ------------------------------------ */
-/* Bounds-checked byte by byte; nesting, object size and input size are limited, so hostile input
-   costs bounded time and memory. Strings are decoded (and UTF-8 validated) into one buffer no
-   larger than the input; \u0000 is refused because fields are C strings. */
+/* Receipts, and >>convert's config.json, tokenizer.json and safetensors headers. Bounds-checked
+   byte by byte; nesting, object size and input size are limited, so hostile input costs bounded
+   time and memory. Strings are decoded (and UTF-8 validated) into one buffer no larger than the
+   input; \u0000 is refused because fields are C strings. */
 #define BITNET__JSON_MAX_DEPTH 32
-#define BITNET__JSON_MAX_MEMBERS 256
+#define BITNET__JSON_DUP_LINEAR 16 /* members checked for duplicates one by one; more: sorted at the end */
 enum { BITNET__J_NULL, BITNET__J_FALSE, BITNET__J_TRUE, BITNET__J_NUM, BITNET__J_STR, BITNET__J_ARR, BITNET__J_OBJ };
 
 typedef struct bitnet__jnode {
@@ -15079,6 +15110,7 @@ typedef struct bitnet__json {
     size_t n, cap;
     char *strs;
     size_t strs_len;
+    int32_t max_members;   /* an object's; its duplicates are found by sorting past a few */
     bitnet_result err;
 } bitnet__json;
 
@@ -15254,6 +15286,26 @@ static int32_t bitnet__json_number(bitnet__json *j) {
 
 static int32_t bitnet__json_value(bitnet__json *j, int depth);
 
+static int bitnet__json_key_cmp(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+
+/* Duplicate member names of a large object, by sorting them: O(n log n) for a vocabulary's 128k. */
+static int32_t bitnet__json_dups(bitnet__json *j, int32_t id) {
+    size_t n = (size_t)j->nodes[id].count, k = 0;
+    const char **keys;
+    int32_t i;
+    if (n <= BITNET__JSON_DUP_LINEAR) return id;
+    if (!(keys = (const char **)bitnet__malloc(n * sizeof *keys))) { j->err = BITNET_ERR_OUT_OF_MEMORY; return -1; }
+    for (i = j->nodes[id].first; i >= 0; i = j->nodes[i].next) keys[k++] = j->nodes[i].key;
+    qsort(keys, n, sizeof *keys, bitnet__json_key_cmp);
+    for (k = 1; k < n && strcmp(keys[k - 1], keys[k]) != 0; k++) {}
+    if (k < n) {
+        bitnet__json_fail(j, "duplicate member \"%.60s\"", keys[k]);
+        id = -1;
+    }
+    bitnet__free(keys);
+    return id;
+}
+
 static int32_t bitnet__json_container(bitnet__json *j, int depth, int is_obj) {
     char close = is_obj ? '}' : ']';
     int32_t id = bitnet__json_node(j, is_obj ? BITNET__J_OBJ : BITNET__J_ARR), last = -1;
@@ -15268,13 +15320,12 @@ static int32_t bitnet__json_container(bitnet__json *j, int depth, int is_obj) {
         if (is_obj) {
             if (j->pos >= j->len || j->src[j->pos] != '"') return bitnet__json_fail(j, "expected a member name");
             if (!(key = bitnet__json_string(j))) return -1;
-            for (i = j->nodes[id].first; i >= 0; i = j->nodes[i].next)
+            for (i = j->nodes[id].count < BITNET__JSON_DUP_LINEAR ? j->nodes[id].first : -1; i >= 0; i = j->nodes[i].next)
                 if (strcmp(j->nodes[i].key, key) == 0) return bitnet__json_fail(j, "duplicate member \"%.60s\"", key);
             bitnet__json_ws(j);
             if (j->pos >= j->len || j->src[j->pos] != ':') return bitnet__json_fail(j, "expected ':'");
             j->pos++;
-            if (j->nodes[id].count >= BITNET__JSON_MAX_MEMBERS)
-                return bitnet__json_fail(j, "more than %d members", BITNET__JSON_MAX_MEMBERS);
+            if (j->nodes[id].count >= j->max_members) return bitnet__json_fail(j, "more than %d members", (int)j->max_members);
         }
         if ((child = bitnet__json_value(j, depth + 1)) < 0) return -1;
         j->nodes[child].key = key;
@@ -15285,7 +15336,7 @@ static int32_t bitnet__json_container(bitnet__json *j, int depth, int is_obj) {
         bitnet__json_ws(j);
         if (j->pos >= j->len) return bitnet__json_fail(j, "unterminated %s", is_obj ? "object" : "array");
         if (j->src[j->pos] == ',') { j->pos++; bitnet__json_ws(j); continue; }
-        if (j->src[j->pos] == (unsigned char)close) { j->pos++; return id; }
+        if (j->src[j->pos] == (unsigned char)close) { j->pos++; return is_obj ? bitnet__json_dups(j, id) : id; }
         return bitnet__json_fail(j, "expected ',' or '%c'", close);
     }
 }
@@ -15323,11 +15374,12 @@ static void bitnet__json_free(bitnet__json *j) {
     memset(j, 0, sizeof *j);
 }
 
-/* Parses the whole input as one value (node 0). */
-static bitnet_result bitnet__json_parse(bitnet__json *j, const char *src, size_t len) {
+/* Parses the whole input as one value (node 0); objects of at most max_members. */
+static bitnet_result bitnet__json_parse(bitnet__json *j, const char *src, size_t len, int32_t max_members) {
     memset(j, 0, sizeof *j);
     j->src = (const unsigned char *)src;
     j->len = len;
+    j->max_members = max_members;
     if (!(j->strs = (char *)bitnet__malloc(len + 1))) return BITNET_ERR_OUT_OF_MEMORY;
     if (bitnet__json_value(j, 0) >= 0) {
         bitnet__json_ws(j);
@@ -15612,7 +15664,7 @@ BITNET_API bitnet_result bitnet_receipt_parse(const char *json, size_t len, bitn
     if (len > BITNET_RECEIPT_MAX_BYTES)
         return bitnet__err(BITNET_ERR_BAD_SIZE, "receipt: %zu bytes, more than the %u a receipt may have", len,
                            (unsigned)BITNET_RECEIPT_MAX_BYTES);
-    BITNET__TRY(bitnet__json_parse(&j, json, len));
+    BITNET__TRY(bitnet__json_parse(&j, json, len, 256));
     p.j = &j;
     p.err = BITNET_OK;
     top = 0;
@@ -16227,6 +16279,685 @@ BITNET_API bitnet_result bitnet_receipt_check(const bitnet_receipt *r, const bit
     }
     *n_breaches = rep.n;
     return BITNET_OK;
+}
+
+/* >>convert =================================================================================== */
+/* bitnet_convert_hf: a Hugging Face BitNet checkpoint folder to a GGUF file in bitnet.cpp's
+   layout, so the loader has one format to read. Every file is untrusted: sizes, offsets, shapes,
+   ids and types are checked before use, and a failure names the file and the key or tensor. */
+
+/* The error being returned, with where it happened in front. */
+static bitnet_result bitnet__cv_where(bitnet_result r, const char *where) {
+    char msg[sizeof bitnet__errbuf];
+    snprintf(msg, sizeof msg, "%s", bitnet__errbuf);
+    return bitnet__err(r, "%s: %s", where, msg);
+}
+
+/* ---- safetensors: u64 header length, a JSON header (name -> dtype, shape, data_offsets), data - */
+enum { BITNET__ST_U8, BITNET__ST_I8, BITNET__ST_F16, BITNET__ST_BF16, BITNET__ST_F32, BITNET__ST_OTHER };
+
+typedef struct bitnet__st_tensor {
+    const char *name;       /* in its file's header strings */
+    int dtype, n_dims;
+    uint64_t shape[4];
+    const uint8_t *data;
+    size_t bytes;
+} bitnet__st_tensor;
+
+typedef struct bitnet__st_file {
+    void *map, *owned;
+    size_t size;
+    bitnet__json hdr;
+} bitnet__st_file;
+
+typedef struct bitnet__st {
+    bitnet__st_file *f;
+    size_t n_f, f_cap;
+    bitnet__st_tensor *t;
+    size_t n_t, t_cap;
+} bitnet__st;
+
+static void bitnet__st_free(bitnet__st *st) {
+    size_t i;
+    for (i = 0; i < st->n_f; i++) {
+        bitnet__file_unmap(st->f[i].map, st->f[i].owned, st->f[i].size);
+        bitnet__json_free(&st->f[i].hdr);
+    }
+    bitnet__free(st->f);
+    bitnet__free(st->t);
+    memset(st, 0, sizeof *st);
+}
+
+static int bitnet__st_dtype(const char *s, size_t *esize) {
+    static const struct { const char *name; int dtype; size_t size; } types[] = {
+        {"U8", BITNET__ST_U8, 1}, {"I8", BITNET__ST_I8, 1}, {"F16", BITNET__ST_F16, 2}, {"BF16", BITNET__ST_BF16, 2},
+        {"F32", BITNET__ST_F32, 4}, {"BOOL", BITNET__ST_OTHER, 1}, {"F8_E4M3", BITNET__ST_OTHER, 1},
+        {"F8_E5M2", BITNET__ST_OTHER, 1}, {"I16", BITNET__ST_OTHER, 2}, {"U16", BITNET__ST_OTHER, 2},
+        {"I32", BITNET__ST_OTHER, 4}, {"U32", BITNET__ST_OTHER, 4}, {"F64", BITNET__ST_OTHER, 8},
+        {"I64", BITNET__ST_OTHER, 8}, {"U64", BITNET__ST_OTHER, 8}};
+    size_t i;
+    for (i = 0; i < sizeof types / sizeof types[0]; i++)
+        if (strcmp(s, types[i].name) == 0) { *esize = types[i].size; return types[i].dtype; }
+    return -1;
+}
+
+static int bitnet__st_mul(uint64_t *acc, uint64_t v) {
+    if (v && *acc > UINT64_MAX / v) return 0;
+    *acc *= v;
+    return 1;
+}
+
+/* Adds one safetensors file's tensors to st. */
+static bitnet_result bitnet__st_open(bitnet__st *st, const char *path) {
+    bitnet__st_file *f;
+    const uint8_t *base;
+    uint64_t hlen;
+    int32_t i;
+    BITNET__TRY(bitnet__grow((void **)&st->f, &st->f_cap, st->n_f + 1, sizeof *st->f));
+    f = &st->f[st->n_f];
+    memset(f, 0, sizeof *f);
+    BITNET__TRY(bitnet__file_map(path, 0, &f->map, &f->owned, &f->size));
+    st->n_f++;
+    base = (const uint8_t *)(f->map ? f->map : f->owned);
+    if (f->size < 8) return bitnet__err(BITNET_ERR_TRUNCATED, "%s: %zu bytes, shorter than a safetensors header", path, f->size);
+    hlen = bitnet__le64(base);
+    if (hlen > f->size - 8 || hlen > ((uint64_t)100 << 20))
+        return bitnet__err(BITNET_ERR_TRUNCATED, "%s: a header of %llu bytes in a file of %zu", path, (unsigned long long)hlen, f->size);
+    {
+        bitnet_result r = bitnet__json_parse(&f->hdr, (const char *)base + 8, (size_t)hlen, 1 << 20);
+        if (r != BITNET_OK) return bitnet__cv_where(r, path);
+    }
+    if (f->hdr.nodes[0].type != BITNET__J_OBJ) return bitnet__err(BITNET_ERR_CORRUPT, "%s: the header is not a JSON object", path);
+    for (i = f->hdr.nodes[0].first; i >= 0; i = f->hdr.nodes[i].next) {
+        const bitnet__json *j = &f->hdr;
+        const char *name = j->nodes[i].key;
+        int32_t dt = bitnet__json_get(j, i, "dtype"), sh = bitnet__json_get(j, i, "shape"), off = bitnet__json_get(j, i, "data_offsets");
+        bitnet__st_tensor t;
+        uint64_t elems = 1, o[2];
+        size_t esize = 0, k;
+        int32_t c;
+        if (strcmp(name, "__metadata__") == 0) continue;
+        memset(&t, 0, sizeof t);
+        t.name = name;
+        if (dt < 0 || j->nodes[dt].type != BITNET__J_STR || (t.dtype = bitnet__st_dtype(j->nodes[dt].str, &esize)) < 0)
+            return bitnet__err(BITNET_ERR_CORRUPT, "%s: tensor \"%.80s\": no known dtype", path, name);
+        if (sh < 0 || j->nodes[sh].type != BITNET__J_ARR || j->nodes[sh].count > 4)
+            return bitnet__err(BITNET_ERR_BAD_SHAPE, "%s: tensor \"%.80s\": the shape is not a list of at most 4 sizes", path, name);
+        for (c = j->nodes[sh].first; c >= 0; c = j->nodes[c].next) {
+            double v = j->nodes[c].num;
+            if (j->nodes[c].type != BITNET__J_NUM || !j->nodes[c].is_int || v < 0 || v > 9007199254740992.0 ||
+                !bitnet__st_mul(&elems, (uint64_t)v))
+                return bitnet__err(BITNET_ERR_BAD_SHAPE, "%s: tensor \"%.80s\": bad shape", path, name);
+            t.shape[t.n_dims++] = (uint64_t)v;
+        }
+        if (off < 0 || j->nodes[off].type != BITNET__J_ARR || j->nodes[off].count != 2)
+            return bitnet__err(BITNET_ERR_CORRUPT, "%s: tensor \"%.80s\": data_offsets is not two numbers", path, name);
+        for (k = 0, c = j->nodes[off].first; c >= 0; c = j->nodes[c].next, k++) {
+            if (j->nodes[c].type != BITNET__J_NUM || !j->nodes[c].is_int || j->nodes[c].num < 0 ||
+                j->nodes[c].num > 9007199254740992.0)
+                return bitnet__err(BITNET_ERR_CORRUPT, "%s: tensor \"%.80s\": bad data_offsets", path, name);
+            o[k] = (uint64_t)j->nodes[c].num;
+        }
+        if (o[0] > o[1] || o[1] > f->size - 8 - hlen)
+            return bitnet__err(BITNET_ERR_TRUNCATED, "%s: tensor \"%.80s\": bytes %llu..%llu beyond the file's %llu of data", path,
+                               name, (unsigned long long)o[0], (unsigned long long)o[1], (unsigned long long)(f->size - 8 - hlen));
+        if (!bitnet__st_mul(&elems, esize) || elems != o[1] - o[0])
+            return bitnet__err(BITNET_ERR_BAD_SHAPE, "%s: tensor \"%.80s\": %llu bytes for its shape and dtype, %llu stored", path,
+                               name, (unsigned long long)elems, (unsigned long long)(o[1] - o[0]));
+        t.data = base + 8 + hlen + o[0];
+        t.bytes = (size_t)(o[1] - o[0]);
+        BITNET__TRY(bitnet__grow((void **)&st->t, &st->t_cap, st->n_t + 1, sizeof *st->t));
+        st->t[st->n_t++] = t;
+    }
+    return BITNET_OK;
+}
+
+static const bitnet__st_tensor *bitnet__st_find(const bitnet__st *st, const char *name) {
+    size_t i;
+    for (i = 0; i < st->n_t; i++)
+        if (strcmp(st->t[i].name, name) == 0) return &st->t[i];
+    return NULL;
+}
+
+/* Elements [from, from + n) of a float tensor as fp32. */
+static void bitnet__st_floats(const bitnet__st_tensor *t, size_t from, size_t n, float *out) {
+    size_t i;
+    for (i = 0; i < n; i++) {
+        const uint8_t *p = t->data + (from + i) * (t->dtype == BITNET__ST_F32 ? 4 : 2);
+        uint16_t h;
+        if (t->dtype == BITNET__ST_F32) { memcpy(&out[i], p, 4); continue; }
+        memcpy(&h, p, 2);
+        out[i] = t->dtype == BITNET__ST_F16 ? bitnet_fp16_to_fp32(h) : bitnet_bf16_to_fp32(h);
+    }
+}
+
+/* ---- the checkpoint ------------------------------------------------------------------------- */
+typedef struct bitnet__cv {
+    const char *dir;
+    char path[4096];
+    bitnet__json cfg, tok, tcfg; /* tcfg: tokenizer_config.json, empty when absent */
+    bitnet__st st;
+    int dim, ffn, layers, heads, kv_heads, head_dim, ctx, vocab, tied, inverse_scale, bos, eos, eot;
+    float eps, theta;
+    bitnet_gguf_str *tokens, *merges;
+    int32_t *types;
+    size_t n_merges;
+    char *strs; /* [PADn] names and joined merges */
+} bitnet__cv;
+
+static const char *bitnet__cv_file(bitnet__cv *cv, const char *name) {
+    snprintf(cv->path, sizeof cv->path, "%s/%s", cv->dir, name);
+    return cv->path;
+}
+
+/* A JSON file of the folder; absent and optional: an empty j and OK. */
+static bitnet_result bitnet__cv_json(bitnet__cv *cv, const char *name, int optional, int32_t max_members, bitnet__json *j) {
+    void *map, *owned;
+    size_t size;
+    bitnet_result r;
+    FILE *f;
+    memset(j, 0, sizeof *j);
+    bitnet__cv_file(cv, name);
+    if (optional && !(f = fopen(cv->path, "rb"))) return BITNET_OK;
+    if (optional) fclose(f);
+    BITNET__TRY(bitnet__file_map(cv->path, 1, &map, &owned, &size));
+    r = bitnet__json_parse(j, (const char *)owned, size, max_members);
+    bitnet__file_unmap(map, owned, size);
+    if (r != BITNET_OK) return bitnet__cv_where(r, cv->path);
+    if (j->nodes[0].type != BITNET__J_OBJ) return bitnet__err(BITNET_ERR_CORRUPT, "%s: not a JSON object", cv->path);
+    return BITNET_OK;
+}
+
+/* config.json's integer key: def when absent (def < 0: required); in [lo, hi]. */
+static bitnet_result bitnet__cv_int(const bitnet__json *j, int32_t obj, const char *key, int def, int lo, int hi, int *out) {
+    int32_t id = bitnet__json_get(j, obj, key);
+    if (id < 0 || j->nodes[id].type == BITNET__J_NULL) {
+        if (def < 0) return bitnet__err(BITNET_ERR_BAD_METADATA, "config.json: no \"%s\"", key);
+        *out = def;
+        return BITNET_OK;
+    }
+    if (j->nodes[id].type != BITNET__J_NUM || !j->nodes[id].is_int || j->nodes[id].num < lo || j->nodes[id].num > hi)
+        return bitnet__err(BITNET_ERR_BAD_METADATA, "config.json: \"%s\" is not an integer in [%d, %d]", key, lo, hi);
+    *out = (int)j->nodes[id].num;
+    return BITNET_OK;
+}
+
+static bitnet_result bitnet__cv_float(const bitnet__json *j, int32_t obj, const char *key, float def, float *out) {
+    int32_t id = bitnet__json_get(j, obj, key);
+    if (id < 0 || j->nodes[id].type == BITNET__J_NULL) { *out = def; return BITNET_OK; }
+    if (j->nodes[id].type != BITNET__J_NUM || !(j->nodes[id].num > 0) || j->nodes[id].num > 1e30)
+        return bitnet__err(BITNET_ERR_BAD_METADATA, "config.json: \"%s\" is not a positive number", key);
+    *out = (float)j->nodes[id].num;
+    return BITNET_OK;
+}
+
+static const char *bitnet__cv_str(const bitnet__json *j, int32_t obj, const char *key) {
+    int32_t id = bitnet__json_get(j, obj, key);
+    return id >= 0 && j->nodes[id].type == BITNET__J_STR ? j->nodes[id].str : NULL;
+}
+
+static bitnet_result bitnet__cv_config(bitnet__cv *cv) {
+    const bitnet__json *j = &cv->cfg;
+    const char *type = bitnet__cv_str(j, 0, "model_type"), *act = bitnet__cv_str(j, 0, "hidden_act");
+    int32_t q = bitnet__json_get(j, 0, "quantization_config"), rs = bitnet__json_get(j, 0, "rope_scaling"), id;
+    int hd;
+    if (!type || strcmp(type, "bitnet") != 0)
+        return bitnet__err(BITNET_ERR_UNSUPPORTED, "config.json: model_type \"%s\"; bitnet.h converts \"bitnet\" (BitNetForCausalLM)",
+                           type ? type : "(none)");
+    if (act && strcmp(act, "relu2") != 0)
+        return bitnet__err(BITNET_ERR_UNSUPPORTED, "config.json: hidden_act \"%s\"; BitNet b1.58 has \"relu2\"", act);
+    if (rs >= 0 && j->nodes[rs].type != BITNET__J_NULL)
+        return bitnet__err(BITNET_ERR_UNSUPPORTED, "config.json: rope_scaling is set; bitnet.h has plain RoPE");
+    BITNET__TRY(bitnet__cv_int(j, 0, "hidden_size", -1, 1, 1 << 16, &cv->dim));
+    BITNET__TRY(bitnet__cv_int(j, 0, "intermediate_size", -1, 1, 1 << 18, &cv->ffn));
+    BITNET__TRY(bitnet__cv_int(j, 0, "num_hidden_layers", -1, 1, 4096, &cv->layers));
+    BITNET__TRY(bitnet__cv_int(j, 0, "num_attention_heads", -1, 1, 4096, &cv->heads));
+    BITNET__TRY(bitnet__cv_int(j, 0, "num_key_value_heads", cv->heads, 1, cv->heads, &cv->kv_heads));
+    BITNET__TRY(bitnet__cv_int(j, 0, "max_position_embeddings", 2048, 1, 1 << 24, &cv->ctx));
+    BITNET__TRY(bitnet__cv_int(j, 0, "head_dim", cv->dim / cv->heads, 1, 1 << 16, &cv->head_dim));
+    BITNET__TRY(bitnet__cv_float(j, 0, "rms_norm_eps", 1e-5f, &cv->eps));
+    if ((id = bitnet__json_get(j, 0, "rope_parameters")) >= 0) { /* transformers 5 */
+        const char *rt = bitnet__cv_str(j, id, "rope_type");
+        if (rt && strcmp(rt, "default") != 0)
+            return bitnet__err(BITNET_ERR_UNSUPPORTED, "config.json: rope_type \"%s\"; bitnet.h has plain RoPE", rt);
+        BITNET__TRY(bitnet__cv_float(j, id, "rope_theta", 10000.0f, &cv->theta));
+    }
+    if (bitnet__json_get(j, 0, "rope_theta") >= 0 || id < 0) BITNET__TRY(bitnet__cv_float(j, 0, "rope_theta", 10000.0f, &cv->theta));
+    hd = cv->head_dim;
+    if (cv->heads % cv->kv_heads || hd * cv->heads != cv->dim || hd % 2)
+        return bitnet__err(BITNET_ERR_BAD_METADATA, "config.json: %d heads of %d (%d key-value heads) for hidden_size %d", cv->heads,
+                           hd, cv->kv_heads, cv->dim);
+    if (cv->dim % BITNET_I2S_BLOCK || cv->ffn % BITNET_I2S_BLOCK)
+        return bitnet__err(BITNET_ERR_UNSUPPORTED, "config.json: hidden_size %d and intermediate_size %d; I2_S rows are multiples of %d",
+                           cv->dim, cv->ffn, BITNET_I2S_BLOCK);
+    id = bitnet__json_get(j, 0, "tie_word_embeddings");
+    cv->tied = id < 0 || j->nodes[id].type == BITNET__J_TRUE;
+    if (q >= 0) { /* BitLinear divides by weight_scale, AutoBitLinear multiplies */
+        const char *lc = bitnet__cv_str(j, q, "linear_class"), *qm = bitnet__cv_str(j, q, "quant_method");
+        if (qm && strcmp(qm, "bitnet") != 0)
+            return bitnet__err(BITNET_ERR_UNSUPPORTED, "config.json: quant_method \"%s\"; bitnet.h converts \"bitnet\"", qm);
+        cv->inverse_scale = lc && strcmp(lc, "bitlinear") == 0;
+    }
+    return BITNET_OK;
+}
+
+/* A special token's id: config.json's KEY (a number, or a list whose first is taken), else the
+   id of tokenizer_config.json's string for it. */
+static bitnet_result bitnet__cv_special(bitnet__cv *cv, const char *key, const char *tcfg_key, int *out) {
+    int32_t id = bitnet__json_get(&cv->cfg, 0, key), i;
+    const char *s = cv->tcfg.n ? bitnet__cv_str(&cv->tcfg, 0, tcfg_key) : NULL;
+    if (id >= 0 && cv->cfg.nodes[id].type == BITNET__J_ARR) id = cv->cfg.nodes[id].first;
+    if (id >= 0 && cv->cfg.nodes[id].type != BITNET__J_NULL) {
+        const bitnet__jnode *nd = &cv->cfg.nodes[id];
+        if (nd->type != BITNET__J_NUM || !nd->is_int || nd->num < 0 || nd->num >= cv->vocab)
+            return bitnet__err(BITNET_ERR_BAD_METADATA, "config.json: %s is not an id below %d", key, cv->vocab);
+        *out = (int)nd->num;
+        return BITNET_OK;
+    }
+    for (i = 0; s && i < cv->vocab; i++)
+        if (cv->tokens[i].len == strlen(s) && memcmp(cv->tokens[i].ptr, s, (size_t)cv->tokens[i].len) == 0) {
+            *out = i;
+            return BITNET_OK;
+        }
+    return bitnet__err(BITNET_ERR_BAD_METADATA, "config.json: no %s (nor tokenizer_config.json's %s in the vocabulary)", key, tcfg_key);
+}
+
+/* LLaMA 3's split pattern, as its tokenizer.json writes it (the "llama-bpe" pre-tokenizer). */
+static const char bitnet__llama3_split[] =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+/* Byte-level BPE with LLaMA 3's pre-tokenizer and nothing else: a Sequence of that Split and a
+   ByteLevel that does not split again. Anything else would tokenize differently, so it is refused. */
+static bitnet_result bitnet__cv_pretokenizer(const bitnet__json *j) {
+    int32_t pre = bitnet__json_get(j, 0, "pre_tokenizer"), norm = bitnet__json_get(j, 0, "normalizer"), seq, i;
+    int split = 0, bytelevel = 0, other = 0;
+    const char *t;
+    if (norm >= 0 && j->nodes[norm].type != BITNET__J_NULL)
+        return bitnet__err(BITNET_ERR_UNSUPPORTED, "tokenizer.json: a normalizer; bitnet.h reads byte-level BPE without one");
+    t = pre >= 0 ? bitnet__cv_str(j, pre, "type") : NULL;
+    seq = t && strcmp(t, "Sequence") == 0 ? bitnet__json_get(j, pre, "pretokenizers") : -1;
+    if (seq < 0 || j->nodes[seq].type != BITNET__J_ARR) other = 1;
+    for (i = seq >= 0 ? j->nodes[seq].first : -1; i >= 0; i = j->nodes[i].next) {
+        const char *pt = bitnet__cv_str(j, i, "type");
+        int32_t pat = bitnet__json_get(j, i, "pattern"), ur = bitnet__json_get(j, i, "use_regex");
+        const char *rx = pat >= 0 ? bitnet__cv_str(j, pat, "Regex") : NULL;
+        if (pt && strcmp(pt, "Split") == 0 && rx && strcmp(rx, bitnet__llama3_split) == 0) split++;
+        else if (pt && strcmp(pt, "ByteLevel") == 0 && ur >= 0 && j->nodes[ur].type == BITNET__J_FALSE) bytelevel++;
+        else other = 1;
+    }
+    if (split != 1 || bytelevel != 1 || other)
+        return bitnet__err(BITNET_ERR_UNSUPPORTED, "tokenizer.json: the pre-tokenizer is not LLaMA 3's (a Split on its pattern, "
+                                                   "then ByteLevel without use_regex); bitnet.h would tokenize differently");
+    return BITNET_OK;
+}
+
+/* tokens (by id, vocab of them: absent ids are "[PADn]", unused), their types and the merges. */
+static bitnet_result bitnet__cv_tokenizer(bitnet__cv *cv) {
+    const bitnet__json *j = &cv->tok;
+    int32_t model = bitnet__json_get(j, 0, "model"), vocab, merges, added, i, bf;
+    const char *type = model >= 0 ? bitnet__cv_str(j, model, "type") : NULL;
+    size_t strs_len = 0, strs_cap, n_pad = 0;
+    int t;
+    if (!type || strcmp(type, "BPE") != 0)
+        return bitnet__err(BITNET_ERR_UNSUPPORTED, "tokenizer.json: model type \"%s\"; bitnet.h converts \"BPE\"", type ? type : "(none)");
+    BITNET__TRY(bitnet__cv_pretokenizer(j));
+    vocab = bitnet__json_get(j, model, "vocab");
+    merges = bitnet__json_get(j, model, "merges");
+    added = bitnet__json_get(j, 0, "added_tokens");
+    bf = bitnet__json_get(j, model, "byte_fallback");
+    if (bf >= 0 && j->nodes[bf].type == BITNET__J_TRUE)
+        return bitnet__err(BITNET_ERR_UNSUPPORTED, "tokenizer.json: byte_fallback; bitnet.h's byte-level BPE has none");
+    if (vocab < 0 || j->nodes[vocab].type != BITNET__J_OBJ || merges < 0 || j->nodes[merges].type != BITNET__J_ARR)
+        return bitnet__err(BITNET_ERR_CORRUPT, "tokenizer.json: model.vocab is not an object or model.merges not a list");
+    if (added >= 0 && j->nodes[added].type != BITNET__J_ARR) return bitnet__err(BITNET_ERR_CORRUPT, "tokenizer.json: added_tokens is not a list");
+    cv->tokens = (bitnet_gguf_str *)bitnet__calloc((size_t)cv->vocab, sizeof *cv->tokens);
+    cv->types = (int32_t *)bitnet__calloc((size_t)cv->vocab, sizeof *cv->types);
+    cv->merges = (bitnet_gguf_str *)bitnet__calloc((size_t)j->nodes[merges].count + 1, sizeof *cv->merges);
+    if (!cv->tokens || !cv->types || !cv->merges) return bitnet__err(BITNET_ERR_OUT_OF_MEMORY, "convert: the vocabulary's arrays");
+    for (i = j->nodes[vocab].first; i >= 0; i = j->nodes[i].next) {
+        double v = j->nodes[i].num;
+        if (j->nodes[i].type != BITNET__J_NUM || !j->nodes[i].is_int || v < 0 || v >= cv->vocab)
+            return bitnet__err(BITNET_ERR_BAD_METADATA, "tokenizer.json: token \"%.60s\" has no id below the embedding's %d rows",
+                               j->nodes[i].key, cv->vocab);
+        if (cv->types[(int)v]) return bitnet__err(BITNET_ERR_BAD_METADATA, "tokenizer.json: id %d twice in model.vocab", (int)v);
+        cv->tokens[(int)v].ptr = j->nodes[i].key;
+        cv->tokens[(int)v].len = strlen(j->nodes[i].key);
+        cv->types[(int)v] = 1; /* normal */
+    }
+    for (i = added >= 0 ? j->nodes[added].first : -1; i >= 0; i = j->nodes[i].next) {
+        int32_t idn = bitnet__json_get(j, i, "id"), sp = bitnet__json_get(j, i, "special");
+        const char *content = bitnet__cv_str(j, i, "content");
+        if (idn < 0 || j->nodes[idn].type != BITNET__J_NUM || !j->nodes[idn].is_int || j->nodes[idn].num < 0 ||
+            j->nodes[idn].num >= cv->vocab || !content || !*content)
+            return bitnet__err(BITNET_ERR_BAD_METADATA, "tokenizer.json: an added token without content or an id below %d", cv->vocab);
+        t = (int)j->nodes[idn].num;
+        if (cv->types[t] > 1) return bitnet__err(BITNET_ERR_BAD_METADATA, "tokenizer.json: id %d added twice", t);
+        cv->tokens[t].ptr = content;
+        cv->tokens[t].len = strlen(content);
+        cv->types[t] = sp >= 0 && j->nodes[sp].type == BITNET__J_TRUE ? 3 : 4; /* control : user-defined, as llama.cpp */
+    }
+    for (t = 0; t < cv->vocab; t++) n_pad += !cv->types[t];
+    strs_cap = n_pad * 16 + 1; /* one buffer for the [PADn] names and the merges given as pairs */
+    for (i = j->nodes[merges].first; i >= 0; i = j->nodes[i].next) {
+        int32_t c;
+        if (j->nodes[i].type == BITNET__J_ARR)
+            for (c = j->nodes[i].first; c >= 0; c = j->nodes[c].next) strs_cap += (j->nodes[c].str ? strlen(j->nodes[c].str) : 0) + 1;
+    }
+    if (!(cv->strs = (char *)bitnet__malloc(strs_cap))) return bitnet__err(BITNET_ERR_OUT_OF_MEMORY, "convert: %zu bytes of names", strs_cap);
+    for (t = 0; t < cv->vocab; t++)
+        if (!cv->types[t]) {
+            int n = snprintf(cv->strs + strs_len, 16, "[PAD%d]", t);
+            cv->tokens[t].ptr = cv->strs + strs_len;
+            cv->tokens[t].len = (uint64_t)n;
+            strs_len += (size_t)n + 1;
+            cv->types[t] = 5; /* unused */
+        }
+    for (i = j->nodes[merges].first; i >= 0; i = j->nodes[i].next) {
+        const bitnet__jnode *m = &j->nodes[i];
+        bitnet_gguf_str *out = &cv->merges[cv->n_merges++];
+        if (m->type == BITNET__J_STR) { /* "a b" */
+            const char *sp = strchr(m->str, ' ');
+            if (!sp || sp == m->str || !sp[1] || strchr(sp + 1, ' '))
+                return bitnet__err(BITNET_ERR_BAD_METADATA, "tokenizer.json: merge %zu \"%.60s\" is not two tokens", cv->n_merges - 1, m->str);
+            out->ptr = m->str;
+            out->len = strlen(m->str);
+        } else if (m->type == BITNET__J_ARR && m->count == 2 && j->nodes[m->first].type == BITNET__J_STR &&
+                   j->nodes[j->nodes[m->first].next].type == BITNET__J_STR) { /* ["a", "b"], newer tokenizers */
+            const char *a = j->nodes[m->first].str, *b = j->nodes[j->nodes[m->first].next].str;
+            if (!*a || !*b || strchr(a, ' ') || strchr(b, ' '))
+                return bitnet__err(BITNET_ERR_BAD_METADATA, "tokenizer.json: merge %zu has an empty token or a space", cv->n_merges - 1);
+            out->ptr = cv->strs + strs_len;
+            out->len = (uint64_t)sprintf(cv->strs + strs_len, "%s %s", a, b);
+            strs_len += (size_t)out->len + 1;
+        } else {
+            return bitnet__err(BITNET_ERR_BAD_METADATA, "tokenizer.json: merge %zu is neither \"a b\" nor [\"a\", \"b\"]", cv->n_merges - 1);
+        }
+    }
+    BITNET__TRY(bitnet__cv_special(cv, "bos_token_id", "bos_token", &cv->bos));
+    BITNET__TRY(bitnet__cv_special(cv, "eos_token_id", "eos_token", &cv->eos));
+    for (cv->eot = cv->vocab - 1; cv->eot >= 0 && !(cv->tokens[cv->eot].len == 10 && memcmp(cv->tokens[cv->eot].ptr, "<|eot_id|>", 10) == 0);
+         cv->eot--) {}
+    return BITNET_OK;
+}
+
+/* ---- the tensors ------------------------------------------------------------------------------ */
+enum { BITNET__CV_NORM, BITNET__CV_F16, BITNET__CV_TERNARY };
+
+typedef struct bitnet__cv_job {
+    char name[64], hf[96];
+    int kind;
+    uint64_t n, k;           /* rows and row length */
+    const bitnet__st_tensor *src, *scale;
+} bitnet__cv_job;
+
+static int bitnet__st_is_float(int dtype) { return dtype == BITNET__ST_F16 || dtype == BITNET__ST_BF16 || dtype == BITNET__ST_F32; }
+
+/* Finds and checks a job's source tensor(s) against the shape config.json implies. */
+static bitnet_result bitnet__cv_source(bitnet__cv *cv, bitnet__cv_job *jb) {
+    char key[128];
+    const bitnet__st_tensor *t;
+    snprintf(key, sizeof key, "%s.weight", jb->hf);
+    if (!(t = jb->src = bitnet__st_find(&cv->st, key))) return bitnet__err(BITNET_ERR_MISSING_TENSOR, "safetensors: no \"%s\"", key);
+    if (jb->kind == BITNET__CV_NORM) {
+        if (!bitnet__st_is_float(t->dtype)) return bitnet__err(BITNET_ERR_UNSUPPORTED_TYPE, "safetensors: \"%s\" is not F32, F16 or BF16", key);
+        if (t->n_dims != 1 || t->shape[0] != jb->n)
+            return bitnet__err(BITNET_ERR_BAD_SHAPE, "safetensors: \"%s\" is not [%llu]", key, (unsigned long long)jb->n);
+        return BITNET_OK;
+    }
+    if (jb->kind == BITNET__CV_TERNARY && (t->dtype == BITNET__ST_U8 || t->dtype == BITNET__ST_I8)) { /* packed */
+        const bitnet__st_tensor *s;
+        if (jb->n % 4 || t->n_dims != 2 || t->shape[0] != jb->n / 4 || t->shape[1] != jb->k)
+            return bitnet__err(BITNET_ERR_BAD_SHAPE, "safetensors: packed \"%s\" is not [%llu, %llu]", key, (unsigned long long)(jb->n / 4),
+                               (unsigned long long)jb->k);
+        snprintf(key, sizeof key, "%s.weight_scale", jb->hf);
+        if (!(s = jb->scale = bitnet__st_find(&cv->st, key)))
+            return bitnet__err(BITNET_ERR_MISSING_TENSOR, "safetensors: packed weights without \"%s\"", key);
+        if (!bitnet__st_is_float(s->dtype) || s->n_dims > 1 || (s->n_dims == 1 && s->shape[0] != 1))
+            return bitnet__err(BITNET_ERR_BAD_SHAPE, "safetensors: \"%s\" is not one float", key);
+    } else if (!bitnet__st_is_float(t->dtype)) {
+        return bitnet__err(BITNET_ERR_UNSUPPORTED_TYPE, "safetensors: \"%s\" is not F32, F16 or BF16%s", key,
+                           jb->kind == BITNET__CV_TERNARY ? " (nor packed U8)" : "");
+    } else if (t->n_dims != 2 || t->shape[0] != jb->n || t->shape[1] != jb->k) {
+        return bitnet__err(BITNET_ERR_BAD_SHAPE, "safetensors: \"%s\" is not [%llu, %llu]", key, (unsigned long long)jb->n,
+                           (unsigned long long)jb->k);
+    }
+    snprintf(key, sizeof key, "%s.bias", jb->hf);
+    if (bitnet__st_find(&cv->st, key)) return bitnet__err(BITNET_ERR_UNSUPPORTED, "safetensors: \"%s\": BitNet has no biases", key);
+    return BITNET_OK;
+}
+
+/* The GGUF's tensors in bitnet.cpp's order, from their Hugging Face names. */
+static bitnet_result bitnet__cv_jobs(bitnet__cv *cv, bitnet__cv_job **out, int *n_out) {
+    static const char *const parts[11][2] = {
+        {"attn_norm", "input_layernorm"}, {"attn_q", "self_attn.q_proj"}, {"attn_k", "self_attn.k_proj"},
+        {"attn_v", "self_attn.v_proj"}, {"attn_output", "self_attn.o_proj"}, {"attn_sub_norm", "self_attn.attn_sub_norm"},
+        {"ffn_norm", "post_attention_layernorm"}, {"ffn_gate", "mlp.gate_proj"}, {"ffn_up", "mlp.up_proj"},
+        {"ffn_down", "mlp.down_proj"}, {"ffn_sub_norm", "mlp.ffn_sub_norm"}};
+    const uint64_t dim = (uint64_t)cv->dim, ffn = (uint64_t)cv->ffn, kvd = (uint64_t)cv->kv_heads * (uint64_t)cv->head_dim;
+    const uint64_t rows[11] = {dim, dim, kvd, kvd, dim, dim, dim, ffn, ffn, dim, ffn}, cols[11] = {0, dim, dim, dim, dim, 0, 0, dim, dim, ffn, 0};
+    int n = 0, l, p, max = cv->layers * 11 + 3;
+    bitnet__cv_job *jb = (bitnet__cv_job *)bitnet__calloc((size_t)max, sizeof *jb);
+    *out = jb;
+    if (!jb) return bitnet__err(BITNET_ERR_OUT_OF_MEMORY, "convert: %d tensors", max);
+    snprintf(jb[n].name, sizeof jb[n].name, "token_embd.weight");
+    snprintf(jb[n].hf, sizeof jb[n].hf, "model.embed_tokens");
+    jb[n].kind = BITNET__CV_F16, jb[n].n = (uint64_t)cv->vocab, jb[n++].k = dim;
+    for (l = 0; l < cv->layers; l++)
+        for (p = 0; p < 11; p++, n++) {
+            snprintf(jb[n].name, sizeof jb[n].name, "blk.%d.%s.weight", l, parts[p][0]);
+            snprintf(jb[n].hf, sizeof jb[n].hf, "model.layers.%d.%s", l, parts[p][1]);
+            jb[n].kind = cols[p] ? BITNET__CV_TERNARY : BITNET__CV_NORM;
+            jb[n].n = rows[p], jb[n].k = cols[p];
+        }
+    snprintf(jb[n].name, sizeof jb[n].name, "output_norm.weight");
+    snprintf(jb[n].hf, sizeof jb[n].hf, "model.norm");
+    jb[n].kind = BITNET__CV_NORM, jb[n++].n = dim;
+    if (!cv->tied) {
+        snprintf(jb[n].name, sizeof jb[n].name, "output.weight");
+        snprintf(jb[n].hf, sizeof jb[n].hf, "lm_head");
+        jb[n].kind = BITNET__CV_F16, jb[n].n = (uint64_t)cv->vocab, jb[n++].k = dim;
+    }
+    *n_out = n;
+    for (p = 0; p < n; p++) BITNET__TRY(bitnet__cv_source(cv, &jb[p]));
+    return BITNET_OK;
+}
+
+/* Streams one tensor into the writer, converted. */
+static bitnet_result bitnet__cv_write(bitnet_gguf_writer *w, const bitnet__cv_job *jb, int inverse_scale) {
+    const size_t n = (size_t)jb->n, k = (size_t)(jb->k ? jb->k : 1), chunk = 4096;
+    size_t i, nk = n * k;
+    bitnet_result r = BITNET_OK;
+    if (jb->kind == BITNET__CV_NORM) {
+        float *f = (float *)bitnet__malloc(n * sizeof *f);
+        if (!f) return bitnet__err(BITNET_ERR_OUT_OF_MEMORY, "convert: %s", jb->name);
+        bitnet__st_floats(jb->src, 0, n, f);
+        r = bitnet_gguf_writer_write(w, f, n * sizeof *f);
+        bitnet__free(f);
+        return r;
+    }
+    if (jb->kind == BITNET__CV_F16) { /* rows in chunks; fp16 holds the values or it is an error */
+        float *f = (float *)bitnet__malloc(chunk * k * sizeof *f);
+        uint16_t *h = (uint16_t *)bitnet__malloc(chunk * k * sizeof *h);
+        for (i = 0; i < n && r == BITNET_OK && f && h; i += chunk) {
+            size_t rows = n - i < chunk ? n - i : chunk, e;
+            bitnet__st_floats(jb->src, i * k, rows * k, f);
+            for (e = 0; e < rows * k; e++)
+                if (!(fabsf(f[e]) <= 65504.0f)) {
+                    r = bitnet__err(BITNET_ERR_UNSUPPORTED, "convert: %s.weight [%zu][%zu] = %g is beyond fp16", jb->hf, i + e / k, e % k,
+                                    (double)f[e]);
+                    break;
+                }
+            if (r == BITNET_OK && (r = bitnet_convert_fp32_to_fp16(f, h, rows * k)) == BITNET_OK)
+                r = bitnet_gguf_writer_write(w, h, rows * k * sizeof *h);
+        }
+        if (!f || !h) r = bitnet__err(BITNET_ERR_OUT_OF_MEMORY, "convert: %s", jb->name);
+        bitnet__free(f);
+        bitnet__free(h);
+        return r;
+    }
+    {
+        const size_t ib = bitnet_i2s_bytes(n, k);
+        uint8_t *dst = (uint8_t *)bitnet__malloc(ib);
+        if (!dst) return bitnet__err(BITNET_ERR_OUT_OF_MEMORY, "convert: %s", jb->name);
+        if (jb->scale) { /* packed: codes as they are, the scale multiplicative */
+            float s;
+            bitnet__st_floats(jb->scale, 0, 1, &s);
+            if (inverse_scale) s = 1.0f / s;
+            if (!(s > 0) || !(s < FLT_MAX)) r = bitnet__err(BITNET_ERR_CORRUPT, "convert: %s.weight_scale gives the scale %g", jb->hf, (double)s);
+            else r = bitnet_i2s_from_hf(jb->src->data, n, k, s, dst, ib);
+        } else { /* master weights: absmean, as the model quantizes them */
+            float *f = (float *)bitnet__malloc(nk * sizeof *f), s;
+            int8_t *q = (int8_t *)bitnet__malloc(nk);
+            if (!f || !q) r = bitnet__err(BITNET_ERR_OUT_OF_MEMORY, "convert: %s", jb->name);
+            if (r == BITNET_OK) {
+                bitnet__st_floats(jb->src, 0, nk, f);
+                r = bitnet_quantize_ternary(f, nk, q, &s);
+            }
+            if (r == BITNET_OK) r = bitnet_i2s_pack(q, n, k, s, dst, ib);
+            bitnet__free(f);
+            bitnet__free(q);
+        }
+        if (r != BITNET_OK && r != BITNET_ERR_OUT_OF_MEMORY) r = bitnet__cv_where(r, jb->hf);
+        if (r == BITNET_OK) r = bitnet_gguf_writer_write(w, dst, ib);
+        bitnet__free(dst);
+        return r;
+    }
+}
+
+static bitnet_result bitnet__cv_open_weights(bitnet__cv *cv) {
+    FILE *f = fopen(bitnet__cv_file(cv, "model.safetensors"), "rb");
+    bitnet__json idx;
+    const char **names;
+    size_t i, n;
+    int32_t m, wm;
+    bitnet_result r = BITNET_OK;
+    if (f) {
+        fclose(f);
+        return bitnet__st_open(&cv->st, cv->path);
+    }
+    BITNET__TRY(bitnet__cv_json(cv, "model.safetensors.index.json", 0, 1 << 20, &idx));
+    wm = bitnet__json_get(&idx, 0, "weight_map");
+    if (wm < 0 || idx.nodes[wm].type != BITNET__J_OBJ)
+        r = bitnet__err(BITNET_ERR_CORRUPT, "model.safetensors.index.json: no weight_map object");
+    for (m = wm >= 0 ? idx.nodes[wm].first : -1; m >= 0 && r == BITNET_OK; m = idx.nodes[m].next) {
+        const char *file = idx.nodes[m].str;
+        int32_t e;
+        if (idx.nodes[m].type != BITNET__J_STR || !*file || strchr(file, '/') || strchr(file, '\\') || file[0] == '.') {
+            r = bitnet__err(BITNET_ERR_CORRUPT, "model.safetensors.index.json: \"%.60s\" is not a file name in the folder", idx.nodes[m].key);
+            break;
+        }
+        for (e = idx.nodes[wm].first; e != m && strcmp(idx.nodes[e].str, file) != 0; e = idx.nodes[e].next) {}
+        if (e == m) r = bitnet__st_open(&cv->st, bitnet__cv_file(cv, file)); /* each shard once */
+    }
+    bitnet__json_free(&idx);
+    BITNET__TRY(r);
+    /* a name in two shards */
+    n = cv->st.n_t;
+    if (!(names = (const char **)bitnet__malloc((n ? n : 1) * sizeof *names))) return bitnet__err(BITNET_ERR_OUT_OF_MEMORY, "convert: names");
+    for (i = 0; i < n; i++) names[i] = cv->st.t[i].name;
+    qsort(names, n, sizeof *names, bitnet__json_key_cmp);
+    for (i = 1; i < n && strcmp(names[i - 1], names[i]) != 0; i++) {}
+    if (i < n) r = bitnet__err(BITNET_ERR_DUPLICATE_TENSOR, "safetensors: \"%.80s\" in two shards", names[i]);
+    bitnet__free(names);
+    return r;
+}
+
+static bitnet_result bitnet__cv_run(bitnet__cv *cv, const char *gguf_path, bitnet_gguf_writer **wp) {
+    static const char arch[] = "bitnet-b1.58";
+    const bitnet__st_tensor *emb;
+    bitnet__cv_job *jobs = NULL;
+    bitnet_gguf_writer *w;
+    int n_jobs = 0, i;
+    bitnet_result r = BITNET_OK;
+    char key[96], name[128];
+    const char *base, *tmpl;
+    uint8_t add_bos = 1;
+    int32_t ab;
+    BITNET__TRY(bitnet__cv_json(cv, "config.json", 0, 4096, &cv->cfg));
+    BITNET__TRY(bitnet__cv_config(cv));
+    BITNET__TRY(bitnet__cv_open_weights(cv));
+    if (!(emb = bitnet__st_find(&cv->st, "model.embed_tokens.weight")))
+        return bitnet__err(BITNET_ERR_MISSING_TENSOR, "safetensors: no \"model.embed_tokens.weight\"");
+    if (emb->n_dims != 2 || emb->shape[1] != (uint64_t)cv->dim || emb->shape[0] < 1 || emb->shape[0] > (1u << 24))
+        return bitnet__err(BITNET_ERR_BAD_SHAPE, "safetensors: \"model.embed_tokens.weight\" is not [vocab, %d]", cv->dim);
+    cv->vocab = (int)emb->shape[0];
+    BITNET__TRY(bitnet__cv_json(cv, "tokenizer.json", 0, 1 << 22, &cv->tok));
+    BITNET__TRY(bitnet__cv_json(cv, "tokenizer_config.json", 1, 1 << 16, &cv->tcfg));
+    BITNET__TRY(bitnet__cv_tokenizer(cv));
+    r = bitnet__cv_jobs(cv, &jobs, &n_jobs);
+    for (base = cv->dir + strlen(cv->dir); base > cv->dir && base[-1] == '/'; base--) {}
+    i = (int)(base - cv->dir);
+    while (base > cv->dir && base[-1] != '/') base--;
+    snprintf(name, sizeof name, "%.*s", (int)(cv->dir + i - base), base);
+    tmpl = cv->tcfg.n ? bitnet__cv_str(&cv->tcfg, 0, "chat_template") : NULL;
+    ab = cv->tcfg.n ? bitnet__json_get(&cv->tcfg, 0, "add_bos_token") : -1;
+    if (ab >= 0 && cv->tcfg.nodes[ab].type == BITNET__J_FALSE) add_bos = 0;
+#define BITNET__CV(expr) do { if (r == BITNET_OK) r = (expr); } while (0)
+#define BITNET__CV_HP(suffix, val) do { snprintf(key, sizeof key, "%s.%s", arch, suffix); BITNET__CV(bitnet_gguf_writer_set_u32(w, key, (uint32_t)(val))); } while (0)
+    BITNET__CV(bitnet_gguf_writer_create(wp));
+    w = *wp;
+    BITNET__CV(bitnet_gguf_writer_set_str(w, "general.architecture", arch));
+    BITNET__CV(bitnet_gguf_writer_set_str(w, "general.name", name[0] ? name : "bitnet"));
+    BITNET__CV(bitnet_gguf_writer_set_u32(w, "general.file_type", 40)); /* LLAMA_FTYPE_MOSTLY_I2_S, as bitnet.cpp */
+    BITNET__CV(bitnet_gguf_writer_set_u32(w, "general.quantization_version", 2));
+    BITNET__CV_HP("vocab_size", cv->vocab);
+    BITNET__CV_HP("context_length", cv->ctx);
+    BITNET__CV_HP("embedding_length", cv->dim);
+    BITNET__CV_HP("feed_forward_length", cv->ffn);
+    BITNET__CV_HP("block_count", cv->layers);
+    BITNET__CV_HP("attention.head_count", cv->heads);
+    BITNET__CV_HP("attention.head_count_kv", cv->kv_heads);
+    BITNET__CV_HP("rope.dimension_count", cv->head_dim);
+    snprintf(key, sizeof key, "%s.rope.freq_base", arch);
+    BITNET__CV(bitnet_gguf_writer_set_f32(w, key, cv->theta));
+    snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", arch);
+    BITNET__CV(bitnet_gguf_writer_set_f32(w, key, cv->eps));
+    BITNET__CV(bitnet_gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2"));
+    BITNET__CV(bitnet_gguf_writer_set_str(w, "tokenizer.ggml.pre", "llama-bpe"));
+    BITNET__CV(bitnet_gguf_writer_set_arr(w, "tokenizer.ggml.tokens", BITNET_GGUF_STRING, cv->tokens, (uint64_t)cv->vocab));
+    BITNET__CV(bitnet_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", BITNET_GGUF_INT32, cv->types, (uint64_t)cv->vocab));
+    BITNET__CV(bitnet_gguf_writer_set_arr(w, "tokenizer.ggml.merges", BITNET_GGUF_STRING, cv->merges, (uint64_t)cv->n_merges));
+    BITNET__CV(bitnet_gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)cv->bos));
+    BITNET__CV(bitnet_gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)cv->eos));
+    if (cv->eot >= 0) BITNET__CV(bitnet_gguf_writer_set_u32(w, "tokenizer.ggml.eot_token_id", (uint32_t)cv->eot));
+    BITNET__CV(bitnet_gguf_writer_set(w, "tokenizer.ggml.add_bos_token", BITNET_GGUF_BOOL, &add_bos));
+    if (tmpl) BITNET__CV(bitnet_gguf_writer_set_str(w, "tokenizer.chat_template", tmpl));
+    for (i = 0; i < n_jobs && r == BITNET_OK; i++) {
+        uint64_t ne[2];
+        ne[0] = jobs[i].kind == BITNET__CV_NORM ? jobs[i].n : jobs[i].k;
+        ne[1] = jobs[i].n;
+        r = bitnet_gguf_writer_add_tensor(w, jobs[i].name, jobs[i].kind == BITNET__CV_TERNARY ? BITNET_TENSOR_I2_S :
+                                          jobs[i].kind == BITNET__CV_F16 ? BITNET_TENSOR_F16 : BITNET_TENSOR_F32,
+                                          jobs[i].kind == BITNET__CV_NORM ? 1 : 2, ne);
+    }
+    BITNET__CV(bitnet_gguf_writer_begin(w, gguf_path));
+    for (i = 0; i < n_jobs && r == BITNET_OK; i++) r = bitnet__cv_write(w, &jobs[i], cv->inverse_scale);
+    BITNET__CV(bitnet_gguf_writer_finish(w));
+#undef BITNET__CV
+#undef BITNET__CV_HP
+    bitnet__free(jobs);
+    return r;
+}
+
+BITNET_API bitnet_result bitnet_convert_hf(const char *dir, const char *gguf_path) {
+    bitnet__cv cv;
+    bitnet_gguf_writer *w = NULL;
+    bitnet_result r;
+    BITNET__CHECK_PTR(dir);
+    BITNET__CHECK_PTR(gguf_path);
+    memset(&cv, 0, sizeof cv);
+    cv.dir = dir;
+    r = bitnet__cv_run(&cv, gguf_path, &w);
+    bitnet_gguf_writer_free(w); /* an unfinished file is removed */
+    bitnet__json_free(&cv.cfg);
+    bitnet__json_free(&cv.tok);
+    bitnet__json_free(&cv.tcfg);
+    bitnet__st_free(&cv.st);
+    bitnet__free(cv.tokens);
+    bitnet__free(cv.types);
+    bitnet__free(cv.merges);
+    bitnet__free(cv.strs);
+    return r;
 }
 
 /* >>public ==================================================================================== */

@@ -2154,6 +2154,32 @@ static int cmd_gen_model(int argc, char **argv) {
     return 0;
 }
 
+/* ---- convert: a Hugging Face checkpoint folder to GGUF (bitnet_convert_hf) ---- */
+static int cmd_convert(int argc, char **argv) {
+    const char *dir = NULL, *out = NULL;
+    bitnet_result r;
+    double t0;
+    int i;
+    for (i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "-o") == 0 && i + 1 < argc) out = argv[++i];
+        else if (argv[i][0] != '-' && !dir) dir = argv[i];
+        else break;
+    }
+    if (i < argc || !dir || !out) {
+        fprintf(stderr, "usage: bitnet convert DIR -o FILE.gguf\n"
+                        "  DIR: a Hugging Face BitNet checkpoint (config.json, tokenizer.json, model.safetensors or shards),\n"
+                        "  packed (microsoft/bitnet-b1.58-2B-4T) or bf16 master weights (-bf16); writes I2_S as bitnet.cpp\n");
+        return 2;
+    }
+    t0 = cli_seconds();
+    if ((r = bitnet_convert_hf(dir, out)) != BITNET_OK) {
+        fprintf(stderr, "bitnet convert: %s: %s\n", bitnet_result_string(r), bitnet_last_error());
+        return 1;
+    }
+    fprintf(stderr, "wrote %s in %.2f s\n", out, cli_seconds() - t0);
+    return 0;
+}
+
 /* ---- devices, kernels (GPU runtime) ---- */
 static void json_str(const char *s) {
     putchar('"');
@@ -2715,6 +2741,7 @@ static const command commands[] = {
     {"bench-kernels", cmd_bench_kernels, "bench-kernels [--backend cpu|cuda] [--json FILE]  kernel speed vs memory or copy bandwidth"},
     {"info", cmd_info, "info FILE                    print a GGUF file's metadata and tensors, and check it"},
     {"gen-model", cmd_gen_model, "gen-model --preset tiny|small|2b4t|falcon3-1b|llama3-8b|1bitllm-3b [--seed S] -o FILE   write a random-weight model"},
+    {"convert", cmd_convert, "convert DIR -o FILE.gguf       a Hugging Face BitNet checkpoint folder to GGUF (I2_S)"},
     {"devices", cmd_devices, "devices [--json]             GPU backends and every CUDA device"},
     {"kernels", cmd_kernels, "kernels [--arch sm_XX] [--json] [--cache]  compile every built-in CUDA module (no GPU needed)"},
     {"help", cmd_help, "help [COMMAND]               this list, or one command's (also: bitnet COMMAND -h)"},
