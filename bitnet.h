@@ -16419,14 +16419,20 @@ static const bitnet__st_tensor *bitnet__st_find(const bitnet__st *st, const char
     return NULL;
 }
 
-/* Elements [from, from + n) of a float tensor as fp32. */
+/* Elements [from, from + n) of a float tensor as fp32 (the SIMD converters where aligned). */
 static void bitnet__st_floats(const bitnet__st_tensor *t, size_t from, size_t n, float *out) {
+    const size_t es = t->dtype == BITNET__ST_F32 ? 4 : 2;
+    const uint8_t *p = t->data + from * es;
     size_t i;
+    if (t->dtype == BITNET__ST_F32) { memcpy(out, p, n * 4); return; }
+    if ((uintptr_t)p % 2 == 0) {
+        if (t->dtype == BITNET__ST_F16) bitnet_convert_fp16_to_fp32((const uint16_t *)(const void *)p, out, n);
+        else bitnet_convert_bf16_to_fp32((const uint16_t *)(const void *)p, out, n);
+        return;
+    }
     for (i = 0; i < n; i++) {
-        const uint8_t *p = t->data + (from + i) * (t->dtype == BITNET__ST_F32 ? 4 : 2);
         uint16_t h;
-        if (t->dtype == BITNET__ST_F32) { memcpy(&out[i], p, 4); continue; }
-        memcpy(&h, p, 2);
+        memcpy(&h, p + 2 * i, 2);
         out[i] = t->dtype == BITNET__ST_F16 ? bitnet_fp16_to_fp32(h) : bitnet_bf16_to_fp32(h);
     }
 }

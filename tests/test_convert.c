@@ -404,7 +404,7 @@ static void check_generation(const char *pa, const char *pb) {
 }
 
 static void roundtrip(const char *label, const hf_opts *o) {
-    char dir[640], out[640];
+    char dir[640], out[700];
     bitnet_gguf *src = open_tiny(), *g = NULL;
     bitnet_result r;
     if (!src) { TEST_CHECKF(0, "tests/data/tiny.gguf: %s", bitnet_last_error()); return; }
@@ -443,7 +443,7 @@ static void test_roundtrip_forms(void) {
 /* Embedding rows past the tokenizer's ids get "[PADn]" tokens of type 5 (unused), as llama.cpp's
    converter names them; the file loads and generates. */
 static void test_padded_vocab(void) {
-    char dir[640], out[640], want[32];
+    char dir[640], out[700], want[32];
     bitnet_gguf *src = open_tiny(), *g = NULL;
     bitnet_model_desc d;
     bitnet_model *m = NULL;
@@ -486,7 +486,7 @@ static void test_padded_vocab(void) {
 
 /* Float master weights: each matrix is bitnet_quantize_ternary of its bf16 values. */
 static void test_master_weights(void) {
-    char dir[640], out[640];
+    char dir[640], out[700];
     bitnet_gguf *src = open_tiny(), *g = NULL;
     hf_opts o;
     int l, k;
@@ -582,7 +582,7 @@ static void mutate(const char *dir, const char *out, const char *file, const cha
 }
 
 static void test_broken_config_and_tokenizer(void) {
-    char dir[640], out[640];
+    char dir[640], out[700];
     bitnet_gguf *src = open_tiny();
     hf_opts o;
     static const struct { const char *file, *from, *to; bitnet_result code; const char *want; } cases[] = {
@@ -638,7 +638,7 @@ static void test_broken_config_and_tokenizer(void) {
 }
 
 static void test_broken_weights(void) {
-    char dir[640], out[640], p[768];
+    char dir[640], out[700], p[768];
     bitnet_gguf *src = open_tiny();
     hf_opts o;
     unsigned char *b;
@@ -720,7 +720,7 @@ static void test_llama3_vocabulary(void) {
     static const char *const c[] = {"../shared/data/llama3-tokenizer.tiktoken", "../../shared/data/llama3-tokenizer.tiktoken",
                                     ".dev/llama3-tokenizer.tiktoken"};
     const char *path = getenv("BITNET_TIKTOKEN");
-    char dir[640], out[640], gpath[640], p[768];
+    char dir[640], out[700], gpath[700], p[768];
     bitnet_vocab v;
     bitnet_gguf_writer *w = NULL;
     bitnet_gguf *g = NULL;
@@ -828,7 +828,7 @@ static void test_llama3_vocabulary(void) {
 /* `bitnet convert DIR -o FILE` then `bitnet run` on the result. */
 static void test_cli(void) {
     const char *build = getenv("BUILD"), *runner = getenv("RUNNER");
-    char bin[512], dir[640], out[640], cmd[2048];
+    char bin[512], dir[640], out[700], cmd[4096];
     bitnet_gguf *src = open_tiny();
     hf_opts o;
     FILE *f;
