@@ -722,7 +722,8 @@ BITNET_API bitnet_result bitnet_gguf_writer_finish(bitnet_gguf_writer *w);
    (model_type "bitnet", BitNetForCausalLM), tokenizer.json (byte-level BPE with LLaMA 3's split
    pattern), tokenizer_config.json (optional: chat_template) and model.safetensors or its shards
    (model.safetensors.index.json). Ternary matrices come packed (uint8 [n/4][k] plus weight_scale,
-   as microsoft/bitnet-b1.58-2B-4T; linear_class "bitlinear" stores 1/scale) or as float master
+   as microsoft/bitnet-b1.58-2B-4T; transformers' linear_class "bitlinear", its default, divides by
+   weight_scale, "autobitlinear" multiplies) or as float master
    weights (as the -bf16 repo), quantized by bitnet_quantize_ternary; both become I2_S. The
    embedding and an untied head become fp16 (values beyond its range are an error), norms fp32.
    Unsupported checkpoints are BITNET_ERR_UNSUPPORTED, broken ones CORRUPT, BAD_SHAPE,
@@ -16443,7 +16444,7 @@ typedef struct bitnet__cv {
     char path[4096];
     bitnet__json cfg, tok, tcfg; /* tcfg: tokenizer_config.json, empty when absent */
     bitnet__st st;
-    int dim, ffn, layers, heads, kv_heads, head_dim, ctx, vocab, tied, inverse_scale, bos, eos, eot;
+    int dim, ffn, layers, heads, kv_heads, head_dim, ctx, vocab, tied, quant_config, inverse_scale, bos, eos, eot;
     float eps, theta;
     bitnet_gguf_str *tokens, *merges;
     int32_t *types;
@@ -16538,11 +16539,20 @@ static bitnet_result bitnet__cv_config(bitnet__cv *cv) {
                            cv->dim, cv->ffn, BITNET_I2S_BLOCK);
     id = bitnet__json_get(j, 0, "tie_word_embeddings");
     cv->tied = id < 0 || j->nodes[id].type == BITNET__J_TRUE;
-    if (q >= 0) { /* BitLinear divides by weight_scale, AutoBitLinear multiplies */
+    if (q >= 0) { /* transformers' BitNetQuantConfig: BitLinear (the default) divides by weight_scale, AutoBitLinear multiplies */
         const char *lc = bitnet__cv_str(j, q, "linear_class"), *qm = bitnet__cv_str(j, q, "quant_method");
+        int32_t rn = bitnet__json_get(j, q, "use_rms_norm"), nc = bitnet__json_get(j, q, "modules_to_not_convert"), m;
         if (qm && strcmp(qm, "bitnet") != 0)
             return bitnet__err(BITNET_ERR_UNSUPPORTED, "config.json: quant_method \"%s\"; bitnet.h converts \"bitnet\"", qm);
-        cv->inverse_scale = lc && strcmp(lc, "bitlinear") == 0;
+        if (lc && strcmp(lc, "bitlinear") != 0 && strcmp(lc, "autobitlinear") != 0)
+            return bitnet__err(BITNET_ERR_UNSUPPORTED, "config.json: linear_class \"%s\"", lc);
+        if (rn >= 0 && j->nodes[rn].type == BITNET__J_TRUE)
+            return bitnet__err(BITNET_ERR_UNSUPPORTED, "config.json: use_rms_norm (an RMSNorm inside each BitLinear) is not BitNet b1.58's");
+        for (m = nc >= 0 && j->nodes[nc].type == BITNET__J_ARR ? j->nodes[nc].first : -1; m >= 0; m = j->nodes[m].next)
+            if (j->nodes[m].type != BITNET__J_STR || strcmp(j->nodes[m].str, "lm_head") != 0)
+                return bitnet__err(BITNET_ERR_UNSUPPORTED, "config.json: modules_to_not_convert names more than lm_head");
+        cv->inverse_scale = !lc || strcmp(lc, "bitlinear") == 0;
+        cv->quant_config = 1;
     }
     return BITNET_OK;
 }
@@ -16715,6 +16725,9 @@ static bitnet_result bitnet__cv_source(bitnet__cv *cv, bitnet__cv_job *jb) {
         if (jb->n % 4 || t->n_dims != 2 || t->shape[0] != jb->n / 4 || t->shape[1] != jb->k)
             return bitnet__err(BITNET_ERR_BAD_SHAPE, "safetensors: packed \"%s\" is not [%llu, %llu]", key, (unsigned long long)(jb->n / 4),
                                (unsigned long long)jb->k);
+        if (!cv->quant_config)
+            return bitnet__err(BITNET_ERR_UNSUPPORTED, "safetensors: packed \"%s\" but no quantization_config in config.json to say how "
+                                                       "its weight_scale applies", key);
         snprintf(key, sizeof key, "%s.weight_scale", jb->hf);
         if (!(s = jb->scale = bitnet__st_find(&cv->st, key)))
             return bitnet__err(BITNET_ERR_MISSING_TENSOR, "safetensors: packed weights without \"%s\"", key);

@@ -49,7 +49,7 @@ typedef struct st_entry {
 typedef struct hf_opts {
     int merges_pairs; /* merges as ["a", "b"] */
     int shards;       /* two files and an index */
-    int bitlinear;    /* linear_class bitlinear: weight_scale = 1 / scale */
+    int bitlinear;    /* linear_class bitlinear: weight_scale = 1 / scale; 2: by default (no linear_class) */
     int bf16_embed;   /* the embedding as BF16 */
     int untied;       /* lm_head.weight and tie_word_embeddings false */
     int master;       /* BF16 master weights (random) instead of packed codes */
@@ -140,11 +140,11 @@ static void hf_write(const char *dir, const bitnet_gguf *g, const hf_opts *o) {
                " \"num_hidden_layers\": %u, \"num_attention_heads\": %u, \"num_key_value_heads\": %u, \"hidden_act\": \"relu2\",\n"
                " \"max_position_embeddings\": %u, \"rms_norm_eps\": 1e-05, \"rope_theta\": 500000.0, \"vocab_size\": %u,\n"
                " \"tie_word_embeddings\": %s, \"bos_token_id\": %u, \"eos_token_id\": [%u, %u], \"rope_scaling\": null,\n"
-               " \"quantization_config\": {\"quant_method\": \"bitnet\", \"linear_class\": \"%s\", \"quantization_mode\": \"%s\"}}\n",
+               " \"quantization_config\": {\"quant_method\": \"bitnet\", %s\"quantization_mode\": \"%s\"}}\n",
             dim, gu32(g, "bitnet-b1.58.feed_forward_length"), layers, gu32(g, "bitnet-b1.58.attention.head_count"),
             gu32(g, "bitnet-b1.58.attention.head_count_kv"), gu32(g, "bitnet-b1.58.context_length"), gu32(g, "bitnet-b1.58.vocab_size"),
             o->untied ? "false" : "true", gu32(g, "tokenizer.ggml.bos_token_id"), gu32(g, "tokenizer.ggml.eos_token_id"),
-            gu32(g, "tokenizer.ggml.eot_token_id"), o->bitlinear ? "bitlinear" : "autobitlinear", o->master ? "online" : "offline");
+            gu32(g, "tokenizer.ggml.eot_token_id"), o->bitlinear == 2 ? "" : o->bitlinear ? "\"linear_class\": \"bitlinear\", " : "\"linear_class\": \"autobitlinear\", ", o->master ? "online" : "offline");
     fclose(f);
     /* tokenizer.json */
     bitnet_gguf_get_arr(g, "tokenizer.ggml.tokens", &et, &n_tok);
@@ -438,6 +438,9 @@ static void test_roundtrip_forms(void) {
     memset(&o, 0, sizeof o);
     o.bitlinear = 1, o.bf16_embed = 1, o.untied = 1;
     roundtrip("bitlinear_bf16_untied", &o);
+    memset(&o, 0, sizeof o);
+    o.bitlinear = 2; /* transformers' default class */
+    roundtrip("bitlinear_default", &o);
 }
 
 /* Embedding rows past the tokenizer's ids get "[PADn]" tokens of type 5 (unused), as llama.cpp's
@@ -593,6 +596,11 @@ static void test_broken_config_and_tokenizer(void) {
         {"config.json", "\"num_attention_heads\": 4", "\"num_attention_heads\": 4.5", BITNET_ERR_BAD_METADATA, "num_attention_heads"},
         {"config.json", "\"rope_scaling\": null", "\"rope_scaling\": {\"type\": \"linear\"}", BITNET_ERR_UNSUPPORTED, "rope_scaling"},
         {"config.json", "\"quant_method\": \"bitnet\"", "\"quant_method\": \"gptq\"", BITNET_ERR_UNSUPPORTED, "quant_method \"gptq\""},
+        {"config.json", "\"quant_method\": \"bitnet\"", "\"use_rms_norm\": true, \"quant_method\": \"bitnet\"", BITNET_ERR_UNSUPPORTED, "use_rms_norm"},
+        {"config.json", "\"quant_method\": \"bitnet\"", "\"modules_to_not_convert\": [\"lm_head\", \"model.layers.0.mlp.up_proj\"], \"quant_method\": \"bitnet\"",
+         BITNET_ERR_UNSUPPORTED, "modules_to_not_convert"},
+        {"config.json", "\"linear_class\": \"autobitlinear\"", "\"linear_class\": \"fancylinear\"", BITNET_ERR_UNSUPPORTED, "linear_class \"fancylinear\""},
+        {"config.json", ",\n \"quantization_config\"", ",\n \"quantization_confik\"", BITNET_ERR_UNSUPPORTED, "no quantization_config"},
         {"config.json", "\"intermediate_size\": 384", "\"intermediate_size\": 320", BITNET_ERR_UNSUPPORTED, "multiples of 128"},
         {"config.json", "\"intermediate_size\": 384", "\"intermediate_size\": 512", BITNET_ERR_BAD_SHAPE, "mlp.gate_proj.weight\" is not [128, 128]"},
         {"config.json", "\"bos_token_id\": ", "\"bos_token_id\": 9999, \"x\": ", BITNET_ERR_BAD_METADATA, "bos_token_id is not an id below 552"},
