@@ -16,6 +16,7 @@
      >>public-api      types and functions: errors, CPU kernels, GPU runtime, model, tokenizer
      >>config          includes, platform and compiler detection
      >>util            errors, logging, allocation (with fault injection), sizes, timers
+     >>json            JSON writer and parser (receipts, >>convert, JSON schemas for >>grammar)
      >>formats         fp16 / bf16 conversion
      >>quant           BitNet b1.58 quantization and I2_S packing
      >>threads         the persistent thread pool
@@ -34,7 +35,7 @@
        >>pad           heads whose dims are not a multiple of 32 (1bitLLM-3B's 100), padded on the GPU
      >>model           model loading and sessions
        >>state         a session's state as bytes (prompt caches), one layout for both backends
-     >>receipt         benchmarks and their receipts; SHA-256; the JSON writer and parser
+     >>receipt         benchmarks and their receipts; SHA-256
      >>convert         Hugging Face checkpoints (safetensors, tokenizer.json) to GGUF
      >>public          bodies of the public functions that are thin shells
 
@@ -976,6 +977,18 @@ BITNET_API void bitnet_grammar_free(bitnet_grammar *g);
 /* Where text stands in the grammar: *status 1 a whole sentence (more may follow), 0 only the start
    of one, -1 neither. */
 BITNET_API bitnet_result bitnet_grammar_match(const bitnet_grammar *g, const char *text, size_t len, int *status);
+/* A JSON schema as a grammar whose sentences are the JSON texts it accepts (llama.cpp's
+   --json-schema; parse the text with bitnet_grammar_parse). Read: type (a name or a list), enum,
+   const, anyOf / oneOf, allOf of one, $ref into the document ("#/$defs/NAME", recursion too);
+   objects: properties in their order (the required always, the others may be left out; no other
+   names), or without properties a map of additionalProperties; arrays: items, prefixItems,
+   minItems / maxItems; strings: minLength / maxLength. Not read (every value passes): format,
+   minimum / maximum. Refused (BITNET_ERR_INVALID_ARG, naming where): pattern, allOf of several,
+   unknown types, $ref outside the document. Between tokens: nothing, a space, or a newline and at
+   most 20 spaces or tabs. Writes the
+   NUL-terminated text to buf; *len gets its length; BITNET_ERR_BAD_SIZE (with *len set) when cap
+   is too small. */
+BITNET_API bitnet_result bitnet_json_schema_to_grammar(const char *schema, size_t len, char *buf, size_t cap, size_t *out_len);
 /* For a sampling loop of one's own: where a text in tokens is in the grammar. allowed sets
    allow[id] (n_vocab bytes) to 1 for each token that may come next, 0 for the rest: stop tokens
    (the caller's list) only where the text is a whole sentence, other special tokens never; accept
@@ -1269,6 +1282,13 @@ static BITNET__PRINTF(2, 3) bitnet_result bitnet__err(bitnet_result code, const 
     return code;
 }
 
+/* The error being returned (bitnet_last_error's text), with where it happened in front. */
+static bitnet_result bitnet__err_where(bitnet_result r, const char *where) {
+    char msg[sizeof bitnet__errbuf];
+    snprintf(msg, sizeof msg, "%s", bitnet__errbuf);
+    return bitnet__err(r, "%s: %s", where, msg);
+}
+
 #define BITNET__CHECK_PTR(p) \
     do { if (!(p)) return bitnet__err(BITNET_ERR_NULL_POINTER, "%s: '%s' is NULL", __func__, #p); } while (0)
 #define BITNET__TRY(expr) \
@@ -1484,6 +1504,443 @@ BITNET__UNUSED static void bitnet__hugepages(void *p, size_t n) {
 #else
     (void)p, (void)n;
 #endif
+}
+
+BITNET__UNUSED static int bitnet__hex_digit(int c) {
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+/* >>json ====================================================================================== */
+/* ---- JSON writer: counts like snprintf, so it needs no allocation; two-space indentation ----- */
+typedef struct bitnet__jw {
+    char *buf;
+    size_t cap, len;
+    int need_comma, after_key, depth;
+} bitnet__jw;
+
+static void bitnet__jw_putc(bitnet__jw *w, char c) {
+    if (w->len < w->cap) w->buf[w->len] = c;
+    w->len++;
+}
+static void bitnet__jw_raw(bitnet__jw *w, const char *s) { while (*s) bitnet__jw_putc(w, *s++); }
+static void bitnet__jw_nl(bitnet__jw *w) {
+    int i;
+    bitnet__jw_putc(w, '\n');
+    for (i = 0; i < w->depth; i++) bitnet__jw_raw(w, "  ");
+}
+/* Before every value: the comma and newline, unless it follows its key. */
+static void bitnet__jw_pre(bitnet__jw *w) {
+    if (w->after_key) { w->after_key = 0; return; }
+    if (w->need_comma) bitnet__jw_putc(w, ',');
+    if (w->depth) bitnet__jw_nl(w);
+    w->need_comma = 1;
+}
+
+/* Length of a valid UTF-8 sequence at p (at most n bytes), 0 when invalid (overlong forms,
+   surrogates and code points past U+10FFFF are invalid). */
+static size_t bitnet__json_utf8_len(const unsigned char *p, size_t n) {
+    unsigned c = p[0];
+    size_t len, i;
+    uint32_t cp;
+    if (c < 0x80) return 1;
+    if (c >= 0xc2 && c <= 0xdf) { len = 2; cp = c & 0x1f; }
+    else if (c >= 0xe0 && c <= 0xef) { len = 3; cp = c & 0x0f; }
+    else if (c >= 0xf0 && c <= 0xf4) { len = 4; cp = c & 0x07; }
+    else return 0;
+    if (n < len) return 0;
+    for (i = 1; i < len; i++) {
+        if ((p[i] & 0xc0) != 0x80) return 0;
+        cp = cp << 6 | (p[i] & 0x3f);
+    }
+    if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)) || (cp >= 0xd800 && cp <= 0xdfff))
+        return 0;
+    return len;
+}
+
+/* A string: escapes what JSON requires; invalid UTF-8 bytes become U+FFFD. */
+static void bitnet__jw_str(bitnet__jw *w, const char *s) {
+    const unsigned char *p = (const unsigned char *)s;
+    size_t n = strlen(s), i = 0;
+    bitnet__jw_pre(w);
+    bitnet__jw_putc(w, '"');
+    while (i < n) {
+        unsigned c = p[i];
+        size_t l;
+        if (c == '"' || c == '\\') { bitnet__jw_putc(w, '\\'); bitnet__jw_putc(w, (char)c); i++; continue; }
+        if (c < 0x20) {
+            char e[8];
+            snprintf(e, sizeof e, "\\u%04x", c);
+            bitnet__jw_raw(w, e);
+            i++;
+            continue;
+        }
+        if (!(l = bitnet__json_utf8_len(p + i, n - i))) { bitnet__jw_raw(w, "\\ufffd"); i++; continue; }
+        while (l--) bitnet__jw_putc(w, (char)p[i++]);
+    }
+    bitnet__jw_putc(w, '"');
+}
+
+/* Numbers with `digits` significant digits. The locale's decimal point (whatever bytes it is) becomes
+   '.'; non-finite values become null, which the parser rejects. */
+static void bitnet__jw_num(bitnet__jw *w, double v, int digits) {
+    char tmp[64];
+    int i, dot = 0;
+    bitnet__jw_pre(w);
+    if (v != v || v > DBL_MAX || v < -DBL_MAX) { bitnet__jw_raw(w, "null"); return; }
+    snprintf(tmp, sizeof tmp, "%.*g", digits, v);
+    for (i = 0; tmp[i]; i++) {
+        char c = tmp[i];
+        if ((c >= '0' && c <= '9') || c == 'e' || c == '-' || c == '+') { bitnet__jw_putc(w, c); dot = 0; }
+        else if (!dot) { bitnet__jw_putc(w, '.'); dot = 1; }
+    }
+}
+static void bitnet__jw_int(bitnet__jw *w, long long v) {
+    char tmp[24];
+    bitnet__jw_pre(w);
+    snprintf(tmp, sizeof tmp, "%lld", v);
+    bitnet__jw_raw(w, tmp);
+}
+static void bitnet__jw_u64(bitnet__jw *w, uint64_t v) {
+    char tmp[24];
+    bitnet__jw_pre(w);
+    snprintf(tmp, sizeof tmp, "%llu", (unsigned long long)v);
+    bitnet__jw_raw(w, tmp);
+}
+static void bitnet__jw_lit(bitnet__jw *w, const char *lit) { bitnet__jw_pre(w); bitnet__jw_raw(w, lit); }
+static void bitnet__jw_key(bitnet__jw *w, const char *k) {
+    bitnet__jw_str(w, k);
+    bitnet__jw_raw(w, ": ");
+    w->after_key = 1;
+}
+static void bitnet__jw_open(bitnet__jw *w, char c) {
+    bitnet__jw_pre(w);
+    bitnet__jw_putc(w, c);
+    w->depth++;
+    w->need_comma = 0;
+}
+static void bitnet__jw_close(bitnet__jw *w, char c) {
+    w->depth--;
+    if (w->need_comma) bitnet__jw_nl(w);
+    bitnet__jw_putc(w, c);
+    w->need_comma = 1;
+}
+
+/* ---- JSON parser: strict RFC 8259 into a flat node array ------------------------------------ */
+/* Receipts, and >>convert's config.json, tokenizer.json and safetensors headers. Bounds-checked
+   byte by byte; nesting, object size and input size are limited, so hostile input costs bounded
+   time and memory. Strings are decoded (and UTF-8 validated) into one buffer no larger than the
+   input; \u0000 is refused because fields are C strings. */
+#define BITNET__JSON_MAX_DEPTH 32
+#define BITNET__JSON_DUP_LINEAR 16 /* members checked for duplicates one by one; more: sorted at the end */
+enum { BITNET__J_NULL, BITNET__J_FALSE, BITNET__J_TRUE, BITNET__J_NUM, BITNET__J_STR, BITNET__J_ARR, BITNET__J_OBJ };
+
+typedef struct bitnet__jnode {
+    int type;
+    int is_int;            /* a number written without fraction or exponent */
+    int32_t first, next;   /* first child (arrays, objects) and next sibling; -1 = none */
+    int32_t count;         /* children */
+    const char *key;       /* member name when the parent is an object */
+    const char *str;       /* decoded string value */
+    double num;
+} bitnet__jnode;
+
+typedef struct bitnet__json {
+    const unsigned char *src;
+    size_t len, pos;
+    bitnet__jnode *nodes;
+    size_t n, cap;
+    char *strs;
+    size_t strs_len;
+    int32_t max_members;   /* an object's; its duplicates are found by sorting past a few */
+    bitnet_result err;
+} bitnet__json;
+
+static BITNET__PRINTF(2, 3) int32_t bitnet__json_fail(bitnet__json *j, const char *fmt, ...) {
+    char msg[200];
+    va_list ap;
+    if (j->err != BITNET_OK) return -1;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    j->err = bitnet__err(BITNET_ERR_CORRUPT, "JSON: %s at byte %zu", msg, j->pos);
+    return -1;
+}
+
+static int32_t bitnet__json_node(bitnet__json *j, int type) {
+    bitnet__jnode *nd;
+    if (j->n == j->cap) {
+        size_t cap = j->cap ? j->cap * 2 : 64, bytes;
+        bitnet__jnode *grown;
+        if (cap > (size_t)INT32_MAX || !bitnet__mul_size(cap, sizeof *grown, &bytes))
+            return bitnet__json_fail(j, "too many values");
+        grown = (bitnet__jnode *)bitnet__malloc(bytes);
+        if (!grown) { j->err = BITNET_ERR_OUT_OF_MEMORY; return -1; }
+        if (j->n) memcpy(grown, j->nodes, j->n * sizeof *grown);
+        bitnet__free(j->nodes);
+        j->nodes = grown;
+        j->cap = cap;
+    }
+    nd = &j->nodes[j->n];
+    memset(nd, 0, sizeof *nd);
+    nd->type = type;
+    nd->first = nd->next = -1;
+    return (int32_t)j->n++;
+}
+
+static void bitnet__json_ws(bitnet__json *j) {
+    while (j->pos < j->len) {
+        unsigned char c = j->src[j->pos];
+        if (c != ' ' && c != '\t' && c != '\n' && c != '\r') break;
+        j->pos++;
+    }
+}
+
+static int bitnet__json_hex4(bitnet__json *j, uint32_t *out) {
+    uint32_t v = 0;
+    int i;
+    if (j->len - j->pos < 4) return 0;
+    for (i = 0; i < 4; i++) {
+        int d = bitnet__hex_digit(j->src[j->pos + i]);
+        if (d < 0) return 0;
+        v = v << 4 | (uint32_t)d;
+    }
+    j->pos += 4;
+    *out = v;
+    return 1;
+}
+
+/* At the opening quote; returns the decoded NUL-terminated string, or NULL after an error. */
+static const char *bitnet__json_string(bitnet__json *j) {
+    char *out = j->strs + j->strs_len, *o = out;
+    j->pos++; /* the quote */
+    for (;;) {
+        unsigned char c;
+        if (j->pos >= j->len) { bitnet__json_fail(j, "unterminated string"); return NULL; }
+        c = j->src[j->pos];
+        if (c == '"') { j->pos++; break; }
+        if (c < 0x20) { bitnet__json_fail(j, "control character 0x%02x in a string", c); return NULL; }
+        if (c == '\\') {
+            uint32_t cp;
+            if (j->pos + 1 >= j->len) { bitnet__json_fail(j, "unterminated escape"); return NULL; }
+            c = j->src[j->pos + 1];
+            j->pos += 2;
+            switch (c) {
+            case '"': *o++ = '"'; continue;
+            case '\\': *o++ = '\\'; continue;
+            case '/': *o++ = '/'; continue;
+            case 'b': *o++ = '\b'; continue;
+            case 'f': *o++ = '\f'; continue;
+            case 'n': *o++ = '\n'; continue;
+            case 'r': *o++ = '\r'; continue;
+            case 't': *o++ = '\t'; continue;
+            case 'u': break;
+            default: j->pos -= 2; bitnet__json_fail(j, "bad escape"); return NULL;
+            }
+            if (!bitnet__json_hex4(j, &cp)) { bitnet__json_fail(j, "bad \\u escape"); return NULL; }
+            if (cp >= 0xdc00 && cp <= 0xdfff) { bitnet__json_fail(j, "lone low surrogate"); return NULL; }
+            if (cp >= 0xd800 && cp <= 0xdbff) {
+                uint32_t lo;
+                if (j->len - j->pos < 2 || j->src[j->pos] != '\\' || j->src[j->pos + 1] != 'u') {
+                    bitnet__json_fail(j, "high surrogate without a low one"); return NULL;
+                }
+                j->pos += 2;
+                if (!bitnet__json_hex4(j, &lo) || lo < 0xdc00 || lo > 0xdfff) {
+                    bitnet__json_fail(j, "bad surrogate pair"); return NULL;
+                }
+                cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
+            }
+            if (cp == 0) { bitnet__json_fail(j, "\\u0000 in a string"); return NULL; }
+            if (cp < 0x80) *o++ = (char)cp;
+            else if (cp < 0x800) { *o++ = (char)(0xc0 | cp >> 6); *o++ = (char)(0x80 | (cp & 0x3f)); }
+            else if (cp < 0x10000) {
+                *o++ = (char)(0xe0 | cp >> 12); *o++ = (char)(0x80 | ((cp >> 6) & 0x3f)); *o++ = (char)(0x80 | (cp & 0x3f));
+            } else {
+                *o++ = (char)(0xf0 | cp >> 18); *o++ = (char)(0x80 | ((cp >> 12) & 0x3f));
+                *o++ = (char)(0x80 | ((cp >> 6) & 0x3f)); *o++ = (char)(0x80 | (cp & 0x3f));
+            }
+        } else {
+            size_t l = bitnet__json_utf8_len(j->src + j->pos, j->len - j->pos);
+            if (!l) { bitnet__json_fail(j, "invalid UTF-8"); return NULL; }
+            memcpy(o, j->src + j->pos, l);
+            o += l;
+            j->pos += l;
+        }
+    }
+    *o++ = 0;
+    j->strs_len = (size_t)(o - j->strs);
+    return out;
+}
+
+/* Grammar checked first; the value is computed from at most 19 significant digits by hand
+   (strtod would depend on the locale). */
+static int32_t bitnet__json_number(bitnet__json *j) {
+    const unsigned char *s = j->src;
+    size_t p = j->pos, start = j->pos;
+    int neg = 0, is_int = 1, digits = 0;
+    long long exp10 = 0, e = 0;
+    uint64_t mant = 0;
+    double v;
+    int32_t id;
+    if (p < j->len && s[p] == '-') { neg = 1; p++; }
+    if (p >= j->len || s[p] < '0' || s[p] > '9') { j->pos = p; return bitnet__json_fail(j, "unexpected character"); }
+    if (s[p] == '0') {
+        p++;
+        if (p < j->len && s[p] >= '0' && s[p] <= '9') { j->pos = p; return bitnet__json_fail(j, "leading zero"); }
+    } else {
+        for (; p < j->len && s[p] >= '0' && s[p] <= '9'; p++) {
+            if (digits < 19) { mant = mant * 10 + (uint64_t)(s[p] - '0'); digits++; }
+            else exp10++;
+        }
+    }
+    if (p < j->len && s[p] == '.') {
+        is_int = 0;
+        if (++p >= j->len || s[p] < '0' || s[p] > '9') { j->pos = p; return bitnet__json_fail(j, "bad fraction"); }
+        for (; p < j->len && s[p] >= '0' && s[p] <= '9'; p++)
+            if (digits < 19) {
+                mant = mant * 10 + (uint64_t)(s[p] - '0');
+                exp10--;
+                if (mant) digits++;
+            }
+    }
+    if (p < j->len && (s[p] == 'e' || s[p] == 'E')) {
+        int eneg = 0;
+        is_int = 0;
+        p++;
+        if (p < j->len && (s[p] == '+' || s[p] == '-')) eneg = s[p++] == '-';
+        if (p >= j->len || s[p] < '0' || s[p] > '9') { j->pos = p; return bitnet__json_fail(j, "bad exponent"); }
+        for (; p < j->len && s[p] >= '0' && s[p] <= '9'; p++)
+            if (e < 100000) e = e * 10 + (s[p] - '0');
+        exp10 += eneg ? -e : e;
+    }
+    if (!mant) v = 0.0;
+    else if (exp10 > 330) v = HUGE_VAL;
+    else if (exp10 < -400) v = 0.0;
+    else if (exp10 < 0 && exp10 >= -22) v = (double)mant / pow(10.0, (double)-exp10); /* 10^k exact: one rounding */
+    else v = (double)mant * pow(10.0, (double)exp10);
+    if (!(v <= DBL_MAX)) { j->pos = start; return bitnet__json_fail(j, "number out of range"); }
+    j->pos = p;
+    if ((id = bitnet__json_node(j, BITNET__J_NUM)) < 0) return -1;
+    j->nodes[id].num = neg ? -v : v;
+    j->nodes[id].is_int = is_int && digits <= 15; /* exact in a double */
+    return id;
+}
+
+static int32_t bitnet__json_value(bitnet__json *j, int depth);
+
+static int bitnet__json_key_cmp(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+
+/* Duplicate member names of a large object, by sorting them: O(n log n) for a vocabulary's 128k. */
+static int32_t bitnet__json_dups(bitnet__json *j, int32_t id) {
+    size_t n = (size_t)j->nodes[id].count, k = 0;
+    const char **keys;
+    int32_t i;
+    if (n <= BITNET__JSON_DUP_LINEAR) return id;
+    if (!(keys = (const char **)bitnet__malloc(n * sizeof *keys))) { j->err = BITNET_ERR_OUT_OF_MEMORY; return -1; }
+    for (i = j->nodes[id].first; i >= 0; i = j->nodes[i].next) keys[k++] = j->nodes[i].key;
+    qsort(keys, n, sizeof *keys, bitnet__json_key_cmp);
+    for (k = 1; k < n && strcmp(keys[k - 1], keys[k]) != 0; k++) {}
+    if (k < n) {
+        bitnet__json_fail(j, "duplicate member \"%.60s\"", keys[k]);
+        id = -1;
+    }
+    bitnet__free(keys);
+    return id;
+}
+
+static int32_t bitnet__json_container(bitnet__json *j, int depth, int is_obj) {
+    char close = is_obj ? '}' : ']';
+    int32_t id = bitnet__json_node(j, is_obj ? BITNET__J_OBJ : BITNET__J_ARR), last = -1;
+    if (id < 0) return -1;
+    if (depth >= BITNET__JSON_MAX_DEPTH) return bitnet__json_fail(j, "nested deeper than %d", BITNET__JSON_MAX_DEPTH);
+    j->pos++;
+    bitnet__json_ws(j);
+    if (j->pos < j->len && j->src[j->pos] == (unsigned char)close) { j->pos++; return id; }
+    for (;;) {
+        const char *key = NULL;
+        int32_t child, i;
+        if (is_obj) {
+            if (j->pos >= j->len || j->src[j->pos] != '"') return bitnet__json_fail(j, "expected a member name");
+            if (!(key = bitnet__json_string(j))) return -1;
+            for (i = j->nodes[id].count < BITNET__JSON_DUP_LINEAR ? j->nodes[id].first : -1; i >= 0; i = j->nodes[i].next)
+                if (strcmp(j->nodes[i].key, key) == 0) return bitnet__json_fail(j, "duplicate member \"%.60s\"", key);
+            bitnet__json_ws(j);
+            if (j->pos >= j->len || j->src[j->pos] != ':') return bitnet__json_fail(j, "expected ':'");
+            j->pos++;
+            if (j->nodes[id].count >= j->max_members) return bitnet__json_fail(j, "more than %d members", (int)j->max_members);
+        }
+        if ((child = bitnet__json_value(j, depth + 1)) < 0) return -1;
+        j->nodes[child].key = key;
+        if (last < 0) j->nodes[id].first = child;
+        else j->nodes[last].next = child;
+        last = child;
+        j->nodes[id].count++;
+        bitnet__json_ws(j);
+        if (j->pos >= j->len) return bitnet__json_fail(j, "unterminated %s", is_obj ? "object" : "array");
+        if (j->src[j->pos] == ',') { j->pos++; bitnet__json_ws(j); continue; }
+        if (j->src[j->pos] == (unsigned char)close) { j->pos++; return is_obj ? bitnet__json_dups(j, id) : id; }
+        return bitnet__json_fail(j, "expected ',' or '%c'", close);
+    }
+}
+
+static int32_t bitnet__json_literal(bitnet__json *j, const char *word, int type) {
+    size_t l = strlen(word);
+    if (j->len - j->pos < l || memcmp(j->src + j->pos, word, l) != 0) return bitnet__json_fail(j, "unexpected character");
+    j->pos += l;
+    return bitnet__json_node(j, type);
+}
+
+static int32_t bitnet__json_value(bitnet__json *j, int depth) {
+    bitnet__json_ws(j);
+    if (j->pos >= j->len) return bitnet__json_fail(j, "unexpected end");
+    switch (j->src[j->pos]) {
+    case '{': return bitnet__json_container(j, depth, 1);
+    case '[': return bitnet__json_container(j, depth, 0);
+    case '"': {
+        const char *s = bitnet__json_string(j);
+        int32_t id;
+        if (!s) return -1;
+        if ((id = bitnet__json_node(j, BITNET__J_STR)) >= 0) j->nodes[id].str = s;
+        return id;
+    }
+    case 't': return bitnet__json_literal(j, "true", BITNET__J_TRUE);
+    case 'f': return bitnet__json_literal(j, "false", BITNET__J_FALSE);
+    case 'n': return bitnet__json_literal(j, "null", BITNET__J_NULL);
+    default: return bitnet__json_number(j);
+    }
+}
+
+static void bitnet__json_free(bitnet__json *j) {
+    bitnet__free(j->nodes);
+    bitnet__free(j->strs);
+    memset(j, 0, sizeof *j);
+}
+
+/* Parses the whole input as one value (node 0); objects of at most max_members. */
+static bitnet_result bitnet__json_parse(bitnet__json *j, const char *src, size_t len, int32_t max_members) {
+    memset(j, 0, sizeof *j);
+    j->src = (const unsigned char *)src;
+    j->len = len;
+    j->max_members = max_members;
+    if (!(j->strs = (char *)bitnet__malloc(len + 1))) return BITNET_ERR_OUT_OF_MEMORY;
+    if (bitnet__json_value(j, 0) >= 0) {
+        bitnet__json_ws(j);
+        if (j->pos != j->len) bitnet__json_fail(j, "trailing characters");
+    }
+    if (j->err == BITNET_OK && j->n == 0) j->err = bitnet__err(BITNET_ERR_CORRUPT, "JSON: empty");
+    if (j->err != BITNET_OK) {
+        bitnet_result r = j->err;
+        bitnet__json_free(j);
+        return r;
+    }
+    return BITNET_OK;
+}
+
+static int32_t bitnet__json_get(const bitnet__json *j, int32_t obj, const char *key) {
+    int32_t i;
+    if (obj < 0 || j->nodes[obj].type != BITNET__J_OBJ) return -1;
+    for (i = j->nodes[obj].first; i >= 0; i = j->nodes[i].next)
+        if (strcmp(j->nodes[i].key, key) == 0) return i;
+    return -1;
 }
 
 /* >>formats =================================================================================== */
@@ -6234,10 +6691,6 @@ static void bitnet__tok_default_eot(bitnet_tokenizer *t) {
     }
 }
 
-static int bitnet__hex_digit(int c) {
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-}
-
 /* SentencePiece: each token kept as spelled (its key: every token is one, as llama.cpp looks them
    up) and as its piece: U+2581 back to spaces, a type-6 "<0xXX>" as its byte, specials verbatim,
    unused tokens empty. A byte's fallback: "<0xXX>", else the byte itself, else the unknown token. */
@@ -7837,6 +8290,421 @@ BITNET_API bitnet_result bitnet_grammar_parse(const char *text, size_t len, bitn
     }
     *out = g;
     return BITNET_OK;
+}
+
+/* ---- JSON schemas as grammars (llama.cpp's --json-schema) ------------------------------------ */
+/* Each schema becomes a GBNF expression; array items, property values and $ref targets get rules
+   of their own ("sN"), so recursion through $ref works. Between tokens: nothing, a space, or a
+   newline and up to 20 of indentation, so a model cannot run on in blanks. */
+typedef struct bitnet__sb { /* a growing string */
+    char *p;
+    size_t n, cap;
+    int oom;
+} bitnet__sb;
+
+static BITNET__PRINTF(2, 3) void bitnet__sb_printf(bitnet__sb *b, const char *fmt, ...) {
+    va_list ap;
+    int n;
+    for (;;) {
+        size_t room = b->cap - b->n;
+        va_start(ap, fmt);
+        n = b->oom ? 0 : vsnprintf(b->p ? b->p + b->n : NULL, room, fmt, ap);
+        va_end(ap);
+        if (b->oom || n < 0) { b->oom = 1; return; }
+        if ((size_t)n < room) { b->n += (size_t)n; return; }
+        {
+            size_t cap = (b->cap + (size_t)n + 1) * 2;
+            char *np = (char *)bitnet__malloc(cap);
+            if (!np) { b->oom = 1; return; }
+            if (b->n) memcpy(np, b->p, b->n);
+            bitnet__free(b->p);
+            b->p = np, b->cap = cap;
+        }
+    }
+}
+
+static const char bitnet__js_prims[] =
+    "ws ::= (\" \" | \"\\n\" [ \\t]{0,20})?\n"
+    "string ::= \"\\\"\" char* \"\\\"\"\n"
+    "char ::= [^\"\\\\\\x00-\\x1F] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4})\n"
+    "integer ::= \"-\"? (\"0\" | [1-9] [0-9]{0,15})\n"
+    "number ::= integer (\".\" [0-9]+)? ([eE] [-+]? [0-9]+)?\n"
+    "boolean ::= \"true\" | \"false\"\n"
+    "null ::= \"null\"\n"
+    "value ::= object | array | string | number | boolean | null\n"
+    "object ::= \"{\" ws (string ws \":\" ws value ws (\",\" ws string ws \":\" ws value ws)*)? \"}\"\n"
+    "array ::= \"[\" ws (value ws (\",\" ws value ws)*)? \"]\"\n";
+
+typedef struct bitnet__js {
+    const bitnet__json *j;
+    bitnet__sb rules;            /* the grammar */
+    int n_rules;
+    int32_t refs[256];           /* $ref targets and their rules */
+    int ref_rule[256], n_refs;
+    char path[256];              /* where in the schema, for messages */
+    bitnet_result err;
+} bitnet__js;
+
+static BITNET__PRINTF(2, 3) void bitnet__js_fail(bitnet__js *js, const char *fmt, ...) {
+    char msg[256];
+    va_list ap;
+    if (js->err != BITNET_OK) return;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    js->err = bitnet__err(BITNET_ERR_INVALID_ARG, "JSON schema at '%s': %s", js->path[0] ? js->path : "/", msg);
+}
+
+/* A JSON string's text as it goes inside a GBNF literal: JSON's escapes, then GBNF's on top. */
+static void bitnet__js_lit_str(bitnet__sb *b, const char *str) {
+    const unsigned char *s = (const unsigned char *)str;
+    bitnet__sb_printf(b, "\\\"");
+    for (; *s; s++) {
+        if (*s == '"') bitnet__sb_printf(b, "\\\\\\\"");
+        else if (*s == '\\') bitnet__sb_printf(b, "\\\\\\\\");
+        else if (*s == '\n') bitnet__sb_printf(b, "\\\\n"); /* JSON's short escapes, as JSON.stringify writes them */
+        else if (*s == '\t') bitnet__sb_printf(b, "\\\\t");
+        else if (*s == '\r') bitnet__sb_printf(b, "\\\\r");
+        else if (*s == '\b') bitnet__sb_printf(b, "\\\\b");
+        else if (*s == '\f') bitnet__sb_printf(b, "\\\\f");
+        else if (*s < 0x20) bitnet__sb_printf(b, "\\\\u%04x", *s);
+        else bitnet__sb_printf(b, "%c", *s);
+    }
+    bitnet__sb_printf(b, "\\\"");
+}
+
+/* A JSON value written compactly (const, enum) inside a GBNF literal. */
+static void bitnet__js_lit_json(const bitnet__json *j, bitnet__sb *b, int32_t v) {
+    const bitnet__jnode *nd = &j->nodes[v];
+    int32_t c;
+    if (nd->type == BITNET__J_STR) {
+        bitnet__js_lit_str(b, nd->str);
+    } else if (nd->type == BITNET__J_NUM) {
+        bitnet__sb_printf(b, nd->is_int ? "%.0f" : "%.17g", nd->num);
+    } else if (nd->type == BITNET__J_ARR || nd->type == BITNET__J_OBJ) {
+        bitnet__sb_printf(b, "%c", nd->type == BITNET__J_ARR ? '[' : '{');
+        for (c = nd->first; c >= 0; c = j->nodes[c].next) {
+            if (c != nd->first) bitnet__sb_printf(b, ",");
+            if (nd->type == BITNET__J_OBJ) bitnet__js_lit_str(b, j->nodes[c].key), bitnet__sb_printf(b, ":");
+            bitnet__js_lit_json(j, b, c);
+        }
+        bitnet__sb_printf(b, "%c", nd->type == BITNET__J_ARR ? ']' : '}');
+    } else {
+        bitnet__sb_printf(b, "%s", nd->type == BITNET__J_TRUE ? "true" : nd->type == BITNET__J_FALSE ? "false" : "null");
+    }
+}
+
+static void bitnet__js_expr(bitnet__js *js, bitnet__sb *b, int32_t s, int depth);
+static void bitnet__js_typed(bitnet__js *js, bitnet__sb *b, int32_t s, const char *t, int depth);
+
+/* A rule of its own for schema s; its name goes into b. */
+static void bitnet__js_rule(bitnet__js *js, bitnet__sb *b, int32_t s, int depth) {
+    bitnet__sb body;
+    int id = js->n_rules++;
+    memset(&body, 0, sizeof body);
+    bitnet__js_expr(js, &body, s, depth);
+    bitnet__sb_printf(&js->rules, "s%d ::= %.*s\n", id, (int)body.n, body.p ? body.p : "");
+    if (body.oom) js->rules.oom = 1;
+    bitnet__free(body.p);
+    bitnet__sb_printf(b, "s%d", id);
+}
+
+/* Enters /seg in js->path for messages; returns the old length to put back. */
+static size_t bitnet__js_push(bitnet__js *js, const char *seg) {
+    size_t n = strlen(js->path);
+    snprintf(js->path + n, sizeof js->path - n, "/%s", seg);
+    return n;
+}
+
+/* "#", "#/$defs/NAME", "#/definitions/NAME" and deeper pointers into this document. */
+static int32_t bitnet__js_ref(bitnet__js *js, const char *ref) {
+    int32_t at = 0;
+    char seg[256];
+    if (ref[0] != '#') return -1;
+    ref++;
+    while (*ref == '/') {
+        size_t n = 0;
+        ref++;
+        while (*ref && *ref != '/' && n + 1 < sizeof seg) {
+            if (ref[0] == '~' && (ref[1] == '0' || ref[1] == '1')) seg[n++] = ref[1] == '0' ? '~' : '/', ref += 2;
+            else seg[n++] = *ref++;
+        }
+        seg[n] = 0;
+        if (js->j->nodes[at].type != BITNET__J_OBJ || (at = bitnet__json_get(js->j, at, seg)) < 0) return -1;
+    }
+    return *ref ? -1 : at;
+}
+
+static int bitnet__js_count(const bitnet__json *j, int32_t s, const char *key, int def, int *out) {
+    int32_t id = bitnet__json_get(j, s, key);
+    *out = def;
+    if (id < 0) return 1;
+    if (j->nodes[id].type != BITNET__J_NUM || !j->nodes[id].is_int || j->nodes[id].num < 0) return 0;
+    *out = j->nodes[id].num > BITNET__G_MAX_REPEAT ? BITNET__G_MAX_REPEAT + 1 : (int)j->nodes[id].num;
+    return 1;
+}
+
+/* x repeated min..max times (max < 0: no bound) in GBNF. */
+static void bitnet__js_repeat(bitnet__sb *b, int min, int max) {
+    if (max < 0) bitnet__sb_printf(b, min == 0 ? "*" : min == 1 ? "+" : "{%d,}", min);
+    else if (min == max) bitnet__sb_printf(b, "{%d}", min);
+    else bitnet__sb_printf(b, "{%d,%d}", min, max);
+}
+
+static void bitnet__js_array(bitnet__js *js, bitnet__sb *b, int32_t s, int depth) {
+    const bitnet__json *j = js->j;
+    int32_t items = bitnet__json_get(j, s, "items"), prefix = bitnet__json_get(j, s, "prefixItems"), c;
+    int min, max;
+    bitnet__sb item;
+    if (!bitnet__js_count(j, s, "minItems", 0, &min) || !bitnet__js_count(j, s, "maxItems", -1, &max) || (max >= 0 && max < min))
+        return bitnet__js_fail(js, "minItems / maxItems are not counts with min <= max");
+    if (min > BITNET__G_MAX_REPEAT || max > BITNET__G_MAX_REPEAT) return bitnet__js_fail(js, "more than 1000 items");
+    if (prefix >= 0) { /* a tuple: these items in order, then none (items: false or absent) */
+        size_t back = bitnet__js_push(js, "prefixItems");
+        if (j->nodes[prefix].type != BITNET__J_ARR) return bitnet__js_fail(js, "not a list");
+        if (items >= 0 && j->nodes[items].type != BITNET__J_FALSE) return bitnet__js_fail(js, "items after prefixItems are not supported");
+        bitnet__sb_printf(b, "\"[\" ws ");
+        for (c = j->nodes[prefix].first; c >= 0; c = j->nodes[c].next) {
+            if (c != j->nodes[prefix].first) bitnet__sb_printf(b, "\",\" ws ");
+            bitnet__js_rule(js, b, c, depth + 1);
+            bitnet__sb_printf(b, " ws ");
+        }
+        bitnet__sb_printf(b, "\"]\"");
+        js->path[back] = 0;
+        return;
+    }
+    memset(&item, 0, sizeof item);
+    if (items >= 0 && j->nodes[items].type != BITNET__J_TRUE) {
+        size_t back = bitnet__js_push(js, "items");
+        bitnet__js_rule(js, &item, items, depth + 1);
+        js->path[back] = 0;
+    } else {
+        bitnet__sb_printf(&item, "value");
+    }
+    if (max == 0) bitnet__sb_printf(b, "\"[\" ws \"]\"");
+    else {
+        bitnet__sb_printf(b, "\"[\" ws %s%.*s ws (\",\" ws %.*s ws)", min ? "" : "(", (int)item.n, item.p ? item.p : "", (int)item.n,
+                          item.p ? item.p : "");
+        bitnet__js_repeat(b, min ? min - 1 : 0, max < 0 ? -1 : max - 1);
+        bitnet__sb_printf(b, "%s \"]\"", min ? "" : ")?");
+    }
+    if (item.oom) b->oom = 1;
+    bitnet__free(item.p);
+}
+
+/* Properties in their order, the required ones always, the others optional: H_i, "nothing written
+   yet from property i on", is kv_i T_(i+1) (| H_(i+1) when i is optional), where T_i puts a comma
+   before each property it writes. */
+static void bitnet__js_object(bitnet__js *js, bitnet__sb *b, int32_t s, int depth) {
+    const bitnet__json *j = js->j;
+    int32_t props = bitnet__json_get(j, s, "properties"), req = bitnet__json_get(j, s, "required"), addl = bitnet__json_get(j, s, "additionalProperties");
+    int32_t p, r;
+    int n = 0, i, k, *kv = NULL, *opt = NULL, next = -1, all_opt = 1;
+    if (props < 0 || j->nodes[props].type != BITNET__J_OBJ || j->nodes[props].count == 0) { /* a map */
+        if (props >= 0 && j->nodes[props].type != BITNET__J_OBJ) return bitnet__js_fail(js, "properties is not an object");
+        if (addl >= 0 && j->nodes[addl].type == BITNET__J_FALSE) { bitnet__sb_printf(b, "\"{\" ws \"}\""); return; }
+        if (addl < 0 || j->nodes[addl].type == BITNET__J_TRUE) { bitnet__sb_printf(b, "object"); return; }
+        {
+            bitnet__sb v;
+            size_t back = bitnet__js_push(js, "additionalProperties");
+            memset(&v, 0, sizeof v);
+            bitnet__js_rule(js, &v, addl, depth + 1);
+            js->path[back] = 0;
+            bitnet__sb_printf(b, "\"{\" ws (string ws \":\" ws %.*s ws (\",\" ws string ws \":\" ws %.*s ws)*)? \"}\"", (int)v.n,
+                              v.p ? v.p : "", (int)v.n, v.p ? v.p : "");
+            if (v.oom) b->oom = 1;
+            bitnet__free(v.p);
+            return;
+        }
+    }
+    if (req >= 0 && j->nodes[req].type != BITNET__J_ARR) return bitnet__js_fail(js, "required is not a list");
+    for (r = req >= 0 ? j->nodes[req].first : -1; r >= 0; r = j->nodes[r].next)
+        if (j->nodes[r].type != BITNET__J_STR || bitnet__json_get(j, props, j->nodes[r].str) < 0)
+            return bitnet__js_fail(js, "required names \"%.60s\", which is not among the properties",
+                                   j->nodes[r].type == BITNET__J_STR ? j->nodes[r].str : "?");
+    n = (int)j->nodes[props].count;
+    kv = (int *)bitnet__calloc((size_t)n * 2 + 1, sizeof *kv);
+    if (!kv) { b->oom = 1; return; }
+    opt = kv + n;
+    /* kv_i ::= "\"name\"" ws ":" ws VALUE ws */
+    for (i = 0, p = j->nodes[props].first; p >= 0; p = j->nodes[p].next, i++) {
+        size_t back = bitnet__js_push(js, "properties"), back2;
+        bitnet__sb body;
+        memset(&body, 0, sizeof body);
+        back2 = strlen(js->path);
+        snprintf(js->path + back2, sizeof js->path - back2, "/%s", j->nodes[p].key);
+        opt[i] = 1;
+        for (r = req >= 0 ? j->nodes[req].first : -1; r >= 0; r = j->nodes[r].next)
+            if (strcmp(j->nodes[r].str, j->nodes[p].key) == 0) opt[i] = 0;
+        bitnet__sb_printf(&body, "\"");
+        bitnet__js_lit_str(&body, j->nodes[p].key);
+        bitnet__sb_printf(&body, "\" ws \":\" ws ");
+        bitnet__js_rule(js, &body, p, depth + 1);
+        bitnet__sb_printf(&body, " ws");
+        kv[i] = js->n_rules++;
+        bitnet__sb_printf(&js->rules, "s%d ::= %.*s\n", kv[i], (int)body.n, body.p ? body.p : "");
+        if (body.oom) b->oom = 1;
+        bitnet__free(body.p);
+        js->path[back] = 0;
+    }
+    /* R_i (H_i when it writes something) from the last property back; R_i is used by R_(i-1) when
+       property i - 1 is optional (R_0 by the object) */
+    for (i = n - 1; i >= 0; i--) {
+        int id;
+        for (k = 0; k < i && opt[k]; k++) {}
+        if (k < i) continue; /* a required property before i: no R_i is used */
+        id = js->n_rules++;
+        bitnet__sb_printf(&js->rules, "s%d ::= s%d", id, kv[i]);
+        for (k = i + 1; k < n; k++) bitnet__sb_printf(&js->rules, opt[k] ? " (\",\" ws s%d)?" : " \",\" ws s%d", kv[k]);
+        if (opt[i] && next >= 0) bitnet__sb_printf(&js->rules, " | s%d", next);
+        bitnet__sb_printf(&js->rules, "\n");
+        all_opt &= opt[i];
+        next = id;
+    }
+    bitnet__sb_printf(b, "\"{\" ws s%d%s \"}\"", next, all_opt ? "?" : "");
+    bitnet__free(kv);
+}
+
+static void bitnet__js_typed(bitnet__js *js, bitnet__sb *b, int32_t s, const char *t, int depth) {
+    const bitnet__json *j = js->j;
+    if (strcmp(t, "string") == 0) {
+        int min, max;
+        if (bitnet__json_get(j, s, "pattern") >= 0) return bitnet__js_fail(js, "pattern is not supported");
+        if (!bitnet__js_count(j, s, "minLength", 0, &min) || !bitnet__js_count(j, s, "maxLength", -1, &max) || (max >= 0 && max < min))
+            return bitnet__js_fail(js, "minLength / maxLength are not counts with min <= max");
+        if (min > BITNET__G_MAX_REPEAT || max > BITNET__G_MAX_REPEAT) return bitnet__js_fail(js, "string lengths past 1000");
+        if (min == 0 && max < 0) { bitnet__sb_printf(b, "string"); return; }
+        bitnet__sb_printf(b, "\"\\\"\" char");
+        bitnet__js_repeat(b, min, max);
+        bitnet__sb_printf(b, " \"\\\"\"");
+    } else if (strcmp(t, "integer") == 0 || strcmp(t, "number") == 0 || strcmp(t, "boolean") == 0 || strcmp(t, "null") == 0) {
+        bitnet__sb_printf(b, "%s", t);
+    } else if (strcmp(t, "object") == 0) {
+        bitnet__js_object(js, b, s, depth);
+    } else if (strcmp(t, "array") == 0) {
+        bitnet__js_array(js, b, s, depth);
+    } else {
+        bitnet__js_fail(js, "unknown type \"%.40s\"", t);
+    }
+}
+
+/* Schema s as a GBNF expression. */
+static void bitnet__js_expr(bitnet__js *js, bitnet__sb *b, int32_t s, int depth) {
+    const bitnet__json *j = js->j;
+    const bitnet__jnode *nd = &j->nodes[s];
+    int32_t ref, en, cn, any, all, type, c;
+    const char *t;
+    if (js->err != BITNET_OK) return;
+    if (depth > 32) return bitnet__js_fail(js, "nested deeper than 32");
+    if (nd->type == BITNET__J_TRUE || (nd->type == BITNET__J_OBJ && nd->count == 0)) { bitnet__sb_printf(b, "value"); return; }
+    if (nd->type != BITNET__J_OBJ) return bitnet__js_fail(js, "a schema is an object (or true)");
+    if ((ref = bitnet__json_get(j, s, "$ref")) >= 0) {
+        int32_t target;
+        int k;
+        if (j->nodes[ref].type != BITNET__J_STR || (target = bitnet__js_ref(js, j->nodes[ref].str)) < 0)
+            return bitnet__js_fail(js, "$ref \"%.80s\" does not name a schema in this document",
+                                   j->nodes[ref].type == BITNET__J_STR ? j->nodes[ref].str : "?");
+        for (k = 0; k < js->n_refs && js->refs[k] != target; k++) {}
+        if (k == js->n_refs) { /* its rule, made once; recursion finds the id */
+            bitnet__sb body;
+            if (js->n_refs == 256) return bitnet__js_fail(js, "more than 256 $ref targets");
+            js->refs[k] = target, js->ref_rule[k] = js->n_rules++, js->n_refs++;
+            memset(&body, 0, sizeof body);
+            bitnet__js_expr(js, &body, target, depth + 1);
+            bitnet__sb_printf(&js->rules, "s%d ::= %.*s\n", js->ref_rule[k], (int)body.n, body.p ? body.p : "");
+            if (body.oom) js->rules.oom = 1;
+            bitnet__free(body.p);
+        }
+        bitnet__sb_printf(b, "s%d", js->ref_rule[k]);
+        return;
+    }
+    if ((cn = bitnet__json_get(j, s, "const")) >= 0) {
+        bitnet__sb_printf(b, "\"");
+        bitnet__js_lit_json(j, b, cn);
+        bitnet__sb_printf(b, "\"");
+        return;
+    }
+    if ((en = bitnet__json_get(j, s, "enum")) >= 0) {
+        if (j->nodes[en].type != BITNET__J_ARR || j->nodes[en].count == 0) return bitnet__js_fail(js, "enum is not a list of values");
+        bitnet__sb_printf(b, "(");
+        for (c = j->nodes[en].first; c >= 0; c = j->nodes[c].next) {
+            bitnet__sb_printf(b, c == j->nodes[en].first ? "\"" : " | \"");
+            bitnet__js_lit_json(j, b, c);
+            bitnet__sb_printf(b, "\"");
+        }
+        bitnet__sb_printf(b, ")");
+        return;
+    }
+    any = bitnet__json_get(j, s, "anyOf");
+    if (any < 0) any = bitnet__json_get(j, s, "oneOf");
+    all = bitnet__json_get(j, s, "allOf");
+    if (all >= 0) {
+        if (j->nodes[all].type != BITNET__J_ARR || j->nodes[all].count != 1) return bitnet__js_fail(js, "allOf of more than one schema is not supported");
+        any = all;
+    }
+    if (any >= 0) {
+        if (j->nodes[any].type != BITNET__J_ARR || j->nodes[any].count == 0) return bitnet__js_fail(js, "anyOf / oneOf is not a list of schemas");
+        bitnet__sb_printf(b, "(");
+        for (c = j->nodes[any].first; c >= 0; c = j->nodes[c].next) {
+            if (c != j->nodes[any].first) bitnet__sb_printf(b, " | ");
+            bitnet__js_expr(js, b, c, depth + 1);
+        }
+        bitnet__sb_printf(b, ")");
+        return;
+    }
+    type = bitnet__json_get(j, s, "type");
+    if (type >= 0 && j->nodes[type].type == BITNET__J_ARR) { /* one of several types, the other keywords kept */
+        if (j->nodes[type].count == 0) return bitnet__js_fail(js, "type is an empty list");
+        bitnet__sb_printf(b, "(");
+        for (c = j->nodes[type].first; c >= 0; c = j->nodes[c].next) {
+            if (j->nodes[c].type != BITNET__J_STR) return bitnet__js_fail(js, "type names a non-string");
+            if (c != j->nodes[type].first) bitnet__sb_printf(b, " | ");
+            bitnet__js_typed(js, b, s, j->nodes[c].str, depth);
+        }
+        bitnet__sb_printf(b, ")");
+        return;
+    }
+    if (type >= 0 && j->nodes[type].type != BITNET__J_STR) return bitnet__js_fail(js, "type is not a string or a list");
+    t = type >= 0 ? j->nodes[type].str : bitnet__json_get(j, s, "properties") >= 0 || bitnet__json_get(j, s, "additionalProperties") >= 0
+        ? "object" : bitnet__json_get(j, s, "items") >= 0 || bitnet__json_get(j, s, "prefixItems") >= 0 ? "array" : NULL;
+    if (!t) { bitnet__sb_printf(b, "value"); return; }
+    bitnet__js_typed(js, b, s, t, depth);
+}
+
+BITNET_API bitnet_result bitnet_json_schema_to_grammar(const char *schema, size_t len, char *buf, size_t cap, size_t *out_len) {
+    bitnet__json j;
+    bitnet__js js;
+    bitnet__sb root, all;
+    bitnet_result r;
+    BITNET__CHECK_PTR(out_len);
+    *out_len = 0;
+    if (len && !schema) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_json_schema_to_grammar: schema is NULL");
+    if (cap && !buf) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_json_schema_to_grammar: buf is NULL with cap %zu", cap);
+    if ((r = bitnet__json_parse(&j, schema ? schema : "", len, 1 << 16)) != BITNET_OK) return bitnet__err_where(BITNET_ERR_INVALID_ARG, "JSON schema");
+    memset(&js, 0, sizeof js);
+    memset(&root, 0, sizeof root);
+    memset(&all, 0, sizeof all);
+    js.j = &j;
+    bitnet__js_expr(&js, &root, 0, 0);
+    bitnet__sb_printf(&all, "root ::= %.*s\n%.*s%s", (int)root.n, root.p ? root.p : "", (int)js.rules.n, js.rules.p ? js.rules.p : "",
+                      bitnet__js_prims);
+    r = js.err;
+    if (r == BITNET_OK && (root.oom || js.rules.oom || all.oom)) r = bitnet__err(BITNET_ERR_OUT_OF_MEMORY, "JSON schema: the grammar text");
+    if (r == BITNET_OK) { /* the grammar's own limits (rules, elements) */
+        bitnet_grammar *g = NULL;
+        if ((r = bitnet_grammar_parse(all.p, all.n, &g)) != BITNET_OK) r = bitnet__err_where(r, "JSON schema: its grammar");
+        bitnet_grammar_free(g);
+    }
+    if (r == BITNET_OK) {
+        *out_len = all.n;
+        if (cap > all.n) memcpy(buf, all.p, all.n + 1);
+        else r = bitnet__err(BITNET_ERR_BAD_SIZE, "bitnet_json_schema_to_grammar: %zu bytes needed, cap %zu", all.n + 1, cap);
+    }
+    bitnet__free(root.p);
+    bitnet__free(js.rules.p);
+    bitnet__free(all.p);
+    bitnet__json_free(&j);
+    return r;
 }
 
 /* ---- matching: sets of stacks --------------------------------------------------------------- */
@@ -14971,438 +15839,6 @@ BITNET_API bitnet_result bitnet_sha256_file(const char *path, char hex[65], uint
     return BITNET_OK;
 }
 
-/* ---- JSON writer: counts like snprintf, so it needs no allocation; two-space indentation ----- */
-typedef struct bitnet__jw {
-    char *buf;
-    size_t cap, len;
-    int need_comma, after_key, depth;
-} bitnet__jw;
-
-static void bitnet__jw_putc(bitnet__jw *w, char c) {
-    if (w->len < w->cap) w->buf[w->len] = c;
-    w->len++;
-}
-static void bitnet__jw_raw(bitnet__jw *w, const char *s) { while (*s) bitnet__jw_putc(w, *s++); }
-static void bitnet__jw_nl(bitnet__jw *w) {
-    int i;
-    bitnet__jw_putc(w, '\n');
-    for (i = 0; i < w->depth; i++) bitnet__jw_raw(w, "  ");
-}
-/* Before every value: the comma and newline, unless it follows its key. */
-static void bitnet__jw_pre(bitnet__jw *w) {
-    if (w->after_key) { w->after_key = 0; return; }
-    if (w->need_comma) bitnet__jw_putc(w, ',');
-    if (w->depth) bitnet__jw_nl(w);
-    w->need_comma = 1;
-}
-
-/* Length of a valid UTF-8 sequence at p (at most n bytes), 0 when invalid (overlong forms,
-   surrogates and code points past U+10FFFF are invalid). */
-static size_t bitnet__json_utf8_len(const unsigned char *p, size_t n) {
-    unsigned c = p[0];
-    size_t len, i;
-    uint32_t cp;
-    if (c < 0x80) return 1;
-    if (c >= 0xc2 && c <= 0xdf) { len = 2; cp = c & 0x1f; }
-    else if (c >= 0xe0 && c <= 0xef) { len = 3; cp = c & 0x0f; }
-    else if (c >= 0xf0 && c <= 0xf4) { len = 4; cp = c & 0x07; }
-    else return 0;
-    if (n < len) return 0;
-    for (i = 1; i < len; i++) {
-        if ((p[i] & 0xc0) != 0x80) return 0;
-        cp = cp << 6 | (p[i] & 0x3f);
-    }
-    if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)) || (cp >= 0xd800 && cp <= 0xdfff))
-        return 0;
-    return len;
-}
-
-/* A string: escapes what JSON requires; invalid UTF-8 bytes become U+FFFD. */
-static void bitnet__jw_str(bitnet__jw *w, const char *s) {
-    const unsigned char *p = (const unsigned char *)s;
-    size_t n = strlen(s), i = 0;
-    bitnet__jw_pre(w);
-    bitnet__jw_putc(w, '"');
-    while (i < n) {
-        unsigned c = p[i];
-        size_t l;
-        if (c == '"' || c == '\\') { bitnet__jw_putc(w, '\\'); bitnet__jw_putc(w, (char)c); i++; continue; }
-        if (c < 0x20) {
-            char e[8];
-            snprintf(e, sizeof e, "\\u%04x", c);
-            bitnet__jw_raw(w, e);
-            i++;
-            continue;
-        }
-        if (!(l = bitnet__json_utf8_len(p + i, n - i))) { bitnet__jw_raw(w, "\\ufffd"); i++; continue; }
-        while (l--) bitnet__jw_putc(w, (char)p[i++]);
-    }
-    bitnet__jw_putc(w, '"');
-}
-
-/* Numbers with `digits` significant digits. The locale's decimal point (whatever bytes it is) becomes
-   '.'; non-finite values become null, which the parser rejects. */
-static void bitnet__jw_num(bitnet__jw *w, double v, int digits) {
-    char tmp[64];
-    int i, dot = 0;
-    bitnet__jw_pre(w);
-    if (v != v || v > DBL_MAX || v < -DBL_MAX) { bitnet__jw_raw(w, "null"); return; }
-    snprintf(tmp, sizeof tmp, "%.*g", digits, v);
-    for (i = 0; tmp[i]; i++) {
-        char c = tmp[i];
-        if ((c >= '0' && c <= '9') || c == 'e' || c == '-' || c == '+') { bitnet__jw_putc(w, c); dot = 0; }
-        else if (!dot) { bitnet__jw_putc(w, '.'); dot = 1; }
-    }
-}
-static void bitnet__jw_int(bitnet__jw *w, long long v) {
-    char tmp[24];
-    bitnet__jw_pre(w);
-    snprintf(tmp, sizeof tmp, "%lld", v);
-    bitnet__jw_raw(w, tmp);
-}
-static void bitnet__jw_u64(bitnet__jw *w, uint64_t v) {
-    char tmp[24];
-    bitnet__jw_pre(w);
-    snprintf(tmp, sizeof tmp, "%llu", (unsigned long long)v);
-    bitnet__jw_raw(w, tmp);
-}
-static void bitnet__jw_lit(bitnet__jw *w, const char *lit) { bitnet__jw_pre(w); bitnet__jw_raw(w, lit); }
-static void bitnet__jw_key(bitnet__jw *w, const char *k) {
-    bitnet__jw_str(w, k);
-    bitnet__jw_raw(w, ": ");
-    w->after_key = 1;
-}
-static void bitnet__jw_open(bitnet__jw *w, char c) {
-    bitnet__jw_pre(w);
-    bitnet__jw_putc(w, c);
-    w->depth++;
-    w->need_comma = 0;
-}
-static void bitnet__jw_close(bitnet__jw *w, char c) {
-    w->depth--;
-    if (w->need_comma) bitnet__jw_nl(w);
-    bitnet__jw_putc(w, c);
-    w->need_comma = 1;
-}
-
-/* ---- JSON parser: strict RFC 8259 into a flat node array ------------------------------------ */
-/* Receipts, and >>convert's config.json, tokenizer.json and safetensors headers. Bounds-checked
-   byte by byte; nesting, object size and input size are limited, so hostile input costs bounded
-   time and memory. Strings are decoded (and UTF-8 validated) into one buffer no larger than the
-   input; \u0000 is refused because fields are C strings. */
-#define BITNET__JSON_MAX_DEPTH 32
-#define BITNET__JSON_DUP_LINEAR 16 /* members checked for duplicates one by one; more: sorted at the end */
-enum { BITNET__J_NULL, BITNET__J_FALSE, BITNET__J_TRUE, BITNET__J_NUM, BITNET__J_STR, BITNET__J_ARR, BITNET__J_OBJ };
-
-typedef struct bitnet__jnode {
-    int type;
-    int is_int;            /* a number written without fraction or exponent */
-    int32_t first, next;   /* first child (arrays, objects) and next sibling; -1 = none */
-    int32_t count;         /* children */
-    const char *key;       /* member name when the parent is an object */
-    const char *str;       /* decoded string value */
-    double num;
-} bitnet__jnode;
-
-typedef struct bitnet__json {
-    const unsigned char *src;
-    size_t len, pos;
-    bitnet__jnode *nodes;
-    size_t n, cap;
-    char *strs;
-    size_t strs_len;
-    int32_t max_members;   /* an object's; its duplicates are found by sorting past a few */
-    bitnet_result err;
-} bitnet__json;
-
-static BITNET__PRINTF(2, 3) int32_t bitnet__json_fail(bitnet__json *j, const char *fmt, ...) {
-    char msg[200];
-    va_list ap;
-    if (j->err != BITNET_OK) return -1;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    j->err = bitnet__err(BITNET_ERR_CORRUPT, "JSON: %s at byte %zu", msg, j->pos);
-    return -1;
-}
-
-static int32_t bitnet__json_node(bitnet__json *j, int type) {
-    bitnet__jnode *nd;
-    if (j->n == j->cap) {
-        size_t cap = j->cap ? j->cap * 2 : 64, bytes;
-        bitnet__jnode *grown;
-        if (cap > (size_t)INT32_MAX || !bitnet__mul_size(cap, sizeof *grown, &bytes))
-            return bitnet__json_fail(j, "too many values");
-        grown = (bitnet__jnode *)bitnet__malloc(bytes);
-        if (!grown) { j->err = BITNET_ERR_OUT_OF_MEMORY; return -1; }
-        if (j->n) memcpy(grown, j->nodes, j->n * sizeof *grown);
-        bitnet__free(j->nodes);
-        j->nodes = grown;
-        j->cap = cap;
-    }
-    nd = &j->nodes[j->n];
-    memset(nd, 0, sizeof *nd);
-    nd->type = type;
-    nd->first = nd->next = -1;
-    return (int32_t)j->n++;
-}
-
-static void bitnet__json_ws(bitnet__json *j) {
-    while (j->pos < j->len) {
-        unsigned char c = j->src[j->pos];
-        if (c != ' ' && c != '\t' && c != '\n' && c != '\r') break;
-        j->pos++;
-    }
-}
-
-static int bitnet__json_hex4(bitnet__json *j, uint32_t *out) {
-    uint32_t v = 0;
-    int i;
-    if (j->len - j->pos < 4) return 0;
-    for (i = 0; i < 4; i++) {
-        int d = bitnet__hex_digit(j->src[j->pos + i]);
-        if (d < 0) return 0;
-        v = v << 4 | (uint32_t)d;
-    }
-    j->pos += 4;
-    *out = v;
-    return 1;
-}
-
-/* At the opening quote; returns the decoded NUL-terminated string, or NULL after an error. */
-static const char *bitnet__json_string(bitnet__json *j) {
-    char *out = j->strs + j->strs_len, *o = out;
-    j->pos++; /* the quote */
-    for (;;) {
-        unsigned char c;
-        if (j->pos >= j->len) { bitnet__json_fail(j, "unterminated string"); return NULL; }
-        c = j->src[j->pos];
-        if (c == '"') { j->pos++; break; }
-        if (c < 0x20) { bitnet__json_fail(j, "control character 0x%02x in a string", c); return NULL; }
-        if (c == '\\') {
-            uint32_t cp;
-            if (j->pos + 1 >= j->len) { bitnet__json_fail(j, "unterminated escape"); return NULL; }
-            c = j->src[j->pos + 1];
-            j->pos += 2;
-            switch (c) {
-            case '"': *o++ = '"'; continue;
-            case '\\': *o++ = '\\'; continue;
-            case '/': *o++ = '/'; continue;
-            case 'b': *o++ = '\b'; continue;
-            case 'f': *o++ = '\f'; continue;
-            case 'n': *o++ = '\n'; continue;
-            case 'r': *o++ = '\r'; continue;
-            case 't': *o++ = '\t'; continue;
-            case 'u': break;
-            default: j->pos -= 2; bitnet__json_fail(j, "bad escape"); return NULL;
-            }
-            if (!bitnet__json_hex4(j, &cp)) { bitnet__json_fail(j, "bad \\u escape"); return NULL; }
-            if (cp >= 0xdc00 && cp <= 0xdfff) { bitnet__json_fail(j, "lone low surrogate"); return NULL; }
-            if (cp >= 0xd800 && cp <= 0xdbff) {
-                uint32_t lo;
-                if (j->len - j->pos < 2 || j->src[j->pos] != '\\' || j->src[j->pos + 1] != 'u') {
-                    bitnet__json_fail(j, "high surrogate without a low one"); return NULL;
-                }
-                j->pos += 2;
-                if (!bitnet__json_hex4(j, &lo) || lo < 0xdc00 || lo > 0xdfff) {
-                    bitnet__json_fail(j, "bad surrogate pair"); return NULL;
-                }
-                cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
-            }
-            if (cp == 0) { bitnet__json_fail(j, "\\u0000 in a string"); return NULL; }
-            if (cp < 0x80) *o++ = (char)cp;
-            else if (cp < 0x800) { *o++ = (char)(0xc0 | cp >> 6); *o++ = (char)(0x80 | (cp & 0x3f)); }
-            else if (cp < 0x10000) {
-                *o++ = (char)(0xe0 | cp >> 12); *o++ = (char)(0x80 | ((cp >> 6) & 0x3f)); *o++ = (char)(0x80 | (cp & 0x3f));
-            } else {
-                *o++ = (char)(0xf0 | cp >> 18); *o++ = (char)(0x80 | ((cp >> 12) & 0x3f));
-                *o++ = (char)(0x80 | ((cp >> 6) & 0x3f)); *o++ = (char)(0x80 | (cp & 0x3f));
-            }
-        } else {
-            size_t l = bitnet__json_utf8_len(j->src + j->pos, j->len - j->pos);
-            if (!l) { bitnet__json_fail(j, "invalid UTF-8"); return NULL; }
-            memcpy(o, j->src + j->pos, l);
-            o += l;
-            j->pos += l;
-        }
-    }
-    *o++ = 0;
-    j->strs_len = (size_t)(o - j->strs);
-    return out;
-}
-
-/* Grammar checked first; the value is computed from at most 19 significant digits by hand
-   (strtod would depend on the locale). */
-static int32_t bitnet__json_number(bitnet__json *j) {
-    const unsigned char *s = j->src;
-    size_t p = j->pos, start = j->pos;
-    int neg = 0, is_int = 1, digits = 0;
-    long long exp10 = 0, e = 0;
-    uint64_t mant = 0;
-    double v;
-    int32_t id;
-    if (p < j->len && s[p] == '-') { neg = 1; p++; }
-    if (p >= j->len || s[p] < '0' || s[p] > '9') { j->pos = p; return bitnet__json_fail(j, "unexpected character"); }
-    if (s[p] == '0') {
-        p++;
-        if (p < j->len && s[p] >= '0' && s[p] <= '9') { j->pos = p; return bitnet__json_fail(j, "leading zero"); }
-    } else {
-        for (; p < j->len && s[p] >= '0' && s[p] <= '9'; p++) {
-            if (digits < 19) { mant = mant * 10 + (uint64_t)(s[p] - '0'); digits++; }
-            else exp10++;
-        }
-    }
-    if (p < j->len && s[p] == '.') {
-        is_int = 0;
-        if (++p >= j->len || s[p] < '0' || s[p] > '9') { j->pos = p; return bitnet__json_fail(j, "bad fraction"); }
-        for (; p < j->len && s[p] >= '0' && s[p] <= '9'; p++)
-            if (digits < 19) {
-                mant = mant * 10 + (uint64_t)(s[p] - '0');
-                exp10--;
-                if (mant) digits++;
-            }
-    }
-    if (p < j->len && (s[p] == 'e' || s[p] == 'E')) {
-        int eneg = 0;
-        is_int = 0;
-        p++;
-        if (p < j->len && (s[p] == '+' || s[p] == '-')) eneg = s[p++] == '-';
-        if (p >= j->len || s[p] < '0' || s[p] > '9') { j->pos = p; return bitnet__json_fail(j, "bad exponent"); }
-        for (; p < j->len && s[p] >= '0' && s[p] <= '9'; p++)
-            if (e < 100000) e = e * 10 + (s[p] - '0');
-        exp10 += eneg ? -e : e;
-    }
-    if (!mant) v = 0.0;
-    else if (exp10 > 330) v = HUGE_VAL;
-    else if (exp10 < -400) v = 0.0;
-    else if (exp10 < 0 && exp10 >= -22) v = (double)mant / pow(10.0, (double)-exp10); /* 10^k exact: one rounding */
-    else v = (double)mant * pow(10.0, (double)exp10);
-    if (!(v <= DBL_MAX)) { j->pos = start; return bitnet__json_fail(j, "number out of range"); }
-    j->pos = p;
-    if ((id = bitnet__json_node(j, BITNET__J_NUM)) < 0) return -1;
-    j->nodes[id].num = neg ? -v : v;
-    j->nodes[id].is_int = is_int && digits <= 15; /* exact in a double */
-    return id;
-}
-
-static int32_t bitnet__json_value(bitnet__json *j, int depth);
-
-static int bitnet__json_key_cmp(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
-
-/* Duplicate member names of a large object, by sorting them: O(n log n) for a vocabulary's 128k. */
-static int32_t bitnet__json_dups(bitnet__json *j, int32_t id) {
-    size_t n = (size_t)j->nodes[id].count, k = 0;
-    const char **keys;
-    int32_t i;
-    if (n <= BITNET__JSON_DUP_LINEAR) return id;
-    if (!(keys = (const char **)bitnet__malloc(n * sizeof *keys))) { j->err = BITNET_ERR_OUT_OF_MEMORY; return -1; }
-    for (i = j->nodes[id].first; i >= 0; i = j->nodes[i].next) keys[k++] = j->nodes[i].key;
-    qsort(keys, n, sizeof *keys, bitnet__json_key_cmp);
-    for (k = 1; k < n && strcmp(keys[k - 1], keys[k]) != 0; k++) {}
-    if (k < n) {
-        bitnet__json_fail(j, "duplicate member \"%.60s\"", keys[k]);
-        id = -1;
-    }
-    bitnet__free(keys);
-    return id;
-}
-
-static int32_t bitnet__json_container(bitnet__json *j, int depth, int is_obj) {
-    char close = is_obj ? '}' : ']';
-    int32_t id = bitnet__json_node(j, is_obj ? BITNET__J_OBJ : BITNET__J_ARR), last = -1;
-    if (id < 0) return -1;
-    if (depth >= BITNET__JSON_MAX_DEPTH) return bitnet__json_fail(j, "nested deeper than %d", BITNET__JSON_MAX_DEPTH);
-    j->pos++;
-    bitnet__json_ws(j);
-    if (j->pos < j->len && j->src[j->pos] == (unsigned char)close) { j->pos++; return id; }
-    for (;;) {
-        const char *key = NULL;
-        int32_t child, i;
-        if (is_obj) {
-            if (j->pos >= j->len || j->src[j->pos] != '"') return bitnet__json_fail(j, "expected a member name");
-            if (!(key = bitnet__json_string(j))) return -1;
-            for (i = j->nodes[id].count < BITNET__JSON_DUP_LINEAR ? j->nodes[id].first : -1; i >= 0; i = j->nodes[i].next)
-                if (strcmp(j->nodes[i].key, key) == 0) return bitnet__json_fail(j, "duplicate member \"%.60s\"", key);
-            bitnet__json_ws(j);
-            if (j->pos >= j->len || j->src[j->pos] != ':') return bitnet__json_fail(j, "expected ':'");
-            j->pos++;
-            if (j->nodes[id].count >= j->max_members) return bitnet__json_fail(j, "more than %d members", (int)j->max_members);
-        }
-        if ((child = bitnet__json_value(j, depth + 1)) < 0) return -1;
-        j->nodes[child].key = key;
-        if (last < 0) j->nodes[id].first = child;
-        else j->nodes[last].next = child;
-        last = child;
-        j->nodes[id].count++;
-        bitnet__json_ws(j);
-        if (j->pos >= j->len) return bitnet__json_fail(j, "unterminated %s", is_obj ? "object" : "array");
-        if (j->src[j->pos] == ',') { j->pos++; bitnet__json_ws(j); continue; }
-        if (j->src[j->pos] == (unsigned char)close) { j->pos++; return is_obj ? bitnet__json_dups(j, id) : id; }
-        return bitnet__json_fail(j, "expected ',' or '%c'", close);
-    }
-}
-
-static int32_t bitnet__json_literal(bitnet__json *j, const char *word, int type) {
-    size_t l = strlen(word);
-    if (j->len - j->pos < l || memcmp(j->src + j->pos, word, l) != 0) return bitnet__json_fail(j, "unexpected character");
-    j->pos += l;
-    return bitnet__json_node(j, type);
-}
-
-static int32_t bitnet__json_value(bitnet__json *j, int depth) {
-    bitnet__json_ws(j);
-    if (j->pos >= j->len) return bitnet__json_fail(j, "unexpected end");
-    switch (j->src[j->pos]) {
-    case '{': return bitnet__json_container(j, depth, 1);
-    case '[': return bitnet__json_container(j, depth, 0);
-    case '"': {
-        const char *s = bitnet__json_string(j);
-        int32_t id;
-        if (!s) return -1;
-        if ((id = bitnet__json_node(j, BITNET__J_STR)) >= 0) j->nodes[id].str = s;
-        return id;
-    }
-    case 't': return bitnet__json_literal(j, "true", BITNET__J_TRUE);
-    case 'f': return bitnet__json_literal(j, "false", BITNET__J_FALSE);
-    case 'n': return bitnet__json_literal(j, "null", BITNET__J_NULL);
-    default: return bitnet__json_number(j);
-    }
-}
-
-static void bitnet__json_free(bitnet__json *j) {
-    bitnet__free(j->nodes);
-    bitnet__free(j->strs);
-    memset(j, 0, sizeof *j);
-}
-
-/* Parses the whole input as one value (node 0); objects of at most max_members. */
-static bitnet_result bitnet__json_parse(bitnet__json *j, const char *src, size_t len, int32_t max_members) {
-    memset(j, 0, sizeof *j);
-    j->src = (const unsigned char *)src;
-    j->len = len;
-    j->max_members = max_members;
-    if (!(j->strs = (char *)bitnet__malloc(len + 1))) return BITNET_ERR_OUT_OF_MEMORY;
-    if (bitnet__json_value(j, 0) >= 0) {
-        bitnet__json_ws(j);
-        if (j->pos != j->len) bitnet__json_fail(j, "trailing characters");
-    }
-    if (j->err == BITNET_OK && j->n == 0) j->err = bitnet__err(BITNET_ERR_CORRUPT, "JSON: empty");
-    if (j->err != BITNET_OK) {
-        bitnet_result r = j->err;
-        bitnet__json_free(j);
-        return r;
-    }
-    return BITNET_OK;
-}
-
-static int32_t bitnet__json_get(const bitnet__json *j, int32_t obj, const char *key) {
-    int32_t i;
-    if (obj < 0 || j->nodes[obj].type != BITNET__J_OBJ) return -1;
-    for (i = j->nodes[obj].first; i >= 0; i = j->nodes[i].next)
-        if (strcmp(j->nodes[i].key, key) == 0) return i;
-    return -1;
-}
-
 /* ---- receipt JSON ---------------------------------------------------------------------------- */
 static void bitnet__jw_kstr(bitnet__jw *w, const char *k, const char *v) { bitnet__jw_key(w, k); bitnet__jw_str(w, v); }
 static void bitnet__jw_knum(bitnet__jw *w, const char *k, double v) { bitnet__jw_key(w, k); bitnet__jw_num(w, v, 10); }
@@ -16287,13 +16723,6 @@ BITNET_API bitnet_result bitnet_receipt_check(const bitnet_receipt *r, const bit
    layout, so the loader has one format to read. Every file is untrusted: sizes, offsets, shapes,
    ids and types are checked before use, and a failure names the file and the key or tensor. */
 
-/* The error being returned, with where it happened in front. */
-static bitnet_result bitnet__cv_where(bitnet_result r, const char *where) {
-    char msg[sizeof bitnet__errbuf];
-    snprintf(msg, sizeof msg, "%s", bitnet__errbuf);
-    return bitnet__err(r, "%s: %s", where, msg);
-}
-
 /* ---- safetensors: u64 header length, a JSON header (name -> dtype, shape, data_offsets), data - */
 enum { BITNET__ST_U8, BITNET__ST_I8, BITNET__ST_F16, BITNET__ST_BF16, BITNET__ST_F32, BITNET__ST_OTHER };
 
@@ -16366,7 +16795,7 @@ static bitnet_result bitnet__st_open(bitnet__st *st, const char *path) {
         return bitnet__err(BITNET_ERR_TRUNCATED, "%s: a header of %llu bytes in a file of %zu", path, (unsigned long long)hlen, f->size);
     {
         bitnet_result r = bitnet__json_parse(&f->hdr, (const char *)base + 8, (size_t)hlen, 1 << 20);
-        if (r != BITNET_OK) return bitnet__cv_where(r, path);
+        if (r != BITNET_OK) return bitnet__err_where(r, path);
     }
     if (f->hdr.nodes[0].type != BITNET__J_OBJ) return bitnet__err(BITNET_ERR_CORRUPT, "%s: the header is not a JSON object", path);
     for (i = f->hdr.nodes[0].first; i >= 0; i = f->hdr.nodes[i].next) {
@@ -16470,7 +16899,7 @@ static bitnet_result bitnet__cv_json(bitnet__cv *cv, const char *name, int optio
     BITNET__TRY(bitnet__file_map(cv->path, 1, &map, &owned, &size));
     r = bitnet__json_parse(j, (const char *)owned, size, max_members);
     bitnet__file_unmap(map, owned, size);
-    if (r != BITNET_OK) return bitnet__cv_where(r, cv->path);
+    if (r != BITNET_OK) return bitnet__err_where(r, cv->path);
     if (j->nodes[0].type != BITNET__J_OBJ) return bitnet__err(BITNET_ERR_CORRUPT, "%s: not a JSON object", cv->path);
     return BITNET_OK;
 }
@@ -16836,7 +17265,7 @@ static bitnet_result bitnet__cv_write(bitnet_gguf_writer *w, const bitnet__cv_jo
             bitnet__free(f);
             bitnet__free(q);
         }
-        if (r != BITNET_OK && r != BITNET_ERR_OUT_OF_MEMORY) r = bitnet__cv_where(r, jb->hf);
+        if (r != BITNET_OK && r != BITNET_ERR_OUT_OF_MEMORY) r = bitnet__err_where(r, jb->hf);
         if (r == BITNET_OK) r = bitnet_gguf_writer_write(w, dst, ib);
         bitnet__free(dst);
         return r;

@@ -255,8 +255,8 @@ static int run_conversation(bitnet_model *m, const model_opts *mo, bitnet_genera
 
 static int cmd_run(int argc, char **argv) {
     model_opts mo;
-    const char *prompt = NULL, *prompt_file = NULL, *cache = NULL, *grammar = NULL, *grammar_file = NULL;
-    char *file_text = NULL, *grammar_text = NULL;
+    const char *prompt = NULL, *prompt_file = NULL, *cache = NULL, *grammar = NULL, *grammar_file = NULL, *schema = NULL, *schema_file = NULL;
+    char *file_text = NULL, *grammar_text = NULL, *schema_text = NULL;
     int i, chat = 0, cnv = 0, shift = 0, last_n = 64, err, rc = 1;
     bitnet_grammar *g = NULL;
     int32_t none = 0;
@@ -301,6 +301,8 @@ static int cmd_run(int argc, char **argv) {
         else if (strcmp(a, "--prompt-cache") == 0) cache = v;
         else if (strcmp(a, "--grammar") == 0) grammar = v;
         else if (strcmp(a, "--grammar-file") == 0) grammar_file = v;
+        else if (strcmp(a, "--json-schema") == 0 || strcmp(a, "-j") == 0) schema = v;
+        else if (strcmp(a, "--json-schema-file") == 0) schema_file = v;
         else return fprintf(stderr, "bitnet run: unknown option %s\n", a), 2;
     }
     if (last_n < -1) return fprintf(stderr, "bitnet run: --repeat-last-n %d (-1: the context, 0: off)\n", last_n), 2;
@@ -310,8 +312,9 @@ static int cmd_run(int argc, char **argv) {
     if (cache && chat) return fprintf(stderr, "bitnet run: --prompt-cache takes a plain prompt or -cnv's system message (not --chat)\n"), 2;
     if (!mo.path || !(prompt || prompt_file || cnv))
         return fprintf(stderr, "usage: bitnet run -m FILE -p TEXT [options] (see bitnet help)\n"), 2;
-    if (grammar && grammar_file) return fprintf(stderr, "bitnet run: --grammar and --grammar-file both given\n"), 2;
-    if ((grammar || grammar_file) && shift) /* (the text after a shift would start the grammar again) */
+    if (!!grammar + !!grammar_file + !!schema + !!schema_file > 1)
+        return fprintf(stderr, "bitnet run: more than one of --grammar, --grammar-file, --json-schema, --json-schema-file\n"), 2;
+    if ((grammar || grammar_file || schema || schema_file) && shift) /* (the text after a shift would start the grammar again) */
         return fprintf(stderr, "bitnet run: --context-shift does not go with a grammar\n"), 2;
     if (prompt_file) { /* -f: the prompt from a file */
         size_t len;
@@ -323,6 +326,25 @@ static int cmd_run(int argc, char **argv) {
         size_t len;
         if ((err = cli_read_file(grammar_file, (size_t)1 << 24, &grammar_text, &len)) != 0) {
             fprintf(stderr, "bitnet run: cannot read %s: %s\n", grammar_file, strerror(err));
+            goto done;
+        }
+        grammar = grammar_text;
+    }
+    if (schema_file) { /* --json-schema-file: the schema from a file */
+        size_t len;
+        if ((err = cli_read_file(schema_file, (size_t)1 << 24, &schema_text, &len)) != 0) {
+            fprintf(stderr, "bitnet run: cannot read %s: %s\n", schema_file, strerror(err));
+            goto done;
+        }
+        schema = schema_text;
+    }
+    if (schema) { /* a JSON schema becomes a grammar: its length first, then its text */
+        size_t len = 0;
+        r = bitnet_json_schema_to_grammar(schema, strlen(schema), NULL, 0, &len);
+        if (r == BITNET_ERR_BAD_SIZE && !(grammar_text = (char *)malloc(len + 1))) r = BITNET_ERR_OUT_OF_MEMORY;
+        if (r == BITNET_ERR_BAD_SIZE) r = bitnet_json_schema_to_grammar(schema, strlen(schema), grammar_text, len + 1, &len);
+        if (r != BITNET_OK) {
+            rc = fail("run", r);
             goto done;
         }
         grammar = grammar_text;
@@ -392,7 +414,7 @@ static int cmd_run(int argc, char **argv) {
                 shift ? "" : ", --context-shift goes on"); /* (generation that filled the context stopped there) */
     rc = r == BITNET_OK ? 0 : fail("run", r);
 done:
-    free(file_text), free(grammar_text), free(ids);
+    free(file_text), free(grammar_text), free(schema_text), free(ids);
     bitnet_grammar_free(g);
     bitnet_session_free(s);
     bitnet_model_free(m);
@@ -2748,14 +2770,15 @@ static const command commands[] = {
     {"run", cmd_run, "run -m FILE -p TEXT|-f FILE [-n N] [--backend auto|cpu|cuda] [--seed S] [--temp T] [--top-k K] [--top-p P]\n"
                      "      [--min-p P] [--repeat-penalty R] [--repeat-last-n N] [--ignore-eos] [--chat] [-cnv] [-t THREADS]\n"
                      "      [-c N_CTX] [--head f16|q8] [--no-mmap] [--chat-template bitnet|llama3|falcon3] [--prompt-cache FILE]\n"
-                     "      [--context-shift] [--grammar GBNF | --grammar-file FILE]\n"
+                     "      [--context-shift] [--grammar GBNF | --grammar-file FILE | -j SCHEMA | --json-schema-file FILE]\n"
                      "                               generate text, streamed to stdout; speeds on stderr. -cnv: a\n"
                      "                               conversation, a message a line of stdin (-p: the system message);\n"
                      "                               --chat and -cnv in the file's chat template (else the one named);\n"
                      "                               --prompt-cache: the prompt's (-cnv: the system message's) state\n"
                      "                               kept in FILE, what matches reused next time; --context-shift: where the context fills\n"
                      "                               before -n tokens, the older half after the prompt goes; --grammar: the\n"
-                     "                               reply held to a GBNF grammar (llama.cpp's notation; root rule \"root\")"},
+                     "                               reply held to a GBNF grammar (llama.cpp's notation; root rule \"root\");\n"
+                     "                               -j / --json-schema: to JSON that a JSON schema accepts"},
     {"eval", cmd_eval, "eval -m FILE --tokens 1,2,3 --logits-out FILE.f32 [--backend B] [--head f16|q8]\n"
                        "                               float32 logits, one row of n_vocab per token (no BOS added)"},
     {"perplexity", cmd_perplexity, "perplexity -m FILE -f TEXT [-c N_CTX] [--chunks N] [--backend B] [-t THREADS]\n"

@@ -1,19 +1,23 @@
-/* libFuzzer harness for grammars: the bytes up to the first NUL are GBNF, the rest a text. Parsing
-   returns a grammar or BITNET_ERR_INVALID_ARG; a grammar then matches the text, and on the tiny
-   model's vocabulary (tests/data/tiny.gguf, when found) masks it and takes allowed tokens in turn,
-   picked by the text's bytes. Seeds: tests/corpus/grammar/. */
+/* libFuzzer harness for grammars: the bytes up to the first NUL are GBNF (or, starting with '{', a
+   JSON schema made a grammar by bitnet_json_schema_to_grammar), the rest a text. Parsing returns a
+   grammar or BITNET_ERR_INVALID_ARG; a grammar then matches the text, and on the tiny model's
+   vocabulary (tests/data/tiny.gguf, when found) masks it and takes allowed tokens in turn, picked
+   by the text's bytes. Seeds: tests/corpus/grammar/. */
 #include "../bitnet.h"
 #include <stdlib.h>
 #include <string.h>
 
 static bitnet_tokenizer *fuzz_tok;
 static unsigned char fuzz_allow[4096];
+static char fuzz_gbnf[1 << 20];
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     static int loaded;
     const uint8_t *nul = (const uint8_t *)memchr(data, 0, size);
-    const size_t glen = nul ? (size_t)(nul - data) : size, tlen = nul ? size - glen - 1 : 0;
+    size_t glen = nul ? (size_t)(nul - data) : size;
+    const size_t tlen = nul ? size - glen - 1 : 0;
+    const char *gbnf = (const char *)data;
     const char *text = (const char *)data + glen + (nul ? 1 : 0);
     bitnet_grammar *g = NULL;
     bitnet_grammar_state *st = NULL;
@@ -27,9 +31,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         bitnet_gguf_close(f);
         if (fuzz_tok && bitnet_tokenizer_vocab_size(fuzz_tok) > (int32_t)sizeof fuzz_allow) abort();
     }
-    r = bitnet_grammar_parse((const char *)data, glen, &g);
+    if (glen && data[0] == '{') { /* a JSON schema: its grammar must parse, or the schema is refused */
+        r = bitnet_json_schema_to_grammar((const char *)data, glen, fuzz_gbnf, sizeof fuzz_gbnf, &glen);
+        if (r != BITNET_OK) {
+            if (r != BITNET_ERR_INVALID_ARG && r != BITNET_ERR_OUT_OF_MEMORY && r != BITNET_ERR_BAD_SIZE) abort();
+            return 0;
+        }
+        gbnf = fuzz_gbnf;
+    }
+    r = bitnet_grammar_parse(gbnf, glen, &g);
     if (r != BITNET_OK) {
         if (r != BITNET_ERR_INVALID_ARG && r != BITNET_ERR_OUT_OF_MEMORY) abort();
+        if (gbnf == fuzz_gbnf) abort(); /* the converter checks its grammar */
         return 0;
     }
     r = bitnet_grammar_match(g, text, tlen, &status);

@@ -534,6 +534,143 @@ static void test_state_errors(void) {
     bitnet_model_free(m);
 }
 
+/* ---- JSON schemas ---- */
+static bitnet_grammar *schema_grammar(const char *schema) {
+    static char text[1 << 16];
+    size_t n = 0;
+    bitnet_grammar *g = NULL;
+    bitnet_result r = bitnet_json_schema_to_grammar(schema, strlen(schema), text, sizeof text, &n);
+    TEST_CHECKF(r == BITNET_OK, "%s: %s", schema, bitnet_last_error());
+    if (r != BITNET_OK) return NULL;
+    TEST_CHECKF(n == strlen(text), "%s", schema);
+    TEST_CHECKF(bitnet_grammar_parse(text, n, &g) == BITNET_OK, "%s: %s", schema, bitnet_last_error());
+    return g;
+}
+
+static void test_json_schema(void) {
+    static const char person[] = "{\"type\": \"object\", \"properties\": {\"name\": {\"type\": \"string\", \"maxLength\": 8}, "
+                                 "\"age\": {\"type\": \"integer\"}, \"tags\": {\"type\": \"array\", \"items\": {\"enum\": [\"a\", \"b\\\"q\"]}, "
+                                 "\"minItems\": 1}}, \"required\": [\"name\", \"age\"]}";
+    static const char optional[] = "{\"properties\": {\"a\": {\"type\": \"boolean\"}, \"b\": {\"type\": \"null\"}, "
+                                   "\"c\": {\"const\": [1, {\"x\": \"\\u00e9\"}]}}}";
+    static const char tree[] = "{\"$ref\": \"#/$defs/node\", \"$defs\": {\"node\": {\"type\": \"object\", \"properties\": "
+                               "{\"v\": {\"type\": \"number\"}, \"kids\": {\"type\": \"array\", \"items\": {\"$ref\": \"#/$defs/node\"}}}, "
+                               "\"required\": [\"v\"]}}}";
+    static const char misc[] = "{\"anyOf\": [{\"type\": [\"integer\", \"null\"]}, {\"type\": \"array\", \"prefixItems\": "
+                               "[{\"type\": \"string\", \"minLength\": 2, \"maxLength\": 3}, {\"enum\": [1.5, true, \"x\"]}]}, "
+                               "{\"type\": \"object\", \"additionalProperties\": {\"type\": \"integer\"}}, {\"type\": \"array\", "
+                               "\"items\": {\"type\": \"boolean\"}, \"minItems\": 0, \"maxItems\": 2}]}";
+    static const struct { const char *schema, *text; int want; } cases[] = {
+        {person, "{\"name\": \"Bo\", \"age\": 42}", 1},
+        {person, "{\"name\":\"Bo\",\"age\":-7,\"tags\":[\"a\",\"b\\\"q\"]}", 1},
+        {person, "{\n  \"name\": \"Bo\",\n  \"age\": 0\n}", 1},
+        {person, "{\"name\": \"Bo\", \"age\": 42", 0},
+        {person, "{\"age\": 42}", -1},                               /* a required property missing */
+        {person, "{\"name\": \"Bo\", \"age\": 4.5}", -1},             /* not an integer */
+        {person, "{\"name\": \"Bo\", \"age\": 007}", -1},             /* leading zeros */
+        {person, "{\"name\": \"Bo\", \"age\": 4, \"x\": 1}", -1},      /* no other names */
+        {person, "{\"name\": \"Bo\", \"age\": 4, \"tags\": []}", -1},  /* minItems */
+        {person, "{\"name\": \"Bo\", \"age\": 4, \"tags\": [\"c\"]}", -1}, /* enum */
+        {person, "{\"name\": \"123456789\", \"age\": 4}", -1},         /* maxLength 8 */
+        {person, "{\"age\": 4, \"name\": \"Bo\"}", -1},                /* the properties' order */
+        {person, "{\"name\":  \"Bo\", \"age\": 4}", -1},               /* two spaces */
+        {optional, "{}", 1},
+        {optional, "{\"b\": null}", 1},
+        {optional, "{\"a\": false, \"c\": [1,{\"x\":\"\xc3\xa9\"}]}", 1},
+        {optional, "{\"c\": [1,{\"x\":\"\xc3\xa9\"}], \"a\": true}", -1},
+        {optional, "{\"a\": true,}", -1},
+        {optional, "{, \"b\": null}", -1},
+        {tree, "{\"v\": 1, \"kids\": [{\"v\": 2.5e3}, {\"v\": -3, \"kids\": []}]}", 1},
+        {tree, "{\"v\": 1, \"kids\": [{\"kids\": []}]}", -1},
+        {misc, "null", 1},
+        {misc, "-12", 1},
+        {misc, "[\"ab\", 1.5]", 1},
+        {misc, "[\"abc\", true]", 1},
+        {misc, "[\"a\", true]", -1},
+        {misc, "[\"abcd\", true]", -1},
+        {misc, "[\"ab\", 2]", -1},
+        {misc, "{\"any\": 1, \"key\": 2}", 1},
+        {misc, "{\"any\": \"1\"}", -1},
+        {misc, "[]", 1},
+        {misc, "[true, false]", 1},
+        {misc, "[true, false, true]", -1},
+        {"{}", "{\"free\": [1, {\"x\": null}], \"y\": \"z\"}", 1},
+        {"true", "[1, 2, \"three\"]", 1},
+        {"{\"type\": \"object\", \"additionalProperties\": false}", "{}", 1},
+        {"{\"type\": \"object\", \"additionalProperties\": false}", "{\"a\": 1}", -1},
+        {"{\"type\": \"string\", \"format\": \"date\"}", "\"not a date\"", 1}, /* format is not read */
+        {"{\"const\": \"a\\\\b\\n\"}", "\"a\\\\b\\n\"", 1},
+        {"{\"const\": \"a\\\\b\\n\"}", "\"a\\b\\n\"", -1},
+    };
+    static const struct { const char *schema, *msg; } bad[] = {
+        {"{\"type\": \"string\", \"pattern\": \"a+\"}", "JSON schema at '/': pattern is not supported"},
+        {"{\"type\": \"thing\"}", "unknown type \"thing\""},
+        {"{\"properties\": {\"a\": {\"type\": 3}}}", "JSON schema at '/properties/a': type is not a string or a list"},
+        {"{\"properties\": {\"a\": {}}, \"required\": [\"b\"]}", "required names \"b\", which is not among the properties"},
+        {"{\"$ref\": \"#/$defs/missing\"}", "$ref \"#/$defs/missing\" does not name a schema"},
+        {"{\"$ref\": \"other.json#/x\"}", "does not name a schema in this document"},
+        {"{\"allOf\": [{}, {}]}", "allOf of more than one schema is not supported"},
+        {"{\"type\": \"array\", \"minItems\": 3, \"maxItems\": 2}", "minItems / maxItems"},
+        {"{\"type\": \"array\", \"maxItems\": 5000}", "more than 1000 items"},
+        {"{\"type\": \"string\", \"minLength\": -1}", "minLength / maxLength"},
+        {"{\"enum\": []}", "enum is not a list of values"},
+        {"{\"type\": []}", "type is an empty list"},
+        {"false", "a schema is an object (or true)"},
+        {"{\"type\": \"object\"", "JSON schema: JSON: unterminated object"},
+    };
+    size_t i, n = 0;
+    char small[8], deep[40 * 12 + 8];
+    for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        bitnet_grammar *g = schema_grammar(cases[i].schema);
+        int got = g ? match(g, cases[i].text) : -9;
+        TEST_CHECKF(got == cases[i].want, "case %zu: %s on %s: %d, want %d", i, cases[i].schema, cases[i].text, got, cases[i].want);
+        bitnet_grammar_free(g);
+    }
+    for (i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        bitnet_result r = bitnet_json_schema_to_grammar(bad[i].schema, strlen(bad[i].schema), NULL, 0, &n);
+        TEST_CHECKF(r == BITNET_ERR_INVALID_ARG && strstr(bitnet_last_error(), bad[i].msg), "bad %zu: %s: %s", i, bad[i].schema,
+                    bitnet_last_error());
+    }
+    for (i = 0, deep[0] = 0; i < 40; i++) strcat(deep, "{\"items\": ");
+    strcat(deep, "{}");
+    for (i = 0; i < 40; i++) strcat(deep, "}");
+    TEST_CHECKF(bitnet_json_schema_to_grammar(deep, strlen(deep), NULL, 0, &n) == BITNET_ERR_INVALID_ARG &&
+                strstr(bitnet_last_error(), "nested deeper than"), "%s", bitnet_last_error());
+    TEST_CHECK(bitnet_json_schema_to_grammar(person, strlen(person), small, sizeof small, &n) == BITNET_ERR_BAD_SIZE && n > 500);
+    TEST_CHECK(bitnet_json_schema_to_grammar(person, strlen(person), NULL, 0, NULL) == BITNET_ERR_NULL_POINTER);
+    TEST_CHECK(bitnet_json_schema_to_grammar(NULL, 3, NULL, 0, &n) == BITNET_ERR_NULL_POINTER);
+    TEST_CHECK(bitnet_json_schema_to_grammar(person, strlen(person), NULL, 5, &n) == BITNET_ERR_NULL_POINTER);
+}
+
+/* Generation under a schema's grammar ends in a whole JSON text that the schema accepts. */
+static void test_json_schema_generate(void) {
+    static const char schema[] = "{\"type\": \"object\", \"properties\": {\"name\": {\"type\": \"string\", \"maxLength\": 12}, "
+                                 "\"age\": {\"type\": \"integer\"}, \"pets\": {\"type\": \"array\", \"items\": {\"enum\": [\"cat\", \"dog\"]}, "
+                                 "\"maxItems\": 3}}, \"required\": [\"name\", \"age\"]}";
+    bitnet_model *m = tiny_model();
+    bitnet_session *s = NULL;
+    bitnet_grammar *g = schema_grammar(schema);
+    int32_t prompt[8];
+    size_t np = 0, si;
+    if (!m || !g) { bitnet_grammar_free(g), bitnet_model_free(m); TEST_SKIP("tests/data/tiny.gguf did not load"); }
+    TEST_CHECK(bitnet_session_create(m, NULL, &s) == BITNET_OK);
+    TEST_CHECK(bitnet_tokenize(bitnet_model_tokenizer(m), "JSON:", 5, 1, 0, prompt, 8, &np) == BITNET_OK);
+    for (si = 0; s && si < 3; si++) {
+        bitnet_generate_params p;
+        gen_out o;
+        memset(&p, 0, sizeof p), memset(&o, 0, sizeof o);
+        p.grammar = g, p.on_token = collect, p.user = &o, p.max_tokens = 250;
+        p.sampler.seed = 5 + si, p.sampler.temperature = si ? 0.7f : 0.0f;
+        bitnet_session_reset(s);
+        TEST_CHECKF(bitnet_generate(s, prompt, np, &p, NULL, 0, NULL) == BITNET_OK, "%s", bitnet_last_error());
+        TEST_CHECKF(o.n < 250 && match(g, o.text) == 1 && o.text[0] == '{' && strstr(o.text, "\"name\"") && strstr(o.text, "\"age\""),
+                    "sampler %zu: %s", si, o.text);
+    }
+    bitnet_session_free(s);
+    bitnet_grammar_free(g);
+    bitnet_model_free(m);
+}
+
 /* bitnet run --grammar / --grammar-file on the tiny model; a bad grammar is a clear error. */
 static void test_cli_grammar(void) {
     const char *build = getenv("BUILD"), *runner = getenv("RUNNER"), *d = getenv("TMPDIR");
@@ -572,9 +709,35 @@ static void test_cli_grammar(void) {
     TEST_CHECK(n > 0 && text[0] == '{');
     snprintf(cmd, sizeof cmd, "%s run -m tests/data/tiny.gguf -n 4 -p x --grammar-file /nonexistent.gbnf > %s 2>%s", bin, out, err);
     TEST_CHECK(system(cmd) != 0);
+    /* -j: a JSON schema; the whole reply is a JSON object with both fields */
+    snprintf(cmd, sizeof cmd, "%s run -m tests/data/tiny.gguf --backend cpu -t 1 --seed 4 -n 200 -p Person -j '{\"type\": \"object\", "
+             "\"properties\": {\"n\": {\"type\": \"string\", \"maxLength\": 5}, \"k\": {\"type\": \"boolean\"}}, "
+             "\"required\": [\"n\", \"k\"]}' > %s 2>%s", bin, out, err);
+    TEST_CHECK(system(cmd) == 0);
+    f = fopen(out, "rb");
+    n = f ? fread(text, 1, sizeof text - 1, f) : 0;
+    if (f) fclose(f);
+    while (n && text[n - 1] == '\n') n--;
+    text[n] = 0;
+    {
+        bitnet_grammar *gj = schema_grammar("{\"type\": \"object\", \"properties\": {\"n\": {\"type\": \"string\", \"maxLength\": 5}, "
+                                            "\"k\": {\"type\": \"boolean\"}}, \"required\": [\"n\", \"k\"]}");
+        TEST_CHECKF(gj && match(gj, (const char *)text) == 1, "\"%s\"", (const char *)text);
+        bitnet_grammar_free(gj);
+    }
+    snprintf(cmd, sizeof cmd, "%s run -m tests/data/tiny.gguf -n 4 -p x -j '{\"type\": \"string\", \"pattern\": \"a\"}' > %s 2>%s", bin, out, err);
+    TEST_CHECK(system(cmd) != 0);
+    f = fopen(err, "rb");
+    n = f ? fread(text, 1, sizeof text - 1, f) : 0;
+    if (f) fclose(f);
+    text[n] = 0;
+    TEST_CHECKF(strstr((const char *)text, "pattern is not supported") != NULL, "%s", (const char *)text);
+    snprintf(cmd, sizeof cmd, "%s run -m tests/data/tiny.gguf -n 4 -p x -j '{}' --grammar 'root ::= \"a\"' > %s 2>%s", bin, out, err);
+    TEST_CHECK(system(cmd) != 0);
     remove(out), remove(err);
     bitnet_grammar_free(g);
 }
+
 
 int main(void) {
     RUN_TEST(test_match_table);
@@ -588,5 +751,7 @@ int main(void) {
     RUN_TEST(test_mask_oracle_llama3);
     RUN_TEST(test_state_errors);
     RUN_TEST(test_cli_grammar);
+    RUN_TEST(test_json_schema);
+    RUN_TEST(test_json_schema_generate);
     return test_summary();
 }
