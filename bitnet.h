@@ -8791,7 +8791,8 @@ typedef struct bitnet__gm {
     uint32_t *slot_to; size_t n_slot;
     /* the last masks, by the text's stacks and u: inside a loop (a string's characters) each step's are the same */
     bitnet__gset mc_set[4]; bitnet__gu mc_u[4]; unsigned char *mc_allow[4]; int mc_n, mc_next;
-    void *scratch;                   /* bitnet__gm_sample's, n_vocab candidates and a heap or a mask (kept: fresh pages each step cost more) */
+    void *scratch;                   /* bitnet__gm_sample's, n_vocab candidates, a heap and a mask (kept: fresh pages each step cost more) */
+    unsigned char *allow;            /* the mask in scratch */
 } bitnet__gm;
 
 static void bitnet__gm_free(bitnet__gm *m) {
@@ -9102,19 +9103,29 @@ static int bitnet__gsrc_next(bitnet__gsrc *src, bitnet__scand *c) {
 
 /* bitnet_sample's choice among the tokens the grammar allows, where the sampler keeps the best
    (greedy, top-k, min-p): the candidates are tried best first until it has all it keeps, so only a
-   few tokens' bytes go through the grammar. c gets them, *n their count; *done is 0 where src ran
-   out first and is not the whole row (the caller then asks the whole row). */
+   few tokens' bytes go through the grammar. Where the grammar refuses nearly everything (a
+   property name, a digit), so many would be tried that the whole row's heap is masked once
+   instead and keeps only what the grammar allows. c gets the kept, *n their count; *done is 0
+   where src ran out first and is not the whole row (the caller then asks the whole row). */
+#define BITNET__GM_TRY_MAX 256 /* candidates tried one by one before the mask */
 static bitnet_result bitnet__gm_select(bitnet__gm *m, const bitnet_sampler_params *sp, bitnet__gsrc *src, const int32_t *stop,
                                        size_t n_stop, bitnet__scand *c, size_t *n, int *done) {
     const int greedy = bitnet__sampler_greedy(sp);
     const size_t keep = greedy ? 1 : sp->top_k > 0 ? (size_t)sp->top_k : 0;
     float floor_logit = -INFINITY;
     bitnet__scand best;
+    size_t tried = 0, i, kept;
     int ok;
     *n = 0, *done = 1;
     while (!(keep && *n == keep) && !(src->n && src->h[0].logit < floor_logit)) { /* (min-p's floor) */
         if (!bitnet__gsrc_next(src, &best)) return *done = src->whole, BITNET_OK;
         BITNET__TRY(bitnet__gm_allows(m, best.id, stop, n_stop, &ok));
+        if (++tried == BITNET__GM_TRY_MAX && src->heap && m->allow) {
+            BITNET__TRY(bitnet__gm_mask(m, stop, n_stop, m->allow));
+            for (i = kept = 0; i < src->n; i++)
+                if (m->allow[src->h[i].id]) src->h[kept++] = src->h[i];
+            for (src->n = kept, i = kept / 2; i-- > 0;) bitnet__scand_sift(src->h, kept, i);
+        }
         if (!ok) continue;
         if (*n == 0) floor_logit = bitnet__min_p_floor(best.logit, greedy ? 0.0f : sp->min_p); /* under the best allowed */
         c[(*n)++] = best;
@@ -9154,8 +9165,11 @@ static bitnet_result bitnet__gm_sample(bitnet__gm *m, float *logits, int32_t n_v
     int done;
     if (!greedy && !rng) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_generate: rng is NULL");
     BITNET__TRY(bitnet__penalize(logits, n_vocab, sp, hist, n_hist));
-    if (!m->scratch && !(m->scratch = bitnet__malloc(2 * (size_t)n_vocab * sizeof *c))) return BITNET_ERR_OUT_OF_MEMORY;
-    c = (bitnet__scand *)m->scratch, h = c + n_vocab, allow = (unsigned char *)h;
+    if (!m->scratch) {
+        if (!(m->scratch = bitnet__malloc(2 * (size_t)n_vocab * sizeof *c + (size_t)m->tok->n_vocab))) return BITNET_ERR_OUT_OF_MEMORY;
+        m->allow = (unsigned char *)((bitnet__scand *)m->scratch + 2 * (size_t)n_vocab);
+    }
+    c = (bitnet__scand *)m->scratch, h = c + n_vocab, allow = m->allow;
     if (greedy || sp->top_k > 0 || sp->min_p > 0) {
         bitnet__gsrc src;
         for (src.n = 0, i = 0; i < (size_t)n_vocab; i++)
