@@ -16888,6 +16888,7 @@ typedef struct bitnet__cv {
     bitnet__json cfg, tok, tcfg; /* tcfg: tokenizer_config.json, empty when absent */
     bitnet__st st;
     int dim, ffn, layers, heads, kv_heads, head_dim, ctx, vocab, tied, quant_config, inverse_scale, bos, eos, eot;
+    int llama;                   /* a ternary LLaMA (model_type "llama"): silu FFN, no sub-norms, GGUF arch "llama" */
     float eps, theta;
     bitnet_gguf_str *tokens, *merges;
     int32_t *types;
@@ -16951,11 +16952,15 @@ static bitnet_result bitnet__cv_config(bitnet__cv *cv) {
     const char *type = bitnet__cv_str(j, 0, "model_type"), *act = bitnet__cv_str(j, 0, "hidden_act");
     int32_t q = bitnet__json_get(j, 0, "quantization_config"), rs = bitnet__json_get(j, 0, "rope_scaling"), id;
     int hd;
-    if (!type || strcmp(type, "bitnet") != 0)
-        return bitnet__err(BITNET_ERR_UNSUPPORTED, "config.json: model_type \"%s\"; bitnet.h converts \"bitnet\" (BitNetForCausalLM)",
-                           type ? type : "(none)");
-    if (act && strcmp(act, "relu2") != 0)
-        return bitnet__err(BITNET_ERR_UNSUPPORTED, "config.json: hidden_act \"%s\"; BitNet b1.58 has \"relu2\"", act);
+    cv->llama = type && strcmp(type, "llama") == 0;
+    if (!type || (strcmp(type, "bitnet") != 0 && !cv->llama))
+        return bitnet__err(BITNET_ERR_UNSUPPORTED, "config.json: model_type \"%s\"; bitnet.h converts \"bitnet\" (BitNetForCausalLM) and "
+                                                   "ternary \"llama\"", type ? type : "(none)");
+    if (cv->llama && q < 0)
+        return bitnet__err(BITNET_ERR_UNSUPPORTED, "config.json: a LLaMA without a bitnet quantization_config is no ternary model");
+    if (act && strcmp(act, cv->llama ? "silu" : "relu2") != 0)
+        return bitnet__err(BITNET_ERR_UNSUPPORTED, "config.json: hidden_act \"%s\"; %s has \"%s\"", act,
+                           cv->llama ? "a ternary LLaMA" : "BitNet b1.58", cv->llama ? "silu" : "relu2");
     if (rs >= 0 && j->nodes[rs].type != BITNET__J_NULL)
         return bitnet__err(BITNET_ERR_UNSUPPORTED, "config.json: rope_scaling is set; bitnet.h has plain RoPE");
     BITNET__TRY(bitnet__cv_int(j, 0, "hidden_size", -1, 1, 1 << 16, &cv->dim));
@@ -17145,6 +17150,7 @@ enum { BITNET__CV_NORM, BITNET__CV_F16, BITNET__CV_TERNARY };
 typedef struct bitnet__cv_job {
     char name[64], hf[96];
     int kind;
+    int rope_heads;          /* a LLaMA's q and k: their heads' rows go in llama.cpp's RoPE order */
     uint64_t n, k;           /* rows and row length */
     const bitnet__st_tensor *src, *scale;
 } bitnet__cv_job;
@@ -17206,10 +17212,12 @@ static bitnet_result bitnet__cv_jobs(bitnet__cv *cv, bitnet__cv_job **out, int *
     jb[n].kind = BITNET__CV_F16, jb[n].n = (uint64_t)cv->vocab, jb[n++].k = dim;
     for (l = 0; l < cv->layers; l++)
         for (p = 0; p < 11; p++, n++) {
+            if (cv->llama && (p == 5 || p == 10)) { n--; continue; } /* no sub-norms */
             snprintf(jb[n].name, sizeof jb[n].name, "blk.%d.%s.weight", l, parts[p][0]);
             snprintf(jb[n].hf, sizeof jb[n].hf, "model.layers.%d.%s", l, parts[p][1]);
             jb[n].kind = cols[p] ? BITNET__CV_TERNARY : BITNET__CV_NORM;
             jb[n].n = rows[p], jb[n].k = cols[p];
+            if (cv->llama && (p == 1 || p == 2)) jb[n].rope_heads = p == 1 ? cv->heads : cv->kv_heads;
         }
     snprintf(jb[n].name, sizeof jb[n].name, "output_norm.weight");
     snprintf(jb[n].hf, sizeof jb[n].hf, "model.norm");
@@ -17280,6 +17288,16 @@ static bitnet_result bitnet__cv_write(bitnet_gguf_writer *w, const bitnet__cv_jo
             bitnet__free(q);
         }
         if (r != BITNET_OK && r != BITNET_ERR_OUT_OF_MEMORY) r = bitnet__err_where(r, jb->hf);
+        if (r == BITNET_OK && jb->rope_heads) { /* rows h*hd + j*hd/2 + i (rotate-half) to h*hd + 2i + j, as llama.cpp's converter */
+            const size_t rb = k / 4, hd = n / (size_t)jb->rope_heads;
+            uint8_t *perm = (uint8_t *)bitnet__malloc(ib);
+            size_t h, i2, j2;
+            if (!perm) r = bitnet__err(BITNET_ERR_OUT_OF_MEMORY, "convert: %s", jb->name);
+            for (h = 0; perm && h < (size_t)jb->rope_heads; h++)
+                for (i2 = 0; i2 < hd / 2; i2++)
+                    for (j2 = 0; j2 < 2; j2++) memcpy(perm + (h * hd + 2 * i2 + j2) * rb, dst + (h * hd + j2 * (hd / 2) + i2) * rb, rb);
+            if (perm) memcpy(perm + n * rb, dst + n * rb, ib - n * rb), bitnet__free(dst), dst = perm;
+        }
         if (r == BITNET_OK) r = bitnet_gguf_writer_write(w, dst, ib);
         bitnet__free(dst);
         return r;
@@ -17325,7 +17343,7 @@ static bitnet_result bitnet__cv_open_weights(bitnet__cv *cv) {
 }
 
 static bitnet_result bitnet__cv_run(bitnet__cv *cv, const char *gguf_path, bitnet_gguf_writer **wp) {
-    static const char arch[] = "bitnet-b1.58";
+    const char *arch;
     const bitnet__st_tensor *emb;
     bitnet__cv_job *jobs = NULL;
     bitnet_gguf_writer *w;
@@ -17337,6 +17355,7 @@ static bitnet_result bitnet__cv_run(bitnet__cv *cv, const char *gguf_path, bitne
     int32_t ab;
     BITNET__TRY(bitnet__cv_json(cv, "config.json", 0, 4096, &cv->cfg));
     BITNET__TRY(bitnet__cv_config(cv));
+    arch = cv->llama ? "llama" : "bitnet-b1.58";
     BITNET__TRY(bitnet__cv_open_weights(cv));
     if (!(emb = bitnet__st_find(&cv->st, "model.embed_tokens.weight")))
         return bitnet__err(BITNET_ERR_MISSING_TENSOR, "safetensors: no \"model.embed_tokens.weight\"");

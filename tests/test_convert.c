@@ -116,10 +116,19 @@ static const char *const parts[11][2] = {
     {"attn_output", "self_attn.o_proj"}, {"attn_sub_norm", "self_attn.attn_sub_norm"}, {"ffn_norm", "post_attention_layernorm"},
     {"ffn_gate", "mlp.gate_proj"}, {"ffn_up", "mlp.up_proj"}, {"ffn_down", "mlp.down_proj"}, {"ffn_sub_norm", "mlp.ffn_sub_norm"}};
 
+/* A u32 key; "%s" in key is the file's architecture. */
 static uint32_t gu32(const bitnet_gguf *g, const char *key) {
+    char k[128], arch[32] = "";
+    bitnet_gguf_str a;
     uint32_t v = 0;
-    bitnet_gguf_get_u32(g, key, &v);
+    if (bitnet_gguf_get_str(g, "general.architecture", &a) == BITNET_OK) snprintf(arch, sizeof arch, "%.*s", (int)a.len, a.ptr);
+    snprintf(k, sizeof k, key, arch);
+    bitnet_gguf_get_u32(g, k, &v);
     return v;
+}
+static int is_llama(const bitnet_gguf *g) {
+    bitnet_gguf_str a;
+    return bitnet_gguf_get_str(g, "general.architecture", &a) == BITNET_OK && a.len == 5 && memcmp(a.ptr, "llama", 5) == 0;
 }
 
 /* Writes dir from GGUF g: config.json, tokenizer.json, tokenizer_config.json, the safetensors. */
@@ -132,17 +141,18 @@ static void hf_write(const char *dir, const bitnet_gguf *g, const hf_opts *o) {
     bitnet_gguf_str s;
     bitnet_tensor_info ti;
     int l, k, first;
-    uint32_t dim = gu32(g, "bitnet-b1.58.embedding_length"), layers = gu32(g, "bitnet-b1.58.block_count");
+    uint32_t dim = gu32(g, "%s.embedding_length"), layers = gu32(g, "%s.block_count");
     mkdir(dir, 0755);
     snprintf(p, sizeof p, "%s/config.json", dir);
     f = fopen(p, "wb");
-    fprintf(f, "{\"architectures\": [\"BitNetForCausalLM\"], \"model_type\": \"bitnet\", \"hidden_size\": %u, \"intermediate_size\": %u,\n"
-               " \"num_hidden_layers\": %u, \"num_attention_heads\": %u, \"num_key_value_heads\": %u, \"hidden_act\": \"relu2\",\n"
+    fprintf(f, "{\"architectures\": [\"%s\"], \"model_type\": \"%s\", \"hidden_size\": %u, \"intermediate_size\": %u,\n"
+               " \"num_hidden_layers\": %u, \"num_attention_heads\": %u, \"num_key_value_heads\": %u, \"hidden_act\": \"%s\",\n"
                " \"max_position_embeddings\": %u, \"rms_norm_eps\": 1e-05, \"rope_theta\": 500000.0, \"vocab_size\": %u,\n"
                " \"tie_word_embeddings\": %s, \"bos_token_id\": %u, \"eos_token_id\": [%u, %u], \"rope_scaling\": null,\n"
                " \"quantization_config\": {\"quant_method\": \"bitnet\", %s\"quantization_mode\": \"%s\"}}\n",
-            dim, gu32(g, "bitnet-b1.58.feed_forward_length"), layers, gu32(g, "bitnet-b1.58.attention.head_count"),
-            gu32(g, "bitnet-b1.58.attention.head_count_kv"), gu32(g, "bitnet-b1.58.context_length"), gu32(g, "bitnet-b1.58.vocab_size"),
+            is_llama(g) ? "LlamaForCausalLM" : "BitNetForCausalLM", is_llama(g) ? "llama" : "bitnet",
+            dim, gu32(g, "%s.feed_forward_length"), layers, gu32(g, "%s.attention.head_count"),
+            gu32(g, "%s.attention.head_count_kv"), is_llama(g) ? "silu" : "relu2", gu32(g, "%s.context_length"), gu32(g, "%s.vocab_size"),
             o->untied ? "false" : "true", gu32(g, "tokenizer.ggml.bos_token_id"), gu32(g, "tokenizer.ggml.eos_token_id"),
             gu32(g, "tokenizer.ggml.eot_token_id"), o->bitlinear == 2 ? "" : o->bitlinear ? "\"linear_class\": \"bitlinear\", " : "\"linear_class\": \"autobitlinear\", ", o->master ? "online" : "offline");
     fclose(f);
@@ -220,7 +230,7 @@ static void hf_write(const char *dir, const bitnet_gguf *g, const hf_opts *o) {
         for (k = 0; k < 11; k++) {
             char gname[96];
             snprintf(gname, sizeof gname, "blk.%d.%s.weight", l, parts[k][0]);
-            bitnet_gguf_find_tensor(g, gname, &ti);
+            if (bitnet_gguf_find_tensor(g, gname, &ti) != BITNET_OK) continue; /* (a LLaMA's sub-norms) */
             snprintf(name, sizeof name, "model.layers.%d.%s.weight", l, parts[k][1]);
             if (ti.type == BITNET_TENSOR_F32) {
                 st_add(name, "F32", 1, ti.ne[0], 0, ti.data, (size_t)ti.ne[0] * 4);
@@ -229,6 +239,15 @@ static void hf_write(const char *dir, const bitnet_gguf *g, const hf_opts *o) {
                 int8_t *q = (int8_t *)malloc(n * kk);
                 float sc = 0, ws;
                 bitnet_i2s_unpack(ti.data, (size_t)ti.bytes, n, kk, q, &sc);
+                if (is_llama(g) && (k == 1 || k == 2)) { /* llama.cpp's RoPE row order back to Hugging Face's */
+                    const size_t hd = n / (k == 1 ? gu32(g, "%s.attention.head_count") : gu32(g, "%s.attention.head_count_kv"));
+                    int8_t *h = (int8_t *)malloc(n * kk);
+                    size_t r2;
+                    for (r2 = 0; r2 < n; r2++) /* GGUF row (h, 2i + j) is HF row (h, j * hd / 2 + i) */
+                        memcpy(h + (r2 / hd * hd + (r2 % hd) % 2 * (hd / 2) + (r2 % hd) / 2) * kk, q + r2 * kk, kk);
+                    memcpy(q, h, n * kk);
+                    free(h);
+                }
                 if (o->master) { /* random master weights; their quantization is the expected file */
                     uint16_t *b = (uint16_t *)malloc(n * kk * 2);
                     for (e = 0; e < n * kk; e++) b[e] = to_bf16(test_rand_float(-0.05f, 0.05f) * (1 + l + k));
@@ -297,10 +316,10 @@ static bitnet_gguf *open_tiny(void) {
 static int same_str(bitnet_gguf_str a, bitnet_gguf_str b) { return a.len == b.len && memcmp(a.ptr, b.ptr, (size_t)a.len) == 0; }
 
 static void check_metadata(const bitnet_gguf *a, const bitnet_gguf *b) {
-    static const char *const u32s[] = {"bitnet-b1.58.vocab_size", "bitnet-b1.58.context_length", "bitnet-b1.58.embedding_length",
-                                       "bitnet-b1.58.feed_forward_length", "bitnet-b1.58.block_count",
-                                       "bitnet-b1.58.attention.head_count", "bitnet-b1.58.attention.head_count_kv",
-                                       "bitnet-b1.58.rope.dimension_count", "tokenizer.ggml.bos_token_id",
+    static const char *const u32s[] = {"%s.vocab_size", "%s.context_length", "%s.embedding_length",
+                                       "%s.feed_forward_length", "%s.block_count",
+                                       "%s.attention.head_count", "%s.attention.head_count_kv",
+                                       "%s.rope.dimension_count", "tokenizer.ggml.bos_token_id",
                                        "tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "general.file_type"};
     static const char *const strs[] = {"general.architecture", "tokenizer.ggml.model", "tokenizer.ggml.pre", "tokenizer.chat_template"};
     static const char *const arrs[] = {"tokenizer.ggml.tokens", "tokenizer.ggml.merges"};
@@ -308,20 +327,23 @@ static void check_metadata(const bitnet_gguf *a, const bitnet_gguf *b) {
     uint64_t j, na = 0, nb = 0;
     float fa = 0, fb = 1;
     bitnet_gguf_type ta, tb;
+    const char *arch = is_llama(a) ? "llama" : "bitnet-b1.58";
+    char key[128];
     for (i = 0; i < sizeof u32s / sizeof u32s[0]; i++) {
         uint32_t va = 1, vb = 2;
-        TEST_CHECKF(bitnet_gguf_get_u32(a, u32s[i], &va) == BITNET_OK && bitnet_gguf_get_u32(b, u32s[i], &vb) == BITNET_OK && va == vb,
-                    "%s: %u against %u", u32s[i], va, vb);
+        snprintf(key, sizeof key, u32s[i], arch);
+        TEST_CHECKF(bitnet_gguf_get_u32(a, key, &va) == BITNET_OK && bitnet_gguf_get_u32(b, key, &vb) == BITNET_OK && va == vb,
+                    "%s: %u against %u", key, va, vb);
     }
     for (i = 0; i < sizeof strs / sizeof strs[0]; i++) {
         bitnet_gguf_str sa = {0, 0}, sb = {0, 1};
         TEST_CHECKF(bitnet_gguf_get_str(a, strs[i], &sa) == BITNET_OK && bitnet_gguf_get_str(b, strs[i], &sb) == BITNET_OK &&
                     same_str(sa, sb), "%s", strs[i]);
     }
-    TEST_CHECK(bitnet_gguf_get_f32(a, "bitnet-b1.58.rope.freq_base", &fa) == BITNET_OK &&
-               bitnet_gguf_get_f32(b, "bitnet-b1.58.rope.freq_base", &fb) == BITNET_OK && fa == fb);
-    TEST_CHECK(bitnet_gguf_get_f32(a, "bitnet-b1.58.attention.layer_norm_rms_epsilon", &fa) == BITNET_OK &&
-               bitnet_gguf_get_f32(b, "bitnet-b1.58.attention.layer_norm_rms_epsilon", &fb) == BITNET_OK && fa == fb);
+    snprintf(key, sizeof key, "%s.rope.freq_base", arch);
+    TEST_CHECK(bitnet_gguf_get_f32(a, key, &fa) == BITNET_OK && bitnet_gguf_get_f32(b, key, &fb) == BITNET_OK && fa == fb);
+    snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", arch);
+    TEST_CHECK(bitnet_gguf_get_f32(a, key, &fa) == BITNET_OK && bitnet_gguf_get_f32(b, key, &fb) == BITNET_OK && fa == fb);
     for (i = 0; i < sizeof arrs / sizeof arrs[0]; i++) {
         int bad = 0;
         TEST_CHECK(bitnet_gguf_get_arr(a, arrs[i], &ta, &na) == BITNET_OK && bitnet_gguf_get_arr(b, arrs[i], &tb, &nb) == BITNET_OK);
@@ -403,11 +425,11 @@ static void check_generation(const char *pa, const char *pb) {
     bitnet_model_free(ma), bitnet_model_free(mb);
 }
 
-static void roundtrip(const char *label, const hf_opts *o) {
+static void roundtrip_from(const char *label, const char *src_path, const hf_opts *o) {
     char dir[640], out[700];
-    bitnet_gguf *src = open_tiny(), *g = NULL;
+    bitnet_gguf *src = NULL, *g = NULL;
     bitnet_result r;
-    if (!src) { TEST_CHECKF(0, "tests/data/tiny.gguf: %s", bitnet_last_error()); return; }
+    if (bitnet_gguf_open(src_path, &src) != BITNET_OK) { TEST_CHECKF(0, "%s: %s", src_path, bitnet_last_error()); return; }
     snprintf(dir, sizeof dir, "%s", tmp_path(label));
     snprintf(out, sizeof out, "%s.gguf", dir);
     hf_write(dir, src, o);
@@ -417,11 +439,33 @@ static void roundtrip(const char *label, const hf_opts *o) {
         check_metadata(src, g);
         check_tensors(src, g, o);
         bitnet_gguf_close(g);
-        check_generation("tests/data/tiny.gguf", out);
+        check_generation(src_path, out);
     }
     bitnet_gguf_close(src);
     rm_dir(dir);
     remove(out);
+}
+static void roundtrip(const char *label, const hf_opts *o) { roundtrip_from(label, "tests/data/tiny.gguf", o); }
+
+/* A ternary LLaMA (Llama3-8B-1.58's kind): gen-model's "llama" file (q and k rows in llama.cpp's RoPE
+   order, no sub-norms) written as a LlamaForCausalLM checkpoint in Hugging Face's row order, and
+   converted back to the same bytes. */
+static void test_roundtrip_llama(void) {
+    const char *build = getenv("BUILD"), *runner = getenv("RUNNER");
+    char bin[512], path[700], cmd[2048];
+    hf_opts o;
+    FILE *f;
+    if (runner && *runner) TEST_SKIP("the CLI is not run under RUNNER=%s", runner);
+    snprintf(bin, sizeof bin, "%s/bitnet", build && *build ? build : "build");
+    if (!(f = fopen(bin, "rb"))) TEST_SKIP("%s not built", bin);
+    fclose(f);
+    snprintf(path, sizeof path, "%s", tmp_path("llama-src.gguf"));
+    snprintf(cmd, sizeof cmd, "%s gen-model --preset tiny --seed 3 --arch llama -o %s 2>/dev/null", bin, path);
+    TEST_CHECK(system(cmd) == 0);
+    memset(&o, 0, sizeof o);
+    o.untied = 1;
+    roundtrip_from("llama", path, &o);
+    remove(path);
 }
 
 static void test_roundtrip_packed(void) {
@@ -559,29 +603,48 @@ static void expect_fail(const char *dir, const char *out, bitnet_result code, co
     if (f) fclose(f), remove(out);
 }
 
-/* file's first from replaced by to (a safetensors header's length follows), converted, then put back */
-static void mutate(const char *dir, const char *out, const char *file, const char *from, const char *to, bitnet_result code, const char *want) {
-    char p[768];
-    size_t n = 0, fl = strlen(from), tl = strlen(to), at;
-    unsigned char *b, *m;
-    snprintf(p, sizeof p, "%s/%s", dir, file);
-    b = slurp(p, &n);
-    for (at = 0; b && at + fl <= n && memcmp(b + at, from, fl) != 0; at++) {}
-    if (!b || at + fl > n) { TEST_CHECKF(0, "%s: no %s", file, from); free(b); return; }
-    m = (unsigned char *)malloc(n - fl + tl + 1);
-    memcpy(m, b, at);
+/* The first from in b (n bytes) replaced by to; a safetensors file's header length follows. 0: no from. */
+static int edit(unsigned char **b, size_t *n, const char *file, const char *from, const char *to) {
+    size_t fl = strlen(from), tl = strlen(to), at;
+    unsigned char *m;
+    for (at = 0; at + fl <= *n && memcmp(*b + at, from, fl) != 0; at++) {}
+    if (at + fl > *n) return 0;
+    m = (unsigned char *)malloc(*n - fl + tl + 1);
+    memcpy(m, *b, at);
     memcpy(m + at, to, tl);
-    memcpy(m + at + tl, b + at + fl, n - at - fl);
+    memcpy(m + at + tl, *b + at + fl, *n - at - fl);
     if (strstr(file, ".safetensors") && !strstr(file, ".json")) {
         uint64_t hl;
         memcpy(&hl, m, 8);
         hl += tl - fl;
         memcpy(m, &hl, 8);
     }
-    spit(p, m, n - fl + tl);
-    expect_fail(dir, out, code, want, from);
-    spit(p, b, n);
-    free(b), free(m);
+    free(*b);
+    *b = m, *n = *n - fl + tl;
+    return 1;
+}
+
+/* file with from replaced by to (and from2 by to2 when given), converted, then put back */
+static void mutate2(const char *dir, const char *out, const char *file, const char *from, const char *to, const char *from2,
+                    const char *to2, bitnet_result code, const char *want) {
+    char p[768];
+    size_t n = 0, n0;
+    unsigned char *orig, *b;
+    snprintf(p, sizeof p, "%s/%s", dir, file);
+    if (!(orig = slurp(p, &n))) { TEST_CHECKF(0, "%s: cannot read", p); return; }
+    n0 = n;
+    b = (unsigned char *)malloc(n + 1);
+    memcpy(b, orig, n);
+    if (!edit(&b, &n, file, from, to) || (from2 && !edit(&b, &n, file, from2, to2))) TEST_CHECKF(0, "%s: no %s", file, from);
+    else {
+        spit(p, b, n);
+        expect_fail(dir, out, code, want, from);
+        spit(p, orig, n0);
+    }
+    free(b), free(orig);
+}
+static void mutate(const char *dir, const char *out, const char *file, const char *from, const char *to, bitnet_result code, const char *want) {
+    mutate2(dir, out, file, from, to, NULL, NULL, code, want);
 }
 
 static void test_broken_config_and_tokenizer(void) {
@@ -589,7 +652,9 @@ static void test_broken_config_and_tokenizer(void) {
     bitnet_gguf *src = open_tiny();
     hf_opts o;
     static const struct { const char *file, *from, *to; bitnet_result code; const char *want; } cases[] = {
-        {"config.json", "\"model_type\": \"bitnet\"", "\"model_type\": \"llama\"", BITNET_ERR_UNSUPPORTED, "model_type \"llama\""},
+        {"config.json", "\"model_type\": \"bitnet\"", "\"model_type\": \"gpt2\"", BITNET_ERR_UNSUPPORTED, "model_type \"gpt2\""},
+        {"config.json", "\"model_type\": \"bitnet\"", "\"model_type\": \"llama\"", BITNET_ERR_UNSUPPORTED,
+         "hidden_act \"relu2\"; a ternary LLaMA has \"silu\""},
         {"config.json", "\"relu2\"", "\"silu\"", BITNET_ERR_UNSUPPORTED, "hidden_act \"silu\""},
         {"config.json", "\"hidden_size\"", "\"hidden_sighs\"", BITNET_ERR_BAD_METADATA, "no \"hidden_size\""},
         {"config.json", "\"num_key_value_heads\": 2", "\"num_key_value_heads\": 3", BITNET_ERR_BAD_METADATA, "key-value heads"},
@@ -630,6 +695,8 @@ static void test_broken_config_and_tokenizer(void) {
     TEST_CHECKF(bitnet_convert_hf(dir, out) == BITNET_OK, "%s", bitnet_last_error()); /* the folder is good before */
     remove(out);
     for (i = 0; i < sizeof cases / sizeof cases[0]; i++) mutate(dir, out, cases[i].file, cases[i].from, cases[i].to, cases[i].code, cases[i].want);
+    mutate2(dir, out, "config.json", "\"model_type\": \"bitnet\"", "\"model_type\": \"llama\"", "\"quantization_config\"",
+            "\"quantization_confik\"", BITNET_ERR_UNSUPPORTED, "a LLaMA without a bitnet quantization_config is no ternary model");
     {
         char p[768];
         snprintf(p, sizeof p, "%s/tokenizer_config.json", dir);
@@ -863,6 +930,7 @@ static void test_cli(void) {
 int main(void) {
     RUN_TEST(test_roundtrip_packed);
     RUN_TEST(test_roundtrip_forms);
+    RUN_TEST(test_roundtrip_llama);
     RUN_TEST(test_padded_vocab);
     RUN_TEST(test_master_weights);
     RUN_TEST(test_broken_config_and_tokenizer);

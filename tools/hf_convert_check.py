@@ -13,6 +13,10 @@
 4. Packed: the converted file written back as a packed checkpoint (hf_parity.hf_checkpoint: uint8
    [n/4][k] + weight_scale, as microsoft/bitnet-b1.58-2B-4T; both linear classes) and converted
    again: every tensor the same bytes (BitLinear's inverse scale: within 1e-6).
+5. A ternary LLaMA (Llama3-8B-1.58's kind, transformers' LlamaForCausalLM with quantization_config
+   {"quant_method": "bitnet"}: BitLinear, packed, weight_scale divides): `gen-model --arch llama`'s
+   file written as that checkpoint (q and k rows back in Hugging Face's order), converted: the same
+   bytes as the file; and transformers' logits on the checkpoint against ours on the conversion.
 
   python3 tools/hf_convert_check.py --tiktoken llama3-tokenizer.tiktoken --out DIR [--layers 2]
 """
@@ -32,6 +36,74 @@ def run(cmd):
     if p.returncode:
         sys.exit("failed: %s\n%s%s" % (" ".join(cmd), p.stdout[-2000:], p.stderr[-2000:]))
     return p, time.time() - t0
+
+
+def llama_checkpoint(r, d):
+    """A packed LlamaForCausalLM BitNet checkpoint (BitLinear: weight_scale = 1 / scale) and a
+    byte-level tokenizer.json from GGUF r (arch "llama": q and k rows in llama.cpp's RoPE order)."""
+    from safetensors.numpy import save_file
+    kv = r.kv
+    g = lambda k, dflt=None: kv.get("llama." + k, dflt)
+    dim, heads, kvh, layers = int(g("embedding_length")), int(g("attention.head_count")), int(g("attention.head_count_kv")), int(g("block_count"))
+    hd = dim // heads
+    tied = "output.weight" not in r.tensors
+    cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": int(r.tensors["token_embd.weight"][0][1]),
+           "hidden_size": dim, "intermediate_size": int(g("feed_forward_length")), "num_hidden_layers": layers,
+           "num_attention_heads": heads, "num_key_value_heads": kvh, "head_dim": hd, "hidden_act": "silu",
+           "max_position_embeddings": int(g("context_length")), "rms_norm_eps": float(g("attention.layer_norm_rms_epsilon")),
+           "rope_theta": float(g("rope.freq_base")), "rope_scaling": None, "tie_word_embeddings": tied, "attention_bias": False,
+           "mlp_bias": False, "torch_dtype": "float32", "bos_token_id": int(kv["tokenizer.ggml.bos_token_id"]),
+           "eos_token_id": int(kv["tokenizer.ggml.eos_token_id"]), "quantization_config": {"quant_method": "bitnet"}}
+    sd = {"model.embed_tokens.weight": r.tensor("token_embd.weight"), "model.norm.weight": r.tensor("output_norm.weight")}
+    if not tied:
+        sd["lm_head.weight"] = r.tensor("output.weight")
+    names = {"attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm", "attn_q": "self_attn.q_proj",
+             "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj",
+             "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj"}
+    for l in range(layers):
+        for ours, theirs in names.items():
+            key = "model.layers.%d.%s" % (l, theirs)
+            t = r.tensor("blk.%d.%s.weight" % (l, ours))
+            if not isinstance(t, tuple):
+                sd[key + ".weight"] = np.ascontiguousarray(t)
+                continue
+            q, scale = t
+            if ours in ("attn_q", "attn_k"):  # GGUF row (h, 2i + j) is Hugging Face's (h, j * hd / 2 + i)
+                nh = q.shape[0] // hd
+                q = q.reshape(nh, hd // 2, 2, -1).transpose(0, 2, 1, 3).reshape(q.shape)
+            n4 = q.shape[0] // 4
+            codes = (q + 1).astype(np.uint8).reshape(4, n4, q.shape[1])
+            sd[key + ".weight"] = codes[0] | (codes[1] << 2) | (codes[2] << 4) | (codes[3] << 6)
+            sd[key + ".weight_scale"] = np.array([1.0 / scale], np.float32)
+    os.makedirs(d, exist_ok=True)
+    json.dump(cfg, open(os.path.join(d, "config.json"), "w"), indent=1)
+    save_file({k: np.ascontiguousarray(v) for k, v in sd.items()}, os.path.join(d, "model.safetensors"))
+    tokens, types, merges = kv["tokenizer.ggml.tokens"], list(kv["tokenizer.ggml.token_type"]), kv["tokenizer.ggml.merges"]
+    tok = {"version": "1.0", "normalizer": None,
+           "added_tokens": [{"id": i, "content": t, "special": True} for i, t in enumerate(tokens) if types[i] == 3],
+           "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+               {"type": "Split", "pattern": {"Regex": bitnetcpp_ckpt.PATTERN}, "behavior": "Isolated", "invert": False},
+               {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]},
+           "model": {"type": "BPE", "vocab": {t: i for i, t in enumerate(tokens) if types[i] == 1}, "merges": list(merges)}}
+    json.dump(tok, open(os.path.join(d, "tokenizer.json"), "w"), ensure_ascii=False)
+    return cfg
+
+
+def llama_round_kv(m, on):
+    """hf_parity.hf_round_kv for LlamaForCausalLM: keys after RoPE and values rounded to fp16."""
+    import transformers.models.llama.modeling_llama as ml
+    if not hasattr(ml, "_orig_rope"):
+        ml._orig_rope = ml.apply_rotary_pos_emb
+    if on:
+        def rope16(q, k, *a, **kw):
+            q2, k2 = ml._orig_rope(q, k, *a, **kw)
+            return q2, k2.half().float()
+        ml.apply_rotary_pos_emb = rope16
+        m._kv_hooks = [layer.self_attn.v_proj.register_forward_hook(lambda mod, i, o: o.half().float()) for layer in m.model.layers]
+    else:
+        ml.apply_rotary_pos_emb = ml._orig_rope
+        for h in getattr(m, "_kv_hooks", []):
+            h.remove()
 
 
 def main():
@@ -151,6 +223,46 @@ def main():
             mode, "1/scale" if mode == "bitlinear" else "scale", secs, len(diff), len(r1.tensors),
             (": " + ", ".join(diff[:5])) if diff else ""))
         ok &= not diff
+    # 5. a ternary LLaMA
+    src = os.path.join(a.work, "llama-src.gguf")
+    run([a.bitnet, "gen-model", "--preset", "small", "--arch", "llama", "--seed", "5", "-o", src])
+    rs = hf_parity.Reader(src)
+    d = os.path.join(a.work, "ckpt-llama")
+    lcfg = llama_checkpoint(rs, d)
+    g3 = os.path.join(a.work, "from-llama.gguf")
+    _, secs = run([a.bitnet, "convert", d, "-o", g3])
+    r3 = hf_parity.Reader(g3)
+    diff = []
+    for name, (ne, t, off) in rs.tensors.items():
+        ne2, t2, off2 = r3.tensors.get(name, (None, None, None))
+        n = int(np.prod(ne))
+        nb = {hf_parity.T_F32: 4 * n, hf_parity.T_F16: 2 * n, hf_parity.T_I2S: n // 4}[t]
+        if ne2 != ne or t2 != t or rs.buf[off:off + nb] != r3.buf[off2:off2 + nb]:
+            diff.append(name)
+        elif t == hf_parity.T_I2S:
+            s1, s2 = np.frombuffer(rs.buf[off + nb:off + nb + 4], np.float32)[0], np.frombuffer(r3.buf[off2 + nb:off2 + nb + 4], np.float32)[0]
+            if abs(s1 - s2) > 1e-6 * s1:
+                diff.append(name + " scale")
+    log("llama (gen-model --preset small --arch llama, as a packed LlamaForCausalLM checkpoint): converted in %.2f s; %d of %d "
+        "tensors differ from the file%s" % (secs, len(diff), len(rs.tensors), (": " + ", ".join(diff[:5])) if diff else ""))
+    ok &= not diff
+    m = hf_parity.hf_load(d, log)
+    llama_round_kv(m, True)
+    lv = lcfg["vocab_size"]
+    toks = [int(x) for x in rng.integers(0, lv - 3, a.tokens)]
+    ref_logits = hf_parity.hf_logits(m, toks)
+    mine = hf_parity.our_logits(a.bitnet, g3, toks, lv, "f16", a.work)
+    per = [hf_parity.rel_l2(mine[i], ref_logits[i]) for i in range(len(toks))]
+    log("llama logits: ours (converted) vs transformers LlamaForCausalLM + BitLinear (fp16 K/V): rel L2 max %.3g, mean %.3g"
+        % (max(per), float(np.mean(per))))
+    log("  per position: " + " ".join("%.2g" % x for x in per))
+    seq = toks[:a.prompt]
+    for _ in range(a.gen):
+        seq.append(int(np.argmax(hf_parity.hf_logits(m, seq)[-1])))
+    mine = hf_parity.our_logits(a.bitnet, g3, seq[:-1], lv, "f16", a.work)
+    agree = [int(np.argmax(mine[i])) == seq[i + 1] for i in range(a.prompt - 1, len(seq) - 1)]
+    log("llama greedy: %d of %d of transformers' tokens are our argmax (teacher-forced)" % (sum(agree), a.gen))
+    ok &= max(per) <= a.tol and sum(agree) >= a.min_greedy
     log("overall: %s" % ("PASS" if ok else "FAIL"))
     return 0 if ok else 1
 
