@@ -720,11 +720,12 @@ BITNET_API bitnet_result bitnet_gguf_writer_write(bitnet_gguf_writer *w, const v
 BITNET_API bitnet_result bitnet_gguf_writer_finish(bitnet_gguf_writer *w);
 
 /* A Hugging Face BitNet checkpoint folder to a GGUF in bitnet.cpp's layout (>>convert): config.json
-   (model_type "bitnet", BitNetForCausalLM), tokenizer.json (byte-level BPE with LLaMA 3's split
-   pattern), tokenizer_config.json (optional: chat_template) and model.safetensors or its shards
-   (model.safetensors.index.json). Ternary matrices come packed (uint8 [n/4][k] plus weight_scale,
-   as microsoft/bitnet-b1.58-2B-4T; transformers' linear_class "bitlinear", its default, divides by
-   weight_scale, "autobitlinear" multiplies) or as float master
+   (model_type "bitnet", BitNetForCausalLM; or "llama" with a bitnet quantization_config, a ternary
+   LLaMA, written as arch "llama" with q and k rows in llama.cpp's RoPE order), tokenizer.json
+   (byte-level BPE with LLaMA 3's split pattern), tokenizer_config.json (optional: chat_template)
+   and model.safetensors or its shards (model.safetensors.index.json). Ternary matrices come packed
+   (uint8 [n/4][k] plus weight_scale, as microsoft/bitnet-b1.58-2B-4T; transformers' linear_class
+   "bitlinear", its default, divides by weight_scale, "autobitlinear" multiplies) or as float master
    weights (as the -bf16 repo), quantized by bitnet_quantize_ternary; both become I2_S. The
    embedding and an untied head become fp16 (values beyond its range are an error), norms fp32.
    Unsupported checkpoints are BITNET_ERR_UNSUPPORTED, broken ones CORRUPT, BAD_SHAPE,

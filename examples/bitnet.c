@@ -2189,7 +2189,7 @@ static int cmd_convert(int argc, char **argv) {
     }
     if (i < argc || !dir || !out) {
         fprintf(stderr, "usage: bitnet convert DIR -o FILE.gguf\n"
-                        "  DIR: a Hugging Face BitNet checkpoint (config.json, tokenizer.json, model.safetensors or shards),\n"
+                        "  DIR: a Hugging Face BitNet or ternary LLaMA checkpoint (config.json, tokenizer.json, model.safetensors or shards),\n"
                         "  packed (microsoft/bitnet-b1.58-2B-4T) or bf16 master weights (-bf16); writes I2_S as bitnet.cpp\n");
         return 2;
     }
