@@ -7930,6 +7930,7 @@ struct bitnet_grammar {
 #define BITNET__G_MAX_REPEAT 1000   /* x{m,n}: m, n at most this */
 #define BITNET__G_MAX_NEST 64       /* groups in groups */
 #define BITNET__G_MAX_STACKS 4096   /* stacks a text may be in at once (ambiguity) */
+#define BITNET__G_MAX_HELD (1u << 18) /* rule steps those stacks hold together (ambiguity times nesting) */
 #define BITNET__G_MAX_DEPTH 4096    /* rules open at once (nesting in the text) */
 #define BITNET__G_MAX_CHAIN 1024    /* rules entered in a row before a character */
 
@@ -8681,7 +8682,8 @@ BITNET_API bitnet_result bitnet_json_schema_to_grammar(const char *schema, size_
     *out_len = 0;
     if (len && !schema) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_json_schema_to_grammar: schema is NULL");
     if (cap && !buf) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_json_schema_to_grammar: buf is NULL with cap %zu", cap);
-    if ((r = bitnet__json_parse(&j, schema ? schema : "", len, 1 << 16)) != BITNET_OK) return bitnet__err_where(BITNET_ERR_INVALID_ARG, "JSON schema");
+    if ((r = bitnet__json_parse(&j, schema ? schema : "", len, 1 << 16)) != BITNET_OK)
+        return bitnet__err_where(r == BITNET_ERR_OUT_OF_MEMORY ? r : BITNET_ERR_INVALID_ARG, "JSON schema");
     memset(&js, 0, sizeof js);
     memset(&root, 0, sizeof root);
     memset(&all, 0, sizeof all);
@@ -8690,7 +8692,7 @@ BITNET_API bitnet_result bitnet_json_schema_to_grammar(const char *schema, size_
     bitnet__sb_printf(&all, "root ::= %.*s\n%.*s%s", (int)root.n, root.p ? root.p : "", (int)js.rules.n, js.rules.p ? js.rules.p : "",
                       bitnet__js_prims);
     r = js.err;
-    if (r == BITNET_OK && (root.oom || js.rules.oom || all.oom)) r = bitnet__err(BITNET_ERR_OUT_OF_MEMORY, "JSON schema: the grammar text");
+    if (r == BITNET_OK && (root.oom || js.rules.oom || all.oom)) r = bitnet__err_where(BITNET_ERR_OUT_OF_MEMORY, "JSON schema: the grammar text");
     if (r == BITNET_OK) { /* the grammar's own limits (rules, elements) */
         bitnet_grammar *g = NULL;
         if ((r = bitnet_grammar_parse(all.p, all.n, &g)) != BITNET_OK) r = bitnet__err_where(r, "JSON schema: its grammar");
@@ -8714,17 +8716,44 @@ typedef struct bitnet__gset {
     uint32_t *v; size_t nv, cap_v;    /* stack i is v[off[i] .. off[i + 1]), its top last */
     uint32_t *off; size_t n, cap_off;
     uint64_t *h; size_t cap_h;        /* each stack's hash (duplicates are dropped) */
+    uint32_t *slot; size_t n_slot;    /* open addressing by hash: index + 1, 0 = empty; a power of two */
 } bitnet__gset;
-static void bitnet__gset_free(bitnet__gset *s) { bitnet__free(s->v), bitnet__free(s->off), bitnet__free(s->h); }
+static void bitnet__gset_free(bitnet__gset *s) { bitnet__free(s->v), bitnet__free(s->off), bitnet__free(s->h), bitnet__free(s->slot); }
+/* The slot table at four times the stacks, so a set of thousands (an ambiguous grammar) stays linear. */
+static bitnet_result bitnet__gset_rehash(bitnet__gset *s) {
+    size_t cap = 64, i;
+    while (cap < 4 * (s->n + 1)) cap *= 2;
+    if (cap != s->n_slot) {
+        uint32_t *t = (uint32_t *)bitnet__malloc(cap * sizeof *t);
+        if (!t) return BITNET_ERR_OUT_OF_MEMORY;
+        bitnet__free(s->slot);
+        s->slot = t, s->n_slot = cap;
+    }
+    memset(s->slot, 0, s->n_slot * sizeof *s->slot);
+    for (i = 0; i < s->n; i++) {
+        size_t j = (size_t)s->h[i] & (s->n_slot - 1);
+        while (s->slot[j]) j = (j + 1) & (s->n_slot - 1);
+        s->slot[j] = (uint32_t)i + 1;
+    }
+    return BITNET_OK;
+}
 static bitnet_result bitnet__gset_add(bitnet__gset *s, const uint32_t *stk, size_t d) {
-    uint64_t h = bitnet__fnv(BITNET__FNV_INIT, stk, d * sizeof *stk);
-    size_t i;
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ d;
+    size_t i, j;
+    for (i = 0; i < d; i++) h = (h ^ stk[i]) * 0xBF58476D1CE4E5B9ull; /* a word at a time: stacks run deep */
+    h ^= h >> 31;
     void *v = s->v, *o = s->off, *hh = s->h;
-    for (i = 0; i < s->n; i++)
+    if (4 * (s->n + 1) > s->n_slot) BITNET__TRY(bitnet__gset_rehash(s));
+    for (j = (size_t)h & (s->n_slot - 1); s->slot[j]; j = (j + 1) & (s->n_slot - 1)) {
+        i = s->slot[j] - 1;
         if (s->h[i] == h && s->off[i + 1] - s->off[i] == d && (!d || memcmp(s->v + s->off[i], stk, d * sizeof *stk) == 0)) return BITNET_OK;
+    }
     if (s->n >= BITNET__G_MAX_STACKS)
         return bitnet__err(BITNET_ERR_INVALID_STATE, "grammar: the text can be read more than %d ways here (an ambiguous grammar)",
                            BITNET__G_MAX_STACKS);
+    if (s->nv + d > BITNET__G_MAX_HELD)
+        return bitnet__err(BITNET_ERR_INVALID_STATE, "grammar: the text's readings hold more than 2^18 open rules here (an ambiguous, "
+                                                     "deeply nested grammar)");
     BITNET__TRY(bitnet__grow(&v, &s->cap_v, s->nv + d, sizeof *s->v));
     s->v = (uint32_t *)v;
     BITNET__TRY(bitnet__grow(&o, &s->cap_off, s->n + 2, sizeof *s->off));
@@ -8733,10 +8762,14 @@ static bitnet_result bitnet__gset_add(bitnet__gset *s, const uint32_t *stk, size
     s->h = (uint64_t *)hh;
     if (s->n == 0) s->off[0] = 0;
     if (d) memcpy(s->v + s->nv, stk, d * sizeof *stk);
+    s->slot[j] = (uint32_t)s->n + 1;
     s->nv += d, s->h[s->n++] = h, s->off[s->n] = (uint32_t)s->nv;
     return BITNET_OK;
 }
-static void bitnet__gset_clear(bitnet__gset *s) { s->n = s->nv = 0; }
+static void bitnet__gset_clear(bitnet__gset *s) {
+    if (s->n) memset(s->slot, 0, s->n_slot * sizeof *s->slot);
+    s->n = s->nv = 0;
+}
 
 /* Adds stk[0 .. d) to s once its top is a character set: ends of alternatives are popped, and a
    rule on top is replaced by each of its alternatives (over where it goes on, unless it ends).
@@ -17078,7 +17111,7 @@ static bitnet_result bitnet__cv_tokenizer(bitnet__cv *cv) {
     cv->tokens = (bitnet_gguf_str *)bitnet__calloc((size_t)cv->vocab, sizeof *cv->tokens);
     cv->types = (int32_t *)bitnet__calloc((size_t)cv->vocab, sizeof *cv->types);
     cv->merges = (bitnet_gguf_str *)bitnet__calloc((size_t)j->nodes[merges].count + 1, sizeof *cv->merges);
-    if (!cv->tokens || !cv->types || !cv->merges) return bitnet__err(BITNET_ERR_OUT_OF_MEMORY, "convert: the vocabulary's arrays");
+    if (!cv->tokens || !cv->types || !cv->merges) return bitnet__err_where(BITNET_ERR_OUT_OF_MEMORY, "convert: the vocabulary's arrays");
     for (i = j->nodes[vocab].first; i >= 0; i = j->nodes[i].next) {
         double v = j->nodes[i].num;
         if (j->nodes[i].type != BITNET__J_NUM || !j->nodes[i].is_int || v < 0 || v >= cv->vocab)
@@ -17108,7 +17141,7 @@ static bitnet_result bitnet__cv_tokenizer(bitnet__cv *cv) {
         if (j->nodes[i].type == BITNET__J_ARR)
             for (c = j->nodes[i].first; c >= 0; c = j->nodes[c].next) strs_cap += (j->nodes[c].str ? strlen(j->nodes[c].str) : 0) + 1;
     }
-    if (!(cv->strs = (char *)bitnet__malloc(strs_cap))) return bitnet__err(BITNET_ERR_OUT_OF_MEMORY, "convert: %zu bytes of names", strs_cap);
+    if (!(cv->strs = (char *)bitnet__malloc(strs_cap))) return bitnet__err_where(BITNET_ERR_OUT_OF_MEMORY, "convert: names");
     for (t = 0; t < cv->vocab; t++)
         if (!cv->types[t]) {
             int n = snprintf(cv->strs + strs_len, 16, "[PAD%d]", t);
@@ -17207,7 +17240,7 @@ static bitnet_result bitnet__cv_jobs(bitnet__cv *cv, bitnet__cv_job **out, int *
     int n = 0, l, p, max = cv->layers * 11 + 3;
     bitnet__cv_job *jb = (bitnet__cv_job *)bitnet__calloc((size_t)max, sizeof *jb);
     *out = jb;
-    if (!jb) return bitnet__err(BITNET_ERR_OUT_OF_MEMORY, "convert: %d tensors", max);
+    if (!jb) return bitnet__err_where(BITNET_ERR_OUT_OF_MEMORY, "convert: the tensor list");
     snprintf(jb[n].name, sizeof jb[n].name, "token_embd.weight");
     snprintf(jb[n].hf, sizeof jb[n].hf, "model.embed_tokens");
     jb[n].kind = BITNET__CV_F16, jb[n].n = (uint64_t)cv->vocab, jb[n++].k = dim;
@@ -17240,7 +17273,7 @@ static bitnet_result bitnet__cv_write(bitnet_gguf_writer *w, const bitnet__cv_jo
     bitnet_result r = BITNET_OK;
     if (jb->kind == BITNET__CV_NORM) {
         float *f = (float *)bitnet__malloc(n * sizeof *f);
-        if (!f) return bitnet__err(BITNET_ERR_OUT_OF_MEMORY, "convert: %s", jb->name);
+        if (!f) return bitnet__err_where(BITNET_ERR_OUT_OF_MEMORY, jb->name);
         bitnet__st_floats(jb->src, 0, n, f);
         r = bitnet_gguf_writer_write(w, f, n * sizeof *f);
         bitnet__free(f);
@@ -17261,7 +17294,7 @@ static bitnet_result bitnet__cv_write(bitnet_gguf_writer *w, const bitnet__cv_jo
             if (r == BITNET_OK && (r = bitnet_convert_fp32_to_fp16(f, h, rows * k)) == BITNET_OK)
                 r = bitnet_gguf_writer_write(w, h, rows * k * sizeof *h);
         }
-        if (!f || !h) r = bitnet__err(BITNET_ERR_OUT_OF_MEMORY, "convert: %s", jb->name);
+        if (!f || !h) r = bitnet__err_where(BITNET_ERR_OUT_OF_MEMORY, jb->name);
         bitnet__free(f);
         bitnet__free(h);
         return r;
@@ -17269,7 +17302,7 @@ static bitnet_result bitnet__cv_write(bitnet_gguf_writer *w, const bitnet__cv_jo
     {
         const size_t ib = bitnet_i2s_bytes(n, k);
         uint8_t *dst = (uint8_t *)bitnet__malloc(ib);
-        if (!dst) return bitnet__err(BITNET_ERR_OUT_OF_MEMORY, "convert: %s", jb->name);
+        if (!dst) return bitnet__err_where(BITNET_ERR_OUT_OF_MEMORY, jb->name);
         if (jb->scale) { /* packed: codes as they are, the scale multiplicative */
             float s;
             bitnet__st_floats(jb->scale, 0, 1, &s);
@@ -17279,7 +17312,7 @@ static bitnet_result bitnet__cv_write(bitnet_gguf_writer *w, const bitnet__cv_jo
         } else { /* master weights: absmean, as the model quantizes them */
             float *f = (float *)bitnet__malloc(nk * sizeof *f), s;
             int8_t *q = (int8_t *)bitnet__malloc(nk);
-            if (!f || !q) r = bitnet__err(BITNET_ERR_OUT_OF_MEMORY, "convert: %s", jb->name);
+            if (!f || !q) r = bitnet__err_where(BITNET_ERR_OUT_OF_MEMORY, jb->name);
             if (r == BITNET_OK) {
                 bitnet__st_floats(jb->src, 0, nk, f);
                 r = bitnet_quantize_ternary(f, nk, q, &s);
@@ -17293,7 +17326,7 @@ static bitnet_result bitnet__cv_write(bitnet_gguf_writer *w, const bitnet__cv_jo
             const size_t rb = k / 4, hd = n / (size_t)jb->rope_heads;
             uint8_t *perm = (uint8_t *)bitnet__malloc(ib);
             size_t h, i2, j2;
-            if (!perm) r = bitnet__err(BITNET_ERR_OUT_OF_MEMORY, "convert: %s", jb->name);
+            if (!perm) r = bitnet__err_where(BITNET_ERR_OUT_OF_MEMORY, jb->name);
             for (h = 0; perm && h < (size_t)jb->rope_heads; h++)
                 for (i2 = 0; i2 < hd / 2; i2++)
                     for (j2 = 0; j2 < 2; j2++) memcpy(perm + (h * hd + 2 * i2 + j2) * rb, dst + (h * hd + j2 * (hd / 2) + i2) * rb, rb);
@@ -17334,7 +17367,7 @@ static bitnet_result bitnet__cv_open_weights(bitnet__cv *cv) {
     BITNET__TRY(r);
     /* a name in two shards */
     n = cv->st.n_t;
-    if (!(names = (const char **)bitnet__malloc((n ? n : 1) * sizeof *names))) return bitnet__err(BITNET_ERR_OUT_OF_MEMORY, "convert: names");
+    if (!(names = (const char **)bitnet__malloc((n ? n : 1) * sizeof *names))) return bitnet__err_where(BITNET_ERR_OUT_OF_MEMORY, "convert: names");
     for (i = 0; i < n; i++) names[i] = cv->st.t[i].name;
     qsort(names, n, sizeof *names, bitnet__json_key_cmp);
     for (i = 1; i < n && strcmp(names[i - 1], names[i]) != 0; i++) {}

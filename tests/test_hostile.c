@@ -14,6 +14,7 @@
 #include "../bitnet.h"
 #include "harness.h"
 #include <pthread.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define TINY "tests/data/tiny.gguf"
@@ -373,6 +374,54 @@ static bitnet_result f_receipt(void *p) {
     return r;
 }
 
+/* A JSON schema to a grammar, and a Hugging Face folder to GGUF (the fuzzer's seed folder: each
+   file of tests/corpus/convert/ after its selector byte). */
+static bitnet_result f_schema(void *p) {
+    static const char schema[] = "{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"string\", \"maxLength\": 4}, "
+                                 "\"b\": {\"type\": \"array\", \"items\": {\"$ref\": \"#/$defs/n\"}}, \"c\": {\"enum\": [1, \"x\"]}}, "
+                                 "\"required\": [\"a\"], \"$defs\": {\"n\": {\"anyOf\": [{\"type\": \"null\"}, {\"$ref\": \"#\"}]}}}";
+    static char buf[1 << 15];
+    size_t n = 0;
+    (void)p;
+    return bitnet_json_schema_to_grammar(schema, strlen(schema), buf, sizeof buf, &n);
+}
+static char hf_dir[512], hf_out[600];
+static bitnet_result f_convert(void *p) {
+    bitnet_result r = bitnet_convert_hf(hf_dir, hf_out);
+    (void)p;
+    TEST_CHECK((r == BITNET_OK) == (access(hf_out, F_OK) == 0)); /* a failed conversion leaves no file */
+    remove(hf_out);
+    return r;
+}
+static int hf_folder(void) {
+    static const char *const seeds[3][2] = {{"safetensors", "model.safetensors"}, {"tokenizer", "tokenizer.json"}, {"config", "config.json"}};
+    const char *t = getenv("TMPDIR");
+    int i;
+    snprintf(hf_dir, sizeof hf_dir, "%s/bitnet_test_hostile_hf_%d", t && *t ? t : "/tmp", (int)getpid());
+    snprintf(hf_out, sizeof hf_out, "%s.gguf", hf_dir);
+    mkdir(hf_dir, 0755);
+    for (i = 0; i < 3; i++) {
+        char src[256], dst[600];
+        size_t n = 0;
+        unsigned char *b;
+        FILE *f;
+        snprintf(src, sizeof src, "tests/corpus/convert/%s", seeds[i][0]);
+        snprintf(dst, sizeof dst, "%s/%s", hf_dir, seeds[i][1]);
+        if (!(b = (unsigned char *)read_file(src, &n)) || n < 1 || !(f = fopen(dst, "wb"))) { free(b); return 0; }
+        fwrite(b + 1, 1, n - 1, f);
+        fclose(f);
+        free(b);
+    }
+    return 1;
+}
+static void hf_folder_remove(void) {
+    static const char *const names[3] = {"model.safetensors", "tokenizer.json", "config.json"};
+    char p[600];
+    int i;
+    for (i = 0; i < 3; i++) snprintf(p, sizeof p, "%s/%s", hf_dir, names[i]), remove(p);
+    rmdir(hf_dir);
+}
+
 static void test_fault_sweep_cpu(void) {
     fctx c;
     size_t jn = 0;
@@ -416,6 +465,10 @@ static void test_fault_sweep_cpu(void) {
         TEST_CHECK(HOST_SWEEP("receipt parse + write", f_receipt, &c, 100) >= 0);
         free(json);
     }
+    TEST_CHECK(HOST_SWEEP("JSON schema to grammar", f_schema, &c, 400) >= 1);
+    TEST_CHECK(hf_folder());
+    TEST_CHECK(HOST_SWEEP("convert (Hugging Face)", f_convert, &c, 400) >= 1);
+    hf_folder_remove();
 }
 
 /* ---- GPU faults ----------------------------------------------------------------------------------- */
