@@ -9138,23 +9138,24 @@ static int bitnet__gsrc_next(bitnet__gsrc *src, bitnet__scand *c) {
 /* bitnet_sample's choice among the tokens the grammar allows, where the sampler keeps the best
    (greedy, top-k, min-p): the candidates are tried best first until it has all it keeps, so only a
    few tokens' bytes go through the grammar. Where the grammar refuses nearly everything (a
-   property name, a digit), so many would be tried that the whole row's heap is masked once
-   instead and keeps only what the grammar allows. c gets the kept, *n their count; *done is 0
+   property name, a digit), so many would be tried that after 2048 (or a quarter of a small
+   vocabulary) the whole row's heap is masked once instead and keeps only what the grammar allows. c gets the kept, *n their count; *done is 0
    where src ran out first and is not the whole row (the caller then asks the whole row). */
-#define BITNET__GM_TRY_MAX 256 /* candidates tried one by one before the mask */
+#define BITNET__GM_TRY_MAX 2048 /* candidates tried one by one (about 0.5 us each) before the mask (its first sorts the vocabulary) */
 static bitnet_result bitnet__gm_select(bitnet__gm *m, const bitnet_sampler_params *sp, bitnet__gsrc *src, const int32_t *stop,
                                        size_t n_stop, bitnet__scand *c, size_t *n, int *done) {
     const int greedy = bitnet__sampler_greedy(sp);
     const size_t keep = greedy ? 1 : sp->top_k > 0 ? (size_t)sp->top_k : 0;
     float floor_logit = -INFINITY;
     bitnet__scand best;
+    const size_t budget = BITNET__MIN((size_t)BITNET__GM_TRY_MAX, (size_t)m->tok->n_vocab / 4);
     size_t tried = 0, i, kept;
     int ok;
     *n = 0, *done = 1;
     while (!(keep && *n == keep) && !(src->n && src->h[0].logit < floor_logit)) { /* (min-p's floor) */
         if (!bitnet__gsrc_next(src, &best)) return *done = src->whole, BITNET_OK;
         BITNET__TRY(bitnet__gm_allows(m, best.id, stop, n_stop, &ok));
-        if (++tried == BITNET__GM_TRY_MAX && src->heap && m->allow) {
+        if (++tried == budget && src->heap && m->allow) {
             BITNET__TRY(bitnet__gm_mask(m, stop, n_stop, m->allow));
             for (i = kept = 0; i < src->n; i++)
                 if (m->allow[src->h[i].id]) src->h[kept++] = src->h[i];
