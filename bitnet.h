@@ -8946,11 +8946,40 @@ BITNET_API bitnet_result bitnet_grammar_match(const bitnet_grammar *g, const cha
 
 struct bitnet_grammar_state { bitnet__gm m; };
 
-typedef struct bitnet__gtok { const unsigned char *b; uint32_t len; int32_t id; } bitnet__gtok;
+typedef struct bitnet__gtok { uint64_t key; const unsigned char *b; uint32_t len; int32_t id; } bitnet__gtok;
 static int bitnet__gtok_cmp(const void *x, const void *y) {
     const bitnet__gtok *a = (const bitnet__gtok *)x, *b = (const bitnet__gtok *)y;
     int c = memcmp(a->b, b->b, a->len < b->len ? a->len : b->len);
     return c ? c : (a->len > b->len) - (a->len < b->len);
+}
+/* Pieces in byte order: a radix sort on their first 8 bytes (big-endian, zero-padded: the same order
+   where those differ), then each run of equal keys by its bytes. 3 ms for LLaMA 3's vocabulary,
+   where qsort took 23 ms, and the sort comes with a generation's first mask. */
+static bitnet_result bitnet__gtok_sort(bitnet__gtok *v, size_t n) {
+    bitnet__gtok *t = (bitnet__gtok *)bitnet__malloc((n ? n : 1) * sizeof *t), *a = v, *b = t, *x;
+    size_t i, j, cnt[256];
+    int pass;
+    if (!t) return BITNET_ERR_OUT_OF_MEMORY;
+    for (i = 0; i < n; i++) {
+        uint64_t k = 0;
+        for (j = 0; j < 8; j++) k = k << 8 | (j < v[i].len ? v[i].b[j] : 0);
+        v[i].key = k;
+    }
+    for (pass = 0; pass < 8; pass++) { /* least significant byte first, stable */
+        size_t sum = 0;
+        memset(cnt, 0, sizeof cnt);
+        for (i = 0; i < n; i++) cnt[(a[i].key >> (8 * pass)) & 255]++;
+        for (j = 0; j < 256; j++) { size_t c = cnt[j]; cnt[j] = sum, sum += c; }
+        for (i = 0; i < n; i++) b[cnt[(a[i].key >> (8 * pass)) & 255]++] = a[i];
+        x = a, a = b, b = x;
+    }
+    /* (eight passes: the result is back in v) */
+    for (i = 0; i < n; i = j) {
+        for (j = i + 1; j < n && v[j].key == v[i].key; j++) {}
+        if (j - i > 1) qsort(v + i, j - i, sizeof *v, bitnet__gtok_cmp);
+    }
+    bitnet__free(t);
+    return BITNET_OK;
 }
 /* Whether token id may come next (stop tokens: where the text is a whole sentence; other special
    tokens never). */
@@ -9073,7 +9102,7 @@ static bitnet_result bitnet__gm_mask(bitnet__gm *m, const int32_t *stop, size_t 
         for (m->n_order = 0, i = 0; i < (size_t)t->n_vocab; i++)
             if (!t->special[i] && t->off[i + 1] > t->off[i])
                 v[m->n_order].b = t->bytes + t->off[i], v[m->n_order].len = t->off[i + 1] - t->off[i], v[m->n_order++].id = (int32_t)i;
-        qsort(v, m->n_order, sizeof *v, bitnet__gtok_cmp);
+        if (bitnet__gtok_sort(v, m->n_order) != BITNET_OK) return bitnet__free(v), BITNET_ERR_OUT_OF_MEMORY;
         for (m->so[0] = 0, i = 0; i < m->n_order; i++) {
             m->order[i] = v[i].id, m->so[i + 1] = m->so[i] + v[i].len;
             memcpy(m->sb + m->so[i], v[i].b, v[i].len);
@@ -9138,10 +9167,10 @@ static int bitnet__gsrc_next(bitnet__gsrc *src, bitnet__scand *c) {
 /* bitnet_sample's choice among the tokens the grammar allows, where the sampler keeps the best
    (greedy, top-k, min-p): the candidates are tried best first until it has all it keeps, so only a
    few tokens' bytes go through the grammar. Where the grammar refuses nearly everything (a
-   property name, a digit), so many would be tried that after 2048 (or a quarter of a small
+   property name, a digit), so many would be tried that after 256 (or a quarter of a small
    vocabulary) the whole row's heap is masked once instead and keeps only what the grammar allows. c gets the kept, *n their count; *done is 0
    where src ran out first and is not the whole row (the caller then asks the whole row). */
-#define BITNET__GM_TRY_MAX 2048 /* candidates tried one by one (about 0.5 us each) before the mask (its first sorts the vocabulary) */
+#define BITNET__GM_TRY_MAX 256 /* candidates tried one by one (about 0.5 us each) before the mask (the first of a generation: 8 ms for LLaMA 3) */
 static bitnet_result bitnet__gm_select(bitnet__gm *m, const bitnet_sampler_params *sp, bitnet__gsrc *src, const int32_t *stop,
                                        size_t n_stop, bitnet__scand *c, size_t *n, int *done) {
     const int greedy = bitnet__sampler_greedy(sp);
