@@ -177,6 +177,50 @@ static void test_deep_text(void) {
 
 /* Random grammar text and mutations of good grammars: an error or a grammar, never a crash; a
    grammar then matches random text without one. */
+/* An ambiguous, nested grammar (found by fuzz_grammar in CI: 40 s under the sanitizers while stack
+   sets deduplicated by a linear scan): each letter can open a root, so a text is in thousands of
+   stacks as deep as its nesting. The state loop picks tokens by the text's bytes, as the fuzzer
+   does; every call ends OK or with "can be read more than ..." / "open rules" (INVALID_STATE). */
+static void test_ambiguous_nesting(void) {
+    static const char grammar[] = "root ::= \"(\" root \")\" | [a-z]+ root \")\" | [a-z]+ (\",\" [0-9]{1,3})?";
+    static const unsigned char text[] = "((ab,1," "\xb4" "2(" "\x22" "," "\x22" " [0-9]{1,3})?" "\x00" "((ab,1," "\xb4" "2))"; /* the fuzzer's text, a NUL inside */
+    bitnet_grammar *g = parse(grammar);
+    bitnet_gguf *f = NULL;
+    bitnet_tokenizer *tok = NULL;
+    bitnet_grammar_state *st = NULL;
+    static unsigned char allow[1024];
+    int32_t stop = 0, n, k;
+    size_t i;
+    int steps = 0, refused = 0;
+    if (!g || bitnet_gguf_open("tests/data/tiny.gguf", &f) != BITNET_OK || bitnet_tokenizer_from_gguf(f, &tok) != BITNET_OK ||
+        bitnet_grammar_state_create(g, tok, &st) != BITNET_OK) {
+        TEST_CHECK(0);
+    } else {
+        n = bitnet_tokenizer_vocab_size(tok);
+        bitnet_tokenizer_special_ids(tok, NULL, &stop, NULL);
+        for (i = 0; i + 1 < sizeof text && i < 32; i++) {
+            int32_t count = 0, pick = -1;
+            bitnet_result r = bitnet_grammar_state_allowed(st, &stop, 1, allow);
+            if (r != BITNET_OK) {
+                TEST_CHECKF(r == BITNET_ERR_INVALID_STATE, "%s", bitnet_last_error());
+                refused = 1;
+                break;
+            }
+            for (k = 0; k < n; k++) count += allow[k];
+            if (!count) break;
+            for (k = 0, count = text[i] % count; k < n && pick < 0; k++)
+                if (allow[k] && count-- == 0) pick = k;
+            TEST_CHECK(bitnet_grammar_state_accept(st, pick, &stop, 1) == BITNET_OK);
+            steps++;
+        }
+        TEST_CHECK(steps >= 20 && refused); /* it goes deep, then the limits stop it */
+    }
+    bitnet_grammar_state_free(st);
+    bitnet_tokenizer_free(tok);
+    bitnet_gguf_close(f);
+    bitnet_grammar_free(g);
+}
+
 static void test_hostile_grammars(void) {
     static const char *const seeds[] = {
         "root ::= (\"ab\" | [c-f]+)* x{2,4}\nx ::= [^a] | \"\\u00e9\" # c\n",
@@ -745,6 +789,7 @@ int main(void) {
     RUN_TEST(test_parse_errors);
     RUN_TEST(test_deep_text);
     RUN_TEST(test_hostile_grammars);
+    RUN_TEST(test_ambiguous_nesting);
     RUN_TEST(test_generate_follows);
     RUN_TEST(test_generate_equals_mask);
     RUN_TEST(test_mask_oracle);
