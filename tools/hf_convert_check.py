@@ -89,21 +89,39 @@ def llama_checkpoint(r, d):
     return cfg
 
 
-def llama_round_kv(m, on):
-    """hf_parity.hf_round_kv for LlamaForCausalLM: keys after RoPE and values rounded to fp16."""
-    import transformers.models.llama.modeling_llama as ml
-    if not hasattr(ml, "_orig_rope"):
-        ml._orig_rope = ml.apply_rotary_pos_emb
-    if on:
-        def rope16(q, k, *a, **kw):
-            q2, k2 = ml._orig_rope(q, k, *a, **kw)
-            return q2, k2.half().float()
-        ml.apply_rotary_pos_emb = rope16
-        m._kv_hooks = [layer.self_attn.v_proj.register_forward_hook(lambda mod, i, o: o.half().float()) for layer in m.model.layers]
-    else:
-        ml.apply_rotary_pos_emb = ml._orig_rope
-        for h in getattr(m, "_kv_hooks", []):
-            h.remove()
+def against_hf(a, m, gguf, vocab, toks, label, log):
+    """Ours (`bitnet eval` on gguf, fp16 head) against HF model m: logits at every position, and HF's
+    greedy tokens as our argmax teacher-forced. True when both are within the tolerances."""
+    ref = hf_parity.hf_logits(m, toks)
+    mine = hf_parity.our_logits(a.bitnet, gguf, toks, vocab, "f16", a.work)
+    per = [hf_parity.rel_l2(mine[i], ref[i]) for i in range(len(toks))]
+    log("%s logits: ours (converted, fp16 head) vs transformers (fp16 K/V): rel L2 max %.3g, mean %.3g"
+        % (label, max(per), float(np.mean(per))))
+    log("  per position: " + " ".join("%.2g" % x for x in per))
+    seq = toks[:a.prompt]
+    for _ in range(a.gen):
+        seq.append(int(np.argmax(hf_parity.hf_logits(m, seq)[-1])))
+    mine = hf_parity.our_logits(a.bitnet, gguf, seq[:-1], vocab, "f16", a.work)
+    agree = [int(np.argmax(mine[i])) == seq[i + 1] for i in range(a.prompt - 1, len(seq) - 1)]
+    log("%s greedy: %d of %d of transformers' tokens are our argmax (teacher-forced)" % (label, sum(agree), a.gen))
+    return max(per) <= a.tol and sum(agree) >= a.min_greedy
+
+
+def tensor_diff(r1, r2, scale_tol):
+    """r1's tensors that r2 lacks or holds otherwise (I2_S scales within scale_tol, relative)."""
+    diff = []
+    for name, (ne, t, off) in r1.tensors.items():
+        ne2, t2, off2 = r2.tensors.get(name, (None, None, None))
+        n = int(np.prod(ne))
+        nb = {hf_parity.T_F32: 4 * n, hf_parity.T_F16: 2 * n, hf_parity.T_I2S: n // 4}[t]
+        if ne2 != ne or t2 != t or r1.buf[off:off + nb] != r2.buf[off2:off2 + nb]:
+            diff.append(name)
+        elif t == hf_parity.T_I2S:
+            s1 = np.frombuffer(r1.buf[off + nb:off + nb + 4], np.float32)[0]
+            s2 = np.frombuffer(r2.buf[off2 + nb:off2 + nb + 4], np.float32)[0]
+            if abs(s1 - s2) > scale_tol * s1:
+                diff.append(name + " scale")
+    return diff
 
 
 def main():
@@ -173,19 +191,7 @@ def main():
     toks = [int(x) for x in rng.integers(0, 128000, a.tokens)]
     m = hf_parity.hf_load(ck, log)
     hf_parity.hf_round_kv(m, True)
-    ref_logits = hf_parity.hf_logits(m, toks)
-    mine = hf_parity.our_logits(a.bitnet, g1, toks, vocab, "f16", a.work)
-    per = [hf_parity.rel_l2(mine[i], ref_logits[i]) for i in range(len(toks))]
-    log("logits: ours (converted, fp16 head) vs transformers on the bf16 checkpoint (fp16 K/V): rel L2 max %.3g, mean %.3g"
-        % (max(per), float(np.mean(per))))
-    log("  per position: " + " ".join("%.2g" % x for x in per))
-    seq = toks[:a.prompt]
-    for _ in range(a.gen):
-        seq.append(int(np.argmax(hf_parity.hf_logits(m, seq)[-1])))
-    mine = hf_parity.our_logits(a.bitnet, g1, seq[:-1], vocab, "f16", a.work)
-    agree = [int(np.argmax(mine[i])) == seq[i + 1] for i in range(a.prompt - 1, len(seq) - 1)]
-    log("greedy: %d of %d of transformers' tokens are our argmax (teacher-forced)" % (sum(agree), a.gen))
-    ok &= max(per) <= a.tol and sum(agree) >= a.min_greedy
+    ok &= against_hf(a, m, g1, vocab, toks, "bitnet", log)
     del m
     torch.cuda.empty_cache()
 
@@ -201,28 +207,12 @@ def main():
         json.dump(c, open(os.path.join(d, "config.json"), "w"), indent=1)
         g2 = os.path.join(a.work, "from-packed-%s.gguf" % mode)
         _, secs = run([a.bitnet, "convert", d, "-o", g2])
-        r2 = hf_parity.Reader(g2)
-        diff = []
-        for name, (ne, t, off) in r1.tensors.items():
-            if name not in r2.tensors:
-                diff.append(name + " missing")
-                continue
-            ne2, t2, off2 = r2.tensors[name]
-            n = hf_parity.np.prod(ne)
-            nbytes = {hf_parity.T_F32: 4 * n, hf_parity.T_F16: 2 * n, hf_parity.T_I2S: n // 4 + 32}[t]
-            b1, b2 = r1.buf[off:off + nbytes], r2.buf[off2:off2 + nbytes]
-            if ne2 != ne or t2 != t:
-                diff.append(name + " type/shape")
-            elif t == hf_parity.T_I2S and mode == "bitlinear":
-                s1, s2 = np.frombuffer(b1[n // 4:n // 4 + 4], np.float32)[0], np.frombuffer(b2[n // 4:n // 4 + 4], np.float32)[0]
-                if b1[:n // 4] != b2[:n // 4] or abs(s1 - s2) > 1e-6 * s1:
-                    diff.append(name)
-            elif b1 != b2:
-                diff.append(name)
+        diff = tensor_diff(r1, hf_parity.Reader(g2), 1e-6 if mode == "bitlinear" else 0.0)
         log("packed (%s, weight_scale %s): converted in %.2f s; %d of %d tensors differ from the first conversion%s" % (
             mode, "1/scale" if mode == "bitlinear" else "scale", secs, len(diff), len(r1.tensors),
             (": " + ", ".join(diff[:5])) if diff else ""))
         ok &= not diff
+
     # 5. a ternary LLaMA
     src = os.path.join(a.work, "llama-src.gguf")
     run([a.bitnet, "gen-model", "--preset", "small", "--arch", "llama", "--seed", "5", "-o", src])
@@ -231,38 +221,14 @@ def main():
     lcfg = llama_checkpoint(rs, d)
     g3 = os.path.join(a.work, "from-llama.gguf")
     _, secs = run([a.bitnet, "convert", d, "-o", g3])
-    r3 = hf_parity.Reader(g3)
-    diff = []
-    for name, (ne, t, off) in rs.tensors.items():
-        ne2, t2, off2 = r3.tensors.get(name, (None, None, None))
-        n = int(np.prod(ne))
-        nb = {hf_parity.T_F32: 4 * n, hf_parity.T_F16: 2 * n, hf_parity.T_I2S: n // 4}[t]
-        if ne2 != ne or t2 != t or rs.buf[off:off + nb] != r3.buf[off2:off2 + nb]:
-            diff.append(name)
-        elif t == hf_parity.T_I2S:
-            s1, s2 = np.frombuffer(rs.buf[off + nb:off + nb + 4], np.float32)[0], np.frombuffer(r3.buf[off2 + nb:off2 + nb + 4], np.float32)[0]
-            if abs(s1 - s2) > 1e-6 * s1:
-                diff.append(name + " scale")
+    diff = tensor_diff(rs, hf_parity.Reader(g3), 1e-6)
     log("llama (gen-model --preset small --arch llama, as a packed LlamaForCausalLM checkpoint): converted in %.2f s; %d of %d "
         "tensors differ from the file%s" % (secs, len(diff), len(rs.tensors), (": " + ", ".join(diff[:5])) if diff else ""))
     ok &= not diff
     m = hf_parity.hf_load(d, log)
-    llama_round_kv(m, True)
-    lv = lcfg["vocab_size"]
-    toks = [int(x) for x in rng.integers(0, lv - 3, a.tokens)]
-    ref_logits = hf_parity.hf_logits(m, toks)
-    mine = hf_parity.our_logits(a.bitnet, g3, toks, lv, "f16", a.work)
-    per = [hf_parity.rel_l2(mine[i], ref_logits[i]) for i in range(len(toks))]
-    log("llama logits: ours (converted) vs transformers LlamaForCausalLM + BitLinear (fp16 K/V): rel L2 max %.3g, mean %.3g"
-        % (max(per), float(np.mean(per))))
-    log("  per position: " + " ".join("%.2g" % x for x in per))
-    seq = toks[:a.prompt]
-    for _ in range(a.gen):
-        seq.append(int(np.argmax(hf_parity.hf_logits(m, seq)[-1])))
-    mine = hf_parity.our_logits(a.bitnet, g3, seq[:-1], lv, "f16", a.work)
-    agree = [int(np.argmax(mine[i])) == seq[i + 1] for i in range(a.prompt - 1, len(seq) - 1)]
-    log("llama greedy: %d of %d of transformers' tokens are our argmax (teacher-forced)" % (sum(agree), a.gen))
-    ok &= max(per) <= a.tol and sum(agree) >= a.min_greedy
+    import transformers.models.llama.modeling_llama as ml
+    hf_parity.hf_round_kv(m, True, ml)
+    ok &= against_hf(a, m, g3, lcfg["vocab_size"], [int(x) for x in rng.integers(0, lcfg["vocab_size"] - 3, a.tokens)], "llama", log)
     log("overall: %s" % ("PASS" if ok else "FAIL"))
     return 0 if ok else 1
 

@@ -237,12 +237,13 @@ def hf_load(d, log):
     return m
 
 
-def hf_round_kv(m, on):
+def hf_round_kv(m, on, mb=None):
     """Round keys (after RoPE) and values to fp16, as our fp16 KV cache stores them, or undo it.
     BitNet's int8 activations turn the cache's 2^-11 rounding into percent-level logit changes,
-    so the strict comparison needs HF to see the same cached values."""
-    import torch
-    import transformers.models.bitnet.modeling_bitnet as mb
+    so the strict comparison needs HF to see the same cached values. mb: the model's modeling
+    module (BitNet's by default; tools/hf_convert_check.py passes LLaMA's)."""
+    if mb is None:
+        import transformers.models.bitnet.modeling_bitnet as mb
     if not hasattr(mb, "_orig_rope"):
         mb._orig_rope = mb.apply_rotary_pos_emb
     if on:
