@@ -722,12 +722,13 @@ BITNET_API bitnet_result bitnet_gguf_writer_finish(bitnet_gguf_writer *w);
 /* A Hugging Face BitNet checkpoint folder to a GGUF in bitnet.cpp's layout (>>convert): config.json
    (model_type "bitnet", BitNetForCausalLM; or "llama" with a bitnet quantization_config, a ternary
    LLaMA, written as arch "llama" with q and k rows in llama.cpp's RoPE order), tokenizer.json
-   (byte-level BPE with LLaMA 3's split pattern), tokenizer_config.json (optional: chat_template)
+   (byte-level BPE with LLaMA 3's or Falcon 3's pre-tokenizer), tokenizer_config.json (optional: chat_template)
    and model.safetensors or its shards (model.safetensors.index.json). Ternary matrices come packed
    (uint8 [n/4][k] plus weight_scale, as microsoft/bitnet-b1.58-2B-4T; transformers' linear_class
    "bitlinear", its default, divides by weight_scale, "autobitlinear" multiplies) or as float master
    weights (as the -bf16 repo), quantized by bitnet_quantize_ternary; both become I2_S. The
    embedding and an untied head become fp16 (values beyond its range are an error), norms fp32.
+   Llama 3.1's RoPE scaling (rope_type "llama3") becomes rope_freqs.weight, as llama.cpp writes it.
    Unsupported checkpoints are BITNET_ERR_UNSUPPORTED, broken ones CORRUPT, BAD_SHAPE,
    BAD_METADATA or MISSING_TENSOR, with the file and the key or tensor named. */
 BITNET_API bitnet_result bitnet_convert_hf(const char *dir, const char *gguf_path);
@@ -16953,7 +16954,9 @@ typedef struct bitnet__cv {
     bitnet__st st;
     int dim, ffn, layers, heads, kv_heads, head_dim, ctx, vocab, tied, quant_config, inverse_scale, bos, eos, eot;
     int llama;                   /* a ternary LLaMA (model_type "llama"): silu FFN, no sub-norms, GGUF arch "llama" */
+    const char *pre;             /* tokenizer.ggml.pre */
     float eps, theta;
+    float rope_factor, rope_lo, rope_hi, rope_orig; /* Llama 3.1's RoPE scaling ("llama3"); rope_factor 0: none */
     bitnet_gguf_str *tokens, *merges;
     int32_t *types;
     size_t n_merges;
@@ -17011,6 +17014,49 @@ static const char *bitnet__cv_str(const bitnet__json *j, int32_t obj, const char
     return id >= 0 && j->nodes[id].type == BITNET__J_STR ? j->nodes[id].str : NULL;
 }
 
+/* Llama 3.1's RoPE scaling (rope_type "llama3", in rope_scaling or transformers 5's rope_parameters):
+   its four numbers, all required as transformers requires them; any other type is refused. */
+static bitnet_result bitnet__cv_rope_scaling(bitnet__cv *cv, int32_t rs) {
+    const bitnet__json *j = &cv->cfg;
+    const char *rt = bitnet__cv_str(j, rs, "rope_type"), *ty = bitnet__cv_str(j, rs, "type");
+    int orig;
+    if (!rt) rt = ty;
+    if (rt && strcmp(rt, "default") == 0) return BITNET_OK;
+    if (!rt || strcmp(rt, "llama3") != 0)
+        return bitnet__err(BITNET_ERR_UNSUPPORTED, "config.json: rope_type \"%s\"; bitnet.h has plain RoPE and Llama 3.1's \"llama3\"",
+                           rt ? rt : "(none)");
+    if (bitnet__json_get(j, rs, "factor") < 0 || bitnet__json_get(j, rs, "low_freq_factor") < 0 ||
+        bitnet__json_get(j, rs, "high_freq_factor") < 0 || bitnet__json_get(j, rs, "original_max_position_embeddings") < 0)
+        return bitnet__err(BITNET_ERR_BAD_METADATA, "config.json: llama3 RoPE scaling needs factor, low_freq_factor, high_freq_factor "
+                                                    "and original_max_position_embeddings");
+    BITNET__TRY(bitnet__cv_float(j, rs, "factor", 1.0f, &cv->rope_factor));
+    BITNET__TRY(bitnet__cv_float(j, rs, "low_freq_factor", 1.0f, &cv->rope_lo));
+    BITNET__TRY(bitnet__cv_float(j, rs, "high_freq_factor", 4.0f, &cv->rope_hi));
+    BITNET__TRY(bitnet__cv_int(j, rs, "original_max_position_embeddings", 8192, 1, 1 << 24, &orig));
+    cv->rope_orig = (float)orig;
+    if (!(cv->rope_hi > cv->rope_lo))
+        return bitnet__err(BITNET_ERR_BAD_METADATA, "config.json: RoPE high_freq_factor %g is not above low_freq_factor %g",
+                           (double)cv->rope_hi, (double)cv->rope_lo);
+    return BITNET_OK;
+}
+
+/* rope_freqs.weight: each frequency's divisor, 1 for short wavelengths, factor for long ones and a
+   smooth step between (transformers' _compute_llama3_parameters, llama.cpp's converter). */
+static void bitnet__cv_rope_freqs(const bitnet__cv *cv, float *out) {
+    const double pi = 3.14159265358979323846;
+    int i;
+    for (i = 0; i < cv->head_dim / 2; i++) {
+        double freq = 1.0 / pow((double)cv->theta, 2.0 * i / cv->head_dim), wavelen = 2 * pi / freq, d;
+        if (wavelen < cv->rope_orig / cv->rope_hi) d = 1;
+        else if (wavelen > cv->rope_orig / cv->rope_lo) d = cv->rope_factor;
+        else {
+            double smooth = (cv->rope_orig / wavelen - cv->rope_lo) / (cv->rope_hi - cv->rope_lo);
+            d = 1 / ((1 - smooth) / cv->rope_factor + smooth);
+        }
+        out[i] = (float)d;
+    }
+}
+
 static bitnet_result bitnet__cv_config(bitnet__cv *cv) {
     const bitnet__json *j = &cv->cfg;
     const char *type = bitnet__cv_str(j, 0, "model_type"), *act = bitnet__cv_str(j, 0, "hidden_act");
@@ -17025,8 +17071,8 @@ static bitnet_result bitnet__cv_config(bitnet__cv *cv) {
     if (act && strcmp(act, cv->llama ? "silu" : "relu2") != 0)
         return bitnet__err(BITNET_ERR_UNSUPPORTED, "config.json: hidden_act \"%s\"; %s has \"%s\"", act,
                            cv->llama ? "a ternary LLaMA" : "BitNet b1.58", cv->llama ? "silu" : "relu2");
-    if (rs >= 0 && j->nodes[rs].type != BITNET__J_NULL)
-        return bitnet__err(BITNET_ERR_UNSUPPORTED, "config.json: rope_scaling is set; bitnet.h has plain RoPE");
+    if (rs >= 0 && j->nodes[rs].type == BITNET__J_OBJ) BITNET__TRY(bitnet__cv_rope_scaling(cv, rs));
+    else if (rs >= 0 && j->nodes[rs].type != BITNET__J_NULL) return bitnet__err(BITNET_ERR_BAD_METADATA, "config.json: rope_scaling is not an object");
     BITNET__TRY(bitnet__cv_int(j, 0, "hidden_size", -1, 1, 1 << 16, &cv->dim));
     BITNET__TRY(bitnet__cv_int(j, 0, "intermediate_size", -1, 1, 1 << 18, &cv->ffn));
     BITNET__TRY(bitnet__cv_int(j, 0, "num_hidden_layers", -1, 1, 4096, &cv->layers));
@@ -17036,9 +17082,8 @@ static bitnet_result bitnet__cv_config(bitnet__cv *cv) {
     BITNET__TRY(bitnet__cv_int(j, 0, "head_dim", cv->dim / cv->heads, 1, 1 << 16, &cv->head_dim));
     BITNET__TRY(bitnet__cv_float(j, 0, "rms_norm_eps", 1e-5f, &cv->eps));
     if ((id = bitnet__json_get(j, 0, "rope_parameters")) >= 0) { /* transformers 5 */
-        const char *rt = bitnet__cv_str(j, id, "rope_type");
-        if (rt && strcmp(rt, "default") != 0)
-            return bitnet__err(BITNET_ERR_UNSUPPORTED, "config.json: rope_type \"%s\"; bitnet.h has plain RoPE", rt);
+        if (j->nodes[id].type != BITNET__J_OBJ) return bitnet__err(BITNET_ERR_BAD_METADATA, "config.json: rope_parameters is not an object");
+        if (bitnet__cv_str(j, id, "rope_type")) BITNET__TRY(bitnet__cv_rope_scaling(cv, id));
         BITNET__TRY(bitnet__cv_float(j, id, "rope_theta", 10000.0f, &cv->theta));
     }
     if (bitnet__json_get(j, 0, "rope_theta") >= 0 || id < 0) BITNET__TRY(bitnet__cv_float(j, 0, "rope_theta", 10000.0f, &cv->theta));
@@ -17094,28 +17139,40 @@ static bitnet_result bitnet__cv_special(bitnet__cv *cv, const char *key, const c
 static const char bitnet__llama3_split[] =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
-/* Byte-level BPE with LLaMA 3's pre-tokenizer and nothing else: a Sequence of that Split and a
-   ByteLevel that does not split again. Anything else would tokenize differently, so it is refused. */
-static bitnet_result bitnet__cv_pretokenizer(const bitnet__json *j) {
+/* Byte-level BPE with one of the two pre-tokenizers bitnet.h implements, as a Sequence of steps:
+     LLaMA 3 ("llama-bpe"): a Split on its pattern, then a ByteLevel that does not split again;
+     Falcon 3 ("falcon3"): Punctuation (Contiguous), a ByteLevel on GPT-2's pattern, then single
+     digits, the three steps llama.cpp's "falcon3" patterns stand for.
+   Anything else would tokenize differently, so it is refused. *pre: the GGUF's tokenizer.ggml.pre. */
+static bitnet_result bitnet__cv_pretokenizer(const bitnet__json *j, const char **pre_out) {
     int32_t pre = bitnet__json_get(j, 0, "pre_tokenizer"), norm = bitnet__json_get(j, 0, "normalizer"), seq, i;
-    int split = 0, bytelevel = 0, other = 0;
+    char steps[8] = "";
+    int n = 0;
     const char *t;
     if (norm >= 0 && j->nodes[norm].type != BITNET__J_NULL)
         return bitnet__err(BITNET_ERR_UNSUPPORTED, "tokenizer.json: a normalizer; bitnet.h reads byte-level BPE without one");
     t = pre >= 0 ? bitnet__cv_str(j, pre, "type") : NULL;
     seq = t && strcmp(t, "Sequence") == 0 ? bitnet__json_get(j, pre, "pretokenizers") : -1;
-    if (seq < 0 || j->nodes[seq].type != BITNET__J_ARR) other = 1;
-    for (i = seq >= 0 ? j->nodes[seq].first : -1; i >= 0; i = j->nodes[i].next) {
-        const char *pt = bitnet__cv_str(j, i, "type");
-        int32_t pat = bitnet__json_get(j, i, "pattern"), ur = bitnet__json_get(j, i, "use_regex");
+    for (i = seq >= 0 && j->nodes[seq].type == BITNET__J_ARR ? j->nodes[seq].first : -1; i >= 0 && n < 7; i = j->nodes[i].next) {
+        const char *pt = bitnet__cv_str(j, i, "type"), *bh = bitnet__cv_str(j, i, "behavior");
+        int32_t pat = bitnet__json_get(j, i, "pattern"), ur = bitnet__json_get(j, i, "use_regex"), ap = bitnet__json_get(j, i, "add_prefix_space");
+        int32_t dg = bitnet__json_get(j, i, "individual_digits");
         const char *rx = pat >= 0 ? bitnet__cv_str(j, pat, "Regex") : NULL;
-        if (pt && strcmp(pt, "Split") == 0 && rx && strcmp(rx, bitnet__llama3_split) == 0) split++;
-        else if (pt && strcmp(pt, "ByteLevel") == 0 && ur >= 0 && j->nodes[ur].type == BITNET__J_FALSE) bytelevel++;
-        else other = 1;
+        int prefix = ap >= 0 && j->nodes[ap].type == BITNET__J_TRUE;
+        char c = '?';
+        if (pt && strcmp(pt, "Split") == 0 && rx && strcmp(rx, bitnet__llama3_split) == 0 && bh && strcmp(bh, "Isolated") == 0) c = 'S';
+        else if (pt && strcmp(pt, "ByteLevel") == 0 && !prefix && ur >= 0 && j->nodes[ur].type == BITNET__J_FALSE) c = 'B';
+        else if (pt && strcmp(pt, "ByteLevel") == 0 && !prefix && (ur < 0 || j->nodes[ur].type == BITNET__J_TRUE)) c = 'G';
+        else if (pt && strcmp(pt, "Punctuation") == 0 && bh && strcmp(bh, "Contiguous") == 0) c = 'P';
+        else if (pt && strcmp(pt, "Digits") == 0 && dg >= 0 && j->nodes[dg].type == BITNET__J_TRUE) c = 'D';
+        steps[n++] = c;
     }
-    if (split != 1 || bytelevel != 1 || other)
-        return bitnet__err(BITNET_ERR_UNSUPPORTED, "tokenizer.json: the pre-tokenizer is not LLaMA 3's (a Split on its pattern, "
-                                                   "then ByteLevel without use_regex); bitnet.h would tokenize differently");
+    steps[n] = 0;
+    if (strcmp(steps, "SB") == 0) *pre_out = "llama-bpe";
+    else if (strcmp(steps, "PGD") == 0) *pre_out = "falcon3";
+    else return bitnet__err(BITNET_ERR_UNSUPPORTED, "tokenizer.json: the pre-tokenizer is neither LLaMA 3's (a Split on its pattern, "
+                                                    "then ByteLevel without use_regex) nor Falcon 3's (Punctuation, ByteLevel, Digits); "
+                                                    "bitnet.h would tokenize differently");
     return BITNET_OK;
 }
 
@@ -17128,7 +17185,7 @@ static bitnet_result bitnet__cv_tokenizer(bitnet__cv *cv) {
     int t;
     if (!type || strcmp(type, "BPE") != 0)
         return bitnet__err(BITNET_ERR_UNSUPPORTED, "tokenizer.json: model type \"%s\"; bitnet.h converts \"BPE\"", type ? type : "(none)");
-    BITNET__TRY(bitnet__cv_pretokenizer(j));
+    BITNET__TRY(bitnet__cv_pretokenizer(j, &cv->pre));
     vocab = bitnet__json_get(j, model, "vocab");
     merges = bitnet__json_get(j, model, "merges");
     added = bitnet__json_get(j, 0, "added_tokens");
@@ -17209,7 +17266,7 @@ static bitnet_result bitnet__cv_tokenizer(bitnet__cv *cv) {
 }
 
 /* ---- the tensors ------------------------------------------------------------------------------ */
-enum { BITNET__CV_NORM, BITNET__CV_F16, BITNET__CV_TERNARY };
+enum { BITNET__CV_NORM, BITNET__CV_F16, BITNET__CV_TERNARY, BITNET__CV_ROPE /* computed: rope_freqs.weight */ };
 
 typedef struct bitnet__cv_job {
     char name[64], hf[96];
@@ -17267,10 +17324,14 @@ static bitnet_result bitnet__cv_jobs(bitnet__cv *cv, bitnet__cv_job **out, int *
         {"ffn_down", "mlp.down_proj"}, {"ffn_sub_norm", "mlp.ffn_sub_norm"}};
     const uint64_t dim = (uint64_t)cv->dim, ffn = (uint64_t)cv->ffn, kvd = (uint64_t)cv->kv_heads * (uint64_t)cv->head_dim;
     const uint64_t rows[11] = {dim, dim, kvd, kvd, dim, dim, dim, ffn, ffn, dim, ffn}, cols[11] = {0, dim, dim, dim, dim, 0, 0, dim, dim, ffn, 0};
-    int n = 0, l, p, max = cv->layers * 11 + 3;
+    int n = 0, l, p, max = cv->layers * 11 + 4;
     bitnet__cv_job *jb = (bitnet__cv_job *)bitnet__calloc((size_t)max, sizeof *jb);
     *out = jb;
     if (!jb) return bitnet__err_where(BITNET_ERR_OUT_OF_MEMORY, "convert: the tensor list");
+    if (cv->rope_factor > 0) { /* first, as llama.cpp's converter writes it */
+        snprintf(jb[n].name, sizeof jb[n].name, "rope_freqs.weight");
+        jb[n].kind = BITNET__CV_ROPE, jb[n++].n = (uint64_t)cv->head_dim / 2;
+    }
     snprintf(jb[n].name, sizeof jb[n].name, "token_embd.weight");
     snprintf(jb[n].hf, sizeof jb[n].hf, "model.embed_tokens");
     jb[n].kind = BITNET__CV_F16, jb[n].n = (uint64_t)cv->vocab, jb[n++].k = dim;
@@ -17292,19 +17353,21 @@ static bitnet_result bitnet__cv_jobs(bitnet__cv *cv, bitnet__cv_job **out, int *
         jb[n].kind = BITNET__CV_F16, jb[n].n = (uint64_t)cv->vocab, jb[n++].k = dim;
     }
     *n_out = n;
-    for (p = 0; p < n; p++) BITNET__TRY(bitnet__cv_source(cv, &jb[p]));
+    for (p = 0; p < n; p++)
+        if (jb[p].kind != BITNET__CV_ROPE) BITNET__TRY(bitnet__cv_source(cv, &jb[p]));
     return BITNET_OK;
 }
 
 /* Streams one tensor into the writer, converted. */
-static bitnet_result bitnet__cv_write(bitnet_gguf_writer *w, const bitnet__cv_job *jb, int inverse_scale) {
+static bitnet_result bitnet__cv_write(bitnet_gguf_writer *w, const bitnet__cv *cv, const bitnet__cv_job *jb) {
     const size_t n = (size_t)jb->n, k = (size_t)(jb->k ? jb->k : 1), chunk = 4096;
     size_t i, nk = n * k;
     bitnet_result r = BITNET_OK;
-    if (jb->kind == BITNET__CV_NORM) {
+    if (jb->kind == BITNET__CV_NORM || jb->kind == BITNET__CV_ROPE) {
         float *f = (float *)bitnet__malloc(n * sizeof *f);
         if (!f) return bitnet__err_where(BITNET_ERR_OUT_OF_MEMORY, jb->name);
-        bitnet__st_floats(jb->src, 0, n, f);
+        if (jb->kind == BITNET__CV_ROPE) bitnet__cv_rope_freqs(cv, f);
+        else bitnet__st_floats(jb->src, 0, n, f);
         r = bitnet_gguf_writer_write(w, f, n * sizeof *f);
         bitnet__free(f);
         return r;
@@ -17336,7 +17399,7 @@ static bitnet_result bitnet__cv_write(bitnet_gguf_writer *w, const bitnet__cv_jo
         if (jb->scale) { /* packed: codes as they are, the scale multiplicative */
             float s;
             bitnet__st_floats(jb->scale, 0, 1, &s);
-            if (inverse_scale) s = 1.0f / s;
+            if (cv->inverse_scale) s = 1.0f / s;
             if (!(s > 0) || !(s < FLT_MAX)) r = bitnet__err(BITNET_ERR_CORRUPT, "convert: %s.weight_scale gives the scale %g", jb->hf, (double)s);
             else r = bitnet_i2s_from_hf(jb->src->data, n, k, s, dst, ib);
         } else { /* master weights: absmean, as the model quantizes them */
@@ -17458,7 +17521,7 @@ static bitnet_result bitnet__cv_run(bitnet__cv *cv, const char *gguf_path, bitne
     snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", arch);
     BITNET__CV(bitnet_gguf_writer_set_f32(w, key, cv->eps));
     BITNET__CV(bitnet_gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2"));
-    BITNET__CV(bitnet_gguf_writer_set_str(w, "tokenizer.ggml.pre", "llama-bpe"));
+    BITNET__CV(bitnet_gguf_writer_set_str(w, "tokenizer.ggml.pre", cv->pre));
     BITNET__CV(bitnet_gguf_writer_set_arr(w, "tokenizer.ggml.tokens", BITNET_GGUF_STRING, cv->tokens, (uint64_t)cv->vocab));
     BITNET__CV(bitnet_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", BITNET_GGUF_INT32, cv->types, (uint64_t)cv->vocab));
     BITNET__CV(bitnet_gguf_writer_set_arr(w, "tokenizer.ggml.merges", BITNET_GGUF_STRING, cv->merges, (uint64_t)cv->n_merges));
@@ -17469,14 +17532,15 @@ static bitnet_result bitnet__cv_run(bitnet__cv *cv, const char *gguf_path, bitne
     if (tmpl) BITNET__CV(bitnet_gguf_writer_set_str(w, "tokenizer.chat_template", tmpl));
     for (i = 0; i < n_jobs && r == BITNET_OK; i++) {
         uint64_t ne[2];
-        ne[0] = jobs[i].kind == BITNET__CV_NORM ? jobs[i].n : jobs[i].k;
+        const int one_dim = jobs[i].kind == BITNET__CV_NORM || jobs[i].kind == BITNET__CV_ROPE;
+        ne[0] = one_dim ? jobs[i].n : jobs[i].k;
         ne[1] = jobs[i].n;
         r = bitnet_gguf_writer_add_tensor(w, jobs[i].name, jobs[i].kind == BITNET__CV_TERNARY ? BITNET_TENSOR_I2_S :
                                           jobs[i].kind == BITNET__CV_F16 ? BITNET_TENSOR_F16 : BITNET_TENSOR_F32,
-                                          jobs[i].kind == BITNET__CV_NORM ? 1 : 2, ne);
+                                          one_dim ? 1 : 2, ne);
     }
     BITNET__CV(bitnet_gguf_writer_begin(w, gguf_path));
-    for (i = 0; i < n_jobs && r == BITNET_OK; i++) r = bitnet__cv_write(w, &jobs[i], cv->inverse_scale);
+    for (i = 0; i < n_jobs && r == BITNET_OK; i++) r = bitnet__cv_write(w, cv, &jobs[i]);
     BITNET__CV(bitnet_gguf_writer_finish(w));
 #undef BITNET__CV
 #undef BITNET__CV_HP

@@ -140,21 +140,25 @@ static void hf_write(const char *dir, const bitnet_gguf *g, const hf_opts *o) {
     const int32_t *types;
     bitnet_gguf_str s;
     bitnet_tensor_info ti;
-    int l, k, first;
+    int l, k, first, falcon3;
     uint32_t dim = gu32(g, "%s.embedding_length"), layers = gu32(g, "%s.block_count");
+    const char *rope = bitnet_gguf_find_tensor(g, "rope_freqs.weight", &ti) == BITNET_OK ? /* gen-model's --rope-scaling llama3 */
+        "{\"factor\": 8.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 8192, "
+        "\"rope_type\": \"llama3\"}" : "null";
+    falcon3 = bitnet_gguf_get_str(g, "tokenizer.ggml.pre", &s) == BITNET_OK && s.len == 7 && memcmp(s.ptr, "falcon3", 7) == 0;
     mkdir(dir, 0755);
     snprintf(p, sizeof p, "%s/config.json", dir);
     f = fopen(p, "wb");
     fprintf(f, "{\"architectures\": [\"%s\"], \"model_type\": \"%s\", \"hidden_size\": %u, \"intermediate_size\": %u,\n"
                " \"num_hidden_layers\": %u, \"num_attention_heads\": %u, \"num_key_value_heads\": %u, \"hidden_act\": \"%s\",\n"
                " \"max_position_embeddings\": %u, \"rms_norm_eps\": 1e-05, \"rope_theta\": 500000.0, \"vocab_size\": %u,\n"
-               " \"tie_word_embeddings\": %s, \"bos_token_id\": %u, \"eos_token_id\": [%u, %u], \"rope_scaling\": null,\n"
+               " \"tie_word_embeddings\": %s, \"bos_token_id\": %u, \"eos_token_id\": [%u, %u], \"rope_scaling\": %s,\n"
                " \"quantization_config\": {\"quant_method\": \"bitnet\", %s\"quantization_mode\": \"%s\"}}\n",
             is_llama(g) ? "LlamaForCausalLM" : "BitNetForCausalLM", is_llama(g) ? "llama" : "bitnet",
             dim, gu32(g, "%s.feed_forward_length"), layers, gu32(g, "%s.attention.head_count"),
             gu32(g, "%s.attention.head_count_kv"), is_llama(g) ? "silu" : "relu2", gu32(g, "%s.context_length"), gu32(g, "%s.vocab_size"),
             o->untied ? "false" : "true", gu32(g, "tokenizer.ggml.bos_token_id"), gu32(g, "tokenizer.ggml.eos_token_id"),
-            gu32(g, "tokenizer.ggml.eot_token_id"), o->bitlinear == 2 ? "" : o->bitlinear ? "\"linear_class\": \"bitlinear\", " : "\"linear_class\": \"autobitlinear\", ", o->master ? "online" : "offline");
+            gu32(g, "tokenizer.ggml.eot_token_id"), rope, o->bitlinear == 2 ? "" : o->bitlinear ? "\"linear_class\": \"bitlinear\", " : "\"linear_class\": \"autobitlinear\", ", o->master ? "online" : "offline");
     fclose(f);
     /* tokenizer.json */
     bitnet_gguf_get_arr(g, "tokenizer.ggml.tokens", &et, &n_tok);
@@ -172,11 +176,17 @@ static void hf_write(const char *dir, const bitnet_gguf *g, const hf_opts *o) {
                     types[i] == 3 ? "true" : "false");
             first = 0;
         }
-    fprintf(f, "],\n \"normalizer\": null,\n \"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", "
-               "\"pattern\": {\"Regex\": ");
-    json_str(f, llama3_split, strlen(llama3_split));
-    fprintf(f, "}, \"behavior\": \"Isolated\", \"invert\": false}, {\"type\": \"ByteLevel\", \"add_prefix_space\": false, "
-               "\"trim_offsets\": true, \"use_regex\": false}]},\n \"post_processor\": null, \"decoder\": {\"type\": \"ByteLevel\"},\n"
+    fprintf(f, "],\n \"normalizer\": null,\n \"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": [");
+    if (falcon3) { /* Falcon 3's steps */
+        fprintf(f, "{\"type\": \"Punctuation\", \"behavior\": \"Contiguous\"}, {\"type\": \"ByteLevel\", \"add_prefix_space\": false, "
+                   "\"trim_offsets\": true, \"use_regex\": true}, {\"type\": \"Digits\", \"individual_digits\": true}");
+    } else {
+        fprintf(f, "{\"type\": \"Split\", \"pattern\": {\"Regex\": ");
+        json_str(f, llama3_split, strlen(llama3_split));
+        fprintf(f, "}, \"behavior\": \"Isolated\", \"invert\": false}, {\"type\": \"ByteLevel\", \"add_prefix_space\": false, "
+                   "\"trim_offsets\": true, \"use_regex\": false}");
+    }
+    fprintf(f, "]},\n \"post_processor\": null, \"decoder\": {\"type\": \"ByteLevel\"},\n"
                " \"model\": {\"type\": \"BPE\", \"dropout\": null, \"unk_token\": null, \"byte_fallback\": false, \"ignore_merges\": true,\n"
                "  \"vocab\": {");
     for (i = 0, first = 1; i < n_tok; i++)
@@ -465,6 +475,12 @@ static void test_roundtrip_llama(void) {
     memset(&o, 0, sizeof o);
     o.untied = 1;
     roundtrip_from("llama", path, &o);
+    /* Falcon 3's pre-tokenizer and Llama 3.1's RoPE scaling: tokenizer.ggml.pre "falcon3" and gen-model's
+       own rope_freqs.weight, byte for byte */
+    snprintf(cmd, sizeof cmd, "%s gen-model --preset tiny --seed 4 --arch llama --pre falcon3 --rope-scaling llama3 -o %s 2>/dev/null",
+             bin, path);
+    TEST_CHECK(system(cmd) == 0);
+    roundtrip_from("falcon3_rope", path, &o);
     remove(path);
 }
 
@@ -659,7 +675,14 @@ static void test_broken_config_and_tokenizer(void) {
         {"config.json", "\"hidden_size\"", "\"hidden_sighs\"", BITNET_ERR_BAD_METADATA, "no \"hidden_size\""},
         {"config.json", "\"num_key_value_heads\": 2", "\"num_key_value_heads\": 3", BITNET_ERR_BAD_METADATA, "key-value heads"},
         {"config.json", "\"num_attention_heads\": 4", "\"num_attention_heads\": 4.5", BITNET_ERR_BAD_METADATA, "num_attention_heads"},
-        {"config.json", "\"rope_scaling\": null", "\"rope_scaling\": {\"type\": \"linear\"}", BITNET_ERR_UNSUPPORTED, "rope_scaling"},
+        {"config.json", "\"rope_scaling\": null", "\"rope_scaling\": {\"type\": \"linear\"}", BITNET_ERR_UNSUPPORTED, "rope_type \"linear\""},
+        {"config.json", "\"rope_scaling\": null", "\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0}", BITNET_ERR_BAD_METADATA,
+         "llama3 RoPE scaling needs factor"},
+        {"config.json", "\"rope_scaling\": null", "\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": 4.0, "
+         "\"high_freq_factor\": 1.0, \"original_max_position_embeddings\": 8192}", BITNET_ERR_BAD_METADATA, "is not above low_freq_factor"},
+        {"config.json", "\"rope_scaling\": null", "\"rope_scaling\": 3", BITNET_ERR_BAD_METADATA, "rope_scaling is not an object"},
+        {"config.json", "\"rope_scaling\": null", "\"rope_parameters\": {\"rope_type\": \"yarn\", \"rope_theta\": 10000.0}", BITNET_ERR_UNSUPPORTED,
+         "rope_type \"yarn\""},
         {"config.json", "\"quant_method\": \"bitnet\"", "\"quant_method\": \"gptq\"", BITNET_ERR_UNSUPPORTED, "quant_method \"gptq\""},
         {"config.json", "\"quant_method\": \"bitnet\"", "\"use_rms_norm\": true, \"quant_method\": \"bitnet\"", BITNET_ERR_UNSUPPORTED, "use_rms_norm"},
         {"config.json", "\"quant_method\": \"bitnet\"", "\"modules_to_not_convert\": [\"lm_head\", \"model.layers.0.mlp.up_proj\"], \"quant_method\": \"bitnet\"",
@@ -673,8 +696,11 @@ static void test_broken_config_and_tokenizer(void) {
         {"config.json", "{", "{\"a\": 1, \"a\": 2, ", BITNET_ERR_CORRUPT, "duplicate member \"a\""},
         {"config.json", "}\n", "", BITNET_ERR_CORRUPT, "config.json: JSON: unterminated object"},
         {"tokenizer.json", "\"normalizer\": null", "\"normalizer\": {\"type\": \"NFC\"}", BITNET_ERR_UNSUPPORTED, "normalizer"},
-        {"tokenizer.json", "\\\\p{N}{1,3}", "\\\\p{N}+", BITNET_ERR_UNSUPPORTED, "not LLaMA 3's"},
-        {"tokenizer.json", "\"use_regex\": false", "\"use_regex\": true", BITNET_ERR_UNSUPPORTED, "not LLaMA 3's"},
+        {"tokenizer.json", "\\\\p{N}{1,3}", "\\\\p{N}+", BITNET_ERR_UNSUPPORTED, "neither LLaMA 3's"},
+        {"tokenizer.json", "\"use_regex\": false", "\"use_regex\": true", BITNET_ERR_UNSUPPORTED, "neither LLaMA 3's"},
+        {"tokenizer.json", "\"use_regex\": false}", "\"use_regex\": false}, {\"type\": \"Digits\", \"individual_digits\": true}",
+         BITNET_ERR_UNSUPPORTED, "neither LLaMA 3's"},
+        {"tokenizer.json", "\"behavior\": \"Isolated\"", "\"behavior\": \"Removed\"", BITNET_ERR_UNSUPPORTED, "neither LLaMA 3's"},
         {"tokenizer.json", "\"type\": \"BPE\"", "\"type\": \"Unigram\"", BITNET_ERR_UNSUPPORTED, "model type \"Unigram\""},
         {"tokenizer.json", "\"byte_fallback\": false", "\"byte_fallback\": true", BITNET_ERR_UNSUPPORTED, "byte_fallback"},
         {"tokenizer.json", "\"vocab\": {", "\"vocab\": {\"zzz\": 552, ", BITNET_ERR_BAD_METADATA, "token \"zzz\" has no id below"},
@@ -900,6 +926,66 @@ static void test_llama3_vocabulary(void) {
     remove(gpath);
 }
 
+/* Llama 3.1's RoPE scaling, in transformers 4's rope_scaling and 5's rope_parameters: rope_freqs.weight
+   holds each frequency's divisor as transformers' llama3 rule gives it (inv_freq / factor for long
+   wavelengths, unchanged for short, interpolated between), and the file loads with it. */
+static void test_rope_scaling(void) {
+    static const char *const forms[2] = {
+        "\"rope_scaling\": {\"factor\": 8.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, "
+        "\"original_max_position_embeddings\": 64, \"rope_type\": \"llama3\"}",
+        "\"rope_parameters\": {\"rope_type\": \"llama3\", \"rope_theta\": 500000.0, \"factor\": 8.0, \"low_freq_factor\": 1.0, "
+        "\"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 64}"};
+    char dir[640], out[700], p[768];
+    bitnet_gguf *src = open_tiny(), *g = NULL;
+    hf_opts o;
+    int form;
+    if (!src) { TEST_CHECK(0); return; }
+    memset(&o, 0, sizeof o);
+    snprintf(dir, sizeof dir, "%s", tmp_path("rope"));
+    snprintf(out, sizeof out, "%s.gguf", dir);
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    hf_write(dir, src, &o);
+    for (form = 0; form < 2; form++) {
+        size_t n = 0, n0, i, n_mid = 0, n_long = 0;
+        unsigned char *b = slurp(p, &n), *orig = (unsigned char *)malloc(n + 1);
+        bitnet_tensor_info t;
+        bitnet_model_desc d;
+        bitnet_model *m = NULL;
+        bitnet_model_info info;
+        memcpy(orig, b, n0 = n);
+        TEST_CHECK(edit(&b, &n, "config.json", "\"rope_scaling\": null", forms[form]));
+        spit(p, b, n);
+        TEST_CHECKF(bitnet_convert_hf(dir, out) == BITNET_OK, "%s", bitnet_last_error());
+        TEST_CHECK(bitnet_gguf_open(out, &g) == BITNET_OK);
+        if (g && bitnet_gguf_find_tensor(g, "rope_freqs.weight", &t) == BITNET_OK) {
+            const uint64_t hd = t.ne[0] * 2;
+            const float *f = (const float *)t.data;
+            TEST_CHECK(t.type == BITNET_TENSOR_F32 && hd == gu32(src, "%s.rope.dimension_count"));
+            for (i = 0; i < t.ne[0]; i++) { /* transformers: inv_freq_llama = inv_freq / factor, or smoothed, or inv_freq */
+                double inv = 1.0 / pow(500000.0, 2.0 * (double)i / (double)hd), wl = 2 * 3.141592653589793 / inv, want, smooth;
+                smooth = (64.0 / wl - 1.0) / (4.0 - 1.0);
+                want = wl > 64.0 ? inv / 8 : wl < 16.0 ? inv : (1 - smooth) * inv / 8 + smooth * inv;
+                n_long += wl > 64.0, n_mid += wl >= 16.0 && wl <= 64.0;
+                TEST_CHECKF(fabs(inv / f[i] - want) <= 1e-6 * want, "rope_freqs[%zu] = %g: frequency %g, want %g", i, (double)f[i], inv / f[i], want);
+            }
+            TEST_CHECKF(n_long > 0 && n_mid > 0, "the test's frequencies cover each rule (%zu long, %zu between)", n_long, n_mid);
+        } else {
+            TEST_CHECKF(0, "form %d: no rope_freqs.weight", form);
+        }
+        bitnet_gguf_close(g);
+        memset(&d, 0, sizeof d);
+        d.path = out, d.backend = BITNET_BACKEND_CPU;
+        TEST_CHECKF(bitnet_model_load(&d, &m) == BITNET_OK && bitnet_model_get_info(m, &info) == BITNET_OK && info.rope_freqs == 1, "%s",
+                    bitnet_last_error());
+        bitnet_model_free(m);
+        spit(p, orig, n0);
+        free(b), free(orig);
+        remove(out);
+    }
+    rm_dir(dir);
+    bitnet_gguf_close(src);
+}
+
 /* `bitnet convert DIR -o FILE` then `bitnet run` on the result. */
 static void test_cli(void) {
     const char *build = getenv("BUILD"), *runner = getenv("RUNNER");
@@ -935,6 +1021,7 @@ int main(void) {
     RUN_TEST(test_master_weights);
     RUN_TEST(test_broken_config_and_tokenizer);
     RUN_TEST(test_broken_weights);
+    RUN_TEST(test_rope_scaling);
     RUN_TEST(test_llama3_vocabulary);
     RUN_TEST(test_cli);
     return test_summary();

@@ -17,6 +17,13 @@
    {"quant_method": "bitnet"}: BitLinear, packed, weight_scale divides): `gen-model --arch llama`'s
    file written as that checkpoint (q and k rows back in Hugging Face's order), converted: the same
    bytes as the file; and transformers' logits on the checkpoint against ours on the conversion.
+6. The same with Llama 3.1's RoPE scaling (rope_scaling "llama3"): the conversion's rope_freqs.weight
+   is gen-model's byte for byte, the logits match transformers', and (the control) the checkpoint
+   converted without its rope_scaling is far off.
+Step 2b: step 1's vocabulary under Falcon 3's pre-tokenizer (Punctuation, ByteLevel, Digits), as the
+   converter recognises it (tokenizer.ggml.pre "falcon3"), against `tokenizers`; the only
+   mismatches allowed are texts holding a byte that Hugging Face's Digits step sees as a number
+   after ByteLevel (llama.cpp's falcon3, which bitnet.h follows, cuts at ASCII digits only).
 
   python3 tools/hf_convert_check.py --tiktoken llama3-tokenizer.tiktoken --out DIR [--layers 2]
 """
@@ -38,6 +45,19 @@ def run(cmd):
     return p, time.time() - t0
 
 
+# gen-model --rope-scaling llama3 writes Llama 3.1's rope_freqs for these numbers
+LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+               "original_max_position_embeddings": 8192}
+# Falcon 3's pre-tokenizer steps (llama.cpp's "falcon3": punctuation runs, GPT-2's pattern, single digits)
+FALCON3_PRE = {"type": "Sequence", "pretokenizers": [
+    {"type": "Punctuation", "behavior": "Contiguous"},
+    {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
+    {"type": "Digits", "individual_digits": True}]}
+# bytes whose byte-level characters are numbers (2 3 1 1/4 1/2 3/4): Hugging Face's Digits step, after
+# ByteLevel, cuts at them inside a UTF-8 sequence; llama.cpp's [0-9] does not
+HF_DIGIT_BYTES = {0xB2, 0xB3, 0xB9, 0xBC, 0xBD, 0xBE}
+
+
 def llama_checkpoint(r, d):
     """A packed LlamaForCausalLM BitNet checkpoint (BitLinear: weight_scale = 1 / scale) and a
     byte-level tokenizer.json from GGUF r (arch "llama": q and k rows in llama.cpp's RoPE order)."""
@@ -51,7 +71,8 @@ def llama_checkpoint(r, d):
            "hidden_size": dim, "intermediate_size": int(g("feed_forward_length")), "num_hidden_layers": layers,
            "num_attention_heads": heads, "num_key_value_heads": kvh, "head_dim": hd, "hidden_act": "silu",
            "max_position_embeddings": int(g("context_length")), "rms_norm_eps": float(g("attention.layer_norm_rms_epsilon")),
-           "rope_theta": float(g("rope.freq_base")), "rope_scaling": None, "tie_word_embeddings": tied, "attention_bias": False,
+           "rope_theta": float(g("rope.freq_base")), "rope_scaling": LLAMA3_ROPE if "rope_freqs.weight" in r.tensors else None,
+           "tie_word_embeddings": tied, "attention_bias": False,
            "mlp_bias": False, "torch_dtype": "float32", "bos_token_id": int(kv["tokenizer.ggml.bos_token_id"]),
            "eos_token_id": int(kv["tokenizer.ggml.eos_token_id"]), "quantization_config": {"quant_method": "bitnet"}}
     sd = {"model.embed_tokens.weight": r.tensor("token_embd.weight"), "model.norm.weight": r.tensor("output_norm.weight")}
@@ -87,6 +108,27 @@ def llama_checkpoint(r, d):
            "model": {"type": "BPE", "vocab": {t: i for i, t in enumerate(tokens) if types[i] == 1}, "merges": list(merges)}}
     json.dump(tok, open(os.path.join(d, "tokenizer.json"), "w"), ensure_ascii=False)
     return cfg
+
+
+def compare_tokenizer(a, tk_path, gguf, texts, label, log):
+    """tokenizers reading tk_path against `bitnet tokenize` on gguf; the mismatching texts' indices."""
+    from tokenizers import Tokenizer
+    import tokenizers
+    tk = Tokenizer.from_file(tk_path)
+    ref = [e.ids for e in tk.encode_batch(texts, add_special_tokens=False)]
+    hexf = os.path.join(a.work, "texts.hex")
+    with open(hexf, "w") as fh:
+        for t in texts:
+            fh.write(t.encode("utf-8").hex() + "\n")
+    out, _ = run([a.bitnet, "tokenize", "-m", gguf, "--hex-lines", hexf, "--no-bos"])
+    rows = out.stdout.split("\n")[:len(texts)]
+    ours = [[int(x) for x in r.split(",")] if r else [] for r in rows]
+    bad = [i for i in range(len(texts)) if i >= len(ours) or ours[i] != ref[i]]
+    for i in bad[:6]:
+        log("  MISMATCH %r\n    HF     %s\n    bitnet %s" % (texts[i][:120], ref[i][:30], ours[i][:30] if i < len(ours) else None))
+    log("%s: tokenizers %s reading tokenizer.json vs bitnet tokenize -m (converted): %d texts, %d characters, %d tokens, "
+        "%d mismatches" % (label, tokenizers.__version__, len(texts), sum(map(len, texts)), sum(map(len, ref)), len(bad)))
+    return bad
 
 
 def against_hf(a, m, gguf, vocab, toks, label, log):
@@ -163,24 +205,24 @@ def main():
     log("  bitnet info: " + " | ".join(l.strip() for l in info.stdout.splitlines()[:3]))
 
     # 2. tokenizer
-    from tokenizers import Tokenizer
-    import tokenizers
-    tk = Tokenizer.from_file(os.path.join(ck, "tokenizer.json"))
     texts = tokenizer_parity.make_texts(1, a.count)
-    ref = [e.ids for e in tk.encode_batch(texts, add_special_tokens=False)]
-    hexf = os.path.join(a.work, "texts.hex")
-    with open(hexf, "w") as fh:
-        for t in texts:
-            fh.write(t.encode("utf-8").hex() + "\n")
-    out, _ = run([a.bitnet, "tokenize", "-m", g1, "--hex-lines", hexf, "--no-bos"])
-    rows = out.stdout.split("\n")[:len(texts)]
-    ours = [[int(x) for x in r.split(",")] if r else [] for r in rows]
-    bad = [i for i in range(len(texts)) if i >= len(ours) or ours[i] != ref[i]]
-    for i in bad[:10]:
-        log("  MISMATCH %r\n    HF     %s\n    bitnet %s" % (texts[i][:120], ref[i][:30], ours[i][:30] if i < len(ours) else None))
-    log("tokenizer: tokenizers %s reading tokenizer.json vs bitnet tokenize -m (converted): %d texts, %d characters, %d tokens, "
-        "%d mismatches" % (tokenizers.__version__, len(texts), sum(map(len, texts)), sum(map(len, ref)), len(bad)))
-    ok &= not bad
+    ok &= not compare_tokenizer(a, os.path.join(ck, "tokenizer.json"), g1, texts, "tokenizer", log)
+
+    # 2b. the same vocabulary under Falcon 3's pre-tokenizer: converted with tokenizer.ggml.pre "falcon3"
+    ckf = os.path.join(a.work, "ckpt-falcon3")
+    shutil.copytree(ck, ckf)
+    tj = json.load(open(os.path.join(ck, "tokenizer.json")))
+    tj["pre_tokenizer"] = FALCON3_PRE
+    json.dump(tj, open(os.path.join(ckf, "tokenizer.json"), "w"), ensure_ascii=False)
+    gf = os.path.join(a.work, "from-falcon3.gguf")
+    run([a.bitnet, "convert", ckf, "-o", gf])
+    pre = hf_parity.Reader(gf).kv.get("tokenizer.ggml.pre")
+    bad = compare_tokenizer(a, os.path.join(ckf, "tokenizer.json"), gf, texts, "falcon3 tokenizer (pre %r)" % pre, log)
+    digit_bytes = [i for i in bad if HF_DIGIT_BYTES & set(texts[i].encode("utf-8"))]
+    n_db = sum(1 for t in texts if HF_DIGIT_BYTES & set(t.encode("utf-8")))
+    log("  of them %d in the %d texts whose UTF-8 holds a byte HF's Digits cuts at (B2 B3 B9 BC BD BE: llama.cpp's [0-9] "
+        "does not), %d in the other %d" % (len(digit_bytes), n_db, len(bad) - len(digit_bytes), len(texts) - n_db))
+    ok &= pre == "falcon3" and len(bad) == len(digit_bytes)
 
     # 3. logits and greedy tokens against transformers on the checkpoint itself
     import torch
@@ -229,6 +271,35 @@ def main():
     import transformers.models.llama.modeling_llama as ml
     hf_parity.hf_round_kv(m, True, ml)
     ok &= against_hf(a, m, g3, lcfg["vocab_size"], [int(x) for x in rng.integers(0, lcfg["vocab_size"] - 3, a.tokens)], "llama", log)
+
+    # 6. the same LLaMA with Llama 3.1's RoPE scaling (rope_scaling llama3 -> rope_freqs.weight)
+    src = os.path.join(a.work, "llama-rope-src.gguf")
+    run([a.bitnet, "gen-model", "--preset", "small", "--arch", "llama", "--rope-scaling", "llama3", "--seed", "5", "-o", src])
+    rs = hf_parity.Reader(src)
+    d = os.path.join(a.work, "ckpt-llama-rope")
+    lcfg = llama_checkpoint(rs, d)
+    g4 = os.path.join(a.work, "from-llama-rope.gguf")
+    _, secs = run([a.bitnet, "convert", d, "-o", g4])
+    diff = tensor_diff(rs, hf_parity.Reader(g4), 1e-6)
+    log("llama with rope_scaling llama3: converted in %.2f s; %d of %d tensors differ from gen-model's file (rope_freqs.weight "
+        "among them)%s" % (secs, len(diff), len(rs.tensors), (": " + ", ".join(diff[:5])) if diff else ""))
+    ok &= not diff and "rope_freqs.weight" in rs.tensors
+    m = hf_parity.hf_load(d, log)
+    hf_parity.hf_round_kv(m, True, ml)
+    toks = [int(x) for x in rng.integers(0, lcfg["vocab_size"] - 3, a.tokens)]
+    ok &= against_hf(a, m, g4, lcfg["vocab_size"], list(toks), "llama rope llama3", log)
+    # the control: the same checkpoint without rope_scaling, converted, against the scaled model
+    dn = d + "-unscaled"
+    shutil.copytree(d, dn)
+    c = json.load(open(os.path.join(dn, "config.json")))
+    c["rope_scaling"] = None
+    json.dump(c, open(os.path.join(dn, "config.json"), "w"), indent=1)
+    gn = os.path.join(a.work, "from-llama-unscaled.gguf")
+    run([a.bitnet, "convert", dn, "-o", gn])
+    ref = hf_parity.hf_logits(m, toks)
+    mine = hf_parity.our_logits(a.bitnet, gn, toks, lcfg["vocab_size"], "f16", a.work)
+    per = [hf_parity.rel_l2(mine[i], ref[i]) for i in range(len(toks))]
+    log("  control: the unscaled conversion against the scaled model: rel L2 max %.3g (position 0: %.2g)" % (max(per), per[0]))
     log("overall: %s" % ("PASS" if ok else "FAIL"))
     return 0 if ok else 1
 
