@@ -17,9 +17,10 @@
    {"quant_method": "bitnet"}: BitLinear, packed, weight_scale divides): `gen-model --arch llama`'s
    file written as that checkpoint (q and k rows back in Hugging Face's order), converted: the same
    bytes as the file; and transformers' logits on the checkpoint against ours on the conversion.
-6. The same with Llama 3.1's RoPE scaling (rope_scaling "llama3"): the conversion's rope_freqs.weight
-   is gen-model's byte for byte, the logits match transformers', and (the control) the checkpoint
-   converted without its rope_scaling is far off.
+6. Step 5's checkpoint with Llama 3.1's RoPE scaling (rope_scaling "llama3", a short original
+   context so that most frequencies move): the frequencies our rope_freqs.weight gives against
+   transformers' inv_freq, the logits and greedy tokens as in 3, and (the control) step 5's
+   unscaled conversion against the scaled model.
 Step 2b: step 1's vocabulary under Falcon 3's pre-tokenizer (Punctuation, ByteLevel, Digits), as the
    converter recognises it (tokenizer.ggml.pre "falcon3"), against `tokenizers`; the only
    mismatches allowed are texts holding a byte that Hugging Face's Digits step sees as a number
@@ -45,9 +46,9 @@ def run(cmd):
     return p, time.time() - t0
 
 
-# gen-model --rope-scaling llama3 writes Llama 3.1's rope_freqs for these numbers
+# Llama 3.1's RoPE scaling with a short original context, so that it moves most frequencies
 LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-               "original_max_position_embeddings": 8192}
+               "original_max_position_embeddings": 32}
 # Falcon 3's pre-tokenizer steps (llama.cpp's "falcon3": punctuation runs, GPT-2's pattern, single digits)
 FALCON3_PRE = {"type": "Sequence", "pretokenizers": [
     {"type": "Punctuation", "behavior": "Contiguous"},
@@ -58,7 +59,7 @@ FALCON3_PRE = {"type": "Sequence", "pretokenizers": [
 HF_DIGIT_BYTES = {0xB2, 0xB3, 0xB9, 0xBC, 0xBD, 0xBE}
 
 
-def llama_checkpoint(r, d):
+def llama_checkpoint(r, d, rope_scaling=None):
     """A packed LlamaForCausalLM BitNet checkpoint (BitLinear: weight_scale = 1 / scale) and a
     byte-level tokenizer.json from GGUF r (arch "llama": q and k rows in llama.cpp's RoPE order)."""
     from safetensors.numpy import save_file
@@ -71,7 +72,7 @@ def llama_checkpoint(r, d):
            "hidden_size": dim, "intermediate_size": int(g("feed_forward_length")), "num_hidden_layers": layers,
            "num_attention_heads": heads, "num_key_value_heads": kvh, "head_dim": hd, "hidden_act": "silu",
            "max_position_embeddings": int(g("context_length")), "rms_norm_eps": float(g("attention.layer_norm_rms_epsilon")),
-           "rope_theta": float(g("rope.freq_base")), "rope_scaling": LLAMA3_ROPE if "rope_freqs.weight" in r.tensors else None,
+           "rope_theta": float(g("rope.freq_base")), "rope_scaling": rope_scaling,
            "tie_word_embeddings": tied, "attention_bias": False,
            "mlp_bias": False, "torch_dtype": "float32", "bos_token_id": int(kv["tokenizer.ggml.bos_token_id"]),
            "eos_token_id": int(kv["tokenizer.ggml.eos_token_id"]), "quantization_config": {"quant_method": "bitnet"}}
@@ -110,8 +111,9 @@ def llama_checkpoint(r, d):
     return cfg
 
 
-def compare_tokenizer(a, tk_path, gguf, texts, label, log):
-    """tokenizers reading tk_path against `bitnet tokenize` on gguf; the mismatching texts' indices."""
+def compare_tokenizer(a, tk_path, gguf, texts, label, log, show=None):
+    """tokenizers reading tk_path against `bitnet tokenize` on gguf; the mismatching texts' indices.
+    show(i): whether mismatch i is printed (where it starts, HF's pieces there)."""
     from tokenizers import Tokenizer
     import tokenizers
     tk = Tokenizer.from_file(tk_path)
@@ -124,8 +126,12 @@ def compare_tokenizer(a, tk_path, gguf, texts, label, log):
     rows = out.stdout.split("\n")[:len(texts)]
     ours = [[int(x) for x in r.split(",")] if r else [] for r in rows]
     bad = [i for i in range(len(texts)) if i >= len(ours) or ours[i] != ref[i]]
-    for i in bad[:6]:
-        log("  MISMATCH %r\n    HF     %s\n    bitnet %s" % (texts[i][:120], ref[i][:30], ours[i][:30] if i < len(ours) else None))
+    for i in [i for i in bad if show is None or show(i)][:8]:
+        o = ours[i] if i < len(ours) else []
+        at = next((k for k in range(min(len(o), len(ref[i]))) if o[k] != ref[i][k]), min(len(o), len(ref[i])))
+        lo = max(0, at - 2)
+        log("  MISMATCH %r\n    from token %d: HF %s\n                   bitnet %s" % (
+            texts[i][:160], at, [tk.id_to_token(x) for x in ref[i][lo:at + 4]], [tk.id_to_token(x) for x in o[lo:at + 4]]))
     log("%s: tokenizers %s reading tokenizer.json vs bitnet tokenize -m (converted): %d texts, %d characters, %d tokens, "
         "%d mismatches" % (label, tokenizers.__version__, len(texts), sum(map(len, texts)), sum(map(len, ref)), len(bad)))
     return bad
@@ -217,7 +223,9 @@ def main():
     gf = os.path.join(a.work, "from-falcon3.gguf")
     run([a.bitnet, "convert", ckf, "-o", gf])
     pre = hf_parity.Reader(gf).kv.get("tokenizer.ggml.pre")
-    bad = compare_tokenizer(a, os.path.join(ckf, "tokenizer.json"), gf, texts, "falcon3 tokenizer (pre %r)" % pre, log)
+    has_db = lambda i: bool(HF_DIGIT_BYTES & set(texts[i].encode("utf-8")))
+    bad = compare_tokenizer(a, os.path.join(ckf, "tokenizer.json"), gf, texts, "falcon3 tokenizer (pre %r)" % pre, log,
+                            show=lambda i: not has_db(i))
     digit_bytes = [i for i in bad if HF_DIGIT_BYTES & set(texts[i].encode("utf-8"))]
     n_db = sum(1 for t in texts if HF_DIGIT_BYTES & set(t.encode("utf-8")))
     log("  of them %d in the %d texts whose UTF-8 holds a byte HF's Digits cuts at (B2 B3 B9 BC BD BE: llama.cpp's [0-9] "
@@ -272,32 +280,31 @@ def main():
     hf_parity.hf_round_kv(m, True, ml)
     ok &= against_hf(a, m, g3, lcfg["vocab_size"], [int(x) for x in rng.integers(0, lcfg["vocab_size"] - 3, a.tokens)], "llama", log)
 
-    # 6. the same LLaMA with Llama 3.1's RoPE scaling (rope_scaling llama3 -> rope_freqs.weight)
-    src = os.path.join(a.work, "llama-rope-src.gguf")
-    run([a.bitnet, "gen-model", "--preset", "small", "--arch", "llama", "--rope-scaling", "llama3", "--seed", "5", "-o", src])
-    rs = hf_parity.Reader(src)
+    # 6. step 5's LLaMA with Llama 3.1's RoPE scaling (rope_scaling llama3 -> rope_freqs.weight)
     d = os.path.join(a.work, "ckpt-llama-rope")
-    lcfg = llama_checkpoint(rs, d)
+    llama_checkpoint(rs, d, LLAMA3_ROPE)
     g4 = os.path.join(a.work, "from-llama-rope.gguf")
     _, secs = run([a.bitnet, "convert", d, "-o", g4])
-    diff = tensor_diff(rs, hf_parity.Reader(g4), 1e-6)
-    log("llama with rope_scaling llama3: converted in %.2f s; %d of %d tensors differ from gen-model's file (rope_freqs.weight "
-        "among them)%s" % (secs, len(diff), len(rs.tensors), (": " + ", ".join(diff[:5])) if diff else ""))
-    ok &= not diff and "rope_freqs.weight" in rs.tensors
+    r4 = hf_parity.Reader(g4)
+    diff = tensor_diff(rs, r4, 1e-6)
+    log("llama with rope_scaling %s: converted in %.2f s; %d of %d tensors differ from step 5's file%s" % (
+        json.dumps(LLAMA3_ROPE), secs, len(diff), len(rs.tensors), (": " + ", ".join(diff[:5])) if diff else ""))
+    ok &= not diff and "rope_freqs.weight" in r4.tensors
     m = hf_parity.hf_load(d, log)
     hf_parity.hf_round_kv(m, True, ml)
+    hd = lcfg["hidden_size"] // lcfg["num_attention_heads"]
+    theirs = m.model.rotary_emb.inv_freq.float().cpu().numpy()
+    ours = (1.0 / lcfg["rope_theta"] ** (np.arange(0, hd, 2) / hd)) / r4.tensor("rope_freqs.weight").astype(np.float64)
+    plain = 1.0 / lcfg["rope_theta"] ** (np.arange(0, hd, 2) / hd)
+    rel = np.abs(ours - theirs) / theirs
+    log("  inv_freq: ours (theta^(-2i/d) / rope_freqs) against transformers' rotary_emb.inv_freq: max rel diff %.3g over %d; "
+        "%d of them scaled (not theta^(-2i/d))" % (rel.max(), len(rel), int(np.sum(np.abs(plain - theirs) / theirs > 1e-3))))
+    ok &= rel.max() < 1e-6
     toks = [int(x) for x in rng.integers(0, lcfg["vocab_size"] - 3, a.tokens)]
     ok &= against_hf(a, m, g4, lcfg["vocab_size"], list(toks), "llama rope llama3", log)
-    # the control: the same checkpoint without rope_scaling, converted, against the scaled model
-    dn = d + "-unscaled"
-    shutil.copytree(d, dn)
-    c = json.load(open(os.path.join(dn, "config.json")))
-    c["rope_scaling"] = None
-    json.dump(c, open(os.path.join(dn, "config.json"), "w"), indent=1)
-    gn = os.path.join(a.work, "from-llama-unscaled.gguf")
-    run([a.bitnet, "convert", dn, "-o", gn])
+    # the control: step 5's conversion (the same weights without the scaling) against the scaled model
     ref = hf_parity.hf_logits(m, toks)
-    mine = hf_parity.our_logits(a.bitnet, gn, toks, lcfg["vocab_size"], "f16", a.work)
+    mine = hf_parity.our_logits(a.bitnet, g3, toks, lcfg["vocab_size"], "f16", a.work)
     per = [hf_parity.rel_l2(mine[i], ref[i]) for i in range(len(toks))]
     log("  control: the unscaled conversion against the scaled model: rel L2 max %.3g (position 0: %.2g)" % (max(per), per[0]))
     log("overall: %s" % ("PASS" if ok else "FAIL"))
