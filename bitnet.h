@@ -984,9 +984,14 @@ BITNET_API bitnet_result bitnet_grammar_match(const bitnet_grammar *g, const cha
    const, anyOf / oneOf, allOf of one, $ref into the document ("#/$defs/NAME", recursion too);
    objects: properties in their order (the required always, the others may be left out; no other
    names), or without properties a map of additionalProperties; arrays: items, prefixItems,
-   minItems / maxItems; strings: minLength / maxLength. Not read (every value passes): format,
-   minimum / maximum. Refused (BITNET_ERR_INVALID_ARG, naming where): pattern, allOf of several,
-   unknown types, $ref outside the document. Between tokens: nothing, a space, or a newline and at
+   minItems / maxItems; strings: minLength / maxLength, format date, time, date-time and uuid (other
+   formats pass every string), pattern (an ECMAScript regular expression: literals, '.', classes,
+   \d \w \s, groups, '|', quantifiers, '^' and '$' at the ends; the string's JSON text is what
+   matches: '"' written \", and so on; with a pattern or a format the lengths are not read);
+   integers: minimum / maximum / exclusiveMinimum / exclusiveMaximum (as digit ranges; for "number"
+   they are not read). Refused (BITNET_ERR_INVALID_ARG, naming where): allOf of several, unknown
+   types, $ref outside the document, regular expressions with backreferences, lookaround or \b,
+   integer bounds with no integer between them or past 15 digits. Between tokens: nothing, a space, or a newline and at
    most 20 spaces or tabs. Writes the
    NUL-terminated text to buf; *len gets its length; BITNET_ERR_BAD_SIZE (with *len set) when cap
    is too small. */
@@ -8568,11 +8573,384 @@ static void bitnet__js_object(bitnet__js *js, bitnet__sb *b, int32_t s, int dept
     bitnet__free(kv);
 }
 
+/* ---- JSON schema: integer ranges ---------------------------------------------------------- */
+/* Unsigned integers of n digits from a to z (digit strings, a <= z), digit by digit: the common
+   prefix, then a's first digit with the rest up to 9s, the digits between with anything, and z's
+   first digit with the rest from 0s. */
+static void bitnet__js_digits(bitnet__sb *b, const char *a, const char *z, int n) {
+    static const char nines[] = "9999999999999999", zeros[] = "0000000000000000";
+    int i = 0, rest, lo0, hi9, first, last, alts = 0;
+    while (i < n && a[i] == z[i]) bitnet__sb_printf(b, "\"%c\" ", a[i]), i++;
+    if (i == n) return;
+    rest = n - i - 1;
+    lo0 = strncmp(a + i + 1, zeros, (size_t)rest) == 0, hi9 = strncmp(z + i + 1, nines, (size_t)rest) == 0;
+    first = a[i] - '0' + !lo0, last = z[i] - '0' - !hi9;
+    bitnet__sb_printf(b, "(");
+    if (!lo0) {
+        bitnet__sb_printf(b, "\"%c\" ", a[i]);
+        bitnet__js_digits(b, a + i + 1, nines, rest);
+        alts++;
+    }
+    if (first <= last) {
+        bitnet__sb_printf(b, "%s", alts++ ? "| " : "");
+        bitnet__sb_printf(b, first == last ? "\"%d\"" : "[%d-%d]", first, last);
+        if (rest) bitnet__sb_printf(b, rest == 1 ? " [0-9] " : " [0-9]{%d} ", rest);
+    }
+    if (!hi9) {
+        bitnet__sb_printf(b, alts ? "| \"%c\" " : "\"%c\" ", z[i]);
+        bitnet__js_digits(b, zeros, z + i + 1, rest);
+    }
+    bitnet__sb_printf(b, ")");
+}
+
+/* Unsigned integers from lo to hi (hi < 0: no bound; at most 16 digits, as the integer rule), without
+   leading zeros: one part a digit count. */
+static void bitnet__js_uint_range(bitnet__sb *b, long long lo, long long hi) {
+    char a[24], z[24];
+    int d, dl = snprintf(a, sizeof a, "%lld", lo), dh = hi < 0 ? 16 : snprintf(z, sizeof z, "%lld", hi);
+    long long p = 1;
+    for (d = 1; d < dl; d++) p *= 10; /* 10^(digits - 1) */
+    bitnet__sb_printf(b, "(");
+    for (d = dl; d <= dh; d++, p *= 10) {
+        if (d > dl) bitnet__sb_printf(b, " | ");
+        if (hi < 0 && d > dl) { bitnet__sb_printf(b, "[1-9] [0-9]{%d,15}", d - 1); break; } /* every longer number */
+        snprintf(a, sizeof a, "%lld", d == dl ? lo : p);
+        snprintf(z, sizeof z, "%lld", d == dh && hi >= 0 ? hi : p * 10 - 1);
+        bitnet__js_digits(b, a, z, d);
+    }
+    bitnet__sb_printf(b, ")");
+}
+
+/* One bound: minimum / maximum (inclusive), exclusiveMinimum / exclusiveMaximum (a number, or
+   draft 4's true on the inclusive one), as the integer bound it implies. 0: none. */
+static int bitnet__js_bound(bitnet__js *js, int32_t s, int upper, long long *out) {
+    const bitnet__json *j = js->j;
+    int32_t in = bitnet__json_get(j, s, upper ? "maximum" : "minimum"), ex = bitnet__json_get(j, s, upper ? "exclusiveMaximum" : "exclusiveMinimum");
+    int have = 0;
+    double v;
+    if (in >= 0 && j->nodes[in].type != BITNET__J_NUM) return bitnet__js_fail(js, "%s is not a number", upper ? "maximum" : "minimum"), 0;
+    if (ex >= 0 && j->nodes[ex].type != BITNET__J_NUM && j->nodes[ex].type != BITNET__J_TRUE && j->nodes[ex].type != BITNET__J_FALSE)
+        return bitnet__js_fail(js, "%s is not a number", upper ? "exclusiveMaximum" : "exclusiveMinimum"), 0;
+    if (ex >= 0 && j->nodes[ex].type == BITNET__J_NUM) { /* draft 6 on */
+        v = j->nodes[ex].num;
+        v = upper ? ceil(v) - 1 : floor(v) + 1;
+        have = 1;
+        if (in >= 0) v = upper ? BITNET__MIN(v, floor(j->nodes[in].num)) : BITNET__MAX(v, ceil(j->nodes[in].num));
+    } else if (in >= 0) {
+        int excl = ex >= 0 && j->nodes[ex].type == BITNET__J_TRUE; /* draft 4 */
+        v = j->nodes[in].num;
+        v = upper ? (excl ? ceil(v) - 1 : floor(v)) : (excl ? floor(v) + 1 : ceil(v));
+        have = 1;
+    } else {
+        return 0;
+    }
+    if (!(fabs(v) < 1e15)) return bitnet__js_fail(js, "an integer bound past 15 digits"), 0;
+    *out = (long long)v;
+    return have;
+}
+
+/* An integer between the schema's bounds: its non-negative part and its negative part. */
+static void bitnet__js_int_range(bitnet__js *js, bitnet__sb *b, int32_t s) {
+    long long lo = 0, hi = 0;
+    int has_lo = bitnet__js_bound(js, s, 0, &lo), has_hi = bitnet__js_bound(js, s, 1, &hi), alts = 0;
+    if (js->err != BITNET_OK) return;
+    if (!has_lo && !has_hi) { bitnet__sb_printf(b, "integer"); return; }
+    if (has_lo && has_hi && lo > hi) return bitnet__js_fail(js, "no integer lies between the minimum %lld and the maximum %lld", lo, hi);
+    bitnet__sb_printf(b, "(");
+    if (!has_hi || hi >= 0) bitnet__js_uint_range(b, has_lo && lo > 0 ? lo : 0, has_hi ? hi : -1), alts++;
+    if (!has_lo || lo < 0) {
+        bitnet__sb_printf(b, alts ? " | \"-\" " : "\"-\" ");
+        bitnet__js_uint_range(b, has_hi && hi < 0 ? -hi : 1, has_lo ? -lo : -1);
+    }
+    bitnet__sb_printf(b, ")");
+}
+
+/* ---- JSON schema: string formats ---------------------------------------------------------- */
+/* date, time, date-time and uuid, as llama.cpp's converter writes them (RFC 3339); other formats
+   are not read, as JSON Schema makes format an annotation unless asked otherwise. */
+static const char *bitnet__js_format(const char *f) {
+#define BITNET__JS_DATE "[0-9]{4} \"-\" (\"0\" [1-9] | \"1\" [0-2]) \"-\" (\"0\" [1-9] | [1-2] [0-9] | \"3\" [0-1])"
+#define BITNET__JS_TIME "([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9] \":\" [0-5] [0-9] (\".\" [0-9]{3})? " \
+                        "(\"Z\" | [+-] ([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9])"
+    if (strcmp(f, "date") == 0) return BITNET__JS_DATE;
+    if (strcmp(f, "time") == 0) return BITNET__JS_TIME;
+    if (strcmp(f, "date-time") == 0) return BITNET__JS_DATE " \"T\" " BITNET__JS_TIME;
+    if (strcmp(f, "uuid") == 0) return "[0-9a-fA-F]{8} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{12}";
+    return NULL;
+#undef BITNET__JS_DATE
+#undef BITNET__JS_TIME
+}
+
+/* ---- JSON schema: patterns ---------------------------------------------------------------- */
+/* An ECMAScript regular expression (JSON Schema's pattern) as GBNF over the JSON text of the
+   string: characters that JSON escapes are written escaped ('"' as \", '\' as \\, a tab as \t;
+   control characters without a short escape are never generated). Read: literals, '.', classes
+   [...] and [^...] with ranges, \d \D \w \W \s \S and the character escapes, groups (...) and
+   (?:...), '|', the quantifiers * + ? {m} {m,} {m,n} (a lazy '?' after them changes nothing),
+   '^' and '$' at the ends of a top-level alternative (without them the match may be anywhere in
+   the string, as JSON Schema says). Refused: backreferences, lookaround, \b, anchors elsewhere. */
+#define BITNET__RX_MAX 128
+typedef struct bitnet__cset { uint32_t lo[BITNET__RX_MAX], hi[BITNET__RX_MAX]; int n; } bitnet__cset;
+typedef struct bitnet__rx { const unsigned char *p, *end; bitnet__js *js; int depth; } bitnet__rx;
+
+static void bitnet__cset_add(bitnet__rx *rx, bitnet__cset *c, uint32_t lo, uint32_t hi) {
+    if (c->n == BITNET__RX_MAX) return bitnet__js_fail(rx->js, "pattern: a class of more than %d ranges", BITNET__RX_MAX);
+    c->lo[c->n] = lo, c->hi[c->n++] = hi;
+}
+static void bitnet__cset_norm(bitnet__cset *c) { /* sorted, overlaps merged */
+    int i, k, n = 0;
+    for (i = 1; i < c->n; i++) /* insertion sort: classes are short */
+        for (k = i; k > 0 && c->lo[k - 1] > c->lo[k]; k--) {
+            uint32_t t = c->lo[k]; c->lo[k] = c->lo[k - 1], c->lo[k - 1] = t;
+            t = c->hi[k], c->hi[k] = c->hi[k - 1], c->hi[k - 1] = t;
+        }
+    for (i = 0; i < c->n; i++) {
+        if (n && c->lo[i] <= c->hi[n - 1] + 1) { if (c->hi[i] > c->hi[n - 1]) c->hi[n - 1] = c->hi[i]; }
+        else c->lo[n] = c->lo[i], c->hi[n++] = c->hi[i];
+    }
+    c->n = n;
+}
+static void bitnet__cset_invert(bitnet__cset *c) {
+    bitnet__cset o;
+    uint32_t next = 0;
+    int i;
+    bitnet__cset_norm(c);
+    o.n = 0;
+    for (i = 0; i < c->n; i++) {
+        if (c->lo[i] > next) o.lo[o.n] = next, o.hi[o.n++] = c->lo[i] - 1;
+        next = c->hi[i] + 1;
+    }
+    if (next <= 0x10FFFF) o.lo[o.n] = next, o.hi[o.n++] = 0x10FFFF;
+    *c = o;
+}
+static int bitnet__cset_has(const bitnet__cset *c, uint32_t x) {
+    int i;
+    for (i = 0; i < c->n; i++)
+        if (x >= c->lo[i] && x <= c->hi[i]) return 1;
+    return 0;
+}
+/* \d \w \s (upper case: inverted) into c; 0 when e is none of them. */
+static int bitnet__rx_class_escape(bitnet__rx *rx, bitnet__cset *c, int e) {
+    bitnet__cset t;
+    t.n = 0;
+    switch (e | 0x20) {
+    case 'd': bitnet__cset_add(rx, &t, '0', '9'); break;
+    case 'w': bitnet__cset_add(rx, &t, '0', '9'), bitnet__cset_add(rx, &t, 'A', 'Z'), bitnet__cset_add(rx, &t, '_', '_'),
+              bitnet__cset_add(rx, &t, 'a', 'z'); break;
+    case 's': bitnet__cset_add(rx, &t, 9, 13), bitnet__cset_add(rx, &t, ' ', ' '), bitnet__cset_add(rx, &t, 0xA0, 0xA0),
+              bitnet__cset_add(rx, &t, 0x1680, 0x1680), bitnet__cset_add(rx, &t, 0x2000, 0x200A), bitnet__cset_add(rx, &t, 0x2028, 0x2029),
+              bitnet__cset_add(rx, &t, 0x202F, 0x202F), bitnet__cset_add(rx, &t, 0x205F, 0x205F), bitnet__cset_add(rx, &t, 0x3000, 0x3000),
+              bitnet__cset_add(rx, &t, 0xFEFF, 0xFEFF); break;
+    default: return 0;
+    }
+    if (e >= 'A' && e <= 'Z') bitnet__cset_invert(&t);
+    for (e = 0; e < t.n; e++) bitnet__cset_add(rx, c, t.lo[e], t.hi[e]);
+    return 1;
+}
+/* One character at rx->p (after a '\' when esc): its code point. */
+static uint32_t bitnet__rx_char(bitnet__rx *rx, int esc, int in_class) {
+    size_t adv;
+    uint32_t c;
+    if (rx->p >= rx->end) return bitnet__js_fail(rx->js, "pattern: ends after '\\'"), 0;
+    c = bitnet__utf8_next(rx->p, (size_t)(rx->end - rx->p), &adv);
+    rx->p += adv;
+    if (c == BITNET__CP_INVALID) return bitnet__js_fail(rx->js, "pattern: not UTF-8"), 0;
+    if (!esc) return c;
+    switch (c) {
+    case 'n': return '\n';
+    case 't': return '\t';
+    case 'r': return '\r';
+    case 'f': return '\f';
+    case 'v': return '\v';
+    case '0': return 0;
+    case 'b': if (in_class) return '\b'; break;
+    case 'x': case 'u': {
+        int n = c == 'x' ? 2 : 4, k, h;
+        for (c = 0, k = 0; k < n; k++, rx->p++) {
+            if (rx->p >= rx->end || (h = bitnet__hex_digit(*rx->p)) < 0) return bitnet__js_fail(rx->js, "pattern: a bad \\x or \\u escape"), 0;
+            c = c * 16 + (uint32_t)h;
+        }
+        return c;
+    }
+    default:
+        if (c < 0x80 && !((c | 0x20) >= 'a' && (c | 0x20) <= 'z') && !(c >= '1' && c <= '9')) return c; /* \. \\ \/ \( ... */
+    }
+    bitnet__js_fail(rx->js, "pattern: \\%c is not supported (backreferences, word boundaries)", (int)c);
+    return 0;
+}
+/* The code points of c as GBNF over JSON text: the plain ones as a class, '"' and '\' escaped, the
+   short-escape controls as \b \t \n \f \r. */
+static void bitnet__rx_emit_set(bitnet__rx *rx, bitnet__sb *b, bitnet__cset *c) {
+    static const char shorts[] = "\b\t\n\f\rbtnfr";
+    bitnet__cset raw;
+    int i, alts = 0;
+    char esc[8];
+    size_t ne = 0;
+    bitnet__cset_norm(c);
+    for (i = 0; i < 5; i++)
+        if (bitnet__cset_has(c, (uint32_t)shorts[i])) esc[ne++] = shorts[i + 5];
+    raw = *c; /* minus the controls, '"' and '\' */
+    bitnet__cset_invert(&raw);
+    bitnet__cset_add(rx, &raw, 0, 0x1F), bitnet__cset_add(rx, &raw, '"', '"'), bitnet__cset_add(rx, &raw, '\\', '\\');
+    bitnet__cset_invert(&raw);
+    bitnet__sb_printf(b, "(");
+    if (raw.n) {
+        bitnet__sb_printf(b, "[");
+        for (i = 0; i < raw.n; i++) {
+            uint32_t e[2];
+            int k;
+            e[0] = raw.lo[i], e[1] = raw.hi[i];
+            for (k = 0; k < (e[0] == e[1] ? 1 : 2); k++) {
+                if (k) bitnet__sb_printf(b, "-");
+                if (e[k] >= 0x20 && e[k] < 0x7F && !strchr("]\\-^", (int)e[k])) bitnet__sb_printf(b, "%c", (int)e[k]);
+                else bitnet__sb_printf(b, e[k] <= 0xFFFF ? "\\u%04X" : "\\U%08X", (unsigned)e[k]);
+            }
+        }
+        bitnet__sb_printf(b, "]");
+        alts++;
+    }
+    if (bitnet__cset_has(c, '"')) bitnet__sb_printf(b, alts++ ? " | \"\\\\\\\"\"" : "\"\\\\\\\"\"");
+    if (bitnet__cset_has(c, '\\')) bitnet__sb_printf(b, alts++ ? " | \"\\\\\\\\\"" : "\"\\\\\\\\\"");
+    if (ne) bitnet__sb_printf(b, "%s\"\\\\\" [%.*s]", alts++ ? " | " : "", (int)ne, esc);
+    bitnet__sb_printf(b, ")");
+    if (!alts) bitnet__js_fail(rx->js, "pattern: a class that matches no character");
+}
+
+static int bitnet__rx_alt(bitnet__rx *rx, bitnet__sb *b, int top);
+
+/* One atom (a character, a class, '.', a group) and its quantifier; 1 when it may match nothing.
+   An unbounded repetition of such an atom is refused (as the grammar refuses it). */
+static int bitnet__rx_atom(bitnet__rx *rx, bitnet__sb *b) {
+    bitnet__cset c;
+    unsigned char ch = *rx->p;
+    int empty = 0;
+    c.n = 0;
+    if (ch == '(') {
+        rx->p++;
+        if (rx->p < rx->end && *rx->p == '?') {
+            if (rx->end - rx->p < 2 || rx->p[1] != ':') return bitnet__js_fail(rx->js, "pattern: lookaround and named groups are not supported"), 0;
+            rx->p += 2;
+        }
+        if (++rx->depth > 32) return bitnet__js_fail(rx->js, "pattern: groups nested deeper than 32"), 0;
+        bitnet__sb_printf(b, "(");
+        empty = bitnet__rx_alt(rx, b, 0);
+        bitnet__sb_printf(b, ")");
+        rx->depth--;
+        if (rx->p >= rx->end || *rx->p != ')') return bitnet__js_fail(rx->js, "pattern: a '(' without its ')'"), 0;
+        rx->p++;
+    } else if (ch == '[') {
+        int neg;
+        rx->p++;
+        neg = rx->p < rx->end && *rx->p == '^';
+        rx->p += neg;
+        for (;;) {
+            uint32_t lo, hi;
+            int esc;
+            if (rx->p >= rx->end) return bitnet__js_fail(rx->js, "pattern: a '[' without its ']'"), 0;
+            if (*rx->p == ']' || rx->js->err != BITNET_OK) break;
+            esc = *rx->p == '\\';
+            rx->p += esc;
+            if (esc && rx->p < rx->end && bitnet__rx_class_escape(rx, &c, *rx->p)) { rx->p++; continue; }
+            lo = hi = bitnet__rx_char(rx, esc, 1);
+            if (rx->end - rx->p >= 2 && rx->p[0] == '-' && rx->p[1] != ']') {
+                rx->p++;
+                esc = *rx->p == '\\';
+                rx->p += esc;
+                hi = bitnet__rx_char(rx, esc, 1);
+                if (hi < lo) return bitnet__js_fail(rx->js, "pattern: a range from U+%04X down to U+%04X", (unsigned)lo, (unsigned)hi), 0;
+            }
+            bitnet__cset_add(rx, &c, lo, hi);
+        }
+        rx->p++;
+        if (neg) bitnet__cset_invert(&c);
+        bitnet__rx_emit_set(rx, b, &c);
+    } else if (ch == '.') { /* any character but a line terminator */
+        rx->p++;
+        bitnet__cset_add(rx, &c, '\n', '\n'), bitnet__cset_add(rx, &c, '\r', '\r'), bitnet__cset_add(rx, &c, 0x2028, 0x2029);
+        bitnet__cset_invert(&c);
+        bitnet__rx_emit_set(rx, b, &c);
+    } else if (ch == '^' || ch == '$') {
+        return bitnet__js_fail(rx->js, "pattern: '%c' inside the pattern is not supported (only at the ends of an alternative)", ch), 0;
+    } else if (strchr("*+?{", ch)) {
+        return bitnet__js_fail(rx->js, "pattern: '%c' repeats nothing", ch), 0;
+    } else { /* a character */
+        int esc = ch == '\\';
+        uint32_t cp;
+        rx->p += esc;
+        if (esc && rx->p < rx->end && bitnet__rx_class_escape(rx, &c, *rx->p)) rx->p++;
+        else cp = bitnet__rx_char(rx, esc, 0), bitnet__cset_add(rx, &c, cp, cp);
+        bitnet__rx_emit_set(rx, b, &c);
+    }
+    if (rx->p < rx->end && strchr("*+?{", *rx->p)) { /* the quantifier */
+        int unbounded = 0, none = 0;
+        ch = *rx->p++;
+        if (ch != '{') bitnet__sb_printf(b, "%c", ch), unbounded = ch != '?', none = ch != '+';
+        else {
+            unsigned m = 0, n = 0;
+            int comma = 0, digits_m = 0, digits_n = 0;
+            for (; rx->p < rx->end && *rx->p >= '0' && *rx->p <= '9' && m <= BITNET__G_MAX_REPEAT; rx->p++, digits_m++) m = m * 10 + (*rx->p - '0');
+            if (!digits_m) return bitnet__js_fail(rx->js, "pattern: a '{' that is no quantifier"), 0;
+            if (rx->p < rx->end && *rx->p == ',') {
+                comma = 1, rx->p++;
+                for (; rx->p < rx->end && *rx->p >= '0' && *rx->p <= '9' && n <= BITNET__G_MAX_REPEAT; rx->p++, digits_n++) n = n * 10 + (*rx->p - '0');
+            }
+            if (rx->p >= rx->end || *rx->p != '}' || m > BITNET__G_MAX_REPEAT || n > BITNET__G_MAX_REPEAT || (digits_n && n < m))
+                return bitnet__js_fail(rx->js, "pattern: a bad {m,n} (at most %d)", BITNET__G_MAX_REPEAT), 0;
+            rx->p++;
+            bitnet__js_repeat(b, (int)m, !comma ? (int)m : digits_n ? (int)n : -1);
+            unbounded = comma && !digits_n, none = m == 0;
+        }
+        if (empty && unbounded) return bitnet__js_fail(rx->js, "pattern: an unbounded repetition of something that may match nothing"), 0;
+        empty |= none;
+        if (rx->p < rx->end && *rx->p == '?') rx->p++; /* lazy: the same sentences */
+    }
+    bitnet__sb_printf(b, " ");
+    return empty;
+}
+
+/* Alternatives to the next ')' (or the end); at the top each may be anchored at either end. 1 when
+   one of them may match nothing. */
+static int bitnet__rx_alt(bitnet__rx *rx, bitnet__sb *b, int top) {
+    int first = 1, empty = 0;
+    do {
+        int open_start = 1, open_end = 1, all_empty = 1;
+        if (!first) rx->p++; /* '|' */
+        bitnet__sb_printf(b, first ? "(" : " | (");
+        first = 0;
+        if (top && rx->p < rx->end && *rx->p == '^') rx->p++, open_start = 0;
+        if (open_start && top) bitnet__sb_printf(b, "char* ");
+        while (rx->js->err == BITNET_OK && rx->p < rx->end && *rx->p != '|' && *rx->p != ')') {
+            if (top && *rx->p == '$' && (rx->p + 1 == rx->end || rx->p[1] == '|')) { rx->p++, open_end = 0; break; }
+            all_empty &= bitnet__rx_atom(rx, b);
+        }
+        if (open_end && top) bitnet__sb_printf(b, "char*");
+        bitnet__sb_printf(b, ")");
+        empty |= all_empty;
+    } while (rx->js->err == BITNET_OK && rx->p < rx->end && *rx->p == '|');
+    return empty;
+}
+
+static void bitnet__js_pattern(bitnet__js *js, bitnet__sb *b, const char *pattern) {
+    bitnet__rx rx;
+    rx.p = (const unsigned char *)pattern, rx.end = rx.p + strlen(pattern), rx.js = js, rx.depth = 0;
+    bitnet__sb_printf(b, "\"\\\"\" (");
+    bitnet__rx_alt(&rx, b, 1);
+    if (js->err == BITNET_OK && rx.p < rx.end) bitnet__js_fail(js, "pattern: a ')' without its '('");
+    bitnet__sb_printf(b, ") \"\\\"\"");
+}
+
 static void bitnet__js_typed(bitnet__js *js, bitnet__sb *b, int32_t s, const char *t, int depth) {
     const bitnet__json *j = js->j;
     if (strcmp(t, "string") == 0) {
         int min, max;
-        if (bitnet__json_get(j, s, "pattern") >= 0) return bitnet__js_fail(js, "pattern is not supported");
+        int32_t pat = bitnet__json_get(j, s, "pattern"), fmt = bitnet__json_get(j, s, "format");
+        const char *form = fmt >= 0 && j->nodes[fmt].type == BITNET__J_STR ? bitnet__js_format(j->nodes[fmt].str) : NULL;
+        if (pat >= 0) {
+            if (j->nodes[pat].type != BITNET__J_STR) return bitnet__js_fail(js, "pattern is not a string");
+            bitnet__js_pattern(js, b, j->nodes[pat].str);
+            return;
+        }
+        if (form) { bitnet__sb_printf(b, "\"\\\"\" %s \"\\\"\"", form); return; }
         if (!bitnet__js_count(j, s, "minLength", 0, &min) || !bitnet__js_count(j, s, "maxLength", -1, &max) || (max >= 0 && max < min))
             return bitnet__js_fail(js, "minLength / maxLength are not counts with min <= max");
         if (min > BITNET__G_MAX_REPEAT || max > BITNET__G_MAX_REPEAT) return bitnet__js_fail(js, "string lengths past 1000");
@@ -8580,7 +8958,9 @@ static void bitnet__js_typed(bitnet__js *js, bitnet__sb *b, int32_t s, const cha
         bitnet__sb_printf(b, "\"\\\"\" char");
         bitnet__js_repeat(b, min, max);
         bitnet__sb_printf(b, " \"\\\"\"");
-    } else if (strcmp(t, "integer") == 0 || strcmp(t, "number") == 0 || strcmp(t, "boolean") == 0 || strcmp(t, "null") == 0) {
+    } else if (strcmp(t, "integer") == 0) {
+        bitnet__js_int_range(js, b, s);
+    } else if (strcmp(t, "number") == 0 || strcmp(t, "boolean") == 0 || strcmp(t, "null") == 0) {
         bitnet__sb_printf(b, "%s", t);
     } else if (strcmp(t, "object") == 0) {
         bitnet__js_object(js, b, s, depth);

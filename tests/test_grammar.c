@@ -5,6 +5,7 @@
 #include "../bitnet.h"
 #include "harness.h"
 #include <math.h>
+#include <regex.h>
 #include <unistd.h>
 
 static bitnet_grammar *parse(const char *text) {
@@ -642,12 +643,51 @@ static void test_json_schema(void) {
         {"true", "[1, 2, \"three\"]", 1},
         {"{\"type\": \"object\", \"additionalProperties\": false}", "{}", 1},
         {"{\"type\": \"object\", \"additionalProperties\": false}", "{\"a\": 1}", -1},
-        {"{\"type\": \"string\", \"format\": \"date\"}", "\"not a date\"", 1}, /* format is not read */
+        {"{\"type\": \"string\", \"format\": \"email\"}", "\"not an address\"", 1}, /* a format not read */
+        {"{\"type\": \"string\", \"format\": \"date\"}", "\"2026-11-29\"", 1},
+        {"{\"type\": \"string\", \"format\": \"date\"}", "\"2026-11-32\"", -1},
+        {"{\"type\": \"string\", \"format\": \"date\"}", "\"not a date\"", -1},
+        {"{\"type\": \"string\", \"format\": \"time\"}", "\"13:40:00.123+01:00\"", 1},
+        {"{\"type\": \"string\", \"format\": \"time\"}", "\"24:00:00Z\"", -1},
+        {"{\"type\": \"string\", \"format\": \"date-time\"}", "\"2026-11-29T13:40:00Z\"", 1},
+        {"{\"type\": \"string\", \"format\": \"uuid\"}", "\"123e4567-e89b-12d3-a456-426614174000\"", 1},
+        {"{\"type\": \"string\", \"format\": \"uuid\"}", "\"123e4567-e89b-12d3-a456-42661417400\"", -1},
+        /* patterns: the string's JSON text matches, escapes and all */
+        {"{\"type\": \"string\", \"pattern\": \"^a\\\"b\\\\\\\\c$\"}", "\"a\\\"b\\\\c\"", 1},
+        {"{\"type\": \"string\", \"pattern\": \"^a\\\"b\\\\\\\\c$\"}", "\"a\"b\\c\"", -1},
+        {"{\"type\": \"string\", \"pattern\": \"\\\\d+\"}", "\"xx12yy\"", 1},
+        {"{\"type\": \"string\", \"pattern\": \"\\\\d+\"}", "\"xxyy\"", -1},
+        {"{\"type\": \"string\", \"pattern\": \"^\\\\s$\"}", "\"\\t\"", 1},
+        {"{\"type\": \"string\", \"pattern\": \"^\\\\s$\"}", "\"\t\"", -1}, /* a raw tab is no JSON */
+        {"{\"type\": \"string\", \"pattern\": \"^.$\"}", "\"\\\"\"", 1},
+        {"{\"type\": \"string\", \"pattern\": \"^.$\"}", "\"\xc3\xa9\"", 1},
+        {"{\"type\": \"string\", \"pattern\": \"^.$\"}", "\"\\n\"", -1},
+        {"{\"type\": \"string\", \"pattern\": \"^[^a]$\"}", "\"\\\\\"", 1},
+        {"{\"type\": \"string\", \"pattern\": \"^[\\\\w.-]+@(?:x|y)\\\\.org$\"}", "\"a.b-c_9@y.org\"", 1},
+        {"{\"type\": \"string\", \"pattern\": \"^[\\\\w.-]+@(?:x|y)\\\\.org$\"}", "\"a@z.org\"", -1},
+        {"{\"type\": \"string\", \"pattern\": \"^\\\\u00e9{2}$\"}", "\"\xc3\xa9\xc3\xa9\"", 1},
         {"{\"const\": \"a\\\\b\\n\"}", "\"a\\\\b\\n\"", 1},
         {"{\"const\": \"a\\\\b\\n\"}", "\"a\\b\\n\"", -1},
     };
     static const struct { const char *schema, *msg; } bad[] = {
-        {"{\"type\": \"string\", \"pattern\": \"a+\"}", "JSON schema at '/': pattern is not supported"},
+        {"{\"type\": \"string\", \"pattern\": \"(?=a)\"}", "JSON schema at '/': pattern: lookaround"},
+        {"{\"type\": \"string\", \"pattern\": \"(a)\\\\1\"}", "\\1 is not supported"},
+        {"{\"type\": \"string\", \"pattern\": \"a\\\\b\"}", "\\b is not supported"},
+        {"{\"type\": \"string\", \"pattern\": \"a{2,1}\"}", "a bad {m,n}"},
+        {"{\"type\": \"string\", \"pattern\": \"a{x}\"}", "no quantifier"},
+        {"{\"type\": \"string\", \"pattern\": \"(a\"}", "a '(' without its ')'"},
+        {"{\"type\": \"string\", \"pattern\": \"a)\"}", "a ')' without its '('"},
+        {"{\"type\": \"string\", \"pattern\": \"[ab\"}", "a '[' without its ']'"},
+        {"{\"type\": \"string\", \"pattern\": \"[b-a]\"}", "a range from"},
+        {"{\"type\": \"string\", \"pattern\": \"a^b\"}", "inside the pattern"},
+        {"{\"type\": \"string\", \"pattern\": \"*a\"}", "repeats nothing"},
+        {"{\"type\": \"string\", \"pattern\": \"(a|b?)+\"}", "an unbounded repetition of something that may match nothing"},
+        {"{\"type\": \"string\", \"pattern\": \"[^\\\\s\\\\S]\"}", "matches no character"},
+        {"{\"type\": \"string\", \"pattern\": 3}", "pattern is not a string"},
+        {"{\"type\": \"integer\", \"minimum\": 5, \"maximum\": 4}", "no integer lies between the minimum 5 and the maximum 4"},
+        {"{\"type\": \"integer\", \"exclusiveMinimum\": 4, \"maximum\": 4.5}", "no integer lies between"},
+        {"{\"type\": \"integer\", \"minimum\": 1e16}", "past 15 digits"},
+        {"{\"type\": \"integer\", \"exclusiveMinimum\": \"x\"}", "exclusiveMinimum is not a number"},
         {"{\"type\": \"thing\"}", "unknown type \"thing\""},
         {"{\"properties\": {\"a\": {\"type\": 3}}}", "JSON schema at '/properties/a': type is not a string or a list"},
         {"{\"properties\": {\"a\": {}}, \"required\": [\"b\"]}", "required names \"b\", which is not among the properties"},
@@ -684,6 +724,108 @@ static void test_json_schema(void) {
     TEST_CHECK(bitnet_json_schema_to_grammar(person, strlen(person), NULL, 0, NULL) == BITNET_ERR_NULL_POINTER);
     TEST_CHECK(bitnet_json_schema_to_grammar(NULL, 3, NULL, 0, &n) == BITNET_ERR_NULL_POINTER);
     TEST_CHECK(bitnet_json_schema_to_grammar(person, strlen(person), NULL, 5, &n) == BITNET_ERR_NULL_POINTER);
+}
+
+/* Integer bounds become digit ranges: every integer from -1100 to 1100, and numbers around each
+   power of ten to 15 digits and around the bounds, match exactly when they lie between random
+   bounds (either may be absent; inclusive, exclusive, draft 4's boolean form, or fractional). */
+static void test_json_schema_int_range(void) {
+    static const long long scales[4] = {12, 1000, 1000000, 100000000000000LL};
+    int round;
+    test_seed(49);
+    for (round = 0; round < 160; round++) {
+        const long long sc = scales[test_rand_int(0, 3)];
+        long long lo = (long long)(test_rand_u64() % (unsigned long long)(2 * sc + 1)) - sc;
+        long long hi = lo + (long long)(test_rand_u64() % (unsigned long long)(2 * sc + 1)), extra[64], p = 1, v;
+        int has_lo = test_rand_int(0, 3) != 0, has_hi = test_rand_int(0, 3) != 0, form = test_rand_int(0, 3), k, ne = 0, bad = 0;
+        char schema[256], text[32];
+        size_t n;
+        bitnet_grammar *g;
+        n = (size_t)snprintf(schema, sizeof schema, "{\"type\": \"integer\"");
+        if (has_lo && form == 3) n += (size_t)snprintf(schema + n, sizeof schema - n, ", \"minimum\": %.1f", (double)lo - 0.5);
+        else if (has_lo) n += (size_t)snprintf(schema + n, sizeof schema - n, form == 0 ? ", \"minimum\": %lld" : form == 1 ?
+                                               ", \"exclusiveMinimum\": %lld" : ", \"minimum\": %lld, \"exclusiveMinimum\": true", form == 0 ? lo : lo - 1);
+        if (has_hi && form == 3) n += (size_t)snprintf(schema + n, sizeof schema - n, ", \"maximum\": %.1f", (double)hi + 0.5);
+        else if (has_hi) n += (size_t)snprintf(schema + n, sizeof schema - n, form == 0 ? ", \"maximum\": %lld" : form == 1 ?
+                                               ", \"exclusiveMaximum\": %lld" : ", \"maximum\": %lld, \"exclusiveMaximum\": true", form == 0 ? hi : hi + 1);
+        snprintf(schema + n, sizeof schema - n, "}");
+        if (!(g = schema_grammar(schema))) continue;
+        for (k = 1; k <= 15; k++, p *= 10) extra[ne++] = p * 10 - 1, extra[ne++] = p * 10 - (k < 15 ? 0 : 1), extra[ne++] = -(p * 10 - 1);
+        extra[ne++] = lo - 1, extra[ne++] = lo, extra[ne++] = lo + 1, extra[ne++] = hi - 1, extra[ne++] = hi, extra[ne++] = hi + 1;
+        for (k = -1100; k < 1100 + ne; k++) {
+            int want, got;
+            v = k < 1100 ? k : extra[k - 1100];
+            if (v <= -1000000000000000LL || v >= 1000000000000000LL) continue;
+            snprintf(text, sizeof text, "%lld", v);
+            want = (!has_lo || v >= lo) && (!has_hi || v <= hi);
+            got = match(g, text) == 1;
+            if (got != want && bad++ < 3) TEST_CHECKF(0, "%s: %s matches %d, want %d", schema, text, got, want);
+        }
+        bitnet_grammar_free(g);
+    }
+}
+
+/* Random regular expressions over a, b and c against POSIX's regexec (extended syntax: for these
+   constructs the same strings match): a string's JSON text matches the schema's grammar exactly
+   when the expression is found in the string, anchored or not. */
+static void rx_gen(char *out, size_t *n, int depth, int top) {
+    int alts = 1 + (test_rand_int(0, 2) == 0), a;
+    for (a = 0; a < alts; a++) {
+        int atoms = test_rand_int(1, 3), t;
+        if (a) out[(*n)++] = '|';
+        if (top && test_rand_int(0, 1)) out[(*n)++] = '^';
+        for (t = 0; t < atoms; t++) {
+            int kind = test_rand_int(0, 9), q = test_rand_int(0, 9), m = test_rand_int(0, 2);
+            if (kind < 4) out[(*n)++] = "abc"[test_rand_int(0, 2)];
+            else if (kind < 6) *n += (size_t)sprintf(out + *n, "%s", test_rand_int(0, 1) ? "[ab]" : test_rand_int(0, 1) ? "[^a]" : "[b-c]");
+            else if (kind < 7) out[(*n)++] = '.';
+            else if (depth < 2) out[(*n)++] = '(', rx_gen(out, n, depth + 1, 0), out[(*n)++] = ')';
+            else out[(*n)++] = 'a';
+            if (q == 0) out[(*n)++] = '*';
+            else if (q == 1) out[(*n)++] = '+';
+            else if (q == 2) out[(*n)++] = '?';
+            else if (q == 3) *n += (size_t)sprintf(out + *n, "{%d}", m);
+            else if (q == 4) *n += (size_t)sprintf(out + *n, "{%d,}", m);
+            else if (q == 5) *n += (size_t)sprintf(out + *n, "{%d,%d}", m, m + test_rand_int(0, 2));
+        }
+        if (top && test_rand_int(0, 1)) out[(*n)++] = '$';
+    }
+    out[*n] = 0;
+}
+static void test_json_schema_pattern(void) {
+    int round, checked = 0, refused = 0;
+    test_seed(4949);
+    for (round = 0; round < 300; round++) {
+        char rx[512], schema[600], text[16], quoted[20];
+        size_t n = 0;
+        int s, bad = 0;
+        regex_t re;
+        bitnet_grammar *g;
+        rx_gen(rx, &n, 0, 1);
+        snprintf(schema, sizeof schema, "{\"type\": \"string\", \"pattern\": \"%s\"}", rx);
+        if (regcomp(&re, rx, REG_EXTENDED | REG_NOSUB) != 0) continue;
+        if (bitnet_json_schema_to_grammar(schema, strlen(schema), NULL, 0, &n) == BITNET_ERR_INVALID_ARG &&
+            strstr(bitnet_last_error(), "an unbounded repetition of something that may match nothing")) { /* as the grammar refuses */
+            refused++;
+            regfree(&re);
+            continue;
+        }
+        if ((g = schema_grammar(schema)) != NULL) {
+            for (s = 0; s < 60; s++) {
+                int len = test_rand_int(0, 6), c, want, got;
+                for (c = 0; c < len; c++) text[c] = "abcd"[test_rand_int(0, 3)];
+                text[len] = 0;
+                snprintf(quoted, sizeof quoted, "\"%s\"", text);
+                want = regexec(&re, text, 0, NULL, 0) == 0;
+                got = match(g, quoted) == 1;
+                checked++;
+                if (got != want && bad++ < 3) TEST_CHECKF(0, "/%s/ on \"%s\": grammar %d, regexec %d", rx, text, got, want);
+            }
+            bitnet_grammar_free(g);
+        }
+        regfree(&re);
+    }
+    TEST_CHECKF(checked > 12000 && refused < 80, "%d strings checked, %d expressions refused", checked, refused);
 }
 
 /* Generation under a schema's grammar ends in a whole JSON text that the schema accepts. */
@@ -797,6 +939,8 @@ int main(void) {
     RUN_TEST(test_state_errors);
     RUN_TEST(test_cli_grammar);
     RUN_TEST(test_json_schema);
+    RUN_TEST(test_json_schema_int_range);
+    RUN_TEST(test_json_schema_pattern);
     RUN_TEST(test_json_schema_generate);
     return test_summary();
 }

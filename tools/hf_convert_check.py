@@ -219,6 +219,7 @@ def main():
     shutil.copytree(ck, ckf)
     tj = json.load(open(os.path.join(ck, "tokenizer.json")))
     tj["pre_tokenizer"] = FALCON3_PRE
+    tj["model"]["ignore_merges"] = False  # llama.cpp's falcon3 (which bitnet.h follows) merges every piece; only llama-bpe skips
     json.dump(tj, open(os.path.join(ckf, "tokenizer.json"), "w"), ensure_ascii=False)
     gf = os.path.join(a.work, "from-falcon3.gguf")
     run([a.bitnet, "convert", ckf, "-o", gf])
