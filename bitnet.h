@@ -946,19 +946,27 @@ BITNET_API size_t bitnet_session_state_size(const bitnet_session *s);
 BITNET_API bitnet_result bitnet_session_state_get(const bitnet_session *s, void *buf, size_t size);
 BITNET_API bitnet_result bitnet_session_state_set(bitnet_session *s, const void *buf, size_t size);
 
+#define BITNET_MAX_LOGIT_BIAS 1024
+typedef struct bitnet_logit_bias { int32_t token; float bias; } bitnet_logit_bias; /* bias: finite, or -INFINITY (never) */
 typedef struct bitnet_sampler_params {        /* zero-initialised = greedy */
     float temperature;                        /* 0 = greedy (argmax) */
     int32_t top_k;                            /* 0 = off */
     float top_p;                              /* 0 or 1 = off */
     float min_p;                              /* 0 = off */
     float repeat_penalty;                     /* 0 or 1 = off */
-    int32_t repeat_last_n;                    /* window for the penalty; 0 = 64 */
+    int32_t repeat_last_n;                    /* window for the penalties; 0 = 64 */
+    float presence_penalty;                   /* 0 = off: minus this for each token in the window */
+    float frequency_penalty;                  /* 0 = off: minus this times the token's count there */
+    const bitnet_logit_bias *logit_bias;      /* added to the logits first, in order (at most */
+    size_t n_logit_bias;                      /* BITNET_MAX_LOGIT_BIAS entries; an id may repeat) */
     uint64_t seed;                            /* bitnet_generate: 0 = BITNET_SEED, else 42 under
                                                  BITNET_DETERMINISTIC=1, else the clock */
 } bitnet_sampler_params;
-/* Picks one token from logits (modified in place). Order: repetition penalty, then greedy when
-   temperature is 0 or top_k 1 (the lowest id wins a tie), else temperature, min-p, top-k, top-p and
-   a draw. rng is the caller's state (seed it with bitnet_rng_seed); only greedy may pass NULL. */
+/* Picks one token from logits (modified in place). Order: the logit bias, the repetition penalty,
+   the frequency and presence penalties (llama.cpp's order; each distinct token of the window once),
+   then greedy when temperature is 0 or top_k 1 (the lowest id wins a tie), else temperature, min-p,
+   top-k, top-p and a draw. rng is the caller's state (seed it with bitnet_rng_seed); only greedy
+   may pass NULL. */
 BITNET_API uint64_t bitnet_rng_seed(uint64_t seed);
 BITNET_API bitnet_result bitnet_sample(float *logits, int32_t n_vocab, const bitnet_sampler_params *p,
                                        const int32_t *history, size_t n_history, uint64_t *rng, int32_t *out);
@@ -7744,13 +7752,25 @@ static size_t bitnet__top_k(bitnet__scand *c, size_t n, size_t k) {
     return k;
 }
 
-/* The sampler's parameters in range (bitnet_sample, and bitnet_generate before any GPU path). */
-static bitnet_result bitnet__sampler_check(const bitnet_sampler_params *d, const char *who) {
+/* The sampler's parameters in range for a vocabulary of n_vocab (bitnet_sample, and bitnet_generate
+   before any GPU path). */
+static bitnet_result bitnet__sampler_check(const bitnet_sampler_params *d, int32_t n_vocab, const char *who) {
+    size_t i;
     if (!(d->temperature >= 0) || !(d->top_p >= 0 && d->top_p <= 1) || !(d->min_p >= 0 && d->min_p <= 1) ||
-        !(d->repeat_penalty >= 0) || d->top_k < 0 || d->repeat_last_n < 0)
+        !(d->repeat_penalty >= 0) || d->top_k < 0 || d->repeat_last_n < 0 || !(fabsf(d->presence_penalty) <= FLT_MAX) ||
+        !(fabsf(d->frequency_penalty) <= FLT_MAX))
         return bitnet__err(BITNET_ERR_INVALID_ARG, "%s: bad sampler parameters (temperature %g, top_k %d, top_p %g, "
-                           "min_p %g, repeat_penalty %g, repeat_last_n %d)", who, (double)d->temperature, (int)d->top_k,
-                           (double)d->top_p, (double)d->min_p, (double)d->repeat_penalty, (int)d->repeat_last_n);
+                           "min_p %g, repeat_penalty %g, repeat_last_n %d, presence_penalty %g, frequency_penalty %g)", who,
+                           (double)d->temperature, (int)d->top_k, (double)d->top_p, (double)d->min_p, (double)d->repeat_penalty,
+                           (int)d->repeat_last_n, (double)d->presence_penalty, (double)d->frequency_penalty);
+    if (d->n_logit_bias > BITNET_MAX_LOGIT_BIAS || (d->n_logit_bias && !d->logit_bias))
+        return bitnet__err(BITNET_ERR_INVALID_ARG, "%s: %zu logit bias entries %s", who, d->n_logit_bias,
+                           d->n_logit_bias > BITNET_MAX_LOGIT_BIAS ? "(at most BITNET_MAX_LOGIT_BIAS, 1024)" : "and logit_bias is NULL");
+    for (i = 0; i < d->n_logit_bias; i++)
+        if (d->logit_bias[i].token < 0 || d->logit_bias[i].token >= n_vocab ||
+            !(d->logit_bias[i].bias <= FLT_MAX && (d->logit_bias[i].bias >= -FLT_MAX || d->logit_bias[i].bias == -INFINITY)))
+            return bitnet__err(BITNET_ERR_INVALID_ARG, "%s: logit_bias[%zu] is token %d, bias %g (a token below %d; a finite bias "
+                               "or -INFINITY)", who, i, (int)d->logit_bias[i].token, (double)d->logit_bias[i].bias, (int)n_vocab);
     return BITNET_OK;
 }
 
@@ -7759,6 +7779,21 @@ static int bitnet__sampler_greedy(const bitnet_sampler_params *d) { return d->te
 
 /* The repetition penalty is on (1 and 0 leave the logits alone). */
 static int bitnet__sampler_penalty(const bitnet_sampler_params *d) { return d->repeat_penalty > 0 && d->repeat_penalty != 1; }
+/* Anything changes the logits before the choice (bias, penalties): step 1 of bitnet_sample. */
+static int bitnet__sampler_adjusts(const bitnet_sampler_params *d) {
+    return bitnet__sampler_penalty(d) || d->presence_penalty != 0 || d->frequency_penalty != 0 || d->n_logit_bias;
+}
+/* d without step 1 (for a row whose adjustments were applied already) */
+static bitnet_sampler_params bitnet__sampler_unadjusted(const bitnet_sampler_params *d) {
+    bitnet_sampler_params u = *d;
+    u.repeat_penalty = 1, u.presence_penalty = 0, u.frequency_penalty = 0, u.n_logit_bias = 0, u.logit_bias = NULL;
+    return u;
+}
+/* a * b rounded to float on its own (no fused multiply-add: the device's kernel rounds each step) */
+static float bitnet__fmul(float a, float b) {
+    volatile float v = a * b;
+    return v;
+}
 
 /* Min-p's floor under the best value mx (both logit / temperature): the one expression every path uses. */
 static float bitnet__min_p_floor(float mx, float min_p) { return min_p > 0 ? mx + logf(min_p) : -INFINITY; }
@@ -7771,31 +7806,43 @@ static size_t bitnet__penalty_from(size_t n, int32_t last_n) {
     return n > w ? n - w : 0;
 }
 
-/* The tokens the repetition penalty applies to: the distinct ids in [0, n_vocab) among the last
-   last_n (0: 64) of history, ascending, in a new array of *n (freed by the caller). */
+/* The tokens the penalties apply to: the distinct ids in [0, n_vocab) among the last last_n (0: 64)
+   of history, ascending, in a new array of *n (freed by the caller); ids[n + i] counts ids[i]. */
 static bitnet_result bitnet__penalty_ids(const int32_t *history, size_t n_history, int32_t last_n, int32_t n_vocab,
                                          int32_t **out, size_t *n) {
-    size_t from = bitnet__penalty_from(n_history, last_n), i, m = 0;
-    int32_t *ids = (int32_t *)bitnet__malloc((n_history - from + 1) * sizeof *ids);
+    size_t from = bitnet__penalty_from(n_history, last_n), i, m = 0, w = n_history - from;
+    int32_t *ids = (int32_t *)bitnet__malloc((2 * w + 1) * sizeof *ids);
     if (!ids) return BITNET_ERR_OUT_OF_MEMORY;
-    memcpy(ids, history + from, (n_history - from) * sizeof *ids);
-    qsort(ids, n_history - from, sizeof *ids, bitnet__i32_cmp);
-    for (i = 0; i < n_history - from; i++)
-        if (ids[i] >= 0 && ids[i] < n_vocab && (m == 0 || ids[m - 1] != ids[i])) ids[m++] = ids[i];
+    memcpy(ids, history + from, w * sizeof *ids);
+    qsort(ids, w, sizeof *ids, bitnet__i32_cmp);
+    for (i = 0; i < w; i++) {
+        if (ids[i] < 0 || ids[i] >= n_vocab) continue;
+        if (m && ids[m - 1] == ids[i]) ids[w + m - 1]++;
+        else ids[m] = ids[i], ids[w + m++] = 1;
+    }
+    memmove(ids + m, ids + w, m * sizeof *ids);
     *out = ids, *n = m;
     return BITNET_OK;
 }
 
-/* 1. of bitnet_sample: the repetition penalty (CTRL style: divide positive logits, multiply negative
-   ones), once per distinct token among the last repeat_last_n of history. */
+/* 1. of bitnet_sample: the logit bias in order, then once per distinct token among the last
+   repeat_last_n of history the repetition penalty (CTRL style: divide positive logits, multiply
+   negative ones) and minus count * frequency_penalty + presence_penalty; each step rounded as the
+   device's kernel rounds it. */
 static bitnet_result bitnet__penalize(float *logits, int32_t n_vocab, const bitnet_sampler_params *d, const int32_t *history,
                                       size_t n_history) {
+    const int pen = bitnet__sampler_penalty(d), pf = d->presence_penalty != 0 || d->frequency_penalty != 0;
     int32_t *ids;
     size_t m, i;
-    if (!bitnet__sampler_penalty(d) || !n_history) return BITNET_OK;
+    for (i = 0; i < d->n_logit_bias; i++) logits[d->logit_bias[i].token] += d->logit_bias[i].bias;
+    if ((!pen && !pf) || !n_history) return BITNET_OK;
     BITNET__TRY(bitnet__penalty_ids(history, n_history, d->repeat_last_n, n_vocab, &ids, &m));
-    for (i = 0; i < m; i++)
-        logits[ids[i]] = logits[ids[i]] > 0 ? logits[ids[i]] / d->repeat_penalty : logits[ids[i]] * d->repeat_penalty;
+    for (i = 0; i < m; i++) {
+        float l = logits[ids[i]];
+        if (pen) l = l > 0 ? l / d->repeat_penalty : l * d->repeat_penalty;
+        if (pf) l -= bitnet__fmul((float)(d->frequency_penalty != 0 ? ids[m + i] : 1), d->frequency_penalty) + d->presence_penalty;
+        logits[ids[i]] = l;
+    }
     bitnet__free(ids);
     return BITNET_OK;
 }
@@ -7880,7 +7927,7 @@ BITNET_API bitnet_result bitnet_sample(float *logits, int32_t n_vocab, const bit
     if (n_history && !history) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_sample: history is NULL but n_history is %zu", n_history);
     memset(&d, 0, sizeof d);
     if (p) d = *p;
-    BITNET__TRY(bitnet__sampler_check(&d, "bitnet_sample"));
+    BITNET__TRY(bitnet__sampler_check(&d, n_vocab, "bitnet_sample"));
     BITNET__TRY(bitnet__penalize(logits, n_vocab, &d, history, n_history)); /* 1. */
     /* 2. greedy: temperature 0 or top-k 1 */
     if (bitnet__sampler_greedy(&d)) {
@@ -13848,6 +13895,9 @@ typedef struct bitnet__gsession {
     bitnet_devptr tk_ids;             /* int [n_ctx]: the repetition penalty's history (the tokens by position where
                                          the device draws, else the host's window of them) */
     bitnet_devptr pen_bits;           /* u32 [(n_vocab + 31) / 32]: the penalty's scratch, an id's bit once taken */
+    bitnet_devptr pen_cnt;            /* i32 [n_vocab]: the frequency penalty's counts, zero between launches */
+    bitnet_devptr bias_id, bias;      /* the logit bias on the device (BITNET_MAX_LOGIT_BIAS entries) */
+    bitnet_logit_bias bias_host[BITNET_MAX_LOGIT_BIAS]; size_t n_bias; /* what bias_id / bias hold */
     bitnet_devptr tk_uni;             /* double [n_ctx + 2]: the uniforms of draws on the device (bitnet__gpu_draw_begin) */
     bitnet_devptr io;                 /* int [4]: the decode token and the position of a step (the head, or a draw,
                                          leaves the next ones there), a draw's uniform index and error flag, then: */
@@ -14212,6 +14262,9 @@ static void bitnet__gsession_layout(bitnet__gsession *q, const bitnet_session *s
     q->tk_res = bitnet__gtake(c, 1 + 2 * BITNET__GPU_TOPK_MAX, 4);
     q->tk_ids = bitnet__gtake(c, (size_t)s->n_ctx, 4);
     q->pen_bits = bitnet__gtake(c, ((size_t)in->n_vocab + 31) / 32, 4);
+    q->pen_cnt = bitnet__gtake(c, (size_t)in->n_vocab, 4);
+    q->bias_id = bitnet__gtake(c, BITNET_MAX_LOGIT_BIAS, 4);
+    q->bias = bitnet__gtake(c, BITNET_MAX_LOGIT_BIAS, 4);
     q->tk_uni = bitnet__gtake(c, (size_t)s->n_ctx + 2, 8);
     q->io = bitnet__gtake(c, 5, 4);   /* 256 bytes: token, position, uniform index, error flag; a prefill's last row's position */
     q->erow = bitnet__gtake(c, B * (size_t)in->dim, 2); /* right after io */
@@ -14304,6 +14357,7 @@ static bitnet_result bitnet__gpu_session_init(bitnet_session *s) {
     /* poison: a read of anything no kernel wrote shows up as NaN (0xffff is an fp16 NaN too) */
     BITNET__TRY(bitnet_gpu_memset(q->gpu, q->mem, 0xff, q->bytes));
     BITNET__TRY(bitnet_gpu_memset(q->gpu, q->ctr, 0, bitnet__gctr_count(q, &s->m->info) * 4));
+    BITNET__TRY(bitnet_gpu_memset(q->gpu, q->pen_cnt, 0, (size_t)s->m->info.n_vocab * 4)); /* (its kernel keeps it zero) */
     q->stage = (unsigned char *)bitnet__malloc(256 + (size_t)q->B * (size_t)s->m->info.dim * 2);
     if (!q->stage) return BITNET_ERR_OUT_OF_MEMORY;
     for (i = 0; i < q->B; i++) ((int32_t *)q->stage)[i] = i; /* B * 4 bytes fit in the stage */
@@ -14449,7 +14503,21 @@ static bitnet_result bitnet__gpu_topk(bitnet_session *s, const bitnet_sampler_pa
     return bitnet__gpu_launch(q->gpu, g->topk, (unsigned)BITNET__MIN(BITNET__GPU_TOPK_BLOCKS, (n + 4095) / 4096), 1, 1024, 1, 0, 1, args);
 }
 
-/* The repetition penalty on the logits row (the topk kernel's first step where d has one): over the
+/* The logit bias, where the device does not hold d's already (launches read it, graphs too). */
+static bitnet_result bitnet__gpu_bias(bitnet__gsession *q, const bitnet_sampler_params *d) {
+    int32_t ids[BITNET_MAX_LOGIT_BIAS];
+    float v[BITNET_MAX_LOGIT_BIAS];
+    size_t i, n = d->n_logit_bias;
+    if (!n || !d->logit_bias || (n == q->n_bias && memcmp(q->bias_host, d->logit_bias, n * sizeof *d->logit_bias) == 0))
+        return BITNET_OK; /* (NULL: the draw's own copy, q->dr, whose values the device holds) */
+    for (i = 0; i < n; i++) ids[i] = d->logit_bias[i].token, v[i] = d->logit_bias[i].bias;
+    BITNET__TRY(bitnet_gpu_upload(q->gpu, q->bias_id, ids, n * 4));
+    BITNET__TRY(bitnet_gpu_upload(q->gpu, q->bias, v, n * 4));
+    memcpy(q->bias_host, d->logit_bias, n * sizeof *d->logit_bias), q->n_bias = n;
+    return BITNET_OK;
+}
+
+/* Step 1 of bitnet_sample on the logits row (before the topk kernel, where d has any): over the
    device's history tk_ids up to io[1] (q->draw), or over the window of history, uploaded there. */
 static bitnet_result bitnet__gpu_penalize(bitnet_session *s, const bitnet_sampler_params *d, const int32_t *history,
                                           size_t n_history) {
@@ -14457,13 +14525,15 @@ static bitnet_result bitnet__gpu_penalize(bitnet_session *s, const bitnet_sample
     bitnet__gsession *q = (bitnet__gsession *)s->gpu;
     size_t from = bitnet__penalty_from(n_history, d->repeat_last_n);
     int n = (int)(n_history - from), win = (int)BITNET__MIN(bitnet__penalty_win(d->repeat_last_n), (size_t)s->n_ctx);
-    int nv = s->m->info.n_vocab;
-    float pen = d->repeat_penalty;
+    int nv = s->m->info.n_vocab, n_bias = (int)d->n_logit_bias;
+    float pen = bitnet__sampler_penalty(d) ? d->repeat_penalty : 1.0f, freq = d->frequency_penalty, pres = d->presence_penalty;
     bitnet_devptr io = q->draw ? q->io : 0;
-    void *args[8];
+    void *args[14];
     if (!q->draw && n) BITNET__TRY(bitnet_gpu_upload(q->gpu, q->tk_ids, history + from, (size_t)n * 4)); /* (n <= n_ctx) */
+    BITNET__TRY(bitnet__gpu_bias(q, d));
     args[0] = &q->logits, args[1] = &q->tk_ids, args[2] = &n, args[3] = &io, args[4] = &win, args[5] = &nv, args[6] = &pen;
-    args[7] = &q->pen_bits;
+    args[7] = &q->pen_bits, args[8] = &freq, args[9] = &pres, args[10] = &q->pen_cnt, args[11] = &q->bias_id, args[12] = &q->bias;
+    args[13] = &n_bias;
     return bitnet__gpu_launch(q->gpu, g->penalize, 1, 1, 256, 1, 0, 1, args);
 }
 
@@ -14515,7 +14585,7 @@ static bitnet_result bitnet__gpu_step_graph(bitnet_session *s, int32_t pos) {
         bitnet_result r, r2;
         BITNET__TRY(bitnet_gpu_graph_begin(q->gpu));
         r = bitnet__gpu_step(s);
-        if (r == BITNET_OK && q->draw && bitnet__sampler_penalty(&q->dr)) r = bitnet__gpu_penalize(s, &q->dr, NULL, 0);
+        if (r == BITNET_OK && q->draw && bitnet__sampler_adjusts(&q->dr)) r = bitnet__gpu_penalize(s, &q->dr, NULL, 0);
         if (r == BITNET_OK && q->draw) r = bitnet__gpu_topk(s, &q->dr);
         r2 = bitnet_gpu_graph_end(q->gpu, gr);
         if (r != BITNET_OK) { /* a launch that failed before the stream saw it leaves a partial graph: never keep it */
@@ -14755,12 +14825,15 @@ static bitnet_result bitnet__gpu_draw_begin(bitnet_session *s, const bitnet_samp
     q->dev_pos = s->pos;
     if (s->pos) BITNET__TRY(bitnet_gpu_upload(q->gpu, q->tk_ids, s->tokens, (size_t)s->pos * 4)); /* the history */
     if (d->temperature != q->dr.temperature || d->top_k != q->dr.top_k || d->top_p != q->dr.top_p || d->min_p != q->dr.min_p ||
-        d->repeat_penalty != q->dr.repeat_penalty || d->repeat_last_n != q->dr.repeat_last_n) {
+        d->repeat_penalty != q->dr.repeat_penalty || d->repeat_last_n != q->dr.repeat_last_n ||
+        d->presence_penalty != q->dr.presence_penalty || d->frequency_penalty != q->dr.frequency_penalty ||
+        d->n_logit_bias != q->dr.n_logit_bias) { /* (the graphs hold these; the bias's values stay on the device) */
         bitnet__gpu_graphs_free(q, 1);
         q->dr = *d;
     }
+    q->dr.logit_bias = NULL; /* (the caller's array lives only through this generation: the device's copy serves) */
     q->draw = 1;
-    if (bitnet__sampler_penalty(d)) BITNET__TRY(bitnet__gpu_penalize(s, d, NULL, 0));
+    if (bitnet__sampler_adjusts(d)) BITNET__TRY(bitnet__gpu_penalize(s, d, NULL, 0));
     return bitnet__gpu_topk(s, d);
 }
 
@@ -14782,7 +14855,7 @@ static bitnet_result bitnet__gpu_sample(bitnet_session *s, const bitnet_sampler_
     int k = greedy ? 1 : wide ? BITNET__GPU_TOPK_MAX : d->top_k;
     float floor_logit;
     if (!q || !q->have_next) return bitnet__err(BITNET_ERR_INVALID_STATE, "CUDA forward: no logits were computed on the device");
-    if (bitnet__sampler_penalty(d) && n_history) BITNET__TRY(bitnet__gpu_penalize(s, d, history, n_history)); /* 1. */
+    if (bitnet__sampler_adjusts(d)) BITNET__TRY(bitnet__gpu_penalize(s, d, history, n_history)); /* 1. */
     BITNET__TRY(bitnet__gpu_topk(s, d));
     BITNET__TRY(bitnet_gpu_download(q->gpu, res, q->tk_res, (size_t)(1 + 2 * k) * 4));
     cnt = res[0];
@@ -14796,9 +14869,8 @@ static bitnet_result bitnet__gpu_sample(bitnet_session *s, const bitnet_sampler_
     /* 4. min-p from the best value, as bitnet_sample computes it; the best itself always passes */
     floor_logit = bitnet__min_p_floor(c[0].logit, d->min_p);
     for (i = 1; i < cnt && c[i].logit >= floor_logit; i++) {}
-    if (wide && i == k) { /* min-p may pass more than the k: the whole row (its penalty applied already) */
-        bitnet_sampler_params d1 = *d;
-        d1.repeat_penalty = 1;
+    if (wide && i == k) { /* min-p may pass more than the k: the whole row (its step 1 applied already) */
+        bitnet_sampler_params d1 = bitnet__sampler_unadjusted(d);
         BITNET__TRY(bitnet_gpu_download(q->gpu, s->logits, q->logits, (size_t)n * 4));
         return bitnet_sample(s->logits, n, &d1, history, n_history, rng, token);
     }
@@ -14821,7 +14893,7 @@ static bitnet_result bitnet__gpu_gm_sample(bitnet_session *s, bitnet__gm *gm, co
     int i, cnt, done;
     if (!q || !q->have_next) return bitnet__err(BITNET_ERR_INVALID_STATE, "CUDA forward: no logits were computed on the device");
     if (!bitnet__sampler_greedy(d) && !rng) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_generate: rng is NULL");
-    if (bitnet__sampler_penalty(d) && n_history) BITNET__TRY(bitnet__gpu_penalize(s, d, history, n_history));
+    if (bitnet__sampler_adjusts(d)) BITNET__TRY(bitnet__gpu_penalize(s, d, history, n_history));
     if (bitnet__sampler_greedy(d)) d1.temperature = 1.0f;
     d1.top_k = BITNET__GPU_TOPK_MAX; /* (greedy too: the 128 best, not the one) */
     BITNET__TRY(bitnet__gpu_topk(s, &d1));
@@ -14832,7 +14904,7 @@ static bitnet_result bitnet__gpu_gm_sample(bitnet_session *s, bitnet__gm *gm, co
     src.h = list, src.n = (size_t)cnt, src.heap = 0, src.whole = cnt < BITNET__GPU_TOPK_MAX; /* (fewer: the row had no more) */
     BITNET__TRY(bitnet__gm_select(gm, d, &src, stop, n_stop, c, &n, &done));
     if (done) return bitnet__gm_draw(gm, d, c, n, rng, stop, n_stop, token);
-    d1 = *d, d1.repeat_penalty = 1; /* the whole row, its penalty applied already */
+    d1 = bitnet__sampler_unadjusted(d); /* the whole row, its step 1 applied already */
     BITNET__TRY(bitnet_gpu_download(q->gpu, s->logits, q->logits, (size_t)s->m->info.n_vocab * 4));
     return bitnet__gm_sample(gm, s->logits, s->m->info.n_vocab, &d1, history, n_history, rng, stop, n_stop, token);
 }
@@ -15866,7 +15938,7 @@ BITNET_API bitnet_result bitnet_generate(bitnet_session *s, const int32_t *promp
     if (p) d = *p;
     if (d.max_tokens < 0) return bitnet__err(BITNET_ERR_INVALID_ARG, "bitnet_generate: max_tokens %d", (int)d.max_tokens);
     if (d.n_stop && !d.stop_tokens) return bitnet__err(BITNET_ERR_NULL_POINTER, "bitnet_generate: stop_tokens is NULL");
-    BITNET__TRY(bitnet__sampler_check(&d.sampler, "bitnet_generate"));
+    BITNET__TRY(bitnet__sampler_check(&d.sampler, s->m->info.n_vocab, "bitnet_generate"));
     BITNET__TRY(bitnet__check_tokens(s, prompt ? prompt : stop_default, n_prompt));
     if (!n_prompt && !s->has_logits)
         return bitnet__err(BITNET_ERR_INVALID_STATE, "bitnet_generate: no prompt, and nothing evaluated to continue from");
@@ -15887,7 +15959,7 @@ BITNET_API bitnet_result bitnet_generate(bitnet_session *s, const int32_t *promp
         /* (under a grammar the host samples from the whole row) */
         const int cuda = s->m->info.backend == BITNET_BACKEND_CUDA && !d.grammar, greedy = bitnet__sampler_greedy(&d.sampler);
         /* greedy on the GPU: the head kernel leaves the argmax on the device, so no logits move */
-        gpu_greedy = cuda && greedy && !bitnet__sampler_penalty(&d.sampler);
+        gpu_greedy = cuda && greedy && !bitnet__sampler_adjusts(&d.sampler);
         /* top-k sampling, greedy with the penalty, and min-p without a top-k the device keeps: the
            device picks the k best, so only those move (BITNET_GPU_TOPK=0: the whole row, for tests) */
         gpu_topk = cuda && !gpu_greedy &&

@@ -107,11 +107,32 @@ static bitnet_result tokenize_all(const bitnet_tokenizer *t, const char *text, s
     return r;
 }
 
-static int print_piece(int32_t token, const char *piece, size_t len, void *user) { /* user: NULL, or the last token */
-    if (user) *(int32_t *)user = token;
+/* run's output: the last token shown, and -r's reverse prompts, found in the text's last bytes */
+#define RUN_MAX_STOP 8
+typedef struct run_print {
+    int32_t last;
+    const char *stop[RUN_MAX_STOP]; int n_stop; /* (each at most 255 bytes) */
+    char tail[512]; size_t n;
+    int stopped;                                /* a reverse prompt ended the reply */
+} run_print;
+static int print_piece(int32_t token, const char *piece, size_t len, void *user) { /* user: NULL, or a run_print */
+    run_print *p = (run_print *)user;
+    size_t i, keep;
+    int k;
     if (piece) fwrite(piece, 1, len, stdout);
     else printf("[%d]", (int)token);
     fflush(stdout);
+    if (!p) return 0;
+    p->last = token;
+    if (!p->n_stop || !piece) return 0;
+    if (len > 256) piece += len - 256, len = 256; /* the tail keeps the last 256 bytes before the piece and the piece */
+    keep = p->n + len > sizeof p->tail ? sizeof p->tail - len : p->n;
+    memmove(p->tail, p->tail + p->n - keep, keep);
+    memcpy(p->tail + keep, piece, len);
+    p->n = keep + len;
+    for (k = 0; k < p->n_stop; k++) /* the reply ends at a reverse prompt (shown, as llama.cpp shows it) */
+        for (i = 0; i + strlen(p->stop[k]) <= p->n; i++)
+            if (memcmp(p->tail + i, p->stop[k], strlen(p->stop[k])) == 0) return p->n = 0, p->stopped = 1;
     return 0;
 }
 
@@ -203,7 +224,8 @@ static bitnet_result prompt_cache(bitnet_session *s, const char *path, const int
    shift; here the kept text is evaluated again, so nothing is approximated). With cache (--prompt-cache),
    the session after the system message comes from the file when it holds this system message's, and
    goes into it otherwise. */
-static int run_conversation(bitnet_model *m, const model_opts *mo, bitnet_generate_params *gp, const char *system, const char *cache) {
+static int run_conversation(bitnet_model *m, const model_opts *mo, bitnet_generate_params *gp, run_print *out, const char *system,
+                            const char *cache) {
     const int tty = isatty(fileno(stdin));
     bitnet_session *s = NULL;
     bitnet_session_desc sd;
@@ -216,7 +238,7 @@ static int run_conversation(bitnet_model *m, const model_opts *mo, bitnet_genera
     memset(&sd, 0, sizeof sd);
     sd.n_ctx = mo->n_ctx;
     if ((r = bitnet_session_create(m, &sd, &s)) != BITNET_OK) return fail("run", r);
-    gp->on_token = print_piece;
+    gp->on_token = print_piece, gp->user = out;
     if (system && *system) {
         unsigned char *file = NULL;
         size_t len = 0;
@@ -258,6 +280,8 @@ static int cmd_run(int argc, char **argv) {
     const char *prompt = NULL, *prompt_file = NULL, *cache = NULL, *grammar = NULL, *grammar_file = NULL, *schema = NULL, *schema_file = NULL;
     char *file_text = NULL, *grammar_text = NULL, *schema_text = NULL;
     int i, chat = 0, cnv = 0, shift = 0, last_n = 64, err, rc = 1;
+    static bitnet_logit_bias bias[BITNET_MAX_LOGIT_BIAS];
+    run_print out;
     bitnet_grammar *g = NULL;
     int32_t none = 0;
     bitnet_generate_params gp;
@@ -272,6 +296,8 @@ static int cmd_run(int argc, char **argv) {
     memset(&mo, 0, sizeof mo);
     memset(&gp, 0, sizeof gp);
     memset(&st, 0, sizeof st);
+    memset(&out, 0, sizeof out);
+    out.last = -1;
     gp.max_tokens = 128;
     gp.sampler.temperature = 0.8f, gp.sampler.top_k = 40, gp.sampler.top_p = 0.95f, gp.sampler.min_p = 0.05f;
     for (i = 1; i < argc; i++) {
@@ -298,6 +324,22 @@ static int cmd_run(int argc, char **argv) {
         else if (strcmp(a, "--min-p") == 0) gp.sampler.min_p = (float)atof(v);
         else if (strcmp(a, "--repeat-penalty") == 0) gp.sampler.repeat_penalty = (float)atof(v);
         else if (strcmp(a, "--repeat-last-n") == 0) last_n = atoi(v);
+        else if (strcmp(a, "--presence-penalty") == 0) gp.sampler.presence_penalty = (float)atof(v);
+        else if (strcmp(a, "--frequency-penalty") == 0) gp.sampler.frequency_penalty = (float)atof(v);
+        else if (strcmp(a, "--logit-bias") == 0) { /* TOKEN+BIAS or TOKEN-BIAS, as llama.cpp: 15043+1, 15043-inf */
+            char *e;
+            const long id = strtol(v, &e, 10);
+            const double b = (*e == '+' || *e == '-') && e > v ? strtod(e, &e) : NAN;
+            if (*e || b != b || id < 0 || id > INT32_MAX || gp.sampler.n_logit_bias == BITNET_MAX_LOGIT_BIAS)
+                return fprintf(stderr, "bitnet run: --logit-bias %s: TOKEN+BIAS or TOKEN-BIAS (at most %d)\n", v, BITNET_MAX_LOGIT_BIAS), 2;
+            bias[gp.sampler.n_logit_bias].token = (int32_t)id, bias[gp.sampler.n_logit_bias++].bias = (float)b;
+            gp.sampler.logit_bias = bias;
+        }
+        else if (strcmp(a, "-r") == 0 || strcmp(a, "--reverse-prompt") == 0) {
+            if (out.n_stop == RUN_MAX_STOP || !*v || strlen(v) > 255)
+                return fprintf(stderr, "bitnet run: -r: at most %d reverse prompts of 1 to 255 bytes\n", RUN_MAX_STOP), 2;
+            out.stop[out.n_stop++] = v;
+        }
         else if (strcmp(a, "--prompt-cache") == 0) cache = v;
         else if (strcmp(a, "--grammar") == 0) grammar = v;
         else if (strcmp(a, "--grammar-file") == 0) grammar_file = v;
@@ -364,7 +406,7 @@ static int cmd_run(int argc, char **argv) {
         goto done;
     }
     if (cnv) {
-        rc = run_conversation(m, &mo, &gp, prompt, cache);
+        rc = run_conversation(m, &mo, &gp, &out, prompt, cache);
         goto done;
     }
     memset(&sd, 0, sizeof sd);
@@ -374,22 +416,20 @@ static int cmd_run(int argc, char **argv) {
         bitnet_model_info info;
         if (bitnet_model_get_info(m, &info) == BITNET_OK) sd.n_ctx = info.n_ctx_train;
     }
-    gp.on_token = print_piece;
+    gp.on_token = print_piece, gp.user = &out;
     if (r == BITNET_OK && chat) r = bitnet_chat(s, "user", prompt, &gp, NULL, 0, &st); /* the model's chat template */
     else if (r == BITNET_OK) {
         size_t reused = 0, first = 0;
         double secs = 0.0;
-        int32_t last = -1; /* (print_piece's: the last token shown) */
         r = tokenize_all(tk, prompt, strlen(prompt), 1, 0, &ids, &n);
         if (r == BITNET_OK && cache && n > 1) { /* the prompt but its last token from or into the cache */
             r = prompt_cache(s, cache, ids, n, &reused, &secs);
             first = n - 1;
             fprintf(stderr, "bitnet run: --prompt-cache %s: %zu of the prompt's %zu tokens from it\n", cache, reused, n);
         }
-        gp.user = &last;
         if (r == BITNET_OK) r = bitnet_generate(s, ids + first, n - first, &gp, NULL, 0, &st);
         st.n_prompt += first - reused, st.prompt_seconds += secs; /* (the prompt's tokens evaluated in this run) */
-        while (r == BITNET_OK && shift && last >= 0 && bitnet_session_pos(s) >= sd.n_ctx && (!gp.max_tokens || st.n_generated < (size_t)gp.max_tokens)) {
+        while (r == BITNET_OK && shift && out.last >= 0 && !out.stopped && bitnet_session_pos(s) >= sd.n_ctx && (!gp.max_tokens || st.n_generated < (size_t)gp.max_tokens)) {
             /* --context-shift: the context filled before -n tokens: the older half of the text after the
                prompt goes (bitnet_session_discard: the rest evaluated again, where llama.cpp rotates the
                cached keys), and generation goes on from the last token, which was not evaluated */
@@ -400,7 +440,7 @@ static int cmd_run(int argc, char **argv) {
             fprintf(stderr, "\nbitnet run: context shift: %d tokens after the prompt dropped\n", (int)drop);
             r = bitnet_session_discard(s, (int32_t)n, drop);
             if (gp.max_tokens) g2.max_tokens = gp.max_tokens - (int32_t)st.n_generated;
-            if (r == BITNET_OK) r = bitnet_generate(s, &last, 1, &g2, NULL, 0, &s2);
+            if (r == BITNET_OK) r = bitnet_generate(s, &out.last, 1, &g2, NULL, 0, &s2);
             if (r == BITNET_OK) st.n_generated += s2.n_generated, st.gen_seconds += s2.gen_seconds + s2.prompt_seconds;
         }
     }
@@ -2771,6 +2811,7 @@ static const command commands[] = {
                      "      [--min-p P] [--repeat-penalty R] [--repeat-last-n N] [--ignore-eos] [--chat] [-cnv] [-t THREADS]\n"
                      "      [-c N_CTX] [--head f16|q8] [--no-mmap] [--chat-template bitnet|llama3|falcon3] [--prompt-cache FILE]\n"
                      "      [--context-shift] [--grammar GBNF | --grammar-file FILE | -j SCHEMA | --json-schema-file FILE]\n"
+                     "      [--presence-penalty P] [--frequency-penalty F] [--logit-bias TOKEN+BIAS|TOKEN-BIAS ...] [-r TEXT ...]\n"
                      "                               generate text, streamed to stdout; speeds on stderr. -cnv: a\n"
                      "                               conversation, a message a line of stdin (-p: the system message);\n"
                      "                               --chat and -cnv in the file's chat template (else the one named);\n"
@@ -2778,7 +2819,9 @@ static const command commands[] = {
                      "                               kept in FILE, what matches reused next time; --context-shift: where the context fills\n"
                      "                               before -n tokens, the older half after the prompt goes; --grammar: the\n"
                      "                               reply held to a GBNF grammar (llama.cpp's notation; root rule \"root\");\n"
-                     "                               -j / --json-schema: to JSON that a JSON schema accepts"},
+                     "                               -j / --json-schema: to JSON that a JSON schema accepts; --logit-bias:\n"
+                     "                               added to a token's logit (-inf: never); -r / --reverse-prompt: the\n"
+                     "                               reply ends once its text holds TEXT"},
     {"eval", cmd_eval, "eval -m FILE --tokens 1,2,3 --logits-out FILE.f32 [--backend B] [--head f16|q8]\n"
                        "                               float32 logits, one row of n_vocab per token (no BOS added)"},
     {"perplexity", cmd_perplexity, "perplexity -m FILE -f TEXT [-c N_CTX] [--chunks N] [--backend B] [-t THREADS]\n"

@@ -227,13 +227,18 @@ static void stop_after_7(bitnet_model *gpu, bitnet_session *sg) {
 }
 
 static void sampled(bitnet_model *gpu) {
-    static const float cfg[][6] = {{0.8f, 40, 0.95f, 0.05f, 0, 0}, {1.5f, 128, 1.0f, 0.0f, 0, 0}, {0.3f, 2, 0.0f, 0.2f, 0, 0},
+    /* temperature, top-k, top-p, min-p, repetition penalty and window, presence and frequency penalties, the logit bias */
+    static const float cfg[][9] = {{0.8f, 40, 0.95f, 0.05f, 0, 0}, {1.5f, 128, 1.0f, 0.0f, 0, 0}, {0.3f, 2, 0.0f, 0.2f, 0, 0},
                                    {1.0f, 40, 0.9f, 0.0f, 1.3f, 16}, {0.9f, 64, 0.0f, 0.02f, 0.8f, 0},
                                    {0.0f, 40, 0.95f, 0.05f, 1.3f, 0}, {0.7f, 1, 0.0f, 0.0f, 0.8f, 8},
-                                   {0.8f, 0, 0.95f, 0.05f, 1.2f, 0}, {1.0f, 200, 0.0f, 0.01f, 0, 0}, {1.0f, 0, 0.0f, 0.01f, 0, 0}};
+                                   {0.8f, 0, 0.95f, 0.05f, 1.2f, 0}, {1.0f, 200, 0.0f, 0.01f, 0, 0}, {1.0f, 0, 0.0f, 0.01f, 0, 0},
+                                   {0.8f, 40, 0.95f, 0.05f, 0, 0, 0.6f, 0.4f, 1}, {0.0f, 0, 0, 0, 0, 0, 0, 0, 1},
+                                   {0.0f, 0, 0, 0, 1.1f, 16, 0.3f, 0.9f, 0}, {1.0f, 0, 0.0f, 0.02f, 0, 0, 0.5f, 0.2f, 1},
+                                   {0.9f, 64, 0.0f, 0.0f, 0, 0, -0.4f, 0.0f, 0}};
     const int NC = (int)(sizeof cfg / sizeof cfg[0]);
     const int N = 24; /* (24 each: compute-sanitizer's racecheck runs this binary within its time limit) */
     int32_t prompt[5] = {1, 17, 42, 5, 99}, a[24], b[24], h[24], never = -1;
+    bitnet_logit_bias bias[4] = {{0, 2.5f}, {0, -INFINITY}, {0, 1.25f}, {0, 0.5f}}; /* ids set below; the first repeats */
     bitnet_session *sg = NULL;
     bitnet_session_desc sd;
     bitnet_generate_params p;
@@ -243,6 +248,7 @@ static void sampled(bitnet_model *gpu) {
     uint64_t n0, n1, extra;
     bitnet_model_get_info(gpu, &info);
     for (i = 0; i < 5; i++) prompt[i] %= info.n_vocab;
+    bias[0].token = bias[3].token = 17 % info.n_vocab, bias[1].token = 42 % info.n_vocab, bias[2].token = 7 % info.n_vocab;
     memset(&sd, 0, sizeof sd);
     sd.n_ctx = 128;
     TEST_CHECK(bitnet_session_create(gpu, &sd, &sg) == BITNET_OK);
@@ -255,6 +261,8 @@ static void sampled(bitnet_model *gpu) {
         p.sampler.temperature = cfg[c][0], p.sampler.top_k = (int32_t)cfg[c][1], p.sampler.top_p = cfg[c][2];
         p.sampler.min_p = cfg[c][3], p.sampler.seed = 7 + (uint64_t)c;
         p.sampler.repeat_penalty = cfg[c][4], p.sampler.repeat_last_n = (int32_t)cfg[c][5];
+        p.sampler.presence_penalty = cfg[c][6], p.sampler.frequency_penalty = cfg[c][7];
+        if (cfg[c][8] != 0) p.sampler.logit_bias = bias, p.sampler.n_logit_bias = 4;
         memset(a, 0xff, sizeof a), memset(b, 0xff, sizeof b);
         bitnet_session_reset(sg);
         n0 = topk_launches();

@@ -1413,6 +1413,43 @@ static void test_cli_run_flags(void) {
     remove(pf);
 }
 
+/* run's --logit-bias, --presence-penalty / --frequency-penalty and -r on tiny's greedy text ("Hello"
+   goes on with "or" (token 272) again and again): a banned token changes the text, the penalties
+   change it, a reverse prompt cuts it right after its text; bad values are refused. */
+static void test_cli_run_sampling_flags(void) {
+    char bin[512], cmd[8192], o[4][640], why[600];
+    const char *run = "run -m tests/data/tiny.gguf --backend cpu -t 1 --temp 0 -n 40 -p Hello --ignore-eos";
+    unsigned char *out[4];
+    size_t n[4];
+    int i;
+    if (cli_bin(bin, sizeof bin, why, sizeof why)) TEST_SKIP("%s", why);
+    for (i = 0; i < 4; i++) snprintf(o[i], sizeof o[i], "%s%d", tmp_path("flags_out"), i);
+    snprintf(cmd, sizeof cmd, "%s %s > %s 2>/dev/null && %s %s --logit-bias 272-inf --logit-bias 5+0.5 > %s 2>/dev/null && "
+             "%s %s --frequency-penalty 1.5 --presence-penalty 0.5 > %s 2>/dev/null && %s %s -r roro -r never > %s 2>/dev/null",
+             bin, run, o[0], bin, run, o[1], bin, run, o[2], bin, run, o[3]);
+    TEST_CHECK(system(cmd) == 0);
+    for (i = 0; i < 4; i++) out[i] = read_all(o[i], &n[i]);
+    if (out[0] && out[1] && out[2] && out[3]) {
+        const char *at = strstr((const char *)out[0], "roro");
+        TEST_CHECKF(at != NULL, "tiny's greedy text changed: %s", (const char *)out[0]);
+        TEST_CHECKF(!strstr((const char *)out[1], "oror") && (n[1] != n[0] || memcmp(out[0], out[1], n[0]) != 0), "--logit-bias: %s",
+                    (const char *)out[1]);
+        TEST_CHECKF(n[2] != n[0] || memcmp(out[0], out[2], n[0]) != 0, "the penalties changed nothing");
+        /* -r: greedy's text up to the token that completes "roro" (an "or": at most one byte past it), then the newline */
+        TEST_CHECKF(at && n[3] >= 2 && n[3] - 1 <= (size_t)(at - (const char *)out[0]) + 5 && memcmp(out[0], out[3], n[3] - 1) == 0 &&
+                    out[3][n[3] - 1] == '\n' && strstr((const char *)out[3], "roro"), "-r: %s", (const char *)out[3]);
+    } else {
+        TEST_CHECK(0);
+    }
+    for (i = 0; i < 4; i++) free(out[i]), remove(o[i]);
+    snprintf(cmd, sizeof cmd, "%s %s --logit-bias 5x > /dev/null 2>&1", bin, run);
+    TEST_CHECK(system(cmd) != 0);
+    snprintf(cmd, sizeof cmd, "%s %s --logit-bias 99999+1 > /dev/null 2>&1", bin, run); /* no such token */
+    TEST_CHECK(system(cmd) != 0);
+    snprintf(cmd, sizeof cmd, "%s %s --logit-bias 5+inf > /dev/null 2>&1", bin, run);
+    TEST_CHECK(system(cmd) != 0);
+}
+
 /* bitnet perplexity on tests/data/tiny.gguf (CPU) against the same definition computed here: the
    text's tokens in chunks of 32, BOS first, each chunk evaluated at once (the CLI takes its logits
    in pieces), the second half scored; --chunks caps the count; too short a text and -c 2 are refused. */
@@ -1694,6 +1731,7 @@ int main(void) {
     RUN_TEST(test_cli_arch_llama);
     RUN_TEST(test_cli_help);
     RUN_TEST(test_cli_run_flags);
+    RUN_TEST(test_cli_run_sampling_flags);
     RUN_TEST(test_cli_perplexity);
     RUN_TEST(test_cli_tq_models);
     RUN_TEST(test_cli_float_models);

@@ -582,6 +582,35 @@ static void test_sampling(void) {
     p.repeat_last_n = 1; /* only the last token (6) is penalised */
     memcpy(lg, base, sizeof lg);
     TEST_CHECK(bitnet_sample(lg, 8, &p, hist, 3, NULL, &tok) == BITNET_OK && tok == 1);
+    /* the logit bias (in order; an id may repeat), then for each distinct token of the window the
+       repetition penalty and minus count * frequency + presence (llama.cpp's order) */
+    {
+        const bitnet_logit_bias lb[3] = {{3, 4.5f}, {2, -INFINITY}, {3, 0.25f}}, bad_id = {8, 1.0f}, bad_inf = {1, INFINITY};
+        const int32_t h5[5] = {1, 1, 6, 1, 3};
+        memset(&p, 0, sizeof p);
+        p.repeat_penalty = 2.0f, p.frequency_penalty = 0.5f, p.presence_penalty = 0.25f, p.logit_bias = lb, p.n_logit_bias = 3;
+        memcpy(lg, base, sizeof lg);
+        TEST_CHECK(bitnet_sample(lg, 8, &p, h5, 5, NULL, &tok) == BITNET_OK && tok == 5);
+        TEST_CHECKF(lg[3] == 1.125f && lg[2] == -INFINITY && lg[1] == -0.25f && lg[6] == 2.95f / 2.0f - 0.75f && lg[5] == 2.0f &&
+                    lg[0] == 1.0f, "%g %g %g %g", (double)lg[1], (double)lg[2], (double)lg[3], (double)lg[6]);
+        p.repeat_penalty = 0, p.frequency_penalty = 0, p.n_logit_bias = 0; /* presence alone: each token once */
+        memcpy(lg, base, sizeof lg);
+        TEST_CHECK(bitnet_sample(lg, 8, &p, h5, 5, NULL, &tok) == BITNET_OK && lg[1] == 2.75f && lg[3] == -1.25f && tok == 2);
+        p.presence_penalty = 0, p.frequency_penalty = -1.0f; /* a negative penalty favours: 3 + 3 */
+        memcpy(lg, base, sizeof lg);
+        TEST_CHECK(bitnet_sample(lg, 8, &p, h5, 5, NULL, &tok) == BITNET_OK && lg[1] == 6.0f && tok == 1);
+        p.frequency_penalty = 0;
+        p.logit_bias = NULL, p.n_logit_bias = 1;
+        TEST_CHECK(bitnet_sample(lg, 8, &p, NULL, 0, NULL, &tok) == BITNET_ERR_INVALID_ARG);
+        p.logit_bias = &bad_id;
+        TEST_CHECK(bitnet_sample(lg, 8, &p, NULL, 0, NULL, &tok) == BITNET_ERR_INVALID_ARG && strstr(bitnet_last_error(), "token 8"));
+        p.logit_bias = &bad_inf;
+        TEST_CHECK(bitnet_sample(lg, 8, &p, NULL, 0, NULL, &tok) == BITNET_ERR_INVALID_ARG);
+        p.logit_bias = lb, p.n_logit_bias = BITNET_MAX_LOGIT_BIAS + 1;
+        TEST_CHECK(bitnet_sample(lg, 8, &p, NULL, 0, NULL, &tok) == BITNET_ERR_INVALID_ARG);
+        p.n_logit_bias = 0, p.presence_penalty = NAN;
+        TEST_CHECK(bitnet_sample(lg, 8, &p, NULL, 0, NULL, &tok) == BITNET_ERR_INVALID_ARG);
+    }
     /* same seed, same draws; another seed, other draws */
     memset(&p, 0, sizeof p);
     p.temperature = 1.5f;
