@@ -856,12 +856,15 @@ static void test_gpu_topk(void) {
         }
 }
 
-/* ---- GPU: the repetition penalty (the forward module's penalize) ------------------------------ */
+/* ---- GPU: the logit adjustments (the forward module's penalize) ------------------------------- */
 
-/* Logits after the penalty against the host's rule (each distinct in-range id of the window once):
+/* Logits after the logit bias and the penalties against the host's rule (the bias in order, then each
+   distinct in-range id of the window once: the repetition penalty, minus count * freq + pres):
    vocabularies of 777 and 140001, histories full of repeats and ids out of range, windows of 1, 64,
-   4096 and past the history, the window's end from io or from n, penalties above and below 1. The
-   scratch bits start as garbage and each case launches twice on the same scratch (it clears them). */
+   4096 and past the history, the window's end from io or from n, penalties above and below 1, with
+   and without the frequency / presence penalties and the bias (a repeated id among its entries).
+   The scratch bits start as garbage, the counts at zero; each case launches twice on the same
+   scratch, and the counts must be zero again after each launch. */
 static void test_gpu_penalize(void) {
     static const int nvs[] = {777, 140001}, wins[] = {1, 64, 4096, 9000}, NH = 6000;
     bitnet_gpu_kernel *kern = NULL;
@@ -871,45 +874,60 @@ static void test_gpu_penalize(void) {
     if (!kern) return;
     for (vi = 0; vi < 2; vi++)
         for (wi = 0; wi < 4; wi++)
-            for (c = 0; c < 2; c++) {
-                int nv = nvs[vi], win = wins[wi], n = c ? NH : NH - 123, e, b, i, rep, bad = 0;
-                int32_t *hist = (int32_t *)xmalloc((size_t)NH * 4), io[4] = {0, NH - 7, 0, 0};
+            for (c = 0; c < 3; c++) {
+                int nv = nvs[vi], win = wins[wi], n = c ? NH : NH - 123, e, b, i, rep, bad = 0, badc = 0, n_bias = c ? 5 : 0;
+                int32_t *hist = (int32_t *)xmalloc((size_t)NH * 4), io[4] = {0, NH - 7, 0, 0}, bias_id[5];
                 float *l = (float *)xmalloc((size_t)nv * 4), *want = (float *)xmalloc((size_t)nv * 4);
-                float *got = (float *)xmalloc((size_t)nv * 4), pen = c ? 0.8f : 1.3f;
-                unsigned char *seen = (unsigned char *)calloc((size_t)nv, 1);
-                bitnet_devptr dl, dh, dio = 0, bits = poisoned(((size_t)nv + 31) / 32 * 4), nul = 0;
+                float *got = (float *)xmalloc((size_t)nv * 4), pen = c == 0 ? 1.3f : c == 1 ? 0.8f : 1.0f;
+                float freq = c == 1 ? 0.35f : 0.0f, pres = c == 1 ? 0.2f : c == 2 ? -0.5f : 0.0f, bias[5] = {1.5f, -2.25f, -INFINITY, 0.5f, 3.0f};
+                int32_t *cnt = (int32_t *)calloc((size_t)nv, 4), *cnt_got = (int32_t *)xmalloc((size_t)nv * 4);
+                bitnet_devptr dl, dh, dio = 0, bits = poisoned(((size_t)nv + 31) / 32 * 4), nul = 0, dcnt, dbid, dbias;
                 unsigned grid[3] = {1, 1, 1}, block[3] = {256, 1, 1};
-                void *args[8];
+                void *args[14];
                 for (i = 0; i < nv; i++) l[i] = test_rand_float(-8.0f, 8.0f);
                 for (i = 0; i < NH; i++) { /* ids from a small range (many repeats), a few out of range */
                     int r = test_rand_int(0, 49);
                     hist[i] = r == 0 ? -1 : r == 1 ? nv : r == 2 ? nv - 1 : test_rand_int(0, 299);
                 }
+                for (i = 0; i < 5; i++) bias_id[i] = i == 3 ? bias_id[0] : test_rand_int(0, 350); /* (entry 3 repeats entry 0's id) */
                 memcpy(want, l, (size_t)nv * 4);
+                for (i = 0; i < n_bias; i++) want[bias_id[i]] += bias[i];
                 e = c ? io[1] : n, b = e - win > 0 ? e - win : 0;
+                for (i = b; i < e; i++)
+                    if (hist[i] >= 0 && hist[i] < nv) cnt[hist[i]]++;
                 for (i = b; i < e; i++) {
                     int id = hist[i];
-                    if (id < 0 || id >= nv || seen[id]) continue;
-                    seen[id] = 1;
-                    want[id] = want[id] > 0.0f ? want[id] / pen : want[id] * pen;
+                    volatile float t;
+                    if (id < 0 || id >= nv || cnt[id] < 0) continue;
+                    if (pen != 1.0f) want[id] = want[id] > 0.0f ? want[id] / pen : want[id] * pen;
+                    if (freq != 0.0f || pres != 0.0f) t = (float)(freq != 0.0f ? cnt[id] : 1) * freq, want[id] -= t + pres;
+                    cnt[id] = -1; /* (taken) */
                 }
+                memset(cnt, 0, (size_t)nv * 4);
                 dh = upload(hist, (size_t)NH * 4);
+                dcnt = upload(cnt, (size_t)nv * 4), dbid = upload(bias_id, sizeof bias_id), dbias = upload(bias, sizeof bias);
                 if (c) dio = upload(io, 16);
                 for (rep = 0; rep < 2; rep++) {
                     dl = upload(l, (size_t)nv * 4);
                     args[0] = &dl, args[1] = &dh, args[2] = &n, args[3] = c ? &dio : &nul, args[4] = &win, args[5] = &nv;
-                    args[6] = &pen, args[7] = &bits;
-                    TEST_CHECKF(dl && dh && bits && (!c || dio) && bitnet_gpu_launch(G, kern, grid, block, 0, args) == BITNET_OK, "%s",
+                    args[6] = &pen, args[7] = &bits, args[8] = &freq, args[9] = &pres, args[10] = &dcnt, args[11] = &dbid, args[12] = &dbias;
+                    args[13] = &n_bias;
+                    TEST_CHECKF(dl && dh && bits && dcnt && (!c || dio) && bitnet_gpu_launch(G, kern, grid, block, 0, args) == BITNET_OK, "%s",
                                 bitnet_last_error());
                     TEST_CHECK(bitnet_gpu_download(G, got, dl, (size_t)nv * 4) == BITNET_OK);
-                    for (i = 0; i < nv; i++) bad += memcmp(&got[i], &want[i], 4) != 0;
+                    TEST_CHECK(bitnet_gpu_download(G, cnt_got, dcnt, (size_t)nv * 4) == BITNET_OK);
+                    for (i = 0; i < nv; i++) bad += memcmp(&got[i], &want[i], 4) != 0, badc += cnt_got[i] != 0;
                     if (dl) bitnet_gpu_free(G, dl);
                 }
-                TEST_CHECKF(bad == 0, "vocabulary %d window %d %s: %d logits differ", nv, win, c ? "end from io" : "end n", bad);
+                TEST_CHECKF(bad == 0 && badc == 0, "vocabulary %d window %d case %d (%s): %d logits differ, %d counts left", nv, win, c,
+                            c ? "end from io" : "end n", bad, badc);
                 if (dh) bitnet_gpu_free(G, dh);
                 if (dio) bitnet_gpu_free(G, dio);
                 if (bits) bitnet_gpu_free(G, bits);
-                free(hist), free(l), free(want), free(got), free(seen);
+                if (dcnt) bitnet_gpu_free(G, dcnt);
+                if (dbid) bitnet_gpu_free(G, dbid);
+                if (dbias) bitnet_gpu_free(G, dbias);
+                free(hist), free(l), free(want), free(got), free(cnt), free(cnt_got);
             }
 }
 
