@@ -1531,6 +1531,7 @@ typedef struct bitnet__jw {
     char *buf;
     size_t cap, len;
     int need_comma, after_key, depth;
+    int compact;                  /* one line: no newlines nor indentation (server-sent events) */
 } bitnet__jw;
 
 static void bitnet__jw_putc(bitnet__jw *w, char c) {
@@ -1540,6 +1541,7 @@ static void bitnet__jw_putc(bitnet__jw *w, char c) {
 static void bitnet__jw_raw(bitnet__jw *w, const char *s) { while (*s) bitnet__jw_putc(w, *s++); }
 static void bitnet__jw_nl(bitnet__jw *w) {
     int i;
+    if (w->compact) return;
     bitnet__jw_putc(w, '\n');
     for (i = 0; i < w->depth; i++) bitnet__jw_raw(w, "  ");
 }
@@ -1572,10 +1574,10 @@ static size_t bitnet__json_utf8_len(const unsigned char *p, size_t n) {
     return len;
 }
 
-/* A string: escapes what JSON requires; invalid UTF-8 bytes become U+FFFD. */
-static void bitnet__jw_str(bitnet__jw *w, const char *s) {
+/* A string of n bytes: escapes what JSON requires; invalid UTF-8 bytes become U+FFFD. */
+static void bitnet__jw_strn(bitnet__jw *w, const char *s, size_t n) {
     const unsigned char *p = (const unsigned char *)s;
-    size_t n = strlen(s), i = 0;
+    size_t i = 0;
     bitnet__jw_pre(w);
     bitnet__jw_putc(w, '"');
     while (i < n) {
@@ -1594,6 +1596,7 @@ static void bitnet__jw_str(bitnet__jw *w, const char *s) {
     }
     bitnet__jw_putc(w, '"');
 }
+static void bitnet__jw_str(bitnet__jw *w, const char *s) { bitnet__jw_strn(w, s, strlen(s)); }
 
 /* Numbers with `digits` significant digits. The locale's decimal point (whatever bytes it is) becomes
    '.'; non-finite values become null, which the parser rejects. */
@@ -1624,7 +1627,7 @@ static void bitnet__jw_u64(bitnet__jw *w, uint64_t v) {
 static void bitnet__jw_lit(bitnet__jw *w, const char *lit) { bitnet__jw_pre(w); bitnet__jw_raw(w, lit); }
 static void bitnet__jw_key(bitnet__jw *w, const char *k) {
     bitnet__jw_str(w, k);
-    bitnet__jw_raw(w, ": ");
+    bitnet__jw_raw(w, w->compact ? ":" : ": ");
     w->after_key = 1;
 }
 static void bitnet__jw_open(bitnet__jw *w, char c) {

@@ -2242,6 +2242,588 @@ static int cmd_convert(int argc, char **argv) {
     return 0;
 }
 
+/* ---- serve: an HTTP server with llama.cpp's and OpenAI's endpoints ------------------------------ */
+/* One model, one session, one request at a time in the order they come (a local server for an app;
+   llama-server's parallel slots are not here). The session keeps the last request's text, so a
+   prompt that starts with it (a conversation's next turn) evaluates only what is new. Requests and
+   replies are JSON, read and written with the library's own parser and writer. */
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <signal.h>
+
+#define SRV_MAX_BODY ((size_t)16 << 20)
+#define SRV_MAX_STOP 4
+
+typedef struct srv {
+    bitnet_model *m;
+    bitnet_session *s;
+    const bitnet_tokenizer *tk;
+    bitnet_model_info info;
+    const char *name;
+    int32_t n_ctx;
+    unsigned long next_id;
+} srv;
+
+/* One generation's reply as it goes: the text, the stop strings, and what was streamed. */
+typedef struct srv_gen {
+    int fd, stream, chat, oai;          /* the reply's form: server-sent events; chat; OpenAI's or llama.cpp's */
+    char *text; size_t n, cap;
+    size_t sent;                        /* bytes of text streamed */
+    const char *stop[SRV_MAX_STOP]; int n_stop;
+    int stopped_word, gone;             /* a stop string ended it; the client went away */
+    char id[48]; long created;
+    const char *model;
+} srv_gen;
+
+static int srv_write(int fd, const char *b, size_t n) {
+    while (n) {
+        ssize_t w = send(fd, b, n, MSG_NOSIGNAL);
+        if (w <= 0) return -1;
+        b += w, n -= (size_t)w;
+    }
+    return 0;
+}
+
+static void srv_reply(int fd, int status, const char *type, const char *body, size_t n) {
+    char h[512];
+    const char *why = status == 200 ? "OK" : status == 400 ? "Bad Request" : status == 404 ? "Not Found" :
+                      status == 405 ? "Method Not Allowed" : status == 413 ? "Payload Too Large" : "Internal Server Error";
+    int k = snprintf(h, sizeof h, "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\nConnection: close\r\n"
+                     "Access-Control-Allow-Origin: *\r\n\r\n", status, why, type, n);
+    if (srv_write(fd, h, (size_t)k) == 0 && n) srv_write(fd, body, n);
+}
+
+/* A JSON reply written by fill (twice: the writer counts, then writes), sent as one response or,
+   with event set, as one server-sent event. */
+typedef void (*srv_fill_fn)(bitnet__jw *w, const void *ctx);
+static int srv_json(int fd, int status, int event, srv_fill_fn fill, const void *ctx) {
+    bitnet__jw w;
+    char *b;
+    int r = -1;
+    memset(&w, 0, sizeof w);
+    w.compact = event;
+    fill(&w, ctx);
+    if (!(b = (char *)malloc(w.len + 16))) return -1;
+    memset(&w, 0, sizeof w);
+    w.compact = event, w.buf = b + (event ? 6 : 0), w.cap = SIZE_MAX;
+    fill(&w, ctx);
+    if (event) memcpy(b, "data: ", 6), memcpy(b + 6 + w.len, "\n\n", 2), r = srv_write(fd, b, w.len + 8);
+    else srv_reply(fd, status, "application/json", b, w.len), r = 0;
+    free(b);
+    return r;
+}
+
+typedef struct srv_err { int code; const char *msg; } srv_err;
+static void srv_fill_err(bitnet__jw *w, const void *ctx) {
+    const srv_err *e = (const srv_err *)ctx;
+    bitnet__jw_open(w, '{'), bitnet__jw_key(w, "error"), bitnet__jw_open(w, '{');
+    bitnet__jw_key(w, "code"), bitnet__jw_int(w, e->code);
+    bitnet__jw_key(w, "message"), bitnet__jw_str(w, e->msg);
+    bitnet__jw_key(w, "type"), bitnet__jw_str(w, e->code == 404 ? "not_found_error" : e->code < 500 ? "invalid_request_error" : "server_error");
+    bitnet__jw_close(w, '}'), bitnet__jw_close(w, '}');
+}
+static void srv_error(int fd, int code, const char *msg) {
+    srv_err e;
+    e.code = code, e.msg = msg;
+    srv_json(fd, code, 0, srv_fill_err, &e);
+}
+
+/* Bytes of text[0, n) that may go out now: not a start of a stop string at the end, nor the start of
+   a UTF-8 character whose rest has not come. */
+static size_t srv_safe(const srv_gen *g) {
+    size_t safe = g->n, k, l, i;
+    for (k = 0; k < (size_t)g->n_stop; k++)
+        for (l = strlen(g->stop[k]) - 1; l > 0; l--)
+            if (l <= g->n && memcmp(g->text + g->n - l, g->stop[k], l) == 0) {
+                if (g->n - l < safe) safe = g->n - l;
+                break;
+            }
+    for (i = safe, k = 0; i > 0 && k < 4; i--, k++) { /* a character cut short at the end waits for its rest */
+        const unsigned char c = (unsigned char)g->text[i - 1];
+        const size_t need = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 1;
+        if ((c & 0xC0) == 0x80) continue;
+        if (safe - (i - 1) < need) safe = i - 1;
+        break;
+    }
+    return safe;
+}
+
+typedef struct srv_chunk { const srv_gen *g; const char *piece; size_t n; const char *finish; int first; } srv_chunk;
+static void srv_fill_chunk(bitnet__jw *w, const void *ctx) {
+    const srv_chunk *c = (const srv_chunk *)ctx;
+    bitnet__jw_open(w, '{');
+    if (!c->g->oai) { /* llama.cpp's /completion */
+        bitnet__jw_key(w, "content"), bitnet__jw_strn(w, c->piece, c->n);
+        bitnet__jw_key(w, "stop"), bitnet__jw_lit(w, c->finish ? "true" : "false");
+    } else {
+        bitnet__jw_key(w, "id"), bitnet__jw_str(w, c->g->id);
+        bitnet__jw_key(w, "object"), bitnet__jw_str(w, c->g->chat ? "chat.completion.chunk" : "text_completion");
+        bitnet__jw_key(w, "created"), bitnet__jw_int(w, c->g->created);
+        bitnet__jw_key(w, "model"), bitnet__jw_str(w, c->g->model);
+        bitnet__jw_key(w, "choices"), bitnet__jw_open(w, '['), bitnet__jw_open(w, '{');
+        bitnet__jw_key(w, "index"), bitnet__jw_int(w, 0);
+        if (c->g->chat) {
+            bitnet__jw_key(w, "delta"), bitnet__jw_open(w, '{');
+            if (c->first) bitnet__jw_key(w, "role"), bitnet__jw_str(w, "assistant");
+            if (c->n || !c->finish) bitnet__jw_key(w, "content"), bitnet__jw_strn(w, c->piece, c->n);
+            bitnet__jw_close(w, '}');
+        } else {
+            bitnet__jw_key(w, "text"), bitnet__jw_strn(w, c->piece, c->n);
+        }
+        bitnet__jw_key(w, "finish_reason");
+        if (c->finish) bitnet__jw_str(w, c->finish);
+        else bitnet__jw_lit(w, "null");
+        bitnet__jw_close(w, '}'), bitnet__jw_close(w, ']');
+    }
+    bitnet__jw_close(w, '}');
+}
+
+/* bitnet_generate's on_token: the text grows; a stop string ends it there (its text not part of the
+   reply); streamed, what is safe goes out. */
+static int srv_on_token(int32_t token, const char *piece, size_t len, void *user) {
+    srv_gen *g = (srv_gen *)user;
+    size_t from, k, i;
+    (void)token;
+    if (!piece) return 0;
+    if (g->n + len + 1 > g->cap) {
+        size_t cap = (g->n + len + 1) * 2;
+        char *t = (char *)realloc(g->text, cap);
+        if (!t) return 1;
+        g->text = t, g->cap = cap;
+    }
+    from = g->n;
+    memcpy(g->text + g->n, piece, len), g->n += len, g->text[g->n] = 0;
+    for (k = 0; k < (size_t)g->n_stop; k++) {
+        const size_t l = strlen(g->stop[k]);
+        for (i = from >= l ? from - l + 1 : 0; i + l <= g->n; i++)
+            if (memcmp(g->text + i, g->stop[k], l) == 0) {
+                g->n = i, g->text[i] = 0, g->stopped_word = 1;
+                break;
+            }
+    }
+    if (g->stream) {
+        const size_t safe = g->stopped_word ? g->n : srv_safe(g);
+        if (safe > g->sent) {
+            srv_chunk c;
+            c.g = g, c.piece = g->text + g->sent, c.n = safe - g->sent, c.finish = NULL, c.first = g->sent == 0;
+            if (srv_json(g->fd, 200, 1, srv_fill_chunk, &c) != 0) g->gone = 1;
+            g->sent = safe;
+        }
+    }
+    return g->stopped_word || g->gone;
+}
+
+/* The request's sampler and generation fields, llama.cpp's and OpenAI's names. */
+/* A parsed JSON value written back (a schema for bitnet_json_schema_to_grammar). */
+static void srv_json_value(bitnet__jw *w, const bitnet__json *j, int32_t v) {
+    const bitnet__jnode *nd = &j->nodes[v];
+    int32_t c;
+    if (nd->type == BITNET__J_STR) bitnet__jw_str(w, nd->str);
+    else if (nd->type == BITNET__J_NUM && nd->is_int && fabs(nd->num) < 9e15) bitnet__jw_int(w, (long long)nd->num);
+    else if (nd->type == BITNET__J_NUM) bitnet__jw_num(w, nd->num, 17);
+    else if (nd->type == BITNET__J_ARR || nd->type == BITNET__J_OBJ) {
+        bitnet__jw_open(w, nd->type == BITNET__J_ARR ? '[' : '{');
+        for (c = nd->first; c >= 0; c = j->nodes[c].next) {
+            if (nd->type == BITNET__J_OBJ) bitnet__jw_key(w, j->nodes[c].key);
+            srv_json_value(w, j, c);
+        }
+        bitnet__jw_close(w, nd->type == BITNET__J_ARR ? ']' : '}');
+    } else {
+        bitnet__jw_lit(w, nd->type == BITNET__J_TRUE ? "true" : nd->type == BITNET__J_FALSE ? "false" : "null");
+    }
+}
+
+static const char *srv_params(const bitnet__json *j, bitnet_generate_params *gp,
+                              bitnet_logit_bias *bias, srv_gen *g, const char **grammar, const char **schema, char *schema_buf,
+                              size_t schema_cap, int *ignore_eos) {
+    struct { const char *key; float *f; } fl[] = {
+        {"temperature", &gp->sampler.temperature}, {"top_p", &gp->sampler.top_p}, {"min_p", &gp->sampler.min_p},
+        {"repeat_penalty", &gp->sampler.repeat_penalty}, {"presence_penalty", &gp->sampler.presence_penalty},
+        {"frequency_penalty", &gp->sampler.frequency_penalty}};
+    int32_t v, k, c;
+    size_t i;
+    gp->sampler.temperature = 0.8f, gp->sampler.top_k = 40, gp->sampler.top_p = 0.95f, gp->sampler.min_p = 0.05f;
+    for (i = 0; i < sizeof fl / sizeof fl[0]; i++)
+        if ((v = bitnet__json_get(j, 0, fl[i].key)) >= 0) {
+            if (j->nodes[v].type != BITNET__J_NUM) return "a sampler field is not a number";
+            *fl[i].f = (float)j->nodes[v].num;
+        }
+    if ((v = bitnet__json_get(j, 0, "top_k")) >= 0) gp->sampler.top_k = j->nodes[v].type == BITNET__J_NUM ? (int32_t)j->nodes[v].num : -1;
+    if ((v = bitnet__json_get(j, 0, "repeat_last_n")) >= 0)
+        gp->sampler.repeat_last_n = j->nodes[v].type == BITNET__J_NUM && j->nodes[v].num >= 0 ? (int32_t)j->nodes[v].num : INT32_MAX;
+    if ((v = bitnet__json_get(j, 0, "seed")) >= 0 && j->nodes[v].type == BITNET__J_NUM && j->nodes[v].num >= 0)
+        gp->sampler.seed = (uint64_t)j->nodes[v].num;
+    if ((v = bitnet__json_get(j, 0, "max_tokens")) < 0) v = bitnet__json_get(j, 0, "n_predict");
+    if (v >= 0 && j->nodes[v].type == BITNET__J_NUM) gp->max_tokens = j->nodes[v].num > 0 ? (int32_t)BITNET__MIN(j->nodes[v].num, 1e9) : 0;
+    if ((v = bitnet__json_get(j, 0, "stream")) >= 0) g->stream = j->nodes[v].type == BITNET__J_TRUE;
+    if ((v = bitnet__json_get(j, 0, "ignore_eos")) >= 0) *ignore_eos = j->nodes[v].type == BITNET__J_TRUE;
+    if ((v = bitnet__json_get(j, 0, "stop")) >= 0 && j->nodes[v].type == BITNET__J_STR && *j->nodes[v].str)
+        g->stop[g->n_stop++] = j->nodes[v].str;
+    else if (v >= 0 && j->nodes[v].type == BITNET__J_ARR)
+        for (c = j->nodes[v].first; c >= 0; c = j->nodes[c].next) {
+            if (j->nodes[c].type != BITNET__J_STR || g->n_stop == SRV_MAX_STOP) return "stop is a string or a list of at most 4";
+            if (*j->nodes[c].str) g->stop[g->n_stop++] = j->nodes[c].str;
+        }
+    if ((v = bitnet__json_get(j, 0, "logit_bias")) >= 0) { /* OpenAI's {"id": bias} or llama.cpp's [[id, bias]] */
+        for (c = j->nodes[v].type == BITNET__J_OBJ || j->nodes[v].type == BITNET__J_ARR ? j->nodes[v].first : -1; c >= 0; c = j->nodes[c].next) {
+            const bitnet__jnode *e = &j->nodes[c];
+            bitnet_logit_bias *b = &bias[gp->sampler.n_logit_bias];
+            char *end;
+            if (gp->sampler.n_logit_bias == BITNET_MAX_LOGIT_BIAS) return "logit_bias has more than 1024 entries";
+            if (j->nodes[v].type == BITNET__J_OBJ && e->type == BITNET__J_NUM) {
+                b->token = (int32_t)strtol(e->key, &end, 10), b->bias = (float)e->num;
+                if (*end || !*e->key) return "a logit_bias key is not a token id";
+            } else if (e->type == BITNET__J_ARR && e->count == 2 && j->nodes[e->first].type == BITNET__J_NUM) {
+                const bitnet__jnode *bv = &j->nodes[j->nodes[e->first].next];
+                b->token = (int32_t)j->nodes[e->first].num;
+                b->bias = bv->type == BITNET__J_NUM ? (float)bv->num : bv->type == BITNET__J_FALSE ? -INFINITY : NAN;
+            } else {
+                return "logit_bias is {\"id\": bias} or [[id, bias]]";
+            }
+            gp->sampler.n_logit_bias++;
+        }
+        gp->sampler.logit_bias = bias;
+    }
+    if ((v = bitnet__json_get(j, 0, "grammar")) >= 0 && j->nodes[v].type == BITNET__J_STR && *j->nodes[v].str) *grammar = j->nodes[v].str;
+    if ((v = bitnet__json_get(j, 0, "json_schema")) < 0 && (k = bitnet__json_get(j, 0, "response_format")) >= 0) {
+        const char *t = j->nodes[k].type == BITNET__J_OBJ ? NULL : "";
+        int32_t ty = t ? -1 : bitnet__json_get(j, k, "type"), js;
+        t = ty >= 0 && j->nodes[ty].type == BITNET__J_STR ? j->nodes[ty].str : "";
+        if (strcmp(t, "json_object") == 0) *schema = "{}";
+        else if (strcmp(t, "json_schema") == 0 && (js = bitnet__json_get(j, k, "json_schema")) >= 0) v = bitnet__json_get(j, js, "schema");
+        else if (strcmp(t, "text") != 0) return "response_format is {\"type\": \"text\", \"json_object\" or \"json_schema\"}";
+    }
+    if (v >= 0) { /* the schema back to text for bitnet_json_schema_to_grammar */
+        bitnet__jw w;
+        memset(&w, 0, sizeof w);
+        w.buf = schema_buf, w.cap = schema_cap, w.compact = 1;
+        srv_json_value(&w, j, v);
+        if (w.len >= schema_cap) return "the JSON schema is longer than 1 MB";
+        schema_buf[w.len] = 0, *schema = schema_buf;
+    }
+    return NULL;
+}
+
+typedef struct srv_done {
+    const srv_gen *g; const char *finish; size_t n_prompt, n_gen; double tp, tg;
+    const char *content; size_t n_content; /* llama.cpp's form: the whole text, or a stream's unsent rest */
+} srv_done;
+static void srv_fill_done(bitnet__jw *w, const void *ctx) {
+    const srv_done *d = (const srv_done *)ctx;
+    const srv_gen *g = d->g;
+    bitnet__jw_open(w, '{');
+    if (!g->oai) { /* llama.cpp's /completion */
+        bitnet__jw_key(w, "content"), bitnet__jw_strn(w, d->content, d->n_content);
+        bitnet__jw_key(w, "stop"), bitnet__jw_lit(w, "true");
+        bitnet__jw_key(w, "stop_type"), bitnet__jw_str(w, g->stopped_word ? "word" : strcmp(d->finish, "stop") == 0 ? "eos" : "limit");
+        bitnet__jw_key(w, "tokens_evaluated"), bitnet__jw_u64(w, d->n_prompt);
+        bitnet__jw_key(w, "tokens_predicted"), bitnet__jw_u64(w, d->n_gen);
+        bitnet__jw_key(w, "timings"), bitnet__jw_open(w, '{');
+        bitnet__jw_key(w, "prompt_per_second"), bitnet__jw_num(w, d->tp > 0 ? (double)d->n_prompt / d->tp : 0, 6);
+        bitnet__jw_key(w, "predicted_per_second"), bitnet__jw_num(w, d->tg > 0 ? (double)d->n_gen / d->tg : 0, 6);
+        bitnet__jw_close(w, '}');
+    } else {
+        bitnet__jw_key(w, "id"), bitnet__jw_str(w, g->id);
+        bitnet__jw_key(w, "object"), bitnet__jw_str(w, g->chat ? "chat.completion" : "text_completion");
+        bitnet__jw_key(w, "created"), bitnet__jw_int(w, g->created);
+        bitnet__jw_key(w, "model"), bitnet__jw_str(w, g->model);
+        bitnet__jw_key(w, "choices"), bitnet__jw_open(w, '['), bitnet__jw_open(w, '{');
+        bitnet__jw_key(w, "index"), bitnet__jw_int(w, 0);
+        if (g->chat) {
+            bitnet__jw_key(w, "message"), bitnet__jw_open(w, '{');
+            bitnet__jw_key(w, "role"), bitnet__jw_str(w, "assistant");
+            bitnet__jw_key(w, "content"), bitnet__jw_strn(w, g->text ? g->text : "", g->n);
+            bitnet__jw_close(w, '}');
+        } else {
+            bitnet__jw_key(w, "text"), bitnet__jw_strn(w, g->text ? g->text : "", g->n);
+        }
+        bitnet__jw_key(w, "finish_reason"), bitnet__jw_str(w, d->finish);
+        bitnet__jw_close(w, '}'), bitnet__jw_close(w, ']');
+    }
+    bitnet__jw_key(w, "usage"), bitnet__jw_open(w, '{');
+    bitnet__jw_key(w, "prompt_tokens"), bitnet__jw_u64(w, d->n_prompt);
+    bitnet__jw_key(w, "completion_tokens"), bitnet__jw_u64(w, d->n_gen);
+    bitnet__jw_key(w, "total_tokens"), bitnet__jw_u64(w, d->n_prompt + d->n_gen);
+    bitnet__jw_close(w, '}');
+    bitnet__jw_close(w, '}');
+}
+
+/* The prompt of a request: llama.cpp's and OpenAI's "prompt" (a string), or "messages" in the
+   model's chat template. malloc'd text; NULL with *why on a bad request. */
+static char *srv_prompt(const srv *sv, const bitnet__json *j, int chat, int *special_bos, const char **why) {
+    int32_t p = bitnet__json_get(j, 0, chat ? "messages" : "prompt"), c, part;
+    bitnet_chat_message *msgs;
+    char *text = NULL, **joined;
+    size_t n = 0, len = 0, i;
+    bitnet_chat_template tmpl = sv->info.chat_template;
+    *why = chat ? "messages is not a list of {\"role\", \"content\"}" : "prompt is not a string";
+    if (!chat) {
+        *special_bos = 1;
+        return p >= 0 && j->nodes[p].type == BITNET__J_STR ? strdup(j->nodes[p].str) : NULL;
+    }
+    *special_bos = 0; /* the template writes BOS where it has one */
+    if (p < 0 || j->nodes[p].type != BITNET__J_ARR || !j->nodes[p].count) return NULL;
+    msgs = (bitnet_chat_message *)calloc((size_t)j->nodes[p].count, sizeof *msgs);
+    joined = (char **)calloc((size_t)j->nodes[p].count, sizeof *joined);
+    for (c = j->nodes[p].first; msgs && joined && c >= 0; c = j->nodes[c].next, n++) {
+        int32_t role = bitnet__json_get(j, c, "role"), content = bitnet__json_get(j, c, "content");
+        if (role < 0 || j->nodes[role].type != BITNET__J_STR || content < 0) break;
+        msgs[n].role = j->nodes[role].str;
+        if (j->nodes[content].type == BITNET__J_STR) { msgs[n].content = j->nodes[content].str; continue; }
+        if (j->nodes[content].type != BITNET__J_ARR) break;
+        { /* OpenAI's parts: the text ones, joined */
+            size_t cap = 1, at = 0;
+            for (part = j->nodes[content].first; part >= 0; part = j->nodes[part].next) {
+                int32_t t = bitnet__json_get(j, part, "text");
+                if (t >= 0 && j->nodes[t].type == BITNET__J_STR) cap += strlen(j->nodes[t].str);
+            }
+            if (!(joined[n] = (char *)malloc(cap))) break;
+            for (part = j->nodes[content].first; part >= 0; part = j->nodes[part].next) {
+                int32_t t = bitnet__json_get(j, part, "text");
+                if (t >= 0 && j->nodes[t].type == BITNET__J_STR) memcpy(joined[n] + at, j->nodes[t].str, strlen(j->nodes[t].str)), at += strlen(j->nodes[t].str);
+            }
+            joined[n][at] = 0, msgs[n].content = joined[n];
+        }
+    }
+    if (msgs && joined && c < 0 && bitnet_chat_format(tmpl, msgs, n, 1, NULL, 0, &len) == BITNET_ERR_BAD_SIZE &&
+        (text = (char *)malloc(len + 1)) != NULL && bitnet_chat_format(tmpl, msgs, n, 1, text, len + 1, &len) != BITNET_OK)
+        free(text), text = NULL;
+    for (i = 0; joined && i < (size_t)j->nodes[p].count; i++) free(joined[i]);
+    free(joined), free(msgs);
+    return text;
+}
+
+/* POST /completion, /v1/completions, /v1/chat/completions */
+static void srv_generate(srv *sv, int fd, const bitnet__json *j, int chat, int oai) {
+    static bitnet_logit_bias bias[BITNET_MAX_LOGIT_BIAS];
+    static char schema_buf[1 << 20];
+    bitnet_generate_params gp;
+    bitnet_generate_stats st;
+    srv_gen g;
+    srv_done d;
+    const char *why = NULL, *grammar_text = NULL, *schema = NULL;
+    char *prompt, *gbnf = NULL, msg[4400];
+    int32_t *ids = NULL, none = 0, pos;
+    const int32_t *have;
+    size_t n = 0, p = 0, gl = 0;
+    int special_bos, ignore_eos = 0;
+    bitnet_grammar *gr = NULL;
+    bitnet_result r;
+    memset(&gp, 0, sizeof gp), memset(&st, 0, sizeof st), memset(&g, 0, sizeof g);
+    g.fd = fd, g.chat = chat, g.oai = oai, g.model = sv->name, g.created = (long)time(NULL);
+    snprintf(g.id, sizeof g.id, "%s-%lu", chat ? "chatcmpl" : "cmpl", ++sv->next_id);
+    if ((why = srv_params(j, &gp, bias, &g, &grammar_text, &schema, schema_buf, sizeof schema_buf, &ignore_eos)) != NULL)
+        return srv_error(fd, 400, why);
+    if (!(prompt = srv_prompt(sv, j, chat, &special_bos, &why))) return srv_error(fd, 400, why);
+    if (schema) { /* a JSON schema (or "json_object": any JSON) as a grammar */
+        r = bitnet_json_schema_to_grammar(schema, strlen(schema), NULL, 0, &gl);
+        if (r == BITNET_ERR_BAD_SIZE && !(gbnf = (char *)malloc(gl + 1))) r = BITNET_ERR_OUT_OF_MEMORY;
+        if (r == BITNET_ERR_BAD_SIZE) r = bitnet_json_schema_to_grammar(schema, strlen(schema), gbnf, gl + 1, &gl);
+        grammar_text = r == BITNET_OK ? gbnf : NULL;
+    } else r = BITNET_OK;
+    if (r == BITNET_OK && grammar_text) r = bitnet_grammar_parse(grammar_text, strlen(grammar_text), &gr);
+    if (r == BITNET_OK) r = bitnet__sampler_check(&gp.sampler, sv->info.n_vocab, "the request"); /* (before a stream starts) */
+    if (r == BITNET_OK) r = tokenize_all(sv->tk, prompt, strlen(prompt), special_bos, 1, &ids, &n);
+    if (r == BITNET_OK && (n == 0 || n >= (size_t)sv->n_ctx))
+        r = bitnet__err(BITNET_ERR_CONTEXT_FULL, "the prompt is %zu tokens; the context holds %d", n, (int)sv->n_ctx);
+    if (r != BITNET_OK) {
+        snprintf(msg, sizeof msg, "%s: %s", bitnet_result_string(r), bitnet_last_error());
+        srv_error(fd, r == BITNET_ERR_OUT_OF_MEMORY ? 500 : 400, msg);
+        goto done;
+    }
+    /* the session's text as far as it is this prompt's start stays (one token at least is evaluated) */
+    have = bitnet_session_tokens(sv->s), pos = bitnet_session_pos(sv->s);
+    while (p + 1 < n && p < (size_t)pos && have[p] == ids[p]) p++;
+    if (p && p < (size_t)pos) r = bitnet_session_discard(sv->s, (int32_t)p, pos - (int32_t)p);
+    else if (p < (size_t)pos) bitnet_session_reset(sv->s);
+    gp.grammar = gr, gp.on_token = srv_on_token, gp.user = &g;
+    if (ignore_eos) gp.stop_tokens = &none, gp.n_stop = 0;
+    if (g.stream) {
+        static const char head[] = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nConnection: close\r\n"
+                                   "Access-Control-Allow-Origin: *\r\n\r\n";
+        srv_write(fd, head, sizeof head - 1);
+    }
+    if (r == BITNET_OK) r = bitnet_generate(sv->s, ids + p, n - p, &gp, NULL, 0, &st);
+    if (r != BITNET_OK) {
+        snprintf(msg, sizeof msg, "%s: %s", bitnet_result_string(r), bitnet_last_error());
+        bitnet_session_reset(sv->s); /* (whatever it held) */
+        if (!g.stream) srv_error(fd, 400, msg);
+        else {
+            srv_err e;
+            e.code = 500, e.msg = msg;
+            srv_json(fd, 200, 1, srv_fill_err, &e);
+        }
+        goto done;
+    }
+    d.g = &g, d.n_prompt = n, d.n_gen = st.n_generated, d.tp = st.prompt_seconds, d.tg = st.gen_seconds;
+    d.content = g.text ? g.text + g.sent : "", d.n_content = g.n - g.sent;
+    d.finish = g.stopped_word || (!(gp.max_tokens && st.n_generated >= (size_t)gp.max_tokens) &&
+                                  bitnet_session_pos(sv->s) < sv->n_ctx) ? "stop" : "length";
+    if (!g.stream) srv_json(fd, 200, 0, srv_fill_done, &d);
+    else if (!g.gone && !oai) {
+        srv_json(fd, 200, 1, srv_fill_done, &d); /* llama.cpp's last event: the rest and the totals */
+    } else if (!g.gone) {
+        srv_chunk c;
+        c.g = &g, c.piece = d.content, c.n = d.n_content, c.finish = d.finish, c.first = g.sent == 0;
+        srv_json(fd, 200, 1, srv_fill_chunk, &c);
+        srv_write(fd, "data: [DONE]\n\n", 14);
+    }
+done:
+    free(prompt), free(gbnf), free(ids), free(g.text);
+    bitnet_grammar_free(gr);
+}
+
+typedef struct srv_toks { const int32_t *ids; size_t n; const char *text; size_t len; const srv *sv; } srv_toks;
+static void srv_fill_tokens(bitnet__jw *w, const void *ctx) {
+    const srv_toks *t = (const srv_toks *)ctx;
+    size_t i;
+    bitnet__jw_open(w, '{');
+    if (t->text) bitnet__jw_key(w, "content"), bitnet__jw_strn(w, t->text, t->len);
+    else {
+        bitnet__jw_key(w, "tokens"), bitnet__jw_open(w, '[');
+        for (i = 0; i < t->n; i++) bitnet__jw_int(w, t->ids[i]);
+        bitnet__jw_close(w, ']');
+    }
+    bitnet__jw_close(w, '}');
+}
+static void srv_fill_models(bitnet__jw *w, const void *ctx) {
+    const srv *sv = (const srv *)ctx;
+    bitnet__jw_open(w, '{'), bitnet__jw_key(w, "object"), bitnet__jw_str(w, "list");
+    bitnet__jw_key(w, "data"), bitnet__jw_open(w, '['), bitnet__jw_open(w, '{');
+    bitnet__jw_key(w, "id"), bitnet__jw_str(w, sv->name), bitnet__jw_key(w, "object"), bitnet__jw_str(w, "model");
+    bitnet__jw_key(w, "owned_by"), bitnet__jw_str(w, "bitnet.h");
+    bitnet__jw_key(w, "n_ctx"), bitnet__jw_int(w, sv->n_ctx);
+    bitnet__jw_key(w, "n_vocab"), bitnet__jw_int(w, sv->info.n_vocab);
+    bitnet__jw_close(w, '}'), bitnet__jw_close(w, ']'), bitnet__jw_close(w, '}');
+}
+
+/* One connection: a request (headers to a blank line, a body of Content-Length), its reply. */
+static void srv_handle(srv *sv, int fd) {
+    char *b = (char *)malloc(65536 + 1), *hend = NULL, *cl, method[8] = "", path[256] = "", *body;
+    size_t n = 0, len = 0, hl;
+    bitnet__json j;
+    memset(&j, 0, sizeof j);
+    if (b) b[0] = 0;
+    while (b && n < 65536 && !(hend = strstr(b, "\r\n\r\n"))) {
+        ssize_t k = recv(fd, b + n, 65536 - n, 0);
+        if (k <= 0) break;
+        n += (size_t)k, b[n] = 0;
+    }
+    if (!b || !hend || sscanf(b, "%7s %255s", method, path) != 2) { if (b) srv_error(fd, 400, "no HTTP request"); free(b); return; }
+    hl = (size_t)(hend + 4 - b);
+    for (cl = b; cl < hend && (cl = strchr(cl, '\n')) != NULL && cl < hend; cl++)
+        if (strncasecmp(cl + 1, "content-length:", 15) == 0) len = strtoul(cl + 16, NULL, 10);
+    if (len > SRV_MAX_BODY) { srv_error(fd, 413, "the body is larger than 16 MB"); free(b); return; }
+    if (!(body = (char *)malloc(len + 1))) { srv_error(fd, 500, "out of memory"); free(b); return; }
+    memcpy(body, b + hl, BITNET__MIN(n - hl, len));
+    for (n = BITNET__MIN(n - hl, len); n < len;) {
+        ssize_t k = recv(fd, body + n, len - n, 0);
+        if (k <= 0) break;
+        n += (size_t)k;
+    }
+    free(b);
+    body[n] = 0;
+    if (strchr(path, '?')) *strchr(path, '?') = 0;
+    if (strcmp(method, "OPTIONS") == 0) srv_reply(fd, 200, "text/plain", "", 0); /* (a browser's preflight) */
+    else if (strcmp(path, "/health") == 0) srv_reply(fd, 200, "application/json", "{\"status\": \"ok\"}", 16);
+    else if (strcmp(path, "/v1/models") == 0 || strcmp(path, "/models") == 0) srv_json(fd, 200, 0, srv_fill_models, sv);
+    else if (strcmp(path, "/completion") && strcmp(path, "/completions") && strcmp(path, "/v1/completions") &&
+             strcmp(path, "/v1/chat/completions") && strcmp(path, "/chat/completions") && strcmp(path, "/tokenize") &&
+             strcmp(path, "/detokenize"))
+        srv_error(fd, 404, "no such endpoint");
+    else if (strcmp(method, "POST") != 0) srv_error(fd, 405, "POST a JSON body");
+    else if (n < len || bitnet__json_parse(&j, body, n, 1 << 16) != BITNET_OK || j.nodes[0].type != BITNET__J_OBJ) {
+        char msg[4400];
+        snprintf(msg, sizeof msg, "the body is not a JSON object: %s", n < len ? "cut short" : bitnet_last_error());
+        srv_error(fd, 400, msg);
+    } else if (strcmp(path, "/tokenize") == 0 || strcmp(path, "/detokenize") == 0) {
+        const int de = path[1] == 'd';
+        int32_t c = bitnet__json_get(&j, 0, de ? "tokens" : "content"), sp = bitnet__json_get(&j, 0, "add_special"), *ids = NULL, k;
+        srv_toks t;
+        bitnet_result r = BITNET_OK;
+        memset(&t, 0, sizeof t);
+        if (!de && c >= 0 && j.nodes[c].type == BITNET__J_STR)
+            r = tokenize_all(sv->tk, j.nodes[c].str, strlen(j.nodes[c].str), sp >= 0 && j.nodes[sp].type == BITNET__J_TRUE, 1, &ids, &t.n);
+        else if (de && c >= 0 && j.nodes[c].type == BITNET__J_ARR && (ids = (int32_t *)malloc(((size_t)j.nodes[c].count + 1) * 4))) {
+            for (k = j.nodes[c].first; k >= 0; k = j.nodes[k].next) ids[t.n++] = j.nodes[k].type == BITNET__J_NUM ? (int32_t)j.nodes[k].num : -1;
+            r = bitnet_detokenize(sv->tk, ids, t.n, NULL, 0, &t.len);
+            if (r == BITNET_ERR_BAD_SIZE && (t.text = (const char *)malloc(t.len + 1)) != NULL)
+                r = bitnet_detokenize(sv->tk, ids, t.n, (char *)t.text, t.len + 1, &t.len);
+        } else {
+            r = bitnet__err(BITNET_ERR_INVALID_ARG, de ? "tokens is not a list of ids" : "content is not a string");
+        }
+        t.ids = ids;
+        if (r == BITNET_OK) srv_json(fd, 200, 0, srv_fill_tokens, &t);
+        else {
+            char msg[4400];
+            snprintf(msg, sizeof msg, "%s: %s", bitnet_result_string(r), bitnet_last_error());
+            srv_error(fd, 400, msg);
+        }
+        free(ids), free((void *)t.text);
+    } else {
+        srv_generate(sv, fd, &j, strstr(path, "chat") != NULL, strcmp(path, "/completion") != 0);
+    }
+    bitnet__json_free(&j);
+    free(body);
+}
+
+static int cmd_serve(int argc, char **argv) {
+    model_opts mo;
+    const char *host = "127.0.0.1";
+    int i, port = 8080, fd = -1, one = 1, rc = 1;
+    struct sockaddr_in a;
+    socklen_t al = sizeof a;
+    bitnet_session_desc sd;
+    bitnet_result r;
+    srv sv;
+    memset(&mo, 0, sizeof mo), memset(&sv, 0, sizeof sv);
+    for (i = 1; i < argc; i++) {
+        int k = model_opt(&mo, argc, argv, &i);
+        if (k < 0) return 2;
+        if (k) continue;
+        if (strcmp(argv[i], "--host") == 0 && i + 1 < argc) host = argv[++i];
+        else if (strcmp(argv[i], "--port") == 0 && i + 1 < argc) port = atoi(argv[++i]);
+        else return fprintf(stderr, "bitnet serve: unknown option or missing value: %s\n", argv[i]), 2;
+    }
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET, a.sin_port = htons((uint16_t)port);
+    if (!mo.path || port < 0 || port > 65535 || inet_pton(AF_INET, host, &a.sin_addr) != 1)
+        return fprintf(stderr, "usage: bitnet serve -m FILE [--host 127.0.0.1] [--port 8080] [-c N_CTX] [--backend B] [-t N]\n"), 2;
+    signal(SIGPIPE, SIG_IGN); /* (a client that goes away mid-reply) */
+    if ((r = open_model("serve", &mo, &sv.m)) != BITNET_OK) return fail("serve", r);
+    memset(&sd, 0, sizeof sd);
+    sd.n_ctx = mo.n_ctx;
+    sv.tk = bitnet_model_tokenizer(sv.m);
+    if (!sv.tk) fprintf(stderr, "bitnet serve: %s has no tokenizer\n", mo.path);
+    else if ((r = bitnet_session_create(sv.m, &sd, &sv.s)) != BITNET_OK || (r = bitnet_model_get_info(sv.m, &sv.info)) != BITNET_OK)
+        fail("serve", r);
+    else if ((sv.n_ctx = sd.n_ctx ? sd.n_ctx : sv.info.n_ctx_train) < 1) /* (the session takes the training context by default) */
+        fprintf(stderr, "bitnet serve: no context\n");
+    else if ((fd = socket(AF_INET, SOCK_STREAM, 0)) < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
+             bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(fd, 16) != 0 || getsockname(fd, (struct sockaddr *)&a, &al) != 0)
+        fprintf(stderr, "bitnet serve: %s:%d: %s\n", host, port, strerror(errno));
+    else {
+        sv.name = strrchr(mo.path, '/') ? strrchr(mo.path, '/') + 1 : mo.path;
+        fprintf(stderr, "bitnet serve: listening on http://%s:%d (context %d)\n", host, (int)ntohs(a.sin_port), (int)sv.n_ctx);
+        for (;;) {
+            int c = accept(fd, NULL, NULL);
+            if (c < 0) {
+                if (errno == EINTR || errno == ECONNABORTED) continue;
+                fprintf(stderr, "bitnet serve: accept: %s\n", strerror(errno));
+                break;
+            }
+            srv_handle(&sv, c);
+            close(c);
+        }
+    }
+    if (fd >= 0) close(fd);
+    bitnet_session_free(sv.s);
+    bitnet_model_free(sv.m);
+    return rc;
+}
+
+
 /* ---- devices, kernels (GPU runtime) ---- */
 static void json_str(const char *s) {
     putchar('"');
@@ -2804,6 +3386,10 @@ static const command commands[] = {
     {"info", cmd_info, "info FILE                    print a GGUF file's metadata and tensors, and check it"},
     {"gen-model", cmd_gen_model, "gen-model --preset tiny|small|2b4t|falcon3-1b|llama3-8b|1bitllm-3b [--seed S] -o FILE   write a random-weight model"},
     {"convert", cmd_convert, "convert DIR -o FILE.gguf       a Hugging Face BitNet checkpoint folder to GGUF (I2_S)"},
+    {"serve", cmd_serve, "serve -m FILE [--host 127.0.0.1] [--port 8080] [-c N_CTX] [--backend B] [-t N]\n"
+                         "                               an HTTP server: llama.cpp's /completion, /tokenize, /detokenize, /health\n"
+                         "                               and OpenAI's /v1/completions, /v1/chat/completions (stream: server-sent\n"
+                         "                               events), /v1/models; one request at a time"},
     {"devices", cmd_devices, "devices [--json]             GPU backends and every CUDA device"},
     {"kernels", cmd_kernels, "kernels [--arch sm_XX] [--json] [--cache]  compile every built-in CUDA module (no GPU needed)"},
     {"help", cmd_help, "help [COMMAND]               this list, or one command's (also: bitnet COMMAND -h)"},
