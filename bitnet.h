@@ -7783,11 +7783,11 @@ static int bitnet__sampler_greedy(const bitnet_sampler_params *d) { return d->te
 /* The repetition penalty is on (1 and 0 leave the logits alone). */
 static int bitnet__sampler_penalty(const bitnet_sampler_params *d) { return d->repeat_penalty > 0 && d->repeat_penalty != 1; }
 /* Anything changes the logits before the choice (bias, penalties): step 1 of bitnet_sample. */
-static int bitnet__sampler_adjusts(const bitnet_sampler_params *d) {
+BITNET__UNUSED static int bitnet__sampler_adjusts(const bitnet_sampler_params *d) {
     return bitnet__sampler_penalty(d) || d->presence_penalty != 0 || d->frequency_penalty != 0 || d->n_logit_bias;
 }
 /* d without step 1 (for a row whose adjustments were applied already) */
-static bitnet_sampler_params bitnet__sampler_unadjusted(const bitnet_sampler_params *d) {
+BITNET__UNUSED static bitnet_sampler_params bitnet__sampler_unadjusted(const bitnet_sampler_params *d) {
     bitnet_sampler_params u = *d;
     u.repeat_penalty = 1, u.presence_penalty = 0, u.frequency_penalty = 0, u.n_logit_bias = 0, u.logit_bias = NULL;
     return u;
