@@ -2506,7 +2506,7 @@ static const char *srv_params(const bitnet__json *j, bitnet_generate_params *gp,
 }
 
 typedef struct srv_done {
-    const srv_gen *g; const char *finish; size_t n_prompt, n_gen; double tp, tg;
+    const srv_gen *g; const char *finish; size_t n_prompt, n_cached, n_gen; double tp, tg; /* n_cached: from the last request */
     const char *content; size_t n_content; /* llama.cpp's form: the whole text, or a stream's unsent rest */
 } srv_done;
 static void srv_fill_done(bitnet__jw *w, const void *ctx) {
@@ -2518,9 +2518,10 @@ static void srv_fill_done(bitnet__jw *w, const void *ctx) {
         bitnet__jw_key(w, "stop"), bitnet__jw_lit(w, "true");
         bitnet__jw_key(w, "stop_type"), bitnet__jw_str(w, g->stopped_word ? "word" : strcmp(d->finish, "stop") == 0 ? "eos" : "limit");
         bitnet__jw_key(w, "tokens_evaluated"), bitnet__jw_u64(w, d->n_prompt);
+        bitnet__jw_key(w, "tokens_cached"), bitnet__jw_u64(w, d->n_cached);
         bitnet__jw_key(w, "tokens_predicted"), bitnet__jw_u64(w, d->n_gen);
         bitnet__jw_key(w, "timings"), bitnet__jw_open(w, '{');
-        bitnet__jw_key(w, "prompt_per_second"), bitnet__jw_num(w, d->tp > 0 ? (double)d->n_prompt / d->tp : 0, 6);
+        bitnet__jw_key(w, "prompt_per_second"), bitnet__jw_num(w, d->tp > 0 ? (double)(d->n_prompt - d->n_cached) / d->tp : 0, 6);
         bitnet__jw_key(w, "predicted_per_second"), bitnet__jw_num(w, d->tg > 0 ? (double)d->n_gen / d->tg : 0, 6);
         bitnet__jw_close(w, '}');
     } else {
@@ -2656,7 +2657,7 @@ static void srv_generate(srv *sv, int fd, const bitnet__json *j, int chat, int o
         }
         goto done;
     }
-    d.g = &g, d.n_prompt = n, d.n_gen = st.n_generated, d.tp = st.prompt_seconds, d.tg = st.gen_seconds;
+    d.g = &g, d.n_prompt = n, d.n_cached = p, d.n_gen = st.n_generated, d.tp = st.prompt_seconds, d.tg = st.gen_seconds;
     d.content = g.text ? g.text + g.sent : "", d.n_content = g.n - g.sent;
     d.finish = g.stopped_word || (!(gp.max_tokens && st.n_generated >= (size_t)gp.max_tokens) &&
                                   bitnet_session_pos(sv->s) < sv->n_ctx) ? "stop" : "length";

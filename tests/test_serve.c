@@ -131,6 +131,7 @@ static void test_serve(void) {
     TEST_CHECK(run_text(bin, "Once upon a time, there", 8, want, sizeof want));
     st = http("POST", "/completion", "{\"prompt\": \"Once upon a time, there\", \"n_predict\": 8, \"temperature\": 0, \"ignore_eos\": true}");
     TEST_CHECKF(st == 200 && json_string(reply, "content", 0, got, sizeof got) && strcmp(got, want) == 0, "%s against %s", reply, want);
+    TEST_CHECKF(strstr(reply, "\"tokens_cached\": ") && atoi(strstr(reply, "\"tokens_cached\": ") + 17) >= 4, "%s", reply); /* "Once upon a time" */
     /* a stop string: the text before it, as llama.cpp reports it */
     TEST_CHECK(run_text(bin, "Once upon a time", 16, want, sizeof want) && strstr(want, "fil"));
     *strstr(want, "fil") = 0;
