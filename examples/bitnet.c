@@ -2243,10 +2243,11 @@ static int cmd_convert(int argc, char **argv) {
 }
 
 /* ---- serve: an HTTP server with llama.cpp's and OpenAI's endpoints ------------------------------ */
-/* One model, one session, one request at a time in the order they come (a local server for an app;
-   llama-server's parallel slots are not here). The session keeps the last request's text, so a
-   prompt that starts with it (a conversation's next turn) evaluates only what is new. Requests and
-   replies are JSON, read and written with the library's own parser and writer. */
+/* One model and --parallel N sessions ("slots", as llama-server's -np): a connection gets a thread,
+   a generation the free slot whose text shares the longest start with its prompt (waiting for one),
+   so a conversation's next turn evaluates only what is new. Each slot decodes on its own (no
+   batching across slots). Requests and replies are JSON, read and written with the library's own
+   parser and writer. */
 #include <sys/socket.h>
 #include <netinet/in.h>
 #include <arpa/inet.h>
@@ -2254,16 +2255,48 @@ static int cmd_convert(int argc, char **argv) {
 
 #define SRV_MAX_BODY ((size_t)16 << 20)
 #define SRV_MAX_STOP 4
+#define SRV_MAX_CONN 64 /* connections open at once; more are answered 503 */
 
+typedef struct srv_slot { bitnet_session *s; int busy; } srv_slot;
 typedef struct srv {
     bitnet_model *m;
-    bitnet_session *s;
     const bitnet_tokenizer *tk;
     bitnet_model_info info;
     const char *name;
     int32_t n_ctx;
+    srv_slot *slot; int n_slot;
+    pthread_mutex_t mu;                 /* the slots' busy flags, n_conn, next_id */
+    pthread_cond_t freed;
+    int n_conn;
     unsigned long next_id;
 } srv;
+
+/* The free slot whose text starts like ids for longest (waiting for one), taken; *kept: that start. */
+static srv_slot *srv_take(srv *sv, const int32_t *ids, size_t n, size_t *kept) {
+    srv_slot *best = NULL;
+    int i;
+    pthread_mutex_lock(&sv->mu);
+    while (!best) {
+        for (i = 0; i < sv->n_slot; i++) {
+            const int32_t *have = bitnet_session_tokens(sv->slot[i].s);
+            const size_t pos = (size_t)bitnet_session_pos(sv->slot[i].s);
+            size_t p = 0;
+            if (sv->slot[i].busy) continue;
+            while (p + 1 < n && p < pos && have[p] == ids[p]) p++; /* (one token at least is evaluated) */
+            if (!best || p > *kept) best = &sv->slot[i], *kept = p;
+        }
+        if (!best) pthread_cond_wait(&sv->freed, &sv->mu);
+    }
+    best->busy = 1;
+    pthread_mutex_unlock(&sv->mu);
+    return best;
+}
+static void srv_give(srv *sv, srv_slot *sl) {
+    pthread_mutex_lock(&sv->mu);
+    sl->busy = 0;
+    pthread_cond_signal(&sv->freed);
+    pthread_mutex_unlock(&sv->mu);
+}
 
 /* One generation's reply as it goes: the text, the stop strings, and what was streamed. */
 typedef struct srv_gen {
@@ -2288,7 +2321,8 @@ static int srv_write(int fd, const char *b, size_t n) {
 static void srv_reply(int fd, int status, const char *type, const char *body, size_t n) {
     char h[512];
     const char *why = status == 200 ? "OK" : status == 400 ? "Bad Request" : status == 404 ? "Not Found" :
-                      status == 405 ? "Method Not Allowed" : status == 413 ? "Payload Too Large" : "Internal Server Error";
+                      status == 405 ? "Method Not Allowed" : status == 413 ? "Payload Too Large" :
+                      status == 503 ? "Service Unavailable" : "Internal Server Error";
     int k = snprintf(h, sizeof h, "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\nConnection: close\r\n"
                      "Access-Control-Allow-Origin: *\r\n\r\n", status, why, type, n);
     if (srv_write(fd, h, (size_t)k) == 0 && n) srv_write(fd, body, n);
@@ -2597,8 +2631,10 @@ static char *srv_prompt(const srv *sv, const bitnet__json *j, int chat, int *spe
 
 /* POST /completion, /v1/completions, /v1/chat/completions */
 static void srv_generate(srv *sv, int fd, const bitnet__json *j, int chat, int oai) {
-    static bitnet_logit_bias bias[BITNET_MAX_LOGIT_BIAS];
-    static char schema_buf[1 << 20];
+    bitnet_logit_bias *bias = (bitnet_logit_bias *)malloc(BITNET_MAX_LOGIT_BIAS * sizeof *bias);
+    char *schema_buf = (char *)malloc((size_t)1 << 20);
+    srv_slot *sl = NULL;
+    bitnet_session *s;
     bitnet_generate_params gp;
     bitnet_generate_stats st;
     srv_gen g;
@@ -2606,17 +2642,23 @@ static void srv_generate(srv *sv, int fd, const bitnet__json *j, int chat, int o
     const char *why = NULL, *grammar_text = NULL, *schema = NULL;
     char *prompt, *gbnf = NULL, msg[4400];
     int32_t *ids = NULL, none = 0, pos;
-    const int32_t *have;
     size_t n = 0, p = 0, gl = 0;
     int special_bos, ignore_eos = 0;
     bitnet_grammar *gr = NULL;
     bitnet_result r;
     memset(&gp, 0, sizeof gp), memset(&st, 0, sizeof st), memset(&g, 0, sizeof g);
     g.fd = fd, g.chat = chat, g.oai = oai, g.model = sv->name, g.created = (long)time(NULL);
+    pthread_mutex_lock(&sv->mu);
     snprintf(g.id, sizeof g.id, "%s-%lu", chat ? "chatcmpl" : "cmpl", ++sv->next_id);
-    if ((why = srv_params(j, &gp, bias, &g, &grammar_text, &schema, schema_buf, sizeof schema_buf, &ignore_eos)) != NULL)
-        return srv_error(fd, 400, why);
-    if (!(prompt = srv_prompt(sv, j, chat, &special_bos, &why))) return srv_error(fd, 400, why);
+    pthread_mutex_unlock(&sv->mu);
+    prompt = NULL;
+    if (!bias || !schema_buf) why = "out of memory";
+    else if (!(why = srv_params(j, &gp, bias, &g, &grammar_text, &schema, schema_buf, (size_t)1 << 20, &ignore_eos)))
+        prompt = srv_prompt(sv, j, chat, &special_bos, &why);
+    if (!prompt) {
+        srv_error(fd, 400, why);
+        goto done;
+    }
     if (schema) { /* a JSON schema (or "json_object": any JSON) as a grammar */
         r = bitnet_json_schema_to_grammar(schema, strlen(schema), NULL, 0, &gl);
         if (r == BITNET_ERR_BAD_SIZE && !(gbnf = (char *)malloc(gl + 1))) r = BITNET_ERR_OUT_OF_MEMORY;
@@ -2633,11 +2675,11 @@ static void srv_generate(srv *sv, int fd, const bitnet__json *j, int chat, int o
         srv_error(fd, r == BITNET_ERR_OUT_OF_MEMORY ? 500 : 400, msg);
         goto done;
     }
-    /* the session's text as far as it is this prompt's start stays (one token at least is evaluated) */
-    have = bitnet_session_tokens(sv->s), pos = bitnet_session_pos(sv->s);
-    while (p + 1 < n && p < (size_t)pos && have[p] == ids[p]) p++;
-    if (p && p < (size_t)pos) r = bitnet_session_discard(sv->s, (int32_t)p, pos - (int32_t)p);
-    else if (p < (size_t)pos) bitnet_session_reset(sv->s);
+    /* a slot; its text as far as it is this prompt's start stays */
+    sl = srv_take(sv, ids, n, &p);
+    s = sl->s, pos = bitnet_session_pos(s);
+    if (p && p < (size_t)pos) r = bitnet_session_discard(s, (int32_t)p, pos - (int32_t)p);
+    else if (p < (size_t)pos) bitnet_session_reset(s);
     gp.grammar = gr, gp.on_token = srv_on_token, gp.user = &g;
     if (ignore_eos) gp.stop_tokens = &none, gp.n_stop = 0;
     if (g.stream) {
@@ -2645,10 +2687,10 @@ static void srv_generate(srv *sv, int fd, const bitnet__json *j, int chat, int o
                                    "Access-Control-Allow-Origin: *\r\n\r\n";
         srv_write(fd, head, sizeof head - 1);
     }
-    if (r == BITNET_OK) r = bitnet_generate(sv->s, ids + p, n - p, &gp, NULL, 0, &st);
+    if (r == BITNET_OK) r = bitnet_generate(s, ids + p, n - p, &gp, NULL, 0, &st);
     if (r != BITNET_OK) {
         snprintf(msg, sizeof msg, "%s: %s", bitnet_result_string(r), bitnet_last_error());
-        bitnet_session_reset(sv->s); /* (whatever it held) */
+        bitnet_session_reset(s); /* (whatever it held) */
         if (!g.stream) srv_error(fd, 400, msg);
         else {
             srv_err e;
@@ -2660,7 +2702,7 @@ static void srv_generate(srv *sv, int fd, const bitnet__json *j, int chat, int o
     d.g = &g, d.n_prompt = n, d.n_cached = p, d.n_gen = st.n_generated, d.tp = st.prompt_seconds, d.tg = st.gen_seconds;
     d.content = g.text ? g.text + g.sent : "", d.n_content = g.n - g.sent;
     d.finish = g.stopped_word || (!(gp.max_tokens && st.n_generated >= (size_t)gp.max_tokens) &&
-                                  bitnet_session_pos(sv->s) < sv->n_ctx) ? "stop" : "length";
+                                  bitnet_session_pos(s) < sv->n_ctx) ? "stop" : "length";
     if (!g.stream) srv_json(fd, 200, 0, srv_fill_done, &d);
     else if (!g.gone && !oai) {
         srv_json(fd, 200, 1, srv_fill_done, &d); /* llama.cpp's last event: the rest and the totals */
@@ -2671,7 +2713,8 @@ static void srv_generate(srv *sv, int fd, const bitnet__json *j, int chat, int o
         srv_write(fd, "data: [DONE]\n\n", 14);
     }
 done:
-    free(prompt), free(gbnf), free(ids), free(g.text);
+    if (sl) srv_give(sv, sl);
+    free(prompt), free(gbnf), free(ids), free(g.text), free(bias), free(schema_buf);
     bitnet_grammar_free(gr);
 }
 
@@ -2769,14 +2812,27 @@ static void srv_handle(srv *sv, int fd) {
     free(body);
 }
 
+typedef struct srv_conn { srv *sv; int fd; } srv_conn;
+static void *srv_conn_main(void *arg) {
+    srv_conn *c = (srv_conn *)arg;
+    srv_handle(c->sv, c->fd);
+    close(c->fd);
+    pthread_mutex_lock(&c->sv->mu);
+    c->sv->n_conn--;
+    pthread_mutex_unlock(&c->sv->mu);
+    free(c);
+    return NULL;
+}
+
 static int cmd_serve(int argc, char **argv) {
     model_opts mo;
     const char *host = "127.0.0.1";
-    int i, port = 8080, fd = -1, one = 1, rc = 1;
+    int i, port = 8080, fd = -1, one = 1, n_par = 1;
     struct sockaddr_in a;
     socklen_t al = sizeof a;
+    pthread_attr_t attr;
     bitnet_session_desc sd;
-    bitnet_result r;
+    bitnet_result r = BITNET_OK;
     srv sv;
     memset(&mo, 0, sizeof mo), memset(&sv, 0, sizeof sv);
     for (i = 1; i < argc; i++) {
@@ -2785,45 +2841,67 @@ static int cmd_serve(int argc, char **argv) {
         if (k) continue;
         if (strcmp(argv[i], "--host") == 0 && i + 1 < argc) host = argv[++i];
         else if (strcmp(argv[i], "--port") == 0 && i + 1 < argc) port = atoi(argv[++i]);
+        else if ((strcmp(argv[i], "--parallel") == 0 || strcmp(argv[i], "-np") == 0) && i + 1 < argc) n_par = atoi(argv[++i]);
         else return fprintf(stderr, "bitnet serve: unknown option or missing value: %s\n", argv[i]), 2;
     }
     memset(&a, 0, sizeof a);
     a.sin_family = AF_INET, a.sin_port = htons((uint16_t)port);
-    if (!mo.path || port < 0 || port > 65535 || inet_pton(AF_INET, host, &a.sin_addr) != 1)
-        return fprintf(stderr, "usage: bitnet serve -m FILE [--host 127.0.0.1] [--port 8080] [-c N_CTX] [--backend B] [-t N]\n"), 2;
+    if (!mo.path || port < 0 || port > 65535 || n_par < 1 || n_par > 64 || inet_pton(AF_INET, host, &a.sin_addr) != 1)
+        return fprintf(stderr, "usage: bitnet serve -m FILE [--host 127.0.0.1] [--port 8080] [--parallel N (1-64)] [-c N_CTX] [--backend B] "
+                               "[-t N]\n"), 2;
     signal(SIGPIPE, SIG_IGN); /* (a client that goes away mid-reply) */
     if ((r = open_model("serve", &mo, &sv.m)) != BITNET_OK) return fail("serve", r);
+    sv.tk = bitnet_model_tokenizer(sv.m);
+    sv.slot = (srv_slot *)calloc((size_t)n_par, sizeof *sv.slot);
+    pthread_mutex_init(&sv.mu, NULL), pthread_cond_init(&sv.freed, NULL);
     memset(&sd, 0, sizeof sd);
     sd.n_ctx = mo.n_ctx;
-    sv.tk = bitnet_model_tokenizer(sv.m);
+    r = sv.slot ? bitnet_model_get_info(sv.m, &sv.info) : BITNET_ERR_OUT_OF_MEMORY;
+    for (; r == BITNET_OK && sv.n_slot < n_par; sv.n_slot++)
+        if ((r = bitnet_session_create(sv.m, &sd, &sv.slot[sv.n_slot].s)) != BITNET_OK) break;
+    sv.n_ctx = sd.n_ctx ? sd.n_ctx : sv.info.n_ctx_train; /* (a session takes the training context by default) */
     if (!sv.tk) fprintf(stderr, "bitnet serve: %s has no tokenizer\n", mo.path);
-    else if ((r = bitnet_session_create(sv.m, &sd, &sv.s)) != BITNET_OK || (r = bitnet_model_get_info(sv.m, &sv.info)) != BITNET_OK)
-        fail("serve", r);
-    else if ((sv.n_ctx = sd.n_ctx ? sd.n_ctx : sv.info.n_ctx_train) < 1) /* (the session takes the training context by default) */
-        fprintf(stderr, "bitnet serve: no context\n");
+    else if (r != BITNET_OK) fail("serve", r);
     else if ((fd = socket(AF_INET, SOCK_STREAM, 0)) < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
-             bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(fd, 16) != 0 || getsockname(fd, (struct sockaddr *)&a, &al) != 0)
+             bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(fd, 64) != 0 || getsockname(fd, (struct sockaddr *)&a, &al) != 0)
         fprintf(stderr, "bitnet serve: %s:%d: %s\n", host, port, strerror(errno));
     else {
         sv.name = strrchr(mo.path, '/') ? strrchr(mo.path, '/') + 1 : mo.path;
-        fprintf(stderr, "bitnet serve: listening on http://%s:%d (context %d)\n", host, (int)ntohs(a.sin_port), (int)sv.n_ctx);
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        fprintf(stderr, "bitnet serve: listening on http://%s:%d (%d slot%s of %d positions)\n", host, (int)ntohs(a.sin_port), n_par,
+                n_par > 1 ? "s" : "", (int)sv.n_ctx);
         for (;;) {
-            int c = accept(fd, NULL, NULL);
-            if (c < 0) {
+            pthread_t th;
+            srv_conn *c;
+            int full, cfd = accept(fd, NULL, NULL);
+            if (cfd < 0) {
                 if (errno == EINTR || errno == ECONNABORTED) continue;
                 fprintf(stderr, "bitnet serve: accept: %s\n", strerror(errno));
                 break;
             }
-            srv_handle(&sv, c);
-            close(c);
+            pthread_mutex_lock(&sv.mu);
+            full = sv.n_conn >= SRV_MAX_CONN;
+            if (!full) sv.n_conn++;
+            pthread_mutex_unlock(&sv.mu);
+            if (full || !(c = (srv_conn *)malloc(sizeof *c))) {
+                if (!full) pthread_mutex_lock(&sv.mu), sv.n_conn--, pthread_mutex_unlock(&sv.mu);
+                srv_error(cfd, 503, "too many connections");
+                close(cfd);
+                continue;
+            }
+            c->sv = &sv, c->fd = cfd;
+            if (pthread_create(&th, &attr, srv_conn_main, c) != 0) srv_conn_main(c); /* (no thread: answered here) */
         }
     }
-    if (fd >= 0) close(fd);
-    bitnet_session_free(sv.s);
-    bitnet_model_free(sv.m);
-    return rc;
+    if (fd >= 0) close(fd); /* (after a failed accept, threads still running keep the slots: nothing is freed) */
+    else {
+        for (i = 0; i < sv.n_slot; i++) bitnet_session_free(sv.slot[i].s);
+        free(sv.slot);
+        bitnet_model_free(sv.m);
+    }
+    return 1;
 }
-
 
 /* ---- devices, kernels (GPU runtime) ---- */
 static void json_str(const char *s) {
@@ -3387,10 +3465,10 @@ static const command commands[] = {
     {"info", cmd_info, "info FILE                    print a GGUF file's metadata and tensors, and check it"},
     {"gen-model", cmd_gen_model, "gen-model --preset tiny|small|2b4t|falcon3-1b|llama3-8b|1bitllm-3b [--seed S] -o FILE   write a random-weight model"},
     {"convert", cmd_convert, "convert DIR -o FILE.gguf       a Hugging Face BitNet checkpoint folder to GGUF (I2_S)"},
-    {"serve", cmd_serve, "serve -m FILE [--host 127.0.0.1] [--port 8080] [-c N_CTX] [--backend B] [-t N]\n"
+    {"serve", cmd_serve, "serve -m FILE [--host 127.0.0.1] [--port 8080] [--parallel N] [-c N_CTX] [--backend B] [-t N]\n"
                          "                               an HTTP server: llama.cpp's /completion, /tokenize, /detokenize, /health\n"
                          "                               and OpenAI's /v1/completions, /v1/chat/completions (stream: server-sent\n"
-                         "                               events), /v1/models; one request at a time"},
+                         "                               events), /v1/models; N sessions generate at once (1 by default)"},
     {"devices", cmd_devices, "devices [--json]             GPU backends and every CUDA device"},
     {"kernels", cmd_kernels, "kernels [--arch sm_XX] [--json] [--cache]  compile every built-in CUDA module (no GPU needed)"},
     {"help", cmd_help, "help [COMMAND]               this list, or one command's (also: bitnet COMMAND -h)"},

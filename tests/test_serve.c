@@ -13,12 +13,13 @@
 #include <sys/socket.h>
 #include <netinet/in.h>
 #include <arpa/inet.h>
+#include <pthread.h>
 
 static int port;
 static char reply[1 << 18];
 
-/* One request; the reply's body in reply (NUL-terminated), its status returned (-1: no reply). */
-static int http(const char *method, const char *path, const char *body) {
+/* One request; the reply's body in out (NUL-terminated), its status returned (-1: no reply). */
+static int http_to(char *reply, size_t cap, const char *method, const char *path, const char *body) {
     struct sockaddr_in a;
     char head[512];
     size_t n = 0;
@@ -32,13 +33,24 @@ static int http(const char *method, const char *path, const char *body) {
     snprintf(head, sizeof head, "%s %s HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n\r\n", method,
              path, body ? strlen(body) : (size_t)0);
     if (write(fd, head, strlen(head)) < 0 || (body && write(fd, body, strlen(body)) < 0)) { close(fd); return -1; }
-    while (n + 1 < sizeof reply && (k = read(fd, reply + n, sizeof reply - 1 - n)) > 0) n += (size_t)k;
+    while (n + 1 < cap && (k = read(fd, reply + n, cap - 1 - n)) > 0) n += (size_t)k;
     reply[n] = 0;
     close(fd);
     if (sscanf(reply, "HTTP/1.1 %d", &status) != 1) return -1;
     b = strstr(reply, "\r\n\r\n");
     if (b) memmove(reply, b + 4, strlen(b + 4) + 1);
     return status;
+}
+static int http(const char *method, const char *path, const char *body) { return http_to(reply, sizeof reply, method, path, body); }
+
+/* A long generation on another thread, while the others go on in the other slot. */
+static char long_reply[1 << 16];
+static int long_status;
+static void *long_request(void *arg) {
+    (void)arg;
+    long_status = http_to(long_reply, sizeof long_reply, "POST", "/v1/completions",
+                          "{\"prompt\": \"Once upon a time\", \"max_tokens\": 160, \"temperature\": 0, \"ignore_eos\": true, \"stream\": true}");
+    return NULL;
 }
 
 /* The JSON string after the n-th (0: first) "key": in s, unescaped into out (ASCII escapes and \u00XX). */
@@ -86,6 +98,7 @@ static void test_serve(void) {
     char bin[512], line[512], want[4096], got[4096], got2[4096], body[8192];
     int pipefd[2], i, st;
     pid_t pid;
+    pthread_t long_th;
     FILE *err;
     if (runner && *runner) TEST_SKIP("the CLI is not run under RUNNER=%s", runner);
     snprintf(bin, sizeof bin, "%s/bitnet", build && *build ? build : "build");
@@ -93,7 +106,8 @@ static void test_serve(void) {
     if (pipe(pipefd) != 0) { TEST_CHECK(0); return; }
     if ((pid = fork()) == 0) {
         dup2(pipefd[1], 2), close(pipefd[0]), close(pipefd[1]);
-        execl(bin, bin, "serve", "-m", "tests/data/tiny.gguf", "--port", "0", "-c", "256", "--backend", "cpu", "-t", "1", (char *)NULL);
+        execl(bin, bin, "serve", "-m", "tests/data/tiny.gguf", "--port", "0", "-c", "256", "--backend", "cpu", "-t", "1", "--parallel", "2",
+              (char *)NULL);
         _exit(127);
     }
     close(pipefd[1]);
@@ -106,6 +120,8 @@ static void test_serve(void) {
     TEST_CHECKF(port > 0, "the server did not say where it listens");
     if (port <= 0) goto stop;
     TEST_CHECK(http("GET", "/health", NULL) == 200 && strstr(reply, "ok"));
+    long_status = -2;
+    TEST_CHECK(pthread_create(&long_th, NULL, long_request, NULL) == 0);
     TEST_CHECK(http("GET", "/v1/models", NULL) == 200 && strstr(reply, "\"tiny.gguf\""));
     TEST_CHECK(http("POST", "/tokenize", "{\"content\": \"Hello\"}") == 200);
     { /* the library's tokens for the same text */
@@ -184,6 +200,15 @@ static void test_serve(void) {
         TEST_CHECK(http("POST", "/v1/completions", body) == 400 && strstr(reply, "the context holds 256"));
     }
     TEST_CHECK(http("GET", "/health", NULL) == 200); /* still serving */
+    { /* the long generation, streamed beside all of the above: run's text */
+        char joined[4096];
+        size_t n = 0;
+        pthread_join(long_th, NULL);
+        TEST_CHECK(run_text(bin, "Once upon a time", 160, want, sizeof want)); /* (valid UTF-8, no quotes) */
+        for (i = 0, joined[0] = 0; json_string(long_reply, "text", i, joined + n, sizeof joined - n); i++) n += strlen(joined + n);
+        TEST_CHECKF(long_status == 200 && strcmp(joined, want) == 0 && strstr(long_reply, "data: [DONE]"), "%d: '%s' against '%s'", long_status,
+                    joined, want);
+    }
 stop:
     kill(pid, SIGTERM);
     waitpid(pid, NULL, 0);
