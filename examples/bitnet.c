@@ -2591,7 +2591,7 @@ static char *srv_prompt(const srv *sv, const bitnet__json *j, int chat, int *spe
     bitnet_chat_message *msgs;
     char *text = NULL, **joined;
     size_t n = 0, len = 0, i;
-    bitnet_chat_template tmpl = sv->info.chat_template;
+    bitnet_chat_template tmpl = (bitnet_chat_template)sv->info.chat_template;
     *why = chat ? "messages is not a list of {\"role\", \"content\"}" : "prompt is not a string";
     if (!chat) {
         *special_bos = 1;
