@@ -2891,6 +2891,11 @@ static int cmd_serve(int argc, char **argv) {
                 continue;
             }
             c->sv = &sv, c->fd = cfd;
+            { /* a client that sends nothing lets go of its thread after 30 s */
+                struct timeval tv;
+                tv.tv_sec = 30, tv.tv_usec = 0;
+                setsockopt(cfd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+            }
             if (pthread_create(&th, &attr, srv_conn_main, c) != 0) srv_conn_main(c); /* (no thread: answered here) */
         }
     }
