@@ -16,7 +16,7 @@
      >>public-api      types and functions: errors, CPU kernels, GPU runtime, model, tokenizer
      >>config          includes, platform and compiler detection
      >>util            errors, logging, allocation (with fault injection), sizes, timers
-     >>json            JSON writer and parser (receipts, >>convert, JSON schemas for >>grammar)
+     >>json            JSON writer and parser (receipts, >>convert, JSON schemas for >>grammar, `bitnet serve`)
      >>formats         fp16 / bf16 conversion
      >>quant           BitNet b1.58 quantization and I2_S packing
      >>threads         the persistent thread pool
