@@ -2278,10 +2278,10 @@ static srv_slot *srv_take(srv *sv, const int32_t *ids, size_t n, size_t *kept) {
     pthread_mutex_lock(&sv->mu);
     while (!best) {
         for (i = 0; i < sv->n_slot; i++) {
-            const int32_t *have = bitnet_session_tokens(sv->slot[i].s);
-            const size_t pos = (size_t)bitnet_session_pos(sv->slot[i].s);
-            size_t p = 0;
-            if (sv->slot[i].busy) continue;
+            const int32_t *have;
+            size_t pos, p = 0;
+            if (sv->slot[i].busy) continue; /* (its owner writes its text) */
+            have = bitnet_session_tokens(sv->slot[i].s), pos = (size_t)bitnet_session_pos(sv->slot[i].s);
             while (p + 1 < n && p < pos && have[p] == ids[p]) p++; /* (one token at least is evaluated) */
             if (!best || p > *kept) best = &sv->slot[i], *kept = p;
         }
