@@ -212,6 +212,7 @@ static void test_serve(void) {
 stop:
     kill(pid, SIGTERM);
     waitpid(pid, NULL, 0);
+    while (err && fgets(line, sizeof line, err)) printf("  server: %s", line); /* (it says nothing more unless something went wrong) */
     if (err) fclose(err);
 }
 
