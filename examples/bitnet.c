@@ -107,6 +107,19 @@ static bitnet_result tokenize_all(const bitnet_tokenizer *t, const char *text, s
     return r;
 }
 
+/* Where the first of stop[0 .. n_stop) in text[0, n) starts, among the matches that end past byte
+   from (the text before from was searched already); n when none. run's -r and serve's stop strings. */
+static size_t find_stop(const char *text, size_t n, size_t from, const char *const *stop, int n_stop) {
+    size_t best = n, i;
+    int k;
+    for (k = 0; k < n_stop; k++) {
+        const size_t l = strlen(stop[k]);
+        for (i = from >= l ? from - l + 1 : 0; i + l <= n && i < best; i++)
+            if (memcmp(text + i, stop[k], l) == 0) best = i;
+    }
+    return best;
+}
+
 /* run's output: the last token shown, and -r's reverse prompts, found in the text's last bytes */
 #define RUN_MAX_STOP 8
 typedef struct run_print {
@@ -117,8 +130,7 @@ typedef struct run_print {
 } run_print;
 static int print_piece(int32_t token, const char *piece, size_t len, void *user) { /* user: NULL, or a run_print */
     run_print *p = (run_print *)user;
-    size_t i, keep;
-    int k;
+    size_t keep;
     if (piece) fwrite(piece, 1, len, stdout);
     else printf("[%d]", (int)token);
     fflush(stdout);
@@ -130,10 +142,8 @@ static int print_piece(int32_t token, const char *piece, size_t len, void *user)
     memmove(p->tail, p->tail + p->n - keep, keep);
     memcpy(p->tail + keep, piece, len);
     p->n = keep + len;
-    for (k = 0; k < p->n_stop; k++) /* the reply ends at a reverse prompt (shown, as llama.cpp shows it) */
-        for (i = 0; i + strlen(p->stop[k]) <= p->n; i++)
-            if (memcmp(p->tail + i, p->stop[k], strlen(p->stop[k])) == 0) return p->n = 0, p->stopped = 1;
-    return 0;
+    if (find_stop(p->tail, p->n, keep, p->stop, p->n_stop) == p->n) return 0;
+    return p->n = 0, p->stopped = 1; /* the reply ends at a reverse prompt (shown, as llama.cpp shows it) */
 }
 
 static int cli_read_file(const char *path, size_t max, char **data, size_t *len);
@@ -2417,7 +2427,7 @@ static void srv_fill_chunk(bitnet__jw *w, const void *ctx) {
    reply); streamed, what is safe goes out. */
 static int srv_on_token(int32_t token, const char *piece, size_t len, void *user) {
     srv_gen *g = (srv_gen *)user;
-    size_t from, k, i;
+    size_t from, at;
     (void)token;
     if (!piece) return 0;
     if (g->n + len + 1 > g->cap) {
@@ -2428,14 +2438,7 @@ static int srv_on_token(int32_t token, const char *piece, size_t len, void *user
     }
     from = g->n;
     memcpy(g->text + g->n, piece, len), g->n += len, g->text[g->n] = 0;
-    for (k = 0; k < (size_t)g->n_stop; k++) {
-        const size_t l = strlen(g->stop[k]);
-        for (i = from >= l ? from - l + 1 : 0; i + l <= g->n; i++)
-            if (memcmp(g->text + i, g->stop[k], l) == 0) {
-                g->n = i, g->text[i] = 0, g->stopped_word = 1;
-                break;
-            }
-    }
+    if ((at = find_stop(g->text, g->n, from, g->stop, g->n_stop)) < g->n) g->n = at, g->text[at] = 0, g->stopped_word = 1;
     if (g->stream) {
         const size_t safe = g->stopped_word ? g->n : srv_safe(g);
         if (safe > g->sent) {
